@@ -1,0 +1,106 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let package = Package(
+    name: "apn-worker",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "apn-worker", targets: ["apn-worker"]),
+        .library(name: "APNSCore", targets: ["APNSCore"]),
+        .library(name: "APNSBinary", targets: ["APNSBinary"]),
+        .library(name: "APNSSimulator", targets: ["APNSSimulator"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
+    ],
+    targets: [
+        // MARK: C libraries (one thin layer each)
+        .systemLibrary(
+            name: "CRdKafka",
+            pkgConfig: "rdkafka",
+            providers: [.apt(["librdkafka-dev"])]
+        ),
+        .systemLibrary(
+            name: "CHiredis",
+            pkgConfig: "hiredis",
+            providers: [.apt(["libhiredis-dev"])]
+        ),
+        .target(name: "PushKafka", dependencies: ["CRdKafka"]),
+        .target(name: "PushRedis", dependencies: ["CHiredis"]),
+
+        // MARK: APNs
+        .target(
+            name: "APNSCore",
+            dependencies: [
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ]
+        ),
+        .target(
+            name: "APNSBinary",
+            dependencies: [
+                "APNSCore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "DequeModule", package: "swift-collections"),
+            ]
+        ),
+        .target(
+            name: "APNSSimulator",
+            dependencies: [
+                "APNSCore",
+                "APNSBinary",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "apn-worker",
+            dependencies: [
+                "APNSCore",
+                "APNSBinary",
+                "APNSSimulator",
+                "PushKafka",
+                "PushRedis",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        // MARK: Tests
+        .testTarget(name: "APNSCoreTests", dependencies: ["APNSCore", "APNSSimulator"]),
+        .testTarget(
+            name: "APNSBinaryTests",
+            dependencies: [
+                "APNSCore", "APNSBinary", "APNSSimulator",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOTestUtils", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(name: "PushKafkaTests", dependencies: ["PushKafka", "PushRedis"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["APNSCore", "APNSSimulator"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,603 @@
+import APNSCore
+import DequeModule
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import NIOTLS
+import Synchronization
+
+/// One notification to send: what, to whom, and a tag the caller uses to match the outcome.
+public struct APNSSubmission: Sendable {
+    public var tag: UInt64
+    public var token: DeviceToken
+    public var notification: APNSNotification
+
+    public init(tag: UInt64, token: DeviceToken, notification: APNSNotification) {
+        self.tag = tag
+        self.token = token
+        self.notification = notification
+    }
+}
+
+/// A client for the legacy binary APNs gateway (§1) over a pool of TLS connections.
+///
+/// Every notification written to a connection stays in that connection's sent cache until it is
+/// known to be accepted: because a later error response proves Apple processed it (§1.5.2), or
+/// because it has been on the wire for ``APNSBinaryConfiguration/confirmationWindow`` on a
+/// connection that has not failed. After an error response the failed notification is reported
+/// and everything written after it is resent, in order, on another connection. The caches are
+/// bounded; when they are full, sending waits — nothing unconfirmed is ever dropped. A connection
+/// that closes without an error packet leaves its unconfirmed notifications in an unknown state:
+/// they are resent and their outcomes say `possibleDuplicate` (or, with `resendOnUnknown` off,
+/// they fail as ``APNSStatus/indeterminate``).
+///
+/// Feed it with ``send(_:)`` and read one outcome per notification from ``events``. `send`
+/// waits while ``APNSBinaryConfiguration/maxPending`` notifications are in the client with
+/// outcomes not yet read, so a consumer must read ``events``.
+public final class APNSBinaryClient: Sendable {
+    private struct SubmitWaiter {
+        var id: Int
+        var items: [PendingNotification]
+        var rejected: [(PendingNotification, String)]
+        var continuation: CheckedContinuation<Void, any Error>
+        var count: Int { items.count + rejected.count }
+    }
+
+    private struct State {
+        var machine: PoolStateMachine
+        var admitted = 0
+        var submitWaiters = Deque<SubmitWaiter>()
+        var nextWaiterID = 0
+        var eventWaiter: CheckedContinuation<Void, Never>?
+        var channels: [Int: any Channel] = [:]
+        var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
+        var started = false
+        var stopping = false
+        /// Submitters admitted under the lock, resumed once it is released.
+        var submittersToResume: [CheckedContinuation<Void, any Error>] = []
+    }
+
+    /// What a state-machine step asks for, with channels already looked up.
+    private struct Effects {
+        var actions: [(PoolStateMachine.Action, (any Channel)?)] = []
+        var resumeEvents: CheckedContinuation<Void, Never>?
+        var resumeSubmitters: [CheckedContinuation<Void, any Error>] = []
+        var resumeShutdown: [CheckedContinuation<Void, Never>] = []
+    }
+
+    public let configuration: APNSBinaryConfiguration
+    private let state: Mutex<State>
+    private let group: any EventLoopGroup
+    private let sslContext: NIOSSLContext
+    private let logger: Logger
+
+    /// Creates a client. No connection is opened until ``start()`` or the first ``send(_:)``.
+    public init(
+        configuration: APNSBinaryConfiguration,
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "apns.binary")
+    ) throws(APNSError) {
+        try configuration.validate()
+        self.configuration = configuration
+        self.group = eventLoopGroup
+        self.logger = logger
+        do {
+            self.sslContext = try NIOSSLContext(
+                configuration: configuration.credentials.tlsClientConfiguration(verifyServer: configuration.verifyServer)
+            )
+        } catch {
+            throw APNSError(.invalidCredentials, "cannot build a TLS context from the credentials", underlying: error)
+        }
+        var machineConfig = PoolStateMachine.Configuration()
+        machineConfig.maxConnections = configuration.maxConnections
+        machineConfig.minConnections = configuration.minConnections
+        machineConfig.cacheMaxCount = configuration.cacheMaxCount
+        machineConfig.cacheMaxBytes = configuration.cacheMaxBytes
+        machineConfig.batchMaxCount = configuration.writeBatchSize
+        machineConfig.confirmationWindow = configuration.confirmationWindow.timeAmount
+        machineConfig.resendOnUnknown = configuration.resendOnUnknown
+        machineConfig.connectionRetryLimit = configuration.connectionRetryLimit
+        self.state = Mutex(State(machine: PoolStateMachine(configuration: machineConfig)))
+    }
+
+    // MARK: Public API
+
+    /// Opens the warm connections (``APNSBinaryConfiguration/minConnections``).
+    public func start() {
+        step { state in
+            guard !state.started else { return [] }
+            state.started = true
+            return state.machine.start()
+        }
+    }
+
+    /// Hands notifications to the client. Returns once all are queued; waits while the client is
+    /// full. Each submission later produces exactly one outcome on ``events``. A notification
+    /// whose payload is invalid produces a `transmissionError` with ``APNSStatus/invalidPayload``.
+    ///
+    /// - Throws: ``APNSError`` with code `shutDown` after ``shutdown(gracePeriod:)`` began; the
+    ///   submissions of that call that were not yet queued produce no outcome.
+    public func send(_ submissions: some Sequence<APNSSubmission>) async throws {
+        var items: [PendingNotification] = []
+        var rejected: [(PendingNotification, String)] = []
+        var payloadCache: (APNSNotification, Result<[UInt8], APNSPayloadError>)? = nil
+        let now = Date()
+        for submission in submissions {
+            let compiled: Result<[UInt8], APNSPayloadError>
+            if let cached = payloadCache, cached.0 == submission.notification {
+                compiled = cached.1
+            } else {
+                compiled = Result { () throws(APNSPayloadError) in
+                    try submission.notification.validatedPayload(limit: configuration.payloadLimit)
+                }
+                payloadCache = (submission.notification, compiled)
+            }
+            var pending = PendingNotification(
+                tag: submission.tag,
+                token: submission.token,
+                payload: [],
+                expiry: submission.notification.expiry.unixSeconds(now: now),
+                priority: submission.notification.priority.rawValue,
+                retryLimit: submission.notification.retryLimit ?? configuration.defaultRetryLimit
+            )
+            switch compiled {
+            case .success(let payload):
+                pending.payload = payload
+                items.append(pending)
+            case .failure(let error):
+                rejected.append((pending, error.message))
+            }
+            if items.count + rejected.count >= max(1, min(configuration.maxPending, 1024)) {
+                try await admit(items, rejected)
+                items.removeAll(keepingCapacity: true)
+                rejected.removeAll(keepingCapacity: true)
+            }
+        }
+        if !items.isEmpty || !rejected.isEmpty {
+            try await admit(items, rejected)
+        }
+    }
+
+    /// Sends one notification to one device.
+    public func send(_ notification: APNSNotification, to token: DeviceToken, tag: UInt64) async throws {
+        try await send(CollectionOfOne(APNSSubmission(tag: tag, token: token, notification: notification)))
+    }
+
+    /// Outcomes and connection events, in the order they happened. One consumer at a time.
+    /// The sequence ends after ``shutdown(gracePeriod:)`` completes and every event was read.
+    public var events: Events { Events(client: self) }
+
+    /// Stops accepting notifications, sends and confirms everything already accepted, closes every
+    /// connection and returns. With a grace period, whatever is still unsettled when it runs out
+    /// fails (``APNSStatus/shutDown`` if never written, ``APNSStatus/indeterminate`` if unconfirmed).
+    public func shutdown(gracePeriod: Duration? = nil) async {
+        if let gracePeriod {
+            let deadline = group.next().scheduleTask(in: gracePeriod.timeAmount) { [self] in
+                step { state in
+                    state.machine.abandon(reason: "shutdown grace period of \(gracePeriod) ran out")
+                }
+            }
+            await drain()
+            deadline.cancel()
+        } else {
+            await drain()
+        }
+    }
+
+    /// Snapshot counters.
+    public struct Statistics: Sendable {
+        public var queued: Int
+        public var unconfirmed: Int
+        public var connections: Int
+        public var retransmitted: Int
+        public var droppedConnectionEvents: Int
+    }
+
+    public var statistics: Statistics {
+        state.withLock { s in
+            Statistics(
+                queued: s.machine.queuedCount,
+                unconfirmed: s.machine.unconfirmedCount,
+                connections: s.machine.connections.count,
+                retransmitted: s.machine.retransmitted,
+                droppedConnectionEvents: s.machine.droppedConnectionEvents
+            )
+        }
+    }
+
+    // MARK: Admission
+
+    private func admit(_ items: [PendingNotification], _ rejected: [(PendingNotification, String)]) async throws {
+        let count = items.count + rejected.count
+        let max = configuration.maxPending
+        let waiterID = state.withLock { s -> Int in
+            s.nextWaiterID += 1
+            return s.nextWaiterID
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                step { state in
+                    if state.stopping {
+                        continuation.resume(throwing: APNSError(.shutDown, "the client is shutting down and takes no new notifications"))
+                        return []
+                    }
+                    if state.submitWaiters.isEmpty && (state.admitted + count <= max || state.admitted == 0) {
+                        state.submittersToResume.append(continuation)
+                        return Self.enqueue(&state, items, rejected)
+                    }
+                    state.submitWaiters.append(
+                        SubmitWaiter(id: waiterID, items: items, rejected: rejected, continuation: continuation)
+                    )
+                    return []
+                }
+            }
+        } onCancel: {
+            let waiter = state.withLock { s -> SubmitWaiter? in
+                guard let index = s.submitWaiters.firstIndex(where: { $0.id == waiterID }) else { return nil }
+                return s.submitWaiters.remove(at: index)
+            }
+            waiter?.continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    private static func enqueue(
+        _ state: inout State,
+        _ items: [PendingNotification],
+        _ rejected: [(PendingNotification, String)]
+    ) -> [PoolStateMachine.Action] {
+        state.admitted += items.count + rejected.count
+        for (item, message) in rejected {
+            state.machine.reject(item, status: .invalidPayload, message: message)
+        }
+        if !state.started {
+            state.started = true
+            var actions = state.machine.start()
+            if !items.isEmpty { actions += state.machine.enqueue(items) }
+            return actions
+        }
+        return items.isEmpty ? [] : state.machine.enqueue(items)
+    }
+
+    // MARK: Events
+
+    /// The outcomes and connection events of a client.
+    public struct Events: AsyncSequence, Sendable {
+        public typealias Element = APNSBinaryEvent
+        let client: APNSBinaryClient
+
+        public func makeAsyncIterator() -> Iterator { Iterator(client: client) }
+
+        public struct Iterator: AsyncIteratorProtocol {
+            let client: APNSBinaryClient
+            var buffer = Deque<APNSBinaryEvent>()
+
+            public mutating func next() async -> APNSBinaryEvent? {
+                if let event = buffer.popFirst() { return event }
+                guard await client.takeEvents(into: &buffer) else { return nil }
+                return buffer.popFirst()
+            }
+
+            public mutating func next(isolation actor: isolated (any Actor)?) async -> APNSBinaryEvent? {
+                if let event = buffer.popFirst() { return event }
+                guard await client.takeEvents(into: &buffer) else { return nil }
+                return buffer.popFirst()
+            }
+        }
+    }
+
+    /// Moves every buffered event into `buffer`, waiting for one if there is none. Returns false
+    /// when the client has shut down and no event is left.
+    fileprivate func takeEvents(into buffer: inout Deque<APNSBinaryEvent>) async -> Bool {
+        while true {
+            var taken = Deque<APNSBinaryEvent>()
+            var finished = false
+            step { state -> [PoolStateMachine.Action] in
+                if state.machine.events.isEmpty {
+                    finished = state.machine.lifecycle == .finished
+                    return []
+                }
+                swap(&taken, &state.machine.events)
+                var outcomes = 0
+                for event in taken where event.outcome != nil { outcomes += 1 }
+                state.machine.connectionEventsConsumed(taken.count - outcomes)
+                state.admitted -= outcomes
+                // Admit waiting submitters that now fit.
+                var actions: [PoolStateMachine.Action] = []
+                while let waiter = state.submitWaiters.first,
+                    state.admitted + waiter.count <= configuration.maxPending || state.admitted == 0
+                {
+                    state.submitWaiters.removeFirst()
+                    actions += Self.enqueue(&state, waiter.items, waiter.rejected)
+                    state.submittersToResume.append(waiter.continuation)
+                }
+                return actions
+            }
+            if !taken.isEmpty {
+                buffer.append(contentsOf: taken)
+                return true
+            }
+            if finished { return false }
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let resumeNow = state.withLock { s -> Bool in
+                    if !s.machine.events.isEmpty || s.machine.lifecycle == .finished { return true }
+                    s.eventWaiter = continuation
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        }
+    }
+
+    // MARK: State-machine plumbing
+
+    /// Runs `body` under the lock, then carries out what it asked for.
+    private func step(_ body: (inout State) -> [PoolStateMachine.Action]) {
+        let effects = state.withLock { state -> Effects in
+            let actions = body(&state)
+            var effects = Effects()
+            for action in actions {
+                switch action {
+                case .schedulePump(let id), .close(let id), .armTimer(let id, _):
+                    effects.actions.append((action, state.channels[id]))
+                case .connect:
+                    effects.actions.append((action, nil))
+                case .shutdownComplete:
+                    effects.resumeShutdown = state.shutdownWaiters
+                    state.shutdownWaiters = []
+                }
+            }
+            if !state.machine.events.isEmpty || state.machine.lifecycle == .finished, let waiter = state.eventWaiter {
+                state.eventWaiter = nil
+                effects.resumeEvents = waiter
+            }
+            swap(&effects.resumeSubmitters, &state.submittersToResume)
+            return effects
+        }
+        for (action, channel) in effects.actions {
+            execute(action, channel: channel)
+        }
+        effects.resumeEvents?.resume()
+        for continuation in effects.resumeShutdown { continuation.resume() }
+        for continuation in effects.resumeSubmitters { continuation.resume() }
+    }
+
+    private func execute(_ action: PoolStateMachine.Action, channel: (any Channel)?) {
+        switch action {
+        case .connect(let id, let delay):
+            if delay == .zero {
+                connect(id: id)
+            } else {
+                // Full jitter between half and all of the back-off delay.
+                let jittered = TimeAmount.nanoseconds(delay.nanoseconds / 2 + Int64.random(in: 0...max(1, delay.nanoseconds / 2)))
+                group.next().scheduleTask(in: jittered) { [self] in
+                    if state.withLock({ $0.machine.beginConnect(id: id) }) {
+                        connect(id: id)
+                    }
+                }
+            }
+        case .schedulePump(let id):
+            guard let channel else { return }
+            channel.eventLoop.execute { [self] in pump(id: id, channel: channel) }
+        case .close:
+            channel?.close(promise: nil)
+        case .armTimer(let id, let deadline):
+            guard let channel else { return }
+            channel.eventLoop.scheduleTask(deadline: deadline) { [self] in
+                step { $0.machine.timerFired(id: id, now: .now()) }
+            }
+        case .shutdownComplete:
+            break
+        }
+    }
+
+    private func drain() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            var rejectedWaiters: [SubmitWaiter] = []
+            var done = false
+            step { state in
+                state.stopping = true
+                rejectedWaiters = Array(state.submitWaiters)
+                state.submitWaiters.removeAll()
+                if state.machine.lifecycle == .finished {
+                    done = true
+                    return []
+                }
+                state.shutdownWaiters.append(continuation)
+                state.started = true
+                return state.machine.beginShutdown()
+            }
+            for waiter in rejectedWaiters {
+                waiter.continuation.resume(throwing: APNSError(.shutDown, "the client shut down before these notifications were queued"))
+            }
+            if done { continuation.resume() }
+        }
+    }
+
+    // MARK: Connections
+
+    private func connect(id: Int) {
+        let host = configuration.host
+        let isIP = (try? SocketAddress(ipAddress: host, port: 0)) != nil
+        let sniName = configuration.serverHostname ?? (isIP ? nil : host)
+        let connectTimeout = configuration.connectTimeout
+        let idleTimeout = configuration.idleTimeout
+        let sslContext = self.sslContext
+        let bootstrap = ClientBootstrap(group: group)
+            .connectTimeout(connectTimeout.timeAmount)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { [self] channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniName))
+                    try sync.addHandler(ByteToMessageHandler(ErrorResponseDecoder()))
+                    if let idleTimeout {
+                        try sync.addHandler(IdleStateHandler(allTimeout: idleTimeout.timeAmount))
+                    }
+                    try sync.addHandler(
+                        GatewayConnectionHandler(client: self, id: id, handshakeTimeout: connectTimeout.timeAmount)
+                    )
+                }
+            }
+        bootstrap.connect(host: host, port: configuration.port).whenFailure { [self] error in
+            logger.debug("connect failed", metadata: ["apns.connection": "\(id)", "error": "\(error)"])
+            step { $0.machine.connectFailed(id: id, reason: "cannot connect to \(host):\(configuration.port): \(error)") }
+        }
+    }
+
+    /// Writes the next batch for connection `id`. Runs on the channel's event loop.
+    private func pump(id: Int, channel: any Channel) {
+        var batch: [(UInt32, PendingNotification?)] = []
+        step { state in
+            guard channel.isActive else { return [] }
+            let taken = state.machine.takeBatch(id: id, now: .now())
+            batch = taken.batch
+            return taken.actions
+        }
+        guard !batch.isEmpty else { return }
+        var bytes = 0
+        for (_, item) in batch { bytes += item?.wireSize ?? 40 }
+        var buffer = channel.allocator.buffer(capacity: bytes)
+        for (identifier, item) in batch {
+            if let item {
+                switch configuration.frameFormat {
+                case .framed:
+                    buffer.writeFramedNotification(
+                        token: item.token.bytes,
+                        payload: item.payload,
+                        identifier: identifier,
+                        expiry: item.expiry,
+                        priority: item.priority
+                    )
+                case .enhanced:
+                    buffer.writeEnhancedNotification(
+                        token: item.token.bytes,
+                        payload: item.payload,
+                        identifier: identifier,
+                        expiry: item.expiry
+                    )
+                }
+            } else {
+                // The probe: a frame with no payload, which the gateway must reject (status 4).
+                buffer.writeNotificationFrame(
+                    BinaryNotificationFrame(
+                        command: .framed,
+                        token: [UInt8](repeating: 0, count: 32),
+                        payload: nil,
+                        identifier: identifier,
+                        expiry: 0,
+                        priority: 10
+                    )
+                )
+            }
+        }
+        channel.writeAndFlush(buffer, promise: nil)
+    }
+
+    // MARK: Callbacks from the channel handler (on the channel's event loop)
+
+    fileprivate func channelActive(id: Int, channel: any Channel) {
+        state.withLock { $0.channels[id] = channel }
+    }
+
+    fileprivate func handshakeCompleted(id: Int) {
+        logger.debug("connected", metadata: ["apns.connection": "\(id)"])
+        step { $0.machine.connectionEstablished(id: id) }
+    }
+
+    fileprivate func received(_ response: ErrorResponse, id: Int) {
+        logger.debug(
+            "error response",
+            metadata: ["apns.connection": "\(id)", "apns.status": "\(response.status.rawValue)", "apns.identifier": "\(response.identifier)"]
+        )
+        step { $0.machine.errorResponse(id: id, response) }
+    }
+
+    fileprivate func channelInactive(id: Int, reason: String, established: Bool, timedOut: Bool) {
+        step { state in
+            state.channels[id] = nil
+            if !established {
+                return state.machine.connectFailed(id: id, reason: reason, timedOut: timedOut)
+            }
+            return state.machine.connectionClosed(id: id, reason: reason)
+        }
+    }
+
+    fileprivate func writabilityChanged(id: Int, writable: Bool) {
+        step { $0.machine.writabilityChanged(id: id, writable: writable) }
+    }
+
+    fileprivate func idle(id: Int) -> Bool {
+        state.withLock { $0.machine.idleTimeout(id: id) }
+    }
+}
+
+/// The per-connection handler: reports the handshake, error responses, writability and closure
+/// to the client.
+private final class GatewayConnectionHandler: ChannelInboundHandler {
+    typealias InboundIn = ErrorResponse
+
+    private let client: APNSBinaryClient
+    private let id: Int
+    private let handshakeTimeout: TimeAmount
+    private var established = false
+    private var timedOut = false
+    private var timeoutTask: Scheduled<Void>?
+    private var closeReason = "closed by the gateway without an error packet"
+
+    init(client: APNSBinaryClient, id: Int, handshakeTimeout: TimeAmount) {
+        self.client = client
+        self.id = id
+        self.handshakeTimeout = handshakeTimeout
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        client.channelActive(id: id, channel: context.channel)
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        timeoutTask = context.eventLoop.scheduleTask(in: handshakeTimeout) {
+            let (handler, context) = loopBound.value
+            guard !handler.established else { return }
+            handler.timedOut = true
+            handler.closeReason = "TLS handshake did not complete in time"
+            context.close(promise: nil)
+        }
+        context.fireChannelActive()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let tlsEvent = event as? TLSUserEvent, case .handshakeCompleted = tlsEvent {
+            established = true
+            timeoutTask?.cancel()
+            client.handshakeCompleted(id: id)
+        } else if event is IdleStateHandler.IdleStateEvent {
+            if client.idle(id: id) {
+                closeReason = "idle timeout"
+                context.close(promise: nil)
+            }
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let response = unwrapInboundIn(data)
+        closeReason = "error response, status \(response.status)"
+        client.received(response, id: id)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        closeReason = "\(error)"
+        context.close(promise: nil)
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        client.writabilityChanged(id: id, writable: context.channel.isWritable)
+        context.fireChannelWritabilityChanged()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        timeoutTask?.cancel()
+        client.channelInactive(id: id, reason: closeReason, established: established, timedOut: timedOut)
+        context.fireChannelInactive()
+    }
+}

@@ -1,0 +1,589 @@
+import APNSCore
+import DequeModule
+import NIOCore
+
+/// A notification compiled for the binary gateway, as it sits in the queue or a sent cache.
+struct PendingNotification: Sendable {
+    var tag: UInt64
+    var token: DeviceToken
+    var payload: [UInt8]
+    var expiry: UInt32
+    var priority: UInt8
+    var retryLimit: Int?
+    /// How often it has been written to a connection.
+    var attempts: Int = 0
+    /// Set once an attempt ended on a connection that closed without an error packet.
+    var possibleDuplicate = false
+
+    /// Bytes of its command-2 frame: 29 + token + payload (§1.2: 61 + n for a 32-byte token).
+    var wireSize: Int { 29 + token.bytes.count + payload.count }
+}
+
+/// The delivery logic of the binary connection pool, as a value with no I/O.
+///
+/// It owns the queue of notifications waiting for a connection, each connection's sent cache
+/// (every notification written and not yet known to be accepted), identifier allocation, the
+/// rules of §1.5 for error responses, confirmation by time, resending, reconnect policy and
+/// shutdown. Its methods return ``Action``s — connects, pumps, timers, closes — that the
+/// ``APNSBinaryClient`` carries out after releasing its lock; outcomes and connection events
+/// are appended to ``events``.
+struct PoolStateMachine {
+    struct Configuration {
+        var maxConnections = 1
+        var minConnections = 0
+        var cacheMaxCount = 10_000
+        var cacheMaxBytes = 8 << 20
+        var batchMaxCount = 256
+        var batchMaxBytes = 64 << 10
+        var confirmationWindow = TimeAmount.seconds(1)
+        var resendOnUnknown = true
+        var connectionRetryLimit = 10
+        /// Connection-level events (not outcomes) kept for the consumer before new ones are dropped.
+        var maxBufferedConnectionEvents = 1024
+    }
+
+    enum Phase: Equatable {
+        /// Waiting for a back-off delay before connecting.
+        case scheduled
+        case connecting
+        case ready
+        /// An error response arrived; the cache has been settled and the connection is closing.
+        case failed
+        /// Closed by the client (idle, shutdown).
+        case closing
+    }
+
+    struct CacheEntry {
+        var identifier: UInt32
+        /// `nil` marks the deliberately invalid probe written at shutdown (§6.3).
+        var pending: PendingNotification?
+        var sentAt: NIODeadline
+        var bytes: Int
+    }
+
+    struct Connection {
+        let id: Int
+        var phase: Phase
+        var cache = Deque<CacheEntry>()
+        var cacheBytes = 0
+        var nextIdentifier: UInt32 = 1
+        var pumpScheduled = false
+        var writable = true
+        /// True once a notification written on it was confirmed (by time or by an error response).
+        var productive = false
+        var probeSent = false
+        var timerArmed = false
+
+        /// Position of `identifier` in the cache. Identifiers are consecutive (mod 2³²) from the
+        /// front of the cache because entries are only ever removed from the front or all at once.
+        func index(of identifier: UInt32) -> Int? {
+            guard let first = cache.first else { return nil }
+            let offset = Int(identifier &- first.identifier)
+            guard offset < cache.count, cache[offset].identifier == identifier else { return nil }
+            return offset
+        }
+    }
+
+    enum Action: Equatable {
+        /// Open connection `id`; wait `delay` first when it is not zero.
+        case connect(id: Int, delay: TimeAmount)
+        /// Run the write pump of connection `id` on its event loop.
+        case schedulePump(id: Int)
+        /// Close connection `id`.
+        case close(id: Int)
+        /// Call ``PoolStateMachine/timerFired(id:now:)`` for connection `id` at `deadline`.
+        case armTimer(id: Int, deadline: NIODeadline)
+        /// Everything is drained and closed after a shutdown.
+        case shutdownComplete
+    }
+
+    enum Lifecycle: Equatable {
+        case running
+        case draining
+        case finished
+    }
+
+    let configuration: Configuration
+    private(set) var queue = Deque<PendingNotification>()
+    private(set) var connections: [Int: Connection] = [:]
+    /// Outcomes and connection events waiting for the consumer.
+    var events = Deque<APNSBinaryEvent>()
+    private var bufferedConnectionEvents = 0
+    private(set) var droppedConnectionEvents = 0
+    private var nextConnectionID = 1
+    /// Connections in a row that failed to connect or closed without confirming anything.
+    private(set) var consecutiveFailures = 0
+    private var lastFailure = ""
+    /// The most unconfirmed notifications one connection may carry. It starts at the cache size,
+    /// halves when a connection closes silently with notifications in flight, and grows back as
+    /// notifications are confirmed, so that a gateway that keeps cutting connections after a
+    /// while still lets every notification through.
+    private(set) var inflightLimit: Int
+    private(set) var lifecycle = Lifecycle.running
+
+    // Counters for summaries.
+    private(set) var retransmitted = 0
+
+    init(configuration: Configuration) {
+        self.configuration = configuration
+        self.inflightLimit = configuration.cacheMaxCount
+    }
+
+    // MARK: Queries
+
+    /// Notifications waiting for a connection.
+    var queuedCount: Int { queue.count }
+
+    /// Notifications written and not yet confirmed, over all connections.
+    var unconfirmedCount: Int { connections.values.reduce(0) { $0 + $1.cache.count } }
+
+    private var liveConnectionCount: Int {
+        connections.values.reduce(0) { count, c in
+            c.phase == .failed || c.phase == .closing ? count : count + 1
+        }
+    }
+
+    private var isDrained: Bool {
+        queue.isEmpty && connections.values.allSatisfy { c in c.cache.allSatisfy { $0.pending == nil } }
+    }
+
+    // MARK: Inputs
+
+    /// Opens the warm connections.
+    mutating func start() -> [Action] {
+        var actions: [Action] = []
+        dispatch(into: &actions)
+        return actions
+    }
+
+    /// Adds notifications at the back of the queue.
+    mutating func enqueue(_ items: some Sequence<PendingNotification>) -> [Action] {
+        precondition(lifecycle == .running, "enqueue after shutdown")
+        queue.append(contentsOf: items)
+        var actions: [Action] = []
+        dispatch(into: &actions)
+        return actions
+    }
+
+    /// Reports a notification that never reaches a connection (invalid payload and the like).
+    mutating func reject(_ item: PendingNotification, status: APNSStatus, message: String) {
+        emitFailure(item, status: status, message: message)
+    }
+
+    /// A delayed connect is due: returns false when the connection is no longer wanted.
+    mutating func beginConnect(id: Int) -> Bool {
+        guard var c = connections[id], c.phase == .scheduled else { return false }
+        if lifecycle != .running && isDrained {
+            connections[id] = nil
+            return false
+        }
+        c.phase = .connecting
+        connections[id] = c
+        return true
+    }
+
+    /// The TLS handshake of connection `id` completed.
+    mutating func connectionEstablished(id: Int) -> [Action] {
+        var actions: [Action] = []
+        guard var c = connections[id], c.phase == .connecting else { return actions }
+        c.phase = .ready
+        connections[id] = c
+        emitConnectionEvent(.connected(connection: id))
+        dispatch(into: &actions)
+        return actions
+    }
+
+    /// Connection `id` could not be established.
+    mutating func connectFailed(id: Int, reason: String, timedOut: Bool = false) -> [Action] {
+        var actions: [Action] = []
+        guard connections.removeValue(forKey: id) != nil else { return actions }
+        emitConnectionEvent(timedOut ? .timeout(connection: id, reason: reason) : .socketError(connection: id, error: reason))
+        recordFailure(reason)
+        dispatch(into: &actions)
+        return actions
+    }
+
+    /// The pump of connection `id` runs: takes the next batch to write, assigning identifiers
+    /// and moving the notifications into the sent cache. `nil` in a batch entry is the probe.
+    mutating func takeBatch(id: Int, now: NIODeadline) -> (batch: [(UInt32, PendingNotification?)], actions: [Action]) {
+        var actions: [Action] = []
+        guard var c = connections[id] else { return ([], actions) }
+        c.pumpScheduled = false
+        guard c.phase == .ready, c.writable else {
+            connections[id] = c
+            return ([], actions)
+        }
+        var batch: [(UInt32, PendingNotification?)] = []
+        var batchBytes = 0
+        let limit = min(configuration.cacheMaxCount, inflightLimit)
+        while batch.count < configuration.batchMaxCount, c.cache.count < limit, let next = queue.first {
+            let size = next.wireSize
+            if c.cacheBytes + size > configuration.cacheMaxBytes && !c.cache.isEmpty { break }
+            if batchBytes + size > configuration.batchMaxBytes && !batch.isEmpty { break }
+            queue.removeFirst()
+            var item = next
+            item.attempts += 1
+            if item.attempts > 1 { retransmitted += 1 }
+            let identifier = c.nextIdentifier
+            c.nextIdentifier &+= 1
+            c.cache.append(CacheEntry(identifier: identifier, pending: item, sentAt: now, bytes: size))
+            c.cacheBytes += size
+            batch.append((identifier, item))
+            batchBytes += size
+        }
+        // At shutdown, once nothing is left to send, a deliberately invalid notification makes
+        // the gateway answer with an error that confirms everything written before it (§6.3).
+        if lifecycle == .draining, queue.isEmpty, !c.probeSent, !c.cache.isEmpty {
+            let identifier = c.nextIdentifier
+            c.nextIdentifier &+= 1
+            c.cache.append(CacheEntry(identifier: identifier, pending: nil, sentAt: now, bytes: 0))
+            c.probeSent = true
+            batch.append((identifier, nil))
+        }
+        if !c.timerArmed, let first = c.cache.first {
+            c.timerArmed = true
+            actions.append(.armTimer(id: id, deadline: first.sentAt + configuration.confirmationWindow))
+        }
+        connections[id] = c
+        dispatch(into: &actions)
+        return (batch, actions)
+    }
+
+    /// The confirmation timer of connection `id` fired: everything that has been on the wire for
+    /// the confirmation window on a connection that has not failed is accepted.
+    mutating func timerFired(id: Int, now: NIODeadline) -> [Action] {
+        var actions: [Action] = []
+        guard var c = connections[id] else { return actions }
+        c.timerArmed = false
+        guard c.phase == .ready || c.phase == .closing else {
+            connections[id] = c
+            return actions
+        }
+        var confirmed = 0
+        while let first = c.cache.first, first.sentAt + configuration.confirmationWindow <= now {
+            c.cache.removeFirst()
+            c.cacheBytes -= first.bytes
+            if let item = first.pending {
+                emitTransmitted(item)
+                confirmed += 1
+            }
+        }
+        if confirmed > 0 {
+            markProductive(&c, confirmed: confirmed)
+        }
+        if let first = c.cache.first {
+            c.timerArmed = true
+            actions.append(.armTimer(id: id, deadline: first.sentAt + configuration.confirmationWindow))
+        }
+        connections[id] = c
+        dispatch(into: &actions)
+        return actions
+    }
+
+    /// An error response arrived on connection `id` (§1.5).
+    mutating func errorResponse(id: Int, _ response: ErrorResponse) -> [Action] {
+        var actions: [Action] = []
+        guard var c = connections[id], c.phase == .ready || c.phase == .closing else { return actions }
+        c.phase = .failed
+        let entries = Array(c.cache)
+        c.cache.removeAll()
+        c.cacheBytes = 0
+        c.productive = true
+
+        if let index = entries.firstIndex(where: { $0.identifier == response.identifier }) {
+            // §1.5.2: everything before the bad one was accepted; §1.5.3: with status 10 the
+            // identifier is the last good one.
+            let lastAccepted = response.status == .shutdown ? index : index - 1
+            var accepted = 0
+            for entry in entries[...lastAccepted] where entry.pending != nil {
+                emitTransmitted(entry.pending!)
+                accepted += 1
+            }
+            if response.status != .shutdown, let failed = entries[index].pending {
+                emitFailure(failed, status: response.status, message: nil)
+            }
+            // Everything written after it was discarded by the gateway and must be resent.
+            requeueFront(entries[(index + 1)...].compactMap(\.pending), possibleDuplicate: false)
+            consecutiveFailures = 0
+            if accepted > 0 { growInflightLimit(by: accepted) }
+        } else {
+            let pending = entries.compactMap(\.pending)
+            if !pending.isEmpty {
+                emitConnectionEvent(
+                    .error(
+                        APNSError(
+                            .cacheInconsistency,
+                            "connection \(id): error response (status \(response.status)) for identifier \(response.identifier), which is not in the sent cache; the gateway's error delay may exceed the confirmation window of \(configuration.confirmationWindow.nanoseconds / 1_000_000) ms. \(pending.count) unconfirmed notifications are resent and marked as possible duplicates"
+                        )
+                    ),
+                    force: true
+                )
+            }
+            requeueFront(pending, possibleDuplicate: true)
+        }
+        connections[id] = c
+        actions.append(.close(id: id))
+        dispatch(into: &actions)
+        return actions
+    }
+
+    /// Connection `id` closed (for any reason, after it was established or while connecting).
+    mutating func connectionClosed(id: Int, reason: String) -> [Action] {
+        var actions: [Action] = []
+        guard let c = connections.removeValue(forKey: id) else { return actions }
+        switch c.phase {
+        case .scheduled, .connecting:
+            emitConnectionEvent(.socketError(connection: id, error: reason))
+            recordFailure(reason)
+        case .failed:
+            emitConnectionEvent(.disconnected(connection: id, reason: reason))
+        case .ready, .closing:
+            emitConnectionEvent(.disconnected(connection: id, reason: reason))
+            // Closed without an error packet: whatever is unconfirmed is in an unknown state (§6.2).
+            let unknown = c.cache.compactMap(\.pending)
+            if !unknown.isEmpty {
+                if lifecycle == .running || lifecycle == .draining, configuration.resendOnUnknown {
+                    requeueFront(unknown, possibleDuplicate: true)
+                } else {
+                    for item in unknown {
+                        var item = item
+                        item.possibleDuplicate = true
+                        emitFailure(
+                            item,
+                            status: .indeterminate,
+                            message: "connection \(id) closed without an error packet (\(reason)); the gateway may or may not have accepted it"
+                        )
+                    }
+                }
+                inflightLimit = max(1, min(inflightLimit, unknown.count) / 2)
+            }
+            if !c.productive && c.phase != .closing {
+                recordFailure("connection \(id) closed before confirming anything: \(reason)")
+            }
+        }
+        dispatch(into: &actions)
+        return actions
+    }
+
+    /// The channel of connection `id` became writable or stopped being writable.
+    mutating func writabilityChanged(id: Int, writable: Bool) -> [Action] {
+        var actions: [Action] = []
+        guard connections[id] != nil else { return actions }
+        connections[id]!.writable = writable
+        if writable { dispatch(into: &actions) }
+        return actions
+    }
+
+    /// Connection `id` has seen no traffic for the idle timeout. Returns true when it should be
+    /// closed: nothing is queued or unconfirmed on it and more than the warm minimum are open.
+    mutating func idleTimeout(id: Int) -> Bool {
+        guard var c = connections[id], c.phase == .ready, c.cache.isEmpty, queue.isEmpty,
+            liveConnectionCount > configuration.minConnections
+        else { return false }
+        c.phase = .closing
+        connections[id] = c
+        emitConnectionEvent(.timeout(connection: id, reason: "idle"))
+        return true
+    }
+
+    /// Stops taking new notifications and drains: everything queued is sent and confirmed, then
+    /// every connection is closed.
+    mutating func beginShutdown() -> [Action] {
+        var actions: [Action] = []
+        guard lifecycle == .running else { return actions }
+        lifecycle = .draining
+        dispatch(into: &actions)
+        return actions
+    }
+
+    /// Ends a drain that ran out of time: queued notifications fail with ``APNSStatus/shutDown``,
+    /// unconfirmed ones with ``APNSStatus/indeterminate``, and every connection closes.
+    mutating func abandon(reason: String) -> [Action] {
+        var actions: [Action] = []
+        guard lifecycle != .finished else { return actions }
+        lifecycle = .draining
+        while let item = queue.popFirst() {
+            emitFailure(item, status: .shutDown, message: reason)
+        }
+        for id in connections.keys.sorted() {
+            var c = connections[id]!
+            for entry in c.cache {
+                guard var item = entry.pending else { continue }
+                item.possibleDuplicate = true
+                emitFailure(item, status: .indeterminate, message: "\(reason); it was written but not yet confirmed")
+            }
+            c.cache.removeAll()
+            c.cacheBytes = 0
+            connections[id] = c
+        }
+        dispatch(into: &actions)
+        return actions
+    }
+
+    // MARK: Dispatch
+
+    private mutating func dispatch(into actions: inout [Action]) {
+        // Pumps: the least-loaded ready connections, enough of them to take what is queued.
+        var remaining = queue.count
+        let limit = min(configuration.cacheMaxCount, inflightLimit)
+        while remaining > 0 {
+            var best: Int? = nil
+            var bestLoad = Int.max
+            for (id, c) in connections
+            where c.phase == .ready && c.writable && !c.pumpScheduled && c.cache.count < limit
+                && c.cache.count < bestLoad
+            {
+                best = id
+                bestLoad = c.cache.count
+            }
+            guard let id = best else { break }
+            connections[id]!.pumpScheduled = true
+            actions.append(.schedulePump(id: id))
+            remaining -= min(configuration.batchMaxCount, limit - bestLoad)
+        }
+
+        if lifecycle == .draining && queue.isEmpty {
+            for (id, c) in connections where c.phase == .ready && !c.pumpScheduled && !c.probeSent
+                && c.cache.contains(where: { $0.pending != nil })
+            {
+                connections[id]!.pumpScheduled = true
+                actions.append(.schedulePump(id: id))
+            }
+        }
+
+        // Connections: all of them while there is work, the warm minimum otherwise.
+        if lifecycle == .running || !queue.isEmpty {
+            let wanted = queue.isEmpty && lifecycle == .running ? configuration.minConnections : configuration.maxConnections
+            let connecting = connections.values.contains { $0.phase == .scheduled || $0.phase == .connecting }
+            var live = liveConnectionCount
+            var opened = false
+            while live < wanted {
+                // After failures, probe with one connection at a time.
+                if consecutiveFailures > 0 && (connecting || opened) { break }
+                opened = true
+                let id = nextConnectionID
+                nextConnectionID += 1
+                connections[id] = Connection(id: id, phase: consecutiveFailures > 0 ? .scheduled : .connecting)
+                actions.append(.connect(id: id, delay: consecutiveFailures > 0 ? backoffDelay() : .zero))
+                live += 1
+            }
+        }
+
+        if lifecycle == .draining && isDrained {
+            for (id, c) in connections {
+                switch c.phase {
+                case .ready:
+                    if c.cache.isEmpty {
+                        connections[id]!.phase = .closing
+                        actions.append(.close(id: id))
+                    }
+                case .scheduled:
+                    connections[id] = nil
+                case .connecting, .failed, .closing:
+                    break
+                }
+            }
+            if connections.isEmpty {
+                lifecycle = .finished
+                actions.append(.shutdownComplete)
+            }
+        }
+    }
+
+    /// Exponential back-off for the next connect after `consecutiveFailures` failures; the client
+    /// applies jitter when it executes the delay.
+    private func backoffDelay() -> TimeAmount {
+        let exponent = min(consecutiveFailures - 1, 16)
+        let nanos = min(Int64(100_000_000) << exponent, 30_000_000_000)
+        return .nanoseconds(nanos)
+    }
+
+    // MARK: Helpers
+
+    private mutating func recordFailure(_ reason: String) {
+        consecutiveFailures += 1
+        lastFailure = reason
+        let anyReady = connections.values.contains { $0.phase == .ready }
+        guard consecutiveFailures >= configuration.connectionRetryLimit, !anyReady else { return }
+        // Give up on what is queued rather than letting it wait forever.
+        let message = "\(consecutiveFailures) connection attempts to the gateway failed in a row (last: \(reason))"
+        if !queue.isEmpty {
+            emitConnectionEvent(.error(APNSError(.connectionFailed, message + "; \(queue.count) queued notifications failed")), force: true)
+        }
+        while let item = queue.popFirst() {
+            emitFailure(item, status: .connectionFailed, message: message)
+        }
+        consecutiveFailures = 0
+    }
+
+    private mutating func markProductive(_ c: inout Connection, confirmed: Int) {
+        c.productive = true
+        consecutiveFailures = 0
+        growInflightLimit(by: confirmed)
+    }
+
+    private mutating func growInflightLimit(by confirmed: Int) {
+        inflightLimit = min(configuration.cacheMaxCount, inflightLimit + confirmed)
+    }
+
+    /// Puts notifications back at the front of the queue in their original order, or fails those
+    /// that used up their retry limit.
+    private mutating func requeueFront(_ items: [PendingNotification], possibleDuplicate: Bool) {
+        for item in items.reversed() {
+            var item = item
+            if possibleDuplicate { item.possibleDuplicate = true }
+            if let limit = item.retryLimit, item.attempts > limit {
+                emitFailure(
+                    item,
+                    status: .retryLimitExceeded,
+                    message: "written \(item.attempts) times; its retry limit is \(limit)"
+                )
+            } else {
+                queue.prepend(item)
+            }
+        }
+    }
+
+    private mutating func emitTransmitted(_ item: PendingNotification) {
+        events.append(
+            .transmitted(
+                APNSDeliveryOutcome(
+                    tag: item.tag,
+                    token: item.token,
+                    status: nil,
+                    attempts: item.attempts,
+                    possibleDuplicate: item.possibleDuplicate
+                )
+            )
+        )
+    }
+
+    private mutating func emitFailure(_ item: PendingNotification, status: APNSStatus, message: String?) {
+        events.append(
+            .transmissionError(
+                APNSDeliveryOutcome(
+                    tag: item.tag,
+                    token: item.token,
+                    status: status,
+                    message: message,
+                    attempts: item.attempts,
+                    possibleDuplicate: item.possibleDuplicate
+                )
+            )
+        )
+    }
+
+    private mutating func emitConnectionEvent(_ event: APNSBinaryEvent, force: Bool = false) {
+        if !force && bufferedConnectionEvents >= configuration.maxBufferedConnectionEvents {
+            droppedConnectionEvents += 1
+            return
+        }
+        bufferedConnectionEvents += 1
+        events.append(event)
+    }
+
+    /// The consumer took `count` connection-level events.
+    mutating func connectionEventsConsumed(_ count: Int) {
+        bufferedConnectionEvents -= count
+    }
+}

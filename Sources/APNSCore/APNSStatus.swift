@@ -1,0 +1,89 @@
+/// A status code from the binary API's error-response packet (§1.4), plus the codes the
+/// client itself assigns to notifications that never got a verdict from Apple.
+///
+/// Unknown values are kept as they arrived.
+public struct APNSStatus: Sendable, Hashable, CustomStringConvertible {
+    public let rawValue: Int
+
+    public init(rawValue: Int) { self.rawValue = rawValue }
+
+    // §1.4: Apple's table.
+    public static let noErrors = APNSStatus(rawValue: 0)
+    public static let processingError = APNSStatus(rawValue: 1)
+    public static let missingDeviceToken = APNSStatus(rawValue: 2)
+    public static let missingTopic = APNSStatus(rawValue: 3)
+    public static let missingPayload = APNSStatus(rawValue: 4)
+    public static let invalidTokenSize = APNSStatus(rawValue: 5)
+    public static let invalidTopicSize = APNSStatus(rawValue: 6)
+    public static let invalidPayloadSize = APNSStatus(rawValue: 7)
+    public static let invalidToken = APNSStatus(rawValue: 8)
+    public static let shutdown = APNSStatus(rawValue: 10)
+    public static let protocolError = APNSStatus(rawValue: 128)
+    public static let unknown = APNSStatus(rawValue: 255)
+
+    // The client's own codes (outside the byte range Apple uses).
+    /// The notification could not be compiled into a valid payload.
+    public static let invalidPayload = APNSStatus(rawValue: 512)
+    /// The notification was resent as often as its `retryLimit` allows.
+    public static let retryLimitExceeded = APNSStatus(rawValue: 513)
+    /// The notification was on a connection that closed without an error packet and
+    /// `resendOnUnknown` is off: Apple may or may not have accepted it.
+    public static let indeterminate = APNSStatus(rawValue: 514)
+    /// No connection to the gateway could be made within `connectionRetryLimit` attempts.
+    public static let connectionFailed = APNSStatus(rawValue: 515)
+    /// The client was shut down before the notification could be sent.
+    public static let shutDown = APNSStatus(rawValue: 516)
+
+    /// True for codes that came from Apple's error-response table rather than from the client.
+    public var isFromApple: Bool { rawValue >= 0 && rawValue <= 255 }
+
+    /// A short, stable name (`"invalidToken"`, `"shutdown"`, ...).
+    public var name: String {
+        switch rawValue {
+        case 0: "noErrors"
+        case 1: "processingError"
+        case 2: "missingDeviceToken"
+        case 3: "missingTopic"
+        case 4: "missingPayload"
+        case 5: "invalidTokenSize"
+        case 6: "invalidTopicSize"
+        case 7: "invalidPayloadSize"
+        case 8: "invalidToken"
+        case 10: "shutdown"
+        case 128: "protocolError"
+        case 255: "unknown"
+        case 512: "invalidPayload"
+        case 513: "retryLimitExceeded"
+        case 514: "indeterminate"
+        case 515: "connectionFailed"
+        case 516: "shutDown"
+        default: "status\(rawValue)"
+        }
+    }
+
+    /// Apple's wording for the code (§1.4), or the client's.
+    public var reason: String {
+        switch rawValue {
+        case 0: "No errors encountered"
+        case 1: "Processing error"
+        case 2: "Missing device token"
+        case 3: "Missing topic"
+        case 4: "Missing payload"
+        case 5: "Invalid token size"
+        case 6: "Invalid topic size"
+        case 7: "Invalid payload size"
+        case 8: "Invalid token"
+        case 10: "Shutdown"
+        case 128: "Protocol error"
+        case 255: "None (unknown)"
+        case 512: "Invalid payload"
+        case 513: "Retry limit exceeded"
+        case 514: "Indeterminate: the connection closed without an error packet"
+        case 515: "Could not connect to the gateway"
+        case 516: "Client shut down before sending"
+        default: "Undocumented status \(rawValue)"
+        }
+    }
+
+    public var description: String { "\(rawValue) (\(reason))" }
+}

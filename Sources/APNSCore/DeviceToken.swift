@@ -1,0 +1,87 @@
+/// A device token: the opaque bytes that address one app on one device.
+///
+/// Tokens are accepted as hex text, tolerating the spaces and angle brackets that
+/// `-[NSData description]` used to print (`<740f4707 bebcf74f ...>`), or as raw bytes.
+/// Apple asks providers not to assume a length (§3.5, §5 check 2); the binary API's token item
+/// was "32 bytes" and later "up to 100 bytes" (§1.2, §6.6), so any length from 1 to
+/// ``maximumLength`` bytes is accepted here and the gateway decides.
+public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
+    /// The longest token the binary API's token item can describe (§1.2, 2018 revision).
+    public static let maximumLength = 100
+
+    /// The token's bytes.
+    public let bytes: [UInt8]
+
+    /// Creates a token from raw bytes.
+    public init(bytes: some Sequence<UInt8>) throws(APNSError) {
+        let bytes = Array(bytes)
+        guard !bytes.isEmpty else {
+            throw APNSError(.invalidDeviceToken, "device token is empty")
+        }
+        guard bytes.count <= Self.maximumLength else {
+            throw APNSError(
+                .invalidDeviceToken,
+                "device token is \(bytes.count) bytes long; APNs accepts at most \(Self.maximumLength)"
+            )
+        }
+        self.bytes = bytes
+    }
+
+    /// Creates a token from hex text; spaces, `<` and `>` are ignored.
+    public init(hex: String) throws(APNSError) {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(hex.utf8.count / 2)
+        var high: UInt8? = nil
+        for (offset, char) in hex.utf8.enumerated() {
+            let nibble: UInt8
+            switch char {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): nibble = char - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): nibble = char - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): nibble = char - UInt8(ascii: "A") + 10
+            case UInt8(ascii: " "), UInt8(ascii: "<"), UInt8(ascii: ">"): continue
+            default:
+                throw APNSError(
+                    .invalidDeviceToken,
+                    "device token \(Self.redact(hex)) has a character that is not a hex digit at position \(offset + 1)"
+                )
+            }
+            if let h = high {
+                bytes.append(h << 4 | nibble)
+                high = nil
+            } else {
+                high = nibble
+            }
+        }
+        guard high == nil else {
+            throw APNSError(
+                .invalidDeviceToken,
+                "device token \(Self.redact(hex)) has an odd number of hex digits"
+            )
+        }
+        try self.init(bytes: bytes)
+    }
+
+    /// Lower-case hex, no separators.
+    public var hex: String {
+        let digits: [UInt8] = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count * 2)
+        for b in bytes {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 0x0f)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// A short form for logs: the first eight hex digits and the length. Full tokens stay out of logs.
+    public var redacted: String {
+        let h = hex
+        return "\(h.prefix(8))…(\(bytes.count)B)"
+    }
+
+    public var description: String { redacted }
+
+    private static func redact(_ text: String) -> String {
+        text.count <= 12 ? "\"\(text)\"" : "\"\(text.prefix(8))…\""
+    }
+}

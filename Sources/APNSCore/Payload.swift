@@ -1,0 +1,225 @@
+extension APNSNotification {
+    /// Payload limit of the binary API for iOS 8 and later (§1.3).
+    public static let binaryPayloadLimit = 2048
+
+    /// Values Apple documents for `aps.interruption-level` (§5).
+    public static let interruptionLevels: Set<String> = ["passive", "active", "time-sensitive", "critical"]
+
+    /// Whether any field that is written inside `aps` is set.
+    public var hasAPSFields: Bool {
+        alert != nil || badge != nil || sound != nil || contentAvailable || mutableContent
+            || category != nil || threadId != nil || targetContentId != nil || interruptionLevel != nil
+            || relevanceScore != nil || urlArgs != nil || !additionalAPSFields.isEmpty
+    }
+
+    /// The compact JSON payload: `{"aps":{...}, custom...}`.
+    ///
+    /// `aps` keys are written in this order: `alert` (string, or dict with only the set
+    /// fields), `badge`, `sound`, `content-available:1`, `mutable-content:1`, `category`,
+    /// `thread-id`, `target-content-id`, `interruption-level`, `relevance-score`, `url-args`,
+    /// then ``additionalAPSFields`` in sorted order. Flags are the number 1 (§5 check 6).
+    /// Custom keys follow `aps` in sorted order. `aps` is always present (possibly empty),
+    /// except for MDM, whose payload is exactly `{"mdm":"..."}` (§5).
+    ///
+    /// Throws `mdmWithAPS` when ``mdm`` is combined with `aps` fields or custom keys, and
+    /// `invalidValue` for a custom key `"aps"`, an ``additionalAPSFields`` key that repeats a
+    /// key already written, a negative badge, a non-finite relevance score, a critical volume
+    /// outside 0–1 or an empty MDM value.
+    public func payload() throws(APNSPayloadError) -> [UInt8] {
+        if let mdm {
+            guard !hasAPSFields else {
+                throw APNSPayloadError(.mdmWithAPS,
+                    "an MDM notification is exactly {\"mdm\":\"…\"}; clear the aps fields (alert, badge, sound, flags, …) or clear mdm")
+            }
+            guard custom.isEmpty else {
+                throw APNSPayloadError(.mdmWithAPS,
+                    "an MDM notification is exactly {\"mdm\":\"…\"}; remove the custom keys \(custom.keys.sorted().joined(separator: ", "))")
+            }
+            guard !mdm.isEmpty else {
+                throw APNSPayloadError(.invalidValue, "the MDM PushMagic value is empty; set mdm to the device's PushMagic string")
+            }
+            var top = OrderedObjectWriter()
+            top.add("mdm", .string(mdm))
+            return top.finish()
+        }
+
+        guard custom["aps"] == nil else {
+            throw APNSPayloadError(.invalidValue,
+                "custom key \"aps\" would replace the aps dictionary; put Apple keys in additionalAPSFields and rename the custom key")
+        }
+        if let badge, badge < 0 {
+            throw APNSPayloadError(.invalidValue, "badge is \(badge); use 0 to remove the badge or a positive number")
+        }
+        if let relevanceScore, !relevanceScore.isFinite {
+            throw APNSPayloadError(.invalidValue, "relevance score is \(relevanceScore); use a finite number, normally 0 to 1")
+        }
+
+        var aps = OrderedObjectWriter()
+        switch alert {
+        case .text(let text):
+            aps.add("alert", .string(text))
+        case .fields(let fields):
+            var dict = OrderedObjectWriter()
+            for (key, value) in fields.members { dict.add(key, value) }
+            aps.addRaw("alert", dict.finish())
+        case nil:
+            break
+        }
+        if let badge { aps.add("badge", .int(Int64(badge))) }
+        switch sound {
+        case .named(let name):
+            aps.add("sound", .string(name))
+        case .critical(let name, let volume):
+            guard (0.0...1.0).contains(volume) else {
+                throw APNSPayloadError(.invalidValue, "critical sound volume is \(volume); use a value from 0.0 to 1.0")
+            }
+            var dict = OrderedObjectWriter()
+            dict.add("critical", .int(1))
+            dict.add("name", .string(name))
+            dict.add("volume", .double(volume))
+            aps.addRaw("sound", dict.finish())
+        case nil:
+            break
+        }
+        if contentAvailable { aps.add("content-available", .int(1)) }  // §5 check 6
+        if mutableContent { aps.add("mutable-content", .int(1)) }
+        if let category { aps.add("category", .string(category)) }
+        if let threadId { aps.add("thread-id", .string(threadId)) }
+        if let targetContentId { aps.add("target-content-id", .string(targetContentId)) }
+        if let interruptionLevel { aps.add("interruption-level", .string(interruptionLevel)) }
+        if let relevanceScore { aps.add("relevance-score", .double(relevanceScore)) }
+        if let urlArgs { aps.add("url-args", .array(urlArgs.map(JSONValue.string))) }
+        for key in additionalAPSFields.keys.sorted() {
+            guard aps.add(key, additionalAPSFields[key]!) else {
+                throw APNSPayloadError(.invalidValue,
+                    "additionalAPSFields key \"\(key)\" repeats an aps key that is already set; set it through its own property instead")
+            }
+        }
+
+        var top = OrderedObjectWriter()
+        top.addRaw("aps", aps.finish())
+        for key in custom.keys.sorted() { top.add(key, custom[key]!) }
+        return top.finish()
+    }
+
+    /// ``payload()`` plus the checks that apply before sending (§1.2, §1.3, §5):
+    /// - `emptyPayload`: no `aps` fields and no custom keys (§5 check 1);
+    /// - `invalidPriority`: priority 1 unless `allowLowPriority` (1 exists only on HTTP/2; the
+    ///   binary API knows 10 and 5, §1.2 item 5);
+    /// - `contentAvailableWithImmediatePriority`: priority 10 with `content-available` but no
+    ///   alert, sound or badge (§1.2 item 5, §5 check 4);
+    /// - `invalidValue`: an interruption level Apple does not document (§5);
+    /// - `tooLarge`: more than `limit` bytes (§1.3; ``binaryPayloadLimit`` for the binary API).
+    public func validatedPayload(limit: Int, allowLowPriority: Bool = false) throws(APNSPayloadError) -> [UInt8] {
+        let bytes = try payload()
+        if mdm == nil && !hasAPSFields && custom.isEmpty {
+            throw APNSPayloadError(.emptyPayload,
+                "the payload is empty; set an alert, badge, sound, content-available or custom data")
+        }
+        if priority == .low && !allowLowPriority {
+            throw APNSPayloadError(.invalidPriority,
+                "priority 1 is available only on the HTTP/2 API; use 5 (power-considerate) or 10 (immediate)")
+        }
+        if priority == .immediate && contentAvailable && alert == nil && sound == nil && badge == nil {
+            throw APNSPayloadError(.contentAvailableWithImmediatePriority,
+                "priority 10 needs an alert, sound or badge; send this content-available-only notification with priority 5")
+        }
+        if let interruptionLevel, !Self.interruptionLevels.contains(interruptionLevel) {
+            throw APNSPayloadError(.invalidValue,
+                "interruption level \"\(interruptionLevel)\" is not valid; use passive, active, time-sensitive or critical")
+        }
+        if bytes.count > limit {
+            throw APNSPayloadError(.tooLarge,
+                "payload is \(bytes.count) bytes, over the \(limit)-byte limit; shorten the alert or set truncation")
+        }
+        return bytes
+    }
+
+    /// Shortens the alert body (the string alert, or `alert.body`) so that ``payload()`` is at
+    /// most `limit` bytes, and returns how many payload bytes were removed (0 if it already fit).
+    ///
+    /// The cut falls on a `Character` boundary, so it never splits a UTF-8 sequence, a grapheme
+    /// cluster (emoji ZWJ sequences, flags, `\r\n`) or a JSON escape. The escaped size of the
+    /// body is measured in one pass over at most `limit` bytes' worth of characters, so long
+    /// bodies cost no more than short ones. With ``truncateAtWordEnd`` the cut moves back to
+    /// the last whitespace before it and trailing whitespace is dropped; when that would leave
+    /// nothing, the cut stays mid-word. No ellipsis is added.
+    ///
+    /// Throws `cannotTrim` when there is no body, or when the payload is too large even with an
+    /// empty body; errors from ``payload()`` are passed on.
+    @discardableResult
+    public mutating func trim(toFit limit: Int) throws(APNSPayloadError) -> Int {
+        let original = try payload()
+        if original.count <= limit { return 0 }
+        guard let body = alertBody else {
+            throw APNSPayloadError(.cannotTrim,
+                "payload is \(original.count) bytes, over the \(limit)-byte limit, and has no alert body to shorten; remove other fields or custom data")
+        }
+        var probe = self
+        probe.alertBody = ""
+        let fixedSize = try probe.payload().count
+        guard fixedSize <= limit else {
+            throw APNSPayloadError(.cannotTrim,
+                "payload is \(fixedSize) bytes even with an empty alert body, over the \(limit)-byte limit; remove other fields or custom data")
+        }
+
+        // Longest prefix of whole characters whose escaped form fits the remaining budget.
+        let budget = limit - fixedSize
+        var used = 0
+        var cut = body.startIndex
+        while cut < body.endIndex {
+            let next = body.index(after: cut)
+            var size = 0
+            for byte in body.utf8[cut..<next] { size += JSONValue.escapedLength(of: byte) }
+            if used + size > budget { break }
+            used += size
+            cut = next
+        }
+
+        var kept = body[..<cut]
+        if truncateAtWordEnd && cut < body.endIndex && !body[cut].isWhitespace {
+            if let space = kept.lastIndex(where: \.isWhitespace) {
+                var wordEnd = kept[..<space]
+                while let last = wordEnd.last, last.isWhitespace { wordEnd = wordEnd.dropLast() }
+                if !wordEnd.isEmpty { kept = wordEnd }
+            }
+        } else if truncateAtWordEnd {
+            while let last = kept.last, last.isWhitespace { kept = kept.dropLast() }
+        }
+
+        alertBody = String(kept)
+        let trimmed = try payload()
+        assert(trimmed.count <= limit)
+        return original.count - trimmed.count
+    }
+}
+
+/// Writes a JSON object member by member, keeping insertion order (`aps` keys follow the
+/// documented order rather than sorted order).
+private struct OrderedObjectWriter {
+    private var bytes: [UInt8] = [UInt8(ascii: "{")]
+    private var keys: Set<String> = []
+
+    /// Appends `key: value`; returns `false` (writing nothing) if `key` was already written.
+    @discardableResult
+    mutating func add(_ key: String, _ value: JSONValue) -> Bool {
+        guard beginMember(key) else { return false }
+        value.write(into: &bytes)
+        return true
+    }
+
+    /// Appends `key` with an already serialized value.
+    mutating func addRaw(_ key: String, _ raw: [UInt8]) {
+        if beginMember(key) { bytes.append(contentsOf: raw) }
+    }
+
+    private mutating func beginMember(_ key: String) -> Bool {
+        guard keys.insert(key).inserted else { return false }
+        if keys.count > 1 { bytes.append(UInt8(ascii: ",")) }
+        JSONValue.writeString(key, into: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        return true
+    }
+
+    func finish() -> [UInt8] { bytes + [UInt8(ascii: "}")] }
+}

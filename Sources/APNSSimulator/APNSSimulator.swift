@@ -1,0 +1,428 @@
+import APNSBinary
+import APNSCore
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import Synchronization
+
+/// A faithful stand-in for Apple's binary gateway and feedback service (§1, §2, §6), over TLS
+/// with client certificates, with fault injection.
+///
+/// The gateway validates every frame; a bad one is answered, after ``Configuration/errorDelay``,
+/// with one error packet naming it, and the connection closes: everything received after the
+/// bad frame is discarded (§1.5.2). Accepted notifications produce no bytes (§1.5.1) and are
+/// recorded. Optional faults: a status-10 shutdown after every N accepted notifications on a
+/// connection, naming the last good one (§1.5.3), and a silent close after every N (§6.2).
+/// The feedback service writes its list to each client, clears it, and closes (§2).
+public final class APNSSimulator: Sendable {
+    public struct Configuration: Sendable {
+        public var host = "127.0.0.1"
+        /// 0 picks a free port.
+        public var binaryPort = 0
+        /// 0 picks a free port; `nil` runs no feedback service.
+        public var feedbackPort: Int? = 0
+        public var certificateChainPEM: String
+        public var privateKeyPEM: String
+        /// CA certificates that client certificates must chain to; `nil` asks for no client certificate.
+        public var clientCAPEM: String?
+        /// Tokens answered with status 8 (§1.4).
+        public var badTokens: Set<DeviceToken> = []
+        /// The feedback list served (and cleared) on the next feedback connection.
+        public var feedback: [FeedbackTuple] = []
+        /// Keep feedback connections open after the list is written (§6.7) instead of closing.
+        public var feedbackHoldOpen = false
+        /// Delay between a bad frame and its error packet (§6.1).
+        public var errorDelay: Duration = .zero
+        /// After every N accepted notifications on a connection: status 10 naming the Nth, then close.
+        public var shutdownEvery: Int?
+        /// After every N accepted notifications on a connection: close without an error packet.
+        public var dropEvery: Int?
+        /// Payload limit (§1.3).
+        public var maxPayload = 2048
+        /// Token length the gateway accepts (§1.2).
+        public var tokenLength = 32
+        /// Append one JSON line per accepted notification to this file.
+        public var recordPath: String?
+
+        public init(certificateChainPEM: String, privateKeyPEM: String, clientCAPEM: String?) {
+            self.certificateChainPEM = certificateChainPEM
+            self.privateKeyPEM = privateKeyPEM
+            self.clientCAPEM = clientCAPEM
+        }
+    }
+
+    /// One accepted notification.
+    public struct Accepted: Sendable, Hashable {
+        public var connection: Int
+        public var identifier: UInt32?
+        public var token: DeviceToken
+        public var payloadLength: Int
+    }
+
+    /// Counters since start.
+    public struct Statistics: Sendable, Hashable {
+        public var connections = 0
+        public var accepted = 0
+        public var errorResponses = 0
+        public var shutdowns = 0
+        public var silentDrops = 0
+        public var discardedFrames = 0
+        public var feedbackSessions = 0
+    }
+
+    struct State {
+        var acceptedByToken: [DeviceToken: Int] = [:]
+        var statistics = Statistics()
+        var feedback: [FeedbackTuple]
+        var badTokens: Set<DeviceToken>
+        var nextConnection = 1
+        var recordBuffer: [UInt8] = []
+    }
+
+    public let configuration: Configuration
+    public let binaryPort: Int
+    public let feedbackPort: Int?
+    let state: Mutex<State>
+    private let channels: [any Channel]
+    private let recordFile: FileHandle?
+    private let logger: Logger
+
+    private init(
+        configuration: Configuration,
+        binaryPort: Int,
+        feedbackPort: Int?,
+        state: State,
+        channels: [any Channel],
+        recordFile: FileHandle?,
+        logger: Logger
+    ) {
+        self.configuration = configuration
+        self.binaryPort = binaryPort
+        self.feedbackPort = feedbackPort
+        self.state = Mutex(state)
+        self.channels = channels
+        self.recordFile = recordFile
+        self.logger = logger
+    }
+
+    /// Starts the servers and returns once they listen.
+    public static func start(
+        configuration: Configuration,
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "apns.simulator")
+    ) async throws -> APNSSimulator {
+        var tls = TLSConfiguration.makeServerConfiguration(
+            certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(configuration.certificateChainPEM.utf8)).map { .certificate($0) },
+            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(configuration.privateKeyPEM.utf8), format: .pem))
+        )
+        if let ca = configuration.clientCAPEM {
+            tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMBytes(Array(ca.utf8)))
+            tls.certificateVerification = .noHostnameVerification
+        }
+        let sslContext = try NIOSSLContext(configuration: tls)
+        var recordFile: FileHandle? = nil
+        if let path = configuration.recordPath {
+            FileManager.default.createFile(atPath: path, contents: nil)
+            recordFile = FileHandle(forWritingAtPath: path)
+            guard recordFile != nil else {
+                throw APNSError(.invalidConfiguration, "cannot write the record file \(path)")
+            }
+        }
+        let state = State(feedback: configuration.feedback, badTokens: configuration.badTokens)
+
+        // The handlers need the simulator, which needs the bound ports: bind with a box that is
+        // filled in right after.
+        let box = SimulatorBox()
+        let binary = try await ServerBootstrap(group: eventLoopGroup)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelOption(.backlog, value: 256)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    try sync.addHandler(NIOSSLServerHandler(context: sslContext))
+                    try sync.addHandler(ByteToMessageHandler(NotificationFrameDecoder()))
+                    try sync.addHandler(GatewayHandler(simulator: box.simulator!))
+                }
+            }
+            .bind(host: configuration.host, port: configuration.binaryPort)
+            .get()
+        var channels: [any Channel] = [binary]
+        var feedbackPort: Int? = nil
+        if let port = configuration.feedbackPort {
+            let feedback = try await ServerBootstrap(group: eventLoopGroup)
+                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+                .childChannelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let sync = channel.pipeline.syncOperations
+                        try sync.addHandler(NIOSSLServerHandler(context: sslContext))
+                        try sync.addHandler(FeedbackHandler(simulator: box.simulator!))
+                    }
+                }
+                .bind(host: configuration.host, port: port)
+                .get()
+            channels.append(feedback)
+            feedbackPort = feedback.localAddress?.port
+        }
+        let simulator = APNSSimulator(
+            configuration: configuration,
+            binaryPort: binary.localAddress!.port!,
+            feedbackPort: feedbackPort,
+            state: state,
+            channels: channels,
+            recordFile: recordFile,
+            logger: logger
+        )
+        box.simulator = simulator
+        return simulator
+    }
+
+    /// Stops listening, closes the servers and flushes the record file.
+    public func stop() async {
+        for channel in channels {
+            try? await channel.close()
+        }
+        flushRecord()
+        try? recordFile?.close()
+    }
+
+    /// How often each token was accepted.
+    public var acceptedByToken: [DeviceToken: Int] {
+        state.withLock { $0.acceptedByToken }
+    }
+
+    public var statistics: Statistics {
+        state.withLock { $0.statistics }
+    }
+
+    /// Replaces the feedback list served on the next feedback connection.
+    public func setFeedback(_ tuples: [FeedbackTuple]) {
+        state.withLock { $0.feedback = tuples }
+    }
+
+    /// Replaces the set of tokens answered with status 8.
+    public func setBadTokens(_ tokens: Set<DeviceToken>) {
+        state.withLock { $0.badTokens = tokens }
+    }
+
+    // MARK: Gateway logic
+
+    func newConnection() -> Int {
+        state.withLock { s in
+            s.statistics.connections += 1
+            defer { s.nextConnection += 1 }
+            return s.nextConnection
+        }
+    }
+
+    /// The status a frame earns (§1.4, §1.5), or `nil` when it is accepted.
+    func validate(_ frame: BinaryNotificationFrame, badTokens: Set<DeviceToken>) -> APNSStatus? {
+        guard let token = frame.token, !token.isEmpty else { return .missingDeviceToken }
+        guard token.count == configuration.tokenLength else { return .invalidTokenSize }
+        guard let payload = frame.payload, payload.readableBytes > 0 else { return .missingPayload }
+        guard payload.readableBytes <= configuration.maxPayload else { return .invalidPayloadSize }
+        if let priority = frame.priority, priority != 10 && priority != 5 { return .protocolError }
+        // The payload must be a JSON object (§5 check 1).
+        guard payload.readableBytesView.first == UInt8(ascii: "{"),
+            (try? JSONValue.parse(payload.readableBytesView)) != nil
+        else { return .protocolError }
+        if let t = try? DeviceToken(bytes: token), badTokens.contains(t) { return .invalidToken }
+        return nil
+    }
+
+    /// Records accepted notifications of one read burst.
+    func record(_ accepted: [Accepted]) {
+        var line: [UInt8] = []
+        state.withLock { s in
+            for a in accepted {
+                s.acceptedByToken[a.token, default: 0] += 1
+            }
+            s.statistics.accepted += accepted.count
+            if recordFile != nil {
+                for a in accepted {
+                    line.removeAll(keepingCapacity: true)
+                    let id = a.identifier.map(String.init) ?? "null"
+                    line += Array(
+                        "{\"connection\":\(a.connection),\"identifier\":\(id),\"token\":\"\(a.token.hex)\",\"payloadLength\":\(a.payloadLength)}\n".utf8
+                    )
+                    s.recordBuffer += line
+                }
+            }
+        }
+        if recordFile != nil {
+            let shouldFlush = state.withLock { $0.recordBuffer.count >= 1 << 16 }
+            if shouldFlush { flushRecord() }
+        }
+    }
+
+    /// Writes buffered record lines to the record file.
+    public func flushRecord() {
+        guard let recordFile else { return }
+        let bytes = state.withLock { s -> [UInt8] in
+            defer { s.recordBuffer.removeAll(keepingCapacity: true) }
+            return s.recordBuffer
+        }
+        if !bytes.isEmpty { recordFile.write(Data(bytes)) }
+    }
+
+    func count(_ update: (inout Statistics) -> Void) {
+        state.withLock { update(&$0.statistics) }
+    }
+
+    func takeFeedback() -> [FeedbackTuple] {
+        state.withLock { s in
+            s.statistics.feedbackSessions += 1
+            defer { s.feedback = [] }
+            return s.feedback
+        }
+    }
+
+    var badTokens: Set<DeviceToken> { state.withLock { $0.badTokens } }
+}
+
+/// Lets channel initializers reach the simulator created after binding.
+private final class SimulatorBox: @unchecked Sendable {
+    // Written once before any connection can be accepted, read only by accepted connections.
+    var simulator: APNSSimulator?
+}
+
+/// One gateway connection.
+private final class GatewayHandler: ChannelInboundHandler {
+    typealias InboundIn = InboundNotification
+    typealias OutboundOut = ByteBuffer
+
+    private let simulator: APNSSimulator
+    private var connection = 0
+    private var acceptedOnConnection = 0
+    private var closing = false
+    private var pending: [APNSSimulator.Accepted] = []
+    private var badTokens: Set<DeviceToken> = []
+
+    init(simulator: APNSSimulator) {
+        self.simulator = simulator
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        connection = simulator.newConnection()
+        badTokens = simulator.badTokens
+        context.fireChannelActive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !closing else {
+            simulator.count { $0.discardedFrames += 1 }
+            return
+        }
+        switch unwrapInboundIn(data) {
+        case .malformed(_, let identifier):
+            fail(context: context, status: .protocolError, identifier: identifier ?? 0, sendPacket: true)
+        case .notification(let frame):
+            if let status = simulator.validate(frame, badTokens: badTokens) {
+                // Command 0 has no identifier: a bad one just drops the connection (§1.2, §1.5.5).
+                fail(context: context, status: status, identifier: frame.identifier ?? 0, sendPacket: frame.command != .simple)
+                return
+            }
+            let token = try! DeviceToken(bytes: frame.token!)
+            pending.append(
+                APNSSimulator.Accepted(
+                    connection: connection,
+                    identifier: frame.identifier,
+                    token: token,
+                    payloadLength: frame.payload!.readableBytes
+                )
+            )
+            acceptedOnConnection += 1
+            let config = simulator.configuration
+            if let n = config.shutdownEvery, acceptedOnConnection % n == 0 {
+                // §1.5.3: status 10 names the last notification processed successfully.
+                simulator.count { $0.shutdowns += 1 }
+                fail(context: context, status: .shutdown, identifier: frame.identifier ?? 0, sendPacket: frame.command != .simple)
+            } else if let n = config.dropEvery, acceptedOnConnection % n == 0 {
+                simulator.count { $0.silentDrops += 1 }
+                fail(context: context, status: .shutdown, identifier: 0, sendPacket: false)
+            }
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        flushAccepted()
+        context.fireChannelReadComplete()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        flushAccepted()
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+
+    private func flushAccepted() {
+        guard !pending.isEmpty else { return }
+        simulator.record(pending)
+        pending.removeAll(keepingCapacity: true)
+    }
+
+    /// Stops processing: everything after this frame is discarded; the error packet (if any)
+    /// goes out after the configured delay, then the connection closes.
+    private func fail(context: ChannelHandlerContext, status: APNSStatus, identifier: UInt32, sendPacket: Bool) {
+        closing = true
+        flushAccepted()
+        if sendPacket && status != .shutdown {
+            simulator.count { $0.errorResponses += 1 }
+        }
+        let channel = context.channel
+        let delay = simulator.configuration.errorDelay
+        let send = {
+            guard sendPacket else {
+                channel.close(promise: nil)
+                return
+            }
+            var buffer = channel.allocator.buffer(capacity: ErrorResponse.size)
+            buffer.writeErrorResponse(ErrorResponse(status: status, identifier: identifier))
+            channel.writeAndFlush(buffer).whenComplete { _ in channel.close(promise: nil) }
+        }
+        if delay == .zero || status == .shutdown || !sendPacket {
+            send()
+        } else {
+            let (seconds, attos) = delay.components
+            channel.eventLoop.scheduleTask(in: .nanoseconds(seconds * 1_000_000_000 + attos / 1_000_000_000)) { send() }
+        }
+    }
+}
+
+/// One feedback session: write the list, clear it, close (§2).
+private final class FeedbackHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    private let simulator: APNSSimulator
+
+    init(simulator: APNSSimulator) {
+        self.simulator = simulator
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        let tuples = simulator.takeFeedback()
+        var buffer = context.channel.allocator.buffer(capacity: tuples.count * 38)
+        for tuple in tuples {
+            buffer.writeFeedbackTuple(tuple)
+        }
+        let channel = context.channel
+        let holdOpen = simulator.configuration.feedbackHoldOpen
+        context.writeAndFlush(NIOAny(buffer)).whenComplete { _ in
+            if !holdOpen { channel.close(promise: nil) }
+        }
+        context.fireChannelActive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        // The feedback service expects nothing from the provider (§2).
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+}

@@ -1,0 +1,17 @@
+#ifndef APN_WORKER_CRDKAFKA_SHIM_H
+#define APN_WORKER_CRDKAFKA_SHIM_H
+#include <librdkafka/rdkafka.h>
+
+/* Debian's librdkafka-dev does not install rdkafka_mock.h, but librdkafka.so
+ * exports the mock cluster API. These declarations match librdkafka 2.0.x's
+ * rdkafka_mock.h for the functions the embedded broker uses. */
+typedef struct rd_kafka_mock_cluster_s rd_kafka_mock_cluster_t;
+rd_kafka_mock_cluster_t *rd_kafka_mock_cluster_new(rd_kafka_t *rk, int broker_cnt);
+void rd_kafka_mock_cluster_destroy(rd_kafka_mock_cluster_t *mcluster);
+rd_kafka_t *rd_kafka_mock_cluster_handle(const rd_kafka_mock_cluster_t *mcluster);
+const char *rd_kafka_mock_cluster_bootstraps(const rd_kafka_mock_cluster_t *mcluster);
+rd_kafka_resp_err_t rd_kafka_mock_topic_create(rd_kafka_mock_cluster_t *mcluster,
+                                               const char *topic,
+                                               int partition_cnt,
+                                               int replication_factor);
+#endif

@@ -1,0 +1,44 @@
+import APNSBinary
+import APNSCore
+import ArgumentParser
+
+/// `apn-worker feedback`: reads the feedback service once and prints one JSON line per tuple.
+struct Feedback: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Read the feedback service once; print one JSON line per unregistered token."
+    )
+
+    @Option(help: "Feedback service address, HOST:PORT.")
+    var address: String
+    @Option(help: "Client certificate (PEM).")
+    var cert: String?
+    @Option(help: "Private key of the certificate (PEM).")
+    var key: String?
+    @Option(help: "Certificate and key as PKCS#12 instead of --cert/--key.")
+    var pfx: String?
+    @Option(help: "Passphrase of the PKCS#12 file or the encrypted PEM key.")
+    var passphrase: String?
+    @Option(help: "CA certificates (PEM) that sign the service's certificate; default: the system's.")
+    var ca: String?
+    @Option(help: "The APNs environment the certificate must be valid for (sandbox or production).")
+    var environment: APNSEnvironment = .sandbox
+    @Option(help: "Seconds without data after which the session ends.")
+    var readTimeout = 5
+
+    func run() async throws {
+        try await reportingFailures {
+            let (host, port) = try parseAddress(address, option: "--address")
+            let credentials = try loadCredentials(
+                cert: cert, key: key, pfx: pfx, passphrase: passphrase, ca: ca, environment: environment
+            )
+            var config = APNSFeedbackClient.Configuration(host: host, port: port, credentials: credentials)
+            config.readTimeout = .seconds(readTimeout)
+            let client = try APNSFeedbackClient(configuration: config)
+            try await client.fetch(batchSize: 256) { batch in
+                for tuple in batch {
+                    print(jsonLine([("timestamp", .int(Int64(tuple.timestamp))), ("token", .string(tuple.token.hex))]))
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,134 @@
+import APNSCore
+import Foundation
+
+import ArgumentParser
+
+/// Parses `HOST:PORT`.
+func parseAddress(_ text: String, option: String) throws -> (host: String, port: Int) {
+    guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
+        (1...65535).contains(port), colon != text.startIndex
+    else {
+        throw UsageFailure(message: "\(option) must be HOST:PORT with a port from 1 to 65535, not \"\(text)\"")
+    }
+    return (String(text[..<colon]), port)
+}
+
+/// Reads one hex token per line (blank lines and lines starting with # are skipped).
+func readTokens(path: String, option: String) throws -> [DeviceToken] {
+    try readLines(path: path, option: option).map { line, number in
+        do {
+            return try DeviceToken(hex: line)
+        } catch let error as APNSError {
+            throw UsageFailure(message: "\(option) \(path), line \(number): \(error.message)")
+        }
+    }
+}
+
+/// Reads feedback entries: `TOKEN` or `UNIXTIME TOKEN` per line.
+func readFeedbackTuples(path: String, option: String, now: Date = Date()) throws -> [FeedbackTupleInput] {
+    try readLines(path: path, option: option).map { line, number in
+        let parts = line.split(separator: " ", omittingEmptySubsequences: true)
+        var timestamp = UInt32(now.timeIntervalSince1970)
+        var tokenText = line
+        if parts.count == 2, let t = UInt32(parts[0]) {
+            timestamp = t
+            tokenText = String(parts[1])
+        }
+        do {
+            return FeedbackTupleInput(timestamp: timestamp, token: try DeviceToken(hex: tokenText))
+        } catch let error as APNSError {
+            throw UsageFailure(message: "\(option) \(path), line \(number): \(error.message)")
+        }
+    }
+}
+
+struct FeedbackTupleInput {
+    var timestamp: UInt32
+    var token: DeviceToken
+}
+
+private func readLines(path: String, option: String) throws -> [(String, Int)] {
+    guard let data = FileManager.default.contents(atPath: path) else {
+        throw UsageFailure(message: "\(option): cannot read \(path); check that the file exists and is readable")
+    }
+    var lines: [(String, Int)] = []
+    for (index, raw) in String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        let line = raw.trimmingCharacters(in: .whitespacesAndNewlines)
+        if line.isEmpty || line.hasPrefix("#") { continue }
+        lines.append((line, index + 1))
+    }
+    return lines
+}
+
+/// Compact JSON for one summary line, keys in the given order.
+func jsonLine(_ fields: [(String, JSONValue)]) -> String {
+    var out = "{"
+    for (index, (key, value)) in fields.enumerated() {
+        if index > 0 { out += "," }
+        out += String(decoding: JSONValue.string(key).serialized(), as: UTF8.self)
+        out += ":"
+        out += String(decoding: value.serialized(), as: UTF8.self)
+    }
+    return out + "}"
+}
+
+/// Waits for SIGINT or SIGTERM.
+func waitForTerminationSignal() async {
+    signal(SIGINT, SIG_IGN)
+    signal(SIGTERM, SIG_IGN)
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        let queue = DispatchQueue(label: "apn-worker.signals")
+        let once = OnceFlag()
+        var sources: [any DispatchSourceSignal] = []
+        for sig in [SIGINT, SIGTERM] {
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: queue)
+            source.setEventHandler {
+                if once.claim() { continuation.resume() }
+            }
+            source.resume()
+            sources.append(source)
+        }
+        SignalSources.keep(sources)
+    }
+}
+
+/// Resumes a continuation at most once.
+final class OnceFlag: @unchecked Sendable {
+    // Only touched on the serial signal queue.
+    private var claimed = false
+    func claim() -> Bool {
+        if claimed { return false }
+        claimed = true
+        return true
+    }
+}
+
+/// Keeps signal sources alive for the life of the process.
+enum SignalSources {
+    nonisolated(unsafe) private static var sources: [any DispatchSourceSignal] = []
+    static func keep(_ new: [any DispatchSourceSignal]) { sources += new }
+}
+
+/// Loads credentials from the common flags, with a sentence for each problem.
+func loadCredentials(
+    cert: String?,
+    key: String?,
+    pfx: String?,
+    passphrase: String?,
+    ca: String?,
+    environment: APNSEnvironment
+) throws -> APNSCredentials {
+    let caSources = ca.map { [CredentialSource.file($0)] }
+    if let pfx {
+        guard cert == nil && key == nil else {
+            throw UsageFailure(message: "give either --pfx or --cert with --key, not both")
+        }
+        return try APNSCredentials(pkcs12: .file(pfx), passphrase: passphrase, ca: caSources, environment: environment)
+    }
+    guard let cert, let key else {
+        throw UsageFailure(message: "credentials are missing: give --cert and --key (PEM files) or --pfx (PKCS#12)")
+    }
+    return try APNSCredentials(certificate: .file(cert), key: .file(key), passphrase: passphrase, ca: caSources, environment: environment)
+}
+
+extension APNSEnvironment: ExpressibleByArgument {}
