@@ -45,6 +45,8 @@ public final class APNSSimulator: Sendable {
         public var tokenLength = 32
         /// Append one JSON line per accepted notification to this file.
         public var recordPath: String?
+        /// Kernel receive buffer of each gateway connection (`SO_RCVBUF`).
+        public var receiveBufferSize = 64 << 10
 
         public init(certificateChainPEM: String, privateKeyPEM: String, clientCAPEM: String?) {
             self.certificateChainPEM = certificateChainPEM
@@ -138,6 +140,11 @@ public final class APNSSimulator: Sendable {
         let binary = try await ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(.backlog, value: 256)
+            // Apple's gateway reads promptly; a small receive buffer keeps the simulator from
+            // holding megabytes of unread frames that would delay its verdicts (§6.1). Set on
+            // the listener too, so accepted sockets have it before the TCP handshake.
+            .serverChannelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(configuration.receiveBufferSize))
+            .childChannelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(configuration.receiveBufferSize))
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
@@ -367,6 +374,12 @@ private final class GatewayHandler: ChannelInboundHandler {
 
     /// Stops processing: everything after this frame is discarded; the error packet (if any)
     /// goes out after the configured delay, then the connection closes.
+    ///
+    /// While the delay runs the connection is not read at all, so discarded frames cost nothing
+    /// and the client is held back by TCP flow control. After the packet is written the
+    /// simulator drains and drops input until the client closes (or a few seconds pass): closing
+    /// a socket with unread input makes the kernel send a reset, which can destroy the error
+    /// packet before the client has read it.
     private func fail(context: ChannelHandlerContext, status: APNSStatus, identifier: UInt32, sendPacket: Bool) {
         closing = true
         flushAccepted()
@@ -374,17 +387,20 @@ private final class GatewayHandler: ChannelInboundHandler {
             simulator.count { $0.errorResponses += 1 }
         }
         let channel = context.channel
-        let delay = simulator.configuration.errorDelay
+        guard sendPacket else {
+            channel.close(promise: nil)
+            return
+        }
+        channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in }
         let send = {
-            guard sendPacket else {
-                channel.close(promise: nil)
-                return
-            }
             var buffer = channel.allocator.buffer(capacity: ErrorResponse.size)
             buffer.writeErrorResponse(ErrorResponse(status: status, identifier: identifier))
-            channel.writeAndFlush(buffer).whenComplete { _ in channel.close(promise: nil) }
+            channel.writeAndFlush(buffer, promise: nil)
+            channel.setOption(ChannelOptions.autoRead, value: true).whenComplete { _ in channel.read() }
+            channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
         }
-        if delay == .zero || status == .shutdown || !sendPacket {
+        let delay = simulator.configuration.errorDelay
+        if delay == .zero || status == .shutdown {
             send()
         } else {
             let (seconds, attos) = delay.components

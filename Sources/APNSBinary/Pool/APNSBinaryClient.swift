@@ -427,6 +427,11 @@ public final class APNSBinaryClient: Sendable {
         let bootstrap = ClientBootstrap(group: group)
             .connectTimeout(connectTimeout.timeAmount)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.socketOption(.so_sndbuf), value: SocketOptionValue(configuration.socketSendBufferSize))
+            .channelOption(
+                .writeBufferWaterMark,
+                value: .init(low: configuration.writeBufferLowWaterMark, high: configuration.writeBufferLowWaterMark * 2)
+            )
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
@@ -492,7 +497,10 @@ public final class APNSBinaryClient: Sendable {
                 )
             }
         }
-        channel.writeAndFlush(buffer, promise: nil)
+        let lastIdentifier = batch[batch.count - 1].0
+        channel.writeAndFlush(buffer).whenSuccess { [self] in
+            step { $0.machine.written(id: id, through: lastIdentifier, now: .now()) }
+        }
     }
 
     // MARK: Callbacks from the channel handler (on the channel's event loop)

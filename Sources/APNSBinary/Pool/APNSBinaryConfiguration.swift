@@ -40,6 +40,14 @@ public struct APNSBinaryConfiguration: Sendable {
     public var maxPending = 50_000
     /// Most notifications written in one flush.
     public var writeBatchSize = 256
+    /// The kernel send buffer of each connection (`SO_SNDBUF`). A notification's confirmation
+    /// window starts when it is handed to the kernel, so this buffer, drained at the gateway's
+    /// pace, must fit in the window with room for the error delay: the window must exceed
+    /// error delay + send buffer ÷ throughput per connection.
+    public var socketSendBufferSize = 128 << 10
+    /// The client stops writing to a connection while more than twice this many bytes wait in
+    /// its own outbound buffer, and resumes below it.
+    public var writeBufferLowWaterMark = 32 << 10
 
     /// Resend notifications left unconfirmed by a connection that closed without an error
     /// packet, marking them `possibleDuplicate`; when off they fail as ``APNSStatus/indeterminate``.
@@ -71,6 +79,12 @@ public struct APNSBinaryConfiguration: Sendable {
         guard cacheMaxBytes >= 1024 else { throw bad("cacheMaxBytes must be at least 1024, not \(cacheMaxBytes)") }
         guard maxPending >= 1 else { throw bad("maxPending must be at least 1, not \(maxPending)") }
         guard writeBatchSize >= 1 else { throw bad("writeBatchSize must be at least 1, not \(writeBatchSize)") }
+        guard socketSendBufferSize >= 4096 else {
+            throw bad("socketSendBufferSize must be at least 4096, not \(socketSendBufferSize)")
+        }
+        guard writeBufferLowWaterMark >= 1024 else {
+            throw bad("writeBufferLowWaterMark must be at least 1024, not \(writeBufferLowWaterMark)")
+        }
         guard confirmationWindow > .zero else { throw bad("confirmationWindow must be positive") }
         guard connectTimeout > .zero else { throw bad("connectTimeout must be positive") }
         guard connectionRetryLimit >= 1 else {

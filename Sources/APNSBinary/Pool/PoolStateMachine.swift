@@ -57,6 +57,7 @@ struct PoolStateMachine {
         var identifier: UInt32
         /// `nil` marks the deliberately invalid probe written at shutdown (§6.3).
         var pending: PendingNotification?
+        /// When the frame was handed to the kernel; `.distantFuture` until the write completes.
         var sentAt: NIODeadline
         var bytes: Int
     }
@@ -226,7 +227,7 @@ struct PoolStateMachine {
             if item.attempts > 1 { retransmitted += 1 }
             let identifier = c.nextIdentifier
             c.nextIdentifier &+= 1
-            c.cache.append(CacheEntry(identifier: identifier, pending: item, sentAt: now, bytes: size))
+            c.cache.append(CacheEntry(identifier: identifier, pending: item, sentAt: .distantFuture, bytes: size))
             c.cacheBytes += size
             batch.append((identifier, item))
             batchBytes += size
@@ -236,17 +237,32 @@ struct PoolStateMachine {
         if lifecycle == .draining, queue.isEmpty, !c.probeSent, !c.cache.isEmpty {
             let identifier = c.nextIdentifier
             c.nextIdentifier &+= 1
-            c.cache.append(CacheEntry(identifier: identifier, pending: nil, sentAt: now, bytes: 0))
+            c.cache.append(CacheEntry(identifier: identifier, pending: nil, sentAt: .distantFuture, bytes: 0))
             c.probeSent = true
             batch.append((identifier, nil))
-        }
-        if !c.timerArmed, let first = c.cache.first {
-            c.timerArmed = true
-            actions.append(.armTimer(id: id, deadline: first.sentAt + configuration.confirmationWindow))
         }
         connections[id] = c
         dispatch(into: &actions)
         return (batch, actions)
+    }
+
+    /// The batch of connection `id` ending with `lastIdentifier` was handed to the kernel at
+    /// `now`: its confirmation window starts. Counting from here rather than from the pump keeps
+    /// time spent in the client's own buffers out of the window.
+    mutating func written(id: Int, through lastIdentifier: UInt32, now: NIODeadline) -> [Action] {
+        var actions: [Action] = []
+        guard var c = connections[id], let last = c.index(of: lastIdentifier) else { return actions }
+        var index = last
+        while index >= 0, c.cache[index].sentAt == .distantFuture {
+            c.cache[index].sentAt = now
+            index -= 1
+        }
+        if !c.timerArmed, let first = c.cache.first, first.sentAt != .distantFuture {
+            c.timerArmed = true
+            actions.append(.armTimer(id: id, deadline: first.sentAt + configuration.confirmationWindow))
+        }
+        connections[id] = c
+        return actions
     }
 
     /// The confirmation timer of connection `id` fired: everything that has been on the wire for
@@ -271,7 +287,7 @@ struct PoolStateMachine {
         if confirmed > 0 {
             markProductive(&c, confirmed: confirmed)
         }
-        if let first = c.cache.first {
+        if let first = c.cache.first, first.sentAt != .distantFuture {
             c.timerArmed = true
             actions.append(.armTimer(id: id, deadline: first.sentAt + configuration.confirmationWindow))
         }
@@ -313,7 +329,7 @@ struct PoolStateMachine {
                     .error(
                         APNSError(
                             .cacheInconsistency,
-                            "connection \(id): error response (status \(response.status)) for identifier \(response.identifier), which is not in the sent cache; the gateway's error delay may exceed the confirmation window of \(configuration.confirmationWindow.nanoseconds / 1_000_000) ms. \(pending.count) unconfirmed notifications are resent and marked as possible duplicates"
+                            "connection \(id): error response (status \(response.status)) for identifier \(response.identifier), which is not in the sent cache (it holds \(entries.first!.identifier)...\(entries.last!.identifier)); the gateway's error delay may exceed the confirmation window of \(configuration.confirmationWindow.nanoseconds / 1_000_000) ms. \(pending.count) unconfirmed notifications are resent and marked as possible duplicates"
                         )
                     ),
                     force: true
@@ -580,6 +596,11 @@ struct PoolStateMachine {
         }
         bufferedConnectionEvents += 1
         events.append(event)
+    }
+
+    /// Moves the identifier counter of connection `id`, so that wrap-around can be exercised.
+    mutating func setNextIdentifier(_ identifier: UInt32, connection id: Int) {
+        connections[id]?.nextIdentifier = identifier
     }
 
     /// The consumer took `count` connection-level events.

@@ -1,0 +1,286 @@
+import APNSCore
+import NIOCore
+import Testing
+
+@testable import APNSBinary
+
+private func item(_ tag: Int, retryLimit: Int? = nil) -> PendingNotification {
+    PendingNotification(
+        tag: UInt64(tag),
+        token: try! DeviceToken(bytes: [UInt8](repeating: UInt8(tag & 0xff), count: 32)),
+        payload: Array(#"{"aps":{"alert":"hello"}}"#.utf8),
+        expiry: 0,
+        priority: 10,
+        retryLimit: retryLimit
+    )
+}
+
+private func config(_ change: (inout PoolStateMachine.Configuration) -> Void = { _ in }) -> PoolStateMachine.Configuration {
+    var c = PoolStateMachine.Configuration()
+    c.confirmationWindow = .seconds(1)
+    change(&c)
+    return c
+}
+
+/// Drives a machine through connecting its first connection.
+private func connected(_ machine: inout PoolStateMachine, items: Int) -> Int {
+    let actions = machine.enqueue((0..<items).map { item($0) })
+    guard case .connect(let id, _) = actions.first(where: { if case .connect = $0 { true } else { false } }) else {
+        Issue.record("expected a connect action in \(actions)")
+        return -1
+    }
+    _ = machine.connectionEstablished(id: id)
+    return id
+}
+
+private func outcomes(_ machine: inout PoolStateMachine) -> [APNSDeliveryOutcome] {
+    let all = machine.events.compactMap(\.outcome)
+    machine.events.removeAll()
+    return all
+}
+
+private let t0 = NIODeadline.uptimeNanoseconds(1_000_000_000)
+
+extension PoolStateMachine {
+    /// Takes a batch and reports it written at `now`, as the client does once the kernel has it.
+    mutating func send(id: Int, now: NIODeadline) -> (batch: [(UInt32, PendingNotification?)], actions: [Action]) {
+        var (batch, actions) = takeBatch(id: id, now: now)
+        if let last = batch.last {
+            actions += written(id: id, through: last.0, now: now)
+        }
+        return (batch, actions)
+    }
+}
+
+@Test func errorResponseAcceptsEarlierFailsOneAndResendsLaterInOrder() {
+    var m = PoolStateMachine(configuration: config())
+    let id = connected(&m, items: 10)
+    let (batch, _) = m.send(id: id, now: t0)
+    #expect(batch.map(\.0) == Array(1...10))
+    let actions = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 4))
+    #expect(actions.contains(.close(id: id)))
+    let got = outcomes(&m)
+    #expect(got.filter(\.isTransmitted).map(\.tag) == [0, 1, 2])
+    #expect(got.filter { !$0.isTransmitted }.map(\.tag) == [3])
+    #expect(got.first { !$0.isTransmitted }?.status == .invalidToken)
+    #expect(got.allSatisfy { !$0.possibleDuplicate })
+    // Tags 4...9 wait for another connection, in their original order.
+    #expect(m.queue.map(\.tag) == [4, 5, 6, 7, 8, 9])
+    #expect(m.queue.allSatisfy { !$0.possibleDuplicate && $0.attempts == 1 })
+    // A replacement connection is opened at once: an error response is not a connection failure.
+    #expect(actions.contains { if case .connect(_, .zero) = $0 { true } else { false } })
+}
+
+@Test func shutdownStatusNamesTheLastGoodNotification() {
+    var m = PoolStateMachine(configuration: config())
+    let id = connected(&m, items: 6)
+    _ = m.send(id: id, now: t0)
+    _ = m.errorResponse(id: id, ErrorResponse(status: .shutdown, identifier: 3))
+    let got = outcomes(&m)
+    // §1.5.3: identifier 3 was processed; nothing is reported as failed.
+    #expect(got.map(\.tag) == [0, 1, 2])
+    #expect(got.allSatisfy { $0.isTransmitted })
+    #expect(m.queue.map(\.tag) == [3, 4, 5])
+}
+
+@Test func errorForAnIdentifierNotInTheCacheResendsEverythingAsPossibleDuplicates() {
+    var m = PoolStateMachine(configuration: config())
+    let id = connected(&m, items: 3)
+    _ = m.send(id: id, now: t0)
+    _ = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 999))
+    let errors = m.events.filter { if case .error(let e) = $0 { e.code == .cacheInconsistency } else { false } }
+    #expect(errors.count == 1)
+    #expect(outcomes(&m).isEmpty)
+    #expect(m.queue.map(\.tag) == [0, 1, 2])
+    #expect(m.queue.allSatisfy { $0.possibleDuplicate })
+}
+
+@Test func silentCloseResendsUnconfirmedAsPossibleDuplicatesAndNarrowsTheWindow() {
+    var m = PoolStateMachine(configuration: config { $0.cacheMaxCount = 100 })
+    let id = connected(&m, items: 10)
+    _ = m.send(id: id, now: t0)
+    let actions = m.connectionClosed(id: id, reason: "peer closed")
+    #expect(outcomes(&m).isEmpty)
+    #expect(m.queue.map(\.tag) == Array(0..<10).map(UInt64.init))
+    #expect(m.queue.allSatisfy { $0.possibleDuplicate })
+    #expect(m.inflightLimit == 5)
+    // Nothing was confirmed on it, so it counts as a failed connection and the next connect backs off.
+    #expect(m.consecutiveFailures == 1)
+    #expect(actions.contains { if case .connect(_, let d) = $0 { d > .zero } else { false } })
+
+    // The resent notifications carry the flag into their outcome.
+    guard case .connect(let next, _) = actions.first(where: { if case .connect = $0 { true } else { false } }) else { return }
+    let began = m.beginConnect(id: next)
+    #expect(began)
+    _ = m.connectionEstablished(id: next)
+    let (batch, _) = m.send(id: next, now: t0)
+    #expect(batch.count == 5)
+    _ = m.timerFired(id: next, now: t0 + .seconds(1))
+    let got = outcomes(&m)
+    #expect(got.count == 5)
+    #expect(got.allSatisfy { $0.isTransmitted && $0.possibleDuplicate && $0.attempts == 2 })
+    #expect(m.consecutiveFailures == 0)
+}
+
+@Test func silentCloseWithoutResendReportsIndeterminate() {
+    var m = PoolStateMachine(configuration: config { $0.resendOnUnknown = false })
+    let id = connected(&m, items: 4)
+    _ = m.send(id: id, now: t0)
+    _ = m.connectionClosed(id: id, reason: "peer closed")
+    let got = outcomes(&m)
+    #expect(got.count == 4)
+    #expect(got.allSatisfy { $0.status == .indeterminate && $0.possibleDuplicate })
+    #expect(m.queue.isEmpty)
+}
+
+@Test func notificationsAreConfirmedOnlyAfterTheWindow() {
+    var m = PoolStateMachine(configuration: config { $0.confirmationWindow = .milliseconds(500) })
+    let id = connected(&m, items: 2)
+    let (_, actions) = m.send(id: id, now: t0)
+    #expect(actions.contains(.armTimer(id: id, deadline: t0 + .milliseconds(500))))
+    _ = m.timerFired(id: id, now: t0 + .milliseconds(499))
+    #expect(outcomes(&m).isEmpty)
+    _ = m.timerFired(id: id, now: t0 + .milliseconds(500))
+    #expect(outcomes(&m).map(\.tag) == [0, 1])
+    #expect(m.unconfirmedCount == 0)
+}
+
+@Test func fullCacheMakesSendingWaitInsteadOfEvicting() {
+    var m = PoolStateMachine(configuration: config { $0.cacheMaxCount = 5 })
+    let id = connected(&m, items: 12)
+    let first = m.send(id: id, now: t0)
+    #expect(first.batch.count == 5)
+    // The cache is full: no pump is scheduled and a pump that runs anyway takes nothing.
+    #expect(!first.actions.contains(.schedulePump(id: id)))
+    #expect(m.send(id: id, now: t0).batch.isEmpty)
+    #expect(m.queuedCount == 7)
+    #expect(m.unconfirmedCount == 5)
+    // Confirmation frees the cache and sending resumes.
+    let actions = m.timerFired(id: id, now: t0 + .seconds(1))
+    #expect(actions.contains(.schedulePump(id: id)))
+    #expect(m.send(id: id, now: t0 + .seconds(1)).batch.map(\.1?.tag) == [5, 6, 7, 8, 9])
+}
+
+@Test func cacheIsBoundedInBytesToo() {
+    var m = PoolStateMachine(configuration: config { $0.cacheMaxBytes = 3 * item(0).wireSize })
+    let id = connected(&m, items: 10)
+    #expect(m.send(id: id, now: t0).batch.count == 3)
+}
+
+@Test func identifiersWrapAroundAndStillLocateTheFailedNotification() {
+    var m = PoolStateMachine(configuration: config())
+    let id = connected(&m, items: 6)
+    m.setNextIdentifier(UInt32.max - 2, connection: id)
+    let (batch, _) = m.send(id: id, now: t0)
+    #expect(batch.map(\.0) == [UInt32.max - 2, UInt32.max - 1, UInt32.max, 0, 1, 2])
+    _ = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 1))
+    let got = outcomes(&m)
+    #expect(got.filter(\.isTransmitted).map(\.tag) == [0, 1, 2, 3])
+    #expect(got.filter { !$0.isTransmitted }.map(\.tag) == [4])
+    #expect(m.queue.map(\.tag) == [5])
+}
+
+@Test func retryLimitStopsResending() {
+    var m = PoolStateMachine(configuration: config())
+    _ = m.enqueue([item(0), item(1, retryLimit: 0), item(2, retryLimit: 1)])
+    let id = m.connections.keys.first!
+    _ = m.connectionEstablished(id: id)
+    _ = m.send(id: id, now: t0)
+    _ = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 1))
+    let got = outcomes(&m)
+    // Tag 1 may be written only once; tag 2 may be resent once.
+    #expect(got.contains { $0.tag == 1 && $0.status == .retryLimitExceeded })
+    #expect(m.queue.map(\.tag) == [2])
+}
+
+@Test func connectionRetryLimitFailsQueuedNotificationsWithBackoffInBetween() {
+    var m = PoolStateMachine(configuration: config { $0.connectionRetryLimit = 3 })
+    var actions = m.enqueue([item(0), item(1)])
+    var delays: [TimeAmount] = []
+    for _ in 0..<3 {
+        guard case .connect(let id, let delay) = actions.first(where: { if case .connect = $0 { true } else { false } }) else {
+            Issue.record("expected a connect in \(actions)")
+            return
+        }
+        delays.append(delay)
+        if delay > .zero {
+            let began = m.beginConnect(id: id)
+            #expect(began)
+        }
+        actions = m.connectFailed(id: id, reason: "connection refused")
+    }
+    #expect(delays == [.zero, .milliseconds(100), .milliseconds(200)])
+    let got = outcomes(&m)
+    #expect(got.count == 2)
+    #expect(got.allSatisfy { $0.status == .connectionFailed && $0.message?.contains("connection refused") == true })
+    #expect(m.queue.isEmpty)
+}
+
+@Test func shutdownDrainsWithAProbeThatConfirmsEverythingBeforeIt() {
+    var m = PoolStateMachine(configuration: config())
+    let id = connected(&m, items: 3)
+    _ = m.send(id: id, now: t0)
+    let actions = m.beginShutdown()
+    #expect(actions.contains(.schedulePump(id: id)))
+    let (probe, _) = m.send(id: id, now: t0)
+    #expect(probe.count == 1)
+    #expect(probe[0].1 == nil)
+    let probeID = probe[0].0
+    _ = m.errorResponse(id: id, ErrorResponse(status: .missingPayload, identifier: probeID))
+    let got = outcomes(&m)
+    #expect(got.map(\.tag) == [0, 1, 2])
+    #expect(got.allSatisfy { $0.isTransmitted })
+    let final = m.connectionClosed(id: id, reason: "closed")
+    #expect(final.contains(.shutdownComplete))
+    #expect(m.lifecycle == .finished)
+}
+
+@Test func abandonFailsWhatIsLeftWhenTheGracePeriodEnds() {
+    var m = PoolStateMachine(configuration: config { $0.cacheMaxCount = 2 })
+    let id = connected(&m, items: 5)
+    _ = m.send(id: id, now: t0)
+    _ = m.beginShutdown()
+    _ = m.abandon(reason: "grace period over")
+    let got = outcomes(&m)
+    #expect(got.filter { $0.status == .indeterminate }.count == 2)
+    #expect(got.filter { $0.status == .shutDown }.count == 3)
+}
+
+@Test func workSpreadsOverTheLeastLoadedConnections() {
+    var m = PoolStateMachine(configuration: config {
+        $0.maxConnections = 2
+        $0.batchMaxCount = 4
+    })
+    let actions = m.enqueue((0..<8).map { item($0) })
+    let ids = actions.compactMap { if case .connect(let id, _) = $0 { id } else { nil } }
+    #expect(ids.count == 2)
+    _ = m.connectionEstablished(id: ids[0])
+    let second = m.connectionEstablished(id: ids[1])
+    // The first pump took nothing yet; the second connection gets a pump too, since 8 > one batch.
+    #expect(second.contains(.schedulePump(id: ids[1])))
+    let a = m.send(id: ids[0], now: t0).batch.count
+    let b = m.send(id: ids[1], now: t0).batch.count
+    #expect(a == 4 && b == 4)
+}
+
+@Test func idleConnectionsCloseButTheWarmMinimumStays() {
+    var m = PoolStateMachine(configuration: config {
+        $0.minConnections = 1
+        $0.maxConnections = 2
+    })
+    let start = m.start()
+    #expect(start.count == 1)
+    let actions = m.enqueue((0..<600).map { item($0) })
+    let extra = actions.compactMap { if case .connect(let id, _) = $0 { id } else { nil } }
+    #expect(extra.count == 1)
+    for id in m.connections.keys { _ = m.connectionEstablished(id: id) }
+    for id in m.connections.keys { _ = m.send(id: id, now: t0) }
+    for id in m.connections.keys { _ = m.send(id: id, now: t0) }
+    #expect(m.queuedCount == 0)
+    for id in m.connections.keys { _ = m.timerFired(id: id, now: t0 + .seconds(2)) }
+    let ids = m.connections.keys.sorted()
+    let firstIdle = m.idleTimeout(id: ids[0])
+    let secondIdle = m.idleTimeout(id: ids[1])
+    #expect(firstIdle)
+    #expect(!secondIdle)
+}

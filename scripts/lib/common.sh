@@ -1,0 +1,35 @@
+# Shared helpers for the scripts in this folder. Source it; do not run it.
+
+# The Debian packages apn-worker needs at build and test time.
+APN_WORKER_DEBIAN_PACKAGES=(librdkafka-dev libhiredis-dev libssl-dev redis-server openssl pkg-config)
+
+# Installs whichever of the packages above is missing (Debian/Ubuntu), and puts Swift on PATH.
+ensure_dependencies() {
+    local missing=()
+    local pkg
+    for pkg in "${APN_WORKER_DEBIAN_PACKAGES[@]}"; do
+        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+            missing+=("$pkg")
+        fi
+    done
+    if ((${#missing[@]} > 0)); then
+        echo "==> installing missing packages: ${missing[*]}" >&2
+        local sudo=""
+        if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    if ! command -v swift >/dev/null 2>&1; then
+        if [[ -x /opt/swift/usr/bin/swift ]]; then
+            export PATH="/opt/swift/usr/bin:$PATH"
+        else
+            echo "error: Swift 6 is not installed; install a Swift 6 toolchain and put 'swift' on PATH" >&2
+            exit 1
+        fi
+    fi
+}
+
+# The project root.
+project_root() {
+    cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd
+}
