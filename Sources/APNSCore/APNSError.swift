@@ -18,6 +18,7 @@ public struct APNSError: Error, Sendable, CustomStringConvertible {
         public static let shutDown = Code(rawValue: "shutDown")
         public static let timeout = Code(rawValue: "timeout")
         public static let cacheInconsistency = Code(rawValue: "cacheInconsistency")
+        public static let slowGateway = Code(rawValue: "slowGateway")
     }
 
     public var code: Code

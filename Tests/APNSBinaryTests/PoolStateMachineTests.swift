@@ -57,7 +57,7 @@ extension PoolStateMachine {
     let id = connected(&m, items: 10)
     let (batch, _) = m.send(id: id, now: t0)
     #expect(batch.map(\.0) == Array(1...10))
-    let actions = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 4))
+    let actions = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 4), now: t0)
     #expect(actions.contains(.close(id: id)))
     let got = outcomes(&m)
     #expect(got.filter(\.isTransmitted).map(\.tag) == [0, 1, 2])
@@ -75,7 +75,7 @@ extension PoolStateMachine {
     var m = PoolStateMachine(configuration: config())
     let id = connected(&m, items: 6)
     _ = m.send(id: id, now: t0)
-    _ = m.errorResponse(id: id, ErrorResponse(status: .shutdown, identifier: 3))
+    _ = m.errorResponse(id: id, ErrorResponse(status: .shutdown, identifier: 3), now: t0)
     let got = outcomes(&m)
     // §1.5.3: identifier 3 was processed; nothing is reported as failed.
     #expect(got.map(\.tag) == [0, 1, 2])
@@ -87,7 +87,7 @@ extension PoolStateMachine {
     var m = PoolStateMachine(configuration: config())
     let id = connected(&m, items: 3)
     _ = m.send(id: id, now: t0)
-    _ = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 999))
+    _ = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 999), now: t0)
     let errors = m.events.filter { if case .error(let e) = $0 { e.code == .cacheInconsistency } else { false } }
     #expect(errors.count == 1)
     #expect(outcomes(&m).isEmpty)
@@ -173,7 +173,7 @@ extension PoolStateMachine {
     m.setNextIdentifier(UInt32.max - 2, connection: id)
     let (batch, _) = m.send(id: id, now: t0)
     #expect(batch.map(\.0) == [UInt32.max - 2, UInt32.max - 1, UInt32.max, 0, 1, 2])
-    _ = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 1))
+    _ = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 1), now: t0)
     let got = outcomes(&m)
     #expect(got.filter(\.isTransmitted).map(\.tag) == [0, 1, 2, 3])
     #expect(got.filter { !$0.isTransmitted }.map(\.tag) == [4])
@@ -186,7 +186,7 @@ extension PoolStateMachine {
     let id = m.connections.keys.first!
     _ = m.connectionEstablished(id: id)
     _ = m.send(id: id, now: t0)
-    _ = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 1))
+    _ = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 1), now: t0)
     let got = outcomes(&m)
     // Tag 1 may be written only once; tag 2 may be resent once.
     #expect(got.contains { $0.tag == 1 && $0.status == .retryLimitExceeded })
@@ -226,7 +226,7 @@ extension PoolStateMachine {
     #expect(probe.count == 1)
     #expect(probe[0].1 == nil)
     let probeID = probe[0].0
-    _ = m.errorResponse(id: id, ErrorResponse(status: .missingPayload, identifier: probeID))
+    _ = m.errorResponse(id: id, ErrorResponse(status: .missingPayload, identifier: probeID), now: t0)
     let got = outcomes(&m)
     #expect(got.map(\.tag) == [0, 1, 2])
     #expect(got.allSatisfy { $0.isTransmitted })
@@ -283,4 +283,20 @@ extension PoolStateMachine {
     let secondIdle = m.idleTimeout(id: ids[1])
     #expect(firstIdle)
     #expect(!secondIdle)
+}
+
+@Test func lateErrorResponsesWidenTheConfirmationWindow() {
+    var m = PoolStateMachine(configuration: config { $0.confirmationWindow = .milliseconds(400) })
+    let id = connected(&m, items: 3)
+    _ = m.send(id: id, now: t0)
+    // The gateway answered after 300 ms: more than half the window, so the window doubles that.
+    _ = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 2), now: t0 + .milliseconds(300))
+    #expect(m.confirmationWindow == .milliseconds(600))
+    #expect(m.events.contains { if case .error(let e) = $0 { e.code == .slowGateway } else { false } })
+    // A prompt answer leaves it alone.
+    var fast = PoolStateMachine(configuration: config { $0.confirmationWindow = .milliseconds(400) })
+    let f = connected(&fast, items: 3)
+    _ = fast.send(id: f, now: t0)
+    _ = fast.errorResponse(id: f, ErrorResponse(status: .invalidToken, identifier: 2), now: t0 + .milliseconds(100))
+    #expect(fast.confirmationWindow == .milliseconds(400))
 }

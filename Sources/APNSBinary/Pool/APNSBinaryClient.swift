@@ -519,7 +519,7 @@ public final class APNSBinaryClient: Sendable {
             "error response",
             metadata: ["apns.connection": "\(id)", "apns.status": "\(response.status.rawValue)", "apns.identifier": "\(response.identifier)"]
         )
-        step { $0.machine.errorResponse(id: id, response) }
+        step { $0.machine.errorResponse(id: id, response, now: .now()) }
     }
 
     fileprivate func channelInactive(id: Int, reason: String, established: Bool, timedOut: Bool) {

@@ -121,6 +121,11 @@ struct PoolStateMachine {
     /// while still lets every notification through.
     private(set) var inflightLimit: Int
     private(set) var lifecycle = Lifecycle.running
+    /// The confirmation window in force. It starts as configured and widens to twice the longest
+    /// error delay observed (at most ``maximumWindow``), because a notification confirmed by time
+    /// before its gateway answered would be reported wrongly and the ones after it lost (§6.1).
+    private(set) var confirmationWindow: TimeAmount
+    static let maximumWindow = TimeAmount.seconds(60)
 
     // Counters for summaries.
     private(set) var retransmitted = 0
@@ -128,6 +133,7 @@ struct PoolStateMachine {
     init(configuration: Configuration) {
         self.configuration = configuration
         self.inflightLimit = configuration.cacheMaxCount
+        self.confirmationWindow = configuration.confirmationWindow
     }
 
     // MARK: Queries
@@ -259,7 +265,7 @@ struct PoolStateMachine {
         }
         if !c.timerArmed, let first = c.cache.first, first.sentAt != .distantFuture {
             c.timerArmed = true
-            actions.append(.armTimer(id: id, deadline: first.sentAt + configuration.confirmationWindow))
+            actions.append(.armTimer(id: id, deadline: first.sentAt + confirmationWindow))
         }
         connections[id] = c
         return actions
@@ -276,7 +282,7 @@ struct PoolStateMachine {
             return actions
         }
         var confirmed = 0
-        while let first = c.cache.first, first.sentAt + configuration.confirmationWindow <= now {
+        while let first = c.cache.first, first.sentAt + confirmationWindow <= now {
             c.cache.removeFirst()
             c.cacheBytes -= first.bytes
             if let item = first.pending {
@@ -289,7 +295,7 @@ struct PoolStateMachine {
         }
         if let first = c.cache.first, first.sentAt != .distantFuture {
             c.timerArmed = true
-            actions.append(.armTimer(id: id, deadline: first.sentAt + configuration.confirmationWindow))
+            actions.append(.armTimer(id: id, deadline: first.sentAt + confirmationWindow))
         }
         connections[id] = c
         dispatch(into: &actions)
@@ -297,7 +303,7 @@ struct PoolStateMachine {
     }
 
     /// An error response arrived on connection `id` (§1.5).
-    mutating func errorResponse(id: Int, _ response: ErrorResponse) -> [Action] {
+    mutating func errorResponse(id: Int, _ response: ErrorResponse, now: NIODeadline) -> [Action] {
         var actions: [Action] = []
         guard var c = connections[id], c.phase == .ready || c.phase == .closing else { return actions }
         c.phase = .failed
@@ -322,6 +328,10 @@ struct PoolStateMachine {
             requeueFront(entries[(index + 1)...].compactMap(\.pending), possibleDuplicate: false)
             consecutiveFailures = 0
             if accepted > 0 { growInflightLimit(by: accepted) }
+            let sentAt = entries[index].sentAt
+            if sentAt != .distantFuture && now - sentAt > .nanoseconds(confirmationWindow.nanoseconds / 2) {
+                widenWindow(to: now - sentAt + (now - sentAt), because: "an error response took \((now - sentAt).nanoseconds / 1_000_000) ms")
+            }
         } else {
             let pending = entries.compactMap(\.pending)
             if !pending.isEmpty {
@@ -329,13 +339,14 @@ struct PoolStateMachine {
                     .error(
                         APNSError(
                             .cacheInconsistency,
-                            "connection \(id): error response (status \(response.status)) for identifier \(response.identifier), which is not in the sent cache (it holds \(entries.first!.identifier)...\(entries.last!.identifier)); the gateway's error delay may exceed the confirmation window of \(configuration.confirmationWindow.nanoseconds / 1_000_000) ms. \(pending.count) unconfirmed notifications are resent and marked as possible duplicates"
+                            "connection \(id): error response (status \(response.status)) for identifier \(response.identifier), which is not in the sent cache (it holds \(entries.first!.identifier)...\(entries.last!.identifier)); the gateway's error delay may exceed the confirmation window of \(confirmationWindow.nanoseconds / 1_000_000) ms. \(pending.count) unconfirmed notifications are resent and marked as possible duplicates"
                         )
                     ),
                     force: true
                 )
             }
             requeueFront(pending, possibleDuplicate: true)
+            widenWindow(to: confirmationWindow + confirmationWindow, because: "an error response named a notification already confirmed")
         }
         connections[id] = c
         actions.append(.close(id: id))
@@ -530,6 +541,21 @@ struct PoolStateMachine {
             emitFailure(item, status: .connectionFailed, message: message)
         }
         consecutiveFailures = 0
+    }
+
+    private mutating func widenWindow(to proposed: TimeAmount, because reason: String) {
+        let widened = min(proposed, Self.maximumWindow)
+        guard widened > confirmationWindow else { return }
+        confirmationWindow = widened
+        emitConnectionEvent(
+            .error(
+                APNSError(
+                    .slowGateway,
+                    "\(reason); the confirmation window is now \(widened.nanoseconds / 1_000_000) ms"
+                )
+            ),
+            force: true
+        )
     }
 
     private mutating func markProductive(_ c: inout Connection, confirmed: Int) {

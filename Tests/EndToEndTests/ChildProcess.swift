@@ -1,0 +1,96 @@
+import Foundation
+
+/// A child process with its output captured, killed when the test is done with it.
+final class ChildProcess: @unchecked Sendable {
+    // Only used from the test that owns it.
+    let process = Process()
+    private let stdoutPipe = Pipe()
+    private let stderrPipe = Pipe()
+    private var buffered = Data()
+
+    init(_ executable: String, _ arguments: [String]) throws {
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.standardOutput = stdoutPipe
+        process.standardError = stderrPipe
+        try process.run()
+    }
+
+    deinit {
+        if process.isRunning { process.terminate() }
+    }
+
+    /// The next line of standard output, or nil at end of output. Blocks on the pipe, off the
+    /// cooperative thread pool.
+    func readLine() async -> String? {
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async { [self] in
+                while true {
+                    if let newline = buffered.firstIndex(of: UInt8(ascii: "\n")) {
+                        let line = String(decoding: buffered[buffered.startIndex..<newline], as: UTF8.self)
+                        buffered = Data(buffered[buffered.index(after: newline)...])
+                        continuation.resume(returning: line)
+                        return
+                    }
+                    let chunk = stdoutPipe.fileHandleForReading.availableData
+                    if chunk.isEmpty {
+                        continuation.resume(returning: buffered.isEmpty ? nil : String(decoding: buffered, as: UTF8.self))
+                        buffered = Data()
+                        return
+                    }
+                    buffered.append(chunk)
+                }
+            }
+        }
+    }
+
+    /// Waits for the process to exit; returns its status, the rest of stdout, and stderr.
+    func finish() async -> (status: Int32, stdout: String, stderr: String) {
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async { [self] in
+                let out = stdoutPipe.fileHandleForReading.readDataToEndOfFile()
+                let err = stderrPipe.fileHandleForReading.readDataToEndOfFile()
+                process.waitUntilExit()
+                let rest = String(decoding: buffered + out, as: UTF8.self)
+                continuation.resume(returning: (process.terminationStatus, rest, String(decoding: err, as: UTF8.self)))
+            }
+        }
+    }
+
+    func signal(_ sig: Int32) {
+        kill(process.processIdentifier, sig)
+    }
+}
+
+enum Paths {
+    /// The project root, found from this file's location.
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().path
+
+    /// The `apn-worker` executable built next to the test bundle.
+    static var executable: String {
+        var dir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        for _ in 0..<4 {
+            let candidate = dir.appendingPathComponent("apn-worker").path
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+            dir = dir.deletingLastPathComponent()
+        }
+        return root + "/.build/release/apn-worker"
+    }
+
+    static func temporaryDirectory() throws -> String {
+        let dir = NSTemporaryDirectory() + "apn-worker-e2e-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        return dir
+    }
+}
+
+/// Runs a command to completion.
+func run(_ executable: String, _ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
+    try await ChildProcess(executable, arguments).finish()
+}
+
+/// Parses a JSON object line.
+func jsonObject(_ line: String) -> [String: Any]? {
+    (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any]
+}
