@@ -37,7 +37,7 @@ struct Push: AsyncParsableCommand {
     @Option(help: "Confirmation window in milliseconds.")
     var confirmationWindowMs = 1000
     @Option(help: "Sent-cache size per connection, in notifications.")
-    var cacheSize = 10_000
+    var cacheSize = 50_000
     @Option(help: "Fail unconfirmed notifications of a silently closed connection instead of resending them.")
     var resendOnUnknown = true
 

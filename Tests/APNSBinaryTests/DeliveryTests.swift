@@ -6,7 +6,7 @@ import Testing
 @testable import APNSBinary
 
 /// Lossless, duplicate-free delivery against the simulator over TLS (§1.5, §6.1).
-@Suite(.serialized)
+@Suite(.serialized, .timeLimit(.minutes(10)))
 struct DeliveryTests {
     /// 20,000 notifications over 20,000 tokens, 1% bad tokens spread evenly.
     static let count = 20_000

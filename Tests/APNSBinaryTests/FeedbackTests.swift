@@ -4,7 +4,7 @@ import Testing
 
 @testable import APNSBinary
 
-@Suite struct FeedbackTests {
+@Suite(.timeLimit(.minutes(2))) struct FeedbackTests {
     static func tuples(_ count: Int, base: UInt32 = 1_700_000_000) -> [FeedbackTuple] {
         (0..<count).map { FeedbackTuple(timestamp: base + UInt32($0), token: Harness.token(100_000 + $0)) }
     }
@@ -81,7 +81,7 @@ import Testing
 }
 
 /// Failures of TLS and connection set-up end in clear outcomes, not in waiting forever.
-@Suite struct ConnectionFailureTests {
+@Suite(.timeLimit(.minutes(2))) struct ConnectionFailureTests {
     static func submissions(_ n: Int) -> [APNSSubmission] {
         (0..<n).map { APNSSubmission(tag: UInt64($0), token: Harness.token($0), notification: Harness.notification()) }
     }

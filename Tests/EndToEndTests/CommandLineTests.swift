@@ -3,7 +3,7 @@ import Testing
 
 /// The `apn-worker` commands as a user runs them: real processes, TLS material from
 /// `scripts/gen-test-certs`, the simulator on free ports of 127.0.0.1.
-@Suite(.serialized)
+@Suite(.serialized, .timeLimit(.minutes(5)))
 struct CommandLineTests {
     static func makeCertificates(in dir: String) async throws -> String {
         let certs = dir + "/certs"

@@ -29,6 +29,11 @@ ensure_dependencies() {
     fi
 }
 
+# One build configuration for tests, demo and benchmarks, so they share one build: optimised
+# (the delivery tests push tens of thousands of notifications through TLS on two cores), with
+# -enable-testing so that test targets can use @testable imports.
+SWIFT_BUILD_FLAGS=(-c release -Xswiftc -enable-testing)
+
 # The project root.
 project_root() {
     cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd

@@ -262,7 +262,9 @@ public final class APNSBinaryClient: Sendable {
 
     // MARK: Events
 
-    /// The outcomes and connection events of a client.
+    /// The outcomes and connection events of a client. Events stay in the client until an
+    /// iterator takes them, so iterating again (or from another task) continues where the last
+    /// iteration stopped; each event is delivered once.
     public struct Events: AsyncSequence, Sendable {
         public typealias Element = APNSBinaryEvent
         let client: APNSBinaryClient
@@ -271,38 +273,34 @@ public final class APNSBinaryClient: Sendable {
 
         public struct Iterator: AsyncIteratorProtocol {
             let client: APNSBinaryClient
-            var buffer = Deque<APNSBinaryEvent>()
 
             public mutating func next() async -> APNSBinaryEvent? {
-                if let event = buffer.popFirst() { return event }
-                guard await client.takeEvents(into: &buffer) else { return nil }
-                return buffer.popFirst()
+                await client.nextEvent()
             }
 
             public mutating func next(isolation actor: isolated (any Actor)?) async -> APNSBinaryEvent? {
-                if let event = buffer.popFirst() { return event }
-                guard await client.takeEvents(into: &buffer) else { return nil }
-                return buffer.popFirst()
+                await client.nextEvent()
             }
         }
     }
 
-    /// Moves every buffered event into `buffer`, waiting for one if there is none. Returns false
-    /// when the client has shut down and no event is left.
-    fileprivate func takeEvents(into buffer: inout Deque<APNSBinaryEvent>) async -> Bool {
+    /// Takes the next event, waiting for one if there is none. Returns nil when the client has
+    /// shut down and no event is left.
+    fileprivate func nextEvent() async -> APNSBinaryEvent? {
         while true {
-            var taken = Deque<APNSBinaryEvent>()
+            var taken: APNSBinaryEvent? = nil
             var finished = false
             step { state -> [PoolStateMachine.Action] in
-                if state.machine.events.isEmpty {
+                guard let event = state.machine.events.popFirst() else {
                     finished = state.machine.lifecycle == .finished
                     return []
                 }
-                swap(&taken, &state.machine.events)
-                var outcomes = 0
-                for event in taken where event.outcome != nil { outcomes += 1 }
-                state.machine.connectionEventsConsumed(taken.count - outcomes)
-                state.admitted -= outcomes
+                taken = event
+                guard event.outcome != nil else {
+                    state.machine.connectionEventsConsumed(1)
+                    return []
+                }
+                state.admitted -= 1
                 // Admit waiting submitters that now fit.
                 var actions: [PoolStateMachine.Action] = []
                 while let waiter = state.submitWaiters.first,
@@ -314,11 +312,8 @@ public final class APNSBinaryClient: Sendable {
                 }
                 return actions
             }
-            if !taken.isEmpty {
-                buffer.append(contentsOf: taken)
-                return true
-            }
-            if finished { return false }
+            if let taken { return taken }
+            if finished { return nil }
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resumeNow = state.withLock { s -> Bool in
                     if !s.machine.events.isEmpty || s.machine.lifecycle == .finished { return true }
@@ -537,7 +532,12 @@ public final class APNSBinaryClient: Sendable {
     }
 
     fileprivate func idle(id: Int) -> Bool {
-        state.withLock { $0.machine.idleTimeout(id: id) }
+        var close = false
+        step { state in
+            close = state.machine.idleTimeout(id: id)
+            return []
+        }
+        return close
     }
 }
 

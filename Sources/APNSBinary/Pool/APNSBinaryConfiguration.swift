@@ -32,9 +32,11 @@ public struct APNSBinaryConfiguration: Sendable {
     /// before it counts as accepted. Must exceed the gateway's error delay (§6.1).
     public var confirmationWindow: Duration = .seconds(1)
     /// Sent-cache bound per connection, in notifications. When it is reached, sending waits.
-    public var cacheMaxCount = 10_000
+    /// A notification stays cached for at least the confirmation window, so one connection
+    /// carries at most `cacheMaxCount / confirmationWindow` notifications per second.
+    public var cacheMaxCount = 50_000
     /// Sent-cache bound per connection, in frame bytes.
-    public var cacheMaxBytes = 8 << 20
+    public var cacheMaxBytes = 32 << 20
     /// Notifications accepted by ``APNSBinaryClient/send(_:)`` whose outcome has not been
     /// consumed yet. When it is reached, `send` waits.
     public var maxPending = 50_000

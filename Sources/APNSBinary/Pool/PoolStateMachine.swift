@@ -31,8 +31,8 @@ struct PoolStateMachine {
     struct Configuration {
         var maxConnections = 1
         var minConnections = 0
-        var cacheMaxCount = 10_000
-        var cacheMaxBytes = 8 << 20
+        var cacheMaxCount = 50_000
+        var cacheMaxBytes = 32 << 20
         var batchMaxCount = 256
         var batchMaxBytes = 64 << 10
         var confirmationWindow = TimeAmount.seconds(1)

@@ -1,0 +1,169 @@
+import APNSCore
+import APNSSimulator
+import NIOCore
+import NIOPosix
+import NIOSSL
+import Testing
+
+@testable import APNSBinary
+
+@Suite(.timeLimit(.minutes(2))) struct ConnectionLifecycleTests {
+    /// Reads events until `match` accepts one; nil if the stream ends first.
+    static func waitFor(
+        _ client: APNSBinaryClient,
+        _ match: (APNSBinaryEvent) -> Bool
+    ) async -> APNSBinaryEvent? {
+        for await event in client.events where match(event) { return event }
+        return nil
+    }
+
+    @Test func warmConnectionsOpenWithoutTraffic() async throws {
+        let simulator = try await Harness.simulator()
+        let client = try Harness.client(simulator) {
+            $0.minConnections = 2
+            $0.maxConnections = 2
+        }
+        client.start()
+        var connected = Set<Int>()
+        for await event in client.events {
+            if case .connected(let id) = event { connected.insert(id) }
+            if connected.count == 2 { break }
+        }
+        #expect(connected.count == 2)
+        #expect(simulator.statistics.connections == 2)
+        await client.shutdown()
+        await simulator.stop()
+    }
+
+    @Test func idleConnectionsCloseAfterTheIdleTimeout() async throws {
+        let simulator = try await Harness.simulator()
+        let client = try Harness.client(simulator) {
+            $0.idleTimeout = .milliseconds(200)
+            $0.confirmationWindow = .milliseconds(50)
+        }
+        try await client.send(Harness.notification(), to: Harness.token(1), tag: 1)
+        let outcome = await Self.waitFor(client) { $0.outcome != nil }
+        #expect(outcome?.outcome?.isTransmitted == true)
+        let idle = await Self.waitFor(client) { if case .timeout(_, "idle") = $0 { true } else { false } }
+        #expect(idle != nil)
+        let closed = await Self.waitFor(client) { if case .disconnected(_, "idle timeout") = $0 { true } else { false } }
+        #expect(closed != nil)
+        await client.shutdown()
+        await simulator.stop()
+    }
+
+    @Test func aServerThatNeverCompletesTheHandshakeTimesOut() async throws {
+        // A TCP listener that accepts and then says nothing.
+        let silent = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { $0.eventLoop.makeSucceededVoidFuture() }
+            .bind(host: "127.0.0.1", port: 0)
+            .get()
+        var config = APNSBinaryConfiguration(host: "127.0.0.1", port: silent.localAddress!.port!, credentials: try Harness.clientCredentials())
+        config.connectTimeout = .milliseconds(300)
+        config.connectionRetryLimit = 1
+        let client = try APNSBinaryClient(configuration: config)
+        let run = try await Harness.run(
+            client,
+            [APNSSubmission(tag: 7, token: Harness.token(7), notification: Harness.notification())]
+        )
+        #expect(run.outcomes[7]?.status == .connectionFailed)
+        #expect(run.events.contains { if case .timeout(_, let reason) = $0 { reason.contains("handshake") } else { false } })
+        try await silent.close()
+    }
+}
+
+/// The simulator answers raw frames the way §1.4–§1.5 say Apple does.
+@Suite(.timeLimit(.minutes(2))) struct SimulatorFidelityTests {
+    /// Sends `bytes` over TLS with the test client certificate and returns everything the gateway
+    /// sends back before it closes.
+    static func exchange(_ simulator: APNSSimulator, _ bytes: ByteBuffer) async throws -> [UInt8] {
+        let credentials = try Harness.clientCredentials()
+        let context = try NIOSSLContext(configuration: credentials.tlsClientConfiguration())
+        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .connect(host: "127.0.0.1", port: simulator.binaryPort) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: context, serverHostname: nil))
+                    return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
+                }
+            }
+        var received: [UInt8] = []
+        do {
+            try await channel.executeThenClose { inbound, outbound in
+                try await outbound.write(bytes)
+                for try await chunk in inbound {
+                    received += chunk.readableBytesView
+                    // One error packet is all a gateway ever says.
+                    if received.count >= ErrorResponse.size { break }
+                }
+            }
+        } catch let error as NIOSSLError where error == .uncleanShutdown {}
+        return received
+    }
+
+    static func frame(
+        token: [UInt8]? = [UInt8](repeating: 1, count: 32),
+        payload: String? = #"{"aps":{"alert":"x"}}"#,
+        identifier: UInt32 = 0x0A0B_0C0D,
+        priority: UInt8? = 10
+    ) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        buffer.writeNotificationFrame(
+            BinaryNotificationFrame(
+                command: .framed,
+                token: token,
+                payload: payload.map { ByteBuffer(string: $0) },
+                identifier: identifier,
+                expiry: 0,
+                priority: priority
+            )
+        )
+        return buffer
+    }
+
+    @Test(arguments: [
+        (frame(token: nil), UInt8(2)),
+        (frame(token: [UInt8](repeating: 1, count: 20)), UInt8(5)),
+        (frame(payload: nil), UInt8(4)),
+        (frame(payload: String(repeating: "x", count: 3000)), UInt8(7)),
+        (frame(priority: 7), UInt8(128)),
+        (frame(payload: #"{"aps":"#), UInt8(128)),
+        (frame(payload: #"[1,2]"#), UInt8(128)),
+    ])
+    func badFramesGetTheirStatusAndIdentifier(frame: ByteBuffer, status: UInt8) async throws {
+        let simulator = try await Harness.simulator()
+        let reply = try await Self.exchange(simulator, frame)
+        #expect(reply == [8, status, 0x0A, 0x0B, 0x0C, 0x0D])
+        #expect(simulator.acceptedByToken.isEmpty)
+        await simulator.stop()
+    }
+
+    @Test func framesAfterABadOneAreDiscardedAndTheOnesBeforeAreKept() async throws {
+        let simulator = try await Harness.simulator { $0.badTokens = [try! DeviceToken(bytes: [UInt8](repeating: 2, count: 32))] }
+        var bytes = Self.frame(token: [UInt8](repeating: 1, count: 32), identifier: 1)
+        var bad = Self.frame(token: [UInt8](repeating: 2, count: 32), identifier: 2)
+        var after = Self.frame(token: [UInt8](repeating: 3, count: 32), identifier: 3)
+        bytes.writeBuffer(&bad)
+        bytes.writeBuffer(&after)
+        let reply = try await Self.exchange(simulator, bytes)
+        #expect(reply == [8, 8, 0, 0, 0, 2])
+        let accepted = simulator.acceptedByToken
+        #expect(accepted.count == 1)
+        #expect(accepted[try DeviceToken(bytes: [UInt8](repeating: 1, count: 32))] == 1)
+    }
+
+    @Test func aBadSimpleFrameClosesTheConnectionWithoutAPacket() async throws {
+        let simulator = try await Harness.simulator()
+        var buffer = ByteBuffer()
+        buffer.writeSimpleNotification(token: [UInt8](repeating: 1, count: 32), payload: Array("not json".utf8))
+        let reply = try await Self.exchange(simulator, buffer)
+        #expect(reply.isEmpty)
+        await simulator.stop()
+    }
+
+    @Test func anUnknownCommandIsAProtocolError() async throws {
+        let simulator = try await Harness.simulator()
+        let reply = try await Self.exchange(simulator, ByteBuffer(bytes: [42, 0, 0, 0, 0, 0, 0]))
+        #expect(reply == [8, 128, 0, 0, 0, 0])
+        await simulator.stop()
+    }
+}
