@@ -3,6 +3,7 @@ import APNSSimulator
 import NIOCore
 import NIOPosix
 import NIOSSL
+import NIOTLS
 import Testing
 
 @testable import APNSBinary
@@ -165,5 +166,58 @@ import Testing
         let reply = try await Self.exchange(simulator, ByteBuffer(bytes: [42, 0, 0, 0, 0, 0, 0]))
         #expect(reply == [8, 128, 0, 0, 0, 0])
         await simulator.stop()
+    }
+}
+
+/// A TLS server that completes the handshake and then never reads again.
+private final class StopReadingAfterHandshake: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let tls = event as? TLSUserEvent, case .handshakeCompleted = tls {
+            context.channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in }
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+}
+
+@Suite(.timeLimit(.minutes(2))) struct StalledGatewayTests {
+    @Test func aGatewayThatStopsReadingIsAbandonedAfterTheWriteTimeout() async throws {
+        var tls = TLSConfiguration.makeServerConfiguration(
+            certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(Harness.certificates.server.certificatePEM.utf8)).map { .certificate($0) },
+            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(Harness.certificates.server.keyPEM.utf8), format: .pem))
+        )
+        tls.certificateVerification = .none
+        let context = try NIOSSLContext(configuration: tls)
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelOption(.socketOption(.so_rcvbuf), value: 16 << 10)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: context))
+                    try channel.pipeline.syncOperations.addHandler(StopReadingAfterHandshake())
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0)
+            .get()
+        var config = APNSBinaryConfiguration(host: "127.0.0.1", port: server.localAddress!.port!, credentials: try Harness.clientCredentials())
+        config.writeTimeout = .milliseconds(500)
+        config.connectionRetryLimit = 2
+        config.socketSendBufferSize = 16 << 10
+        let client = try APNSBinaryClient(configuration: config)
+        let count = 1500
+        let run = try await Harness.run(
+            client,
+            (0..<count).map { APNSSubmission(tag: UInt64($0), token: Harness.token($0), notification: Harness.notification()) }
+        )
+        // Delivery does not hang on a gateway that stops reading: each stalled connection is
+        // closed and named, and the rest goes out on a new one. Under the binary protocol, frames
+        // that reached the peer's kernel and stayed unanswered for the confirmation window count
+        // as transmitted (success is silence), so here every notification ends up that way.
+        #expect(run.outcomes.count == count)
+        let stalls = run.events.filter { if case .timeout(_, let reason) = $0 { reason.contains("stopped reading") } else { false } }
+        #expect(!stalls.isEmpty)
+        let connections = run.events.filter { if case .connected = $0 { true } else { false } }
+        #expect(connections.count > stalls.count)
+        try await server.close()
     }
 }

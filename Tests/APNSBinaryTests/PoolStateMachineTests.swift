@@ -44,7 +44,7 @@ private let t0 = NIODeadline.uptimeNanoseconds(1_000_000_000)
 extension PoolStateMachine {
     /// Takes a batch and reports it written at `now`, as the client does once the kernel has it.
     mutating func send(id: Int, now: NIODeadline) -> (batch: [(UInt32, PendingNotification?)], actions: [Action]) {
-        var (batch, actions) = takeBatch(id: id, now: now)
+        var (batch, actions) = takeBatch(id: id)
         if let last = batch.last {
             actions += written(id: id, through: last.0, now: now)
         }

@@ -42,13 +42,7 @@ public struct APNSFeedbackClient: Sendable {
         self.configuration = configuration
         self.group = eventLoopGroup
         self.logger = logger
-        do {
-            sslContext = try NIOSSLContext(
-                configuration: configuration.credentials.tlsClientConfiguration(verifyServer: configuration.verifyServer)
-            )
-        } catch {
-            throw APNSError(.invalidCredentials, "cannot build a TLS context from the credentials", underlying: error)
-        }
+        sslContext = try configuration.credentials.makeClientContext(verifyServer: configuration.verifyServer)
     }
 
     /// Runs one feedback session and returns every tuple it read.
@@ -68,8 +62,7 @@ public struct APNSFeedbackClient: Sendable {
     ) async throws -> Int {
         precondition(batchSize >= 1, "batchSize must be at least 1")
         let host = configuration.host
-        let isIP = (try? SocketAddress(ipAddress: host, port: 0)) != nil
-        let sniName = configuration.serverHostname ?? (isIP ? nil : host)
+        let sniName = serverName(host: host, override: configuration.serverHostname)
         let sslContext = self.sslContext
         let readTimeout = configuration.readTimeout.timeAmount
         let channel: NIOAsyncChannel<FeedbackTuple, ByteBuffer>

@@ -83,13 +83,7 @@ public final class APNSBinaryClient: Sendable {
         self.configuration = configuration
         self.group = eventLoopGroup
         self.logger = logger
-        do {
-            self.sslContext = try NIOSSLContext(
-                configuration: configuration.credentials.tlsClientConfiguration(verifyServer: configuration.verifyServer)
-            )
-        } catch {
-            throw APNSError(.invalidCredentials, "cannot build a TLS context from the credentials", underlying: error)
-        }
+        self.sslContext = try configuration.credentials.makeClientContext(verifyServer: configuration.verifyServer)
         var machineConfig = PoolStateMachine.Configuration()
         machineConfig.maxConnections = configuration.maxConnections
         machineConfig.minConnections = configuration.minConnections
@@ -414,8 +408,7 @@ public final class APNSBinaryClient: Sendable {
 
     private func connect(id: Int) {
         let host = configuration.host
-        let isIP = (try? SocketAddress(ipAddress: host, port: 0)) != nil
-        let sniName = configuration.serverHostname ?? (isIP ? nil : host)
+        let sniName = serverName(host: host, override: configuration.serverHostname)
         let connectTimeout = configuration.connectTimeout
         let idleTimeout = configuration.idleTimeout
         let sslContext = self.sslContext
@@ -451,7 +444,7 @@ public final class APNSBinaryClient: Sendable {
         var batch: [(UInt32, PendingNotification?)] = []
         step { state in
             guard channel.isActive else { return [] }
-            let taken = state.machine.takeBatch(id: id, now: .now())
+            let taken = state.machine.takeBatch(id: id)
             batch = taken.batch
             return taken.actions
         }
@@ -493,8 +486,15 @@ public final class APNSBinaryClient: Sendable {
             }
         }
         let lastIdentifier = batch[batch.count - 1].0
-        channel.writeAndFlush(buffer).whenSuccess { [self] in
-            step { $0.machine.written(id: id, through: lastIdentifier, now: .now()) }
+        let writeTimeout = configuration.writeTimeout
+        let stalled = channel.eventLoop.scheduleTask(in: writeTimeout.timeAmount) {
+            channel.pipeline.fireUserInboundEventTriggered(WriteTimedOut(after: writeTimeout))
+        }
+        channel.writeAndFlush(buffer).whenComplete { [self] result in
+            stalled.cancel()
+            if case .success = result {
+                step { $0.machine.written(id: id, through: lastIdentifier, now: .now()) }
+            }
         }
     }
 
@@ -527,6 +527,11 @@ public final class APNSBinaryClient: Sendable {
         }
     }
 
+    fileprivate func writeTimedOut(id: Int, reason: String) {
+        logger.warning("write timeout", metadata: ["apns.connection": "\(id)"])
+        step { $0.machine.writeTimedOut(id: id, reason: reason) }
+    }
+
     fileprivate func writabilityChanged(id: Int, writable: Bool) {
         step { $0.machine.writabilityChanged(id: id, writable: writable) }
     }
@@ -541,6 +546,11 @@ public final class APNSBinaryClient: Sendable {
     }
 }
 
+/// Raised on a connection whose flush did not complete within the write timeout.
+private struct WriteTimedOut {
+    var after: Duration
+}
+
 /// The per-connection handler: reports the handshake, error responses, writability and closure
 /// to the client.
 private final class GatewayConnectionHandler: ChannelInboundHandler {
@@ -551,6 +561,7 @@ private final class GatewayConnectionHandler: ChannelInboundHandler {
     private let handshakeTimeout: TimeAmount
     private var established = false
     private var timedOut = false
+    private var stalledReported = false
     private var timeoutTask: Scheduled<Void>?
     private var closeReason = "closed by the gateway without an error packet"
 
@@ -578,6 +589,14 @@ private final class GatewayConnectionHandler: ChannelInboundHandler {
             established = true
             timeoutTask?.cancel()
             client.handshakeCompleted(id: id)
+        } else if let stalled = event as? WriteTimedOut {
+            // Every flush has its own timer; the first to fire closes the connection.
+            guard !stalledReported else { return }
+            stalledReported = true
+            closeReason = "the gateway stopped reading: a write did not complete within \(stalled.after)"
+            client.writeTimedOut(id: id, reason: closeReason)
+            context.close(promise: nil)
+            return
         } else if event is IdleStateHandler.IdleStateEvent {
             if client.idle(id: id) {
                 closeReason = "idle timeout"

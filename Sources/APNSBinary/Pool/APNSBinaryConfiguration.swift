@@ -27,6 +27,9 @@ public struct APNSBinaryConfiguration: Sendable {
     public var connectTimeout: Duration = .seconds(10)
     /// Close a connection that has had nothing to do for this long (`nil` keeps it open).
     public var idleTimeout: Duration? = nil
+    /// Close a connection whose flushed frames have not reached the kernel after this long — a
+    /// gateway that stopped reading. Its unconfirmed notifications are resent elsewhere.
+    public var writeTimeout: Duration = .seconds(30)
 
     /// How long a notification must have been on the wire, on a connection that has not failed,
     /// before it counts as accepted. Must exceed the gateway's error delay (§6.1).
@@ -89,6 +92,7 @@ public struct APNSBinaryConfiguration: Sendable {
         }
         guard confirmationWindow > .zero else { throw bad("confirmationWindow must be positive") }
         guard connectTimeout > .zero else { throw bad("connectTimeout must be positive") }
+        guard writeTimeout > .zero else { throw bad("writeTimeout must be positive") }
         guard connectionRetryLimit >= 1 else {
             throw bad("connectionRetryLimit must be at least 1, not \(connectionRetryLimit)")
         }

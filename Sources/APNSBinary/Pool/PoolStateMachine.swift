@@ -212,7 +212,7 @@ struct PoolStateMachine {
 
     /// The pump of connection `id` runs: takes the next batch to write, assigning identifiers
     /// and moving the notifications into the sent cache. `nil` in a batch entry is the probe.
-    mutating func takeBatch(id: Int, now: NIODeadline) -> (batch: [(UInt32, PendingNotification?)], actions: [Action]) {
+    mutating func takeBatch(id: Int) -> (batch: [(UInt32, PendingNotification?)], actions: [Action]) {
         var actions: [Action] = []
         guard var c = connections[id] else { return ([], actions) }
         c.pumpScheduled = false
@@ -390,6 +390,12 @@ struct PoolStateMachine {
         }
         dispatch(into: &actions)
         return actions
+    }
+
+    /// A write on connection `id` did not complete in time; the client closes it next.
+    mutating func writeTimedOut(id: Int, reason: String) -> [Action] {
+        emitConnectionEvent(.timeout(connection: id, reason: reason))
+        return []
     }
 
     /// The channel of connection `id` became writable or stopped being writable.
