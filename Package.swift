@@ -101,7 +101,8 @@ let package = Package(
                 .product(name: "NIOTLS", package: "swift-nio"),
             ]
         ),
-        .testTarget(name: "PushKafkaTests", dependencies: ["PushKafka", "PushRedis"]),
+        .testTarget(name: "PushKafkaTests", dependencies: ["PushKafka"]),
+        .testTarget(name: "PushRedisTests", dependencies: ["PushRedis"]),
         .testTarget(name: "EndToEndTests", dependencies: ["APNSCore", "APNSSimulator"]),
     ],
     swiftLanguageModes: [.v6]

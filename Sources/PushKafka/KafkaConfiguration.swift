@@ -1,0 +1,88 @@
+import CRdKafka
+
+/// librdkafka configuration properties (see librdkafka's CONFIGURATION.md) with
+/// typed accessors for the common ones.
+///
+/// Properties are only validated when a client is created: an unknown property
+/// or invalid value makes `KafkaProducer`/`KafkaConsumer` init throw a
+/// `KafkaError` naming the property.
+public struct KafkaConfiguration: Sendable, Hashable {
+    public var properties: [String: String]
+
+    public init(_ properties: [String: String] = [:]) {
+        self.properties = properties
+    }
+
+    public subscript(key: String) -> String? {
+        get { properties[key] }
+        set { properties[key] = newValue }
+    }
+
+    /// `bootstrap.servers`: comma-separated `host:port` list.
+    public var bootstrapServers: String? {
+        get { properties["bootstrap.servers"] }
+        set { properties["bootstrap.servers"] = newValue }
+    }
+
+    /// `client.id`, shown in broker logs and metrics.
+    public var clientId: String? {
+        get { properties["client.id"] }
+        set { properties["client.id"] = newValue }
+    }
+
+    /// `group.id`: the consumer group; required by `KafkaConsumer`.
+    public var groupId: String? {
+        get { properties["group.id"] }
+        set { properties["group.id"] = newValue }
+    }
+
+    /// `auto.offset.reset` (`earliest`, `latest`, `error`): where a consumer starts
+    /// on a partition without a committed offset. librdkafka's default is `latest`.
+    public var autoOffsetReset: String? {
+        get { properties["auto.offset.reset"] }
+        set { properties["auto.offset.reset"] = newValue }
+    }
+
+    /// `session.timeout.ms`: how long the group coordinator waits for a silent consumer.
+    public var sessionTimeout: Duration? {
+        get { properties["session.timeout.ms"].flatMap(Int64.init).map { .milliseconds($0) } }
+        set { properties["session.timeout.ms"] = newValue.map { String($0.milliseconds) } }
+    }
+
+    /// `message.timeout.ms`: how long a produced message may wait for acknowledgement
+    /// (including retries) before its send fails with `_MSG_TIMED_OUT`.
+    public var messageTimeout: Duration? {
+        get { properties["message.timeout.ms"].flatMap(Int64.init).map { .milliseconds($0) } }
+        set { properties["message.timeout.ms"] = newValue.map { String($0.milliseconds) } }
+    }
+
+    /// Builds an `rd_kafka_conf_t` from `defaults` overridden by `properties`.
+    /// The caller owns the result (`rd_kafka_new` takes it over on success).
+    func makeConf(defaults: [String: String]) throws(KafkaError) -> OpaquePointer {
+        let conf = rd_kafka_conf_new()!
+        let merged = defaults.merging(properties) { _, user in user }
+        for (name, value) in merged.sorted(by: { $0.key < $1.key }) {
+            var errstr = [CChar](repeating: 0, count: 512)
+            let result = rd_kafka_conf_set(conf, name, value, &errstr, errstr.count)
+            guard result == RD_KAFKA_CONF_OK else {
+                rd_kafka_conf_destroy(conf)
+                let detail = errstr.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+                let kind = result == RD_KAFKA_CONF_UNKNOWN ? "Unknown" : "Invalid"
+                throw KafkaError(RD_KAFKA_RESP_ERR__INVALID_ARG,
+                                 "\(kind) configuration property '\(name)' = '\(value)': \(detail)")
+            }
+        }
+        return conf
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds, truncated.
+    var milliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds &* 1000 &+ attoseconds / 1_000_000_000_000_000
+    }
+
+    /// Milliseconds clamped to librdkafka's `int` timeout range, never negative.
+    var timeoutMilliseconds: Int32 { Int32(clamping: max(0, milliseconds)) }
+}

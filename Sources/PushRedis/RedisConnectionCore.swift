@@ -1,0 +1,469 @@
+import CHiredis
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Counts socket round trips; read from any thread, written on the connection's thread.
+final class RoundTripCounter: Sendable {
+    private let value = Atomic<Int>(0)
+
+    func increment() {
+        value.wrappingAdd(1, ordering: .relaxed)
+    }
+
+    var current: Int {
+        value.load(ordering: .relaxed)
+    }
+}
+
+/// Owns one hiredis context and is the only code that touches it.
+///
+/// The actor's executor is a ``RedisThreadExecutor``, so every method body, and therefore
+/// every hiredis call, runs on that connection's dedicated thread, one call at a time.
+/// Methods are synchronous on purpose: a method never suspends half-way through a
+/// request/reply exchange, so requests from concurrent callers cannot interleave on the
+/// socket.
+actor RedisConnectionCore {
+    // @unchecked: State is only touched inside the actor and in deinit, which has exclusive
+    // access; deinit hands the context to the connection thread to be freed there.
+    private enum State: @unchecked Sendable {
+        case connected(UnsafeMutablePointer<redisContext>)
+        /// Unusable after the given error; `reconnect()` replaces the context.
+        case broken(RedisError)
+        case closed
+    }
+
+    let configuration: RedisConfiguration
+    private let executor: RedisThreadExecutor
+    private let counter: RoundTripCounter
+    private var state: State = .closed
+
+    nonisolated var unownedExecutor: UnownedSerialExecutor {
+        executor.asUnownedSerialExecutor()
+    }
+
+    init(configuration: RedisConfiguration, counter: RoundTripCounter) {
+        self.configuration = configuration
+        self.counter = counter
+        self.executor = RedisThreadExecutor(name: "PushRedis \(configuration.endpoint)")
+    }
+
+    deinit {
+        if case .connected(let context) = state {
+            let handle = ContextHandle(context: context)
+            executor.shutdown { redisFree(handle.context) }
+        } else {
+            executor.shutdown {}
+        }
+    }
+
+    /// Carries the context pointer to the connection thread for the final `redisFree`.
+    private struct ContextHandle: @unchecked Sendable {
+        let context: UnsafeMutablePointer<redisContext>
+    }
+
+    private var target: String { "Redis at \(configuration.endpoint)" }
+
+    // MARK: - Lifecycle
+
+    /// Connects (or reconnects), replacing any previous context.
+    func open() throws(RedisError) {
+        if case .connected(let old) = state {
+            redisFree(old)
+        }
+        state = .closed
+        do throws(RedisError) {
+            state = .connected(try makeContext())
+        } catch {
+            state = .broken(error)
+            throw error
+        }
+    }
+
+    func close() {
+        if case .connected(let context) = state {
+            redisFree(context)
+        }
+        state = .closed
+    }
+
+    var isConnected: Bool {
+        if case .connected = state { return true }
+        return false
+    }
+
+    /// Opens the socket, sets the command timeout, then AUTH and SELECT in one round trip.
+    private func makeContext() throws(RedisError) -> UnsafeMutablePointer<redisContext> {
+        try configuration.validate()
+        guard let context = redisConnectWithTimeout(
+            configuration.host, Int32(configuration.port), Self.timeval(configuration.connectTimeout))
+        else {
+            throw RedisError(.connection, "cannot connect to \(target): hiredis could not allocate a context")
+        }
+        if context.pointee.err != 0 {
+            let text = Self.errorString(context)
+            let detail = Self.detail(context)
+            redisFree(context)
+            if Self.isTimeout(text) {
+                throw RedisError(
+                    .timeout,
+                    "cannot connect to \(target) within the connect timeout of \(configuration.connectTimeout): \(text)",
+                    detail: detail)
+            }
+            throw RedisError(.connection, "cannot connect to \(target): \(text)", detail: detail)
+        }
+        if redisSetTimeout(context, Self.timeval(configuration.commandTimeout)) != REDIS_OK {
+            let error = RedisError(
+                .connection, "cannot set the command timeout on the connection to \(target): \(Self.errorString(context))",
+                detail: Self.detail(context))
+            redisFree(context)
+            throw error
+        }
+
+        var handshake: [[[UInt8]]] = []
+        if let password = configuration.password {
+            handshake.append(Self.bytes(["AUTH"] + (configuration.username.map { [$0] } ?? []) + [password]))
+        }
+        if configuration.database != 0 {
+            handshake.append(Self.bytes(["SELECT", String(configuration.database)]))
+        }
+        if handshake.isEmpty { return context }
+
+        let replies: [RedisValue]
+        do throws(RedisError) {
+            replies = try exchange(context, handshake, activity: "authenticating and selecting the database")
+        } catch {
+            redisFree(context)
+            throw error
+        }
+        var next = 0
+        if configuration.password != nil {
+            if case .error(let line) = replies[next] {
+                redisFree(context)
+                throw RedisError(
+                    .authentication,
+                    "\(target) rejected the credentials for user '\(configuration.username ?? "default")': \(line). "
+                        + "Check the configured username and password.",
+                    detail: line)
+            }
+            next += 1
+        }
+        if configuration.database != 0, case .error(let line) = replies[next] {
+            redisFree(context)
+            throw RedisError.server(line, command: "SELECT \(configuration.database) on \(target)")
+        }
+        return context
+    }
+
+    // MARK: - Commands
+
+    /// One command; an error reply is thrown as `.server`.
+    func send(_ command: [[UInt8]]) throws(RedisError) -> RedisValue {
+        try Self.validate(command)
+        let name = Self.name(of: command)
+        return try withContext { context throws(RedisError) in
+            let reply = try single(context, command, activity: "running \(name)")
+            if case .error(let line) = reply { throw RedisError.server(line, command: name) }
+            return reply
+        }
+    }
+
+    /// All commands in one round trip; error replies stay in place as `.error` values.
+    /// When a reply is `NOSCRIPT` for an `EVALSHA` of one of `scripts`, the scripts are
+    /// loaded and the whole pipeline is sent again, once, in a second round trip.
+    func pipeline(_ commands: [[[UInt8]]], scripts: [RedisScript]) throws(RedisError) -> [RedisValue] {
+        for command in commands { try Self.validate(command) }
+        return try withContext { context throws(RedisError) in
+            if commands.isEmpty { return [] }
+            let activity = "running a pipeline of \(commands.count) commands"
+            let replies = try exchange(context, commands, activity: activity)
+            let missing = Self.scriptsToLoad(replies: replies, commands: commands, scripts: scripts)
+            if missing.isEmpty { return replies }
+
+            let retried = try exchange(
+                context, missing.map(\.loadCommand) + commands,
+                activity: activity + " again after SCRIPT LOAD")
+            var results = Array(retried.dropFirst(missing.count))
+            // A script that fails to load (e.g. a Lua syntax error) would only show NOSCRIPT
+            // again; report the load error in those places instead.
+            for (script, load) in zip(missing, retried.prefix(missing.count)) where load.errorMessage != nil {
+                for index in results.indices
+                where results[index].isNoScript && Self.evalshaTarget(commands[index]) == script.sha1 {
+                    results[index] = load
+                }
+            }
+            return results
+        }
+    }
+
+    /// `SCRIPT LOAD`, returning the SHA-1 Redis computed.
+    func scriptLoad(_ source: String) throws(RedisError) -> String {
+        let reply = try send(RedisScript(source).loadCommand)
+        guard let sha = reply.string, sha.count == 40 else {
+            throw RedisError(.protocol, "\(target) answered SCRIPT LOAD with \(reply), not a SHA-1")
+        }
+        return sha
+    }
+
+    /// `EVALSHA`, falling back to `EVAL` (which also caches the script) on `NOSCRIPT`.
+    func evalsha(_ script: RedisScript, keys: [[UInt8]], args: [[UInt8]]) throws(RedisError) -> RedisValue {
+        try withContext { context throws(RedisError) in
+            var reply = try single(
+                context, script.evalshaCommand(keys: keys, args: args), activity: "running EVALSHA \(script.sha1)")
+            if reply.isNoScript {
+                reply = try single(
+                    context, script.evalCommand(keys: keys, args: args),
+                    activity: "running EVAL for script \(script.sha1) after NOSCRIPT")
+            }
+            if case .error(let line) = reply {
+                throw RedisError.server(line, command: "EVALSHA \(script.sha1)")
+            }
+            return reply
+        }
+    }
+
+    // MARK: - hiredis plumbing (runs on the connection thread)
+
+    /// Runs `body` with the live context. An I/O, timeout or protocol error frees the
+    /// context and marks the connection broken, so later calls fail fast.
+    private func withContext<T>(
+        _ body: (UnsafeMutablePointer<redisContext>) throws(RedisError) -> T
+    ) throws(RedisError) -> T {
+        switch state {
+        case .closed:
+            throw RedisError(
+                .connection, "the connection to \(target) is closed; call reconnect() to open it again")
+        case .broken(let cause):
+            throw RedisError(
+                .connection,
+                "the connection to \(target) is unusable after an earlier error (\(cause.message)); call reconnect()",
+                detail: cause.description)
+        case .connected(let context):
+            do throws(RedisError) {
+                return try body(context)
+            } catch {
+                switch error.code {
+                case .connection, .timeout, .protocol:
+                    redisFree(context)
+                    state = .broken(error)
+                default:
+                    break
+                }
+                throw error
+            }
+        }
+    }
+
+    /// One request/reply with `redisCommandArgv`.
+    private func single(
+        _ context: UnsafeMutablePointer<redisContext>, _ command: [[UInt8]], activity: String
+    ) throws(RedisError) -> RedisValue {
+        counter.increment()
+        let raw = Self.withArgv(command) { argc, argv, lengths in
+            redisCommandArgv(context, argc, argv, lengths)
+        }
+        guard let raw else { throw ioError(context, activity: activity) }
+        defer { freeReplyObject(raw) }
+        return try Self.copy(raw.assumingMemoryBound(to: redisReply.self))
+    }
+
+    /// Appends every command to hiredis' output buffer, then reads one reply per command:
+    /// the first `redisGetReply` flushes the buffer, so this is one round trip.
+    private func exchange(
+        _ context: UnsafeMutablePointer<redisContext>, _ commands: [[[UInt8]]], activity: String
+    ) throws(RedisError) -> [RedisValue] {
+        for command in commands {
+            let status = Self.withArgv(command) { argc, argv, lengths in
+                redisAppendCommandArgv(context, argc, argv, lengths)
+            }
+            if status != REDIS_OK { throw ioError(context, activity: activity) }
+        }
+        counter.increment()
+        var replies: [RedisValue] = []
+        replies.reserveCapacity(commands.count)
+        for _ in commands {
+            var raw: UnsafeMutableRawPointer?
+            let status = redisGetReply(context, &raw)
+            guard status == REDIS_OK, let raw else {
+                throw ioError(context, activity: activity)
+            }
+            defer { freeReplyObject(raw) }
+            replies.append(try Self.copy(raw.assumingMemoryBound(to: redisReply.self)))
+        }
+        return replies
+    }
+
+    /// Turns the context's `err`/`errstr` (read right after the failing call) into a RedisError.
+    private func ioError(_ context: UnsafeMutablePointer<redisContext>, activity: String) -> RedisError {
+        RedisThreadExecutor.discardPendingSIGPIPE()
+        let text = Self.errorString(context)
+        let detail = Self.detail(context)
+        switch context.pointee.err {
+        case REDIS_ERR_IO where Self.isTimeout(text):
+            return RedisError(
+                .timeout,
+                "\(target) did not answer within the command timeout of \(configuration.commandTimeout) while "
+                    + "\(activity); the connection was dropped, call reconnect()",
+                detail: detail)
+        case REDIS_ERR_PROTOCOL:
+            return RedisError(
+                .protocol,
+                "\(target) sent a reply that hiredis cannot parse while \(activity): \(text); the connection was dropped",
+                detail: detail)
+        case REDIS_ERR_OOM:
+            return RedisError(.connection, "hiredis ran out of memory while \(activity) on \(target)", detail: detail)
+        default:
+            return RedisError(
+                .connection,
+                "lost the connection to \(target) while \(activity): \(text); call reconnect() once the server is reachable",
+                detail: detail)
+        }
+    }
+
+    // MARK: - Helpers without state
+
+    private static func errorString(_ context: UnsafeMutablePointer<redisContext>) -> String {
+        withUnsafeBytes(of: context.pointee.errstr) { raw in
+            String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+        }
+    }
+
+    private static func detail(_ context: UnsafeMutablePointer<redisContext>) -> String {
+        let name = switch context.pointee.err {
+        case REDIS_ERR_IO: "REDIS_ERR_IO"
+        case REDIS_ERR_EOF: "REDIS_ERR_EOF"
+        case REDIS_ERR_PROTOCOL: "REDIS_ERR_PROTOCOL"
+        case REDIS_ERR_OOM: "REDIS_ERR_OOM"
+        case REDIS_ERR_OTHER: "REDIS_ERR_OTHER"
+        default: "err \(context.pointee.err)"
+        }
+        return "hiredis \(name): \(errorString(context))"
+    }
+
+    /// hiredis 0.14 has no timeout error code: a socket timeout is a plain REDIS_ERR_IO whose
+    /// errstr is strerror(EAGAIN) (command timeout, SO_RCVTIMEO/SO_SNDTIMEO expired) or
+    /// strerror(ETIMEDOUT) (connect timeout), possibly after a "prefix: ".
+    private static func isTimeout(_ text: String) -> Bool {
+        [EAGAIN, EWOULDBLOCK, ETIMEDOUT].contains { text.hasSuffix(String(cString: strerror($0))) }
+    }
+
+    private static func timeval(_ duration: Duration) -> timeval {
+        let (seconds, attoseconds) = duration.components
+        var microseconds = attoseconds / 1_000_000_000_000
+        if seconds == 0 && microseconds == 0 { microseconds = 1 }
+        return CHiredis.timeval(
+            tv_sec: .init(truncatingIfNeeded: seconds), tv_usec: .init(truncatingIfNeeded: microseconds))
+    }
+
+    private static func bytes(_ strings: [String]) -> [[UInt8]] {
+        strings.map { Array($0.utf8) }
+    }
+
+    private static func validate(_ command: [[UInt8]]) throws(RedisError) {
+        if command.isEmpty {
+            throw RedisError(.invalidCommand, "cannot send an empty command: it needs at least the command name")
+        }
+        if command.count > Int(Int32.max) {
+            throw RedisError(.invalidCommand, "cannot send a command with \(command.count) arguments")
+        }
+    }
+
+    /// The command name for messages (never its arguments, which may hold secrets).
+    private static func name(of command: [[UInt8]]) -> String {
+        guard let first = command.first, first.count <= 32,
+              let text = String(validating: first, as: UTF8.self)
+        else { return "a command" }
+        return text.uppercased()
+    }
+
+    /// The SHA-1 an `EVALSHA`/`EVALSHA_RO` command refers to.
+    static func evalshaTarget(_ command: [[UInt8]]) -> String? {
+        guard command.count >= 2, let name = String(validating: command[0], as: UTF8.self),
+              ["EVALSHA", "EVALSHA_RO"].contains(name.uppercased())
+        else { return nil }
+        return String(validating: command[1], as: UTF8.self)?.lowercased()
+    }
+
+    /// The scripts, among `scripts`, that NOSCRIPT replies show to be missing (in order).
+    private static func scriptsToLoad(
+        replies: [RedisValue], commands: [[[UInt8]]], scripts: [RedisScript]
+    ) -> [RedisScript] {
+        guard !scripts.isEmpty else { return [] }
+        var missing: [RedisScript] = []
+        for (reply, command) in zip(replies, commands) where reply.isNoScript {
+            guard let sha = evalshaTarget(command),
+                  let script = scripts.first(where: { $0.sha1 == sha }),
+                  !missing.contains(script)
+            else { continue }
+            missing.append(script)
+        }
+        return missing
+    }
+
+    /// Calls `body` with hiredis' `argc`/`argv`/`argvlen` for `command`. The arguments are
+    /// copied into one buffer so every pointer stays valid for the duration of the call.
+    private static func withArgv<R>(
+        _ command: [[UInt8]],
+        _ body: (Int32, UnsafeMutablePointer<UnsafePointer<CChar>?>, UnsafePointer<Int>) -> R
+    ) -> R {
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(command.reduce(1) { $0 + $1.count })
+        var offsets: [Int] = []
+        var lengths: [Int] = []
+        offsets.reserveCapacity(command.count)
+        lengths.reserveCapacity(command.count)
+        for argument in command {
+            offsets.append(buffer.count)
+            lengths.append(argument.count)
+            buffer.append(contentsOf: argument)
+        }
+        buffer.append(0)  // never empty, so the base address is never nil
+        return buffer.withUnsafeBytes { raw in
+            let base = raw.baseAddress!.assumingMemoryBound(to: CChar.self)
+            var argv: [UnsafePointer<CChar>?] = offsets.map { base + $0 }
+            return argv.withUnsafeMutableBufferPointer { argvBuffer in
+                lengths.withUnsafeBufferPointer { lengthBuffer in
+                    body(Int32(command.count), argvBuffer.baseAddress!, lengthBuffer.baseAddress!)
+                }
+            }
+        }
+    }
+
+    /// Copies a hiredis reply tree into a RedisValue (the caller frees the reply).
+    private static func copy(_ reply: UnsafePointer<redisReply>) throws(RedisError) -> RedisValue {
+        let r = reply.pointee
+        switch r.type {
+        case REDIS_REPLY_STATUS:
+            return .simpleString(String(decoding: bytes(r), as: UTF8.self))
+        case REDIS_REPLY_ERROR:
+            return .error(String(decoding: bytes(r), as: UTF8.self))
+        case REDIS_REPLY_INTEGER:
+            return .integer(Int64(r.integer))
+        case REDIS_REPLY_NIL:
+            return .bulk(nil)
+        case REDIS_REPLY_STRING:
+            return .bulk(bytes(r))
+        case REDIS_REPLY_ARRAY:
+            var elements: [RedisValue] = []
+            elements.reserveCapacity(r.elements)
+            for index in 0..<r.elements {
+                guard let element = r.element[index] else {
+                    throw RedisError(.protocol, "hiredis returned an array with a missing element \(index)")
+                }
+                elements.append(try copy(element))
+            }
+            return .array(elements)
+        default:
+            throw RedisError(.protocol, "hiredis returned a reply of unknown type \(r.type)")
+        }
+    }
+
+    private static func bytes(_ reply: redisReply) -> [UInt8] {
+        guard let str = reply.str, reply.len > 0 else { return [] }
+        return Array(UnsafeRawBufferPointer(start: str, count: reply.len))
+    }
+}

@@ -1,0 +1,40 @@
+/// A Lua script together with its SHA-1, computed locally exactly as Redis does
+/// (so `sha1` equals what `SCRIPT LOAD` returns for `source`).
+///
+/// Run it directly with ``RedisConnection/evalsha(_:keys:args:)``, or put
+/// ``evalshaCommand(keys:args:)`` into a pipeline and pass the script in
+/// ``RedisConnection/pipeline(_:scripts:)``'s `scripts:` so the connection can load it
+/// when the server answers `NOSCRIPT`.
+public struct RedisScript: Sendable, Hashable {
+    /// The Lua source.
+    public let source: String
+    /// The lowercase hex SHA-1 of `source`'s UTF-8 bytes.
+    public let sha1: String
+
+    /// Wraps `source` and computes its SHA-1.
+    public init(_ source: String) {
+        self.source = source
+        self.sha1 = SHA1.hex(source.utf8)
+    }
+
+    /// `EVALSHA sha1 numkeys key... arg...`, ready for ``RedisConnection/pipeline(_:scripts:)``
+    /// or ``RedisConnection/send(_:)``.
+    public func evalshaCommand(keys: [[UInt8]], args: [[UInt8]]) -> [[UInt8]] {
+        [Array("EVALSHA".utf8), Array(sha1.utf8), Array(String(keys.count).utf8)] + keys + args
+    }
+
+    /// `EVALSHA` with text keys and arguments.
+    public func evalshaCommand(keys: [String] = [], args: [String] = []) -> [[UInt8]] {
+        evalshaCommand(keys: keys.map { Array($0.utf8) }, args: args.map { Array($0.utf8) })
+    }
+
+    /// `EVAL source numkeys key... arg...` — the fallback when the server lacks the script.
+    func evalCommand(keys: [[UInt8]], args: [[UInt8]]) -> [[UInt8]] {
+        [Array("EVAL".utf8), Array(source.utf8), Array(String(keys.count).utf8)] + keys + args
+    }
+
+    /// `SCRIPT LOAD source`.
+    var loadCommand: [[UInt8]] {
+        [Array("SCRIPT".utf8), Array("LOAD".utf8), Array(source.utf8)]
+    }
+}

@@ -1,0 +1,163 @@
+import PushKafka
+import Testing
+
+@Suite(.timeLimit(.minutes(3)))
+struct PushKafkaTests {
+    @Test func batchProduceThenConsumeRoundTrip() async throws {
+        let cluster = try EmbeddedKafkaCluster(brokers: 3)
+        let topic = uniqueName("round-trip")
+        try cluster.createTopic(topic, partitions: 4)
+        let producer = try KafkaProducer(configuration: producerConfiguration(cluster))
+        let outgoing = (0..<1000).map { i in
+            KafkaOutgoingMessage(topic: topic, key: bytes("key-\(i)"), value: bytes("value-\(i)"),
+                                 headers: [KafkaHeader("index", bytes("\(i)")), KafkaHeader("empty", [])])
+        }
+
+        let reports = try await producer.send(outgoing).map { try $0.get() }
+        #expect(reports.count == 1000)
+        #expect(Set(reports.map { TopicPartitionOffset(topic: $0.topic, partition: $0.partition, offset: $0.offset) }).count == 1000)
+        for (partition, offsets) in Dictionary(grouping: reports, by: \.partition) {
+            #expect(offsets.map(\.offset).sorted() == Array(0..<Int64(offsets.count)), "partition \(partition)")
+        }
+        await producer.close()
+
+        let consumer = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: uniqueName("group")))
+        try consumer.subscribe(topics: [topic])
+        let messages = try await consume(consumer, count: 1000)
+        #expect(messages.count == 1000)
+        let byKey = Dictionary(uniqueKeysWithValues: messages.map { (String(decoding: $0.key ?? [], as: UTF8.self), $0) })
+        for i in 0..<1000 {
+            let message = try #require(byKey["key-\(i)"])
+            #expect(message.topic == topic)
+            #expect(message.value == bytes("value-\(i)"))
+            #expect(message.headers == [KafkaHeader("index", bytes("\(i)")), KafkaHeader("empty", [])])
+            #expect(message.timestamp != nil)
+            let report = reports[i]
+            #expect(message.partition == report.partition && message.offset == report.offset)
+        }
+        try await consumer.close()
+    }
+
+    @Test func committedOffsetIsWhereTheGroupResumes() async throws {
+        let cluster = try EmbeddedKafkaCluster(brokers: 1)
+        let topic = uniqueName("commit")
+        let group = uniqueName("group")
+        try cluster.createTopic(topic, partitions: 1)
+        let producer = try KafkaProducer(configuration: producerConfiguration(cluster))
+        for result in try await producer.send((0..<100).map { KafkaOutgoingMessage(topic: topic, key: nil, value: bytes("\($0)")) }) {
+            _ = try result.get()
+        }
+        let partition = TopicPartition(topic: topic, partition: 0)
+
+        let first = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group))
+        try first.subscribe(topics: [topic])
+        let messages = try await consume(first, count: 100)
+        #expect(messages.map(\.offset) == Array(0..<100))
+        try await first.commit([messages[50].nextOffset])
+        #expect(try await first.committed([partition]) == [TopicPartitionOffset(partition, offset: 51)])
+        try await first.close()
+
+        let second = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group))
+        try second.subscribe(topics: [topic])
+        let resumed = try await consume(second, count: 1)
+        #expect(resumed.first?.offset == 51)
+        #expect(resumed.first?.value == bytes("51"))
+        #expect(try await second.committed([partition]) == [TopicPartitionOffset(partition, offset: 51)])
+        try await second.close()
+    }
+
+    @Test func cooperativeRebalanceAcrossTwoMembers() async throws {
+        let cluster = try EmbeddedKafkaCluster(brokers: 2)
+        let topic = uniqueName("rebalance")
+        let group = uniqueName("group")
+        try cluster.createTopic(topic, partitions: 4)
+        let all = Set((0..<4).map { TopicPartition(topic: topic, partition: $0) })
+
+        let hookA = Recorder<[TopicPartition]>(), hookB = Recorder<[TopicPartition]>()
+        let a = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group)) { hookA.append($0) }
+        let b = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group)) { hookB.append($0) }
+        let eventsA = Recorder<KafkaRebalanceEvent>(), eventsB = Recorder<KafkaRebalanceEvent>()
+        let drainA = Task { for await event in a.rebalanceEvents { eventsA.append(event) } }
+        let drainB = Task { for await event in b.rebalanceEvents { eventsB.append(event) } }
+        func hasAssigned(_ events: Recorder<KafkaRebalanceEvent>) -> Bool {
+            events.all.contains { if case .assigned = $0 { true } else { false } }
+        }
+        try a.subscribe(topics: [topic])
+        try await eventually("A, alone in the group, owns all partitions") {
+            _ = try await a.poll(timeout: .milliseconds(100))
+            return Set(try a.assignment()) == all
+        }
+
+        try b.subscribe(topics: [topic])
+        try await eventually("both members assigned, all partitions covered exactly once") {
+            _ = try await a.poll(timeout: .milliseconds(100))
+            _ = try await b.poll(timeout: .milliseconds(100))
+            let (assignedA, assignedB) = (try a.assignment(), try b.assignment())
+            return hasAssigned(eventsA) && hasAssigned(eventsB) && !assignedA.isEmpty && !assignedB.isEmpty
+                && assignedA.count + assignedB.count == 4 && Set(assignedA).union(assignedB) == all
+        }
+        let finalA = Set(try a.assignment())
+        // Cooperative: A gave up only what B took, and kept the rest without a full revoke.
+        #expect(hookA.all.map(Set.init) == [all.subtracting(finalA)])
+
+        try await a.close()
+        #expect(finalA.isSubset(of: Set(hookA.all.joined())), "onRevoke saw A's partitions when A left")
+        try await eventually("B owns all partitions after A left") {
+            _ = try await b.poll(timeout: .milliseconds(100))
+            return Set(try b.assignment()) == all
+        }
+        try await b.close()
+        await drainA.value
+        await drainB.value
+
+        for (hook, events) in [(hookA, eventsA), (hookB, eventsB)] {
+            let revoked = events.all.compactMap { if case .revoked(let partitions) = $0 { partitions } else { nil } }
+            #expect(hook.all == revoked, "onRevoke is called once per revocation, before it is reported")
+        }
+        #expect(eventsB.all.contains { if case .assigned(let partitions) = $0 { !Set(partitions).isDisjoint(with: finalA) } else { false } },
+                "B was incrementally assigned A's former partitions")
+    }
+
+    @Test func invalidPropertyIsNamedInTheError() throws {
+        do {
+            _ = try KafkaProducer(configuration: KafkaConfiguration(["no.such.property": "1"]))
+            Issue.record("expected an error")
+        } catch {
+            #expect(error.message.contains("no.such.property"))
+            #expect(error.name == "_INVALID_ARG")
+        }
+        do {
+            _ = try KafkaConsumer(configuration: KafkaConfiguration(["group.id": "g", "session.timeout.ms": "soon"]))
+            Issue.record("expected an error")
+        } catch {
+            #expect(error.message.contains("session.timeout.ms"))
+        }
+    }
+
+    @Test func sendToUnreachableBrokerTimesOut() async throws {
+        var configuration = KafkaConfiguration(["bootstrap.servers": "127.0.0.1:1"])
+        configuration.messageTimeout = .seconds(2)
+        let producer = try KafkaProducer(configuration: configuration)
+        do {
+            _ = try await producer.send(topic: "nowhere", key: bytes("k"), value: bytes("v"))
+            Issue.record("expected the send to fail")
+        } catch {
+            #expect(error.name == "_MSG_TIMED_OUT")
+            #expect(error.isRetriable)
+            #expect(!error.isFatal)
+        }
+    }
+
+    @Test func fullLocalQueueAppliesBackpressure() async throws {
+        let cluster = try EmbeddedKafkaCluster(brokers: 1)
+        let topic = uniqueName("backpressure")
+        try cluster.createTopic(topic, partitions: 2)
+        let producer = try KafkaProducer(configuration: producerConfiguration(cluster, ["queue.buffering.max.messages": "20"]))
+        let results = try await producer.send((0..<2000).map { KafkaOutgoingMessage(topic: topic, key: bytes("\($0)"), value: bytes("v")) })
+        #expect(results.allSatisfy { (try? $0.get()) != nil })
+        let single = try await producer.send(topic: topic, partition: 1, key: nil, value: bytes("last"))
+        #expect(single.partition == 1)
+        await producer.close()
+        await #expect(throws: KafkaError.self) { try await producer.send(topic: topic, key: nil, value: []) }
+    }
+}

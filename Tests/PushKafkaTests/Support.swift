@@ -1,0 +1,59 @@
+import PushKafka
+import Synchronization
+import Testing
+
+func uniqueName(_ prefix: String) -> String {
+    "\(prefix)-\(UInt32.random(in: 0...UInt32.max))"
+}
+
+func bytes(_ string: String) -> [UInt8] { Array(string.utf8) }
+
+func producerConfiguration(_ cluster: EmbeddedKafkaCluster, _ extra: [String: String] = [:]) -> KafkaConfiguration {
+    var configuration = KafkaConfiguration(extra)
+    configuration.bootstrapServers = cluster.bootstrapServers
+    configuration.clientId = "push-kafka-tests"
+    return configuration
+}
+
+/// Consumer settings that make mock-cluster group rebalances fast.
+func consumerConfiguration(_ cluster: EmbeddedKafkaCluster, group: String) -> KafkaConfiguration {
+    var configuration = KafkaConfiguration([
+        "heartbeat.interval.ms": "500",
+        "topic.metadata.refresh.interval.ms": "500",
+    ])
+    configuration.bootstrapServers = cluster.bootstrapServers
+    configuration.groupId = group
+    configuration.autoOffsetReset = "earliest"
+    configuration.sessionTimeout = .seconds(6)
+    return configuration
+}
+
+/// Repeats `attempt` (which should itself wait, e.g. by polling) until it returns true.
+/// Records an issue and throws if `deadline` passes first.
+func eventually(_ condition: Comment, within deadline: Duration = .seconds(60),
+                sourceLocation: SourceLocation = #_sourceLocation,
+                _ attempt: () async throws -> Bool) async throws {
+    let end = ContinuousClock.now + deadline
+    while ContinuousClock.now < end {
+        if try await attempt() { return }
+    }
+    Issue.record("Timed out waiting for: \(condition)", sourceLocation: sourceLocation)
+    throw CancellationError()
+}
+
+/// Polls until `count` messages arrived (or the deadline passed).
+func consume(_ consumer: KafkaConsumer, count: Int) async throws -> [KafkaMessage] {
+    var messages: [KafkaMessage] = []
+    try await eventually("\(count) messages consumed") {
+        messages += try await consumer.poll(maxMessages: 500, timeout: .milliseconds(200))
+        return messages.count >= count
+    }
+    return messages
+}
+
+/// Thread-safe append-only log for callbacks and event streams.
+final class Recorder<Element: Sendable>: Sendable {
+    private let items = Mutex<[Element]>([])
+    func append(_ item: Element) { items.withLock { $0.append(item) } }
+    var all: [Element] { items.withLock { $0 } }
+}

@@ -1,0 +1,228 @@
+import Foundation
+import PushRedis
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A throw-away `redis-server` on 127.0.0.1 for one test.
+///
+/// It listens on a port found free by binding a socket to port 0, saves nothing, and is
+/// ready when it answers `PING` (polled against a deadline). Blocking work (process
+/// start/stop, socket probes) runs off Swift's cooperative pool.
+final class RedisServerProcess: @unchecked Sendable {
+    static let executable = "/usr/bin/redis-server"
+
+    let port: Int
+    let extraArguments: [String]
+    private let directory: URL
+    // Guarded by `lock`.
+    private let lock = NSLock()
+    private var process: Process?
+
+    private init(port: Int, extraArguments: [String]) throws {
+        self.port = port
+        self.extraArguments = extraArguments
+        directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("pushredis-\(port)-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    }
+
+    deinit {
+        killNow()
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    /// A configuration pointing at this server.
+    func configuration(
+        password: String? = nil, username: String? = nil, database: Int = 0,
+        commandTimeout: Duration = .seconds(5)
+    ) -> RedisConfiguration {
+        RedisConfiguration(
+            host: "127.0.0.1", port: port, username: username, password: password,
+            database: database, connectTimeout: .seconds(2), commandTimeout: commandTimeout)
+    }
+
+    /// Starts a server on a free port; retries with a new port if another process took it.
+    static func start(_ extraArguments: [String] = []) async throws -> RedisServerProcess {
+        var lastError: (any Error)?
+        for _ in 0..<3 {
+            let server = try RedisServerProcess(port: try freePort(), extraArguments: extraArguments)
+            do {
+                try await server.start()
+                return server
+            } catch {
+                lastError = error
+            }
+        }
+        throw lastError!
+    }
+
+    /// Starts (or restarts) the server on `port` and waits until it answers PING.
+    func start() async throws {
+        let arguments = [
+            "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--dir", directory.path, "--logfile", logURL.path,
+        ] + extraArguments
+        let url = URL(fileURLWithPath: Self.executable)
+        let process = try await offPool {
+            let process = Process()
+            process.executableURL = url
+            process.arguments = arguments
+            process.standardInput = FileHandle.nullDevice
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            return process
+        }
+        lock.withLock { self.process = process }
+
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if !process.isRunning {
+                throw ServerError("redis-server on port \(port) exited with status \(process.terminationStatus); log:\n\(log)")
+            }
+            let port = self.port
+            if try await offPool({ Self.answersPing(port: port) }) { return }
+            try await Task.sleep(for: .milliseconds(10))  // poll interval, not synchronisation
+        }
+        killNow()
+        throw ServerError("redis-server on port \(port) did not answer PING within 10 s; log:\n\(log)")
+    }
+
+    /// Kills the server with SIGKILL, as in a crash, and waits until it has exited.
+    ///
+    /// SIGKILL rather than SIGTERM: Foundation's `Process` on Linux spawns the child with the
+    /// spawning thread's signal mask, and Dispatch worker threads block SIGTERM, so the
+    /// server would ignore SIGTERM. The test servers hold nothing worth saving.
+    func stop() async {
+        guard let process = lock.withLock({ self.process }) else { return }
+        if process.isRunning { _ = sendSignal(process.processIdentifier, SIGKILL) }
+        _ = try? await offPool { process.waitUntilExit() }
+        lock.withLock { self.process = nil }
+    }
+
+    private func killNow() {
+        lock.withLock {
+            if let process, process.isRunning { _ = sendSignal(process.processIdentifier, SIGKILL) }
+        }
+    }
+
+    private var logURL: URL { directory.appendingPathComponent("redis.log") }
+
+    /// The server's log, for failure messages.
+    var log: String {
+        (try? String(contentsOf: logURL, encoding: .utf8)) ?? "(no log)"
+    }
+
+    // MARK: - Sockets (plain POSIX, independent of the code under test)
+
+    /// A port that was free a moment ago: bind 127.0.0.1:0, read the port, close.
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw ServerError("socket() failed: errno \(errno)") }
+        defer { close(fd) }
+        var address = loopback(port: 0)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard bound == 0 else { throw ServerError("bind() failed: errno \(errno)") }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let named = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard named == 0 else { throw ServerError("getsockname() failed: errno \(errno)") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// Connects, sends `PING`, and accepts `+PONG` or `-NOAUTH` (a password-protected server
+    /// is up too). Any failure means "not yet".
+    static func answersPing(port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 0, tv_usec: 200_000)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = loopback(port: port)
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else { return false }
+        let ping = Array("PING\r\n".utf8)
+        guard write(fd, ping, ping.count) == ping.count else { return false }
+        var buffer = [UInt8](repeating: 0, count: 64)
+        let count = read(fd, &buffer, buffer.count)
+        guard count > 0 else { return false }
+        let reply = String(decoding: buffer[..<count], as: UTF8.self)
+        return reply.hasPrefix("+PONG") || reply.hasPrefix("-NOAUTH")
+    }
+
+    private static func loopback(port: Int) -> sockaddr_in {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return address
+    }
+}
+
+/// `kill(2)`, named apart from `RedisServerProcess`'s methods.
+private func sendSignal(_ pid: pid_t, _ signal: Int32) -> Int32 {
+    kill(pid, signal)
+}
+
+struct ServerError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Runs blocking work on a Dispatch thread instead of the cooperative pool.
+func offPool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async {
+            continuation.resume(with: Result { try work() })
+        }
+    }
+}
+
+/// Starts a server, runs `body`, and stops the server however `body` ends.
+func withRedisServer<T>(
+    _ extraArguments: [String] = [],
+    _ body: (RedisServerProcess) async throws -> T
+) async throws -> T {
+    let server = try await RedisServerProcess.start(extraArguments)
+    do {
+        let result = try await body(server)
+        await server.stop()
+        return result
+    } catch {
+        await server.stop()
+        throw error
+    }
+}
+
+/// Runs `body` and returns the RedisError it throws, or `nil` (recording an issue) if it
+/// throws nothing or another error.
+func redisError<T>(
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () async throws -> T
+) async -> RedisError? {
+    do {
+        _ = try await body()
+        Issue.record("expected a RedisError, but the call succeeded", sourceLocation: sourceLocation)
+        return nil
+    } catch let error as RedisError {
+        return error
+    } catch {
+        Issue.record("expected a RedisError, got \(error)", sourceLocation: sourceLocation)
+        return nil
+    }
+}

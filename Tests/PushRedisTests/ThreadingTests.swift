@@ -1,0 +1,65 @@
+import PushRedis
+import Testing
+
+@Suite("Threading and lifetime", .timeLimit(.minutes(2)))
+struct ThreadingTests {
+    @Test("Blocking socket I/O does not occupy Swift's cooperative pool")
+    func blockingIOLeavesThePoolFree() async throws {
+        try await withRedisServer { server in
+            // More blocked connections than this 2-core machine has cooperative threads.
+            let blockers = 6
+            var connections: [RedisConnection] = []
+            for _ in 0..<blockers {
+                connections.append(try await RedisConnection.connect(server.configuration()))
+            }
+            let clock = ContinuousClock()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for connection in connections {
+                    group.addTask {
+                        let reply = try await connection.send(["BLPOP", "never-filled", "0.6"])
+                        #expect(reply.isNull)
+                    }
+                }
+                // Give the BLPOPs time to reach the server (polled, with a deadline).
+                let admin = try await RedisConnection.connect(server.configuration())
+                let deadline = clock.now + .seconds(5)
+                while clock.now < deadline {
+                    let info = try await admin.send(["INFO", "clients"]).string ?? ""
+                    if info.contains("blocked_clients:\(blockers)") { break }
+                }
+                #expect(try await admin.send(["INFO", "clients"]).string?.contains("blocked_clients:\(blockers)") == true)
+
+                // While all of them block, ordinary async work still runs at once.
+                let start = clock.now
+                let sum = await Task { (1...1000).reduce(0, +) }.value
+                #expect(sum == 500_500)
+                #expect(clock.now - start < .milliseconds(300))
+                try await group.waitForAll()
+            }
+        }
+    }
+
+    @Test("Dropping the last reference closes the socket (on the connection's thread)")
+    func deinitClosesSocket() async throws {
+        try await withRedisServer { server in
+            let observer = try await RedisConnection.connect(server.configuration())
+            func connectedClients() async throws -> Int {
+                let info = try await observer.send(["INFO", "clients"]).string ?? ""
+                let line = info.split(whereSeparator: \.isNewline).first { $0.hasPrefix("connected_clients:") }
+                return Int(line?.split(separator: ":").last ?? "") ?? -1
+            }
+            do {
+                let temporary = try await RedisConnection.connect(server.configuration())
+                #expect(try await temporary.send(["PING"]) == .simpleString("PONG"))
+                #expect(try await connectedClients() == 2)
+            }
+            let deadline = ContinuousClock.now + .seconds(5)
+            var clients = try await connectedClients()
+            while clients != 1 && ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))  // poll interval
+                clients = try await connectedClients()
+            }
+            #expect(clients == 1)
+        }
+    }
+}

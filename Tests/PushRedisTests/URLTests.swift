@@ -1,0 +1,101 @@
+import PushRedis
+import Testing
+
+@Suite("redis:// URLs", .timeLimit(.minutes(2)))
+struct URLTests {
+    @Test("Valid forms")
+    func validForms() throws {
+        let plain = try RedisConfiguration(url: "redis://127.0.0.1:6390")
+        #expect(plain.host == "127.0.0.1")
+        #expect(plain.port == 6390)
+        #expect(plain.username == nil)
+        #expect(plain.password == nil)
+        #expect(plain.database == 0)
+
+        let defaults = try RedisConfiguration(url: "redis://cache.internal")
+        #expect(defaults.host == "cache.internal")
+        #expect(defaults.port == 6379)
+
+        let passwordOnly = try RedisConfiguration(url: "redis://:s3cret@cache.internal:6380/2")
+        #expect(passwordOnly.username == nil)
+        #expect(passwordOnly.password == "s3cret")
+        #expect(passwordOnly.port == 6380)
+        #expect(passwordOnly.database == 2)
+
+        let acl = try RedisConfiguration(url: "redis://apn-worker:p%40ss%3Aw%2Frd@127.0.0.1:6379/15")
+        #expect(acl.username == "apn-worker")
+        #expect(acl.password == "p@ss:w/rd")
+        #expect(acl.database == 15)
+
+        let ipv6 = try RedisConfiguration(url: "redis://[::1]:7000/1")
+        #expect(ipv6.host == "::1")
+        #expect(ipv6.port == 7000)
+        #expect(ipv6.endpoint == "[::1]:7000")
+
+        let trailingSlash = try RedisConfiguration(url: "REDIS://localhost:1/")
+        #expect(trailingSlash.host == "localhost")
+        #expect(trailingSlash.port == 1)
+        #expect(trailingSlash.database == 0)
+
+        let timeouts = try RedisConfiguration(url: "redis://h", connectTimeout: .seconds(1), commandTimeout: .milliseconds(250))
+        #expect(timeouts.connectTimeout == .seconds(1))
+        #expect(timeouts.commandTimeout == .milliseconds(250))
+    }
+
+    @Test("Malformed URLs give a clear message", arguments: [
+        ("127.0.0.1:6379", "missing scheme"),
+        ("http://127.0.0.1:6379", "unsupported scheme 'http'"),
+        ("unix:///tmp/redis.sock", "unix sockets are not supported"),
+        ("redis://", "missing host"),
+        ("redis://:6379", "missing host"),
+        ("redis://host:", "port '' is not a number in 1...65535"),
+        ("redis://host:port", "port 'port' is not a number in 1...65535"),
+        ("redis://host:70000", "port '70000' is not a number in 1...65535"),
+        ("redis://host:6379/abc", "database 'abc' is not a non-negative integer"),
+        ("redis://host:6379/-1", "database '-1' is not a non-negative integer"),
+        ("redis://host:6379/1/2", "database '1/2' is not a non-negative integer"),
+        ("redis://user@host", "credentials must be written user:password@ or :password@"),
+        ("redis://user:@host", "the password is empty"),
+        ("redis://u:bad%zz@host", "bad percent-encoding"),
+        ("redis://::1:6379", "an IPv6 host must be written in brackets"),
+        ("redis://[::1:6379", "unclosed '['"),
+        ("redis://host:6379?db=1", "query parameters and fragments are not supported"),
+        ("redis://ho st:6379", "contains whitespace"),
+    ])
+    func malformed(url: String, reason: String) {
+        do {
+            _ = try RedisConfiguration(url: url)
+            Issue.record("'\(url)' was accepted")
+        } catch {
+            #expect(error.code == .invalidConfiguration)
+            #expect(error.message.contains("malformed Redis URL"), "\(error.message)")
+            #expect(error.message.contains(reason), "\(error.message)")
+        }
+    }
+
+    @Test("rediss:// explains that TLS needs a TLS-terminating proxy")
+    func tls() {
+        do {
+            _ = try RedisConfiguration(url: "rediss://:pw@cache.internal:6380")
+            Issue.record("rediss:// was accepted")
+        } catch {
+            #expect(error.code == .invalidConfiguration)
+            #expect(error.message.contains("TLS"))
+            #expect(error.message.contains("hiredis 0.14 has no TLS"))
+            #expect(error.message.contains("stunnel"))
+        }
+    }
+
+    @Test("Passwords never appear in errors or descriptions")
+    func passwordsRedacted() throws {
+        do {
+            _ = try RedisConfiguration(url: "redis://worker:topsecret@host:notaport")
+            Issue.record("accepted")
+        } catch {
+            #expect(!error.message.contains("topsecret"))
+            #expect(error.message.contains("redis://worker:***@host:notaport"))
+        }
+        let configuration = try RedisConfiguration(url: "redis://worker:topsecret@host:6380/4")
+        #expect(configuration.description == "redis://worker:***@host:6380/4")
+    }
+}
