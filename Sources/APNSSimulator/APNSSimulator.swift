@@ -126,11 +126,12 @@ public final class APNSSimulator: Sendable {
         let sslContext = try NIOSSLContext(configuration: tls)
         var recordFile: FileHandle? = nil
         if let path = configuration.recordPath {
-            FileManager.default.createFile(atPath: path, contents: nil)
-            recordFile = FileHandle(forWritingAtPath: path)
-            guard recordFile != nil else {
+            guard FileManager.default.createFile(atPath: path, contents: nil),
+                let handle = FileHandle(forWritingAtPath: path)
+            else {
                 throw APNSError(.invalidConfiguration, "cannot write the record file \(path)")
             }
+            recordFile = handle
         }
         let state = State(feedback: configuration.feedback, badTokens: configuration.badTokens)
 
@@ -392,7 +393,7 @@ private final class GatewayHandler: ChannelInboundHandler {
             return
         }
         channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in }
-        let send = {
+        let send: @Sendable () -> Void = {
             var buffer = channel.allocator.buffer(capacity: ErrorResponse.size)
             buffer.writeErrorResponse(ErrorResponse(status: status, identifier: identifier))
             channel.writeAndFlush(buffer, promise: nil)
