@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "APNSCore", targets: ["APNSCore"]),
         .library(name: "APNSBinary", targets: ["APNSBinary"]),
         .library(name: "APNSSimulator", targets: ["APNSSimulator"]),
+        .library(name: "PushWorker", targets: ["PushWorker"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -19,6 +20,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "5.0.1"),
     ],
     targets: [
         // MARK: C libraries (one thin layer each)
@@ -72,9 +74,24 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // MARK: The worker
+        .target(
+            name: "PushWorker",
+            dependencies: [
+                "APNSCore",
+                "APNSBinary",
+                "PushKafka",
+                "PushRedis",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "Yams", package: "Yams"),
+            ]
+        ),
         .executableTarget(
             name: "apn-worker",
             dependencies: [
+                "PushWorker",
                 "APNSCore",
                 "APNSBinary",
                 "APNSSimulator",
@@ -103,7 +120,11 @@ let package = Package(
         ),
         .testTarget(name: "PushKafkaTests", dependencies: ["PushKafka"]),
         .testTarget(name: "PushRedisTests", dependencies: ["PushRedis"]),
-        .testTarget(name: "EndToEndTests", dependencies: ["APNSCore", "APNSSimulator"]),
+        .testTarget(
+            name: "PushWorkerTests",
+            dependencies: ["PushWorker", "APNSCore", "PushKafka", "PushRedis"]
+        ),
+        .testTarget(name: "EndToEndTests", dependencies: ["APNSCore", "APNSSimulator", "PushKafka", "PushRedis"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -34,6 +34,16 @@ public struct APNSStatus: Sendable, Hashable, CustomStringConvertible {
     /// The client was shut down before the notification could be sent.
     public static let shutDown = APNSStatus(rawValue: 516)
 
+    // The worker's codes, for notifications it decided not to send.
+    /// The job is readable but invalid (unknown app, a field with a bad value).
+    public static let invalidJob = APNSStatus(rawValue: 517)
+    /// This token of the job is not a valid hex device token.
+    public static let malformedToken = APNSStatus(rawValue: 518)
+    /// Apple reported the token unregistered (feedback or status 8) after the job's `registeredAt`.
+    public static let unregistered = APNSStatus(rawValue: 519)
+    /// The device exceeded its per-hour notification limit.
+    public static let rateLimited = APNSStatus(rawValue: 520)
+
     /// True for codes that came from Apple's error-response table rather than from the client.
     public var isFromApple: Bool { rawValue >= 0 && rawValue <= 255 }
 
@@ -57,6 +67,10 @@ public struct APNSStatus: Sendable, Hashable, CustomStringConvertible {
         case 514: "indeterminate"
         case 515: "connectionFailed"
         case 516: "shutDown"
+        case 517: "invalidJob"
+        case 518: "malformedToken"
+        case 519: "unregistered"
+        case 520: "rateLimited"
         default: "status\(rawValue)"
         }
     }
@@ -81,6 +95,10 @@ public struct APNSStatus: Sendable, Hashable, CustomStringConvertible {
         case 514: "Indeterminate: the connection closed without an error packet"
         case 515: "Could not connect to the gateway"
         case 516: "Client shut down before sending"
+        case 517: "Invalid job"
+        case 518: "Malformed device token"
+        case 519: "Device token unregistered"
+        case 520: "Device rate limit exceeded"
         default: "Undocumented status \(rawValue)"
         }
     }

@@ -1,0 +1,924 @@
+import APNSBinary
+import APNSCore
+import Dispatch
+import Foundation
+import Logging
+import PushKafka
+import PushRedis
+import Synchronization
+
+/// One member of the `apn-worker` consumer group: jobs in from Kafka, dedupe and rates in Redis,
+/// delivery through one binary pool per (app, environment), one result per notification out.
+///
+/// The path of a notification (see `docs/architecture.md`):
+/// 1. a batch of messages is parsed; bad input becomes error results at once;
+/// 2. the batch's notifications are claimed in Redis in one round trip (dedupe, unregistered
+///    tokens, rates);
+/// 3. claimed notifications go to their pool; each outcome becomes a result;
+/// 4. the result writer records outcomes in Redis, produces the results and, once Kafka has
+///    acknowledged them, commits the offsets of every message whose results are all written.
+public final class Worker: Sendable {
+    public let options: WorkerOptions
+    private let logger: Logger
+    /// This incarnation: the worker id plus a random suffix, so a restarted worker with the same
+    /// id does not mistake the claims of its dead predecessor for its own.
+    let owner: String
+    private let parser: JobParser
+    private let state = Mutex(State())
+    private let consumerBox = Mutex<KafkaConsumer?>(nil)
+    private let revokeSignal = DispatchSemaphore(value: 0)
+
+    // MARK: State
+
+    struct MessageRef: Hashable, Sendable {
+        var partition: TopicPartition
+        var offset: Int64
+        var key: String { "\(partition.topic)|\(partition.partition)|\(offset)" }
+    }
+
+    /// A notification waiting to be claimed.
+    struct Candidate: Sendable {
+        var ref: MessageRef
+        var jobId: String
+        var app: String
+        var environment: APNSEnvironment
+        var token: DeviceToken
+        var resultId: String
+        var registeredAt: Int64?
+        var notification: APNSNotification
+        var retryAt: ContinuousClock.Instant = .now
+    }
+
+    /// What a submitted notification's outcome needs to become a result.
+    struct SentContext: Sendable {
+        var candidate: Candidate
+        var takeover: Bool
+    }
+
+    /// One entry for the result writer.
+    struct Outgoing: Sendable {
+        var ref: MessageRef?
+        var resultId: String?
+        var key: [UInt8]?
+        /// The result to produce; `nil` for a released claim.
+        var value: [UInt8]?
+        /// Record this outcome in Redis first.
+        var record: Bool
+        var unregister: (app: String, environment: String, token: String, since: Int64)?
+        /// Delete the claim instead (the notification was never sent; its message will be
+        /// consumed again).
+        var release: Bool = false
+        /// Already counted in flight on its partition (it came from a pool).
+        var fromPool: Bool = false
+    }
+
+    struct PoolKey: Hashable, Sendable {
+        var app: String
+        var environment: APNSEnvironment
+    }
+
+    struct State {
+        var tracker = OffsetTracker()
+        var inFlight = 0
+        var active: [TopicPartition: Int] = [:]
+        var capacityWaiter: CheckedContinuation<Void, Never>?
+        var outgoing: [Outgoing] = []
+        var commitDirty = false
+        var writerWaiter: CheckedContinuation<Void, Never>?
+        var held: [Candidate] = []
+        var localClaims: [String: String] = [:]
+        var sent: [UInt64: SentContext] = [:]
+        var nextTag: UInt64 = 1
+        var pools: [PoolKey: APNSBinaryClient] = [:]
+        var stopping = false
+        var redisDown = false
+        var paused = false
+        var revoking: Set<TopicPartition>? = nil
+        var drainWaiters: [CheckedContinuation<Void, Never>] = []
+        var statistics = WorkerStatistics()
+
+        func activeCount(in partitions: Set<TopicPartition>) -> Int {
+            partitions.reduce(0) { $0 + (active[$1] ?? 0) }
+        }
+    }
+
+    public init(options: WorkerOptions, logger: Logger = Logger(label: "apn-worker")) {
+        self.options = options
+        var logger = logger
+        logger[metadataKey: "worker"] = "\(options.workerId)"
+        self.logger = logger
+        let suffix = (0..<6).map { _ in "0123456789abcdefghijklmnopqrstuvwxyz".randomElement()! }
+        self.owner = "\(options.workerId)#\(String(suffix))"
+        self.parser = JobParser()
+    }
+
+    /// Counters for logs, tests and benchmarks.
+    public var statistics: WorkerStatistics { state.withLock { $0.statistics } }
+
+    /// Asks ``run()`` to stop: consumption ends, in-flight notifications are finished, their
+    /// results written and offsets committed, then everything is closed.
+    public func stop() {
+        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            s.stopping = true
+            var out: [CheckedContinuation<Void, Never>] = []
+            if let c = s.capacityWaiter { out.append(c); s.capacityWaiter = nil }
+            if let c = s.writerWaiter { out.append(c); s.writerWaiter = nil }
+            return out
+        }
+        waiters.forEach { $0.resume() }
+    }
+
+    // MARK: Run
+
+    /// Runs until ``stop()``; returns after the graceful shutdown.
+    ///
+    /// - Throws: a ``WorkerError`` when Kafka cannot be set up or fails fatally.
+    public func run() async throws {
+        let claimRedis = await connectRedis(purpose: "claims")
+        let stateRedis = await connectRedis(purpose: "state")
+        let claims = NotificationStore(redis: claimRedis, prefix: options.redisKeyPrefix, owner: owner)
+        let store = NotificationStore(redis: stateRedis, prefix: options.redisKeyPrefix, owner: owner)
+
+        var producerConfig = options.kafka
+        producerConfig.properties["linger.ms"] = producerConfig.properties["linger.ms"] ?? "2"
+        let producer: KafkaProducer
+        let consumer: KafkaConsumer
+        do {
+            producer = try KafkaProducer(configuration: producerConfig)
+            var consumerConfig = options.kafka
+            consumerConfig.properties["group.id"] = options.groupId
+            consumerConfig.properties["auto.offset.reset"] = consumerConfig.properties["auto.offset.reset"] ?? "earliest"
+            consumer = try KafkaConsumer(configuration: consumerConfig) { [self] partitions in
+                handleRevoke(partitions)
+            }
+            try consumer.subscribe(topics: [options.requestsTopic])
+        } catch {
+            throw WorkerError("cannot set up Kafka at \(options.kafka.bootstrapServers ?? "?"): \(error)")
+        }
+        consumerBox.withLock { $0 = consumer }
+        logger.info("Worker started", metadata: ["owner": "\(owner)", "group": "\(options.groupId)",
+                                                 "topic": "\(options.requestsTopic)"])
+
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await self.heartbeatLoop(store) }
+            group.addTask { await self.writerLoop(store: store, producer: producer, consumer: consumer) }
+            group.addTask { await self.heldLoop(claims) }
+            group.addTask { await self.rebalanceLog(consumer) }
+            for (appName, app) in options.apps {
+                for (environment, env) in app.environments {
+                    if let feedback = env.feedback {
+                        group.addTask {
+                            await self.feedbackLoop(app: appName, environment: environment, configuration: feedback,
+                                                    interval: env.feedbackInterval, store: store, producer: producer)
+                        }
+                    }
+                }
+            }
+
+            var failure: (any Error)? = nil
+            do {
+                try await consumeLoop(consumer: consumer, claims: claims)
+            } catch {
+                failure = error
+                logger.error("Consumption failed; shutting down", metadata: ["error": "\(error)"])
+            }
+            stop()
+            await drain(consumer: consumer, store: store)
+            group.cancelAll()
+            _ = try? await group.waitForAll()
+            if let failure { throw failure }
+        }
+
+        await producer.close(timeout: .seconds(10))
+        do { try await store.retire() } catch { logger.notice("Cannot remove the liveness key", metadata: ["error": "\(error)"]) }
+        await claimRedis.close()
+        await stateRedis.close()
+        logger.info("Worker stopped", metadata: ["statistics": "\(statistics)"])
+    }
+
+    /// Connects, retrying until Redis answers (nothing can be sent without dedupe).
+    private func connectRedis(purpose: String) async -> RedisConnection {
+        var delay: Duration = .milliseconds(100)
+        while true {
+            do {
+                let connection = try await RedisConnection.connect(options.redis)
+                try await NotificationStore(redis: connection, prefix: options.redisKeyPrefix, owner: owner).prepare()
+                return connection
+            } catch {
+                logger.warning("Redis is unreachable; retrying", metadata: ["endpoint": "\(options.redis.endpoint)",
+                                                                             "purpose": "\(purpose)", "error": "\(error.message)"])
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(2))
+            }
+        }
+    }
+
+    // MARK: Consumption
+
+    private func consumeLoop(consumer: KafkaConsumer, claims: NotificationStore) async throws {
+        while true {
+            await waitForCapacity()
+            let (stopping, redisDown, paused) = state.withLock { ($0.stopping, $0.redisDown, $0.paused) }
+            if stopping { return }
+            // Redis unreachable: stop fetching (keep polling so the group keeps this member).
+            if redisDown || paused != redisDown {
+                if let assigned = try? consumer.assignment(), !assigned.isEmpty {
+                    if redisDown { try? consumer.pause(assigned) } else { try? consumer.resume(assigned) }
+                }
+                if redisDown != paused {
+                    logger.notice(redisDown ? "Redis is unreachable: consumption paused" : "Redis is back: consumption resumed")
+                }
+                state.withLock { $0.paused = redisDown }
+            }
+            var messages: [KafkaMessage]
+            do {
+                messages = try await consumer.poll(maxMessages: options.batchSize, timeout: .milliseconds(100))
+                if !messages.isEmpty {
+                    let deadline = ContinuousClock.now + options.batchWindow
+                    while messages.count < options.batchSize {
+                        let remaining = deadline - .now
+                        if remaining <= .zero { break }
+                        let more = try await consumer.poll(maxMessages: options.batchSize - messages.count, timeout: remaining)
+                        if more.isEmpty { break }
+                        messages += more
+                    }
+                }
+            } catch {
+                if error.isFatal { throw WorkerError("Kafka consumer failed: \(error)") }
+                logger.warning("Kafka consumer error", metadata: ["error": "\(error)"])
+                continue
+            }
+            if messages.isEmpty { continue }
+            await handle(messages, claims: claims)
+        }
+    }
+
+    /// Parses a batch, registers its messages, turns bad input into results and claims the rest.
+    private func handle(_ messages: [KafkaMessage], claims: NotificationStore) async {
+        let worker = options.workerId
+        let now = Self.nowMilliseconds()
+        var results: [Outgoing] = []
+        var candidates: [Candidate] = []
+        var registrations: [(MessageRef, Int)] = []
+
+        func failure(_ ref: MessageRef, jobId: String, app: String?, env: String?, token: String, status: APNSStatus, reason: String) -> Outgoing {
+            let resultId = WorkerResult.notificationId(jobId: jobId, token: token)
+            let result = WorkerResult(kind: .transmissionError, resultId: resultId, jobId: jobId, app: app, environment: env,
+                                      token: token, status: status, reason: reason, attempts: 0, possibleDuplicate: false,
+                                      worker: worker, at: now)
+            return Outgoing(ref: ref, resultId: resultId, key: result.key, value: result.serialized(), record: false)
+        }
+
+        for message in messages {
+            let ref = MessageRef(partition: TopicPartition(topic: message.topic, partition: message.partition), offset: message.offset)
+            let where_ = "\(message.topic)[\(message.partition)]@\(message.offset)"
+            let before = results.count + candidates.count
+            switch parser.parse(message.value) {
+            case .unreadable(let jobId, let app, let reason):
+                logger.warning("Rejected message \(where_): \(reason).")
+                let result = WorkerResult(kind: .invalidJob,
+                                          resultId: WorkerResult.invalidJobId(topic: message.topic, partition: message.partition, offset: message.offset),
+                                          jobId: jobId, app: app, status: .invalidJob, reason: reason, topic: message.topic,
+                                          partition: message.partition, offset: message.offset, worker: worker, at: now)
+                results.append(Outgoing(ref: ref, resultId: nil, key: result.key, value: result.serialized(), record: false))
+            case .rejected(let jobId, let app, let tokens, let reason):
+                logger.warning("Rejected job \(jobId) at \(where_): \(reason).")
+                for token in tokens {
+                    results.append(failure(ref, jobId: jobId, app: app, env: nil, token: token, status: .invalidJob, reason: reason))
+                }
+            case .job(let job):
+                guard let app = options.apps[job.app] else {
+                    let reason = "app \"\(job.app)\" is not configured; configured apps: \(options.apps.keys.sorted().joined(separator: ", "))"
+                    logger.warning("Rejected job \(job.id) at \(where_): \(reason).")
+                    for token in job.tokens {
+                        results.append(failure(ref, jobId: job.id, app: job.app, env: job.environment, token: token.text, status: .invalidJob, reason: reason))
+                    }
+                    break
+                }
+                let environment = job.environment.flatMap(APNSEnvironment.init(rawValue:)) ?? app.defaultEnvironment
+                guard app.environments[environment] != nil else {
+                    let reason = "app \"\(job.app)\" has no \(environment) environment configured"
+                    logger.warning("Rejected job \(job.id) at \(where_): \(reason).")
+                    for token in job.tokens {
+                        results.append(failure(ref, jobId: job.id, app: job.app, env: environment.rawValue, token: token.text, status: .invalidJob, reason: reason))
+                    }
+                    break
+                }
+                for token in job.tokens {
+                    switch token {
+                    case .malformed(let text, let reason):
+                        results.append(failure(ref, jobId: job.id, app: job.app, env: environment.rawValue, token: text, status: .malformedToken, reason: reason))
+                    case .valid(let deviceToken):
+                        if let payloadError = job.payloadError {
+                            results.append(failure(ref, jobId: job.id, app: job.app, env: environment.rawValue, token: deviceToken.hex,
+                                                 status: .invalidPayload, reason: payloadError))
+                        } else {
+                            candidates.append(Candidate(
+                                ref: ref, jobId: job.id, app: job.app, environment: environment, token: deviceToken,
+                                resultId: WorkerResult.notificationId(jobId: job.id, token: deviceToken.hex),
+                                registeredAt: job.registeredAt, notification: job.notification))
+                        }
+                    }
+                }
+                if job.payloadError != nil {
+                    logger.warning("Job \(job.id) at \(where_) cannot be sent: \(job.payloadError ?? "").")
+                }
+            }
+            registrations.append((ref, results.count + candidates.count - before))
+        }
+
+        state.withLock { s in
+            for (ref, count) in registrations {
+                s.tracker.register(ref.partition, offset: ref.offset, results: count)
+                s.inFlight += count
+            }
+            s.statistics.messages += messages.count
+            s.statistics.notifications += candidates.count
+            s.statistics.rejected += results.count
+            if registrations.contains(where: { $0.1 == 0 }) { s.commitDirty = true }
+        }
+        enqueue(results)
+        await claim(candidates, claims: claims)
+    }
+
+    /// Claims candidates in one round trip and acts on each decision.
+    private func claim(_ candidates: [Candidate], claims: NotificationStore) async {
+        guard !candidates.isEmpty else { return }
+        // A notification this process still has in flight for the same message waits for it.
+        var ready: [Candidate] = []
+        var waiting: [Candidate] = []
+        state.withLock { s in
+            for c in candidates {
+                if s.localClaims[c.resultId] == c.ref.key { waiting.append(c) } else { ready.append(c) }
+            }
+        }
+        if !waiting.isEmpty { hold(waiting, for: .seconds(1)) }
+        guard !ready.isEmpty else { return }
+
+        let now = Self.nowMilliseconds()
+        let requests = ready.map { c in
+            let app = options.apps[c.app]
+            return NotificationStore.ClaimRequest(
+                resultId: c.resultId, partition: c.ref.partition.partition, offset: c.ref.offset, app: c.app,
+                environment: c.environment.rawValue, token: c.token.hex, registeredAt: c.registeredAt,
+                appPerSecond: app?.appPerSecond ?? 0, devicePerHour: app?.devicePerHour ?? 0)
+        }
+        let decisions: [NotificationStore.ClaimDecision]
+        do {
+            decisions = try await claims.claim(topic: options.requestsTopic, requests, ttlSeconds: options.dedupeTTLSeconds,
+                                               nowMilliseconds: now)
+            let wasDown = state.withLock { s in defer { s.redisDown = false }; return s.redisDown }
+            if wasDown { logger.notice("Redis answers again") }
+        } catch {
+            let wasDown = state.withLock { s in defer { s.redisDown = true }; return s.redisDown }
+            if !wasDown {
+                logger.error("Cannot claim notifications in Redis; holding them until it answers",
+                             metadata: ["error": "\(error.message)", "notifications": "\(ready.count)"])
+            }
+            try? await claims.redis.reconnect()
+            hold(ready, for: .milliseconds(500))
+            return
+        }
+
+        let worker = options.workerId
+        var toSend: [PoolKey: [APNSSubmission]] = [:]
+        var results: [Outgoing] = []
+        var duplicates: [MessageRef] = []
+        var busy: [Candidate] = []
+        var throttled: [Candidate] = []
+        state.withLock { s in
+            for (c, decision) in zip(ready, decisions) {
+                switch decision {
+                case .send, .resend:
+                    let tag = s.nextTag
+                    s.nextTag += 1
+                    s.sent[tag] = SentContext(candidate: c, takeover: decision == .resend)
+                    s.localClaims[c.resultId] = c.ref.key
+                    s.active[c.ref.partition, default: 0] += 1
+                    toSend[PoolKey(app: c.app, environment: c.environment), default: []]
+                        .append(APNSSubmission(tag: tag, token: c.token, notification: c.notification))
+                    if decision == .resend { s.statistics.takenOver += 1 }
+                case .recorded(let value):
+                    results.append(Outgoing(ref: c.ref, resultId: c.resultId, key: Array(c.token.hex.utf8), value: value, record: false))
+                    s.statistics.reemitted += 1
+                case .duplicate:
+                    duplicates.append(c.ref)
+                    s.statistics.duplicates += 1
+                case .busy:
+                    busy.append(c)
+                case .throttled:
+                    throttled.append(c)
+                case .unregistered(let since):
+                    let result = WorkerResult(kind: .transmissionError, resultId: c.resultId, jobId: c.jobId, app: c.app,
+                                              environment: c.environment.rawValue, token: c.token.hex, status: .unregistered,
+                                              reason: "Apple reported this token unregistered at \(since), after the job's registeredAt (or the job has none)",
+                                              attempts: 0, possibleDuplicate: false, worker: worker, at: now)
+                    results.append(Outgoing(ref: c.ref, resultId: c.resultId, key: result.key, value: result.serialized(), record: true))
+                case .rateLimited:
+                    let result = WorkerResult(kind: .transmissionError, resultId: c.resultId, jobId: c.jobId, app: c.app,
+                                              environment: c.environment.rawValue, token: c.token.hex, status: .rateLimited,
+                                              reason: "the device reached its limit of \(options.apps[c.app]?.devicePerHour ?? 0) notifications per hour",
+                                              attempts: 0, possibleDuplicate: false, worker: worker, at: now)
+                    results.append(Outgoing(ref: c.ref, resultId: c.resultId, key: result.key, value: result.serialized(), record: true))
+                }
+            }
+            for ref in duplicates {
+                s.tracker.complete(ref.partition, offset: ref.offset)
+                s.inFlight -= 1
+            }
+            if !duplicates.isEmpty { s.commitDirty = true }
+        }
+        if !duplicates.isEmpty { wakeCapacityAndWriter() }
+        enqueue(results)
+        if !busy.isEmpty { hold(busy, for: .seconds(1)) }
+        if !throttled.isEmpty {
+            let millis = Self.nowMilliseconds() % 1000
+            hold(throttled, for: .milliseconds(1000 - millis + 1))
+        }
+        for (key, submissions) in toSend {
+            await submit(submissions, to: key)
+        }
+    }
+
+    private func submit(_ submissions: [APNSSubmission], to key: PoolKey) async {
+        do {
+            let client = try pool(for: key)
+            try await client.send(submissions)
+        } catch {
+            // The pool is shutting down or cannot be built: release the claims; the messages are
+            // not committed past these notifications, so they are consumed again.
+            logger.error("Cannot hand notifications to the \(key.app) \(key.environment) pool", metadata: ["error": "\(error)"])
+            let released = state.withLock { s in
+                submissions.compactMap { s.sent.removeValue(forKey: $0.tag) }
+            }
+            enqueue(released.map { ctx in
+                Outgoing(ref: ctx.candidate.ref, resultId: ctx.candidate.resultId, key: nil, value: nil, record: false,
+                         release: true, fromPool: true)
+            })
+        }
+    }
+
+    /// The pool for an (app, environment), created on first use.
+    private func pool(for key: PoolKey) throws -> APNSBinaryClient {
+        if let client = try state.withLock({ s throws -> APNSBinaryClient? in
+            if s.stopping { throw APNSError(.shutDown, "the worker is stopping") }
+            return s.pools[key]
+        }) {
+            return client
+        }
+        guard let configuration = options.apps[key.app]?.environments[key.environment]?.gateway else {
+            throw WorkerError("app \(key.app) has no \(key.environment) environment")
+        }
+        var logger = self.logger
+        logger[metadataKey: "app"] = "\(key.app)"
+        logger[metadataKey: "env"] = "\(key.environment)"
+        let created = try APNSBinaryClient(configuration: configuration, logger: logger)
+        let (client, isNew) = try state.withLock { s throws -> (APNSBinaryClient, Bool) in
+            if s.stopping { throw APNSError(.shutDown, "the worker is stopping") }
+            if let existing = s.pools[key] { return (existing, false) }
+            s.pools[key] = created
+            return (created, true)
+        }
+        if isNew {
+            Task { await self.readEvents(of: client, key: key) }
+            logger.info("Opened a delivery pool", metadata: ["gateway": "\(configuration.host):\(configuration.port)",
+                                                              "connections": "\(configuration.maxConnections)"])
+        }
+        return client
+    }
+
+    /// Turns a pool's outcomes into results.
+    private func readEvents(of client: APNSBinaryClient, key: PoolKey) async {
+        let worker = options.workerId
+        for await event in client.events {
+            switch event {
+            case .transmitted(let outcome), .transmissionError(let outcome):
+                guard let ctx = state.withLock({ $0.sent.removeValue(forKey: outcome.tag) }) else { continue }
+                let c = ctx.candidate
+                if outcome.status == .shutDown {
+                    // Never written: give the notification back.
+                    enqueue([Outgoing(ref: c.ref, resultId: c.resultId, key: nil, value: nil, record: false, release: true, fromPool: true)])
+                    continue
+                }
+                let result = WorkerResult(
+                    kind: outcome.isTransmitted ? .transmitted : .transmissionError, resultId: c.resultId, jobId: c.jobId,
+                    app: c.app, environment: c.environment.rawValue, token: c.token.hex, status: outcome.status,
+                    reason: outcome.status.map { outcome.message ?? $0.reason }, attempts: outcome.attempts,
+                    possibleDuplicate: outcome.possibleDuplicate || ctx.takeover, worker: worker, at: Self.nowMilliseconds())
+                var out = Outgoing(ref: c.ref, resultId: c.resultId, key: result.key, value: result.serialized(), record: true, fromPool: true)
+                if outcome.status == .invalidToken {
+                    out.unregister = (c.app, c.environment.rawValue, c.token.hex, Int64(Date().timeIntervalSince1970))
+                }
+                enqueue([out])
+            case .connected(let connection):
+                logger.debug("Gateway connection open", metadata: ["app": "\(key.app)", "connection": "\(connection)"])
+            case .disconnected(let connection, let reason):
+                logger.info("Gateway connection closed", metadata: ["app": "\(key.app)", "connection": "\(connection)", "reason": "\(reason)"])
+            case .timeout(let connection, let reason):
+                logger.warning("Gateway connection timed out", metadata: ["app": "\(key.app)", "connection": "\(connection)", "reason": "\(reason)"])
+            case .socketError(let connection, let error):
+                logger.warning("Gateway socket error", metadata: ["app": "\(key.app)", "connection": "\(connection)", "error": "\(error)"])
+            case .error(let error):
+                logger.warning("Delivery pool problem", metadata: ["app": "\(key.app)", "error": "\(error)"])
+            }
+        }
+    }
+
+    // MARK: Held notifications (busy, throttled, Redis down)
+
+    private func hold(_ candidates: [Candidate], for delay: Duration) {
+        let at = ContinuousClock.now + delay
+        state.withLock { s in
+            for var c in candidates {
+                c.retryAt = at
+                s.held.append(c)
+            }
+        }
+    }
+
+    private func heldLoop(_ claims: NotificationStore) async {
+        while !Task.isCancelled {
+            let due = state.withLock { s -> [Candidate] in
+                guard !s.held.isEmpty, !s.stopping else { return [] }
+                let now = ContinuousClock.now
+                let due = s.held.filter { $0.retryAt <= now }
+                s.held.removeAll { $0.retryAt <= now }
+                return due
+            }
+            if due.isEmpty {
+                do { try await Task.sleep(for: .milliseconds(50)) } catch { return }
+                continue
+            }
+            await claim(due, claims: claims)
+        }
+    }
+
+    // MARK: Results
+
+    private func enqueue(_ items: [Outgoing]) {
+        guard !items.isEmpty else { return }
+        let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            s.outgoing += items
+            for item in items where !item.fromPool {
+                if let ref = item.ref { s.active[ref.partition, default: 0] += 1 }
+            }
+            defer { s.writerWaiter = nil }
+            return s.writerWaiter
+        }
+        waiter?.resume()
+    }
+
+    private func writerLoop(store: NotificationStore, producer: KafkaProducer, consumer: KafkaConsumer) async {
+        var lastFlush = ContinuousClock.now
+        while true {
+            let (batch, dirty, stop) = await nextWriterBatch()
+            if stop { return }
+            if !batch.isEmpty {
+                await write(batch, store: store, producer: producer)
+            }
+            if dirty || !batch.isEmpty {
+                await commit(consumer)
+            }
+            // Gather a fuller batch next time when this one was small.
+            if batch.count < options.resultBatchSize {
+                let next = lastFlush + options.resultFlushInterval
+                if next > .now { try? await Task.sleep(until: next) }
+            }
+            lastFlush = .now
+        }
+    }
+
+    /// Waits for results (or a commit to make) and takes them; `stop` when stopping and drained.
+    private func nextWriterBatch() async -> ([Outgoing], Bool, Bool) {
+        while true {
+            let taken = state.withLock { s -> ([Outgoing], Bool, Bool)? in
+                if !s.outgoing.isEmpty || s.commitDirty {
+                    let batch = Array(s.outgoing.prefix(options.resultBatchSize))
+                    s.outgoing.removeFirst(batch.count)
+                    defer { s.commitDirty = false }
+                    return (batch, s.commitDirty, false)
+                }
+                if s.stopping && s.inFlight <= 0 && s.held.isEmpty && s.sent.isEmpty { return ([], false, true) }
+                return nil
+            }
+            if let taken { return taken }
+            if Task.isCancelled { return ([], false, true) }
+            await withCheckedContinuation { continuation in
+                let resumeNow = state.withLock { s -> Bool in
+                    if !s.outgoing.isEmpty || s.commitDirty || s.stopping { return true }
+                    s.writerWaiter = continuation
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+            if state.withLock({ $0.stopping && $0.outgoing.isEmpty && !$0.commitDirty }) {
+                // While stopping, poll for the drain to finish.
+                try? await Task.sleep(for: .milliseconds(20))
+            }
+        }
+    }
+
+    /// Records outcomes in Redis, produces the results, then marks them written. Retries until
+    /// both stores accept them: nothing is dropped.
+    private func write(_ batch: [Outgoing], store: NotificationStore, producer: KafkaProducer) async {
+        var records: [NotificationStore.Record] = []
+        var unregistered: [(app: String, environment: String, token: String, since: Int64)] = []
+        var released: [String] = []
+        for item in batch {
+            if item.release, let id = item.resultId { released.append(id) }
+            if item.record, let id = item.resultId, let ref = item.ref, let value = item.value {
+                records.append(.init(resultId: id, topic: ref.partition.topic, partition: ref.partition.partition, offset: ref.offset, result: value))
+            }
+            if let u = item.unregister { unregistered.append(u) }
+        }
+        var delay: Duration = .milliseconds(50)
+        while true {
+            do {
+                try await store.write(records: records, unregistered: unregistered, released: released, ttlSeconds: options.dedupeTTLSeconds)
+                if delay > .milliseconds(50) { state.withLock { $0.redisDown = false } }
+                break
+            } catch {
+                logger.error("Cannot record outcomes in Redis; retrying", metadata: ["error": "\(error.message)", "results": "\(batch.count)"])
+                state.withLock { $0.redisDown = true }
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(2))
+                try? await store.redis.reconnect()
+            }
+        }
+
+        var pending = batch.filter { $0.value != nil }
+        delay = .milliseconds(50)
+        while !pending.isEmpty {
+            let messages = pending.map { KafkaOutgoingMessage(topic: options.resultsTopic, key: $0.key, value: $0.value!) }
+            var failed: [Outgoing] = []
+            do {
+                let reports = try await producer.send(messages)
+                for (item, report) in zip(pending, reports) {
+                    if case .failure(let error) = report {
+                        failed.append(item)
+                        logger.warning("A result was not written; retrying", metadata: ["error": "\(error)"])
+                    }
+                }
+            } catch {
+                logger.error("Cannot write results to Kafka; retrying", metadata: ["error": "\(error)"])
+                failed = pending
+            }
+            pending = failed
+            if !pending.isEmpty {
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(2))
+            }
+        }
+
+        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            for item in batch {
+                if let id = item.resultId, item.record || item.release { s.localClaims.removeValue(forKey: id) }
+                guard let ref = item.ref else { continue }
+                if item.value != nil {
+                    s.tracker.complete(ref.partition, offset: ref.offset)
+                    s.statistics.results += 1
+                }
+                s.active[ref.partition, default: 1] -= 1
+                if s.active[ref.partition] ?? 0 <= 0 { s.active.removeValue(forKey: ref.partition) }
+                s.inFlight -= 1
+            }
+            var out: [CheckedContinuation<Void, Never>] = []
+            if let c = s.capacityWaiter, s.inFlight < options.maxInFlight { out.append(c); s.capacityWaiter = nil }
+            if let revoking = s.revoking, s.activeCount(in: revoking) == 0 { revokeSignal.signal() }
+            if s.inFlight <= 0 { out += s.drainWaiters; s.drainWaiters.removeAll() }
+            return out
+        }
+        waiters.forEach { $0.resume() }
+    }
+
+    private func commit(_ consumer: KafkaConsumer) async {
+        let offsets = state.withLock { $0.tracker.committable() }
+        guard !offsets.isEmpty else { return }
+        do {
+            try await consumer.commit(offsets)
+            state.withLock { $0.tracker.markCommitted(offsets) }
+        } catch {
+            logger.warning("Cannot commit offsets; will retry", metadata: ["error": "\(error)", "offsets": "\(offsets)"])
+            state.withLock { $0.commitDirty = true }
+        }
+    }
+
+    // MARK: Capacity
+
+    private func waitForCapacity() async {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { s -> Bool in
+                if s.stopping || s.inFlight < options.maxInFlight { return true }
+                s.capacityWaiter = continuation
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+    }
+
+    private func wakeCapacityAndWriter() {
+        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            var out: [CheckedContinuation<Void, Never>] = []
+            if let c = s.capacityWaiter, s.inFlight < options.maxInFlight { out.append(c); s.capacityWaiter = nil }
+            if let c = s.writerWaiter { out.append(c); s.writerWaiter = nil }
+            return out
+        }
+        waiters.forEach { $0.resume() }
+    }
+
+    // MARK: Rebalance
+
+    /// Called by librdkafka (on the poll thread) before partitions are taken away: waits for
+    /// their notifications in flight, commits what is complete, then forgets them. Held
+    /// notifications of those partitions are handed back unclaimed.
+    private func handleRevoke(_ partitions: [TopicPartition]) {
+        let selection = Set(partitions)
+        let outstanding = state.withLock { s -> Int in
+            let dropped = s.held.filter { selection.contains($0.ref.partition) }.count
+            s.held.removeAll { selection.contains($0.ref.partition) }
+            s.inFlight -= dropped
+            s.revoking = selection
+            return s.activeCount(in: selection)
+        }
+        logger.info("Partitions revoked", metadata: ["partitions": "\(partitions)", "inFlight": "\(outstanding)"])
+        if outstanding > 0 {
+            let deadline = DispatchTime.now() + .milliseconds(Int(options.revokeTimeout.components.seconds * 1000))
+            while state.withLock({ $0.activeCount(in: selection) }) > 0 {
+                if revokeSignal.wait(timeout: deadline) == .timedOut {
+                    logger.warning("Revoked partitions still had notifications in flight; handing them back", metadata: ["partitions": "\(partitions)"])
+                    break
+                }
+            }
+        }
+        let offsets = state.withLock { s -> [TopicPartitionOffset] in
+            s.revoking = nil
+            return s.tracker.committable().filter { selection.contains($0.topicPartition) }
+        }
+        if !offsets.isEmpty, let consumer = consumerBox.withLock({ $0 }) {
+            let done = DispatchSemaphore(value: 0)
+            let logger = self.logger
+            Task {
+                do { try await consumer.commit(offsets) } catch {
+                    logger.warning("Cannot commit revoked partitions", metadata: ["error": "\(error)"])
+                }
+                done.signal()
+            }
+            done.wait()
+        }
+        state.withLock { s in
+            s.tracker.remove(selection)
+        }
+        // Drain any stale signal.
+        while revokeSignal.wait(timeout: .now()) == .success {}
+    }
+
+    private func rebalanceLog(_ consumer: KafkaConsumer) async {
+        for await event in consumer.rebalanceEvents {
+            if case .assigned(let partitions) = event {
+                logger.info("Partitions assigned", metadata: ["partitions": "\(partitions)"])
+            }
+        }
+    }
+
+    // MARK: Shutdown
+
+    private func drain(consumer: KafkaConsumer, store: NotificationStore) async {
+        let deadline = ContinuousClock.now + options.shutdownTimeout
+        // Held notifications are not claimed: hand them back.
+        state.withLock { s in
+            s.inFlight -= s.held.count
+            s.held.removeAll()
+        }
+        let pools = state.withLock { Array($0.pools.values) }
+        logger.info("Draining", metadata: ["inFlight": "\(state.withLock { $0.inFlight })", "pools": "\(pools.count)"])
+        await withTaskGroup(of: Void.self) { group in
+            for pool in pools {
+                group.addTask { await pool.shutdown(gracePeriod: max(.seconds(1), deadline - .now)) }
+            }
+        }
+        // Wait for the writer to write what the pools reported.
+        let remaining = deadline - .now
+        let drained = await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                await withCheckedContinuation { continuation in
+                    let done = self.state.withLock { s -> Bool in
+                        if s.inFlight <= 0 { return true }
+                        s.drainWaiters.append(continuation)
+                        return false
+                    }
+                    if done { continuation.resume() }
+                }
+                return true
+            }
+            group.addTask {
+                try? await Task.sleep(for: max(.milliseconds(100), remaining))
+                return false
+            }
+            let first = await group.next() ?? false
+            if !first {
+                // Release the drain waiter so the group can finish.
+                let waiters = self.state.withLock { s in defer { s.drainWaiters.removeAll() }; return s.drainWaiters }
+                waiters.forEach { $0.resume() }
+            }
+            group.cancelAll()
+            return first
+        }
+        if !drained {
+            logger.warning("Shutdown timeout reached with notifications in flight; their messages will be consumed again",
+                           metadata: ["inFlight": "\(state.withLock { $0.inFlight })"])
+        }
+        await commit(consumer)
+        do { try await consumer.close() } catch { logger.warning("Cannot leave the consumer group cleanly", metadata: ["error": "\(error)"]) }
+    }
+
+    // MARK: Liveness
+
+    private func heartbeatLoop(_ store: NotificationStore) async {
+        let ttl = Int(options.livenessTTL.components.seconds * 1000)
+        while !Task.isCancelled {
+            do {
+                try await store.heartbeat(ttlMilliseconds: ttl)
+                state.withLock { $0.redisDown = false }
+            } catch {
+                logger.warning("Cannot refresh the liveness key", metadata: ["error": "\(error.message)"])
+                state.withLock { $0.redisDown = true }
+                try? await store.redis.reconnect()
+            }
+            do { try await Task.sleep(for: options.livenessTTL / 5) } catch { return }
+        }
+    }
+
+    // MARK: Feedback
+
+    private func feedbackLoop(app: String, environment: APNSEnvironment, configuration: APNSFeedbackClient.Configuration,
+                              interval: Duration, store: NotificationStore, producer: KafkaProducer) async {
+        let lockTTL = Int(interval.components.seconds * 1000) + Int(interval.components.attoseconds / 1_000_000_000_000_000)
+        while !Task.isCancelled {
+            do {
+                if try await store.tryFeedbackLock(app: app, environment: environment.rawValue, ttlMilliseconds: max(1000, lockTTL)) {
+                    try await pollFeedback(app: app, environment: environment, configuration: configuration, store: store, producer: producer)
+                }
+            } catch {
+                logger.warning("Feedback polling failed", metadata: ["app": "\(app)", "env": "\(environment)", "error": "\(error)"])
+            }
+            do { try await Task.sleep(for: interval) } catch { return }
+        }
+    }
+
+    private func pollFeedback(app: String, environment: APNSEnvironment, configuration: APNSFeedbackClient.Configuration,
+                              store: NotificationStore, producer: KafkaProducer) async throws {
+        let client = try APNSFeedbackClient(configuration: configuration, logger: logger)
+        let tuples = try await client.fetch()
+        guard !tuples.isEmpty else { return }
+        let worker = options.workerId
+        let now = Self.nowMilliseconds()
+        try await store.write(records: [], unregistered: tuples.map { (app, environment.rawValue, $0.token.hex, Int64($0.timestamp)) },
+                              released: [], ttlSeconds: options.dedupeTTLSeconds)
+        var messages: [KafkaOutgoingMessage] = []
+        for tuple in tuples {
+            let token = tuple.token.hex
+            let result = WorkerResult(kind: .feedback,
+                                      resultId: WorkerResult.feedbackId(app: app, environment: environment.rawValue, token: token, timestamp: Int64(tuple.timestamp)),
+                                      app: app, environment: environment.rawValue, token: token, timestamp: Int64(tuple.timestamp),
+                                      worker: worker, at: now)
+            messages.append(KafkaOutgoingMessage(topic: options.resultsTopic, key: result.key, value: result.serialized()))
+        }
+        var pending = messages
+        while !pending.isEmpty {
+            let reports = try await producer.send(pending)
+            pending = zip(pending, reports).compactMap { message, report in
+                if case .failure = report { return message } else { return nil }
+            }
+            if !pending.isEmpty { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        state.withLock { $0.statistics.feedback += tuples.count }
+        logger.info("Feedback read", metadata: ["app": "\(app)", "env": "\(environment)", "tokens": "\(tuples.count)"])
+    }
+
+    static func nowMilliseconds() -> Int64 {
+        Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
+    }
+}
+
+/// Counters of one worker.
+public struct WorkerStatistics: Sendable, CustomStringConvertible {
+    public var messages = 0
+    public var notifications = 0
+    public var rejected = 0
+    public var results = 0
+    public var duplicates = 0
+    public var reemitted = 0
+    public var takenOver = 0
+    public var feedback = 0
+
+    public var description: String {
+        "messages=\(messages) notifications=\(notifications) rejected=\(rejected) results=\(results) duplicates=\(duplicates) reemitted=\(reemitted) takenOver=\(takenOver) feedback=\(feedback)"
+    }
+}
+
+/// A failure that stops the worker, with a sentence a person can act on.
+public struct WorkerError: Error, CustomStringConvertible, Sendable {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}

@@ -1,0 +1,100 @@
+import APNSCore
+import Crypto
+
+/// One message for `apn.results` (see `docs/results.md` and `docs/schemas/result.schema.json`).
+public struct WorkerResult: Sendable, Hashable {
+    public enum Kind: String, Sendable {
+        case transmitted
+        case transmissionError
+        case feedback
+        case invalidJob
+    }
+
+    public var kind: Kind
+    public var resultId: String
+    public var jobId: String?
+    public var app: String?
+    public var environment: String?
+    public var token: String?
+    public var status: APNSStatus?
+    public var reason: String?
+    public var attempts: Int?
+    public var possibleDuplicate: Bool?
+    /// Feedback: the UNIX time Apple gave.
+    public var timestamp: Int64?
+    /// invalidJob: where the message was.
+    public var topic: String?
+    public var partition: Int32?
+    public var offset: Int64?
+    public var worker: String
+    /// UNIX milliseconds when the result was made.
+    public var at: Int64
+
+    /// The Kafka key: the token (per-device ordering), or the job id for an invalid job.
+    public var key: [UInt8]? {
+        if let token { return Array(token.utf8) }
+        if let jobId { return Array(jobId.utf8) }
+        return nil
+    }
+
+    /// The JSON value written to Kafka, keys in a fixed order.
+    public func serialized() -> [UInt8] {
+        var members: [(String, JSONValue)] = [("type", .string(kind.rawValue)), ("resultId", .string(resultId))]
+        if let jobId { members.append(("jobId", .string(jobId))) }
+        if let app { members.append(("app", .string(app))) }
+        if let environment { members.append(("env", .string(environment))) }
+        if let token { members.append(("token", .string(token))) }
+        if let status {
+            members.append(("status", .int(Int64(status.rawValue))))
+            members.append(("statusName", .string(status.name)))
+        }
+        if let reason { members.append(("reason", .string(reason))) }
+        if let attempts { members.append(("attempts", .int(Int64(attempts)))) }
+        if let possibleDuplicate { members.append(("possibleDuplicate", .bool(possibleDuplicate))) }
+        if let timestamp { members.append(("timestamp", .int(timestamp))) }
+        if let topic { members.append(("topic", .string(topic))) }
+        if let partition { members.append(("partition", .int(Int64(partition)))) }
+        if let offset { members.append(("offset", .int(offset))) }
+        members.append(("worker", .string(worker)))
+        members.append(("at", .int(at)))
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        out.reserveCapacity(256)
+        for (index, (key, value)) in members.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            JSONValue.string(key).write(into: &out)
+            out.append(UInt8(ascii: ":"))
+            value.write(into: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
+    // MARK: Result identifiers (docs/results.md "resultId")
+
+    /// `n\n<jobId>\n<token>`: the same for every copy of a notification's result.
+    public static func notificationId(jobId: String, token: String) -> String {
+        digest("n\n\(jobId)\n\(token)")
+    }
+
+    /// `f\n<app>\n<env>\n<token>\n<timestamp>`.
+    public static func feedbackId(app: String, environment: String, token: String, timestamp: Int64) -> String {
+        digest("f\n\(app)\n\(environment)\n\(token)\n\(timestamp)")
+    }
+
+    /// `i\n<topic>\n<partition>\n<offset>`.
+    public static func invalidJobId(topic: String, partition: Int32, offset: Int64) -> String {
+        digest("i\n\(topic)\n\(partition)\n\(offset)")
+    }
+
+    private static func digest(_ text: String) -> String {
+        let hash = SHA256.hash(data: Array(text.utf8))
+        let hex: [UInt8] = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(32)
+        for byte in hash.prefix(16) {
+            out.append(hex[Int(byte >> 4)])
+            out.append(hex[Int(byte & 0xf)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}

@@ -1,0 +1,209 @@
+import PushRedis
+
+/// The worker's state in Redis: one record per notification, worker liveness, rate counters,
+/// the unregistered-token store and the feedback lock. Every call is one round trip, whatever
+/// the number of notifications it covers.
+///
+/// Keys (all under ``prefix``):
+/// - `n:<resultId>`: the notification's state, with the dedupe TTL:
+///   `P|<owner>|<topic>|<partition>|<offset>` while a worker has it claimed,
+///   `D|<topic>|<partition>|<offset>|<result JSON>` once its outcome is known.
+/// - `w:<owner>`: present while the worker incarnation `owner` is alive (short TTL, refreshed).
+/// - `u:<app>:<env>`: hash token → UNIX time Apple reported the token unregistered.
+/// - `ra:<app>:<second>`, `rd:<app>:<token>:<hour>`: rate counters.
+/// - `fl:<app>:<env>`: the feedback-polling lock.
+final class NotificationStore: Sendable {
+    /// A notification to claim.
+    struct ClaimRequest: Sendable {
+        var resultId: String
+        var partition: Int32
+        var offset: Int64
+        var app: String
+        var environment: String
+        var token: String
+        var registeredAt: Int64?
+        var appPerSecond: Int
+        var devicePerHour: Int
+    }
+
+    /// What the claim decided for one notification.
+    enum ClaimDecision: Sendable, Hashable {
+        /// Claimed: send it.
+        case send
+        /// Claimed from a dead worker that may have sent it: send, marked `possibleDuplicate`.
+        case resend
+        /// The outcome is already recorded by this message: produce the recorded result again.
+        case recorded(result: [UInt8])
+        /// Another message carries the same notification (a duplicate job): no send, no result.
+        case duplicate
+        /// A live worker has it claimed for this same message: try again later.
+        case busy
+        /// The app is over its per-second rate: try again next second (not claimed).
+        case throttled
+        /// Apple reported the token unregistered at this UNIX time (claimed; do not send).
+        case unregistered(since: Int64)
+        /// The device is over its per-hour limit (claimed; do not send).
+        case rateLimited
+    }
+
+    let redis: RedisConnection
+    let prefix: String
+    let owner: String
+
+    init(redis: RedisConnection, prefix: String, owner: String) {
+        self.redis = redis
+        self.prefix = prefix
+        self.owner = owner
+    }
+
+    static let claimScript = RedisScript(#"""
+        -- ARGV: owner, topic, ttl seconds, now ms, key prefix, then 9 per notification:
+        -- resultId, partition, offset, app, env, token, registeredAt ('' = none), app limit/s, device limit/h
+        local owner, topic, ttl, now, p = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+        local second = math.floor(now / 1000)
+        local hour = math.floor(now / 3600000)
+        local out = {}
+        for i = 6, #ARGV, 9 do
+          local rid, part, off, app, env, tok, reg = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5], ARGV[i+6]
+          local alim, dlim = tonumber(ARGV[i+7]), tonumber(ARGV[i+8])
+          local key = p .. 'n:' .. rid
+          local msg = topic .. '|' .. part .. '|' .. off
+          local state = redis.call('GET', key)
+          local code
+          if state then
+            if string.sub(state, 1, 2) == 'D|' then
+              local rest = string.sub(state, 3)
+              if string.sub(rest, 1, #msg + 1) == msg .. '|' then code = 'E' .. string.sub(rest, #msg + 2) else code = 'X' end
+            else
+              local sowner, smsg = string.match(state, '^P|([^|]*)|(.*)$')
+              if smsg ~= msg then
+                code = 'X'
+              elseif sowner ~= owner and redis.call('EXISTS', p .. 'w:' .. sowner) == 1 then
+                code = 'W'
+              else
+                redis.call('SET', key, 'P|' .. owner .. '|' .. msg, 'EX', ttl)
+                code = 'R'
+              end
+            end
+          else
+            local unreg = redis.call('HGET', p .. 'u:' .. app .. ':' .. env, tok)
+            if unreg and (reg == '' or tonumber(reg) <= tonumber(unreg)) then
+              code = 'U' .. unreg
+            end
+            local akey = p .. 'ra:' .. app .. ':' .. second
+            if not code and alim > 0 and tonumber(redis.call('GET', akey) or '0') >= alim then
+              code = 'T'
+            end
+            if not code and dlim > 0 then
+              local dkey = p .. 'rd:' .. app .. ':' .. tok .. ':' .. hour
+              local count = redis.call('INCR', dkey)
+              if count == 1 then redis.call('EXPIRE', dkey, 3700) end
+              if count > dlim then code = 'L' end
+            end
+            if not code then
+              if alim > 0 then
+                if redis.call('INCR', akey) == 1 then redis.call('EXPIRE', akey, 2) end
+              end
+              code = 'S'
+            end
+            if code ~= 'T' then redis.call('SET', key, 'P|' .. owner .. '|' .. msg, 'EX', ttl) end
+          end
+          out[#out + 1] = code
+        end
+        return out
+        """#)
+
+    /// Loads the scripts so that later calls need no `NOSCRIPT` fallback.
+    func prepare() async throws(RedisError) {
+        _ = try await redis.scriptLoad(Self.claimScript.source)
+    }
+
+    /// Claims notifications of messages of `topic`, in one round trip.
+    func claim(topic: String, _ requests: [ClaimRequest], ttlSeconds: Int, nowMilliseconds: Int64) async throws(RedisError) -> [ClaimDecision] {
+        guard !requests.isEmpty else { return [] }
+        var args: [[UInt8]] = [Array(owner.utf8), Array(topic.utf8), Array(String(ttlSeconds).utf8),
+                               Array(String(nowMilliseconds).utf8), Array(prefix.utf8)]
+        args.reserveCapacity(5 + requests.count * 9)
+        for r in requests {
+            args.append(Array(r.resultId.utf8))
+            args.append(Array(String(r.partition).utf8))
+            args.append(Array(String(r.offset).utf8))
+            args.append(Array(r.app.utf8))
+            args.append(Array(r.environment.utf8))
+            args.append(Array(r.token.utf8))
+            args.append(r.registeredAt.map { Array(String($0).utf8) } ?? [])
+            args.append(Array(String(r.appPerSecond).utf8))
+            args.append(Array(String(r.devicePerHour).utf8))
+        }
+        let reply = try await redis.evalsha(Self.claimScript, keys: [], args: args)
+        guard let items = reply.array, items.count == requests.count else {
+            throw RedisError(.protocol, "the claim script answered \(reply) for \(requests.count) notifications")
+        }
+        return try items.map { item throws(RedisError) in
+            guard let bytes = item.bytes, let first = bytes.first else {
+                throw RedisError(.protocol, "the claim script answered \(item)")
+            }
+            switch first {
+            case UInt8(ascii: "S"): return .send
+            case UInt8(ascii: "R"): return .resend
+            case UInt8(ascii: "E"): return .recorded(result: Array(bytes.dropFirst()))
+            case UInt8(ascii: "X"): return .duplicate
+            case UInt8(ascii: "W"): return .busy
+            case UInt8(ascii: "T"): return .throttled
+            case UInt8(ascii: "L"): return .rateLimited
+            case UInt8(ascii: "U"): return .unregistered(since: Int64(String(decoding: bytes.dropFirst(), as: UTF8.self)) ?? 0)
+            default: throw RedisError(.protocol, "the claim script answered \(item)")
+            }
+        }
+    }
+
+    /// A notification outcome to record before its result is produced.
+    struct Record: Sendable {
+        var resultId: String
+        var topic: String
+        var partition: Int32
+        var offset: Int64
+        var result: [UInt8]
+    }
+
+    /// Records outcomes, unregistered tokens and released claims, in one round trip.
+    func write(records: [Record], unregistered: [(app: String, environment: String, token: String, since: Int64)],
+               released: [String], ttlSeconds: Int) async throws(RedisError) {
+        var commands: [[[UInt8]]] = []
+        commands.reserveCapacity(records.count + unregistered.count + released.count)
+        let ttl = Array(String(ttlSeconds).utf8)
+        for record in records {
+            var value = Array("D|\(record.topic)|\(record.partition)|\(record.offset)|".utf8)
+            value += record.result
+            commands.append([Array("SET".utf8), Array("\(prefix)n:\(record.resultId)".utf8), value, Array("EX".utf8), ttl])
+        }
+        for entry in unregistered {
+            commands.append([Array("HSET".utf8), Array("\(prefix)u:\(entry.app):\(entry.environment)".utf8),
+                             Array(entry.token.utf8), Array(String(entry.since).utf8)])
+        }
+        for resultId in released {
+            commands.append([Array("DEL".utf8), Array("\(prefix)n:\(resultId)".utf8)])
+        }
+        guard !commands.isEmpty else { return }
+        let replies = try await redis.pipeline(commands)
+        if let failure = replies.first(where: { $0.errorMessage != nil }) {
+            throw RedisError(.server("ERR"), "Redis refused a state update: \(failure.errorMessage ?? "")")
+        }
+    }
+
+    /// Marks this worker incarnation alive for `ttl`.
+    func heartbeat(ttlMilliseconds: Int) async throws(RedisError) {
+        try await redis.send(["SET", "\(prefix)w:\(owner)", "1", "PX", String(ttlMilliseconds)])
+    }
+
+    /// Marks this incarnation gone, so its claims can be taken over at once.
+    func retire() async throws(RedisError) {
+        try await redis.send(["DEL", "\(prefix)w:\(owner)"])
+    }
+
+    /// Takes the feedback lock for `app`/`environment` for `ttl` if nobody holds it.
+    func tryFeedbackLock(app: String, environment: String, ttlMilliseconds: Int) async throws(RedisError) -> Bool {
+        let reply = try await redis.send(["SET", "\(prefix)fl:\(app):\(environment)", owner, "NX", "PX", String(ttlMilliseconds)])
+        return !reply.isNull
+    }
+}

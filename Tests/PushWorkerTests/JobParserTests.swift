@@ -1,0 +1,109 @@
+import APNSCore
+import Testing
+@testable import PushWorker
+
+@Suite struct JobParserTests {
+    let parser = JobParser()
+    let token = String(repeating: "ab", count: 32)
+
+    func parse(_ text: String) -> JobParseResult { parser.parse(Array(text.utf8)) }
+
+    @Test func validJobWithConvenienceFields() throws {
+        let result = parse(#"{"id":"j1","app":"a","token":"\#(token)","alert":"Hi","badge":3,"sound":"default","expiry":"30m","priority":5,"env":"sandbox","registeredAt":1700000000,"payload":{"k":1}}"#)
+        guard case .job(let job) = result else { Issue.record("not a job: \(result)"); return }
+        #expect(job.id == "j1")
+        #expect(job.app == "a")
+        #expect(job.environment == "sandbox")
+        #expect(job.registeredAt == 1_700_000_000)
+        #expect(job.tokens == [.valid(try DeviceToken(hex: token))])
+        #expect(job.notification.alert == .text("Hi"))
+        #expect(job.notification.badge == 3)
+        #expect(job.notification.priority == .powerConsiderate)
+        #expect(job.notification.expiry == .after(.seconds(1800)))
+        #expect(job.notification.custom["k"] == .int(1))
+        #expect(job.payloadError == nil)
+    }
+
+    @Test func apsDictionaryIsInterpretedAndFieldsOverrideIt() {
+        let result = parse(#"{"id":"j","app":"a","token":"\#(token)","aps":{"alert":{"title":"T","body":"B"},"badge":1,"content-available":1,"x-custom":"y"},"badge":2}"#)
+        guard case .job(let job) = result else { Issue.record("not a job: \(result)"); return }
+        #expect(job.notification.alert == .fields(APNSAlertFields(title: "T", body: "B")))
+        #expect(job.notification.badge == 2)
+        #expect(job.notification.contentAvailable)
+        #expect(job.notification.additionalAPSFields["x-custom"] == .string("y"))
+    }
+
+    @Test func tokensAreDeduplicatedAndMalformedOnesKept() {
+        let result = parse(#"{"id":"j","app":"a","tokens":["\#(token)","\#(token.uppercased())","zz"],"alert":"x"}"#)
+        guard case .job(let job) = result else { Issue.record("not a job: \(result)"); return }
+        #expect(job.tokens.count == 2)
+        guard case .malformed(let text, let reason) = job.tokens[1] else { Issue.record("expected malformed"); return }
+        #expect(text == "zz")
+        #expect(reason.contains("hex"))
+    }
+
+    @Test(arguments: [
+        ("not json", "not valid JSON"),
+        ("[1,2]", "not an object"),
+        (#"{"app":"a","token":"aa"}"#, "no \"id\""),
+        (#"{"id":7,"app":"a","token":"aa"}"#, "\"id\""),
+        (#"{"id":"j","app":"a"}"#, "neither"),
+        (#"{"id":"j","app":"a","token":"aa","tokens":["aa"]}"#, "both"),
+        (#"{"id":"j","app":"a","tokens":[]}"#, "non-empty"),
+        (#"{"id":"j","app":"a","tokens":[1]}"#, "not a string"),
+    ])
+    func unreadableMessages(text: String, fragment: String) {
+        guard case .unreadable(_, _, let reason) = parse(text) else { Issue.record("expected unreadable for \(text)"); return }
+        #expect(reason.contains(fragment), "\(reason)")
+    }
+
+    @Test(arguments: [
+        (#""badge":-1"#, "badge"),
+        (#""priority":7"#, "priority"),
+        (#""env":"staging""#, "env"),
+        (#""expiry":"soon""#, "expiry"),
+        (#""colour":"red""#, "unknown field \"colour\""),
+        (#""payload":{"aps":{}}"#, "may not contain"),
+        (#""alert":{"titel":"x"}"#, "alert.titel"),
+    ])
+    func rejectedJobsNameTheField(field: String, fragment: String) {
+        let text = #"{"id":"j","app":"a","token":"\#(token)",\#(field)}"#
+        guard case .rejected(let id, _, let tokens, let reason) = parse(text) else { Issue.record("expected rejected for \(text)"); return }
+        #expect(id == "j")
+        #expect(tokens == [token])
+        #expect(reason.contains(fragment), "\(reason)")
+    }
+
+    @Test func missingAppIsRejectedPerToken() {
+        guard case .rejected(_, let app, let tokens, let reason) = parse(#"{"id":"j","token":"\#(token)","alert":"x"}"#) else {
+            Issue.record("expected rejected"); return
+        }
+        #expect(app == nil)
+        #expect(tokens == [token])
+        #expect(reason.contains("no \"app\""))
+    }
+
+    @Test func longAlertIsTrimmedToFit() {
+        let body = String(repeating: "word ", count: 1000)
+        guard case .job(let job) = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"\#(body)","truncateAtWordEnd":true}"#) else {
+            Issue.record("expected job"); return
+        }
+        #expect(job.payloadError == nil)
+        #expect(((try? job.notification.payload())?.count ?? 9999) <= 2048)
+    }
+
+    @Test func payloadThatCannotFitIsAnError() {
+        let big = String(repeating: "x", count: 3000)
+        guard case .job(let job) = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"hi","payload":{"blob":"\#(big)"}}"#) else {
+            Issue.record("expected job"); return
+        }
+        #expect(job.payloadError?.contains("2048") == true)
+    }
+
+    @Test func resultIdsAreDeterministicAndDistinct() {
+        let a = WorkerResult.notificationId(jobId: "j", token: token)
+        #expect(a == WorkerResult.notificationId(jobId: "j", token: token))
+        #expect(a != WorkerResult.notificationId(jobId: "j2", token: token))
+        #expect(a.count == 32)
+    }
+}
