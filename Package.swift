@@ -119,12 +119,16 @@ let package = Package(
             ]
         ),
         .testTarget(name: "PushKafkaTests", dependencies: ["PushKafka"]),
-        .testTarget(name: "PushRedisTests", dependencies: ["PushRedis"]),
+        .target(name: "PushTestSupport", dependencies: ["PushRedis"], path: "Tests/PushTestSupport"),
+        .testTarget(name: "PushRedisTests", dependencies: ["PushRedis", "PushTestSupport"]),
         .testTarget(
             name: "PushWorkerTests",
             dependencies: ["PushWorker", "APNSCore", "PushKafka", "PushRedis"]
         ),
-        .testTarget(name: "EndToEndTests", dependencies: ["APNSCore", "APNSSimulator", "PushKafka", "PushRedis"]),
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: ["APNSCore", "APNSBinary", "APNSSimulator", "PushKafka", "PushRedis", "PushWorker", "PushTestSupport"]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -126,6 +126,26 @@ public final class KafkaConsumer: Sendable {
         }
     }
 
+    /// Stores offsets (next offset to read = last processed + 1) for librdkafka's automatic
+    /// commit. With `enable.auto.commit=true` and `enable.auto.offset.store=false`, stored
+    /// offsets are committed every `auto.commit.interval.ms`, before partitions are revoked
+    /// and on `close()` — librdkafka picks moments when the group is not rebalancing, which
+    /// explicit commits cannot. Partitions no longer assigned are skipped.
+    ///
+    /// - Returns: the offsets that were not stored (their partition is not assigned).
+    @discardableResult
+    public func store(_ offsets: [TopicPartitionOffset]) throws(KafkaError) -> [TopicPartitionOffset] {
+        guard !offsets.isEmpty else { return [] }
+        guard !context.isClosed else { throw .closed("KafkaConsumer") }
+        let list = makePartitionList(offsets)
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let err = rd_kafka_offsets_store(client.pointer, list)
+        if err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__STATE && err != RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION {
+            throw KafkaError(err, context: "Cannot store offsets \(offsets)")
+        }
+        return partitionElements(list).filter { $0.1 != RD_KAFKA_RESP_ERR_NO_ERROR }.map(\.0)
+    }
+
     /// The group's committed offsets for `partitions`. Partitions without a committed
     /// offset are left out.
     public func committed(_ partitions: [TopicPartition], timeout: Duration = .seconds(10)) async throws(KafkaError) -> [TopicPartitionOffset] {

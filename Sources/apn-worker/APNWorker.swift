@@ -5,8 +5,8 @@ import Foundation
 struct APNWorker: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "apn-worker",
-        abstract: "Delivers Apple Push Notifications: sender, feedback reader and APNs simulator.",
-        subcommands: [Push.self, Feedback.self, Simulate.self]
+        abstract: "Delivers Apple Push Notifications: the Kafka worker, a sender, a feedback reader and an APNs simulator.",
+        subcommands: [Run.self, Send.self, Demo.self, KafkaEmbedded.self, Push.self, Feedback.self, Simulate.self]
     )
 }
 

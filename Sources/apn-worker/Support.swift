@@ -74,6 +74,13 @@ func jsonLine(_ fields: [(String, JSONValue)]) -> String {
 
 /// Waits for SIGINT or SIGTERM.
 func waitForTerminationSignal() async {
+    // A parent may have started this process with SIGTERM blocked (Foundation's Process
+    // passes on the spawning thread's mask): unblock it, or the handler would never run.
+    var unblock = sigset_t()
+    sigemptyset(&unblock)
+    sigaddset(&unblock, SIGINT)
+    sigaddset(&unblock, SIGTERM)
+    pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
     signal(SIGINT, SIG_IGN)
     signal(SIGTERM, SIG_IGN)
     await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in

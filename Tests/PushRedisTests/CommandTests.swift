@@ -1,3 +1,4 @@
+import PushTestSupport
 import Foundation
 import PushRedis
 import Testing

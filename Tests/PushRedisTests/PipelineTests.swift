@@ -1,3 +1,4 @@
+import PushTestSupport
 import PushRedis
 import Testing
 

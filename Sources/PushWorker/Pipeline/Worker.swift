@@ -148,6 +148,10 @@ public final class Worker: Sendable {
             var consumerConfig = options.kafka
             consumerConfig.properties["group.id"] = options.groupId
             consumerConfig.properties["auto.offset.reset"] = consumerConfig.properties["auto.offset.reset"] ?? "earliest"
+            // Offsets are stored once their results are written; librdkafka commits them.
+            consumerConfig.properties["enable.auto.commit"] = "true"
+            consumerConfig.properties["enable.auto.offset.store"] = "false"
+            consumerConfig.properties["auto.commit.interval.ms"] = consumerConfig.properties["auto.commit.interval.ms"] ?? "200"
             consumer = try KafkaConsumer(configuration: consumerConfig) { [self] partitions in
                 handleRevoke(partitions)
             }
@@ -691,14 +695,24 @@ public final class Worker: Sendable {
         waiters.forEach { $0.resume() }
     }
 
+    /// Hands the offsets of fully written messages to librdkafka, which commits them on its
+    /// auto-commit timer, before a revocation and on close — at moments when the group is not
+    /// rebalancing. (Explicit commits that race a rebalance fail with ILLEGAL_GENERATION, and
+    /// librdkafka answers those by revoking everything and rejoining.)
     private func commit(_ consumer: KafkaConsumer) async {
-        let offsets = state.withLock { $0.tracker.committable() }
+        storeOffsets(consumer, in: nil)
+    }
+
+    private func storeOffsets(_ consumer: KafkaConsumer, in selection: Set<TopicPartition>?) {
+        let offsets = state.withLock { s in
+            s.tracker.committable().filter { selection?.contains($0.topicPartition) ?? true }
+        }
         guard !offsets.isEmpty else { return }
         do {
-            try await consumer.commit(offsets)
-            state.withLock { $0.tracker.markCommitted(offsets) }
+            let skipped = Set(try consumer.store(offsets))
+            state.withLock { $0.tracker.markCommitted(offsets.filter { !skipped.contains($0) }) }
         } catch {
-            logger.warning("Cannot commit offsets; will retry", metadata: ["error": "\(error)", "offsets": "\(offsets)"])
+            logger.warning("Cannot store offsets for commit; will retry", metadata: ["error": "\(error)", "offsets": "\(offsets)"])
             state.withLock { $0.commitDirty = true }
         }
     }
@@ -750,21 +764,9 @@ public final class Worker: Sendable {
                 }
             }
         }
-        let offsets = state.withLock { s -> [TopicPartitionOffset] in
-            s.revoking = nil
-            return s.tracker.committable().filter { selection.contains($0.topicPartition) }
-        }
-        if !offsets.isEmpty, let consumer = consumerBox.withLock({ $0 }) {
-            let done = DispatchSemaphore(value: 0)
-            let logger = self.logger
-            Task {
-                do { try await consumer.commit(offsets) } catch {
-                    logger.warning("Cannot commit revoked partitions", metadata: ["error": "\(error)"])
-                }
-                done.signal()
-            }
-            done.wait()
-        }
+        state.withLock { $0.revoking = nil }
+        // librdkafka commits what is stored for these partitions before it lets them go.
+        if let consumer = consumerBox.withLock({ $0 }) { storeOffsets(consumer, in: selection) }
         state.withLock { s in
             s.tracker.remove(selection)
         }

@@ -1,20 +1,35 @@
 import Foundation
 
 /// A child process with its output captured, killed when the test is done with it.
-final class ChildProcess: @unchecked Sendable {
+public final class ChildProcess: @unchecked Sendable {
     // Only used from the test that owns it.
-    let process = Process()
+    public let process = Process()
     private let stdoutPipe = Pipe()
     private let stderrPipe = Pipe()
     private var buffered = Data()
+    private var capturesStderr = true
 
-    init(_ executable: String, _ arguments: [String]) throws {
+    /// Starts `executable`. With `stderrFile`, standard error goes to that file (for chatty
+    /// processes whose log would otherwise fill the pipe); `environment` adds variables.
+    public init(_ executable: String, _ arguments: [String], stderrFile: String? = nil,
+                environment: [String: String] = [:]) throws {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         process.standardOutput = stdoutPipe
-        process.standardError = stderrPipe
+        if let stderrFile {
+            FileManager.default.createFile(atPath: stderrFile, contents: nil)
+            process.standardError = FileHandle(forWritingAtPath: stderrFile)
+            capturesStderr = false
+        } else {
+            process.standardError = stderrPipe
+        }
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        }
         try process.run()
     }
+
+    public var isRunning: Bool { process.isRunning }
 
     deinit {
         if process.isRunning { process.terminate() }
@@ -22,7 +37,7 @@ final class ChildProcess: @unchecked Sendable {
 
     /// The next line of standard output, or nil at end of output. Blocks on the pipe, off the
     /// cooperative thread pool.
-    func readLine() async -> String? {
+    public func readLine() async -> String? {
         await withCheckedContinuation { continuation in
             DispatchQueue.global().async { [self] in
                 while true {
@@ -45,11 +60,11 @@ final class ChildProcess: @unchecked Sendable {
     }
 
     /// Waits for the process to exit; returns its status, the rest of stdout, and stderr.
-    func finish() async -> (status: Int32, stdout: String, stderr: String) {
+    public func finish() async -> (status: Int32, stdout: String, stderr: String) {
         await withCheckedContinuation { continuation in
             DispatchQueue.global().async { [self] in
                 let out = stdoutPipe.fileHandleForReading.readDataToEndOfFile()
-                let err = stderrPipe.fileHandleForReading.readDataToEndOfFile()
+                let err = capturesStderr ? stderrPipe.fileHandleForReading.readDataToEndOfFile() : Data()
                 process.waitUntilExit()
                 let rest = String(decoding: buffered + out, as: UTF8.self)
                 continuation.resume(returning: (process.terminationStatus, rest, String(decoding: err, as: UTF8.self)))
@@ -57,18 +72,18 @@ final class ChildProcess: @unchecked Sendable {
         }
     }
 
-    func signal(_ sig: Int32) {
+    public func signal(_ sig: Int32) {
         kill(process.processIdentifier, sig)
     }
 }
 
-enum Paths {
+public enum Paths {
     /// The project root, found from this file's location.
-    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    public static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().path
 
     /// The `apn-worker` executable built next to the test bundle.
-    static var executable: String {
+    public static var executable: String {
         var dir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         for _ in 0..<4 {
             let candidate = dir.appendingPathComponent("apn-worker").path
@@ -78,7 +93,7 @@ enum Paths {
         return root + "/.build/release/apn-worker"
     }
 
-    static func temporaryDirectory() throws -> String {
+    public static func temporaryDirectory() throws -> String {
         let dir = NSTemporaryDirectory() + "apn-worker-e2e-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         return dir
@@ -86,11 +101,11 @@ enum Paths {
 }
 
 /// Runs a command to completion.
-func run(_ executable: String, _ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
+public func run(_ executable: String, _ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
     try await ChildProcess(executable, arguments).finish()
 }
 
 /// Parses a JSON object line.
-func jsonObject(_ line: String) -> [String: Any]? {
+public func jsonObject(_ line: String) -> [String: Any]? {
     (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any]
 }

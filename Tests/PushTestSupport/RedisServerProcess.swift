@@ -1,6 +1,5 @@
 import Foundation
 import PushRedis
-import Testing
 
 #if canImport(Glibc)
 import Glibc
@@ -13,11 +12,11 @@ import Darwin
 /// It listens on a port found free by binding a socket to port 0, saves nothing, and is
 /// ready when it answers `PING` (polled against a deadline). Blocking work (process
 /// start/stop, socket probes) runs off Swift's cooperative pool.
-final class RedisServerProcess: @unchecked Sendable {
-    static let executable = "/usr/bin/redis-server"
+public final class RedisServerProcess: @unchecked Sendable {
+    public static let executable = "/usr/bin/redis-server"
 
-    let port: Int
-    let extraArguments: [String]
+    public let port: Int
+    public let extraArguments: [String]
     private let directory: URL
     // Guarded by `lock`.
     private let lock = NSLock()
@@ -37,7 +36,7 @@ final class RedisServerProcess: @unchecked Sendable {
     }
 
     /// A configuration pointing at this server.
-    func configuration(
+    public func configuration(
         password: String? = nil, username: String? = nil, database: Int = 0,
         commandTimeout: Duration = .seconds(5)
     ) -> RedisConfiguration {
@@ -47,7 +46,7 @@ final class RedisServerProcess: @unchecked Sendable {
     }
 
     /// Starts a server on a free port; retries with a new port if another process took it.
-    static func start(_ extraArguments: [String] = []) async throws -> RedisServerProcess {
+    public static func start(_ extraArguments: [String] = []) async throws -> RedisServerProcess {
         var lastError: (any Error)?
         for _ in 0..<3 {
             let server = try RedisServerProcess(port: try freePort(), extraArguments: extraArguments)
@@ -62,7 +61,7 @@ final class RedisServerProcess: @unchecked Sendable {
     }
 
     /// Starts (or restarts) the server on `port` and waits until it answers PING.
-    func start() async throws {
+    public func start() async throws {
         let arguments = [
             "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
             "--dir", directory.path, "--logfile", logURL.path,
@@ -98,7 +97,7 @@ final class RedisServerProcess: @unchecked Sendable {
     /// SIGKILL rather than SIGTERM: Foundation's `Process` on Linux spawns the child with the
     /// spawning thread's signal mask, and Dispatch worker threads block SIGTERM, so the
     /// server would ignore SIGTERM. The test servers hold nothing worth saving.
-    func stop() async {
+    public func stop() async {
         guard let process = lock.withLock({ self.process }) else { return }
         if process.isRunning { _ = sendSignal(process.processIdentifier, SIGKILL) }
         _ = try? await offPool { process.waitUntilExit() }
@@ -114,14 +113,14 @@ final class RedisServerProcess: @unchecked Sendable {
     private var logURL: URL { directory.appendingPathComponent("redis.log") }
 
     /// The server's log, for failure messages.
-    var log: String {
+    public var log: String {
         (try? String(contentsOf: logURL, encoding: .utf8)) ?? "(no log)"
     }
 
     // MARK: - Sockets (plain POSIX, independent of the code under test)
 
     /// A port that was free a moment ago: bind 127.0.0.1:0, read the port, close.
-    static func freePort() throws -> Int {
+    public static func freePort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw ServerError("socket() failed: errno \(errno)") }
         defer { close(fd) }
@@ -142,7 +141,7 @@ final class RedisServerProcess: @unchecked Sendable {
 
     /// Connects, sends `PING`, and accepts `+PONG` or `-NOAUTH` (a password-protected server
     /// is up too). Any failure means "not yet".
-    static func answersPing(port: Int) -> Bool {
+    public static func answersPing(port: Int) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return false }
         defer { close(fd) }
@@ -179,13 +178,13 @@ private func sendSignal(_ pid: pid_t, _ signal: Int32) -> Int32 {
     kill(pid, signal)
 }
 
-struct ServerError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
+public struct ServerError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
 }
 
 /// Runs blocking work on a Dispatch thread instead of the cooperative pool.
-func offPool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+public func offPool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { continuation in
         DispatchQueue.global().async {
             continuation.resume(with: Result { try work() })
@@ -193,36 +192,3 @@ func offPool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async thro
     }
 }
 
-/// Starts a server, runs `body`, and stops the server however `body` ends.
-func withRedisServer<T>(
-    _ extraArguments: [String] = [],
-    _ body: (RedisServerProcess) async throws -> T
-) async throws -> T {
-    let server = try await RedisServerProcess.start(extraArguments)
-    do {
-        let result = try await body(server)
-        await server.stop()
-        return result
-    } catch {
-        await server.stop()
-        throw error
-    }
-}
-
-/// Runs `body` and returns the RedisError it throws, or `nil` (recording an issue) if it
-/// throws nothing or another error.
-func redisError<T>(
-    sourceLocation: SourceLocation = #_sourceLocation,
-    _ body: () async throws -> T
-) async -> RedisError? {
-    do {
-        _ = try await body()
-        Issue.record("expected a RedisError, but the call succeeded", sourceLocation: sourceLocation)
-        return nil
-    } catch let error as RedisError {
-        return error
-    } catch {
-        Issue.record("expected a RedisError, got \(error)", sourceLocation: sourceLocation)
-        return nil
-    }
-}

@@ -1,0 +1,82 @@
+/// A config file's contents as a tree, the same for YAML and JSON.
+///
+/// Scalars keep the text they were written with, so that a string setting written as `0123`
+/// stays `0123`, and a kind telling how the file's syntax typed them.
+enum ConfigNode: Sendable {
+    case null
+    case scalar(ConfigScalar)
+    case list([ConfigNode])
+    case map([ConfigEntry])
+
+    /// A short description of the value for error messages: a string in quotes, a number or
+    /// boolean as written, or the kind of collection.
+    var shown: String {
+        switch self {
+        case .null: "null"
+        case .scalar(let scalar): scalar.shown
+        case .list: "a list"
+        case .map: "a mapping"
+        }
+    }
+}
+
+/// One `key: value` pair of a mapping.
+struct ConfigEntry: Sendable {
+    var key: String
+    var value: ConfigNode
+}
+
+/// A scalar value and how the file typed it.
+struct ConfigScalar: Sendable {
+    enum Kind: Sendable {
+        case string
+        case integer
+        case float
+        case boolean
+    }
+
+    var text: String
+    var kind: Kind
+
+    var shown: String {
+        kind == .string ? quoted(text) : text
+    }
+}
+
+/// `text` in double quotes with quotes, backslashes and control characters escaped, for
+/// error messages.
+func quoted(_ text: String, limit: Int = 200) -> String {
+    var result = "\""
+    var count = 0
+    for scalar in text.unicodeScalars {
+        if count == limit {
+            result += "..."
+            break
+        }
+        count += 1
+        switch scalar {
+        case "\"": result += "\\\""
+        case "\\": result += "\\\\"
+        case "\n": result += "\\n"
+        case "\r": result += "\\r"
+        case "\t": result += "\\t"
+        default:
+            if scalar.value < 0x20 || scalar.value == 0x7F {
+                result += "\\u{\(String(scalar.value, radix: 16))}"
+            } else {
+                result.unicodeScalars.append(scalar)
+            }
+        }
+    }
+    return result + "\""
+}
+
+/// Guards against files that would take unreasonable time or memory to turn into a tree.
+enum ConfigLimits {
+    /// Largest config file read, in bytes.
+    static let maxFileBytes = 10 * 1024 * 1024
+    /// Deepest nesting of lists and mappings.
+    static let maxDepth = 64
+    /// Most values in the tree after aliases are expanded.
+    static let maxNodes = 1_000_000
+}

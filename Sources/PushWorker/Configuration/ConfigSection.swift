@@ -1,0 +1,73 @@
+/// One mapping of the config file, addressed by its dotted path (`apps.com.example.app`).
+///
+/// A missing or `null` section reads as empty, so `worker:` with nothing under it is the
+/// same as leaving `worker` out.
+struct ConfigSection {
+    /// Dotted path of this mapping; empty for the top level.
+    let path: String
+    let entries: [ConfigEntry]
+
+    /// The top level of a config file, which must be a mapping (or empty).
+    init(root node: ConfigNode?, filePath: String) throws(ConfigurationError) {
+        path = ""
+        switch node {
+        case nil, .null?:
+            entries = []
+        case .map(let entries)?:
+            self.entries = entries
+        case let other?:
+            throw ConfigurationError(
+                "config file \(filePath): the top level must be a mapping of settings "
+                    + "(worker, kafka, redis, limits, apps), not \(other.shown).")
+        }
+    }
+
+    /// An empty section, for when there is no config file.
+    init(emptyAt path: String) {
+        self.path = path
+        entries = []
+    }
+
+    private init(node: ConfigNode?, path: String) throws(ConfigurationError) {
+        self.path = path
+        switch node {
+        case nil, .null?:
+            entries = []
+        case .map(let entries)?:
+            self.entries = entries
+        case let other?:
+            throw ConfigurationError("\(path) must be a mapping of settings, not \(other.shown).")
+        }
+    }
+
+    /// The dotted path of `key` in this section.
+    func label(_ key: String) -> String {
+        path.isEmpty ? key : "\(path).\(key)"
+    }
+
+    /// The value of `key`, or `nil` when it is absent or `null`.
+    func node(_ key: String) -> ConfigNode? {
+        guard let entry = entries.first(where: { $0.key == key }) else { return nil }
+        if case .null = entry.value { return nil }
+        return entry.value
+    }
+
+    /// The value of `key` as a ``SettingValue`` labelled with its dotted path.
+    func value(_ key: String) -> SettingValue? {
+        node(key).map { SettingValue(label: label(key), input: .node($0)) }
+    }
+
+    /// The mapping under `key` (empty when absent or `null`).
+    func section(_ key: String) throws(ConfigurationError) -> ConfigSection {
+        try ConfigSection(node: node(key), path: label(key))
+    }
+
+    /// Rejects any key not in `known`, naming the first one found and listing the known ones.
+    func checkKnown(_ known: [String]) throws(ConfigurationError) {
+        for entry in entries where !known.contains(entry.key) {
+            let name = entry.key.isEmpty ? label("\"\"") : label(entry.key)
+            throw ConfigurationError(
+                "\(name): unknown setting; known settings here are \(known.joined(separator: ", ")).")
+        }
+    }
+}

@@ -1,0 +1,614 @@
+import Foundation
+
+extension WorkerConfiguration {
+    /// Environment variable naming the config file (`--config` wins over it).
+    public static let configPathVariable = "APN_WORKER_CONFIG"
+
+    /// Loads and validates the configuration of `apn-worker run`.
+    ///
+    /// The config file is `overrides.configPath`, else `APN_WORKER_CONFIG`; without either,
+    /// every required setting must come from the environment and flags, which is impossible
+    /// for `apps`, so the result is an error naming the missing file. Files referenced by apps
+    /// (certificate, key, pfx, ca, passphraseFile) must exist and be readable now; relative
+    /// paths are taken relative to the config file's directory.
+    ///
+    /// - Parameters:
+    ///   - overrides: the command-line flags.
+    ///   - environment: the environment variables to read (`APN_WORKER_*`).
+    ///   - hostname, pid: used for the default worker id, `<hostname>-<pid>`.
+    /// - Throws: ``ConfigurationError`` whose message names the setting and what is allowed.
+    public static func load(
+        overrides: ConfigurationOverrides = ConfigurationOverrides(),
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        hostname: String = ProcessInfo.processInfo.hostName,
+        pid: Int32 = ProcessInfo.processInfo.processIdentifier
+    ) throws(ConfigurationError) -> WorkerConfiguration {
+        var pathSource: (path: String, label: String)?
+        if let path = overrides.configPath {
+            pathSource = (path, "--config")
+        } else if let path = environment[configPathVariable], !path.isEmpty {
+            pathSource = (path, configPathVariable)
+        }
+        guard let (path, label) = pathSource else {
+            return try resolve(file: nil, filePath: nil, overrides: overrides, environment: environment,
+                               hostname: hostname, pid: pid)
+        }
+        let contents = try readConfigFile(path, label: label)
+        return try parse(fileContents: contents, path: path, overrides: overrides,
+                         environment: environment, hostname: hostname, pid: pid)
+    }
+
+    /// Validates the configuration given the text of a config file, as ``load(overrides:environment:hostname:pid:)``
+    /// does after reading it.
+    ///
+    /// `path` picks the syntax (by extension), names the file in messages and is the base of
+    /// relative paths in it. Unlike `load`, the process environment is not read unless passed.
+    public static func parse(
+        fileContents: String,
+        path: String,
+        overrides: ConfigurationOverrides = ConfigurationOverrides(),
+        environment: [String: String] = [:],
+        hostname: String = ProcessInfo.processInfo.hostName,
+        pid: Int32 = ProcessInfo.processInfo.processIdentifier
+    ) throws(ConfigurationError) -> WorkerConfiguration {
+        let root = try ConfigFileParser.parse(fileContents, path: path)
+        return try resolve(file: root, filePath: path, overrides: overrides, environment: environment,
+                           hostname: hostname, pid: pid)
+    }
+
+    /// Validates the configuration from an already-parsed file (or none).
+    static func resolve(
+        file: ConfigNode?, filePath: String?, overrides: ConfigurationOverrides,
+        environment: [String: String], hostname: String, pid: Int32
+    ) throws(ConfigurationError) -> WorkerConfiguration {
+        var builder = try ConfigurationBuilder(
+            file: file, filePath: filePath, overrides: overrides, environment: environment)
+        return try builder.build(hostname: hostname, pid: pid)
+    }
+
+    private static func readConfigFile(_ path: String, label: String) throws(ConfigurationError) -> String {
+        if path.isEmpty { throw ConfigurationError("\(label) must name a config file, not an empty path.") }
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
+            throw ConfigurationError("\(label): \(path) is a directory; name the config file in it.")
+        }
+        if let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? NSNumber,
+           size.intValue > ConfigLimits.maxFileBytes {
+            throw ConfigurationError(
+                "\(label): config file \(path) is larger than \(ConfigLimits.maxFileBytes / 1024 / 1024) MiB; "
+                    + "check that it is the right file.")
+        }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ConfigurationError("\(label): cannot read \(path); check that the file exists and is readable.")
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw ConfigurationError("config file \(path) is not UTF-8 text; save it as UTF-8.")
+        }
+        return text
+    }
+}
+
+/// Merges the sources of every setting (file < environment < flags), validates each value and
+/// assembles the ``WorkerConfiguration``.
+struct ConfigurationBuilder {
+    private let root: ConfigSection
+    private let filePath: String?
+    private let fileDirectory: String?
+    private let overrides: ConfigurationOverrides
+    private let environment: [String: String]
+    private var warnings: [String] = []
+
+    private static let environmentPrefix = "APN_WORKER_"
+    private static let kafkaPropertyPrefix = "APN_WORKER_KAFKA_PROPERTY_"
+
+    /// Every `APN_WORKER_*` variable read, apart from the Kafka property prefix.
+    private static let knownVariables: Set<String> = [
+        WorkerConfiguration.configPathVariable,
+        "APN_WORKER_ID", "APN_WORKER_BATCH_SIZE", "APN_WORKER_MAX_IN_FLIGHT", "APN_WORKER_LOG_LEVEL",
+        "APN_WORKER_LOG_FORMAT", "APN_WORKER_SHUTDOWN_TIMEOUT_SECONDS", "APN_WORKER_DEDUPE_TTL_SECONDS",
+        "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS", "APN_WORKER_KAFKA_GROUP_ID", "APN_WORKER_KAFKA_REQUESTS_TOPIC",
+        "APN_WORKER_KAFKA_RESULTS_TOPIC", "APN_WORKER_REDIS_URL", "APN_WORKER_REDIS_PASSWORD",
+        "APN_WORKER_LIMITS_APP_PER_SECOND", "APN_WORKER_LIMITS_DEVICE_PER_HOUR",
+    ]
+
+    /// librdkafka properties that have settings of their own.
+    private static let reservedKafkaProperties: [String: String] = [
+        "bootstrap.servers": "kafka.bootstrapServers (APN_WORKER_KAFKA_BOOTSTRAP_SERVERS, --brokers)",
+        "metadata.broker.list": "kafka.bootstrapServers (APN_WORKER_KAFKA_BOOTSTRAP_SERVERS, --brokers)",
+        "group.id": "kafka.groupId (APN_WORKER_KAFKA_GROUP_ID, --group)",
+    ]
+
+    init(
+        file: ConfigNode?, filePath: String?, overrides: ConfigurationOverrides,
+        environment: [String: String]
+    ) throws(ConfigurationError) {
+        if let filePath {
+            root = try ConfigSection(root: file, filePath: filePath)
+            fileDirectory = URL(fileURLWithPath: filePath).deletingLastPathComponent().path
+        } else {
+            root = ConfigSection(emptyAt: "")
+            fileDirectory = nil
+        }
+        self.filePath = filePath
+        self.overrides = overrides
+        self.environment = environment
+    }
+
+    mutating func build(hostname: String, pid: Int32) throws(ConfigurationError) -> WorkerConfiguration {
+        try root.checkKnown(["worker", "kafka", "redis", "limits", "apps"])
+        let worker = try buildWorker(hostname: hostname, pid: pid)
+        let kafka = try buildKafka()
+        let redis = try buildRedis()
+        let limits = try buildLimits()
+        let apps = try buildApps(limits: limits)
+        collectUnknownVariables()
+        return WorkerConfiguration(
+            worker: worker, kafka: kafka, redis: redis, limits: limits, apps: apps,
+            configFile: filePath, warnings: warnings)
+    }
+
+    // MARK: - Sources
+
+    /// An environment variable's value; empty values count as unset.
+    private func env(_ name: String) -> SettingValue? {
+        guard let value = environment[name], !value.isEmpty else { return nil }
+        return SettingValue(label: name, input: .text(value))
+    }
+
+    private func flag(_ name: String, _ value: String?) -> SettingValue? {
+        value.map { SettingValue(label: name, input: .text($0)) }
+    }
+
+    private func flag(_ name: String, _ value: Int?) -> SettingValue? {
+        value.map { SettingValue(label: name, input: .integer($0)) }
+    }
+
+    // MARK: - worker
+
+    private func buildWorker(hostname: String, pid: Int32) throws(ConfigurationError) -> WorkerConfiguration.Worker {
+        typealias Worker = WorkerConfiguration.Worker
+        let file = try root.section("worker")
+        try file.checkKnown([
+            "id", "batchSize", "maxInFlight", "resultFlushMs", "resultBatchSize", "shutdownTimeoutSeconds",
+            "logLevel", "logFormat", "dedupeTTLSeconds", "statusAddress",
+        ])
+
+        var worker = Worker(id: Worker.defaultId(hostname: hostname, pid: pid))
+        if let value = SettingValue.first(flag("--worker-id", overrides.workerId), env("APN_WORKER_ID"), file.value("id")) {
+            let id = try SettingParsing.string(value, allowEmpty: true)
+            guard Worker.isValidId(id) else {
+                throw ConfigurationError(
+                    "\(value.label) must be 1 to 64 characters of letters, digits, '.', '_' and '-', "
+                        + "not \(value.shown).")
+            }
+            worker.id = id
+        }
+        if let value = SettingValue.first(
+            flag("--batch-size", overrides.batchSize), env("APN_WORKER_BATCH_SIZE"), file.value("batchSize")) {
+            worker.batchSize = try SettingParsing.integer(value, .from(1, to: 100_000))
+        }
+        if let value = SettingValue.first(
+            flag("--max-in-flight", overrides.maxInFlight), env("APN_WORKER_MAX_IN_FLIGHT"), file.value("maxInFlight")) {
+            worker.maxInFlight = try SettingParsing.integer(value, .from(1, to: 1_000_000))
+        }
+        if let value = file.value("resultFlushMs") {
+            worker.resultFlushMs = try SettingParsing.integer(value, .from(1, to: 10_000))
+        }
+        if let value = file.value("resultBatchSize") {
+            worker.resultBatchSize = try SettingParsing.integer(value, .from(1, to: 100_000))
+        }
+        if let value = SettingValue.first(
+            flag("--shutdown-timeout", overrides.shutdownTimeoutSeconds),
+            env("APN_WORKER_SHUTDOWN_TIMEOUT_SECONDS"), file.value("shutdownTimeoutSeconds")) {
+            worker.shutdownTimeoutSeconds = try SettingParsing.integer(value, .from(1, to: 3_600))
+        }
+        if let value = SettingValue.first(
+            flag("--log-level", overrides.logLevel), env("APN_WORKER_LOG_LEVEL"), file.value("logLevel")) {
+            worker.logLevel = try SettingParsing.choice(value)
+        }
+        if let value = SettingValue.first(
+            flag("--log-format", overrides.logFormat), env("APN_WORKER_LOG_FORMAT"), file.value("logFormat")) {
+            worker.logFormat = try SettingParsing.choice(value)
+        }
+        if let value = SettingValue.first(env("APN_WORKER_DEDUPE_TTL_SECONDS"), file.value("dedupeTTLSeconds")) {
+            worker.dedupeTTLSeconds = try SettingParsing.integer(value, .from(60, to: 31_536_000))
+        }
+        if let value = file.value("statusAddress") {
+            worker.statusAddress = try SettingParsing.string(value)
+        }
+        return worker
+    }
+
+    // MARK: - kafka
+
+    private func buildKafka() throws(ConfigurationError) -> WorkerConfiguration.Kafka {
+        let file = try root.section("kafka")
+        try file.checkKnown(["bootstrapServers", "groupId", "requestsTopic", "resultsTopic", "properties"])
+
+        guard let serversValue = SettingValue.first(
+            flag("--brokers", overrides.brokers), env("APN_WORKER_KAFKA_BOOTSTRAP_SERVERS"),
+            file.value("bootstrapServers"))
+        else {
+            throw required("kafka.bootstrapServers", variable: "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS", flag: "--brokers")
+        }
+        let servers = try SettingParsing.string(serversValue).trimmingCharacters(in: .whitespacesAndNewlines)
+
+        var kafka = WorkerConfiguration.Kafka(bootstrapServers: servers)
+        if let value = SettingValue.first(
+            flag("--group", overrides.group), env("APN_WORKER_KAFKA_GROUP_ID"), file.value("groupId")) {
+            kafka.groupId = try SettingParsing.string(value)
+        }
+        if let value = SettingValue.first(
+            flag("--requests-topic", overrides.requestsTopic), env("APN_WORKER_KAFKA_REQUESTS_TOPIC"),
+            file.value("requestsTopic")) {
+            kafka.requestsTopic = try Self.topic(value)
+        }
+        if let value = SettingValue.first(
+            flag("--results-topic", overrides.resultsTopic), env("APN_WORKER_KAFKA_RESULTS_TOPIC"),
+            file.value("resultsTopic")) {
+            kafka.resultsTopic = try Self.topic(value)
+        }
+        kafka.properties = try kafkaProperties(file: file)
+        return kafka
+    }
+
+    /// A legal Kafka topic name: 1 to 249 characters of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
+    private static func topic(_ value: SettingValue) throws(ConfigurationError) -> String {
+        let name = try SettingParsing.string(value, allowEmpty: true)
+        let legal = (1...249).contains(name.unicodeScalars.count) && name != "." && name != ".."
+            && name.unicodeScalars.allSatisfy(WorkerConfiguration.Worker.isIdCharacter)
+        guard legal else {
+            throw ConfigurationError(
+                "\(value.label) must be a Kafka topic name of 1 to 249 letters, digits, '.', '_' and '-', "
+                    + "not \(value.shown).")
+        }
+        return name
+    }
+
+    /// `kafka.properties`, then `APN_WORKER_KAFKA_PROPERTY_*`, then `--kafka-property`, each
+    /// overriding the same property from the one before.
+    private func kafkaProperties(file: ConfigSection) throws(ConfigurationError) -> [String: String] {
+        var properties: [String: String] = [:]
+
+        func add(_ name: String, _ value: String, label: String) throws(ConfigurationError) {
+            if let instead = Self.reservedKafkaProperties[name] {
+                throw ConfigurationError("\(label): set \(instead) instead of the librdkafka property \(name).")
+            }
+            properties[name] = value
+        }
+
+        let fileProperties = try file.section("properties")
+        for entry in fileProperties.entries {
+            let label = fileProperties.label(entry.key)
+            if entry.key.trimmingCharacters(in: .whitespaces).isEmpty {
+                throw ConfigurationError("\(label): a librdkafka property name must not be empty.")
+            }
+            guard case .scalar(let scalar) = entry.value else {
+                throw ConfigurationError(
+                    "\(label) must be a string, number or boolean (librdkafka properties are "
+                        + "name: value pairs with dotted names), not \(entry.value.shown).")
+            }
+            let text: String
+            switch scalar.kind {
+            case .boolean:
+                text = (try? SettingParsing.boolean(SettingValue(label: label, input: .node(entry.value))))
+                    .map { $0 ? "true" : "false" } ?? scalar.text
+            case .integer:
+                text = SettingParsing.yamlInteger(scalar.text).map(String.init) ?? scalar.text
+            case .float, .string:
+                text = scalar.text
+            }
+            try add(entry.key, text, label: label)
+        }
+
+        for name in environment.keys.sorted() where name.hasPrefix(Self.kafkaPropertyPrefix) {
+            guard let value = environment[name], !value.isEmpty else { continue }
+            let suffix = name.dropFirst(Self.kafkaPropertyPrefix.count)
+            guard !suffix.isEmpty, !suffix.allSatisfy({ $0 == "_" }) else {
+                throw ConfigurationError(
+                    "\(name) needs a librdkafka property name after the prefix, for example "
+                        + "APN_WORKER_KAFKA_PROPERTY_SECURITY_PROTOCOL=SSL.")
+            }
+            try add(suffix.lowercased().replacingOccurrences(of: "_", with: "."), value, label: name)
+        }
+
+        for argument in overrides.kafkaProperties {
+            guard let equals = argument.firstIndex(of: "="),
+                  !argument[..<equals].trimmingCharacters(in: .whitespaces).isEmpty
+            else {
+                throw ConfigurationError(
+                    "--kafka-property must be written name=value (for example security.protocol=SSL), "
+                        + "not \(quoted(argument)).")
+            }
+            let name = argument[..<equals].trimmingCharacters(in: .whitespaces)
+            try add(name, String(argument[argument.index(after: equals)...]), label: "--kafka-property \(name)")
+        }
+        return properties
+    }
+
+    // MARK: - redis
+
+    private func buildRedis() throws(ConfigurationError) -> WorkerConfiguration.Redis {
+        let file = try root.section("redis")
+        try file.checkKnown(["url", "password", "tls", "connectTimeoutMs", "commandTimeoutMs"])
+
+        if let value = file.value("tls"), try SettingParsing.boolean(value) {
+            throw RedisURL.tlsUnsupported(value.label)
+        }
+        guard let urlValue = SettingValue.first(
+            flag("--redis", overrides.redisURL), env("APN_WORKER_REDIS_URL"), file.value("url"))
+        else {
+            throw required("redis.url", variable: "APN_WORKER_REDIS_URL", flag: "--redis")
+        }
+        let url = try SettingParsing.string(urlValue)
+        let parsed = try RedisURL.parse(url, label: urlValue.label)
+
+        var redis = WorkerConfiguration.Redis(
+            url: url, host: parsed.host, port: parsed.port, username: parsed.username,
+            password: parsed.password, database: parsed.database)
+        if let value = SettingValue.first(
+            flag("--redis-password", overrides.redisPassword), env("APN_WORKER_REDIS_PASSWORD"),
+            file.value("password")) {
+            redis.password = try SettingParsing.string(value, allowEmpty: true)
+            if redis.password?.isEmpty ?? true {
+                throw ConfigurationError("\(value.label) must not be empty; leave it unset for no password.")
+            }
+        }
+        if let username = redis.username, redis.password == nil {
+            throw ConfigurationError(
+                "\(urlValue.label) names the user \(quoted(username)) but no password is set: add it to the "
+                    + "URL or set redis.password, APN_WORKER_REDIS_PASSWORD or --redis-password.")
+        }
+        if let value = file.value("connectTimeoutMs") {
+            redis.connectTimeoutMs = try SettingParsing.integer(value, .from(1, to: 600_000))
+        }
+        if let value = file.value("commandTimeoutMs") {
+            redis.commandTimeoutMs = try SettingParsing.integer(value, .from(1, to: 600_000))
+        }
+        return redis
+    }
+
+    // MARK: - limits
+
+    private func buildLimits() throws(ConfigurationError) -> WorkerConfiguration.Limits {
+        let file = try root.section("limits")
+        try file.checkKnown(["appPerSecond", "devicePerHour"])
+        var limits = WorkerConfiguration.Limits()
+        if let value = SettingValue.first(env("APN_WORKER_LIMITS_APP_PER_SECOND"), file.value("appPerSecond")) {
+            limits.appPerSecond = try SettingParsing.integer(value, .unlimitedOrMore)
+        }
+        if let value = SettingValue.first(env("APN_WORKER_LIMITS_DEVICE_PER_HOUR"), file.value("devicePerHour")) {
+            limits.devicePerHour = try SettingParsing.integer(value, .unlimitedOrMore)
+        }
+        return limits
+    }
+
+    // MARK: - apps
+
+    private func buildApps(limits: WorkerConfiguration.Limits) throws(ConfigurationError) -> [String: WorkerConfiguration.App] {
+        guard root.node("apps") != nil else {
+            let rest = "apps cannot be set through environment variables or flags"
+            if let filePath {
+                throw ConfigurationError(
+                    "apps is required: list at least one app under apps in the config file \(filePath) (\(rest)).")
+            }
+            throw ConfigurationError(
+                "apps is required: give a config file that lists at least one app under apps with --config "
+                    + "or \(WorkerConfiguration.configPathVariable) (\(rest)).")
+        }
+        let section = try root.section("apps")
+        if section.entries.isEmpty {
+            throw ConfigurationError("apps must list at least one app, keyed by the app name that jobs use.")
+        }
+        var apps: [String: WorkerConfiguration.App] = [:]
+        for entry in section.entries {
+            if entry.key.trimmingCharacters(in: .whitespaces).isEmpty {
+                throw ConfigurationError("apps: an app name must not be empty.")
+            }
+            apps[entry.key] = try buildApp(name: entry.key, section: section.section(entry.key), limits: limits)
+        }
+        return apps
+    }
+
+    private func buildApp(
+        name: String, section: ConfigSection, limits: WorkerConfiguration.Limits
+    ) throws(ConfigurationError) -> WorkerConfiguration.App {
+        typealias App = WorkerConfiguration.App
+        try section.checkKnown([
+            "bundleId", "defaultEnvironment", "transport", "poolSize", "cacheMaxCount", "cacheMaxBytes",
+            "confirmationWindowMs", "resendOnUnknown", "appPerSecond", "devicePerHour",
+            "feedbackIntervalSeconds", "environments",
+        ])
+
+        // Environments first: the default environment depends on them.
+        let environmentsSection = try section.section("environments")
+        let environmentNames = WorkerConfiguration.APNSEnvironmentName.allCases.map(\.rawValue)
+        try environmentsSection.checkKnown(environmentNames)
+        var environments: [WorkerConfiguration.APNSEnvironmentName: WorkerConfiguration.AppEnvironment] = [:]
+        for entry in environmentsSection.entries {
+            guard let environmentName = WorkerConfiguration.APNSEnvironmentName(rawValue: entry.key) else { continue }
+            environments[environmentName] = try buildEnvironment(
+                environmentName, section: environmentsSection.section(entry.key))
+        }
+        if environments.isEmpty {
+            throw ConfigurationError(
+                "\(environmentsSection.path) must configure at least one of production and sandbox in the config file.")
+        }
+
+        let defaultEnvironment: WorkerConfiguration.APNSEnvironmentName
+        if let value = section.value("defaultEnvironment") {
+            defaultEnvironment = try SettingParsing.choice(value)
+            if environments[defaultEnvironment] == nil {
+                throw ConfigurationError(
+                    "\(value.label) is \(defaultEnvironment.rawValue), but \(environmentsSection.path) "
+                        + "has no \(defaultEnvironment.rawValue) entry; configure it or choose "
+                        + "\(environments.keys.sorted().map(\.rawValue).joined(separator: " or ")).")
+            }
+        } else if environments.count == 1, let only = environments.keys.first {
+            defaultEnvironment = only
+        } else {
+            defaultEnvironment = .production
+        }
+
+        var app = App(name: name, bundleId: name, defaultEnvironment: defaultEnvironment, environments: environments)
+        if let value = section.value("bundleId") {
+            app.bundleId = try SettingParsing.string(value).trimmingCharacters(in: .whitespaces)
+        }
+        if let value = section.value("transport") {
+            app.transport = try SettingParsing.choice(value)
+        }
+        if let value = section.value("poolSize") {
+            app.poolSize = try SettingParsing.integer(value, .from(1, to: 64))
+        }
+        if let value = section.value("cacheMaxCount") {
+            app.cacheMaxCount = try SettingParsing.integer(value, .atLeast(1))
+        }
+        if let value = section.value("cacheMaxBytes") {
+            app.cacheMaxBytes = try SettingParsing.integer(value, .atLeast(4096))
+        }
+        if let value = section.value("confirmationWindowMs") {
+            app.confirmationWindowMs = try SettingParsing.integer(value, .from(1, to: 60_000))
+        }
+        if let value = section.value("resendOnUnknown") {
+            app.resendOnUnknown = try SettingParsing.boolean(value)
+        }
+        app.appPerSecond = limits.appPerSecond
+        if let value = section.value("appPerSecond") {
+            app.appPerSecond = try SettingParsing.integer(value, .unlimitedOrMore)
+        }
+        app.devicePerHour = limits.devicePerHour
+        if let value = section.value("devicePerHour") {
+            app.devicePerHour = try SettingParsing.integer(value, .unlimitedOrMore)
+        }
+        if let value = section.value("feedbackIntervalSeconds") {
+            app.feedbackIntervalSeconds = try SettingParsing.integer(
+                value, IntegerRule(range: 0...86_400, wording: "0 (no feedback polling) or a whole number from 1 to 86400"))
+        }
+        return app
+    }
+
+    private func buildEnvironment(
+        _ name: WorkerConfiguration.APNSEnvironmentName, section: ConfigSection
+    ) throws(ConfigurationError) -> WorkerConfiguration.AppEnvironment {
+        try section.checkKnown([
+            "certificate", "key", "pfx", "passphrase", "passphraseFile", "ca", "verifyServer", "gateway", "feedback",
+        ])
+
+        let certificate = section.value("certificate")
+        let key = section.value("key")
+        let pfx = section.value("pfx")
+        let credentials: WorkerConfiguration.Credentials
+        switch (certificate, key, pfx) {
+        case (let certificate?, let key?, nil):
+            credentials = .pem(certificate: try readableFile(certificate), key: try readableFile(key))
+        case (nil, nil, let pfx?):
+            credentials = .pkcs12(try readableFile(pfx))
+        case (_, _, .some):
+            throw ConfigurationError(
+                "\(section.label("pfx")) cannot be used together with certificate and key; "
+                    + "set either pfx or certificate and key.")
+        case (.some, nil, nil):
+            throw ConfigurationError(
+                "\(section.label("key")) is required with certificate: set it in the config file to the "
+                    + "PEM private key file.")
+        case (nil, .some, nil):
+            throw ConfigurationError(
+                "\(section.label("certificate")) is required with key: set it in the config file to the "
+                    + "PEM certificate file.")
+        case (nil, nil, nil):
+            throw ConfigurationError(
+                "\(section.path) needs credentials: set certificate and key (PEM files) or pfx "
+                    + "(a PKCS#12 file) in the config file.")
+        }
+
+        var passphrase: String?
+        switch (section.value("passphrase"), section.value("passphraseFile")) {
+        case (.some, .some):
+            throw ConfigurationError(
+                "\(section.label("passphrase")) and passphraseFile cannot both be set; keep one.")
+        case (let value?, nil):
+            passphrase = try SettingParsing.string(value, allowEmpty: true)
+        case (nil, let value?):
+            passphrase = try readPassphrase(value)
+        case (nil, nil):
+            passphrase = nil
+        }
+
+        var environment = WorkerConfiguration.AppEnvironment(
+            name: name, credentials: credentials, passphrase: passphrase)
+        if let value = section.value("ca") {
+            environment.ca = try readableFile(value)
+        }
+        if let value = section.value("verifyServer") {
+            environment.verifyServer = try SettingParsing.boolean(value)
+        }
+        if let value = section.value("gateway") {
+            environment.gateway = try SettingParsing.hostPort(value, defaultPort: name.defaultGateway.port)
+        }
+        if let value = section.value("feedback") {
+            environment.feedback = try SettingParsing.hostPort(value, defaultPort: name.defaultFeedback.port)
+        }
+        return environment
+    }
+
+    // MARK: - Files
+
+    /// The absolute path of a file setting, checked to be a readable file. Relative paths are
+    /// taken relative to the config file's directory.
+    private func readableFile(_ value: SettingValue) throws(ConfigurationError) -> String {
+        let raw = try SettingParsing.string(value)
+        let path = absolutePath(raw)
+        var isDirectory: ObjCBool = false
+        let exists = FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory)
+        if exists && isDirectory.boolValue {
+            throw ConfigurationError("\(value.label): \(path) is a directory; name a file.")
+        }
+        guard exists, let handle = FileHandle(forReadingAtPath: path) else {
+            throw ConfigurationError(
+                "\(value.label): cannot read \(path); check that the file exists and is readable.")
+        }
+        try? handle.close()
+        return path
+    }
+
+    private func absolutePath(_ path: String) -> String {
+        if path.hasPrefix("/") { return path }
+        let base = fileDirectory ?? FileManager.default.currentDirectoryPath
+        return URL(fileURLWithPath: path, relativeTo: URL(fileURLWithPath: base, isDirectory: true))
+            .standardizedFileURL.path
+    }
+
+    /// The contents of a `passphraseFile`, without trailing line breaks.
+    private func readPassphrase(_ value: SettingValue) throws(ConfigurationError) -> String {
+        let path = try readableFile(value)
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ConfigurationError(
+                "\(value.label): cannot read \(path); check that the file exists and is readable.")
+        }
+        guard var text = String(data: data, encoding: .utf8) else {
+            throw ConfigurationError("\(value.label): \(path) is not UTF-8 text.")
+        }
+        while let last = text.unicodeScalars.last, last == "\n" || last == "\r" {
+            text.unicodeScalars.removeLast()
+        }
+        if text.isEmpty {
+            throw ConfigurationError("\(value.label): \(path) is empty; it must hold the passphrase.")
+        }
+        return text
+    }
+
+    // MARK: - Messages
+
+    private func required(_ path: String, variable: String, flag: String) -> ConfigurationError {
+        ConfigurationError("\(path) is required: set it in the config file, \(variable) or \(flag).")
+    }
+
+    /// Warns about `APN_WORKER_*` variables that are not settings (most likely misspelt).
+    private mutating func collectUnknownVariables() {
+        for name in environment.keys.sorted()
+        where name.hasPrefix(Self.environmentPrefix) && !name.hasPrefix(Self.kafkaPropertyPrefix)
+            && !Self.knownVariables.contains(name) {
+            warnings.append("\(name) is not a setting of apn-worker run; it was ignored.")
+        }
+    }
+}

@@ -1,0 +1,408 @@
+import Foundation
+
+/// The complete, validated settings of `apn-worker run`.
+///
+/// Values come from, lowest to highest precedence: built-in defaults, the config file (YAML or
+/// JSON), `APN_WORKER_*` environment variables and command-line flags. Every value here has
+/// already been checked against its allowed range, every referenced file exists and is
+/// readable, and defaults are filled in. Build one with
+/// ``load(overrides:environment:hostname:pid:)``.
+public struct WorkerConfiguration: Sendable, Hashable {
+    /// Worker-wide behaviour (`worker.*`).
+    public var worker: Worker
+    /// The Kafka cluster and topics (`kafka.*`).
+    public var kafka: Kafka
+    /// The Redis server holding claims, results and rate-limit state (`redis.*`).
+    public var redis: Redis
+    /// Default rate limits for apps that set none of their own (`limits.*`).
+    public var limits: Limits
+    /// The apps this worker sends for, keyed by the app name that jobs use (`apps.*`).
+    public var apps: [String: App]
+    /// The config file the settings were read from, or `nil` when none was given.
+    public var configFile: String?
+    /// Things that did not stop loading but deserve a log line, such as an `APN_WORKER_*`
+    /// environment variable that is not a setting (most likely a misspelt one).
+    public var warnings: [String]
+
+    public init(
+        worker: Worker, kafka: Kafka, redis: Redis, limits: Limits, apps: [String: App],
+        configFile: String? = nil, warnings: [String] = []
+    ) {
+        self.worker = worker
+        self.kafka = kafka
+        self.redis = redis
+        self.limits = limits
+        self.apps = apps
+        self.configFile = configFile
+        self.warnings = warnings
+    }
+}
+
+extension WorkerConfiguration {
+    /// How the worker polls, batches, logs and shuts down.
+    public struct Worker: Sendable, Hashable {
+        /// Identifies this worker in claims and logs: 1 to 64 characters of `A-Z a-z 0-9 . _ -`.
+        /// Defaults to `<hostname>-<pid>`.
+        public var id: String
+        /// Most Kafka messages taken in one poll, 1...100000.
+        public var batchSize: Int
+        /// Most notifications claimed but without a written result, 1...1000000.
+        public var maxInFlight: Int
+        /// The result writer flushes at least this often, in milliseconds, 1...10000.
+        public var resultFlushMs: Int
+        /// ...or as soon as this many results are pending, 1...100000.
+        public var resultBatchSize: Int
+        /// Upper bound on a graceful shutdown, in seconds, 1...3600.
+        public var shutdownTimeoutSeconds: Int
+        /// Least severe level that is logged.
+        public var logLevel: LogLevel
+        /// How log lines are written.
+        public var logFormat: LogFormat
+        /// How long a job id is remembered to drop duplicates, in seconds, 60...31536000.
+        public var dedupeTTLSeconds: Int
+        /// Reserved for a future status endpoint; read but not used.
+        public var statusAddress: String?
+
+        public static let defaultBatchSize = 500
+        public static let defaultMaxInFlight = 20_000
+        public static let defaultResultFlushMs = 20
+        public static let defaultResultBatchSize = 2_000
+        public static let defaultShutdownTimeoutSeconds = 30
+        public static let defaultDedupeTTLSeconds = 86_400
+
+        public init(
+            id: String,
+            batchSize: Int = Worker.defaultBatchSize,
+            maxInFlight: Int = Worker.defaultMaxInFlight,
+            resultFlushMs: Int = Worker.defaultResultFlushMs,
+            resultBatchSize: Int = Worker.defaultResultBatchSize,
+            shutdownTimeoutSeconds: Int = Worker.defaultShutdownTimeoutSeconds,
+            logLevel: LogLevel = .info,
+            logFormat: LogFormat = .json,
+            dedupeTTLSeconds: Int = Worker.defaultDedupeTTLSeconds,
+            statusAddress: String? = nil
+        ) {
+            self.id = id
+            self.batchSize = batchSize
+            self.maxInFlight = maxInFlight
+            self.resultFlushMs = resultFlushMs
+            self.resultBatchSize = resultBatchSize
+            self.shutdownTimeoutSeconds = shutdownTimeoutSeconds
+            self.logLevel = logLevel
+            self.logFormat = logFormat
+            self.dedupeTTLSeconds = dedupeTTLSeconds
+            self.statusAddress = statusAddress
+        }
+
+        /// The default worker id, `<hostname>-<pid>`: characters outside `A-Z a-z 0-9 . _ -`
+        /// become `-` and the host name is shortened so that the id fits in 64 characters.
+        public static func defaultId(hostname: String, pid: Int32) -> String {
+            let suffix = "-\(pid)"
+            var host = String(hostname.unicodeScalars.map { isIdCharacter($0) ? Character($0) : "-" })
+            if host.isEmpty { host = "apn-worker" }
+            return String(host.prefix(64 - suffix.count)) + suffix
+        }
+
+        /// Whether `id` is 1 to 64 characters of `A-Z a-z 0-9 . _ -`.
+        public static func isValidId(_ id: String) -> Bool {
+            (1...64).contains(id.unicodeScalars.count) && id.unicodeScalars.allSatisfy(isIdCharacter)
+        }
+
+        static func isIdCharacter(_ scalar: Unicode.Scalar) -> Bool {
+            switch scalar {
+            case "A"..."Z", "a"..."z", "0"..."9", ".", "_", "-": true
+            default: false
+            }
+        }
+    }
+
+    /// Log levels, least to most severe (the names swift-log uses).
+    public enum LogLevel: String, Sendable, Hashable, CaseIterable {
+        case trace, debug, info, notice, warning, error, critical
+    }
+
+    /// Log line formats.
+    public enum LogFormat: String, Sendable, Hashable, CaseIterable {
+        /// One JSON object per line.
+        case json
+        /// Human-readable text.
+        case text
+    }
+
+    /// Where jobs are read from and results written to.
+    public struct Kafka: Sendable, Hashable {
+        /// librdkafka `bootstrap.servers`: comma-separated `host:port` list.
+        public var bootstrapServers: String
+        /// Consumer group id.
+        public var groupId: String
+        /// Topic the jobs are read from.
+        public var requestsTopic: String
+        /// Topic the results are written to.
+        public var resultsTopic: String
+        /// Extra librdkafka properties, passed through as they are.
+        public var properties: [String: String]
+
+        public static let defaultGroupId = "apn-worker"
+        public static let defaultRequestsTopic = "apn.requests"
+        public static let defaultResultsTopic = "apn.results"
+
+        public init(
+            bootstrapServers: String,
+            groupId: String = Kafka.defaultGroupId,
+            requestsTopic: String = Kafka.defaultRequestsTopic,
+            resultsTopic: String = Kafka.defaultResultsTopic,
+            properties: [String: String] = [:]
+        ) {
+            self.bootstrapServers = bootstrapServers
+            self.groupId = groupId
+            self.requestsTopic = requestsTopic
+            self.resultsTopic = resultsTopic
+            self.properties = properties
+        }
+    }
+
+    /// The Redis server, from `redis://[[user]:password@]host[:port][/db]` plus overrides.
+    public struct Redis: Sendable, Hashable, CustomStringConvertible {
+        /// The URL as configured. It may hold a password: log ``description`` instead.
+        public var url: String
+        /// Host name or IP address (IPv6 without brackets).
+        public var host: String
+        /// TCP port, 1...65535; 6379 unless the URL names one.
+        public var port: Int
+        /// ACL user name from the URL, if any.
+        public var username: String?
+        /// The password: `redis.password` (or its variable or flag) when set, else the URL's.
+        public var password: String?
+        /// Database index selected after connecting; 0 unless the URL names one.
+        public var database: Int
+        /// How long opening the connection may take, in milliseconds.
+        public var connectTimeoutMs: Int
+        /// How long one command may take, in milliseconds.
+        public var commandTimeoutMs: Int
+
+        public static let defaultPort = 6379
+        public static let defaultConnectTimeoutMs = 2_000
+        public static let defaultCommandTimeoutMs = 5_000
+
+        public init(
+            url: String, host: String, port: Int = Redis.defaultPort, username: String? = nil,
+            password: String? = nil, database: Int = 0,
+            connectTimeoutMs: Int = Redis.defaultConnectTimeoutMs,
+            commandTimeoutMs: Int = Redis.defaultCommandTimeoutMs
+        ) {
+            self.url = url
+            self.host = host
+            self.port = port
+            self.username = username
+            self.password = password
+            self.database = database
+            self.connectTimeoutMs = connectTimeoutMs
+            self.commandTimeoutMs = commandTimeoutMs
+        }
+
+        /// `host:port`, with an IPv6 host in brackets.
+        public var endpoint: String { HostPort(host: host, port: port).description }
+
+        /// A URL-like summary with the password masked, safe to log.
+        public var description: String {
+            let credentials = password == nil ? "" : "\(username ?? ""):***@"
+            return "redis://\(credentials)\(endpoint)/\(database)"
+        }
+    }
+
+    /// Default rate limits; 0 means unlimited.
+    public struct Limits: Sendable, Hashable {
+        /// Notifications per second for one app; over it, sending is throttled.
+        public var appPerSecond: Int
+        /// Notifications per hour for one device; over it, notifications are rejected.
+        public var devicePerHour: Int
+
+        public init(appPerSecond: Int = 0, devicePerHour: Int = 0) {
+            self.appPerSecond = appPerSecond
+            self.devicePerHour = devicePerHour
+        }
+    }
+
+    /// Which wire protocol an app's connections use.
+    public enum Transport: String, Sendable, Hashable, CaseIterable {
+        /// The legacy binary interface (gateway port 2195).
+        case binary
+        /// The HTTP/2 API.
+        case http2
+    }
+
+    /// Apple's two push environments.
+    public enum APNSEnvironmentName: String, Sendable, Hashable, CaseIterable, Comparable {
+        case production
+        case sandbox
+
+        public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
+
+        /// Apple's binary-interface gateway for this environment.
+        public var defaultGateway: HostPort {
+            switch self {
+            case .production: HostPort(host: "gateway.push.apple.com", port: 2195)
+            case .sandbox: HostPort(host: "gateway.sandbox.push.apple.com", port: 2195)
+            }
+        }
+
+        /// Apple's feedback service for this environment.
+        public var defaultFeedback: HostPort {
+            switch self {
+            case .production: HostPort(host: "feedback.push.apple.com", port: 2196)
+            case .sandbox: HostPort(host: "feedback.sandbox.push.apple.com", port: 2196)
+            }
+        }
+    }
+
+    /// A host name (or IP address, IPv6 without brackets) and a TCP port.
+    public struct HostPort: Sendable, Hashable, CustomStringConvertible {
+        public var host: String
+        public var port: Int
+
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
+
+        /// `host:port`, with an IPv6 host in brackets.
+        public var description: String {
+            host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        }
+    }
+
+    /// One app: its bundle id, connection pool, cache, limits and environments.
+    public struct App: Sendable, Hashable {
+        /// The name jobs use for the app (its key under `apps`).
+        public var name: String
+        /// The bundle id (APNs topic); defaults to ``name``.
+        public var bundleId: String
+        /// The environment used for jobs that do not name one.
+        public var defaultEnvironment: APNSEnvironmentName
+        /// Wire protocol.
+        public var transport: Transport
+        /// Connections per environment, 1...64.
+        public var poolSize: Int
+        /// Most sent notifications kept for resending, at least 1.
+        public var cacheMaxCount: Int
+        /// Most bytes of sent notifications kept for resending, at least 4096.
+        public var cacheMaxBytes: Int
+        /// How long a connection must stay quiet before its sends count as delivered, in
+        /// milliseconds, 1...60000.
+        public var confirmationWindowMs: Int
+        /// Whether notifications whose fate is unknown after a connection loss are sent again.
+        public var resendOnUnknown: Bool
+        /// Notifications per second for this app (0 = unlimited), resolved against
+        /// ``Limits/appPerSecond``.
+        public var appPerSecond: Int
+        /// Notifications per hour for one device of this app (0 = unlimited), resolved against
+        /// ``Limits/devicePerHour``.
+        public var devicePerHour: Int
+        /// Seconds between feedback-service polls; 0 turns polling off.
+        public var feedbackIntervalSeconds: Int
+        /// The configured environments: at least one.
+        public var environments: [APNSEnvironmentName: AppEnvironment]
+
+        public static let defaultPoolSize = 4
+        public static let defaultCacheMaxCount = 50_000
+        public static let defaultCacheMaxBytes = 33_554_432
+        public static let defaultConfirmationWindowMs = 1_000
+        public static let defaultFeedbackIntervalSeconds = 300
+
+        public init(
+            name: String,
+            bundleId: String,
+            defaultEnvironment: APNSEnvironmentName,
+            transport: Transport = .binary,
+            poolSize: Int = App.defaultPoolSize,
+            cacheMaxCount: Int = App.defaultCacheMaxCount,
+            cacheMaxBytes: Int = App.defaultCacheMaxBytes,
+            confirmationWindowMs: Int = App.defaultConfirmationWindowMs,
+            resendOnUnknown: Bool = true,
+            appPerSecond: Int = 0,
+            devicePerHour: Int = 0,
+            feedbackIntervalSeconds: Int = App.defaultFeedbackIntervalSeconds,
+            environments: [APNSEnvironmentName: AppEnvironment]
+        ) {
+            self.name = name
+            self.bundleId = bundleId
+            self.defaultEnvironment = defaultEnvironment
+            self.transport = transport
+            self.poolSize = poolSize
+            self.cacheMaxCount = cacheMaxCount
+            self.cacheMaxBytes = cacheMaxBytes
+            self.confirmationWindowMs = confirmationWindowMs
+            self.resendOnUnknown = resendOnUnknown
+            self.appPerSecond = appPerSecond
+            self.devicePerHour = devicePerHour
+            self.feedbackIntervalSeconds = feedbackIntervalSeconds
+            self.environments = environments
+        }
+
+        /// The settings of the environment used for jobs that name none.
+        public var defaultEnvironmentSettings: AppEnvironment? { environments[defaultEnvironment] }
+    }
+
+    /// Where an app's client certificate and key come from.
+    public enum Credentials: Sendable, Hashable {
+        /// A PEM certificate (chain) file and a PEM private key file.
+        case pem(certificate: String, key: String)
+        /// A PKCS#12 file holding both.
+        case pkcs12(String)
+    }
+
+    /// How one app connects to one of Apple's environments.
+    ///
+    /// File paths are absolute: a relative path in the config file is taken relative to the
+    /// directory of the config file. Each file existed and was readable when loaded; its
+    /// contents are not checked here.
+    public struct AppEnvironment: Sendable, Hashable {
+        /// Which environment this is.
+        public var name: APNSEnvironmentName
+        /// The client certificate and key.
+        public var credentials: Credentials
+        /// The passphrase of the key or PKCS#12 file: `passphrase`, or the contents of
+        /// `passphraseFile` without trailing line breaks.
+        public var passphrase: String?
+        /// A PEM CA bundle that signs the gateway's certificate; `nil` uses the system's roots.
+        public var ca: String?
+        /// Whether the gateway's certificate is verified.
+        public var verifyServer: Bool
+        /// The push gateway.
+        public var gateway: HostPort
+        /// The feedback service.
+        public var feedback: HostPort
+
+        public init(
+            name: APNSEnvironmentName, credentials: Credentials, passphrase: String? = nil,
+            ca: String? = nil, verifyServer: Bool = true, gateway: HostPort? = nil,
+            feedback: HostPort? = nil
+        ) {
+            self.name = name
+            self.credentials = credentials
+            self.passphrase = passphrase
+            self.ca = ca
+            self.verifyServer = verifyServer
+            self.gateway = gateway ?? name.defaultGateway
+            self.feedback = feedback ?? name.defaultFeedback
+        }
+
+        /// The PEM certificate file, when ``credentials`` is `.pem`.
+        public var certificate: String? {
+            if case .pem(let certificate, _) = credentials { return certificate }
+            return nil
+        }
+
+        /// The PEM private key file, when ``credentials`` is `.pem`.
+        public var key: String? {
+            if case .pem(_, let key) = credentials { return key }
+            return nil
+        }
+
+        /// The PKCS#12 file, when ``credentials`` is `.pkcs12`.
+        public var pfx: String? {
+            if case .pkcs12(let path) = credentials { return path }
+            return nil
+        }
+    }
+}

@@ -1,0 +1,93 @@
+import ArgumentParser
+import Foundation
+import Logging
+import PushWorker
+
+/// `apn-worker run`: one member of the worker group.
+struct Run: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Consume jobs from Kafka, deliver them to APNs and write one result per notification.",
+        discussion: """
+            Configuration comes from a YAML or JSON file (--config or APN_WORKER_CONFIG), APN_WORKER_* \
+            environment variables and these flags; flags win. See docs/configuration.md. Prints \
+            {"event":"ready",...} on standard output once it has joined the group; logs go to standard \
+            error. SIGTERM or SIGINT stops it gracefully: consumption stops, notifications in flight are \
+            finished, their results written and offsets committed.
+            """
+    )
+
+    @Option(help: "Configuration file (YAML or JSON).")
+    var config: String?
+    @Option(help: "Worker id used in results and logs (default: HOSTNAME-PID).")
+    var workerId: String?
+    @Option(help: "Kafka bootstrap servers.")
+    var brokers: String?
+    @Option(help: "Kafka consumer group.")
+    var group: String?
+    @Option(help: "Topic to consume jobs from.")
+    var requestsTopic: String?
+    @Option(help: "Topic to write results to.")
+    var resultsTopic: String?
+    @Option(name: .customLong("kafka-property"), help: "A librdkafka property, KEY=VALUE (repeatable).")
+    var kafkaProperties: [String] = []
+    @Option(help: "Redis URL, redis://[user:password@]host[:port][/db].")
+    var redis: String?
+    @Option(help: "Redis password (overrides one in the URL).")
+    var redisPassword: String?
+    @Option(help: "Most Kafka messages per batch.")
+    var batchSize: Int?
+    @Option(help: "Most notifications in flight.")
+    var maxInFlight: Int?
+    @Option(help: "Log level: trace, debug, info, notice, warning, error or critical.")
+    var logLevel: String?
+    @Option(help: "Log format: json or text.")
+    var logFormat: String?
+    @Option(help: "Seconds a graceful shutdown may take.")
+    var shutdownTimeout: Int?
+
+    func run() async throws {
+        let configuration: WorkerConfiguration
+        let options: WorkerOptions
+        do {
+            configuration = try WorkerConfiguration.load(overrides: ConfigurationOverrides(
+                configPath: config, workerId: workerId, brokers: brokers, group: group,
+                requestsTopic: requestsTopic, resultsTopic: resultsTopic, kafkaProperties: kafkaProperties,
+                redisURL: redis, redisPassword: redisPassword, batchSize: batchSize, maxInFlight: maxInFlight,
+                logLevel: logLevel, logFormat: logFormat, shutdownTimeoutSeconds: shutdownTimeout))
+            options = try configuration.makeOptions()
+        } catch {
+            printError(error.message)
+            throw ExitCode(2)
+        }
+
+        let level = Logger.Level(rawValue: configuration.worker.logLevel.rawValue) ?? .info
+        let json = configuration.worker.logFormat == .json
+        LoggingSystem.bootstrap { label in
+            if json { return JSONLogHandler(label: label, level: level) }
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "apn-worker")
+        for warning in configuration.warnings { logger.warning("\(warning)") }
+
+        let worker = Worker(options: options, logger: logger)
+        let signals = Task {
+            await waitForTerminationSignal()
+            logger.info("Stopping: signal received")
+            worker.stop()
+        }
+        print(jsonLine([("event", "ready"), ("worker", .string(options.workerId)), ("group", .string(options.groupId))]))
+        fflush(nil)
+        do {
+            try await worker.run()
+        } catch {
+            signals.cancel()
+            printError("\(error)")
+            throw ExitCode(1)
+        }
+        signals.cancel()
+        print(jsonLine([("event", "stopped"), ("worker", .string(options.workerId)),
+                        ("results", .int(Int64(worker.statistics.results)))]))
+    }
+}

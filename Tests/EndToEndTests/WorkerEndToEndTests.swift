@@ -1,0 +1,240 @@
+import APNSBinary
+import APNSCore
+import Foundation
+import PushKafka
+import PushTestSupport
+import PushWorker
+import Testing
+
+/// `apn-worker run` processes against the embedded Kafka, a real redis-server and the simulator.
+@Suite("Worker end to end", .serialized, .timeLimit(.minutes(4)))
+struct WorkerEndToEndTests {
+    typealias Result = [String: JSONValue]
+
+    /// The notifications of `jobs` (id, tokens) keyed by resultId.
+    static func expectedIds(_ jobs: [(String, [DeviceToken])]) -> [String: (jobId: String, token: DeviceToken)] {
+        var out: [String: (String, DeviceToken)] = [:]
+        for (id, tokens) in jobs {
+            for token in tokens { out[WorkerResult.notificationId(jobId: id, token: token.hex)] = (id, token) }
+        }
+        return out
+    }
+
+    /// Checks the exactly-once promise for valid notifications: each has a result, and the
+    /// simulator accepted it once — more than once only if its result says `possibleDuplicate`.
+    static func checkDelivered(_ expected: [String: (jobId: String, token: DeviceToken)], bad: Set<DeviceToken>,
+                               stack: WorkerStack, allowPossibleDuplicates: Bool) {
+        let byId = stack.resultsById
+        let accepted = stack.simulator.acceptedByToken
+        var missing = 0
+        var wrong: [String] = []
+        for (id, notification) in expected {
+            guard let result = byId[id] else { missing += 1; continue }
+            let count = accepted[notification.token] ?? 0
+            if bad.contains(notification.token) {
+                if result["type"] != "transmissionError" || result["status"] != .int(8) { wrong.append("\(notification.jobId): \(result)") }
+                if count != 0 { wrong.append("\(notification.jobId): rejected token accepted \(count) times") }
+            } else {
+                if result["type"] != "transmitted" { wrong.append("\(notification.jobId): \(result)") }
+                let flagged = result["possibleDuplicate"] == .bool(true)
+                if count == 0 || (count > 1 && !(allowPossibleDuplicates && flagged)) {
+                    wrong.append("\(notification.jobId): accepted \(count) times, possibleDuplicate \(flagged)")
+                }
+            }
+        }
+        #expect(missing == 0, "notifications without a result: \(missing)")
+        #expect(wrong.isEmpty, "\(wrong.count) wrong, e.g. \(wrong.prefix(5))")
+    }
+
+    @Test("10,000 jobs through 3 workers: one result each, each valid notification accepted once")
+    func tenThousandJobsThroughThreeWorkers() async throws {
+        let bad = Set((0..<10_000).filter { $0 % 100 == 13 }.map { DeviceToken.numbered($0) })
+        let stack = try await WorkerStack.start(badTokens: bad)
+        do {
+            for id in ["w1", "w2", "w3"] { try await stack.startWorker(id) }
+            var jobs: [(String, [DeviceToken])] = []
+            var messages: [[UInt8]] = []
+            var invalidMessages = 0
+            for i in 0..<10_000 {
+                let tokens = i % 250 == 0 ? [DeviceToken.numbered(i), .numbered(i, salt: 1)] : [DeviceToken.numbered(i)]
+                jobs.append(("job-\(i)", tokens))
+                messages.append(WorkerStack.job(id: "job-\(i)", tokens: tokens, alert: "Hello \(i)"))
+                if i % 500 == 0 { messages.append(messages.last!) }  // the same job twice, back to back
+                if i % 1000 == 500 {
+                    messages.append(Array("not json at all".utf8))
+                    messages.append(Array(#"{"id":"missing-tokens-\#(i)","app":"\#(WorkerStack.app)","alert":"x"}"#.utf8))
+                    invalidMessages += 2
+                }
+            }
+            try await stack.produce(messages)
+            let expected = Self.expectedIds(jobs)
+            let results = try await stack.readResults(timeout: .seconds(150)) { results in
+                Set(results.compactMap { $0["resultId"]?.stringValue }).count >= expected.count + invalidMessages
+            }
+            Self.checkDelivered(expected, bad: bad, stack: stack, allowPossibleDuplicates: false)
+            let invalid = results.filter { $0["type"] == "invalidJob" }
+            #expect(invalid.count == invalidMessages)
+            #expect(invalid.allSatisfy { $0["status"] == .int(517) && $0["offset"]?.intValue != nil })
+            // No crash, no rebalance after the start: not a single repeated result.
+            let ids = results.compactMap { $0["resultId"]?.stringValue }
+            #expect(ids.count == Set(ids).count, "repeated results: \(ids.count - Set(ids).count)")
+            #expect(results.allSatisfy { r in r["type"] == "invalidJob" || r["worker"].map { ["w1", "w2", "w3"].contains($0.stringValue ?? "") } == true })
+            #expect(try await stack.waitForAllCommitted(), "offsets not committed to the end")
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
+        }
+        await stack.shutdown()
+    }
+
+    @Test("The same job produced twice, before and after it was sent, is sent once with one result")
+    func duplicateJobsAreSentOnce() async throws {
+        let stack = try await WorkerStack.start()
+        do {
+            try await stack.startWorker("w1")
+            let a = DeviceToken.numbered(1), b = DeviceToken.numbered(2), c = DeviceToken.numbered(3)
+            let jobA = WorkerStack.job(id: "dup-a", tokens: [a]), jobB = WorkerStack.job(id: "dup-b", tokens: [b])
+            try await stack.produce([jobA, jobA, jobB])
+            let idA = WorkerResult.notificationId(jobId: "dup-a", token: a.hex)
+            let idB = WorkerResult.notificationId(jobId: "dup-b", token: b.hex)
+            let idC = WorkerResult.notificationId(jobId: "marker", token: c.hex)
+            try await stack.readResults { results in Set(results.compactMap { $0["resultId"]?.stringValue }).isSuperset(of: [idA, idB]) }
+            // Both were sent; now the same jobs again, then a marker job behind them.
+            try await stack.produce([jobB, jobA, WorkerStack.job(id: "marker", tokens: [c])])
+            let results = try await stack.readResults { results in results.contains { $0["resultId"]?.stringValue == idC } }
+            #expect(results.filter { $0["resultId"]?.stringValue == idA }.count == 1)
+            #expect(results.filter { $0["resultId"]?.stringValue == idB }.count == 1)
+            #expect(stack.simulator.acceptedByToken[a] == 1)
+            #expect(stack.simulator.acceptedByToken[b] == 1)
+            #expect(stack.simulator.acceptedByToken[c] == 1)
+            #expect(try await stack.waitForAllCommitted())
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
+        }
+        await stack.shutdown()
+    }
+
+    @Test("A worker killed with SIGKILL mid-stream and restarted: nothing lost, nothing sent twice unless flagged")
+    func killedWorkerLosesNothing() async throws {
+        let stack = try await WorkerStack.start(confirmationWindowMs: 1000)
+        do {
+            for id in ["w1", "w2", "w3"] { try await stack.startWorker(id) }
+            let jobs = (0..<6000).map { ("kill-\($0)", [DeviceToken.numbered($0)]) }
+            try await stack.produce(jobs.map { WorkerStack.job(id: $0.0, tokens: $0.1) })
+            // Kill w2 while notifications are on the wire: sent, not yet confirmed (1 s window).
+            let deadline = ContinuousClock.now + .seconds(60)
+            while stack.simulator.statistics.accepted < 1000, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            await stack.killWorker("w2")
+            let killedShare = stack.results.filter { $0["worker"] == "w2" }.count
+            try await stack.startWorker("w2")
+            let expected = Self.expectedIds(jobs)
+            try await stack.readResults(timeout: .seconds(120)) { results in
+                Set(results.compactMap { $0["resultId"]?.stringValue }).count >= expected.count
+            }
+            Self.checkDelivered(expected, bad: [], stack: stack, allowPossibleDuplicates: true)
+            #expect(try await stack.waitForAllCommitted())
+            // The premise: w2 died with notifications claimed and unconfirmed, which the others took over.
+            let flagged = stack.results.filter { $0["possibleDuplicate"] == .bool(true) }.count
+            #expect(flagged > 0, "w2 had nothing in flight when it was killed (\(killedShare) results from it)")
+        } catch {
+            Issue.record("\(error)\nw2: \(stack.log(of: "w2"))")
+        }
+        await stack.shutdown()
+    }
+
+    @Test("Redis stopped for a few seconds mid-stream: consumption pauses and resumes, nothing lost or sent twice")
+    func redisOutage() async throws {
+        let stack = try await WorkerStack.start()
+        do {
+            for id in ["w1", "w2"] { try await stack.startWorker(id) }
+            let jobs = (0..<4000).map { ("redis-\($0)", [DeviceToken.numbered($0)]) }
+            let messages = jobs.map { WorkerStack.job(id: $0.0, tokens: $0.1) }
+            try await stack.produce(Array(messages[..<2000]))
+            try await stack.readResults { $0.count >= 1000 }
+            await stack.redis.stop()
+            try await stack.produce(Array(messages[2000...]))
+            // The outage itself: the workers must hold everything meanwhile.
+            try await Task.sleep(for: .seconds(3))
+            try await stack.redis.start()
+            let expected = Self.expectedIds(jobs)
+            try await stack.readResults(timeout: .seconds(120)) { results in
+                Set(results.compactMap { $0["resultId"]?.stringValue }).count >= expected.count
+            }
+            Self.checkDelivered(expected, bad: [], stack: stack, allowPossibleDuplicates: false)
+            #expect(stack.log(of: "w1").contains("consumption paused") || stack.log(of: "w2").contains("consumption paused"))
+            #expect(try await stack.waitForAllCommitted())
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
+        }
+        await stack.shutdown()
+    }
+
+    @Test("A fourth worker joining mid-stream: nothing lost, nothing sent twice unless flagged")
+    func rebalanceMidStream() async throws {
+        let stack = try await WorkerStack.start()
+        do {
+            for id in ["w1", "w2", "w3"] { try await stack.startWorker(id) }
+            let jobs = (0..<8000).map { ("rebalance-\($0)", [DeviceToken.numbered($0)]) }
+            try await stack.produce(jobs.map { WorkerStack.job(id: $0.0, tokens: $0.1) })
+            try await stack.readResults { $0.count >= 2000 }
+            try await stack.startWorker("w4")
+            let expected = Self.expectedIds(jobs)
+            let results = try await stack.readResults(timeout: .seconds(120)) { results in
+                Set(results.compactMap { $0["resultId"]?.stringValue }).count >= expected.count
+            }
+            Self.checkDelivered(expected, bad: [], stack: stack, allowPossibleDuplicates: true)
+            #expect(try await stack.waitForAllCommitted())
+            let flagged = results.filter { $0["possibleDuplicate"] == .bool(true) }.count
+            #expect(flagged <= 100, "a rebalance should hand over almost everything cleanly, \(flagged) flagged")
+        } catch {
+            Issue.record("\(error)\nw4: \(stack.log(of: "w4"))")
+        }
+        await stack.shutdown()
+    }
+
+    @Test("Malformed messages of every kind get error results and the worker keeps going")
+    func malformedMessages() async throws {
+        let stack = try await WorkerStack.start()
+        do {
+            try await stack.startWorker("w1")
+            let t = DeviceToken.numbered(1).hex
+            let app = WorkerStack.app
+            let big = String(repeating: "x", count: 3000)
+            let cases: [(String, String, Int, String)] = [
+                // (message, kind, status, reason fragment)
+                ("{not json", "invalidJob", 517, "not valid JSON"),
+                ("[\"an\",\"array\"]", "invalidJob", 517, "not an object"),
+                (#"{"app":"\#(app)","token":"\#(t)","alert":"x"}"#, "invalidJob", 517, "no \"id\""),
+                (#"{"id":"no-tokens","app":"\#(app)","alert":"x"}"#, "invalidJob", 517, "neither"),
+                (#"{"id":"no-app","token":"\#(t)","alert":"x"}"#, "transmissionError", 517, "no \"app\""),
+                (#"{"id":"unknown-app","app":"com.example.other","token":"\#(t)","alert":"x"}"#, "transmissionError", 517, "not configured"),
+                (#"{"id":"bad-token","app":"\#(app)","token":"12zz","alert":"x"}"#, "transmissionError", 518, "hex"),
+                (#"{"id":"too-big","app":"\#(app)","token":"\#(t)","alert":"x","payload":{"blob":"\#(big)"}}"#, "transmissionError", 512, "2048"),
+                (#"{"id":"bad-badge","app":"\#(app)","token":"\#(t)","badge":"three"}"#, "transmissionError", 517, "badge"),
+            ]
+            var messages = cases.map { Array($0.0.utf8) }
+            let after = DeviceToken.numbered(99)
+            messages.append(WorkerStack.job(id: "after", tokens: [after]))
+            try await stack.produce(messages)
+            let afterId = WorkerResult.notificationId(jobId: "after", token: after.hex)
+            let results = try await stack.readResults { $0.count >= cases.count + 1 }
+            #expect(results.count == cases.count + 1)
+            for (message, kind, status, fragment) in cases {
+                let match = results.contains { r in
+                    r["type"]?.stringValue == kind && r["status"] == .int(Int64(status))
+                        && (r["reason"]?.stringValue ?? "").contains(fragment)
+                }
+                #expect(match, "no \(kind) \(status) result mentioning \(fragment) for \(message.prefix(60))")
+            }
+            #expect(results.contains { $0["resultId"]?.stringValue == afterId && $0["type"] == "transmitted" })
+            #expect(stack.simulator.acceptedByToken[after] == 1)
+            #expect(try await stack.waitForAllCommitted())
+            let log = stack.log(of: "w1")
+            #expect(log.contains("Rejected message") && log.contains("Rejected job"))
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
+        }
+        await stack.shutdown()
+    }
+}

@@ -1,0 +1,212 @@
+import APNSBinary
+import APNSCore
+import APNSSimulator
+import Foundation
+import PushKafka
+import PushRedis
+import PushTestSupport
+import Testing
+
+/// The worker's world for one test: the embedded Kafka, a redis-server, the APNs simulator, and
+/// `apn-worker run` processes.
+final class WorkerStack: @unchecked Sendable {
+    // Only used from the test that owns it.
+    static let app = "com.example.e2e"
+    let kafka: EmbeddedKafkaCluster
+    let redis: RedisServerProcess
+    let simulator: APNSSimulator
+    let directory: String
+    let configPath: String
+    let groupId = "e2e-\(UUID().uuidString.prefix(8))"
+    private(set) var workers: [String: ChildProcess] = [:]
+    private var producedPerPartition: [Int32: Int64] = [:]
+    private var produced = 0
+    private let producer: KafkaProducer
+    private var reader: KafkaConsumer?
+    /// Every result read so far, in order.
+    private(set) var results: [[String: JSONValue]] = []
+
+    private init(kafka: EmbeddedKafkaCluster, redis: RedisServerProcess, simulator: APNSSimulator,
+                 directory: String, configPath: String) throws {
+        self.kafka = kafka
+        self.redis = redis
+        self.simulator = simulator
+        self.directory = directory
+        self.configPath = configPath
+        producer = try KafkaProducer(configuration: KafkaConfiguration(["bootstrap.servers": kafka.bootstrapServers]))
+    }
+
+    /// Starts Kafka (12 partitions per topic), Redis (with an append-only file, so it keeps its
+    /// data across a restart) and the simulator rejecting `badTokens` with status 8.
+    static func start(badTokens: Set<DeviceToken> = [], feedback: [FeedbackTuple] = [],
+                      confirmationWindowMs: Int = 200, devicePerHour: Int = 0, appPerSecond: Int = 0) async throws -> WorkerStack {
+        let directory = try Paths.temporaryDirectory()
+        let kafka = try EmbeddedKafkaCluster(brokers: 1)
+        try kafka.createTopic("apn.requests", partitions: 12)
+        try kafka.createTopic("apn.results", partitions: 12)
+        let redis = try await RedisServerProcess.start(["--appendonly", "yes", "--appendfsync", "always"])
+        let certificates = try TestCertificates()
+        try certificates.write(to: directory + "/certs")
+        var configuration = APNSSimulator.Configuration(
+            certificateChainPEM: certificates.server.certificatePEM, privateKeyPEM: certificates.server.keyPEM,
+            clientCAPEM: certificates.ca.certificatePEM)
+        configuration.badTokens = badTokens
+        configuration.feedback = feedback
+        let simulator = try await APNSSimulator.start(configuration: configuration)
+        let configPath = directory + "/worker.yaml"
+        try """
+            kafka:
+              bootstrapServers: "\(kafka.bootstrapServers)"
+              properties:
+                session.timeout.ms: "6000"
+                heartbeat.interval.ms: "500"
+            redis:
+              url: "redis://127.0.0.1:\(redis.port)/0"
+              connectTimeoutMs: 500
+              commandTimeoutMs: 2000
+            worker:
+              logFormat: json
+              logLevel: info
+              shutdownTimeoutSeconds: 20
+            limits:
+              devicePerHour: \(devicePerHour)
+              appPerSecond: \(appPerSecond)
+            apps:
+              \(app):
+                poolSize: 2
+                confirmationWindowMs: \(confirmationWindowMs)
+                feedbackIntervalSeconds: \(feedback.isEmpty ? 0 : 1)
+                environments:
+                  production:
+                    certificate: \(directory)/certs/client.pem
+                    key: \(directory)/certs/client-key.pem
+                    ca: \(directory)/certs/ca.pem
+                    gateway: 127.0.0.1:\(simulator.binaryPort)
+                    feedback: 127.0.0.1:\(simulator.feedbackPort ?? 0)
+            """.write(toFile: configPath, atomically: true, encoding: .utf8)
+        return try WorkerStack(kafka: kafka, redis: redis, simulator: simulator, directory: directory, configPath: configPath)
+    }
+
+    /// Starts `apn-worker run` and waits for its ready line.
+    @discardableResult
+    func startWorker(_ id: String) async throws -> ChildProcess {
+        let process = try ChildProcess(Paths.executable, ["run", "--config", configPath, "--worker-id", id, "--group", groupId],
+                                       stderrFile: "\(directory)/\(id)-\(workers.count).log")
+        workers[id] = process
+        let line = await process.readLine()
+        guard let line, line.contains("\"ready\"") else {
+            throw ServerError("worker \(id) did not start: \(line ?? "no output"); log: \(log(of: id))")
+        }
+        return process
+    }
+
+    /// Kills a worker with SIGKILL, as a crash would.
+    func killWorker(_ id: String) async {
+        guard let process = workers.removeValue(forKey: id) else { return }
+        process.signal(SIGKILL)
+        _ = await process.finish()
+    }
+
+    /// Stops a worker with SIGTERM and returns its exit status.
+    @discardableResult
+    func stopWorker(_ id: String) async -> Int32 {
+        guard let process = workers.removeValue(forKey: id) else { return -1 }
+        process.signal(SIGTERM)
+        return await process.finish().status
+    }
+
+    func log(of id: String) -> String {
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return files.filter { $0.hasPrefix(id) && $0.hasSuffix(".log") }.sorted().compactMap {
+            try? String(contentsOfFile: directory + "/" + $0, encoding: .utf8)
+        }.joined(separator: "\n").suffix(4000).description
+    }
+
+    func shutdown() async {
+        for id in Array(workers.keys) { await stopWorker(id) }
+        try? await reader?.close()
+        await producer.close()
+        await simulator.stop()
+        await redis.stop()
+        kafka.shutdown()
+        if ProcessInfo.processInfo.environment["KEEP_E2E"] == nil { try? FileManager.default.removeItem(atPath: directory) }
+    }
+
+    // MARK: Jobs
+
+    static func job(id: String, tokens: [DeviceToken], alert: String = "Hello") -> [UInt8] {
+        let tokenField = tokens.count == 1 ? #""token":"\#(tokens[0].hex)""#
+                                           : #""tokens":[\#(tokens.map { "\"\($0.hex)\"" }.joined(separator: ","))]"#
+        return Array(#"{"id":"\#(id)","app":"\#(app)",\#(tokenField),"alert":"\#(alert)"}"#.utf8)
+    }
+
+    /// Produces raw job messages, each with its own key, so they spread over the partitions.
+    func produce(_ values: [[UInt8]]) async throws {
+        for chunk in stride(from: 0, to: values.count, by: 5000) {
+            let slice = values[chunk..<min(values.count, chunk + 5000)]
+            let reports = try await producer.send(slice.map { value in
+                produced += 1
+                return KafkaOutgoingMessage(topic: "apn.requests", key: Array("message-\(produced)".utf8), value: value)
+            })
+            for report in reports {
+                let delivered = try report.get()
+                producedPerPartition[delivered.partition] = max(producedPerPartition[delivered.partition] ?? 0, delivered.offset + 1)
+            }
+        }
+    }
+
+    // MARK: Results
+
+    /// Reads `apn.results` until `done` holds for the results read so far, or the time is up.
+    @discardableResult
+    func readResults(timeout: Duration = .seconds(90), until done: ([[String: JSONValue]]) -> Bool) async throws -> [[String: JSONValue]] {
+        if reader == nil {
+            let consumer = try KafkaConsumer(configuration: KafkaConfiguration([
+                "bootstrap.servers": kafka.bootstrapServers, "group.id": "reader-\(UUID().uuidString.prefix(8))",
+                "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
+            ]))
+            try consumer.subscribe(topics: ["apn.results"])
+            reader = consumer
+        }
+        let deadline = ContinuousClock.now + timeout
+        while !done(results), ContinuousClock.now < deadline {
+            for message in try await reader!.poll(maxMessages: 5000, timeout: .milliseconds(200)) {
+                if case .object(let fields) = try JSONValue.parse(message.value) { results.append(fields) }
+            }
+        }
+        return results
+    }
+
+    /// Results by resultId (the last copy of each).
+    var resultsById: [String: [String: JSONValue]] {
+        Dictionary(results.compactMap { r in r["resultId"]?.stringValue.map { ($0, r) } }, uniquingKeysWith: { _, b in b })
+    }
+
+    /// Waits until the group has committed every produced message of every partition.
+    func waitForAllCommitted(timeout: Duration = .seconds(30)) async throws -> Bool {
+        let consumer = try KafkaConsumer(configuration: KafkaConfiguration([
+            "bootstrap.servers": kafka.bootstrapServers, "group.id": groupId,
+        ]))
+        defer { Task { try? await consumer.close() } }
+        let partitions = producedPerPartition.keys.map { TopicPartition(topic: "apn.requests", partition: $0) }
+        let deadline = ContinuousClock.now + timeout
+        var last: [Int32: Int64] = [:]
+        while ContinuousClock.now < deadline {
+            let committed = try await consumer.committed(partitions)
+            last = Dictionary(committed.map { ($0.partition, $0.offset) }, uniquingKeysWith: max)
+            if producedPerPartition.allSatisfy({ last[$0.key] == $0.value }) { return true }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        let behind = producedPerPartition.filter { last[$0.key] != $0.value }
+            .map { "partition \($0.key): committed \(last[$0.key].map(String.init) ?? "none") of \($0.value)" }
+        Issue.record("offsets not committed to the end: \(behind.sorted().joined(separator: "; "))")
+        return false
+    }
+}
+
+extension DeviceToken {
+    /// A distinct 32-byte token for test number `n`.
+    static func numbered(_ n: Int, salt: Int = 0) -> DeviceToken {
+        try! DeviceToken(hex: String(format: "%016lx%048lx", salt, n))
+    }
+}
