@@ -87,7 +87,11 @@ struct Run: AsyncParsableCommand {
             throw ExitCode(1)
         }
         signals.cancel()
+        let statistics = worker.statistics
         print(jsonLine([("event", "stopped"), ("worker", .string(options.workerId)),
-                        ("results", .int(Int64(worker.statistics.results)))]))
+                        ("messages", .int(Int64(statistics.messages))),
+                        ("notifications", .int(Int64(statistics.notifications))),
+                        ("results", .int(Int64(statistics.results))),
+                        ("redisRoundTrips", .int(Int64(statistics.redisRoundTrips)))]))
     }
 }

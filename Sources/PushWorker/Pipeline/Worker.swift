@@ -193,6 +193,7 @@ public final class Worker: Sendable {
             if let failure { throw failure }
         }
 
+        state.withLock { $0.statistics.redisRoundTrips = claimRedis.roundTrips + stateRedis.roundTrips }
         await producer.close(timeout: .seconds(10))
         do { try await store.retire() } catch { logger.notice("Cannot remove the liveness key", metadata: ["error": "\(error)"]) }
         await claimRedis.close()
@@ -912,9 +913,11 @@ public struct WorkerStatistics: Sendable, CustomStringConvertible {
     public var reemitted = 0
     public var takenOver = 0
     public var feedback = 0
+    /// Redis round trips of both connections (set when the worker stops).
+    public var redisRoundTrips = 0
 
     public var description: String {
-        "messages=\(messages) notifications=\(notifications) rejected=\(rejected) results=\(results) duplicates=\(duplicates) reemitted=\(reemitted) takenOver=\(takenOver) feedback=\(feedback)"
+        "messages=\(messages) notifications=\(notifications) rejected=\(rejected) results=\(results) duplicates=\(duplicates) reemitted=\(reemitted) takenOver=\(takenOver) feedback=\(feedback) redisRoundTrips=\(redisRoundTrips)"
     }
 }
 

@@ -1,0 +1,158 @@
+import APNSCore
+import ArgumentParser
+import Foundation
+import PushKafka
+
+/// `apn-worker bench-worker`: jobs through one worker on the embedded stack, measured.
+struct BenchWorker: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench-worker",
+        abstract: "Measure one worker on the embedded stack (see docs/benchmarks.md).",
+        discussion: """
+            Starts the embedded Kafka, a redis-server, the simulator and one `apn-worker run`; produces \
+            --jobs jobs (one token each) at --rate per second (0: as fast as possible) and reads the results \
+            back. Prints one JSON line: notifications/s, latency from produce to the result being readable \
+            in apn.results (p50, p99), Redis round trips per 1,000 notifications, and the worker's peak RSS.
+            """,
+        shouldDisplay: false
+    )
+
+    @Option(help: "Number of jobs.")
+    var jobs = 200_000
+    @Option(help: "Jobs produced per second; 0 produces as fast as possible.")
+    var rate = 0
+    @Option(help: "The app's confirmation window in milliseconds.")
+    var windowMs = 1000
+    @Option(help: "Gateway connections.")
+    var poolSize = 4
+    @Option(help: "The worker's maxInFlight.")
+    var maxInFlight = 100_000
+    @Option(help: "The worker's batchSize.")
+    var batchSize = 1000
+
+    func run() async throws {
+        try await reportingFailures {
+            var options = LocalStack.Options()
+            options.worker = ["logLevel": "warning", "maxInFlight": "\(maxInFlight)", "batchSize": "\(batchSize)"]
+            options.app = ["poolSize": "\(poolSize)", "confirmationWindowMs": "\(windowMs)",
+                           "cacheMaxCount": "\(max(50_000, maxInFlight))", "feedbackIntervalSeconds": "0"]
+            let stack = try await LocalStack(options)
+            do {
+                try await measure(stack)
+            } catch {
+                await stack.shutdown()
+                throw error
+            }
+            await stack.shutdown()
+        }
+    }
+
+    private func measure(_ stack: LocalStack) async throws {
+        let worker = try stack.startWorker(id: "bench")
+        let producer = try KafkaProducer(configuration: KafkaConfiguration([
+            "bootstrap.servers": stack.kafka.bootstrapServers, "linger.ms": "2",
+        ]))
+        let reader = try KafkaConsumer(configuration: KafkaConfiguration([
+            "bootstrap.servers": stack.kafka.bootstrapServers, "group.id": "bench-reader-\(getpid())",
+            "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
+        ]))
+        try reader.subscribe(topics: ["apn.results"])
+
+        func job(_ id: String, _ n: Int) -> KafkaOutgoingMessage {
+            let token = String(format: "%064lx", 0xB000_0000 + n)
+            let value = #"{"id":"\#(id)","app":"\#(LocalStack.app)","token":"\#(token)","alert":"Benchmark notification \#(n)","badge":1}"#
+            return KafkaOutgoingMessage(topic: "apn.requests", key: Array(id.utf8), value: Array(value.utf8))
+        }
+
+        // Warm up: wait until the worker has joined the group and delivered one notification.
+        let warmupId = "warmup-\(getpid())"
+        _ = try await producer.send([job(warmupId, -1)])
+        var warmed = false
+        let warmupDeadline = ContinuousClock.now + .seconds(60)
+        while !warmed, ContinuousClock.now < warmupDeadline {
+            for message in try await reader.poll(maxMessages: 100, timeout: .milliseconds(200)) {
+                if (try? JSONValue.parse(message.value))?["jobId"]?.stringValue == warmupId { warmed = true }
+            }
+        }
+        guard warmed else { throw UsageFailure(message: "the worker did not deliver the warm-up job within 60 s") }
+
+        // Produce from a separate task, recording when each job was handed to Kafka.
+        let clock = ContinuousClock()
+        let start = clock.now
+        let total = jobs
+        let perTick = rate > 0 ? max(1, rate / 100) : 5000
+        let tick: Duration = rate > 0 ? .milliseconds(10) : .zero
+        let sentAt = SentTimes(count: total)
+        let producing = Task {
+            var next = 0
+            var due = start
+            while next < total {
+                let count = min(perTick, total - next)
+                let batch = (next..<next + count).map { job("bench-\($0)", $0) }
+                let now = clock.now
+                for i in next..<next + count { sentAt.set(i, now) }
+                for report in try await producer.send(batch) { _ = try report.get() }
+                next += count
+                if tick > .zero {
+                    due = due + tick
+                    try await Task.sleep(until: due, clock: clock)
+                }
+            }
+        }
+
+        var latencies: [Double] = []
+        latencies.reserveCapacity(total)
+        var received = Set<Int>()
+        var last = start
+        let deadline = clock.now + .seconds(600)
+        while received.count < total, clock.now < deadline {
+            for message in try await reader.poll(maxMessages: 10_000, timeout: .milliseconds(100)) {
+                guard let jobId = (try? JSONValue.parse(message.value))?["jobId"]?.stringValue,
+                      jobId.hasPrefix("bench-"), let n = Int(jobId.dropFirst(6)), received.insert(n).inserted
+                else { continue }
+                let now = clock.now
+                last = now
+                if let sent = sentAt.get(n) { latencies.append((now - sent).milliseconds) }
+            }
+        }
+        try await producing.value
+        let rss = LocalStack.peakRSS(of: worker.processIdentifier) ?? 0
+        let stopped = stack.stopWorker(worker).flatMap { try? JSONValue.parse($0) }
+        try? await reader.close()
+        await producer.close()
+
+        latencies.sort()
+        func percentile(_ p: Double) -> Double { latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
+        let seconds = (last - start).milliseconds / 1000
+        let notifications = Double(stopped?["notifications"]?.intValue ?? 0)
+        let roundTrips = Double(stopped?["redisRoundTrips"]?.intValue ?? 0)
+        print(jsonLine([
+            ("jobs", .int(Int64(total))),
+            ("received", .int(Int64(received.count))),
+            ("rate", .int(Int64(rate))),
+            ("windowMs", .int(Int64(windowMs))),
+            ("notificationsPerSecond", .int(Int64(Double(received.count) / max(seconds, 0.001)))),
+            ("p50Ms", .double((percentile(0.50) * 10).rounded() / 10)),
+            ("p99Ms", .double((percentile(0.99) * 10).rounded() / 10)),
+            ("redisRoundTripsPer1000", .double(notifications > 0 ? (roundTrips / notifications * 1000 * 10).rounded() / 10 : 0)),
+            ("workerPeakRSSMB", .int(Int64(rss >> 20))),
+            ("simulatorAccepted", .int(Int64(stack.simulator.statistics.accepted))),
+        ]))
+        if received.count < total { throw ExitCode(1) }
+    }
+}
+
+/// Produce times by job number, written by the producing task and read by the reader.
+final class SentTimes: @unchecked Sendable {
+    private let lock = NSLock()
+    private var times: [ContinuousClock.Instant?]
+    init(count: Int) { times = Array(repeating: nil, count: count) }
+    func set(_ index: Int, _ time: ContinuousClock.Instant) { lock.withLock { times[index] = time } }
+    func get(_ index: Int) -> ContinuousClock.Instant? { lock.withLock { index >= 0 && index < times.count ? times[index] : nil } }
+}
+
+extension Duration {
+    var milliseconds: Double {
+        Double(components.seconds) * 1000 + Double(components.attoseconds) / 1e15
+    }
+}

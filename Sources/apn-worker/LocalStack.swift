@@ -1,0 +1,204 @@
+import APNSBinary
+import APNSCore
+import APNSSimulator
+import Foundation
+import PushKafka
+import PushRedis
+
+/// The embedded stack that `demo` and `bench-worker` run on: the embedded Kafka, a redis-server
+/// on a free port (or a given Redis), the APNs simulator, and worker processes.
+final class LocalStack {
+    let directory: String
+    let kafka: EmbeddedKafkaCluster
+    let redisURL: String
+    let simulator: APNSSimulator
+    let configPath: String
+    private var redisProcess: Process?
+    private(set) var workers: [Process] = []
+    private let keepDirectory: Bool
+
+    struct Options {
+        var redis: String?
+        var redisServer = "redis-server"
+        var badTokens: Set<DeviceToken> = []
+        var feedback: [FeedbackTuple] = []
+        var errorDelay: Duration = .zero
+        /// Extra YAML under `worker:`.
+        var worker: [String: String] = [:]
+        /// Extra YAML under the app.
+        var app: [String: String] = [:]
+        var keepDirectory = false
+    }
+
+    static let app = "com.example.demo"
+
+    init(_ options: Options) async throws {
+        directory = NSTemporaryDirectory() + "apn-worker-\(getpid())-\(UUID().uuidString.prefix(6))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        keepDirectory = options.keepDirectory
+        kafka = try EmbeddedKafkaCluster(brokers: 1)
+        try kafka.createTopic("apn.requests", partitions: 12)
+        try kafka.createTopic("apn.results", partitions: 12)
+
+        if let redis = options.redis {
+            redisURL = redis
+        } else {
+            let port = try freeLoopbackPort()
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = [options.redisServer, "--port", String(port), "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no", "--dir", directory]
+            process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+            process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+            do { try process.run() } catch {
+                throw UsageFailure(message: "cannot start \(options.redisServer): \(error); install redis-server or pass --redis URL")
+            }
+            redisProcess = process
+            redisURL = "redis://127.0.0.1:\(port)/0"
+            try await Self.waitForRedis(url: redisURL, process: process)
+        }
+
+        let certificates = try TestCertificates()
+        try certificates.write(to: directory + "/certs")
+        var configuration = APNSSimulator.Configuration(
+            certificateChainPEM: certificates.server.certificatePEM, privateKeyPEM: certificates.server.keyPEM,
+            clientCAPEM: certificates.ca.certificatePEM)
+        configuration.badTokens = options.badTokens
+        configuration.feedback = options.feedback
+        configuration.errorDelay = options.errorDelay
+        simulator = try await APNSSimulator.start(configuration: configuration)
+
+        configPath = directory + "/worker.yaml"
+        let worker = options.worker.sorted { $0.key < $1.key }.map { "  \($0.key): \($0.value)\n" }.joined()
+        let app = options.app.sorted { $0.key < $1.key }.map { "    \($0.key): \($0.value)\n" }.joined()
+        try """
+            kafka:
+              bootstrapServers: "\(kafka.bootstrapServers)"
+              groupId: apn-local
+              properties:
+                session.timeout.ms: "6000"
+                heartbeat.interval.ms: "500"
+            redis:
+              url: "\(redisURL)"
+            worker:
+              logFormat: json
+            \(worker)apps:
+              \(Self.app):
+            \(app)    environments:
+                  production:
+                    certificate: \(directory)/certs/client.pem
+                    key: \(directory)/certs/client-key.pem
+                    ca: \(directory)/certs/ca.pem
+                    gateway: 127.0.0.1:\(simulator.binaryPort)
+                    feedback: 127.0.0.1:\(simulator.feedbackPort ?? 0)
+
+            """.write(toFile: configPath, atomically: true, encoding: .utf8)
+    }
+
+    /// Starts `apn-worker run` with its log in the working directory; returns once it is ready.
+    @discardableResult
+    func startWorker(id: String) throws -> Process {
+        let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = ["run", "--config", configPath, "--worker-id", id]
+        let stdout = Pipe()
+        process.standardOutput = stdout
+        let log = "\(directory)/\(id).log"
+        FileManager.default.createFile(atPath: log, contents: nil)
+        process.standardError = FileHandle(forWritingAtPath: log)
+        try process.run()
+        workers.append(process)
+        let reader = LineReader(stdout.fileHandleForReading)
+        guard let line = reader.next(), line.contains("\"ready\"") else {
+            throw UsageFailure(message: "worker \(id) did not start; see \(log)")
+        }
+        workerOutputs[process.processIdentifier] = reader
+        return process
+    }
+
+    private var workerOutputs: [Int32: LineReader] = [:]
+
+    /// Stops a worker with SIGTERM and returns its last line of output (its statistics).
+    func stopWorker(_ process: Process) -> String? {
+        kill(process.processIdentifier, SIGTERM)
+        let reader = workerOutputs[process.processIdentifier]
+        var last: String?
+        while let line = reader?.next() { last = line }
+        process.waitUntilExit()
+        return last
+    }
+
+    /// Peak resident memory of a process, in bytes (VmHWM).
+    static func peakRSS(of pid: Int32) -> Int? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+              let kb = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+        else { return nil }
+        return kb * 1024
+    }
+
+    func shutdown() async {
+        for worker in workers where worker.isRunning { kill(worker.processIdentifier, SIGKILL) }
+        await simulator.stop()
+        if let redisProcess, redisProcess.isRunning { kill(redisProcess.processIdentifier, SIGKILL) }
+        kafka.shutdown()
+        if !keepDirectory { try? FileManager.default.removeItem(atPath: directory) }
+    }
+
+    private static func waitForRedis(url: String, process: Process) async throws {
+        let configuration = try RedisConfiguration(url: url, connectTimeout: .milliseconds(500))
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            guard process.isRunning else { throw UsageFailure(message: "redis-server exited at start; is the port free?") }
+            if let connection = try? await RedisConnection.connect(configuration) {
+                await connection.close()
+                return
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw UsageFailure(message: "redis-server did not answer within 10 s")
+    }
+}
+
+/// Reads lines from a pipe (blocking).
+final class LineReader {
+    private let handle: FileHandle
+    private var buffer = Data()
+    init(_ handle: FileHandle) { self.handle = handle }
+
+    func next() -> String? {
+        while true {
+            if let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self)
+                buffer = Data(buffer[buffer.index(after: newline)...])
+                return line
+            }
+            let chunk = handle.availableData
+            if chunk.isEmpty {
+                defer { buffer = Data() }
+                return buffer.isEmpty ? nil : String(decoding: buffer, as: UTF8.self)
+            }
+            buffer.append(chunk)
+        }
+    }
+}
+
+/// A loopback port that was free a moment ago.
+func freeLoopbackPort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw UsageFailure(message: "cannot open a socket to find a free port") }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = 0
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let ok = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+            bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
+        }
+    }
+    guard ok else { throw UsageFailure(message: "cannot find a free port on 127.0.0.1") }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
