@@ -29,6 +29,8 @@ struct BenchWorker: AsyncParsableCommand {
     var maxInFlight = 100_000
     @Option(help: "The worker's batchSize.")
     var batchSize = 1000
+    @Flag(help: "Produce every job before the worker starts and time from its first result to its last (throughput without the load generator competing for CPU; latencies then include queueing).")
+    var preproduce = false
 
     func run() async throws {
         try await reportingFailures {
@@ -48,7 +50,6 @@ struct BenchWorker: AsyncParsableCommand {
     }
 
     private func measure(_ stack: LocalStack) async throws {
-        let worker = try stack.startWorker(id: "bench")
         let producer = try KafkaProducer(configuration: KafkaConfiguration([
             "bootstrap.servers": stack.kafka.bootstrapServers, "linger.ms": "2",
         ]))
@@ -64,10 +65,23 @@ struct BenchWorker: AsyncParsableCommand {
             return KafkaOutgoingMessage(topic: "apn.requests", key: Array(id.utf8), value: Array(value.utf8))
         }
 
+        let total = jobs
+        let clock = ContinuousClock()
+        let sentAt = SentTimes(count: total)
+        if preproduce {
+            for chunk in stride(from: 0, to: total, by: 10_000) {
+                let batch = (chunk..<min(total, chunk + 10_000)).map { job("bench-\($0)", $0) }
+                let now = clock.now
+                for i in chunk..<min(total, chunk + 10_000) { sentAt.set(i, now) }
+                for report in try await producer.send(batch) { _ = try report.get() }
+            }
+        }
+        let worker = try stack.startWorker(id: "bench")
+
         // Warm up: wait until the worker has joined the group and delivered one notification.
         let warmupId = "warmup-\(getpid())"
         _ = try await producer.send([job(warmupId, -1)])
-        var warmed = false
+        var warmed = preproduce
         let warmupDeadline = ContinuousClock.now + .seconds(60)
         while !warmed, ContinuousClock.now < warmupDeadline {
             for message in try await reader.poll(maxMessages: 100, timeout: .milliseconds(200)) {
@@ -77,15 +91,13 @@ struct BenchWorker: AsyncParsableCommand {
         guard warmed else { throw UsageFailure(message: "the worker did not deliver the warm-up job within 60 s") }
 
         // Produce from a separate task, recording when each job was handed to Kafka.
-        let clock = ContinuousClock()
-        let start = clock.now
-        let total = jobs
+        var start = clock.now
         let perTick = rate > 0 ? max(1, rate / 100) : 5000
         let tick: Duration = rate > 0 ? .milliseconds(10) : .zero
-        let sentAt = SentTimes(count: total)
-        let producing = Task {
-            var next = 0
-            var due = start
+        let produceStart = start
+        let producing = Task { [preproduce] in
+            var next = preproduce ? total : 0
+            var due = produceStart
             while next < total {
                 let count = min(perTick, total - next)
                 let batch = (next..<next + count).map { job("bench-\($0)", $0) }
@@ -111,12 +123,16 @@ struct BenchWorker: AsyncParsableCommand {
                       jobId.hasPrefix("bench-"), let n = Int(jobId.dropFirst(6)), received.insert(n).inserted
                 else { continue }
                 let now = clock.now
+                if preproduce && received.count == 1 { start = now }
                 last = now
                 if let sent = sentAt.get(n) { latencies.append((now - sent).milliseconds) }
             }
         }
         try await producing.value
         let rss = LocalStack.peakRSS(of: worker.processIdentifier) ?? 0
+        let workerCPU = LocalStack.cpuSeconds(of: worker.processIdentifier) ?? 0
+        let redisCPU = stack.redisPID.flatMap { LocalStack.cpuSeconds(of: $0) } ?? 0
+        let ownCPU = LocalStack.cpuSeconds(of: getpid()) ?? 0
         let stopped = stack.stopWorker(worker).flatMap { try? JSONValue.parse($0) }
         try? await reader.close()
         await producer.close()
@@ -136,6 +152,8 @@ struct BenchWorker: AsyncParsableCommand {
             ("p99Ms", .double((percentile(0.99) * 10).rounded() / 10)),
             ("redisRoundTripsPer1000", .double(notifications > 0 ? (roundTrips / notifications * 1000 * 10).rounded() / 10 : 0)),
             ("workerPeakRSSMB", .int(Int64(rss >> 20))),
+            ("cpuSeconds", .object(["worker": .double((workerCPU * 10).rounded() / 10), "redis": .double((redisCPU * 10).rounded() / 10),
+                                    "kafkaSimulatorAndLoad": .double((ownCPU * 10).rounded() / 10)])),
             ("simulatorAccepted", .int(Int64(stack.simulator.statistics.accepted))),
         ]))
         if received.count < total { throw ExitCode(1) }

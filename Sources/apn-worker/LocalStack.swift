@@ -129,6 +129,18 @@ final class LocalStack {
         return last
     }
 
+    /// CPU time (user + system) a process has used, in seconds.
+    static func cpuSeconds(of pid: Int32) -> Double? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return nil }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// The redis-server this stack started, if any.
+    var redisPID: Int32? { redisProcess?.processIdentifier }
+
     /// Peak resident memory of a process, in bytes (VmHWM).
     static func peakRSS(of pid: Int32) -> Int? {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),

@@ -107,3 +107,25 @@ import Testing
         #expect(a.count == 32)
     }
 }
+
+@Suite struct WorkerResultTests {
+    @Test func serializesEveryFieldAsValidJSONInOrder() throws {
+        let result = WorkerResult(kind: .transmissionError, resultId: "r", jobId: "j\"1", app: "a", environment: "production",
+                                  token: "ab", status: .invalidToken, reason: "Invalid token", attempts: 2,
+                                  possibleDuplicate: false, worker: "w", at: 1700000000000)
+        let text = String(decoding: result.serialized(), as: UTF8.self)
+        #expect(text == #"{"type":"transmissionError","resultId":"r","jobId":"j\"1","app":"a","env":"production","token":"ab","status":8,"statusName":"invalidToken","reason":"Invalid token","attempts":2,"possibleDuplicate":false,"worker":"w","at":1700000000000}"#)
+        let parsed = try JSONValue.parse(result.serialized())
+        #expect(parsed["jobId"] == "j\"1")
+    }
+
+    @Test func invalidJobCarriesWhereTheMessageWas() throws {
+        let result = WorkerResult(kind: .invalidJob, resultId: "r", status: .invalidJob, reason: "bad", topic: "apn.requests",
+                                  partition: 3, offset: 42, worker: "w", at: 1)
+        let parsed = try JSONValue.parse(result.serialized())
+        #expect(parsed["partition"] == .int(3))
+        #expect(parsed["offset"] == .int(42))
+        #expect(parsed["jobId"] == nil)
+        #expect(result.key == nil)
+    }
+}

@@ -13,11 +13,16 @@ public struct APNSSubmission: Sendable {
     public var tag: UInt64
     public var token: DeviceToken
     public var notification: APNSNotification
+    /// The notification's payload when the caller has already built and validated it (with
+    /// ``APNSNotification/validatedPayload(limit:allowLowPriority:)`` for the client's payload
+    /// limit); `nil` makes the client build it.
+    public var payload: [UInt8]?
 
-    public init(tag: UInt64, token: DeviceToken, notification: APNSNotification) {
+    public init(tag: UInt64, token: DeviceToken, notification: APNSNotification, payload: [UInt8]? = nil) {
         self.tag = tag
         self.token = token
         self.notification = notification
+        self.payload = payload
     }
 }
 
@@ -120,7 +125,9 @@ public final class APNSBinaryClient: Sendable {
         let now = Date()
         for submission in submissions {
             let compiled: Result<[UInt8], APNSPayloadError>
-            if let cached = payloadCache, cached.0 == submission.notification {
+            if let precompiled = submission.payload {
+                compiled = .success(precompiled)
+            } else if let cached = payloadCache, cached.0 == submission.notification {
                 compiled = cached.1
             } else {
                 compiled = Result { () throws(APNSPayloadError) in

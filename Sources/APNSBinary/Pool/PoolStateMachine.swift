@@ -214,7 +214,9 @@ struct PoolStateMachine {
     /// and moving the notifications into the sent cache. `nil` in a batch entry is the probe.
     mutating func takeBatch(id: Int) -> (batch: [(UInt32, PendingNotification?)], actions: [Action]) {
         var actions: [Action] = []
-        guard var c = connections[id] else { return ([], actions) }
+        // Taken out of the table while it changes, so that its cache is uniquely referenced and
+        // appends do not copy it.
+        guard var c = connections.removeValue(forKey: id) else { return ([], actions) }
         c.pumpScheduled = false
         guard c.phase == .ready, c.writable else {
             connections[id] = c
@@ -257,7 +259,11 @@ struct PoolStateMachine {
     /// time spent in the client's own buffers out of the window.
     mutating func written(id: Int, through lastIdentifier: UInt32, now: NIODeadline) -> [Action] {
         var actions: [Action] = []
-        guard var c = connections[id], let last = c.index(of: lastIdentifier) else { return actions }
+        guard var c = connections.removeValue(forKey: id) else { return actions }
+        guard let last = c.index(of: lastIdentifier) else {
+            connections[id] = c
+            return actions
+        }
         var index = last
         while index >= 0, c.cache[index].sentAt == .distantFuture {
             c.cache[index].sentAt = now
@@ -275,7 +281,7 @@ struct PoolStateMachine {
     /// the confirmation window on a connection that has not failed is accepted.
     mutating func timerFired(id: Int, now: NIODeadline) -> [Action] {
         var actions: [Action] = []
-        guard var c = connections[id] else { return actions }
+        guard var c = connections.removeValue(forKey: id) else { return actions }
         c.timerArmed = false
         guard c.phase == .ready || c.phase == .closing else {
             connections[id] = c

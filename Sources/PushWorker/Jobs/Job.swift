@@ -20,6 +20,8 @@ public struct Job: Sendable, Hashable {
     /// Set when the notification is valid JSON but cannot be sent (for example the payload does
     /// not fit even after trimming): every token gets this error instead of being sent.
     public var payloadError: String?
+    /// The validated payload (after any trimming), built once for all tokens.
+    public var payload: [UInt8] = []
 }
 
 /// A token of a job: parsed, or kept as text with the reason it is malformed.
@@ -145,11 +147,11 @@ public struct JobParser: Sendable {
         }
         // §1.3: the payload must fit; trim the alert body if it does not.
         do {
-            _ = try job.notification.validatedPayload(limit: payloadLimit)
+            job.payload = try job.notification.validatedPayload(limit: payloadLimit)
         } catch let error where error.code == .tooLarge {
             do {
                 try job.notification.trim(toFit: payloadLimit)
-                _ = try job.notification.validatedPayload(limit: payloadLimit)
+                job.payload = try job.notification.validatedPayload(limit: payloadLimit)
             } catch {
                 job.payloadError = error.message
             }

@@ -32,7 +32,7 @@ struct OffsetTracker {
     /// A message at or before the newest one registered restarts the partition's tracking,
     /// as happens when a partition is consumed again from its committed offset.
     mutating func register(_ partition: TopicPartition, offset: Int64, results: Int) {
-        var state = partitions[partition] ?? Partition()
+        var state = partitions.removeValue(forKey: partition) ?? Partition()
         if offset < state.end {
             outstandingMessages -= state.messages.count(where: { $0.remaining > 0 })
             state.messages.removeAll()
@@ -50,7 +50,9 @@ struct OffsetTracker {
     /// Records that `count` results of the message were written. Unknown messages (of a
     /// partition since revoked or restarted) are ignored.
     mutating func complete(_ partition: TopicPartition, offset: Int64, count: Int = 1) {
-        guard var state = partitions[partition] else { return }
+        // Taken out of the table while it changes, so the deque is not copied.
+        guard var state = partitions.removeValue(forKey: partition) else { return }
+        defer { partitions[partition] = state }
         // Binary search: messages are in offset order.
         var low = 0
         var high = state.messages.count
@@ -62,7 +64,6 @@ struct OffsetTracker {
         state.messages[low].remaining = max(0, state.messages[low].remaining - count)
         if state.messages[low].remaining == 0 { outstandingMessages -= 1 }
         state.dropFinished()
-        partitions[partition] = state
     }
 
     /// The offsets to commit now: those that moved since the last ``markCommitted(_:)``.

@@ -36,17 +36,40 @@ public final class Worker: Sendable {
         var key: String { "\(partition.topic)|\(partition.partition)|\(offset)" }
     }
 
+    /// What the notifications of one job share (one allocation per job, not per token).
+    final class SharedJob: Sendable {
+        let jobId: String
+        let app: String
+        let environment: APNSEnvironment
+        let registeredAt: Int64?
+        let notification: APNSNotification
+        let payload: [UInt8]
+
+        init(_ job: Job, environment: APNSEnvironment) {
+            jobId = job.id
+            app = job.app
+            self.environment = environment
+            registeredAt = job.registeredAt
+            notification = job.notification
+            payload = job.payload
+        }
+    }
+
     /// A notification waiting to be claimed.
     struct Candidate: Sendable {
         var ref: MessageRef
-        var jobId: String
-        var app: String
-        var environment: APNSEnvironment
-        var token: DeviceToken
-        var resultId: String
-        var registeredAt: Int64?
-        var notification: APNSNotification
+        let job: SharedJob
+        let token: DeviceToken
+        let tokenHex: String
+        let resultId: String
         var retryAt: ContinuousClock.Instant = .now
+
+        var jobId: String { job.jobId }
+        var app: String { job.app }
+        var environment: APNSEnvironment { job.environment }
+        var registeredAt: Int64? { job.registeredAt }
+        var notification: APNSNotification { job.notification }
+        var payload: [UInt8] { job.payload }
     }
 
     /// What a submitted notification's outcome needs to become a result.
@@ -86,6 +109,9 @@ public final class Worker: Sendable {
         var commitDirty = false
         var writerWaiter: CheckedContinuation<Void, Never>?
         var held: [Candidate] = []
+        /// Parsed notifications waiting for the claim stage, which overlaps with parsing.
+        var unclaimed: [Candidate] = []
+        var claimWaiter: CheckedContinuation<Void, Never>?
         var localClaims: [String: String] = [:]
         var sent: [UInt64: SentContext] = [:]
         var nextTag: UInt64 = 1
@@ -123,6 +149,7 @@ public final class Worker: Sendable {
             var out: [CheckedContinuation<Void, Never>] = []
             if let c = s.capacityWaiter { out.append(c); s.capacityWaiter = nil }
             if let c = s.writerWaiter { out.append(c); s.writerWaiter = nil }
+            if let c = s.claimWaiter { out.append(c); s.claimWaiter = nil }
             return out
         }
         waiters.forEach { $0.resume() }
@@ -167,6 +194,7 @@ public final class Worker: Sendable {
             group.addTask { await self.heartbeatLoop(store) }
             group.addTask { await self.writerLoop(store: store, producer: producer, consumer: consumer) }
             group.addTask { await self.heldLoop(claims) }
+            group.addTask { await self.claimLoop(claims) }
             group.addTask { await self.rebalanceLog(consumer) }
             for (appName, app) in options.apps {
                 for (environment, env) in app.environments {
@@ -309,6 +337,7 @@ public final class Worker: Sendable {
                     }
                     break
                 }
+                let shared = SharedJob(job, environment: environment)
                 for token in job.tokens {
                     switch token {
                     case .malformed(let text, let reason):
@@ -318,10 +347,10 @@ public final class Worker: Sendable {
                             results.append(failure(ref, jobId: job.id, app: job.app, env: environment.rawValue, token: deviceToken.hex,
                                                  status: .invalidPayload, reason: payloadError))
                         } else {
+                            let hex = deviceToken.hex
                             candidates.append(Candidate(
-                                ref: ref, jobId: job.id, app: job.app, environment: environment, token: deviceToken,
-                                resultId: WorkerResult.notificationId(jobId: job.id, token: deviceToken.hex),
-                                registeredAt: job.registeredAt, notification: job.notification))
+                                ref: ref, job: shared, token: deviceToken, tokenHex: hex,
+                                resultId: WorkerResult.notificationId(jobId: job.id, token: hex)))
                         }
                     }
                 }
@@ -343,7 +372,39 @@ public final class Worker: Sendable {
             if registrations.contains(where: { $0.1 == 0 }) { s.commitDirty = true }
         }
         enqueue(results)
-        await claim(candidates, claims: claims)
+        guard !candidates.isEmpty else { return }
+        let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            s.unclaimed += candidates
+            defer { s.claimWaiter = nil }
+            return s.claimWaiter
+        }
+        waiter?.resume()
+    }
+
+    /// The claim stage: claims what parsing produced, several batches per round trip when they
+    /// pile up, while the consumer parses the next ones.
+    private func claimLoop(_ claims: NotificationStore) async {
+        while !Task.isCancelled {
+            let batch = state.withLock { s -> [Candidate] in
+                let count = min(s.unclaimed.count, max(options.batchSize, 5000))
+                let batch = Array(s.unclaimed.prefix(count))
+                s.unclaimed.removeFirst(count)
+                return batch
+            }
+            if !batch.isEmpty {
+                await claim(batch, claims: claims)
+                continue
+            }
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let ready = state.withLock { s -> Bool in
+                    if !s.unclaimed.isEmpty || s.stopping { return true }
+                    s.claimWaiter = continuation
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+            if state.withLock({ $0.stopping }) { return }
+        }
     }
 
     /// Claims candidates in one round trip and acts on each decision.
@@ -365,7 +426,7 @@ public final class Worker: Sendable {
             let app = options.apps[c.app]
             return NotificationStore.ClaimRequest(
                 resultId: c.resultId, partition: c.ref.partition.partition, offset: c.ref.offset, app: c.app,
-                environment: c.environment.rawValue, token: c.token.hex, registeredAt: c.registeredAt,
+                environment: c.environment.rawValue, token: c.tokenHex, registeredAt: c.registeredAt,
                 appPerSecond: app?.appPerSecond ?? 0, devicePerHour: app?.devicePerHour ?? 0)
         }
         let decisions: [NotificationStore.ClaimDecision]
@@ -401,10 +462,10 @@ public final class Worker: Sendable {
                     s.localClaims[c.resultId] = c.ref.key
                     s.active[c.ref.partition, default: 0] += 1
                     toSend[PoolKey(app: c.app, environment: c.environment), default: []]
-                        .append(APNSSubmission(tag: tag, token: c.token, notification: c.notification))
+                        .append(APNSSubmission(tag: tag, token: c.token, notification: c.notification, payload: c.payload))
                     if decision == .resend { s.statistics.takenOver += 1 }
                 case .recorded(let value):
-                    results.append(Outgoing(ref: c.ref, resultId: c.resultId, key: Array(c.token.hex.utf8), value: value, record: false))
+                    results.append(Outgoing(ref: c.ref, resultId: c.resultId, key: Array(c.tokenHex.utf8), value: value, record: false))
                     s.statistics.reemitted += 1
                 case .duplicate:
                     duplicates.append(c.ref)
@@ -415,13 +476,13 @@ public final class Worker: Sendable {
                     throttled.append(c)
                 case .unregistered(let since):
                     let result = WorkerResult(kind: .transmissionError, resultId: c.resultId, jobId: c.jobId, app: c.app,
-                                              environment: c.environment.rawValue, token: c.token.hex, status: .unregistered,
+                                              environment: c.environment.rawValue, token: c.tokenHex, status: .unregistered,
                                               reason: "Apple reported this token unregistered at \(since), after the job's registeredAt (or the job has none)",
                                               attempts: 0, possibleDuplicate: false, worker: worker, at: now)
                     results.append(Outgoing(ref: c.ref, resultId: c.resultId, key: result.key, value: result.serialized(), record: true))
                 case .rateLimited:
                     let result = WorkerResult(kind: .transmissionError, resultId: c.resultId, jobId: c.jobId, app: c.app,
-                                              environment: c.environment.rawValue, token: c.token.hex, status: .rateLimited,
+                                              environment: c.environment.rawValue, token: c.tokenHex, status: .rateLimited,
                                               reason: "the device reached its limit of \(options.apps[c.app]?.devicePerHour ?? 0) notifications per hour",
                                               attempts: 0, possibleDuplicate: false, worker: worker, at: now)
                     results.append(Outgoing(ref: c.ref, resultId: c.resultId, key: result.key, value: result.serialized(), record: true))
@@ -507,12 +568,12 @@ public final class Worker: Sendable {
                 }
                 let result = WorkerResult(
                     kind: outcome.isTransmitted ? .transmitted : .transmissionError, resultId: c.resultId, jobId: c.jobId,
-                    app: c.app, environment: c.environment.rawValue, token: c.token.hex, status: outcome.status,
+                    app: c.app, environment: c.environment.rawValue, token: c.tokenHex, status: outcome.status,
                     reason: outcome.status.map { outcome.message ?? $0.reason }, attempts: outcome.attempts,
                     possibleDuplicate: outcome.possibleDuplicate || ctx.takeover, worker: worker, at: Self.nowMilliseconds())
                 var out = Outgoing(ref: c.ref, resultId: c.resultId, key: result.key, value: result.serialized(), record: true, fromPool: true)
                 if outcome.status == .invalidToken {
-                    out.unregister = (c.app, c.environment.rawValue, c.token.hex, Int64(Date().timeIntervalSince1970))
+                    out.unregister = (c.app, c.environment.rawValue, c.tokenHex, Int64(Date().timeIntervalSince1970))
                 }
                 enqueue([out])
             case .connected(let connection):
@@ -603,7 +664,7 @@ public final class Worker: Sendable {
                     defer { s.commitDirty = false }
                     return (batch, s.commitDirty, false)
                 }
-                if s.stopping && s.inFlight <= 0 && s.held.isEmpty && s.sent.isEmpty { return ([], false, true) }
+                if s.stopping && s.inFlight <= 0 && s.held.isEmpty && s.unclaimed.isEmpty && s.sent.isEmpty { return ([], false, true) }
                 return nil
             }
             if let taken { return taken }
@@ -750,7 +811,9 @@ public final class Worker: Sendable {
         let selection = Set(partitions)
         let outstanding = state.withLock { s -> Int in
             let dropped = s.held.filter { selection.contains($0.ref.partition) }.count
+                + s.unclaimed.filter { selection.contains($0.ref.partition) }.count
             s.held.removeAll { selection.contains($0.ref.partition) }
+            s.unclaimed.removeAll { selection.contains($0.ref.partition) }
             s.inFlight -= dropped
             s.revoking = selection
             return s.activeCount(in: selection)
@@ -789,8 +852,9 @@ public final class Worker: Sendable {
         let deadline = ContinuousClock.now + options.shutdownTimeout
         // Held notifications are not claimed: hand them back.
         state.withLock { s in
-            s.inFlight -= s.held.count
+            s.inFlight -= s.held.count + s.unclaimed.count
             s.held.removeAll()
+            s.unclaimed.removeAll()
         }
         let pools = state.withLock { Array($0.pools.values) }
         logger.info("Draining", metadata: ["inFlight": "\(state.withLock { $0.inFlight })", "pools": "\(pools.count)"])

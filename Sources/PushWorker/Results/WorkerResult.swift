@@ -37,34 +37,51 @@ public struct WorkerResult: Sendable, Hashable {
         return nil
     }
 
-    /// The JSON value written to Kafka, keys in a fixed order.
+    /// The JSON value written to Kafka, keys in a fixed order. Written straight into bytes:
+    /// one result is made per notification.
     public func serialized() -> [UInt8] {
-        var members: [(String, JSONValue)] = [("type", .string(kind.rawValue)), ("resultId", .string(resultId))]
-        if let jobId { members.append(("jobId", .string(jobId))) }
-        if let app { members.append(("app", .string(app))) }
-        if let environment { members.append(("env", .string(environment))) }
-        if let token { members.append(("token", .string(token))) }
-        if let status {
-            members.append(("status", .int(Int64(status.rawValue))))
-            members.append(("statusName", .string(status.name)))
-        }
-        if let reason { members.append(("reason", .string(reason))) }
-        if let attempts { members.append(("attempts", .int(Int64(attempts)))) }
-        if let possibleDuplicate { members.append(("possibleDuplicate", .bool(possibleDuplicate))) }
-        if let timestamp { members.append(("timestamp", .int(timestamp))) }
-        if let topic { members.append(("topic", .string(topic))) }
-        if let partition { members.append(("partition", .int(Int64(partition)))) }
-        if let offset { members.append(("offset", .int(offset))) }
-        members.append(("worker", .string(worker)))
-        members.append(("at", .int(at)))
-        var out: [UInt8] = [UInt8(ascii: "{")]
-        out.reserveCapacity(256)
-        for (index, (key, value)) in members.enumerated() {
-            if index > 0 { out.append(UInt8(ascii: ",")) }
-            JSONValue.string(key).write(into: &out)
+        var out: [UInt8] = []
+        out.reserveCapacity(320)
+        out.append(UInt8(ascii: "{"))
+        func key(_ name: StaticString) {
+            if out.count > 1 { out.append(UInt8(ascii: ",")) }
+            out.append(UInt8(ascii: "\""))
+            name.withUTF8Buffer { out.append(contentsOf: $0) }
+            out.append(UInt8(ascii: "\""))
             out.append(UInt8(ascii: ":"))
-            value.write(into: &out)
         }
+        func string(_ name: StaticString, _ value: String?) {
+            guard let value else { return }
+            key(name)
+            JSONValue.string(value).write(into: &out)
+        }
+        func integer(_ name: StaticString, _ value: Int64?) {
+            guard let value else { return }
+            key(name)
+            out.append(contentsOf: String(value).utf8)
+        }
+        string("type", kind.rawValue)
+        string("resultId", resultId)
+        string("jobId", jobId)
+        string("app", app)
+        string("env", environment)
+        string("token", token)
+        if let status {
+            integer("status", Int64(status.rawValue))
+            string("statusName", status.name)
+        }
+        string("reason", reason)
+        integer("attempts", attempts.map(Int64.init))
+        if let possibleDuplicate {
+            key("possibleDuplicate")
+            out.append(contentsOf: (possibleDuplicate ? "true" : "false").utf8)
+        }
+        integer("timestamp", timestamp)
+        string("topic", topic)
+        integer("partition", partition.map(Int64.init))
+        integer("offset", offset)
+        string("worker", worker)
+        integer("at", at)
         out.append(UInt8(ascii: "}"))
         return out
     }
