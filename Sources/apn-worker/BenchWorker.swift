@@ -119,9 +119,7 @@ struct BenchWorker: AsyncParsableCommand {
         let deadline = clock.now + .seconds(600)
         while received.count < total, clock.now < deadline {
             for message in try await reader.poll(maxMessages: 10_000, timeout: .milliseconds(100)) {
-                guard let jobId = (try? JSONValue.parse(message.value))?["jobId"]?.stringValue,
-                      jobId.hasPrefix("bench-"), let n = Int(jobId.dropFirst(6)), received.insert(n).inserted
-                else { continue }
+                guard let n = benchJobNumber(message.value), received.insert(n).inserted else { continue }
                 let now = clock.now
                 if preproduce && received.count == 1 { start = now }
                 last = now
@@ -173,4 +171,27 @@ extension Duration {
     var milliseconds: Double {
         Double(components.seconds) * 1000 + Double(components.attoseconds) / 1e15
     }
+}
+
+/// The number in `"jobId":"bench-N"` of a result, found without parsing the whole result (the
+/// reader must not become the bottleneck it measures).
+func benchJobNumber(_ value: [UInt8]) -> Int? {
+    let marker = Array(#""jobId":"bench-"#.utf8)
+    guard value.count > marker.count else { return nil }
+    var i = 0
+    while i + marker.count <= value.count {
+        if value[i] == marker[0] && value[i..<i + marker.count].elementsEqual(marker) {
+            var n = 0
+            var j = i + marker.count
+            var digits = 0
+            while j < value.count, value[j] >= 48, value[j] <= 57 {
+                n = n * 10 + Int(value[j] - 48)
+                j += 1
+                digits += 1
+            }
+            return digits > 0 ? n : nil
+        }
+        i += 1
+    }
+    return nil
 }

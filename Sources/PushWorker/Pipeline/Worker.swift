@@ -55,14 +55,24 @@ public final class Worker: Sendable {
         }
     }
 
-    /// A notification waiting to be claimed.
-    struct Candidate: Sendable {
-        var ref: MessageRef
+    /// A notification waiting to be claimed. A class: it moves between several queues, and
+    /// copying a reference is cheaper than copying its fields.
+    final class Candidate: @unchecked Sendable {
+        // `retryAt` is only changed under the worker's state lock; the rest is immutable.
+        let ref: MessageRef
         let job: SharedJob
         let token: DeviceToken
         let tokenHex: String
         let resultId: String
         var retryAt: ContinuousClock.Instant = .now
+
+        init(ref: MessageRef, job: SharedJob, token: DeviceToken, tokenHex: String, resultId: String) {
+            self.ref = ref
+            self.job = job
+            self.token = token
+            self.tokenHex = tokenHex
+            self.resultId = resultId
+        }
 
         var jobId: String { job.jobId }
         var app: String { job.app }
@@ -595,7 +605,7 @@ public final class Worker: Sendable {
     private func hold(_ candidates: [Candidate], for delay: Duration) {
         let at = ContinuousClock.now + delay
         state.withLock { s in
-            for var c in candidates {
+            for c in candidates {
                 c.retryAt = at
                 s.held.append(c)
             }
