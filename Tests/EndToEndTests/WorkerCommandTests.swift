@@ -1,0 +1,74 @@
+import APNSCore
+import Foundation
+import PushKafka
+import PushTestSupport
+import Testing
+
+/// `kafka-embedded`, `send` and `run`'s configuration errors, as a user runs them.
+@Suite("Worker commands", .serialized, .timeLimit(.minutes(2)))
+struct WorkerCommandTests {
+    @Test("kafka-embedded prints its bootstrap servers; send produces jobs from options and from a file")
+    func embeddedKafkaAndSend() async throws {
+        let kafka = try ChildProcess(Paths.executable, ["kafka-embedded", "--brokers", "1", "--topics", "apn.requests:3,apn.results:3"])
+        defer { kafka.signal(SIGKILL) }
+        let ready = try #require(await kafka.readLine().flatMap(jsonObject))
+        #expect(ready["event"] as? String == "ready")
+        let brokers = try #require(ready["bootstrapServers"] as? String)
+        #expect((ready["topics"] as? [String: Any])?["apn.requests"] as? Int == 3)
+
+        let token = String(repeating: "ab", count: 32)
+        let single = try await run(Paths.executable, ["send", "--brokers", brokers, "--app", "com.example.app",
+                                                      "--token", token, "--alert", "Hi", "--id", "job-1"])
+        #expect(single.status == 0, "\(single.stderr)")
+        #expect(jsonObject(single.stdout.trimmingCharacters(in: .whitespacesAndNewlines))?["jobs"] as? Int == 1)
+
+        let directory = try Paths.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let file = directory + "/jobs.jsonl"
+        try """
+            {"id":"job-2","app":"com.example.app","token":"\(token)","alert":"Two"}
+
+            not even JSON
+            """.write(toFile: file, atomically: true, encoding: .utf8)
+        let fromFile = try await run(Paths.executable, ["send", "--brokers", brokers, "--file", file])
+        #expect(fromFile.status == 0, "\(fromFile.stderr)")
+        #expect(jsonObject(fromFile.stdout.trimmingCharacters(in: .whitespacesAndNewlines))?["jobs"] as? Int == 2)
+
+        // Read the three jobs back.
+        let consumer = try KafkaConsumer(configuration: KafkaConfiguration([
+            "bootstrap.servers": brokers, "group.id": "check-\(UUID().uuidString.prefix(6))", "auto.offset.reset": "earliest",
+        ]))
+        try consumer.subscribe(topics: ["apn.requests"])
+        var values: [String] = []
+        let deadline = ContinuousClock.now + .seconds(30)
+        while values.count < 3, ContinuousClock.now < deadline {
+            values += try await consumer.poll(timeout: .milliseconds(200)).map { String(decoding: $0.value, as: UTF8.self) }
+        }
+        try? await consumer.close()
+        #expect(values.count == 3)
+        let first = try #require(values.compactMap { try? JSONValue.parse($0) }.first { $0["id"] == "job-1" })
+        #expect(first["app"] == "com.example.app")
+        #expect(first["token"] == .string(token))
+        #expect(first["alert"] == "Hi")
+        #expect(values.contains("not even JSON"))
+    }
+
+    @Test("send refuses a malformed token with a sentence and exit code 2")
+    func sendRejectsBadToken() async throws {
+        let result = try await run(Paths.executable, ["send", "--brokers", "127.0.0.1:1", "--app", "a", "--token", "xyz", "--alert", "Hi"])
+        #expect(result.status == 2)
+        #expect(result.stderr.contains("--token"))
+    }
+
+    @Test(arguments: [
+        (["run", "--config", "/nonexistent/worker.yaml"], "/nonexistent/worker.yaml"),
+        (["run", "--redis", "redis://127.0.0.1:6379"], "kafka.bootstrapServers"),
+        (["run", "--brokers", "127.0.0.1:9092", "--redis", "rediss://127.0.0.1:6379"], "TLS"),
+    ])
+    func runConfigurationErrorsNameTheSetting(arguments: [String], fragment: String) async throws {
+        let result = try await run(Paths.executable, arguments)
+        #expect(result.status == 2)
+        #expect(result.stderr.contains(fragment), "\(result.stderr)")
+        #expect(result.stderr.split(separator: "\n").count == 1, "one sentence: \(result.stderr)")
+    }
+}
