@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "APNSBinary", targets: ["APNSBinary"]),
         .library(name: "APNSSimulator", targets: ["APNSSimulator"]),
         .library(name: "PushWorker", targets: ["PushWorker"]),
+        .library(name: "APNSHTTP2Core", targets: ["APNSHTTP2Core"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -74,6 +75,11 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        .target(
+            name: "APNSHTTP2Core",
+            dependencies: ["APNSCore", .product(name: "Crypto", package: "swift-crypto")]
+        ),
+
         // MARK: The worker
         .target(
             name: "PushWorker",
@@ -106,6 +112,7 @@ let package = Package(
 
         // MARK: Tests
         .testTarget(name: "APNSCoreTests", dependencies: ["APNSCore", "APNSSimulator"]),
+        .testTarget(name: "APNSHTTP2CoreTests", dependencies: ["APNSHTTP2Core", "APNSCore"]),
         .testTarget(
             name: "APNSBinaryTests",
             dependencies: [

@@ -27,6 +27,8 @@ struct BenchWorker: AsyncParsableCommand {
     var poolSize = 4
     @Option(help: "The worker's maxInFlight.")
     var maxInFlight = 100_000
+    @Option(help: "The worker's resultFlushMs.")
+    var resultFlushMs = 20
     @Option(help: "The worker's batchSize.")
     var batchSize = 1000
     @Flag(help: "Produce every job before the worker starts and time from its first result to its last (throughput without the load generator competing for CPU; latencies then include queueing).")
@@ -35,7 +37,10 @@ struct BenchWorker: AsyncParsableCommand {
     func run() async throws {
         try await reportingFailures {
             var options = LocalStack.Options()
-            options.worker = ["logLevel": "warning", "maxInFlight": "\(maxInFlight)", "batchSize": "\(batchSize)"]
+            // librdkafka's mock broker answers a fetch only when fetch.wait.max.ms runs out (a real
+            // broker answers as soon as data arrives), so a short wait keeps latency honest.
+            options.kafkaProperties = ["fetch.wait.max.ms": "5"]
+            options.worker = ["logLevel": "warning", "maxInFlight": "\(maxInFlight)", "batchSize": "\(batchSize)", "resultFlushMs": "\(resultFlushMs)"]
             options.app = ["poolSize": "\(poolSize)", "confirmationWindowMs": "\(windowMs)",
                            "cacheMaxCount": "\(max(50_000, maxInFlight))", "feedbackIntervalSeconds": "0"]
             let stack = try await LocalStack(options)
@@ -56,6 +61,7 @@ struct BenchWorker: AsyncParsableCommand {
         let reader = try KafkaConsumer(configuration: KafkaConfiguration([
             "bootstrap.servers": stack.kafka.bootstrapServers, "group.id": "bench-reader-\(getpid())",
             "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
+            "fetch.wait.max.ms": "5",
         ]))
         try reader.subscribe(topics: ["apn.results"])
 
@@ -96,19 +102,32 @@ struct BenchWorker: AsyncParsableCommand {
         let tick: Duration = rate > 0 ? .milliseconds(10) : .zero
         let produceStart = start
         let producing = Task { [preproduce] in
-            var next = preproduce ? total : 0
-            var due = produceStart
-            while next < total {
-                let count = min(perTick, total - next)
-                let batch = (next..<next + count).map { job("bench-\($0)", $0) }
-                let now = clock.now
-                for i in next..<next + count { sentAt.set(i, now) }
-                for report in try await producer.send(batch) { _ = try report.get() }
-                next += count
-                if tick > .zero {
-                    due = due + tick
-                    try await Task.sleep(until: due, clock: clock)
+            // Each tick's batch is sent without waiting for the previous one's acknowledgements,
+            // so the load keeps its rate whatever the produce latency.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                var next = preproduce ? total : 0
+                var due = produceStart
+                var pending = 0
+                while next < total {
+                    let count = min(perTick, total - next)
+                    let batch = (next..<next + count).map { job("bench-\($0)", $0) }
+                    let now = clock.now
+                    for i in next..<next + count { sentAt.set(i, now) }
+                    group.addTask {
+                        for report in try await producer.send(batch) { _ = try report.get() }
+                    }
+                    pending += 1
+                    if pending >= 64 {
+                        try await group.next()
+                        pending -= 1
+                    }
+                    next += count
+                    if tick > .zero {
+                        due = due + tick
+                        try await Task.sleep(until: due, clock: clock)
+                    }
                 }
+                try await group.waitForAll()
             }
         }
 

@@ -23,6 +23,8 @@ final class LocalStack {
         var badTokens: Set<DeviceToken> = []
         var feedback: [FeedbackTuple] = []
         var errorDelay: Duration = .zero
+        /// Extra librdkafka properties for the workers.
+        var kafkaProperties: [String: String] = [:]
         /// Extra YAML under `worker:`.
         var worker: [String: String] = [:]
         /// Extra YAML under the app.
@@ -78,7 +80,7 @@ final class LocalStack {
               properties:
                 session.timeout.ms: "6000"
                 heartbeat.interval.ms: "500"
-            redis:
+            \(options.kafkaProperties.sorted { $0.key < $1.key }.map { "    \($0.key): \"\($0.value)\"\n" }.joined())redis:
               url: "\(redisURL)"
             worker:
               logFormat: json
