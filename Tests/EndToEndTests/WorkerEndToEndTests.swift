@@ -249,4 +249,62 @@ struct WorkerEndToEndTests {
         }
         await stack.shutdown()
     }
+
+    @Test("Unregistered tokens (status 8 and feedback) are skipped unless registeredAt is newer; device and app limits apply")
+    func unregisteredTokensAndRateLimits() async throws {
+        let rejected = DeviceToken.numbered(1, salt: 8)
+        let reported = DeviceToken.numbered(2, salt: 8)
+        let reportedAt = UInt32(Date().timeIntervalSince1970) - 3600
+        let stack = try await WorkerStack.start(badTokens: [rejected],
+                                                feedback: [FeedbackTuple(timestamp: reportedAt, token: reported)],
+                                                devicePerHour: 2, appPerSecond: 300)
+        do {
+            try await stack.startWorker("w1")
+            func id(_ job: String, _ token: DeviceToken) -> String { WorkerResult.notificationId(jobId: job, token: token.hex) }
+            func result(_ job: String, _ token: DeviceToken) -> [String: JSONValue]? { stack.resultsById[id(job, token)] }
+
+            // Status 8 feeds the unregistered store; the next job to that token is not sent.
+            try await stack.produce([WorkerStack.job(id: "reject-1", tokens: [rejected])])
+            try await stack.readResults { _ in result("reject-1", rejected) != nil }
+            #expect(result("reject-1", rejected)?["status"] == .int(8))
+            try await stack.produce([WorkerStack.job(id: "reject-2", tokens: [rejected])])
+            try await stack.readResults { _ in result("reject-2", rejected) != nil }
+            #expect(result("reject-2", rejected)?["status"] == .int(519))
+            #expect(stack.simulator.acceptedByToken[rejected] == nil)
+
+            // The feedback service's token: a feedback result, then skipped, unless the job says
+            // the device registered again after Apple's report.
+            let feedbackId = WorkerResult.feedbackId(app: WorkerStack.app, environment: "production", token: reported.hex,
+                                                     timestamp: Int64(reportedAt))
+            try await stack.readResults { _ in stack.resultsById[feedbackId] != nil }
+            #expect(stack.resultsById[feedbackId]?["type"] == "feedback")
+            let newer = Array(#"{"id":"again","app":"\#(WorkerStack.app)","token":"\#(reported.hex)","alert":"x","registeredAt":\#(reportedAt + 60)}"#.utf8)
+            try await stack.produce([WorkerStack.job(id: "stale", tokens: [reported]), newer])
+            try await stack.readResults { _ in result("stale", reported) != nil && result("again", reported) != nil }
+            #expect(result("stale", reported)?["status"] == .int(519))
+            #expect(result("again", reported)?["type"] == "transmitted")
+            #expect(stack.simulator.acceptedByToken[reported] == 1)
+
+            // Two notifications per device per hour: the third is refused.
+            let device = DeviceToken.numbered(3, salt: 8)
+            try await stack.produce((1...3).map { WorkerStack.job(id: "limited-\($0)", tokens: [device]) })
+            try await stack.readResults { _ in (1...3).allSatisfy { result("limited-\($0)", device) != nil } }
+            let statuses = (1...3).compactMap { result("limited-\($0)", device)?["status"] }
+            #expect(statuses == [.int(520)], "\(statuses)")
+            #expect(stack.simulator.acceptedByToken[device] == 2)
+
+            // 300 per second for the app: 900 notifications are all sent, spread over three calendar
+            // seconds, so the first and last are more than a second apart (unthrottled, they go
+            // out within a few tens of milliseconds).
+            let many = (0..<900).map { ("paced-\($0)", DeviceToken.numbered($0, salt: 9)) }
+            try await stack.produce(many.map { WorkerStack.job(id: $0.0, tokens: [$0.1]) })
+            try await stack.readResults { _ in many.allSatisfy { result($0.0, $0.1) != nil } }
+            let times = many.compactMap { result($0.0, $0.1)?["at"]?.intValue }
+            #expect(many.allSatisfy { result($0.0, $0.1)?["type"] == "transmitted" })
+            #expect((times.max() ?? 0) - (times.min() ?? 0) > 1000, "900 notifications at 300/s took a second or less")
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
+        }
+        await stack.shutdown()
+    }
 }
