@@ -242,8 +242,11 @@ struct WorkerEndToEndTests {
             #expect(results.contains { $0["resultId"]?.stringValue == afterId && $0["type"] == "transmitted" })
             #expect(stack.simulator.acceptedByToken[after] == 1)
             #expect(try await stack.waitForAllCommitted())
+            // SIGTERM: a graceful stop, exit status 0, statistics in the log.
+            #expect(await stack.stopWorker("w1") == 0)
             let log = stack.log(of: "w1")
             #expect(log.contains("Rejected message") && log.contains("Rejected job"))
+            #expect(log.contains("Worker stopped"))
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
         }
