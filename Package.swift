@@ -11,10 +11,12 @@ let package = Package(
         .library(name: "APNSSimulator", targets: ["APNSSimulator"]),
         .library(name: "PushWorker", targets: ["PushWorker"]),
         .library(name: "APNSHTTP2Core", targets: ["APNSHTTP2Core"]),
+        .library(name: "APNSHTTP2", targets: ["APNSHTTP2"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
@@ -66,6 +68,9 @@ let package = Package(
             dependencies: [
                 "APNSCore",
                 "APNSBinary",
+                "APNSHTTP2Core",
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -79,6 +84,21 @@ let package = Package(
             name: "APNSHTTP2Core",
             dependencies: ["APNSCore", .product(name: "Crypto", package: "swift-crypto")]
         ),
+        .target(
+            name: "APNSHTTP2",
+            dependencies: [
+                "APNSCore",
+                "APNSHTTP2Core",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "DequeModule", package: "swift-collections"),
+            ]
+        ),
 
         // MARK: The worker
         .target(
@@ -86,6 +106,8 @@ let package = Package(
             dependencies: [
                 "APNSCore",
                 "APNSBinary",
+                "APNSHTTP2",
+                "APNSHTTP2Core",
                 "PushKafka",
                 "PushRedis",
                 .product(name: "Logging", package: "swift-log"),
@@ -101,6 +123,8 @@ let package = Package(
                 "APNSCore",
                 "APNSBinary",
                 "APNSSimulator",
+                "APNSHTTP2",
+                "APNSHTTP2Core",
                 "PushKafka",
                 "PushRedis",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -125,6 +149,17 @@ let package = Package(
                 .product(name: "NIOTLS", package: "swift-nio"),
             ]
         ),
+        .testTarget(
+            name: "APNSHTTP2Tests",
+            dependencies: [
+                "APNSCore", "APNSHTTP2", "APNSHTTP2Core", "APNSSimulator", "PushTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+            ]
+        ),
         .testTarget(name: "PushKafkaTests", dependencies: ["PushKafka"]),
         .target(name: "PushTestSupport", dependencies: ["PushRedis"], path: "Tests/PushTestSupport"),
         .testTarget(name: "PushRedisTests", dependencies: ["PushRedis", "PushTestSupport"]),
@@ -134,7 +169,10 @@ let package = Package(
         ),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["APNSCore", "APNSBinary", "APNSSimulator", "PushKafka", "PushRedis", "PushWorker", "PushTestSupport"]
+            dependencies: [
+                "APNSCore", "APNSBinary", "APNSHTTP2Core", "APNSSimulator", "PushKafka", "PushRedis", "PushWorker",
+                "PushTestSupport",
+            ]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -8,24 +8,6 @@ import NIOSSL
 import NIOTLS
 import Synchronization
 
-/// One notification to send: what, to whom, and a tag the caller uses to match the outcome.
-public struct APNSSubmission: Sendable {
-    public var tag: UInt64
-    public var token: DeviceToken
-    public var notification: APNSNotification
-    /// The notification's payload when the caller has already built and validated it (with
-    /// ``APNSNotification/validatedPayload(limit:allowLowPriority:)`` for the client's payload
-    /// limit); `nil` makes the client build it.
-    public var payload: [UInt8]?
-
-    public init(tag: UInt64, token: DeviceToken, notification: APNSNotification, payload: [UInt8]? = nil) {
-        self.tag = tag
-        self.token = token
-        self.notification = notification
-        self.payload = payload
-    }
-}
-
 /// A client for the legacy binary APNs gateway (§1) over a pool of TLS connections.
 ///
 /// Every notification written to a connection stays in that connection's sent cache until it is
@@ -41,7 +23,7 @@ public struct APNSSubmission: Sendable {
 /// Feed it with ``send(_:)`` and read one outcome per notification from ``events``. `send`
 /// waits while ``APNSBinaryConfiguration/maxPending`` notifications are in the client with
 /// outcomes not yet read, so a consumer must read ``events``.
-public final class APNSBinaryClient: Sendable {
+public final class APNSBinaryClient: APNSDeliveryClient {
     private struct SubmitWaiter {
         var id: Int
         var items: [PendingNotification]
@@ -119,6 +101,15 @@ public final class APNSBinaryClient: Sendable {
     /// - Throws: ``APNSError`` with code `shutDown` after ``shutdown(gracePeriod:)`` began; the
     ///   submissions of that call that were not yet queued produce no outcome.
     public func send(_ submissions: some Sequence<APNSSubmission>) async throws {
+        try await submit(submissions)
+    }
+
+    /// Hands notifications to the client; see ``send(_:)-(some Sequence<APNSSubmission>)``.
+    public func send(_ submissions: [APNSSubmission]) async throws {
+        try await submit(submissions)
+    }
+
+    private func submit(_ submissions: some Sequence<APNSSubmission>) async throws {
         var items: [PendingNotification] = []
         var rejected: [(PendingNotification, String)] = []
         var payloadCache: (APNSNotification, Result<[UInt8], APNSPayloadError>)? = nil
@@ -287,7 +278,7 @@ public final class APNSBinaryClient: Sendable {
 
     /// Takes the next event, waiting for one if there is none. Returns nil when the client has
     /// shut down and no event is left.
-    fileprivate func nextEvent() async -> APNSBinaryEvent? {
+    public func nextEvent() async -> APNSDeliveryEvent? {
         while true {
             var taken: APNSBinaryEvent? = nil
             var finished = false

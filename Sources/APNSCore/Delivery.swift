@@ -1,0 +1,104 @@
+// Shared by every transport.
+
+/// One notification to send: what, to whom, and a tag the caller uses to match the outcome.
+public struct APNSSubmission: Sendable {
+    public var tag: UInt64
+    public var token: DeviceToken
+    public var notification: APNSNotification
+    /// The notification's payload when the caller has already built and validated it (with
+    /// ``APNSNotification/validatedPayload(limit:allowLowPriority:)`` for the client's payload
+    /// limit); `nil` makes the client build it.
+    public var payload: [UInt8]?
+
+    public init(tag: UInt64, token: DeviceToken, notification: APNSNotification, payload: [UInt8]? = nil) {
+        self.tag = tag
+        self.token = token
+        self.notification = notification
+        self.payload = payload
+    }
+}
+
+/// The final verdict on one notification sent through a delivery client (binary or HTTP/2).
+///
+/// Every notification handed to the client produces exactly one outcome.
+public struct APNSDeliveryOutcome: Sendable, Hashable {
+    /// The caller's tag from the submission.
+    public var tag: UInt64
+    public var token: DeviceToken
+    /// `nil` when the notification was transmitted; otherwise Apple's status (§1.4) or one of
+    /// the client's own codes (``APNSStatus/invalidPayload``, ``APNSStatus/indeterminate``, ...).
+    public var status: APNSStatus?
+    /// A sentence describing a failure that came from the client rather than Apple.
+    public var message: String?
+    /// Apple's HTTP/2 reason string (§3.4), e.g. `BadDeviceToken`; `nil` on the binary API.
+    public var reason: String? = nil
+    /// The `apns-id` the notification was last sent with (HTTP/2).
+    public var apnsID: String? = nil
+    /// For HTTP/2 status 410: when APNs last confirmed the token invalid, in milliseconds since
+    /// the epoch (§3.4). The token should not be used again unless registered after this time.
+    public var unregisteredAt: Int64? = nil
+    /// How many times the notification was written to a gateway connection.
+    public var attempts: Int
+    /// True when an earlier attempt was on a connection that closed without an error packet, so
+    /// Apple may have accepted the notification more than once.
+    public var possibleDuplicate: Bool
+
+    public var isTransmitted: Bool { status == nil }
+
+    public init(
+        tag: UInt64,
+        token: DeviceToken,
+        status: APNSStatus?,
+        message: String? = nil,
+        attempts: Int,
+        possibleDuplicate: Bool
+    ) {
+        self.tag = tag
+        self.token = token
+        self.status = status
+        self.message = message
+        self.attempts = attempts
+        self.possibleDuplicate = possibleDuplicate
+    }
+}
+
+/// What a delivery client reports, in the spirit of node-apn's connection events.
+public enum APNSDeliveryEvent: Sendable {
+    /// A gateway connection completed its TLS handshake.
+    case connected(connection: Int)
+    /// A gateway connection closed; `reason` says why.
+    case disconnected(connection: Int, reason: String)
+    /// A connect attempt or an idle connection timed out.
+    case timeout(connection: Int, reason: String)
+    /// A notification is known to be accepted by the gateway.
+    case transmitted(APNSDeliveryOutcome)
+    /// A notification failed for good.
+    case transmissionError(APNSDeliveryOutcome)
+    /// A socket or TLS error on a connection.
+    case socketError(connection: Int, error: String)
+    /// A problem that is not tied to one notification.
+    case error(APNSError)
+
+    /// The outcome this event carries, if it is one.
+    public var outcome: APNSDeliveryOutcome? {
+        switch self {
+        case .transmitted(let o), .transmissionError(let o): o
+        default: nil
+        }
+    }
+}
+
+/// What the binary and the HTTP/2 transports have in common: hand notifications in, read one
+/// outcome per notification out. The worker and `apn-worker push` use either through it.
+public protocol APNSDeliveryClient: AnyObject, Sendable {
+    /// Opens the warm connections.
+    func start()
+    /// Hands notifications to the client. Returns once all are queued; waits while the client
+    /// is full (backpressure). Each submission later produces exactly one outcome.
+    func send(_ submissions: [APNSSubmission]) async throws
+    /// The next outcome or connection event; `nil` once the client has shut down and every
+    /// event was taken. One consumer at a time.
+    func nextEvent() async -> APNSDeliveryEvent?
+    /// Stops taking notifications, finishes the ones accepted, closes every connection.
+    func shutdown(gracePeriod: Duration?) async
+}
