@@ -153,6 +153,7 @@ let package = Package(
             name: "APNSHTTP2Tests",
             dependencies: [
                 "APNSCore", "APNSHTTP2", "APNSHTTP2Core", "APNSSimulator", "PushTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

@@ -44,8 +44,15 @@ public struct APNSStatus: Sendable, Hashable, CustomStringConvertible {
     /// The device exceeded its per-hour notification limit.
     public static let rateLimited = APNSStatus(rawValue: 520)
 
-    /// True for codes that came from Apple's error-response table rather than from the client.
-    public var isFromApple: Bool { rawValue >= 0 && rawValue <= 255 }
+    // HTTP/2 provider API statuses (§3.4); the reason string travels beside them.
+    public static let badRequest = APNSStatus(rawValue: 400)
+    public static let forbidden = APNSStatus(rawValue: 403)
+    public static let gone = APNSStatus(rawValue: 410)
+    public static let tooManyRequests = APNSStatus(rawValue: 429)
+
+    /// True for codes that came from Apple (the binary error-response table, or an HTTP/2
+    /// status) rather than from the client.
+    public var isFromApple: Bool { (0...255).contains(rawValue) || (400...599).contains(rawValue) }
 
     /// A short, stable name (`"invalidToken"`, `"shutdown"`, ...).
     public var name: String {
@@ -71,6 +78,15 @@ public struct APNSStatus: Sendable, Hashable, CustomStringConvertible {
         case 518: "malformedToken"
         case 519: "unregistered"
         case 520: "rateLimited"
+        case 400: "badRequest"
+        case 403: "forbidden"
+        case 404: "notFound"
+        case 405: "methodNotAllowed"
+        case 410: "gone"
+        case 413: "payloadTooLarge"
+        case 429: "tooManyRequests"
+        case 500: "internalServerError"
+        case 503: "serviceUnavailable"
         default: "status\(rawValue)"
         }
     }
@@ -99,6 +115,15 @@ public struct APNSStatus: Sendable, Hashable, CustomStringConvertible {
         case 518: "Malformed device token"
         case 519: "Device token unregistered"
         case 520: "Device rate limit exceeded"
+        case 400: "Bad request"
+        case 403: "Certificate or provider token error"
+        case 404: "Bad path"
+        case 405: "Method not allowed"
+        case 410: "Device token no longer active for the topic"
+        case 413: "Payload too large"
+        case 429: "Too many requests"
+        case 500: "Internal server error"
+        case 503: "Service unavailable"
         default: "Undocumented status \(rawValue)"
         }
     }

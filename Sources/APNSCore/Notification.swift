@@ -43,6 +43,12 @@ public struct APNSNotification: Sendable, Hashable {
     public var truncateAtWordEnd: Bool = false
     /// How often the notification may be resent after a failure; `nil` means unlimited.
     public var retryLimit: Int? = nil
+    /// HTTP/2 only: the `apns-push-type` (§3.3), e.g. `alert`, `background`, `voip`. `nil`
+    /// lets the client choose: `mdm` for MDM, `background` for a content-available-only
+    /// notification, otherwise `alert`.
+    public var pushType: String? = nil
+    /// HTTP/2 only: `apns-collapse-id` (§3.3, at most 64 bytes).
+    public var collapseId: String? = nil
 
     public init() {}
 

@@ -228,7 +228,9 @@ public struct APNSHTTP2Request: Sendable, Hashable {
         }
     }
 
-    static func validateHeaders(
+    /// The header checks of ``init(payload:deviceToken:topic:pushType:priority:expiry:authentication:collapseID:apnsID:now:)``,
+    /// for a client that builds its frames itself.
+    public static func validateHeaders(
         topic: String?, pushType: APNSPushType, priority: APNSPriority,
         authentication: APNSAuthentication, collapseID: String?
     ) throws(APNSError) {
@@ -251,7 +253,8 @@ public struct APNSHTTP2Request: Sendable, Hashable {
         if let collapseID { try validate(collapseID: collapseID) }
     }
 
-    static func validateContent(of notification: APNSNotification, pushType: APNSPushType) throws(APNSError) {
+    /// The payload-content checks of ``init(notification:deviceToken:topic:pushType:authentication:collapseID:apnsID:now:)``.
+    public static func validateContent(of notification: APNSNotification, pushType: APNSPushType) throws(APNSError) {
         // §5: MDM payloads are {"mdm":…} and go with push type mdm.
         if pushType == .mdm && notification.mdm == nil {
             throw APNSError(.invalidRequest, "push type mdm needs an MDM notification; set mdm to the device's PushMagic")

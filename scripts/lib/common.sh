@@ -2,12 +2,16 @@
 
 # The Debian packages apn-worker needs at build and test time.
 APN_WORKER_DEBIAN_PACKAGES=(librdkafka-dev libhiredis-dev libssl-dev redis-server openssl pkg-config)
+# Also needed by the tests: Python with venv, for the independent HTTP/2 peer (Tests/Peers).
+APN_WORKER_TEST_DEBIAN_PACKAGES=(python3 python3-venv)
 
 # Installs whichever of the packages above is missing (Debian/Ubuntu), and puts Swift on PATH.
 ensure_dependencies() {
     local missing=()
     local pkg
-    for pkg in "${APN_WORKER_DEBIAN_PACKAGES[@]}"; do
+    local wanted=("${APN_WORKER_DEBIAN_PACKAGES[@]}")
+    if [[ "${1:-}" == "--tests" ]]; then wanted+=("${APN_WORKER_TEST_DEBIAN_PACKAGES[@]}"); fi
+    for pkg in "${wanted[@]}"; do
         if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
             missing+=("$pkg")
         fi

@@ -1,0 +1,80 @@
+import APNSCore
+import APNSHTTP2Core
+import NIOHPACK
+
+/// One notification on its way through an ``APNSHTTP2Client``: the request as it goes on the
+/// wire plus what the client knows about its attempts.
+struct QueuedRequest: Sendable {
+    var tag: UInt64
+    var token: DeviceToken
+    /// `/3/device/<hex>` (§3.3).
+    var path: String
+    var body: [UInt8]
+    var pushType: APNSPushType
+    var topic: String
+    var priority: UInt8
+    var expiration: UInt32
+    var collapseID: String?
+    /// Set by the client, kept across retries so one notification has one id in the logs (§3.5).
+    var apnsID: String
+    var retryLimit: Int
+    /// Writes to a connection.
+    var attempts = 0
+    /// Retries spent (429, 5xx, a reason that asks for a new connection).
+    var retries = 0
+    /// An earlier attempt was on a stream the server may have processed without answering.
+    var possibleDuplicate = false
+    /// The last failure, reported if the notification is given up.
+    var lastFailure: APNSHTTP2Failure?
+
+    /// The request headers (§3.3). `:path`, `apns-id` and a changing `apns-expiration` are not
+    /// indexed; everything else is, including a stable `authorization` (§3.2 HPACK advice).
+    func headers(authority: String, authorization: String?) -> HPACKHeaders {
+        var headers = HPACKHeaders()
+        headers.reserveCapacity(11)
+        headers.add(name: ":method", value: "POST")
+        headers.add(name: ":scheme", value: "https")
+        headers.add(name: ":authority", value: authority)
+        headers.add(name: ":path", value: path, indexing: .nonIndexable)
+        headers.add(name: "apns-id", value: apnsID, indexing: .nonIndexable)
+        headers.add(name: "apns-push-type", value: pushType.rawValue)
+        headers.add(name: "apns-topic", value: topic)
+        headers.add(name: "apns-priority", value: Self.priorityStrings[Int(priority)])
+        if expiration == 0 {
+            headers.add(name: "apns-expiration", value: "0")
+        } else {
+            headers.add(name: "apns-expiration", value: String(expiration), indexing: .nonIndexable)
+        }
+        if let collapseID { headers.add(name: "apns-collapse-id", value: collapseID, indexing: .nonIndexable) }
+        if let authorization { headers.add(name: "authorization", value: authorization) }
+        return headers
+    }
+
+    private static let priorityStrings: [String] = (0...10).map(String.init)
+
+    func outcome(status: APNSStatus?, message: String? = nil, reason: String? = nil, unregisteredAt: Int64? = nil) -> APNSDeliveryOutcome {
+        var outcome = APNSDeliveryOutcome(
+            tag: tag, token: token, status: status, message: message, attempts: attempts, possibleDuplicate: possibleDuplicate)
+        outcome.reason = reason
+        outcome.apnsID = apnsID
+        outcome.unregisteredAt = unregisteredAt
+        return outcome
+    }
+}
+
+extension APNSNotification {
+    /// The push type for the HTTP/2 API: the notification's own, or `mdm` for MDM,
+    /// `background` for a content-available-only notification, else `alert` (§3.3, §5).
+    func resolvedPushType() throws(APNSError) -> APNSPushType {
+        if let raw = pushType {
+            guard let type = APNSPushType(rawValue: raw) else {
+                let known = APNSPushType.allCases.map(\.rawValue).joined(separator: ", ")
+                throw APNSError(.invalidRequest, "push type \"\(raw)\" is not one APNs knows; use one of \(known)")
+            }
+            return type
+        }
+        if mdm != nil { return .mdm }
+        if contentAvailable && alert == nil && sound == nil && badge == nil { return .background }
+        return .alert
+    }
+}

@@ -1,0 +1,123 @@
+import APNSCore
+import APNSHTTP2Core
+import APNSSimulator
+import Crypto
+import Foundation
+import NIOSSL
+import Testing
+
+@testable import APNSHTTP2
+
+/// Shared fixtures of the HTTP/2 client tests: certificates and a signing key made once per
+/// test process, clients on 127.0.0.1, and a loop that reads one outcome per notification.
+enum ClientHarness {
+    static let certificates: TestCertificates = try! TestCertificates()
+    static let teamID = "TEAM123456"
+    static let keyID = "KEY1234567"
+    static let privateKey = P256.Signing.PrivateKey()
+    static let signingKey = try! APNSSigningKey(keyID: keyID, privateKey: privateKey)
+    static let topic = "com.example.app"
+
+
+    static func credentials(environment: APNSEnvironment = .production) throws -> APNSCredentials {
+        try APNSCredentials(
+            certificate: .data(Array(certificates.client.certificatePEM.utf8)),
+            key: .data(Array(certificates.client.keyPEM.utf8)),
+            ca: [.data(Array(certificates.ca.certificatePEM.utf8))],
+            environment: environment)
+    }
+
+    /// A token provider for the shared key, on `clock`.
+    static func tokenProvider(clock: @escaping @Sendable () -> Date = { Date() }) throws -> APNSTokenProvider {
+        try APNSTokenProvider(signingKey: signingKey, teamID: teamID, clock: clock)
+    }
+
+    static func tokenClient(
+        port: Int, provider: APNSTokenProvider? = nil, _ change: (inout APNSHTTP2Configuration) -> Void = { _ in }
+    ) throws -> APNSHTTP2Client {
+        var config = APNSHTTP2Configuration(
+            host: "127.0.0.1", port: port, authentication: .token(try provider ?? tokenProvider()), topic: topic)
+        config.trustRoots = try NIOSSLCertificate.fromPEMBytes(Array(certificates.ca.certificatePEM.utf8))
+        change(&config)
+        return try APNSHTTP2Client(configuration: config)
+    }
+
+    static func certificateClient(port: Int, _ change: (inout APNSHTTP2Configuration) -> Void = { _ in }) throws -> APNSHTTP2Client {
+        var config = APNSHTTP2Configuration(
+            host: "127.0.0.1", port: port, authentication: .certificate(try credentials()), topic: topic)
+        change(&config)
+        return try APNSHTTP2Client(configuration: config)
+    }
+
+    /// Token number `i`: 32 distinct bytes.
+    static func token(_ i: Int) -> DeviceToken {
+        var bytes = [UInt8](repeating: 0x5A, count: 32)
+        withUnsafeBytes(of: UInt64(i).bigEndian) { raw in
+            for (k, b) in raw.enumerated() { bytes[24 + k] = b }
+        }
+        return try! DeviceToken(bytes: bytes)
+    }
+
+    static func notification(_ text: String = "Hello") -> APNSNotification {
+        var n = APNSNotification()
+        n.alert = .text(text)
+        n.badge = 1
+        return n
+    }
+
+    static func submissions(_ range: Range<Int>, _ notification: APNSNotification = notification()) -> [APNSSubmission] {
+        range.map { APNSSubmission(tag: UInt64($0), token: token($0), notification: notification) }
+    }
+
+    struct Run {
+        var outcomes: [UInt64: APNSDeliveryOutcome] = [:]
+        var duplicateOutcomes = 0
+        var events: [APNSDeliveryEvent] = []
+    }
+
+    /// Sends `submissions` while reading events until every submission has its outcome, then
+    /// (unless `shutdown` is false) shuts the client down. Fails if it takes longer than `limit`.
+    static func run(
+        _ client: APNSHTTP2Client, _ submissions: [APNSSubmission], limit: Duration = .seconds(120), shutdown: Bool = true
+    ) async throws -> Run {
+        try await withThrowingTaskGroup(of: Run?.self) { group in
+            group.addTask {
+                try await client.send(submissions)
+                return nil
+            }
+            group.addTask {
+                var run = Run()
+                let expected = submissions.count
+                if expected == 0 { return run }
+                while let event = await client.nextEvent() {
+                    if let outcome = event.outcome {
+                        if run.outcomes.updateValue(outcome, forKey: outcome.tag) != nil { run.duplicateOutcomes += 1 }
+                        if run.outcomes.count == expected { break }
+                    } else {
+                        run.events.append(event)
+                    }
+                }
+                return run
+            }
+            group.addTask {
+                try await Task.sleep(for: limit)
+                throw TimeLimitExceeded(limit: limit)
+            }
+            var result: Run? = nil
+            while let next = try await group.next() {
+                if let run = next {
+                    result = run
+                    break
+                }
+            }
+            group.cancelAll()
+            if shutdown { await client.shutdown(gracePeriod: .seconds(10)) }
+            return result!
+        }
+    }
+
+    struct TimeLimitExceeded: Error, CustomStringConvertible {
+        var limit: Duration
+        var description: String { "the run did not finish within \(limit)" }
+    }
+}
