@@ -51,8 +51,11 @@ public struct APNSStatus: Sendable, Hashable, CustomStringConvertible {
     public static let tooManyRequests = APNSStatus(rawValue: 429)
 
     /// True for codes that came from Apple (the binary error-response table, or an HTTP/2
-    /// status) rather than from the client.
-    public var isFromApple: Bool { (0...255).contains(rawValue) || (400...599).contains(rawValue) }
+    /// status) rather than from the client or the worker (512–520, which no HTTP status of
+    /// §3.4 uses).
+    public var isFromApple: Bool {
+        (0...255).contains(rawValue) || (400...511).contains(rawValue) || (521...599).contains(rawValue)
+    }
 
     /// A short, stable name (`"invalidToken"`, `"shutdown"`, ...).
     public var name: String {

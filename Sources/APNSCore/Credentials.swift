@@ -185,19 +185,7 @@ public struct APNSCredentials: Sendable {
             )
         }
 
-        var trust: [NIOSSLCertificate]? = nil
-        if let ca {
-            var roots: [NIOSSLCertificate] = []
-            for source in ca {
-                let bytes = try source.load(what: "CA")
-                do {
-                    roots += try NIOSSLCertificate.fromPEMBytes(bytes)
-                } catch {
-                    throw APNSError(.invalidCredentials, "the CA file \(source.label) is not a PEM certificate list", underlying: error)
-                }
-            }
-            trust = roots
-        }
+        let trust = try ca.map { sources throws(APNSError) in try Self.loadTrustRoots(sources) }
 
         self.certificateChain = chain
         self.privateKey = key
@@ -206,6 +194,20 @@ public struct APNSCredentials: Sendable {
         self.notValidBefore = leaf.notValidBefore
         self.notValidAfter = leaf.notValidAfter
         self.environments = environments
+    }
+
+    /// CA certificates from PEM documents, for verifying a server.
+    public static func loadTrustRoots(_ sources: [CredentialSource]) throws(APNSError) -> [NIOSSLCertificate] {
+        var roots: [NIOSSLCertificate] = []
+        for source in sources {
+            let bytes = try source.load(what: "CA")
+            do {
+                roots += try NIOSSLCertificate.fromPEMBytes(bytes)
+            } catch {
+                throw APNSError(.invalidCredentials, "the CA file \(source.label) is not a PEM certificate list", underlying: error)
+            }
+        }
+        return roots
     }
 
     /// A TLS client configuration presenting this certificate. With `verifyServer` off the

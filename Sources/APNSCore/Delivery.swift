@@ -102,3 +102,10 @@ public protocol APNSDeliveryClient: AnyObject, Sendable {
     /// Stops taking notifications, finishes the ones accepted, closes every connection.
     func shutdown(gracePeriod: Duration?) async
 }
+
+extension APNSDeliveryClient {
+    /// Shuts down without a grace period: everything accepted is sent and answered first.
+    public func shutdown() async {
+        await shutdown(gracePeriod: nil)
+    }
+}

@@ -73,6 +73,11 @@ public struct APNSHTTP2Configuration: Sendable {
         self.topic = topic
     }
 
+    /// Trusts the CA certificates in these PEM documents (for token authentication).
+    public mutating func trust(_ sources: [CredentialSource]) throws(APNSError) {
+        trustRoots = try APNSCredentials.loadTrustRoots(sources)
+    }
+
     /// Checks the settings, with a sentence naming the first bad one.
     public func validate() throws(APNSError) {
         func bad(_ message: String) -> APNSError { APNSError(.invalidConfiguration, message) }

@@ -1,5 +1,7 @@
 import APNSBinary
 import APNSCore
+import APNSHTTP2
+import APNSHTTP2Core
 import PushKafka
 import PushRedis
 
@@ -17,45 +19,81 @@ extension WorkerConfiguration {
 
         var apps: [String: AppOptions] = [:]
         for (name, app) in apps_sorted() {
-            guard app.transport == .binary else {
-                throw ConfigurationError("apps.\(name).transport: the worker delivers over the binary protocol only; set transport to binary")
-            }
             var environments: [APNSEnvironment: EnvironmentOptions] = [:]
             for (envName, env) in app.environments {
                 let environment: APNSEnvironment = envName == .production ? .production : .sandbox
                 let path = "apps.\(name).environments.\(envName.rawValue)"
-                let credentials: APNSCredentials
-                do {
-                    let ca = env.ca.map { [CredentialSource.file($0)] }
-                    switch env.credentials {
-                    case .pem(let certificate, let key):
-                        credentials = try APNSCredentials(certificate: .file(certificate), key: .file(key),
-                                                          passphrase: env.passphrase, ca: ca, environment: environment)
-                    case .pkcs12(let pfx):
-                        credentials = try APNSCredentials(pkcs12: .file(pfx), passphrase: env.passphrase, ca: ca, environment: environment)
+                let ca = env.ca.map { [CredentialSource.file($0)] }
+                func certificate() throws(ConfigurationError) -> APNSCredentials {
+                    do throws(APNSError) {
+                        switch env.credentials {
+                        case .pem(let certificate, let key):
+                            return try APNSCredentials(certificate: .file(certificate), key: .file(key),
+                                                       passphrase: env.passphrase, ca: ca, environment: environment)
+                        case .pkcs12(let pfx):
+                            return try APNSCredentials(pkcs12: .file(pfx), passphrase: env.passphrase, ca: ca, environment: environment)
+                        case .token:
+                            throw APNSError(.invalidConfiguration, "token authentication needs transport http2")
+                        }
+                    } catch {
+                        throw ConfigurationError("\(path): \(error.message).")
                     }
-                } catch {
-                    throw ConfigurationError("\(path): \(error.message).")
                 }
-                var gateway = APNSBinaryConfiguration(host: env.gateway.host, port: env.gateway.port, credentials: credentials)
-                gateway.verifyServer = env.verifyServer
-                gateway.maxConnections = app.poolSize
-                gateway.cacheMaxCount = app.cacheMaxCount
-                gateway.cacheMaxBytes = app.cacheMaxBytes
-                gateway.confirmationWindow = .milliseconds(app.confirmationWindowMs)
-                gateway.resendOnUnknown = app.resendOnUnknown
-                gateway.maxPending = max(1, min(gateway.maxPending, worker.maxInFlight))
-                do {
-                    try gateway.validate()
-                } catch {
-                    throw ConfigurationError("apps.\(name): \(error.message).")
-                }
-                var options = EnvironmentOptions(gateway: gateway)
-                if app.feedbackIntervalSeconds > 0 {
-                    var feedback = APNSFeedbackClient.Configuration(host: env.feedback.host, port: env.feedback.port, credentials: credentials)
-                    feedback.verifyServer = env.verifyServer
-                    options.feedback = feedback
-                    options.feedbackInterval = .seconds(app.feedbackIntervalSeconds)
+                var options: EnvironmentOptions
+                switch app.transport {
+                case .binary:
+                    let credentials = try certificate()
+                    var gateway = APNSBinaryConfiguration(host: env.gateway.host, port: env.gateway.port, credentials: credentials)
+                    gateway.verifyServer = env.verifyServer
+                    gateway.maxConnections = app.poolSize
+                    gateway.cacheMaxCount = app.cacheMaxCount
+                    gateway.cacheMaxBytes = app.cacheMaxBytes
+                    gateway.confirmationWindow = .milliseconds(app.confirmationWindowMs)
+                    gateway.resendOnUnknown = app.resendOnUnknown
+                    gateway.maxPending = max(1, min(gateway.maxPending, worker.maxInFlight))
+                    do {
+                        try gateway.validate()
+                    } catch {
+                        throw ConfigurationError("apps.\(name): \(error.message).")
+                    }
+                    options = EnvironmentOptions(transport: .binary(gateway))
+                    if app.feedbackIntervalSeconds > 0 {
+                        var feedback = APNSFeedbackClient.Configuration(host: env.feedback.host, port: env.feedback.port, credentials: credentials)
+                        feedback.verifyServer = env.verifyServer
+                        options.feedback = feedback
+                        options.feedbackInterval = .seconds(app.feedbackIntervalSeconds)
+                    }
+                case .http2:
+                    let authentication: APNSHTTP2Configuration.Authentication
+                    if case .token(let signingKey, let keyId, let teamId) = env.credentials {
+                        do {
+                            let key = try APNSSigningKey(keyID: keyId, file: signingKey)
+                            authentication = .token(try APNSTokenProvider(signingKey: key, teamID: teamId))
+                        } catch {
+                            throw ConfigurationError("\(path): \(error.message).")
+                        }
+                    } else {
+                        authentication = .certificate(try certificate())
+                    }
+                    var gateway = APNSHTTP2Configuration(
+                        host: env.gateway.host, port: env.gateway.port, authentication: authentication, topic: app.bundleId)
+                    if case .token = authentication, let ca {
+                        do {
+                            try gateway.trust(ca)
+                        } catch {
+                            throw ConfigurationError("\(path).ca: \(error.message).")
+                        }
+                    }
+                    gateway.verifyServer = env.verifyServer
+                    gateway.maxConnections = app.poolSize
+                    gateway.maxPending = max(1, min(gateway.maxPending, worker.maxInFlight))
+                    do {
+                        try gateway.validate()
+                    } catch {
+                        throw ConfigurationError("apps.\(name): \(error.message).")
+                    }
+                    // HTTP/2 has no feedback service: 410 answers carry the same news (§3.4).
+                    options = EnvironmentOptions(transport: .http2(gateway))
                 }
                 environments[environment] = options
             }

@@ -1,14 +1,34 @@
 import APNSBinary
 import APNSCore
+import APNSHTTP2
+import APNSHTTP2Core
 import ArgumentParser
 import Foundation
 import Logging
 
-/// `apn-worker push`: sends N notifications through the binary pool and prints a summary line.
+/// `apn-worker push`: sends N notifications through a binary or HTTP/2 pool and prints a
+/// summary line.
 struct Push: AsyncParsableCommand {
+    enum Transport: String, ExpressibleByArgument, CaseIterable {
+        case binary, http2
+    }
+
     static let configuration = CommandConfiguration(
-        abstract: "Send notifications to a binary gateway and print one JSON summary line."
+        abstract: "Send notifications over the binary protocol or HTTP/2 and print one JSON summary line."
     )
+
+    @Option(help: "binary (legacy gateway) or http2 (provider API).")
+    var transport: Transport = .binary
+    @Option(help: "HTTP/2: the app's bundle ID (apns-topic).")
+    var topic: String?
+    @Option(help: "HTTP/2 token authentication: the .p8 signing key (with --key-id and --team-id) instead of a certificate.")
+    var signingKey: String?
+    @Option(help: "HTTP/2 token authentication: the signing key's 10-character key ID.")
+    var keyId: String?
+    @Option(help: "HTTP/2 token authentication: the 10-character team ID.")
+    var teamId: String?
+    @Option(help: "HTTP/2: most concurrent streams per connection (the server's limit applies below it).")
+    var maxStreams = 1000
 
     @Option(help: "Gateway address, HOST:PORT.")
     var gateway: String
@@ -49,6 +69,16 @@ struct Push: AsyncParsableCommand {
         }
         guard confirmationWindowMs >= 1 else { throw ValidationError("--confirmation-window-ms must be at least 1") }
         guard cacheSize >= 1 else { throw ValidationError("--cache-size must be at least 1") }
+        guard maxStreams >= 1 else { throw ValidationError("--max-streams must be at least 1, not \(maxStreams)") }
+        if transport == .binary && (signingKey != nil || topic != nil) {
+            throw ValidationError("--signing-key and --topic are for --transport http2")
+        }
+        if transport == .http2 && topic == nil {
+            throw ValidationError("--transport http2 needs --topic, the app's bundle ID")
+        }
+        if signingKey != nil && (keyId == nil || teamId == nil) {
+            throw ValidationError("--signing-key needs --key-id and --team-id")
+        }
     }
 
     func run() async throws {
@@ -58,24 +88,58 @@ struct Push: AsyncParsableCommand {
             guard !tokenList.isEmpty else {
                 throw UsageFailure(message: "--tokens \(tokens) contains no device token")
             }
-            let credentials = try loadCredentials(
-                cert: cert, key: key, pfx: pfx, passphrase: passphrase, ca: ca, environment: environment
-            )
-            var config = APNSBinaryConfiguration(host: host, port: port, credentials: credentials)
-            config.verifyServer = !insecure
-            config.maxConnections = connections
-            config.confirmationWindow = .milliseconds(confirmationWindowMs)
-            config.cacheMaxCount = cacheSize
-            config.resendOnUnknown = resendOnUnknown
-            config.payloadLimit = max(2048, payloadBytes)
             var logger = Logger(label: "apn-worker.push")
             logger.logLevel = .warning
-            let client = try APNSBinaryClient(configuration: config, logger: logger)
             let notification = try makeNotification(bytes: payloadBytes)
+            let client: any APNSDeliveryClient
+            var retransmitted: () -> Int = { 0 }
+            switch transport {
+            case .binary:
+                let credentials = try loadCredentials(
+                    cert: cert, key: key, pfx: pfx, passphrase: passphrase, ca: ca, environment: environment
+                )
+                var config = APNSBinaryConfiguration(host: host, port: port, credentials: credentials)
+                config.verifyServer = !insecure
+                config.maxConnections = connections
+                config.confirmationWindow = .milliseconds(confirmationWindowMs)
+                config.cacheMaxCount = cacheSize
+                config.resendOnUnknown = resendOnUnknown
+                config.payloadLimit = max(2048, payloadBytes)
+                let binary = try APNSBinaryClient(configuration: config, logger: logger)
+                retransmitted = { binary.statistics.retransmitted }
+                client = binary
+            case .http2:
+                let authentication: APNSHTTP2Configuration.Authentication
+                if let signingKey, let keyId, let teamId {
+                    do throws(APNSError) {
+                        let key = try APNSSigningKey(keyID: keyId, file: signingKey)
+                        authentication = .token(try APNSTokenProvider(signingKey: key, teamID: teamId))
+                    } catch {
+                        throw UsageFailure(message: "--signing-key: \(error.message)")
+                    }
+                } else {
+                    authentication = .certificate(try loadCredentials(
+                        cert: cert, key: key, pfx: pfx, passphrase: passphrase, ca: ca, environment: environment))
+                }
+                var config = APNSHTTP2Configuration(host: host, port: port, authentication: authentication, topic: topic ?? "")
+                if signingKey != nil, let ca {
+                    do throws(APNSError) {
+                        try config.trust([.file(ca)])
+                    } catch {
+                        throw UsageFailure(message: "--ca: \(error.message)")
+                    }
+                }
+                config.verifyServer = !insecure
+                config.maxConnections = connections
+                config.maxStreamsPerConnection = maxStreams
+                let http2 = try APNSHTTP2Client(configuration: config, logger: logger)
+                retransmitted = { http2.statistics.retried }
+                client = http2
+            }
 
             let started = ContinuousClock.now
             let total = count
-            async let summary = Self.collect(client.events, expected: total)
+            async let summary = Self.collect(client, expected: total)
             do {
                 var index = 0
                 while index < total {
@@ -95,7 +159,6 @@ struct Push: AsyncParsableCommand {
             await client.shutdown()
             let elapsed = ContinuousClock.now - started
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            let stats = client.statistics
             var failedByStatus: [String: JSONValue] = [:]
             for (status, n) in result.failed { failedByStatus[String(status.rawValue)] = .int(Int64(n)) }
             print(
@@ -103,7 +166,7 @@ struct Push: AsyncParsableCommand {
                     ("notifications", .int(Int64(total))),
                     ("transmitted", .int(Int64(result.transmitted))),
                     ("failed", .object(failedByStatus)),
-                    ("retransmitted", .int(Int64(stats.retransmitted))),
+                    ("retransmitted", .int(Int64(retransmitted()))),
                     ("possibleDuplicate", .int(Int64(result.possibleDuplicate))),
                     ("connectionsOpened", .int(Int64(result.connections))),
                     ("seconds", .double((seconds * 1000).rounded() / 1000)),
@@ -123,11 +186,11 @@ struct Push: AsyncParsableCommand {
         var connections = 0
     }
 
-    static func collect(_ events: APNSBinaryClient.Events, expected: Int) async -> Summary {
+    static func collect(_ client: any APNSDeliveryClient, expected: Int) async -> Summary {
         var summary = Summary()
         var outcomes = 0
         guard expected > 0 else { return summary }
-        for await event in events {
+        while let event = await client.nextEvent() {
             switch event {
             case .transmitted(let o):
                 summary.transmitted += 1

@@ -494,7 +494,7 @@ private func parseError(
     let typoInEnvironment = fixture.minimalYAML().replacingOccurrences(of: "certificate:", with: "certfile:")
     #expect(parseError(typoInEnvironment) == "apps.com.example.app.environments.production.certfile: unknown "
         + "setting; known settings here are certificate, key, pfx, passphrase, passphraseFile, ca, "
-        + "verifyServer, gateway, feedback.")
+        + "verifyServer, gateway, feedback, signingKey, keyId, teamId.")
     #expect(parseError(fixture.minimalYAML(extra: "wroker:\n  id: x")) == "wroker: unknown setting; known "
         + "settings here are worker, kafka, redis, limits, apps.")
     #expect(parseError(fixture.minimalYAML(extra: "worker:\n  batchsize: 5")) == "worker.batchsize: unknown "
@@ -852,4 +852,68 @@ private func parseError(
     #expect(parseError("a: 1\n---\nb: 2\n") == "config file /tmp/config.yaml: line 2, column 1: a second YAML "
         + "document starts here, but a config file holds only one.")
     #expect(parseError("\tkafka: 1\n")?.hasSuffix("; YAML cannot be indented with tabs.") == true)
+}
+
+// MARK: - HTTP/2
+
+private func http2YAML(_ fixture: Fixture, transport: String = "http2", environment: String) -> String {
+    """
+    kafka:
+      bootstrapServers: "127.0.0.1:9092"
+    redis:
+      url: "redis://127.0.0.1:6379/0"
+    apps:
+      com.example.app:
+        transport: \(transport)
+        environments:
+          production:
+    \(environment)
+    """
+}
+
+@Test func http2AppsTakeATokenAndDefaultToTheProviderAPI() throws {
+    let fixture = try Fixture()
+    fixture.write("AuthKey.p8", "-----BEGIN PRIVATE KEY-----\n")
+    let yaml = http2YAML(fixture, environment: """
+              signingKey: \(fixture.path("AuthKey.p8"))
+              keyId: ABCDE12345
+              teamId: TEAM123456
+    """)
+    let config = try parse(yaml)
+    let app = try #require(config.apps["com.example.app"])
+    #expect(app.transport == .http2)
+    let production = try #require(app.environments[.production])
+    #expect(production.credentials == .token(signingKey: fixture.path("AuthKey.p8"), keyId: "ABCDE12345", teamId: "TEAM123456"))
+    #expect(production.gateway == WorkerConfiguration.HostPort(host: "api.push.apple.com", port: 443))
+}
+
+@Test func tokenSettingsErrorsNameTheSetting() throws {
+    let fixture = try Fixture()
+    fixture.write("AuthKey.p8", "-----BEGIN PRIVATE KEY-----\n")
+    let key = fixture.path("AuthKey.p8")
+    let path = "apps.com.example.app.environments.production"
+    #expect(parseError(http2YAML(fixture, transport: "binary", environment: """
+              signingKey: \(key)
+              keyId: ABCDE12345
+              teamId: TEAM123456
+    """)) == "\(path).signingKey needs transport http2: the binary protocol authenticates with a certificate only; set the app's transport to http2 or use certificate and key.")
+    #expect(parseError(http2YAML(fixture, environment: """
+              signingKey: \(key)
+              teamId: TEAM123456
+    """)) == "\(path).keyId is required with signingKey: set it to the key's 10-character key ID.")
+    #expect(parseError(http2YAML(fixture, environment: """
+              signingKey: \(key)
+              keyId: ABCDE12345
+              teamId: TEAM
+    """)) == "\(path).teamId must be 10 letters or digits, not \"TEAM\".")
+    #expect(parseError(http2YAML(fixture, environment: """
+              signingKey: \(key)
+              keyId: ABCDE12345
+              teamId: TEAM123456
+              certificate: \(fixture.path("cert.pem"))
+              key: \(fixture.path("key.pem"))
+    """)) == "\(path).signingKey cannot be used together with certificate, key or pfx; choose token or certificate authentication.")
+    #expect(parseError(http2YAML(fixture, environment: """
+              verifyServer: false
+    """)) == "\(path) needs credentials: set certificate and key (PEM files) or pfx (a PKCS#12 file), or signingKey, keyId and teamId, in the config file.")
 }

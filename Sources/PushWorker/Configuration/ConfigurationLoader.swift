@@ -420,7 +420,12 @@ struct ConfigurationBuilder {
             "feedbackIntervalSeconds", "environments",
         ])
 
-        // Environments first: the default environment depends on them.
+        // The transport first: the environments' defaults depend on it.
+        var transport = WorkerConfiguration.Transport.binary
+        if let value = section.value("transport") {
+            transport = try SettingParsing.choice(value)
+        }
+        // Environments next: the default environment depends on them.
         let environmentsSection = try section.section("environments")
         let environmentNames = WorkerConfiguration.APNSEnvironmentName.allCases.map(\.rawValue)
         try environmentsSection.checkKnown(environmentNames)
@@ -428,7 +433,7 @@ struct ConfigurationBuilder {
         for entry in environmentsSection.entries {
             guard let environmentName = WorkerConfiguration.APNSEnvironmentName(rawValue: entry.key) else { continue }
             environments[environmentName] = try buildEnvironment(
-                environmentName, section: environmentsSection.section(entry.key))
+                environmentName, section: environmentsSection.section(entry.key), transport: transport)
         }
         if environments.isEmpty {
             throw ConfigurationError(
@@ -454,9 +459,7 @@ struct ConfigurationBuilder {
         if let value = section.value("bundleId") {
             app.bundleId = try SettingParsing.string(value).trimmingCharacters(in: .whitespaces)
         }
-        if let value = section.value("transport") {
-            app.transport = try SettingParsing.choice(value)
-        }
+        app.transport = transport
         if let value = section.value("poolSize") {
             app.poolSize = try SettingParsing.integer(value, .from(1, to: 64))
         }
@@ -488,16 +491,47 @@ struct ConfigurationBuilder {
     }
 
     private func buildEnvironment(
-        _ name: WorkerConfiguration.APNSEnvironmentName, section: ConfigSection
+        _ name: WorkerConfiguration.APNSEnvironmentName, section: ConfigSection, transport: WorkerConfiguration.Transport
     ) throws(ConfigurationError) -> WorkerConfiguration.AppEnvironment {
         try section.checkKnown([
             "certificate", "key", "pfx", "passphrase", "passphraseFile", "ca", "verifyServer", "gateway", "feedback",
+            "signingKey", "keyId", "teamId",
         ])
 
         let certificate = section.value("certificate")
         let key = section.value("key")
         let pfx = section.value("pfx")
         let credentials: WorkerConfiguration.Credentials
+        if let signingKey = section.value("signingKey") {
+            // §4: token authentication, HTTP/2 only.
+            guard transport == .http2 else {
+                throw ConfigurationError(
+                    "\(section.label("signingKey")) needs transport http2: the binary protocol authenticates with a "
+                        + "certificate only; set the app's transport to http2 or use certificate and key.")
+            }
+            guard certificate == nil, key == nil, pfx == nil else {
+                throw ConfigurationError(
+                    "\(section.label("signingKey")) cannot be used together with certificate, key or pfx; "
+                        + "choose token or certificate authentication.")
+            }
+            guard let keyId = section.value("keyId") else {
+                throw ConfigurationError(
+                    "\(section.label("keyId")) is required with signingKey: set it to the key's 10-character key ID.")
+            }
+            guard let teamId = section.value("teamId") else {
+                throw ConfigurationError(
+                    "\(section.label("teamId")) is required with signingKey: set it to your 10-character team ID.")
+            }
+            let keyIdText = try SettingParsing.string(keyId)
+            let teamIdText = try SettingParsing.string(teamId)
+            for (label, text) in [(keyId.label, keyIdText), (teamId.label, teamIdText)]
+            where text.count != 10 || !text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) {
+                throw ConfigurationError("\(label) must be 10 letters or digits, not \"\(text)\".")
+            }
+            credentials = .token(signingKey: try readableFile(signingKey), keyId: keyIdText, teamId: teamIdText)
+        } else if let keyId = section.value("keyId") ?? section.value("teamId") {
+            throw ConfigurationError("\(keyId.label) is only used with signingKey; set signingKey to the .p8 key file.")
+        } else {
         switch (certificate, key, pfx) {
         case (let certificate?, let key?, nil):
             credentials = .pem(certificate: try readableFile(certificate), key: try readableFile(key))
@@ -518,7 +552,9 @@ struct ConfigurationBuilder {
         case (nil, nil, nil):
             throw ConfigurationError(
                 "\(section.path) needs credentials: set certificate and key (PEM files) or pfx "
-                    + "(a PKCS#12 file) in the config file.")
+                    + "(a PKCS#12 file)" + (transport == .http2 ? ", or signingKey, keyId and teamId," : "")
+                    + " in the config file.")
+        }
         }
 
         var passphrase: String?
@@ -542,8 +578,10 @@ struct ConfigurationBuilder {
         if let value = section.value("verifyServer") {
             environment.verifyServer = try SettingParsing.boolean(value)
         }
+        if transport == .http2 { environment.gateway = name.defaultHTTP2Gateway }
         if let value = section.value("gateway") {
-            environment.gateway = try SettingParsing.hostPort(value, defaultPort: name.defaultGateway.port)
+            let defaultPort = transport == .http2 ? name.defaultHTTP2Gateway.port : name.defaultGateway.port
+            environment.gateway = try SettingParsing.hostPort(value, defaultPort: defaultPort)
         }
         if let value = section.value("feedback") {
             environment.feedback = try SettingParsing.hostPort(value, defaultPort: name.defaultFeedback.port)

@@ -247,6 +247,14 @@ extension WorkerConfiguration {
         }
 
         /// Apple's feedback service for this environment.
+        /// The HTTP/2 provider API (§3.1).
+        public var defaultHTTP2Gateway: HostPort {
+            switch self {
+            case .production: HostPort(host: "api.push.apple.com", port: 443)
+            case .sandbox: HostPort(host: "api.sandbox.push.apple.com", port: 443)
+            }
+        }
+
         public var defaultFeedback: HostPort {
             switch self {
             case .production: HostPort(host: "feedback.push.apple.com", port: 2196)
@@ -349,6 +357,9 @@ extension WorkerConfiguration {
         case pem(certificate: String, key: String)
         /// A PKCS#12 file holding both.
         case pkcs12(String)
+        /// HTTP/2 only: a provider-token signing key (`.p8` file), its 10-character key ID and
+        /// the 10-character team ID (§4).
+        case token(signingKey: String, keyId: String, teamId: String)
     }
 
     /// How one app connects to one of Apple's environments.

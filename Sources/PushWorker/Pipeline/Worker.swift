@@ -1,4 +1,5 @@
 import APNSBinary
+import APNSHTTP2
 import APNSCore
 import Dispatch
 import Foundation
@@ -98,6 +99,8 @@ public final class Worker: Sendable {
         /// Record this outcome in Redis first.
         var record: Bool
         var unregister: (app: String, environment: String, token: String, since: Int64)?
+        /// A second result to produce with this one (the `feedback` result of an HTTP/2 410).
+        var extra: (key: [UInt8]?, value: [UInt8])?
         /// Delete the claim instead (the notification was never sent; its message will be
         /// consumed again).
         var release: Bool = false
@@ -125,7 +128,7 @@ public final class Worker: Sendable {
         var localClaims: [String: String] = [:]
         var sent: [UInt64: SentContext] = [:]
         var nextTag: UInt64 = 1
-        var pools: [PoolKey: APNSBinaryClient] = [:]
+        var pools: [PoolKey: any APNSDeliveryClient] = [:]
         var stopping = false
         var redisDown = false
         var paused = false
@@ -535,21 +538,30 @@ public final class Worker: Sendable {
     }
 
     /// The pool for an (app, environment), created on first use.
-    private func pool(for key: PoolKey) throws -> APNSBinaryClient {
-        if let client = try state.withLock({ s throws -> APNSBinaryClient? in
+    private func pool(for key: PoolKey) throws -> any APNSDeliveryClient {
+        if let client = try state.withLock({ s throws -> (any APNSDeliveryClient)? in
             if s.stopping { throw APNSError(.shutDown, "the worker is stopping") }
             return s.pools[key]
         }) {
             return client
         }
-        guard let configuration = options.apps[key.app]?.environments[key.environment]?.gateway else {
+        guard let transport = options.apps[key.app]?.environments[key.environment]?.transport else {
             throw WorkerError("app \(key.app) has no \(key.environment) environment")
         }
         var logger = self.logger
         logger[metadataKey: "app"] = "\(key.app)"
         logger[metadataKey: "env"] = "\(key.environment)"
-        let created = try APNSBinaryClient(configuration: configuration, logger: logger)
-        let (client, isNew) = try state.withLock { s throws -> (APNSBinaryClient, Bool) in
+        let created: any APNSDeliveryClient
+        let connections: Int
+        switch transport {
+        case .binary(let configuration):
+            created = try APNSBinaryClient(configuration: configuration, logger: logger)
+            connections = configuration.maxConnections
+        case .http2(let configuration):
+            created = try APNSHTTP2Client(configuration: configuration, logger: logger)
+            connections = configuration.maxConnections
+        }
+        let (client, isNew) = try state.withLock { s throws -> (any APNSDeliveryClient, Bool) in
             if s.stopping { throw APNSError(.shutDown, "the worker is stopping") }
             if let existing = s.pools[key] { return (existing, false) }
             s.pools[key] = created
@@ -557,16 +569,16 @@ public final class Worker: Sendable {
         }
         if isNew {
             Task { await self.readEvents(of: client, key: key) }
-            logger.info("Opened a delivery pool", metadata: ["gateway": "\(configuration.host):\(configuration.port)",
-                                                              "connections": "\(configuration.maxConnections)"])
+            logger.info("Opened a delivery pool", metadata: ["gateway": "\(transport.endpoint)", "transport": "\(transport.name)",
+                                                              "connections": "\(connections)"])
         }
         return client
     }
 
     /// Turns a pool's outcomes into results.
-    private func readEvents(of client: APNSBinaryClient, key: PoolKey) async {
+    private func readEvents(of client: any APNSDeliveryClient, key: PoolKey) async {
         let worker = options.workerId
-        for await event in client.events {
+        while let event = await client.nextEvent() {
             switch event {
             case .transmitted(let outcome), .transmissionError(let outcome):
                 guard let ctx = state.withLock({ $0.sent.removeValue(forKey: outcome.tag) }) else { continue }
@@ -579,11 +591,25 @@ public final class Worker: Sendable {
                 let result = WorkerResult(
                     kind: outcome.isTransmitted ? .transmitted : .transmissionError, resultId: c.resultId, jobId: c.jobId,
                     app: c.app, environment: c.environment.rawValue, token: c.tokenHex, status: outcome.status,
-                    reason: outcome.status.map { outcome.message ?? $0.reason }, attempts: outcome.attempts,
+                    reason: outcome.status.map { _ in outcome.reason ?? outcome.message ?? outcome.status!.reason },
+                    attempts: outcome.attempts,
                     possibleDuplicate: outcome.possibleDuplicate || ctx.takeover, worker: worker, at: Self.nowMilliseconds())
                 var out = Outgoing(ref: c.ref, resultId: c.resultId, key: result.key, value: result.serialized(), record: true, fromPool: true)
                 if outcome.status == .invalidToken {
+                    // Binary status 8 (§1.4).
                     out.unregister = (c.app, c.environment.rawValue, c.tokenHex, Int64(Date().timeIntervalSince1970))
+                } else if outcome.status == .gone {
+                    // HTTP/2 410 (§3.4): the token is unregistered since its timestamp (ms), and
+                    // the news is published like the feedback service's.
+                    let since = (outcome.unregisteredAt ?? Self.nowMilliseconds()) / 1000
+                    out.unregister = (c.app, c.environment.rawValue, c.tokenHex, since)
+                    let feedback = WorkerResult(
+                        kind: .feedback,
+                        resultId: WorkerResult.feedbackId(app: c.app, environment: c.environment.rawValue, token: c.tokenHex, timestamp: since),
+                        app: c.app, environment: c.environment.rawValue, token: c.tokenHex, timestamp: since,
+                        worker: worker, at: Self.nowMilliseconds())
+                    out.extra = (feedback.key, feedback.serialized())
+                    state.withLock { $0.statistics.feedback += 1 }
                 }
                 enqueue([out])
             case .connected(let connection):
@@ -722,16 +748,21 @@ public final class Worker: Sendable {
             }
         }
 
-        var pending = batch.filter { $0.value != nil }
+        var pending: [KafkaOutgoingMessage] = []
+        pending.reserveCapacity(batch.count)
+        for item in batch {
+            if let value = item.value { pending.append(KafkaOutgoingMessage(topic: options.resultsTopic, key: item.key, value: value)) }
+            if let extra = item.extra { pending.append(KafkaOutgoingMessage(topic: options.resultsTopic, key: extra.key, value: extra.value)) }
+        }
         delay = .milliseconds(50)
         while !pending.isEmpty {
-            let messages = pending.map { KafkaOutgoingMessage(topic: options.resultsTopic, key: $0.key, value: $0.value!) }
-            var failed: [Outgoing] = []
+            let messages = pending
+            var failed: [KafkaOutgoingMessage] = []
             do {
                 let reports = try await producer.send(messages)
-                for (item, report) in zip(pending, reports) {
+                for (message, report) in zip(messages, reports) {
                     if case .failure(let error) = report {
-                        failed.append(item)
+                        failed.append(message)
                         logger.warning("A result was not written; retrying", metadata: ["error": "\(error)"])
                     }
                 }

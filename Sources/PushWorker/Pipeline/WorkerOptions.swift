@@ -1,5 +1,6 @@
 import APNSBinary
 import APNSCore
+import APNSHTTP2
 import PushKafka
 import PushRedis
 
@@ -69,17 +70,40 @@ public struct AppOptions: Sendable {
     }
 }
 
+/// Which API a pool speaks, with its settings.
+public enum DeliveryTransport: Sendable {
+    /// The legacy binary protocol (§1).
+    case binary(APNSBinaryConfiguration)
+    /// The HTTP/2 provider API (§3).
+    case http2(APNSHTTP2Configuration)
+
+    /// `host:port` of the gateway, for logs.
+    public var endpoint: String {
+        switch self {
+        case .binary(let c): "\(c.host):\(c.port)"
+        case .http2(let c): "\(c.host):\(c.port)"
+        }
+    }
+
+    public var name: String {
+        switch self {
+        case .binary: "binary"
+        case .http2: "http2"
+        }
+    }
+}
+
 /// How to reach Apple for one app in one environment.
 public struct EnvironmentOptions: Sendable {
     /// The pool of gateway connections (created on first use).
-    public var gateway: APNSBinaryConfiguration
+    public var transport: DeliveryTransport
     /// The feedback service; `nil` disables polling.
     public var feedback: APNSFeedbackClient.Configuration?
     /// How often one of the workers reads the feedback service.
     public var feedbackInterval: Duration = .seconds(300)
 
-    public init(gateway: APNSBinaryConfiguration, feedback: APNSFeedbackClient.Configuration? = nil) {
-        self.gateway = gateway
+    public init(transport: DeliveryTransport, feedback: APNSFeedbackClient.Configuration? = nil) {
+        self.transport = transport
         self.feedback = feedback
     }
 }
