@@ -172,7 +172,7 @@ let package = Package(
             name: "EndToEndTests",
             dependencies: [
                 "APNSCore", "APNSBinary", "APNSHTTP2Core", "APNSSimulator", "PushKafka", "PushRedis", "PushWorker",
-                "PushTestSupport",
+                "PushTestSupport", .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
     ],

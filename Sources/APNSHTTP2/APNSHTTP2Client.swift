@@ -454,7 +454,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
                 failAll(&s, &e, status: .connectionFailed, message: "cannot sign a provider token: \(error.message)")
                 return Work()
             }
-            switch connection.tokenGuard.token(offered: offered, now: Date()) {
+            switch connection.tokenGuard.token(offered: offered, now: provider.now) {
             case .use(let token):
                 connection.currentToken = token
                 work.authorization = token.authorization
@@ -616,7 +616,10 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
                     // §6.10: refresh once (the provider never signs twice in 20 minutes) and
                     // replace this connection, which would keep answering ExpiredProviderToken.
                     let rejected = s.connections[id]?.currentToken
-                    _ = try? provider.forceRefresh(rejected: rejected)
+                    let refresh = try? provider.forceRefresh(rejected: rejected)
+                    logger.info("APNs answered ExpiredProviderToken; replacing the connection", metadata: [
+                        "apns.connection": "\(id)", "refresh": "\(refresh.map { "\($0)" } ?? "failed")",
+                    ])
                 }
                 if failure.replaceConnection, var connection = s.connections[id] {
                     connection.phase = .draining

@@ -70,6 +70,10 @@ public final class APNSTokenProvider: Sendable {
         self.clock = clock
     }
 
+    /// The injected clock's time, for decisions that go with the token (such as a
+    /// connection's 20-minute change limit).
+    public var now: Date { clock() }
+
     /// The shared token at the injected clock's time.
     public func currentToken() throws(APNSError) -> APNSProviderToken {
         try currentToken(now: clock())

@@ -3,6 +3,7 @@ import APNSHTTP2Core
 import APNSSimulator
 import Crypto
 import Foundation
+import Synchronization
 import NIOSSL
 import Testing
 
@@ -119,5 +120,31 @@ enum ClientHarness {
     struct TimeLimitExceeded: Error, CustomStringConvertible {
         var limit: Duration
         var description: String { "the run did not finish within \(limit)" }
+    }
+}
+
+/// A clock tests move by hand.
+final class ManualClock: Sendable {
+    private let value: Mutex<Date>
+    init(_ start: Date = Date()) { value = Mutex(start) }
+    var now: Date { value.withLock { $0 } }
+    func set(_ date: Date) { value.withLock { $0 = date } }
+    func advance(by seconds: TimeInterval) { value.withLock { $0 += seconds } }
+}
+
+extension ClientHarness {
+    static var verifier: APNSJWTVerifier {
+        APNSJWTVerifier(teamID: teamID, keys: [keyID: privateKey.publicKey])
+    }
+
+    /// An HTTP/2 simulator with these certificates that knows the harness's signing key.
+    static func simulator(_ change: (inout APNSHTTP2Simulator.Configuration) -> Void = { _ in }) async throws -> APNSHTTP2Simulator {
+        var config = APNSHTTP2Simulator.Configuration(
+            certificateChainPEM: certificates.server.certificatePEM,
+            privateKeyPEM: certificates.server.keyPEM,
+            clientCAPEM: certificates.ca.certificatePEM)
+        config.verifier = verifier
+        change(&config)
+        return try await APNSHTTP2Simulator.start(configuration: config)
     }
 }

@@ -310,4 +310,65 @@ struct WorkerEndToEndTests {
         }
         await stack.shutdown()
     }
+
+    @Test("One app on HTTP/2 and one on binary in the same run: one result each; 410 feeds the store and a feedback result")
+    func http2AndBinaryApps() async throws {
+        let count = 1_000
+        let h2Tokens = (0..<count).map { DeviceToken.numbered($0, salt: 21) }
+        let binaryTokens = (0..<count).map { DeviceToken.numbered($0, salt: 22) }
+        let bad = Set(stride(from: 5, to: count, by: 100).map { h2Tokens[$0] })
+        let since = Date(timeIntervalSince1970: 1_700_000_000.250)
+        let unregistered = Dictionary(uniqueKeysWithValues: stride(from: 50, to: count, by: 100).map { (h2Tokens[$0], since) })
+        let stack = try await WorkerStack.start(http2: (badTokens: bad, unregistered: unregistered))
+        do {
+            try await stack.startWorker("w1")
+            try await stack.startWorker("w2")
+            var jobs: [[UInt8]] = []
+            for i in 0..<count {
+                jobs.append(WorkerStack.job(id: "h2-\(i)", tokens: [h2Tokens[i]], app: WorkerStack.http2App))
+                jobs.append(WorkerStack.job(id: "bin-\(i)", tokens: [binaryTokens[i]]))
+            }
+            try await stack.produce(jobs)
+            func id(_ job: String, _ token: DeviceToken) -> String { WorkerResult.notificationId(jobId: job, token: token.hex) }
+            func feedbackId(_ token: DeviceToken) -> String {
+                WorkerResult.feedbackId(app: WorkerStack.http2App, environment: "production", token: token.hex, timestamp: 1_700_000_000)
+            }
+            try await stack.readResults { _ in
+                (0..<count).allSatisfy { stack.resultsById[id("h2-\($0)", h2Tokens[$0])] != nil && stack.resultsById[id("bin-\($0)", binaryTokens[$0])] != nil }
+                    && unregistered.keys.allSatisfy { stack.resultsById[feedbackId($0)] != nil }
+            }
+            let h2Simulator = try #require(stack.http2Simulator)
+            let h2Accepted = h2Simulator.acceptedByToken
+            let binaryAccepted = stack.simulator.acceptedByToken
+            for i in 0..<count {
+                let h2 = try #require(stack.resultsById[id("h2-\(i)", h2Tokens[i])])
+                if bad.contains(h2Tokens[i]) {
+                    #expect(h2["type"] == "transmissionError" && h2["status"] == .int(400) && h2["reason"] == "BadDeviceToken", "\(h2)")
+                } else if unregistered[h2Tokens[i]] != nil {
+                    #expect(h2["type"] == "transmissionError" && h2["status"] == .int(410) && h2["reason"] == "Unregistered", "\(h2)")
+                    #expect(stack.resultsById[feedbackId(h2Tokens[i])]?["type"] == "feedback")
+                } else {
+                    #expect(h2["type"] == "transmitted", "\(h2)")
+                    #expect(h2Accepted[h2Tokens[i]] == 1)
+                }
+                #expect(stack.resultsById[id("bin-\(i)", binaryTokens[i])]?["type"] == "transmitted")
+                #expect(binaryAccepted[binaryTokens[i]] == 1)
+                #expect(h2Accepted[binaryTokens[i]] == nil && binaryAccepted[h2Tokens[i]] == nil)
+            }
+            #expect(h2Accepted.count == count - bad.count - unregistered.count)
+            let ids = stack.results.compactMap { $0["resultId"]?.stringValue }
+            #expect(ids.count == Set(ids).count, "a result was written twice")
+
+            // The 410 fed the unregistered store: the next job to such a token is not sent.
+            let gone = try #require(unregistered.keys.first)
+            try await stack.produce([WorkerStack.job(id: "after-410", tokens: [gone], app: WorkerStack.http2App)])
+            try await stack.readResults { _ in stack.resultsById[id("after-410", gone)] != nil }
+            #expect(stack.resultsById[id("after-410", gone)]?["status"] == .int(519))
+            #expect(h2Simulator.statistics.rejectionsByReason["Unregistered"] == unregistered.count)
+            #expect(try await stack.waitForAllCommitted())
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))\nw2: \(stack.log(of: "w2"))")
+        }
+        await stack.shutdown()
+    }
 }

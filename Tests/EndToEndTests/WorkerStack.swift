@@ -1,6 +1,8 @@
 import APNSBinary
 import APNSCore
+import APNSHTTP2Core
 import APNSSimulator
+import Crypto
 import Foundation
 import PushKafka
 import PushRedis
@@ -12,9 +14,13 @@ import Testing
 final class WorkerStack: @unchecked Sendable {
     // Only used from the test that owns it.
     static let app = "com.example.e2e"
+    /// The app on the HTTP/2 transport, when the stack has one.
+    static let http2App = "com.example.h2"
     let kafka: EmbeddedKafkaCluster
     let redis: RedisServerProcess
     let simulator: APNSSimulator
+    /// The HTTP/2 simulator of ``http2App``.
+    private(set) var http2Simulator: APNSHTTP2Simulator?
     let directory: String
     let configPath: String
     let groupId = "e2e-\(UUID().uuidString.prefix(8))"
@@ -38,8 +44,13 @@ final class WorkerStack: @unchecked Sendable {
 
     /// Starts Kafka (12 partitions per topic), Redis (with an append-only file, so it keeps its
     /// data across a restart) and the simulator rejecting `badTokens` with status 8.
+    ///
+    /// With `http2`, a second app, ``http2App``, is delivered over HTTP/2 with token
+    /// authentication to an ``APNSHTTP2Simulator`` that answers 400 `BadDeviceToken` for
+    /// `http2.badTokens` and 410 `Unregistered` for `http2.unregistered`.
     static func start(badTokens: Set<DeviceToken> = [], feedback: [FeedbackTuple] = [],
-                      confirmationWindowMs: Int = 200, devicePerHour: Int = 0, appPerSecond: Int = 0) async throws -> WorkerStack {
+                      confirmationWindowMs: Int = 200, devicePerHour: Int = 0, appPerSecond: Int = 0,
+                      http2: (badTokens: Set<DeviceToken>, unregistered: [DeviceToken: Date])? = nil) async throws -> WorkerStack {
         let directory = try Paths.temporaryDirectory()
         let kafka = try EmbeddedKafkaCluster(brokers: 1)
         try kafka.createTopic("apn.requests", partitions: 12)
@@ -53,6 +64,34 @@ final class WorkerStack: @unchecked Sendable {
         configuration.badTokens = badTokens
         configuration.feedback = feedback
         let simulator = try await APNSSimulator.start(configuration: configuration)
+        var http2Simulator: APNSHTTP2Simulator?
+        var http2Config = ""
+        if let http2 {
+            let key = P256.Signing.PrivateKey()
+            try key.pemRepresentation.write(toFile: directory + "/certs/AuthKey.p8", atomically: true, encoding: .utf8)
+            var config = APNSHTTP2Simulator.Configuration(
+                certificateChainPEM: certificates.server.certificatePEM, privateKeyPEM: certificates.server.keyPEM,
+                clientCAPEM: nil)
+            config.verifier = APNSJWTVerifier(teamID: "TEAM123456", keys: ["KEY1234567": key.publicKey])
+            config.maxConcurrentStreams = 100
+            config.badTokens = http2.badTokens
+            config.unregistered = http2.unregistered
+            let started = try await APNSHTTP2Simulator.start(configuration: config)
+            http2Simulator = started
+            http2Config = """
+
+                  \(http2App):
+                    transport: http2
+                    poolSize: 2
+                    environments:
+                      production:
+                        signingKey: \(directory)/certs/AuthKey.p8
+                        keyId: KEY1234567
+                        teamId: TEAM123456
+                        ca: \(directory)/certs/ca.pem
+                        gateway: 127.0.0.1:\(started.port)
+                """
+        }
         let configPath = directory + "/worker.yaml"
         try """
             kafka:
@@ -82,9 +121,11 @@ final class WorkerStack: @unchecked Sendable {
                     key: \(directory)/certs/client-key.pem
                     ca: \(directory)/certs/ca.pem
                     gateway: 127.0.0.1:\(simulator.binaryPort)
-                    feedback: 127.0.0.1:\(simulator.feedbackPort ?? 0)
+                    feedback: 127.0.0.1:\(simulator.feedbackPort ?? 0)\(http2Config)
             """.write(toFile: configPath, atomically: true, encoding: .utf8)
-        return try WorkerStack(kafka: kafka, redis: redis, simulator: simulator, directory: directory, configPath: configPath)
+        let stack = try WorkerStack(kafka: kafka, redis: redis, simulator: simulator, directory: directory, configPath: configPath)
+        stack.http2Simulator = http2Simulator
+        return stack
     }
 
     /// Starts `apn-worker run` and waits for its ready line.
@@ -127,6 +168,7 @@ final class WorkerStack: @unchecked Sendable {
         try? await reader?.close()
         await producer.close()
         await simulator.stop()
+        await http2Simulator?.stop()
         await redis.stop()
         kafka.shutdown()
         if ProcessInfo.processInfo.environment["KEEP_E2E"] == nil { try? FileManager.default.removeItem(atPath: directory) }
@@ -134,7 +176,7 @@ final class WorkerStack: @unchecked Sendable {
 
     // MARK: Jobs
 
-    static func job(id: String, tokens: [DeviceToken], alert: String = "Hello") -> [UInt8] {
+    static func job(id: String, tokens: [DeviceToken], alert: String = "Hello", app: String = app) -> [UInt8] {
         let tokenField = tokens.count == 1 ? #""token":"\#(tokens[0].hex)""#
                                            : #""tokens":[\#(tokens.map { "\"\($0.hex)\"" }.joined(separator: ","))]"#
         return Array(#"{"id":"\#(id)","app":"\#(app)",\#(tokenField),"alert":"\#(alert)"}"#.utf8)
