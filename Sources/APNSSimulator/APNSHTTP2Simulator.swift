@@ -1,0 +1,468 @@
+import APNSCore
+import APNSHTTP2Core
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+import Synchronization
+
+/// A faithful stand-in for Apple's HTTP/2 provider API (§3, §4, §6.8-§6.13) over real TLS
+/// (ALPN `h2` only), with fault injection.
+///
+/// A connection that presents a client certificate chaining to ``Configuration/clientCAPEM``
+/// is a certificate connection: its requests need no `authorization` (§3.3) and it starts at
+/// ``Configuration/maxConcurrentStreams``. Any other connection uses provider tokens: it starts
+/// with `SETTINGS_MAX_CONCURRENT_STREAMS` = 1 and is raised to the configured limit by a
+/// SETTINGS frame once the first request's provider token has been accepted (§3.2, §6.8).
+///
+/// Every request is checked in this order and answered with the first failing rule's status
+/// and `{"reason":"…"}` (§3.4), or 200 with an empty body and END_STREAM on HEADERS; `apns-id`
+/// is echoed or generated, and the sandbox environment adds `apns-unique-id`:
+///
+/// | Rule | Status, reason |
+/// |---|---|
+/// | a header the simulator reads (`:method`, `:path`, `:scheme`, `:authority`, `authorization`, `apns-*`) appears twice | 400 `DuplicateHeaders` |
+/// | `:method` is not `POST` | 405 `MethodNotAllowed` |
+/// | `:path` is not `/3/device/…` | 404 `BadPath` |
+/// | `:path` has no token | 400 `MissingDeviceToken` |
+/// | the token is not hex (even number of digits, at most 100 bytes) | 400 `BadDeviceToken` |
+/// | certificate connection: the certificate has no APNs environment extension | 403 `BadCertificate` |
+/// | certificate connection: the certificate's environments exclude the simulator's | 403 `BadCertificateEnvironment` |
+/// | token connection: no or empty `authorization` | 403 `MissingProviderToken` |
+/// | token connection: no ``Configuration/verifier``, or the JWT is invalid (§4) or of another team than the connection's first | 403 `InvalidProviderToken` |
+/// | token connection: `iat` older than one hour; with ``Configuration/expiredTokenSticks``, every later request on that connection too (§6.10) | 403 `ExpiredProviderToken` |
+/// | token connection: the key is topic-specific and differs from the connection's first key | 403 `UnrelatedKeyIdInToken` |
+/// | token connection: the key is not for the simulator's environment | 403 `BadEnvironmentKeyIdInToken` |
+/// | token connection: the token changed less than 20 minutes after the previous change (§4) | 429 `TooManyProviderTokenUpdates` |
+/// | `apns-push-type` is unknown, or `location` on a certificate connection | 400 `InvalidPushType` |
+/// | token connection without `apns-topic` | 400 `MissingTopic` |
+/// | the topic has whitespace or control characters, or lacks the push type's suffix | 400 `BadTopic` |
+/// | ``Configuration/allowedTopics`` is set and lacks the topic | 400 `TopicDisallowed` |
+/// | `apns-id` is not an 8-4-4-4-12 UUID | 400 `BadMessageId` |
+/// | `apns-priority` is not 10, 5 or 1, or is 10 with push type `background` | 400 `BadPriority` |
+/// | `apns-expiration` is not a non-negative integer | 400 `BadExpirationDate` |
+/// | `apns-collapse-id` is empty, over 64 bytes or has control characters | 400 `BadCollapseId` |
+/// | the body is empty | 400 `PayloadEmpty` |
+/// | the body is over 4096 bytes (5120 for `voip`) | 413 `PayloadTooLarge` |
+/// | the token is in ``Configuration/badTokens`` | 400 `BadDeviceToken` |
+/// | the token is in ``Configuration/unregistered`` | 410 `Unregistered` with `"timestamp"` in ms |
+/// | every Nth request that passed all rules, over all connections (``Configuration/status429Every``) | 429 `TooManyRequests` |
+///
+/// An idle connection (``Configuration/idleTimeout``) gets a GOAWAY whose debug data is
+/// `{"reason":"IdleTimeout"}` and is closed. ``Configuration/goAwayEvery`` and
+/// ``sendGoAwayToAll(debugData:)`` send GOAWAY too (see below).
+///
+/// Never produced: `DeviceTokenNotForTopic`, `Forbidden`, `ExpiredToken`, `InternalServerError`,
+/// `ServiceUnavailable` and `Shutdown` as a response reason (`Shutdown` appears only as
+/// GOAWAY debug data). The body is not parsed as JSON: APNs documents no reason for a
+/// malformed payload.
+///
+/// Stream limits: with ``Configuration/dropStreamsToOneAfterError`` the limit drops to 1
+/// after any error answer except 410 and is restored after the connection's next 200 (§6.8).
+/// A request that arrives while the connection already has its acknowledged limit of open
+/// streams is a connection error in NIOHTTP2: the connection gets GOAWAY (`PROTOCOL_ERROR`)
+/// and is closed, which is close to what clients observed from APNs (§6.8: GOAWAY with
+/// `REFUSED_STREAM`); it is counted in ``Statistics/streamLimitViolations``.
+///
+/// GOAWAY (``Configuration/goAwayEvery``, ``sendGoAwayToAll(debugData:)``): error `NO_ERROR`,
+/// last-stream-ID the highest stream whose HEADERS arrived; those streams are answered, streams
+/// above it are refused with `RST_STREAM(REFUSED_STREAM)` and never recorded (RFC 7540 §6.8,
+/// §3.5), and the connection closes once every answered stream is done. The debug data cycles
+/// through JSON `{"reason":"Shutdown"}`, plain text and empty (§6.9).
+///
+/// Performance: frames of all streams arrive on the connection channel (no child channel per
+/// stream); answers are flushed once per read burst, and accepted requests are recorded under
+/// one lock per burst.
+public final class APNSHTTP2Simulator: Sendable {
+    public struct Configuration: Sendable {
+        public var host = "127.0.0.1"
+        /// 0 picks a free port.
+        public var port = 0
+        public var certificateChainPEM: String
+        public var privateKeyPEM: String
+        /// When set, a client certificate is requested but optional: a connection presenting one
+        /// (which must chain to this CA) is a certificate connection, any other a token connection.
+        public var clientCAPEM: String?
+        /// The environment the simulator plays: checked against client certificates, and the
+        /// sandbox adds `apns-unique-id` to responses (§3.4).
+        public var environment: APNSEnvironment = .production
+        /// The keys for token authentication; `nil` refuses every token (`InvalidProviderToken`).
+        public var verifier: APNSJWTVerifier?
+        /// Tokens answered with 400 `BadDeviceToken`.
+        public var badTokens: Set<DeviceToken> = []
+        /// Tokens answered with 410 `Unregistered` and this `timestamp` (§3.4).
+        public var unregistered: [DeviceToken: Date] = [:]
+        /// `nil` allows any topic; otherwise other topics get 400 `TopicDisallowed`.
+        public var allowedTopics: Set<String>?
+        /// `SETTINGS_MAX_CONCURRENT_STREAMS` of certificate connections and of token connections
+        /// once authenticated (§3.2; APNs has advertised 500, 1000 and 1500, §6.8).
+        public var maxConcurrentStreams = 1000
+        /// After an error answer other than 410, drop the limit to 1 until the next 200 (§6.8).
+        public var dropStreamsToOneAfterError = false
+        /// After every N accepted requests on a connection, GOAWAY and close (§3.5, §6.9).
+        public var goAwayEvery: Int?
+        /// Every Nth request that passed validation, over all connections: 429 `TooManyRequests`.
+        public var status429Every: Int?
+        /// Delay before each answer (scheduled on the event loop).
+        public var responseDelay: Duration = .zero
+        /// A connection without reads for this long gets GOAWAY `{"reason":"IdleTimeout"}` and
+        /// is closed (§6.11).
+        public var idleTimeout: Duration?
+        /// After `ExpiredProviderToken` a connection keeps answering it (§6.10).
+        public var expiredTokenSticks = true
+        /// Append one JSON line per accepted request to this file.
+        public var recordPath: String?
+        /// How many accepted requests ``accepted`` keeps (the counts cover all of them).
+        public var acceptedListLimit = 1_000_000
+        /// The clock for provider-token checks (§4).
+        public var now: @Sendable () -> Date = { Date() }
+
+        public init(certificateChainPEM: String, privateKeyPEM: String, clientCAPEM: String?) {
+            self.certificateChainPEM = certificateChainPEM
+            self.privateKeyPEM = privateKeyPEM
+            self.clientCAPEM = clientCAPEM
+        }
+    }
+
+    /// How an accepted request was authenticated.
+    public enum Authorization: Sendable, Hashable {
+        /// A client certificate (§3.2).
+        case certificate
+        /// A provider token (§4).
+        case token(teamID: String, keyID: String)
+    }
+
+    /// One accepted (200) request.
+    public struct Accepted: Sendable, Hashable {
+        public var connection: Int
+        public var streamID: Int
+        public var token: DeviceToken
+        /// `apns-id` as answered: echoed or generated.
+        public var apnsID: String
+        public var topic: String?
+        public var pushType: String?
+        public var priority: Int?
+        public var payloadLength: Int
+        public var authorization: Authorization
+    }
+
+    /// Counters since start.
+    public struct Statistics: Sendable, Hashable {
+        public var connections = 0
+        /// Requests answered (accepted + rejected).
+        public var requests = 0
+        public var accepted = 0
+        public var rejected = 0
+        public var rejectionsByReason: [String: Int] = [:]
+        public var goAways = 0
+        public var tooManyRequests = 0
+        /// The most streams open at once on any connection.
+        public var maxConcurrentStreamsSeen = 0
+        /// Requests that arrived while their connection already had its acknowledged limit of
+        /// open streams (each closes its connection).
+        public var streamLimitViolations = 0
+        /// SETTINGS frames sent after the connection preface (limit raised, dropped, restored or changed).
+        public var settingsChanges = 0
+    }
+
+    struct State {
+        var acceptedByToken: [DeviceToken: Int] = [:]
+        var accepted: [Accepted] = []
+        var statistics = Statistics()
+        var lists: Lists
+        var maxConcurrentStreams: Int
+        var nextConnection = 1
+        var recordBuffer: [UInt8] = []
+        var connections: [Int: Connection] = [:]
+    }
+
+    /// An open connection: its channel, and its handler for calls on its event loop.
+    struct Connection: Sendable {
+        var channel: any Channel
+        var handler: NIOLoopBound<HTTP2SimulatorConnectionHandler>
+    }
+
+    /// The token lists, handed to connections as one value.
+    struct Lists: Sendable {
+        var badTokens: Set<DeviceToken>
+        var unregistered: [DeviceToken: Int64]
+    }
+
+    /// Counters a connection gathers during one read burst.
+    struct Delta {
+        var requests = 0
+        var rejected = 0
+        var rejectionsByReason: [String: Int] = [:]
+        var goAways = 0
+        var tooManyRequests = 0
+        var maxOpenStreams = 0
+        var streamLimitViolations = 0
+        var settingsChanges = 0
+
+        var isEmpty: Bool {
+            requests == 0 && goAways == 0 && maxOpenStreams == 0 && streamLimitViolations == 0 && settingsChanges == 0
+        }
+    }
+
+    public let configuration: Configuration
+    public let port: Int
+    let state: Mutex<State>
+    /// Requests that passed validation, over all connections (`status429Every`).
+    let validRequests = Atomic<Int>(0)
+    /// Bumped whenever the token lists change, so connections reload them.
+    let listsVersion = Atomic<Int>(0)
+    /// GOAWAYs sent with rotating debug data (§6.9).
+    let goAwayRotation = Atomic<Int>(0)
+    let sslContext: NIOSSLContext
+    private let channel: ServerChannelBox
+    private let recordFile: FileHandle?
+    let logger: Logger
+
+    private init(
+        configuration: Configuration,
+        port: Int,
+        sslContext: NIOSSLContext,
+        channel: ServerChannelBox,
+        recordFile: FileHandle?,
+        logger: Logger
+    ) {
+        self.configuration = configuration
+        self.port = port
+        self.sslContext = sslContext
+        self.channel = channel
+        self.recordFile = recordFile
+        self.logger = logger
+        self.state = Mutex(
+            State(
+                lists: Lists(
+                    badTokens: configuration.badTokens,
+                    unregistered: configuration.unregistered.mapValues(Self.milliseconds)),
+                maxConcurrentStreams: configuration.maxConcurrentStreams))
+    }
+
+    /// Starts the server and returns once it listens.
+    public static func start(
+        configuration: Configuration,
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "apns.simulator.http2")
+    ) async throws -> APNSHTTP2Simulator {
+        guard configuration.maxConcurrentStreams >= 1 else {
+            throw APNSError(.invalidConfiguration, "maxConcurrentStreams must be at least 1, not \(configuration.maxConcurrentStreams)")
+        }
+        if let n = configuration.goAwayEvery, n < 1 {
+            throw APNSError(.invalidConfiguration, "goAwayEvery must be at least 1, not \(n)")
+        }
+        if let n = configuration.status429Every, n < 1 {
+            throw APNSError(.invalidConfiguration, "status429Every must be at least 1, not \(n)")
+        }
+        var tls = TLSConfiguration.makeServerConfiguration(
+            certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(configuration.certificateChainPEM.utf8)).map { .certificate($0) },
+            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(configuration.privateKeyPEM.utf8), format: .pem))
+        )
+        // §3.1: HTTP/2 over TLS 1.2 or later, negotiated with ALPN.
+        tls.minimumTLSVersion = .tlsv12
+        tls.applicationProtocols = ["h2"]
+        if let ca = configuration.clientCAPEM {
+            // A certificate is asked for but optional: connections without one use tokens.
+            tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMBytes(Array(ca.utf8)))
+            tls.certificateVerification = .optionalVerification
+        }
+        let sslContext = try NIOSSLContext(configuration: tls)
+        var recordFile: FileHandle? = nil
+        if let path = configuration.recordPath {
+            guard FileManager.default.createFile(atPath: path, contents: nil),
+                let handle = FileHandle(forWritingAtPath: path)
+            else {
+                throw APNSError(.invalidConfiguration, "cannot write the record file \(path)")
+            }
+            recordFile = handle
+        }
+
+        // The handlers need the simulator, which needs the bound port: bind with a box that is
+        // filled in right after.
+        let box = HTTP2SimulatorBox()
+        let server = try await ServerBootstrap(group: eventLoopGroup)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelOption(.backlog, value: 256)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let simulator = box.simulator!
+                    let sync = channel.pipeline.syncOperations
+                    try sync.addHandler(NIOSSLServerHandler(context: simulator.sslContext))
+                    try sync.addHandler(HTTP2SimulatorSetupHandler(simulator: simulator))
+                }
+            }
+            .bind(host: configuration.host, port: configuration.port)
+            .get()
+        let simulator = APNSHTTP2Simulator(
+            configuration: configuration,
+            port: server.localAddress!.port!,
+            sslContext: sslContext,
+            channel: ServerChannelBox(channel: server),
+            recordFile: recordFile,
+            logger: logger
+        )
+        box.simulator = simulator
+        return simulator
+    }
+
+    /// Stops listening, closes every connection and flushes the record file.
+    public func stop() async {
+        try? await channel.channel.close()
+        let open = state.withLock { Array($0.connections.values) }
+        for connection in open {
+            try? await connection.channel.close()
+        }
+        flushRecord()
+        try? recordFile?.close()
+    }
+
+    /// How often each token was accepted.
+    public var acceptedByToken: [DeviceToken: Int] {
+        state.withLock { $0.acceptedByToken }
+    }
+
+    /// The accepted requests in the order they were recorded (at most
+    /// ``Configuration/acceptedListLimit``).
+    public var accepted: [Accepted] {
+        state.withLock { $0.accepted }
+    }
+
+    public var statistics: Statistics {
+        state.withLock { $0.statistics }
+    }
+
+    /// Replaces the tokens answered with 400 `BadDeviceToken`; open connections pick the list
+    /// up with their next request.
+    public func setBadTokens(_ tokens: Set<DeviceToken>) {
+        state.withLock { $0.lists.badTokens = tokens }
+        listsVersion.add(1, ordering: .releasing)
+    }
+
+    /// Replaces the tokens answered with 410 `Unregistered` and their timestamps.
+    public func setUnregistered(_ tokens: [DeviceToken: Date]) {
+        let converted = tokens.mapValues(Self.milliseconds)
+        state.withLock { $0.lists.unregistered = converted }
+        listsVersion.add(1, ordering: .releasing)
+    }
+
+    /// Changes the stream limit and announces it with a SETTINGS frame on every open connection
+    /// that is authenticated and not held at 1 after an error (§3.2, §6.8); the others take it
+    /// when they get there.
+    public func setMaxConcurrentStreams(_ n: Int) {
+        let limit = max(1, n)
+        let open = state.withLock { s in
+            s.maxConcurrentStreams = limit
+            return Array(s.connections.values)
+        }
+        for connection in open {
+            let handler = connection.handler
+            handler.eventLoop.execute { handler.value.changeLimit(to: limit) }
+        }
+    }
+
+    /// Sends GOAWAY on every open connection: last-stream-ID is the highest stream received,
+    /// those streams are still answered, then the connection closes (§3.5).
+    public func sendGoAwayToAll(debugData: APNSGoAwayDebugData = .reason(.shutdown)) {
+        let open = state.withLock { Array($0.connections.values) }
+        for connection in open {
+            let handler = connection.handler
+            handler.eventLoop.execute { handler.value.goAway(debugData: debugData) }
+        }
+    }
+
+    /// Writes buffered record lines to the record file.
+    public func flushRecord() {
+        guard let recordFile else { return }
+        let bytes = state.withLock { s -> [UInt8] in
+            defer { s.recordBuffer.removeAll(keepingCapacity: true) }
+            return s.recordBuffer
+        }
+        if !bytes.isEmpty { recordFile.write(Data(bytes)) }
+    }
+
+    // MARK: Connection support
+
+    func register(_ connection: Connection) -> (connection: Int, limit: Int, lists: Lists) {
+        state.withLock { s in
+            s.statistics.connections += 1
+            let id = s.nextConnection
+            s.nextConnection += 1
+            s.connections[id] = connection
+            return (id, s.maxConcurrentStreams, s.lists)
+        }
+    }
+
+    func unregister(_ connection: Int) {
+        _ = state.withLock { $0.connections.removeValue(forKey: connection) }
+    }
+
+    func currentLists() -> Lists {
+        state.withLock { $0.lists }
+    }
+
+    /// Merges one read burst of a connection: counters and accepted requests, under one lock.
+    func record(_ accepted: [Accepted], _ delta: Delta) {
+        let recording = recordFile != nil
+        let limit = configuration.acceptedListLimit
+        let shouldFlush = state.withLock { s -> Bool in
+            s.statistics.requests += delta.requests
+            s.statistics.accepted += accepted.count
+            s.statistics.rejected += delta.rejected
+            for (reason, count) in delta.rejectionsByReason {
+                s.statistics.rejectionsByReason[reason, default: 0] += count
+            }
+            s.statistics.goAways += delta.goAways
+            s.statistics.tooManyRequests += delta.tooManyRequests
+            s.statistics.streamLimitViolations += delta.streamLimitViolations
+            s.statistics.settingsChanges += delta.settingsChanges
+            if delta.maxOpenStreams > s.statistics.maxConcurrentStreamsSeen {
+                s.statistics.maxConcurrentStreamsSeen = delta.maxOpenStreams
+            }
+            for a in accepted {
+                s.acceptedByToken[a.token, default: 0] += 1
+            }
+            let room = limit - s.accepted.count
+            if room > 0 {
+                s.accepted += room >= accepted.count ? accepted[...] : accepted.prefix(room)
+            }
+            if recording {
+                for a in accepted { Self.appendRecordLine(a, to: &s.recordBuffer) }
+            }
+            return recording && s.recordBuffer.count >= 1 << 16
+        }
+        if shouldFlush { flushRecord() }
+    }
+
+    private static func appendRecordLine(_ a: Accepted, to buffer: inout [UInt8]) {
+        func string(_ value: String?) -> String {
+            value.map { String(decoding: JSONValue.string($0).serialized(), as: UTF8.self) } ?? "null"
+        }
+        let authorization: String
+        switch a.authorization {
+        case .certificate: authorization = "\"certificate\""
+        case .token(let team, let key): authorization = "{\"team\":\(string(team)),\"kid\":\(string(key))}"
+        }
+        let line = "{\"api\":\"http2\",\"connection\":\(a.connection),\"streamID\":\(a.streamID),\"token\":\"\(a.token.hex)\",\"apnsID\":\(string(a.apnsID)),\"topic\":\(string(a.topic)),\"pushType\":\(string(a.pushType)),\"priority\":\(a.priority.map(String.init) ?? "null"),\"payloadLength\":\(a.payloadLength),\"authorization\":\(authorization)}\n"
+        buffer += line.utf8
+    }
+
+    /// §3.4: the 410 timestamp is in milliseconds since the epoch.
+    static func milliseconds(_ date: Date) -> Int64 {
+        Int64((date.timeIntervalSince1970 * 1000).rounded())
+    }
+}
+
+/// Lets channel initializers reach the simulator created after binding.
+private final class HTTP2SimulatorBox: @unchecked Sendable {
+    // Written once before any connection can be accepted, read only by accepted connections.
+    var simulator: APNSHTTP2Simulator?
+}
+
+/// The listening channel.
+private struct ServerChannelBox: Sendable {
+    let channel: any Channel
+}

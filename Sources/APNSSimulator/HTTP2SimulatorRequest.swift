@@ -1,0 +1,173 @@
+import APNSCore
+import APNSHTTP2Core
+import NIOHPACK
+
+/// The outcome of a check: a value, or the reason to reject the request with (§3.4).
+enum HTTP2SimulatorCheck<Value> {
+    case ok(Value)
+    case reject(APNSReason)
+}
+
+/// The header fields of one HTTP/2 request that the simulator reads (§3.3), collected in one
+/// pass over the header block.
+struct HTTP2SimulatorRequestHead {
+    var method: String?
+    var path: String?
+    var authorization: String?
+    var apnsID: String?
+    var pushType: String?
+    var topic: String?
+    var priority: String?
+    var expiration: String?
+    var collapseID: String?
+    /// A header the simulator reads appeared more than once (§3.4 `DuplicateHeaders`).
+    var duplicate = false
+
+    init(headers: HPACKHeaders) {
+        var seen: UInt16 = 0
+        func once(_ bit: UInt16) -> Bool {
+            if seen & bit != 0 { duplicate = true }
+            seen |= bit
+            return true
+        }
+        for (name, value, _) in headers {
+            switch name {
+            case ":method": if once(1 << 0) { method = value }
+            case ":path": if once(1 << 1) { path = value }
+            case ":scheme": _ = once(1 << 2)
+            case ":authority": _ = once(1 << 3)
+            case "authorization": if once(1 << 4) { authorization = value }
+            case "apns-id": if once(1 << 5) { apnsID = value }
+            case "apns-push-type": if once(1 << 6) { pushType = value }
+            case "apns-topic": if once(1 << 7) { topic = value }
+            case "apns-priority": if once(1 << 8) { priority = value }
+            case "apns-expiration": if once(1 << 9) { expiration = value }
+            case "apns-collapse-id": if once(1 << 10) { collapseID = value }
+            // Archived docs: APNs ignores any other header (§3.3).
+            default: break
+            }
+        }
+    }
+
+    /// The checks that need neither the connection's authentication nor the body: repeated
+    /// headers, the method, and the device token in `:path` (§3.3, §3.4).
+    func checkTarget() -> HTTP2SimulatorCheck<DeviceToken> {
+        if duplicate { return .reject(.duplicateHeaders) }
+        guard method == "POST" else { return .reject(.methodNotAllowed) }
+        guard let path else { return .reject(.badPath) }
+        let prefix = "/3/device"
+        guard path.hasPrefix(prefix) else { return .reject(.badPath) }
+        var rest = path.utf8.dropFirst(prefix.utf8.count)
+        if rest.isEmpty { return .reject(.missingDeviceToken) }
+        guard rest.first == UInt8(ascii: "/") else { return .reject(.badPath) }
+        rest = rest.dropFirst()
+        // A query string is not part of the token.
+        if let query = rest.firstIndex(of: UInt8(ascii: "?")) { rest = rest[..<query] }
+        if rest.isEmpty { return .reject(.missingDeviceToken) }
+        // §5 check 2: the token is hex; no length is assumed beyond the binary limit of 100 bytes.
+        guard let token = Self.hexToken(rest) else { return .reject(.badDeviceToken) }
+        return .ok(token)
+    }
+
+    /// The header checks after authentication (§3.3, §3.4, §5 checks 3-5). `tokenAuthentication`
+    /// makes `apns-topic` required; `allowedTopics` limits the topics (`TopicDisallowed`).
+    func checkHeaders(tokenAuthentication: Bool, allowedTopics: Set<String>?) -> HTTP2SimulatorCheck<CheckedHeaders> {
+        var checked = CheckedHeaders()
+        // §3.3: apns-push-type; an unknown value is InvalidPushType. Absent means alert.
+        var type = APNSPushType.alert
+        if let pushType {
+            guard let known = APNSPushType(rawValue: pushType) else { return .reject(.invalidPushType) }
+            type = known
+            checked.pushType = known
+        }
+        // §3.3 table: location works with token authentication only.
+        if type.requiresTokenAuthentication && !tokenAuthentication { return .reject(.invalidPushType) }
+        if let topic {
+            guard Self.isPlainTopic(topic) || (try? APNSHTTP2Request.validate(topic: topic)) != nil else {
+                return .reject(.badTopic)
+            }
+            // §3.3 table: the suffix depends on the push type.
+            guard (try? type.validate(topic: topic)) != nil else { return .reject(.badTopic) }
+            if let allowedTopics, !allowedTopics.contains(topic) { return .reject(.topicDisallowed) }
+        } else if tokenAuthentication {
+            // §5 check 5: a topic is present for token authentication.
+            return .reject(.missingTopic)
+        }
+        // §3.3: apns-id is a canonical UUID (8-4-4-4-12).
+        if let apnsID, !Self.isUUID(apnsID) { return .reject(.badMessageId) }
+        // §3.3: apns-priority is 10, 5 or 1; §5 check 4: background allows 5 only.
+        if let priority {
+            guard let value = Int(priority), let known = APNSPriority(rawValue: value) else { return .reject(.badPriority) }
+            if let allowed = type.allowedPriorities, !allowed.contains(known) { return .reject(.badPriority) }
+            checked.priority = value
+        }
+        // §3.3: apns-expiration is UNIX seconds, an integer.
+        if let expiration {
+            let digits = expiration.utf8
+            guard !digits.isEmpty, digits.count <= 19,
+                  digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) })
+            else { return .reject(.badExpirationDate) }
+        }
+        // §3.3: apns-collapse-id is at most 64 bytes.
+        if let collapseID, (try? APNSHTTP2Request.validate(collapseID: collapseID)) == nil {
+            return .reject(.badCollapseId)
+        }
+        checked.payloadLimit = type.payloadLimit
+        return .ok(checked)
+    }
+
+    struct CheckedHeaders {
+        var pushType: APNSPushType?
+        var priority: Int?
+        var payloadLimit = APNSPushType.regularPayloadLimit
+    }
+
+    /// Printable ASCII without spaces: what every bundle ID looks like (fast path before the
+    /// full check).
+    static func isPlainTopic(_ topic: String) -> Bool {
+        !topic.utf8.isEmpty && topic.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7f }
+    }
+
+    /// 8-4-4-4-12 hex digits in either case.
+    static func isUUID(_ text: String) -> Bool {
+        let utf8 = text.utf8
+        guard utf8.count == 36 else { return false }
+        for (offset, byte) in utf8.enumerated() {
+            switch offset {
+            case 8, 13, 18, 23:
+                guard byte == UInt8(ascii: "-") else { return false }
+            default:
+                guard hexValue(byte) != nil else { return false }
+            }
+        }
+        return true
+    }
+
+    static func hexToken(_ digits: Substring.UTF8View) -> DeviceToken? {
+        let count = digits.count
+        guard count % 2 == 0, count / 2 <= DeviceToken.maximumLength else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count / 2)
+        var high: UInt8? = nil
+        for byte in digits {
+            guard let nibble = hexValue(byte) else { return nil }
+            if let h = high {
+                bytes.append(h << 4 | nibble)
+                high = nil
+            } else {
+                high = nibble
+            }
+        }
+        return try? DeviceToken(bytes: bytes)
+    }
+
+    @inline(__always)
+    static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}
