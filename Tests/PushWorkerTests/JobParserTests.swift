@@ -106,6 +106,38 @@ import Testing
         #expect(a != WorkerResult.notificationId(jobId: "j2", token: token))
         #expect(a.count == 32)
     }
+
+    @Test func http2AppsGetHTTP2LimitsPushTypeAndCollapseId() throws {
+        var parser = JobParser()
+        parser.http2Apps = ["h2"]
+        let big = String(repeating: "x", count: 3000)
+        let text = #"{"id":"j","app":"h2","token":"\#(token)","alert":"hi","priority":1,"pushType":"alert","collapseId":"c-1","payload":{"blob":"\#(big)"}}"#
+        let parsed = parser.parse(Array(text.utf8))
+        guard case .job(let job) = parsed else { Issue.record("expected job: \(parsed)"); return }
+        #expect(job.payloadError == nil)
+        #expect(job.payload.count > 3000)
+        #expect(job.notification.pushType == "alert")
+        #expect(job.notification.collapseId == "c-1")
+        #expect(job.notification.priority == .low)
+
+        // The same job for a binary app is over its 2048-byte limit, and priority 1 is HTTP/2 only.
+        let binary = text.replacingOccurrences(of: #""app":"h2""#, with: #""app":"bin""#)
+        guard case .job(let other) = parser.parse(Array(binary.utf8)) else { Issue.record("expected job"); return }
+        #expect(other.payloadError != nil)
+
+        let voip = String(repeating: "v", count: 4500)
+        let call = #"{"id":"v","app":"h2","token":"\#(token)","alert":"call","pushType":"voip","payload":{"blob":"\#(voip)"}}"#
+        guard case .job(let callJob) = parser.parse(Array(call.utf8)) else { Issue.record("expected job"); return }
+        #expect(callJob.payloadError == nil)
+    }
+
+    @Test func badPushTypeOrCollapseIdIsRejectedWithTheField() {
+        for (field, fragment) in [(#""pushType":"fax""#, "pushType"), (#""collapseId":"\#(String(repeating: "c", count: 65))""#, "collapseId")] {
+            let result = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"x",\#(field)}"#)
+            guard case .rejected(_, _, _, let reason) = result else { Issue.record("expected rejection: \(result)"); continue }
+            #expect(reason.contains(fragment), "\(reason)")
+        }
+    }
 }
 
 @Suite struct WorkerResultTests {
@@ -128,4 +160,5 @@ import Testing
         #expect(parsed["jobId"] == nil)
         #expect(result.key == nil)
     }
+
 }

@@ -1,4 +1,5 @@
 import APNSCore
+import APNSHTTP2Core
 
 /// One job from `apn.requests`, validated (see `docs/jobs.md` and `docs/schemas/job.schema.json`).
 ///
@@ -56,11 +57,14 @@ public struct JobParser: Sendable {
     public var maxTokens = 10_000
     /// The payload limit the notification must fit, after trimming the alert body (§1.3).
     public var payloadLimit = APNSNotification.binaryPayloadLimit
+    /// Apps delivered over HTTP/2: their payloads may be 4096 bytes (5120 for VoIP) and use
+    /// priority 1 (§1.3, §3.3).
+    public var http2Apps: Set<String> = []
 
     static let topLevelKeys: Set<String> = [
         "id", "app", "token", "tokens", "aps", "alert", "badge", "sound", "contentAvailable",
         "mutableContent", "category", "threadId", "urlArgs", "mdm", "payload", "expiry", "priority",
-        "truncateAtWordEnd", "env", "registeredAt", "retryLimit",
+        "truncateAtWordEnd", "env", "registeredAt", "retryLimit", "pushType", "collapseId",
     ]
 
     public init() {}
@@ -146,12 +150,15 @@ public struct JobParser: Sendable {
             return reject(error.message)
         }
         // §1.3: the payload must fit; trim the alert body if it does not.
+        let http2 = http2Apps.contains(app)
+        let limit = !http2 ? payloadLimit
+            : job.notification.pushType == APNSPushType.voip.rawValue ? APNSPushType.voipPayloadLimit : APNSPushType.regularPayloadLimit
         do {
-            job.payload = try job.notification.validatedPayload(limit: payloadLimit)
+            job.payload = try job.notification.validatedPayload(limit: limit, allowLowPriority: http2)
         } catch let error where error.code == .tooLarge {
             do {
-                try job.notification.trim(toFit: payloadLimit)
-                job.payload = try job.notification.validatedPayload(limit: payloadLimit)
+                try job.notification.trim(toFit: limit)
+                job.payload = try job.notification.validatedPayload(limit: limit, allowLowPriority: http2)
             } catch {
                 job.payloadError = error.message
             }
@@ -178,6 +185,22 @@ public struct JobParser: Sendable {
         if let v = fields["threadId"] { n.threadId = try string(v, "threadId") }
         if let v = fields["urlArgs"] { n.urlArgs = try strings(v, "urlArgs") }
         if let v = fields["mdm"] { n.mdm = try string(v, "mdm") }
+        if let v = fields["pushType"] {
+            let text = try string(v, "pushType")
+            guard APNSPushType(rawValue: text) != nil else {
+                throw JobFieldError("\"pushType\" must be one of \(APNSPushType.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(text)\"")
+            }
+            n.pushType = text
+        }
+        if let v = fields["collapseId"] {
+            let text = try string(v, "collapseId")
+            do {
+                try APNSHTTP2Request.validate(collapseID: text)
+            } catch {
+                throw JobFieldError("\"collapseId\": \(error.message)")
+            }
+            n.collapseId = text
+        }
         if let v = fields["payload"] {
             guard let custom = v.objectValue else { throw JobFieldError("\"payload\" must be an object of custom keys") }
             guard custom["aps"] == nil else {
@@ -199,10 +222,10 @@ public struct JobParser: Sendable {
             }
         }
         if let v = fields["priority"] {
-            guard let raw = v.intValue, raw == 10 || raw == 5 else {
-                throw JobFieldError("\"priority\" must be 10 (immediate) or 5 (power-considerate)")
+            guard let raw = v.intValue, let priority = APNSPriority(rawValue: Int(raw)) else {
+                throw JobFieldError("\"priority\" must be 10 (immediate), 5 (power-considerate) or 1 (low, HTTP/2 apps only)")
             }
-            n.priority = raw == 10 ? .immediate : .powerConsiderate
+            n.priority = priority
         }
         if let v = fields["truncateAtWordEnd"] { n.truncateAtWordEnd = try bool(v, "truncateAtWordEnd") }
         if let v = fields["retryLimit"] { n.retryLimit = try nonNegativeInt(v, "retryLimit") }

@@ -148,7 +148,11 @@ public final class Worker: Sendable {
         self.logger = logger
         let suffix = (0..<6).map { _ in "0123456789abcdefghijklmnopqrstuvwxyz".randomElement()! }
         self.owner = "\(options.workerId)#\(String(suffix))"
-        self.parser = JobParser()
+        var parser = JobParser()
+        parser.http2Apps = Set(options.apps.filter { _, app in
+            app.environments.values.contains { if case .http2 = $0.transport { true } else { false } }
+        }.keys)
+        self.parser = parser
     }
 
     /// Counters for logs, tests and benchmarks.
