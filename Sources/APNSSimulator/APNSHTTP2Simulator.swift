@@ -113,7 +113,8 @@ public final class APNSHTTP2Simulator: Sendable {
         public var idleTimeout: Duration?
         /// After `ExpiredProviderToken` a connection keeps answering it (§6.10).
         public var expiredTokenSticks = true
-        /// Append one JSON line per accepted request to this file.
+        /// Write one JSON line per accepted request (with `"api":"http2"`) to this file, which
+        /// is emptied at start and appended to, so the binary simulator may share it.
         public var recordPath: String?
         /// How many accepted requests ``accepted`` keeps (the counts cover all of them).
         public var acceptedListLimit = 1_000_000
