@@ -1,5 +1,6 @@
 import APNSCore
 import APNSHTTP2Core
+import Crypto
 import Foundation
 import Logging
 import NIOCore
@@ -112,7 +113,8 @@ public final class APNSHTTP2Simulator: Sendable {
         public var idleTimeout: Duration?
         /// After `ExpiredProviderToken` a connection keeps answering it (§6.10).
         public var expiredTokenSticks = true
-        /// Append one JSON line per accepted request to this file.
+        /// Write one JSON line per accepted request (with `"api":"http2"`) to this file, which
+        /// is emptied at start and appended to, so the binary simulator may share it.
         public var recordPath: String?
         /// How many accepted requests ``accepted`` keeps (the counts cover all of them).
         public var acceptedListLimit = 1_000_000
@@ -272,12 +274,7 @@ public final class APNSHTTP2Simulator: Sendable {
         let sslContext = try NIOSSLContext(configuration: tls)
         var recordFile: FileHandle? = nil
         if let path = configuration.recordPath {
-            guard FileManager.default.createFile(atPath: path, contents: nil),
-                let handle = FileHandle(forWritingAtPath: path)
-            else {
-                throw APNSError(.invalidConfiguration, "cannot write the record file \(path)")
-            }
-            recordFile = handle
+            recordFile = try RecordFile.open(path)
         }
 
         // The handlers need the simulator, which needs the bound port: bind with a box that is
@@ -465,4 +462,41 @@ private final class HTTP2SimulatorBox: @unchecked Sendable {
 /// The listening channel.
 private struct ServerChannelBox: Sendable {
     let channel: any Channel
+}
+
+extension APNSHTTP2Simulator {
+    /// A verifier for one team's keys (§4), from PEM texts by key ID. Each text is the `.p8`
+    /// private key (`BEGIN PRIVATE KEY`) or the P-256 public key (`BEGIN PUBLIC KEY`). Throws
+    /// `invalidCredentials` naming the problem: a team or key ID that is not 10 letters or
+    /// digits, or a text that is not a P-256 key.
+    public static func verifier(teamID: String, keys: [String: String]) throws(APNSError) -> APNSJWTVerifier {
+        try validateIdentifier(teamID, what: "team ID")
+        var publicKeys: [String: P256.Signing.PublicKey] = [:]
+        for (keyID, pem) in keys {
+            try validateIdentifier(keyID, what: "key ID")
+            if pem.contains("PRIVATE KEY") {
+                publicKeys[keyID] = try APNSSigningKey(keyID: keyID, pem: pem).publicKey
+            } else {
+                do {
+                    publicKeys[keyID] = try P256.Signing.PublicKey(pemRepresentation: pem)
+                } catch {
+                    throw APNSError(.invalidCredentials,
+                        "the key for \(keyID) is neither a .p8 private key nor a P-256 public key in PEM form", underlying: error)
+                }
+            }
+        }
+        return APNSJWTVerifier(teamID: teamID, keys: publicKeys)
+    }
+
+    /// §4: team and key IDs are 10 letters or digits.
+    private static func validateIdentifier(_ value: String, what: String) throws(APNSError) {
+        let valid = value.utf8.count == 10 && value.utf8.allSatisfy { byte in
+            (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+        }
+        guard valid else {
+            throw APNSError(.invalidCredentials,
+                "the \(what) \"\(value.prefix(20))\" is not valid; it must be 10 letters and digits, such as ABCDE12345")
+        }
+    }
 }

@@ -126,12 +126,7 @@ public final class APNSSimulator: Sendable {
         let sslContext = try NIOSSLContext(configuration: tls)
         var recordFile: FileHandle? = nil
         if let path = configuration.recordPath {
-            guard FileManager.default.createFile(atPath: path, contents: nil),
-                let handle = FileHandle(forWritingAtPath: path)
-            else {
-                throw APNSError(.invalidConfiguration, "cannot write the record file \(path)")
-            }
-            recordFile = handle
+            recordFile = try RecordFile.open(path)
         }
         let state = State(feedback: configuration.feedback, badTokens: configuration.badTokens)
 

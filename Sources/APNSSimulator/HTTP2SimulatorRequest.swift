@@ -1,5 +1,6 @@
 import APNSCore
 import APNSHTTP2Core
+import Foundation
 import NIOHPACK
 
 /// The outcome of a check: a value, or the reason to reject the request with (§3.4).
@@ -55,17 +56,28 @@ struct HTTP2SimulatorRequestHead {
         if duplicate { return .reject(.duplicateHeaders) }
         guard method == "POST" else { return .reject(.methodNotAllowed) }
         guard let path else { return .reject(.badPath) }
-        let prefix = "/3/device"
-        guard path.hasPrefix(prefix) else { return .reject(.badPath) }
-        var rest = path.utf8.dropFirst(prefix.utf8.count)
-        if rest.isEmpty { return .reject(.missingDeviceToken) }
-        guard rest.first == UInt8(ascii: "/") else { return .reject(.badPath) }
-        rest = rest.dropFirst()
-        // A query string is not part of the token.
-        if let query = rest.firstIndex(of: UInt8(ascii: "?")) { rest = rest[..<query] }
-        if rest.isEmpty { return .reject(.missingDeviceToken) }
+        var path8 = path
+        return path8.withUTF8 { Self.token(inPath: $0) }
+    }
+
+    /// `/3/device/<hex token>`, an optional query string ignored (§3.3).
+    static func token(inPath bytes: UnsafeBufferPointer<UInt8>) -> HTTP2SimulatorCheck<DeviceToken> {
+        let prefix: StaticString = "/3/device"
+        let prefixLength = prefix.utf8CodeUnitCount
+        guard bytes.count >= prefixLength,
+              memcmp(bytes.baseAddress!, prefix.utf8Start, prefixLength) == 0
+        else { return .reject(.badPath) }
+        if bytes.count == prefixLength { return .reject(.missingDeviceToken) }
+        guard bytes[prefixLength] == UInt8(ascii: "/") else { return .reject(.badPath) }
+        var end = bytes.count
+        for index in (prefixLength + 1)..<bytes.count where bytes[index] == UInt8(ascii: "?") {
+            end = index
+            break
+        }
+        let digits = UnsafeBufferPointer(rebasing: bytes[(prefixLength + 1)..<end])
+        if digits.isEmpty { return .reject(.missingDeviceToken) }
         // §5 check 2: the token is hex; no length is assumed beyond the binary limit of 100 bytes.
-        guard let token = Self.hexToken(rest) else { return .reject(.badDeviceToken) }
+        guard let token = hexToken(digits) else { return .reject(.badDeviceToken) }
         return .ok(token)
     }
 
@@ -143,21 +155,21 @@ struct HTTP2SimulatorRequestHead {
         return true
     }
 
-    static func hexToken(_ digits: Substring.UTF8View) -> DeviceToken? {
+    static func hexToken(_ digits: UnsafeBufferPointer<UInt8>) -> DeviceToken? {
         let count = digits.count
         guard count % 2 == 0, count / 2 <= DeviceToken.maximumLength else { return nil }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(count / 2)
-        var high: UInt8? = nil
-        for byte in digits {
-            guard let nibble = hexValue(byte) else { return nil }
-            if let h = high {
-                bytes.append(h << 4 | nibble)
-                high = nil
-            } else {
-                high = nibble
+        var valid = true
+        let bytes = [UInt8](unsafeUninitializedCapacity: count / 2) { buffer, initialized in
+            for index in 0..<(count / 2) {
+                guard let high = hexValue(digits[2 * index]), let low = hexValue(digits[2 * index + 1]) else {
+                    valid = false
+                    break
+                }
+                buffer[index] = high << 4 | low
+                initialized = index + 1
             }
         }
+        guard valid else { return nil }
         return try? DeviceToken(bytes: bytes)
     }
 

@@ -1,5 +1,6 @@
 import APNSBinary
 import APNSCore
+import APNSHTTP2Core
 import APNSSimulator
 import ArgumentParser
 import Foundation
@@ -7,8 +8,12 @@ import Foundation
 /// `apn-worker simulate`: runs the APNs simulator until SIGINT/SIGTERM.
 struct Simulate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run a simulated APNs binary gateway and feedback service over TLS.",
-        discussion: "Prints one JSON line with the ports once listening; on SIGINT/SIGTERM prints statistics and exits."
+        abstract: "Run a simulated APNs binary gateway and feedback service, and optionally the HTTP/2 provider API, over TLS.",
+        discussion: """
+            Prints one JSON line with the ports once listening; on SIGINT/SIGTERM prints statistics and exits. \
+            --http2-port starts the HTTP/2 endpoint (ALPN h2): client-certificate connections need --client-ca \
+            (or --generate-certs), token connections need --jwt-key and --team. See docs/simulator.md.
+            """
     )
 
     @Option(help: "Address to listen on.")
@@ -37,8 +42,28 @@ struct Simulate: AsyncParsableCommand {
     var dropEvery: Int?
     @Option(help: "Payload size limit in bytes.")
     var maxPayload = 2048
-    @Option(help: "Append one JSON line per accepted notification to this file.")
+    @Option(help: "Append one JSON line per accepted notification to this file (both APIs; HTTP/2 lines carry \"api\":\"http2\").")
     var record: String?
+
+    // HTTP/2 provider API (§3, §4).
+    @Option(help: "HTTP/2 provider API port (0 picks a free one); without it no HTTP/2 server runs.")
+    var http2Port: Int?
+    @Option(help: ArgumentHelp("A provider-token key: KEYID=PEMFILE, the PEM being the .p8 private key or the public key. Repeatable.", valueName: "keyid=pemfile"))
+    var jwtKey: [String] = []
+    @Option(help: "The team ID of the --jwt-key keys (required with --jwt-key).")
+    var team: String?
+    @Option(help: "SETTINGS_MAX_CONCURRENT_STREAMS once a connection is authenticated.")
+    var maxStreams = 1000
+    @Flag(name: .customLong("drop-streams-to-1-after-error"), help: "After an error answer (not 410) drop the connection's stream limit to 1 until its next 200.")
+    var dropStreamsToOneAfterError = false
+    @Option(name: .customLong("goaway-every"), help: "Send GOAWAY after every N requests accepted on an HTTP/2 connection, then close it.")
+    var goAwayEvery: Int?
+    @Option(name: .customLong("status-429-every"), help: "Answer every Nth valid HTTP/2 request (over all connections) with 429 TooManyRequests.")
+    var status429Every: Int?
+    @Option(help: "Delay each HTTP/2 answer by this many milliseconds.")
+    var delayMs = 0
+    @Option(help: "The environment the HTTP/2 endpoint plays: production or sandbox.")
+    var environment: APNSEnvironment = .production
 
     func validate() throws {
         guard (0...65535).contains(binaryPort) else { throw ValidationError("--binary-port must be 0...65535") }
@@ -47,6 +72,27 @@ struct Simulate: AsyncParsableCommand {
         if let n = shutdownEvery, n < 1 { throw ValidationError("--shutdown-every must be at least 1") }
         if let n = dropEvery, n < 1 { throw ValidationError("--drop-every must be at least 1") }
         guard (1...65535).contains(maxPayload) else { throw ValidationError("--max-payload must be 1...65535") }
+        if let port = http2Port, !(0...65535).contains(port) { throw ValidationError("--http2-port must be 0...65535") }
+        guard (1...Int(Int32.max)).contains(maxStreams) else { throw ValidationError("--max-streams must be at least 1") }
+        if let n = goAwayEvery, n < 1 { throw ValidationError("--goaway-every must be at least 1") }
+        if let n = status429Every, n < 1 { throw ValidationError("--status-429-every must be at least 1") }
+        guard delayMs >= 0 else { throw ValidationError("--delay-ms must be zero or more") }
+        for value in jwtKey {
+            guard let equals = value.firstIndex(of: "="), equals != value.startIndex, value.index(after: equals) != value.endIndex else {
+                throw ValidationError("--jwt-key must be KEYID=PEMFILE, such as ABCDE12345=AuthKey_ABCDE12345.p8, not \"\(value)\"")
+            }
+        }
+        if !jwtKey.isEmpty && team == nil { throw ValidationError("--jwt-key needs --team with the keys' 10-character team ID") }
+        if team != nil && jwtKey.isEmpty { throw ValidationError("--team needs at least one --jwt-key KEYID=PEMFILE") }
+        if http2Port == nil {
+            let http2Only = [
+                (!jwtKey.isEmpty, "--jwt-key"), (team != nil, "--team"), (goAwayEvery != nil, "--goaway-every"),
+                (status429Every != nil, "--status-429-every"), (dropStreamsToOneAfterError, "--drop-streams-to-1-after-error"),
+            ]
+            if let (_, flag) = http2Only.first(where: { $0.0 }) {
+                throw ValidationError("\(flag) applies to the HTTP/2 endpoint; add --http2-port (0 picks a free port)")
+            }
+        }
     }
 
     func run() async throws {
@@ -85,11 +131,23 @@ struct Simulate: AsyncParsableCommand {
                     FeedbackTuple(timestamp: $0.timestamp, token: $0.token)
                 }
             }
+            let http2Config = try http2Port.map { port in
+                try http2Configuration(port: port, certPEM: certPEM, keyPEM: keyPEM, caPEM: caPEM, binary: config)
+            }
             let simulator: APNSSimulator
             do {
                 simulator = try await APNSSimulator.start(configuration: config)
             } catch {
                 throw UsageFailure(message: "the simulator cannot start: \(error)")
+            }
+            var http2: APNSHTTP2Simulator?
+            if let http2Config {
+                do {
+                    http2 = try await APNSHTTP2Simulator.start(configuration: http2Config)
+                } catch {
+                    await simulator.stop()
+                    throw UsageFailure(message: "the HTTP/2 simulator cannot start: \(error)")
+                }
             }
             var ready: [(String, JSONValue)] = [
                 ("event", .string("ready")),
@@ -97,25 +155,77 @@ struct Simulate: AsyncParsableCommand {
                 ("binaryPort", .int(Int64(simulator.binaryPort))),
                 ("feedbackPort", .int(Int64(simulator.feedbackPort ?? 0))),
             ]
+            if let http2 { ready.append(("http2Port", .int(Int64(http2.port)))) }
             if let dir = generateCerts { ready.append(("certificates", .string(dir))) }
             print(jsonLine(ready))
             fflush(nil)
             await waitForTerminationSignal()
+            await http2?.stop()
             await simulator.stop()
             let s = simulator.statistics
-            print(
-                jsonLine([
-                    ("event", .string("stopped")),
-                    ("connections", .int(Int64(s.connections))),
-                    ("accepted", .int(Int64(s.accepted))),
-                    ("errorResponses", .int(Int64(s.errorResponses))),
-                    ("shutdowns", .int(Int64(s.shutdowns))),
-                    ("silentDrops", .int(Int64(s.silentDrops))),
-                    ("feedbackSessions", .int(Int64(s.feedbackSessions))),
-                ])
-            )
+            var stopped: [(String, JSONValue)] = [
+                ("event", .string("stopped")),
+                ("connections", .int(Int64(s.connections))),
+                ("accepted", .int(Int64(s.accepted))),
+                ("errorResponses", .int(Int64(s.errorResponses))),
+                ("shutdowns", .int(Int64(s.shutdowns))),
+                ("silentDrops", .int(Int64(s.silentDrops))),
+                ("feedbackSessions", .int(Int64(s.feedbackSessions))),
+            ]
+            if let h = http2?.statistics {
+                stopped.append(
+                    ("http2", .object([
+                        "connections": .int(Int64(h.connections)),
+                        "requests": .int(Int64(h.requests)),
+                        "accepted": .int(Int64(h.accepted)),
+                        "rejected": .int(Int64(h.rejected)),
+                        "rejectionsByReason": .object(h.rejectionsByReason.mapValues { .int(Int64($0)) }),
+                        "goAways": .int(Int64(h.goAways)),
+                        "tooManyRequests": .int(Int64(h.tooManyRequests)),
+                        "maxConcurrentStreamsSeen": .int(Int64(h.maxConcurrentStreamsSeen)),
+                        "streamLimitViolations": .int(Int64(h.streamLimitViolations)),
+                        "settingsChanges": .int(Int64(h.settingsChanges)),
+                    ])))
+            }
+            print(jsonLine(stopped))
             fflush(nil)
         }
+    }
+
+    /// The HTTP/2 endpoint's configuration from the flags; the token lists are the binary
+    /// simulator's (bad tokens: 400 BadDeviceToken; feedback tokens: 410 Unregistered).
+    private func http2Configuration(
+        port: Int, certPEM: String, keyPEM: String, caPEM: String?, binary: APNSSimulator.Configuration
+    ) throws -> APNSHTTP2Simulator.Configuration {
+        var config = APNSHTTP2Simulator.Configuration(certificateChainPEM: certPEM, privateKeyPEM: keyPEM, clientCAPEM: caPEM)
+        config.host = host
+        config.port = port
+        config.environment = environment
+        config.maxConcurrentStreams = maxStreams
+        config.dropStreamsToOneAfterError = dropStreamsToOneAfterError
+        config.goAwayEvery = goAwayEvery
+        config.status429Every = status429Every
+        config.responseDelay = .milliseconds(delayMs)
+        config.recordPath = record
+        config.badTokens = binary.badTokens
+        // §2 timestamps are seconds; the 410 timestamp is milliseconds (§3.4).
+        for tuple in binary.feedback {
+            config.unregistered[tuple.token] = Date(timeIntervalSince1970: TimeInterval(tuple.timestamp))
+        }
+        if let team {
+            var keys: [String: String] = [:]
+            for value in jwtKey {
+                let equals = value.firstIndex(of: "=")!
+                let keyID = String(value[..<equals])
+                keys[keyID] = try readText(String(value[value.index(after: equals)...]), option: "--jwt-key \(keyID)")
+            }
+            do {
+                config.verifier = try APNSHTTP2Simulator.verifier(teamID: team, keys: keys)
+            } catch {
+                throw UsageFailure(message: "--jwt-key/--team: \(error.message)")
+            }
+        }
+        return config
     }
 
     private func readText(_ path: String, option: String) throws -> String {

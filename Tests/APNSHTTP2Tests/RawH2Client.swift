@@ -50,8 +50,21 @@ final class RawH2Client: Sendable {
         clientCertificate: TestCertificates.Pair? = nil,
         alpn: [String] = ["h2"]
     ) async throws -> RawH2Client {
+        try await connect(
+            port: port, caPEM: certificates.ca.certificatePEM,
+            clientCertificate: clientCertificate.map { ($0.certificatePEM, $0.keyPEM) }, alpn: alpn)
+    }
+
+    /// Connects with TLS (ALPN `h2`) trusting `caPEM`, optionally presenting a client certificate.
+    static func connect(
+        host: String = "127.0.0.1",
+        port: Int,
+        caPEM: String,
+        clientCertificate: (certificatePEM: String, keyPEM: String)?,
+        alpn: [String] = ["h2"]
+    ) async throws -> RawH2Client {
         var tls = TLSConfiguration.makeClientConfiguration()
-        tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMBytes(Array(certificates.ca.certificatePEM.utf8)))
+        tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMBytes(Array(caPEM.utf8)))
         tls.applicationProtocols = alpn
         if let pair = clientCertificate {
             tls.certificateChain = try NIOSSLCertificate.fromPEMBytes(Array(pair.certificatePEM.utf8)).map { .certificate($0) }
@@ -59,7 +72,7 @@ final class RawH2Client: Sendable {
         }
         let context = try NIOSSLContext(configuration: tls)
         let (channel, handler) = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .connect(host: "127.0.0.1", port: port) { channel in
+            .connect(host: host, port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     let handler = Handler()
@@ -74,10 +87,12 @@ final class RawH2Client: Sendable {
     }
 
     /// Sends the requests back to back (each flushed as written) and returns the responses in order.
-    func send(_ requests: [(headers: [(String, String)], body: [UInt8])]) async throws -> [Response] {
+    /// With `flushEach` off the whole batch goes out with one flush (NIOHTTP2 then sends all
+    /// HEADERS frames before the DATA frames).
+    func send(_ requests: [(headers: [(String, String)], body: [UInt8])], flushEach: Bool = true) async throws -> [Response] {
         let handler = self.handler
         let futures = try await channel.eventLoop.submit {
-            handler.value.send(requests)
+            handler.value.send(requests, flushEach: flushEach)
         }.get()
         var responses: [Response] = []
         for future in futures {
@@ -152,7 +167,7 @@ final class RawH2Client: Sendable {
 
         func handlerAdded(context: ChannelHandlerContext) { self.context = context }
 
-        func send(_ requests: [(headers: [(String, String)], body: [UInt8])]) -> [EventLoopFuture<Response>] {
+        func send(_ requests: [(headers: [(String, String)], body: [UInt8])], flushEach: Bool) -> [EventLoopFuture<Response>] {
             guard let context else { return [] }
             var futures: [EventLoopFuture<Response>] = []
             for request in requests {
@@ -181,8 +196,9 @@ final class RawH2Client: Sendable {
                 }
                 // NIOHTTP2 holds DATA frames until a flush: flushing per request keeps each
                 // request's frames together on the wire, in order.
-                context.flush()
+                if flushEach { context.flush() }
             }
+            if !flushEach { context.flush() }
             return futures
         }
 

@@ -463,6 +463,18 @@ struct SimulatorTests {
         await simulator.stop()
     }
 
+    @Test("responseDelay holds every answer; the delayed streams count as open")
+    func responseDelay() async throws {
+        let simulator = try await F.simulator { $0.responseDelay = .milliseconds(500) }
+        let client = try await F.certificateClient(simulator)
+        let responses = try await client.send((0..<5).map { (F.headers(token: F.token($0)), F.payload) })
+        #expect(responses.map(\.status) == [200, 200, 200, 200, 200])
+        #expect(simulator.statistics.accepted == 5)
+        #expect(simulator.statistics.maxConcurrentStreamsSeen == 5)
+        await client.close()
+        await simulator.stop()
+    }
+
     // MARK: Flow control, recording
 
     @Test("Megabytes of bodies pass: the simulator keeps the stream and connection windows open")
