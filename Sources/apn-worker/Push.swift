@@ -202,6 +202,8 @@ struct Push: AsyncParsableCommand {
                 summary.connections += 1
             case .error(let error):
                 printError("warning: \(error)")
+            case .disconnected(let connection, let reason) where outcomes < expected:
+                printError("warning: connection \(connection) closed: \(reason)")
             default:
                 break
             }
