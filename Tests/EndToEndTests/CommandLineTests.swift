@@ -122,4 +122,72 @@ struct CommandLineTests {
         #expect(simulate.status == 2)
         #expect(simulate.stderr.contains("--bad-tokens"))
     }
+
+    @Test func simulateAndPushOverHTTP2WithAProviderToken() async throws {
+        let dir = try Paths.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let certs = try await Self.makeCertificates(in: dir)
+        let key = try await run("/bin/bash", ["-c",
+            "openssl ecparam -name prime256v1 -genkey -noout | openssl pkcs8 -topk8 -nocrypt -out '\(dir)/AuthKey.p8'"])
+        #expect(key.status == 0, "openssl failed: \(key.stderr)")
+        let tokens = (0..<1000).map(Self.tokenLine)
+        let bad = tokens.enumerated().filter { $0.offset % 100 == 7 }.map(\.element)
+        try tokens.joined(separator: "\n").write(toFile: dir + "/tokens.txt", atomically: true, encoding: .utf8)
+        try bad.joined(separator: "\n").write(toFile: dir + "/bad.txt", atomically: true, encoding: .utf8)
+        try ["1700000000 " + tokens[3], "1700000001 " + tokens[4]].joined(separator: "\n")
+            .write(toFile: dir + "/feedback.txt", atomically: true, encoding: .utf8)
+
+        let simulator = try ChildProcess(Paths.executable, [
+            "simulate", "--cert", certs + "/server.pem", "--key", certs + "/server-key.pem",
+            "--http2-port", "0", "--jwt-key", "ABCDE12345=\(dir)/AuthKey.p8", "--team", "TEAM123456",
+            "--max-streams", "50", "--bad-tokens", dir + "/bad.txt", "--feedback-tokens", dir + "/feedback.txt",
+            "--record", dir + "/record.jsonl",
+        ])
+        let ready = try #require(await simulator.readLine().flatMap(jsonObject))
+        let port = try #require(ready["http2Port"] as? Int)
+
+        let push = try await run(Paths.executable, [
+            "push", "--transport", "http2", "--gateway", "127.0.0.1:\(port)", "--topic", "com.example.app",
+            "--signing-key", dir + "/AuthKey.p8", "--key-id", "ABCDE12345", "--team-id", "TEAM123456",
+            "--ca", certs + "/ca.pem", "--tokens", dir + "/tokens.txt", "--count", "3000", "--connections", "2",
+        ])
+        #expect(push.status == 0, "push failed: \(push.stderr)")
+        let summary = try #require(jsonObject(push.stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
+        // 3000 notifications cycle three times over 1000 tokens: 10 bad (400), 2 unregistered (410).
+        #expect(summary["transmitted"] as? Int == 2964)
+        #expect((summary["failed"] as? [String: Int]) == ["400": 30, "410": 6])
+        #expect(summary["possibleDuplicate"] as? Int == 0)
+        #expect(summary["connectionsOpened"] as? Int == 2)
+
+        simulator.signal(SIGTERM)
+        let stopped = await simulator.finish()
+        #expect(stopped.status == 0)
+        let stats = try #require(jsonObject(stopped.stdout.split(separator: "\n").last.map(String.init) ?? ""))
+        let http2 = try #require(stats["http2"] as? [String: Any])
+        #expect(http2["accepted"] as? Int == 2964)
+        #expect(http2["maxConcurrentStreamsSeen"] as? Int ?? 0 <= 50)
+        let recorded = try String(contentsOfFile: dir + "/record.jsonl", encoding: .utf8).split(separator: "\n")
+        #expect(recorded.count == 2964)
+        #expect(jsonObject(String(recorded[0]))?["api"] as? String == "http2")
+    }
+
+    @Test func http2ArgumentErrorsExitWithASentence() async throws {
+        let dir = try Paths.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try Self.tokenLine(1).write(toFile: dir + "/tokens.txt", atomically: true, encoding: .utf8)
+        let base = ["push", "--transport", "http2", "--gateway", "127.0.0.1:1", "--tokens", dir + "/tokens.txt", "--count", "1"]
+        let noTopic = try await run(Paths.executable, base)
+        #expect(noTopic.status != 0)
+        #expect(noTopic.stderr.contains("--transport http2 needs --topic"))
+        let noKeyId = try await run(Paths.executable, base + ["--topic", "com.example.app", "--signing-key", dir + "/k.p8", "--team-id", "TEAM123456"])
+        #expect(noKeyId.status != 0)
+        #expect(noKeyId.stderr.contains("--signing-key needs --key-id and --team-id"))
+        let missingKey = try await run(Paths.executable, base + [
+            "--topic", "com.example.app", "--signing-key", dir + "/k.p8", "--key-id", "ABCDE12345", "--team-id", "TEAM123456"])
+        #expect(missingKey.status == 2)
+        #expect(missingKey.stderr.contains("--signing-key"))
+        let simulate = try await run(Paths.executable, ["simulate", "--generate-certs", dir + "/c", "--http2-port", "0", "--jwt-key", "ABCDE12345=\(dir)/k.p8"])
+        #expect(simulate.status != 0)
+        #expect(simulate.stderr.contains("--team"))
+    }
 }
