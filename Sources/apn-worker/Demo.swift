@@ -37,6 +37,9 @@ struct Demo: AsyncParsableCommand {
         }
     }
 
+    /// Every other block of 100 jobs goes to this app, delivered over HTTP/2.
+    static let http2App = "com.example.demo.h2"
+
     private func say(_ text: String) {
         print(text)
         fflush(nil)
@@ -58,6 +61,7 @@ struct Demo: AsyncParsableCommand {
         options.worker = ["logLevel": "notice"]
         options.app = ["poolSize": "2", "confirmationWindowMs": "300", "feedbackIntervalSeconds": "2"]
         options.keepDirectory = keep
+        options.http2App = Self.http2App
         let stack = try await LocalStack(options)
         do {
             try await runDemo(on: stack, tokens: tokens, badTokens: badTokens, feedbackTokens: feedbackTokens, started: started)
@@ -72,7 +76,8 @@ struct Demo: AsyncParsableCommand {
                          feedbackTokens: [DeviceToken], started: ContinuousClock.Instant) async throws {
         say("Kafka (embedded)     \(stack.kafka.bootstrapServers)")
         say("Redis                \(stack.redisURL)")
-        say("APNs simulator       gateway 127.0.0.1:\(stack.simulator.binaryPort), feedback 127.0.0.1:\(stack.simulator.feedbackPort ?? 0)")
+        say("APNs simulator       binary gateway 127.0.0.1:\(stack.simulator.binaryPort), feedback 127.0.0.1:\(stack.simulator.feedbackPort ?? 0), HTTP/2 127.0.0.1:\(stack.http2Simulator?.port ?? 0)")
+        say("Apps                 \(LocalStack.app) (binary protocol), \(Self.http2App) (HTTP/2, provider token); jobs alternate in blocks of 100")
         var workerProcesses: [Process] = []
         for index in 1...workers {
             workerProcesses.append(try stack.startWorker(id: "demo-\(index)"))
@@ -95,7 +100,7 @@ struct Demo: AsyncParsableCommand {
                 malformed += 1
                 continue
             }
-            let job = #"{"id":"demo-\#(i)","app":"\#(app)","token":"\#(token.hex)","alert":"Hello \#(i)","badge":\#(i % 10)}"#
+            let job = #"{"id":"demo-\#(i)","app":"\#((i / 100) % 2 == 1 ? Self.http2App : app)","token":"\#(token.hex)","alert":"Hello \#(i)","badge":\#(i % 10)}"#
             let message = KafkaOutgoingMessage(topic: "apn.requests", key: Array("demo-\(i)".utf8), value: Array(job.utf8))
             messages.append(message)
             expectedNotifications += 1
@@ -141,7 +146,7 @@ struct Demo: AsyncParsableCommand {
         }
         try? await reader.close()
         for process in workerProcesses { _ = stack.stopWorker(process) }
-        let accepted = stack.simulator.statistics.accepted
+        let accepted = stack.simulator.statistics.accepted + (stack.http2Simulator?.statistics.accepted ?? 0)
 
         say("")
         say("Summary after \(String(format: "%.1f", Double((ContinuousClock.now - started).components.seconds))) s, results read back from apn.results:")

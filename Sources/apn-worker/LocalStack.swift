@@ -1,6 +1,8 @@
 import APNSBinary
 import APNSCore
+import APNSHTTP2Core
 import APNSSimulator
+import Crypto
 import Foundation
 import PushKafka
 import PushRedis
@@ -12,6 +14,8 @@ final class LocalStack {
     let kafka: EmbeddedKafkaCluster
     let redisURL: String
     let simulator: APNSSimulator
+    /// The HTTP/2 simulator of ``Options/http2App``, when there is one.
+    let http2Simulator: APNSHTTP2Simulator?
     let configPath: String
     private var redisProcess: Process?
     private(set) var workers: [Process] = []
@@ -30,6 +34,9 @@ final class LocalStack {
         /// Extra YAML under the app.
         var app: [String: String] = [:]
         var keepDirectory = false
+        /// A second app, delivered over HTTP/2 with a provider token to an HTTP/2 simulator
+        /// that rejects the same `badTokens` (400 BadDeviceToken).
+        var http2App: String?
     }
 
     static let app = "com.example.demo"
@@ -70,6 +77,35 @@ final class LocalStack {
         configuration.errorDelay = options.errorDelay
         simulator = try await APNSSimulator.start(configuration: configuration)
 
+        var http2Block = ""
+        if let http2App = options.http2App {
+            let key = P256.Signing.PrivateKey()
+            try key.pemRepresentation.write(toFile: directory + "/certs/AuthKey.p8", atomically: true, encoding: .utf8)
+            var config = APNSHTTP2Simulator.Configuration(
+                certificateChainPEM: certificates.server.certificatePEM, privateKeyPEM: certificates.server.keyPEM,
+                clientCAPEM: nil)
+            config.verifier = APNSJWTVerifier(teamID: "DEMOTEAM01", keys: ["DEMOKEY001": key.publicKey])
+            config.badTokens = options.badTokens
+            config.maxConcurrentStreams = 100
+            let started = try await APNSHTTP2Simulator.start(configuration: config)
+            http2Simulator = started
+            http2Block = """
+                  \(http2App):
+                    transport: http2
+                    poolSize: 2
+                    environments:
+                      production:
+                        signingKey: \(directory)/certs/AuthKey.p8
+                        keyId: DEMOKEY001
+                        teamId: DEMOTEAM01
+                        ca: \(directory)/certs/ca.pem
+                        gateway: 127.0.0.1:\(started.port)
+
+                """
+        } else {
+            http2Simulator = nil
+        }
+
         configPath = directory + "/worker.yaml"
         let worker = options.worker.sorted { $0.key < $1.key }.map { "  \($0.key): \($0.value)\n" }.joined()
         let app = options.app.sorted { $0.key < $1.key }.map { "    \($0.key): \($0.value)\n" }.joined()
@@ -93,7 +129,7 @@ final class LocalStack {
                     ca: \(directory)/certs/ca.pem
                     gateway: 127.0.0.1:\(simulator.binaryPort)
                     feedback: 127.0.0.1:\(simulator.feedbackPort ?? 0)
-
+            \(http2Block)
             """.write(toFile: configPath, atomically: true, encoding: .utf8)
     }
 
@@ -155,6 +191,7 @@ final class LocalStack {
     func shutdown() async {
         for worker in workers where worker.isRunning { kill(worker.processIdentifier, SIGKILL) }
         await simulator.stop()
+        await http2Simulator?.stop()
         if let redisProcess, redisProcess.isRunning { kill(redisProcess.processIdentifier, SIGKILL) }
         kafka.shutdown()
         if !keepDirectory { try? FileManager.default.removeItem(atPath: directory) }

@@ -102,6 +102,9 @@ enum ClientHarness {
             }
             group.addTask {
                 try await Task.sleep(for: limit)
+                // Abandon what is left, so that the reader's nextEvent() ends and the group
+                // can finish with the error instead of hanging.
+                await client.shutdown(gracePeriod: .milliseconds(100))
                 throw TimeLimitExceeded(limit: limit)
             }
             var result: Run? = nil

@@ -176,6 +176,10 @@ final class RawH2Client: Sendable {
                 let promise = context.eventLoop.makePromise(of: Response.self)
                 pending[id] = (Response(streamID: Int(id)), promise)
                 futures.append(promise.futureResult)
+                // A request the server never answers fails the test instead of hanging it.
+                context.eventLoop.assumeIsolated().scheduleTask(in: .seconds(20)) {
+                    self.pending.removeValue(forKey: id)?.1.fail(Timeout())
+                }
                 var headers = HPACKHeaders()
                 for (name, value) in request.headers {
                     headers.add(name: name, value: value, indexing: name == "authorization" ? .nonIndexable : .indexable)
