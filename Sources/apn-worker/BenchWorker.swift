@@ -31,6 +31,8 @@ struct BenchWorker: AsyncParsableCommand {
     var resultFlushMs = 20
     @Option(help: "The worker's batchSize.")
     var batchSize = 1000
+    @Option(help: "The app's transport: binary, or http2 (provider token; results are final on the server's answer, no confirmation window).")
+    var transport = "binary"
     @Flag(help: "Produce every job before the worker starts and time from its first result to its last (throughput without the load generator competing for CPU; latencies then include queueing).")
     var preproduce = false
 
@@ -43,6 +45,10 @@ struct BenchWorker: AsyncParsableCommand {
             options.worker = ["logLevel": "warning", "maxInFlight": "\(maxInFlight)", "batchSize": "\(batchSize)", "resultFlushMs": "\(resultFlushMs)"]
             options.app = ["poolSize": "\(poolSize)", "confirmationWindowMs": "\(windowMs)",
                            "cacheMaxCount": "\(max(50_000, maxInFlight))", "feedbackIntervalSeconds": "0"]
+            guard transport == "binary" || transport == "http2" else {
+                throw UsageFailure(message: "--transport must be binary or http2, not \(transport)")
+            }
+            if transport == "http2" { options.http2App = Self.http2App }
             let stack = try await LocalStack(options)
             do {
                 try await measure(stack)
@@ -54,7 +60,10 @@ struct BenchWorker: AsyncParsableCommand {
         }
     }
 
+    static let http2App = "com.example.bench.h2"
+
     private func measure(_ stack: LocalStack) async throws {
+        let app = transport == "http2" ? Self.http2App : LocalStack.app
         let producer = try KafkaProducer(configuration: KafkaConfiguration([
             "bootstrap.servers": stack.kafka.bootstrapServers, "linger.ms": "2",
         ]))
@@ -67,7 +76,7 @@ struct BenchWorker: AsyncParsableCommand {
 
         func job(_ id: String, _ n: Int) -> KafkaOutgoingMessage {
             let token = String(format: "%064lx", 0xB000_0000 + n)
-            let value = #"{"id":"\#(id)","app":"\#(LocalStack.app)","token":"\#(token)","alert":"Benchmark notification \#(n)","badge":1}"#
+            let value = #"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","alert":"Benchmark notification \#(n)","badge":1}"#
             return KafkaOutgoingMessage(topic: "apn.requests", key: Array(id.utf8), value: Array(value.utf8))
         }
 
@@ -171,7 +180,8 @@ struct BenchWorker: AsyncParsableCommand {
             ("workerPeakRSSMB", .int(Int64(rss >> 20))),
             ("cpuSeconds", .object(["worker": .double((workerCPU * 10).rounded() / 10), "redis": .double((redisCPU * 10).rounded() / 10),
                                     "kafkaSimulatorAndLoad": .double((ownCPU * 10).rounded() / 10)])),
-            ("simulatorAccepted", .int(Int64(stack.simulator.statistics.accepted))),
+            ("simulatorAccepted", .int(Int64(stack.simulator.statistics.accepted + (stack.http2Simulator?.statistics.accepted ?? 0)))),
+                ("transport", .string(transport)),
         ]))
         if received.count < total { throw ExitCode(1) }
     }

@@ -92,7 +92,7 @@ final class LocalStack {
             http2Block = """
                   \(http2App):
                     transport: http2
-                    poolSize: 2
+                    poolSize: \(options.app["poolSize"] ?? "2")
                     environments:
                       production:
                         signingKey: \(directory)/certs/AuthKey.p8
