@@ -286,7 +286,11 @@ public final class APNSHTTP2Simulator: Sendable {
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    let simulator = box.simulator!
+                    // A connection that arrives between bind and the line that fills the box
+                    // (a client still retrying this port from an earlier run) is turned away.
+                    guard let simulator = box.simulator else {
+                        throw APNSError(.shutDown, "the simulator is still starting")
+                    }
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(NIOSSLServerHandler(context: simulator.sslContext))
                     try sync.addHandler(HTTP2SimulatorSetupHandler(simulator: simulator))
@@ -454,9 +458,13 @@ public final class APNSHTTP2Simulator: Sendable {
 }
 
 /// Lets channel initializers reach the simulator created after binding.
-private final class HTTP2SimulatorBox: @unchecked Sendable {
-    // Written once before any connection can be accepted, read only by accepted connections.
-    var simulator: APNSHTTP2Simulator?
+private final class HTTP2SimulatorBox: Sendable {
+    private let value = Mutex<APNSHTTP2Simulator?>(nil)
+    /// Set once, right after binding; read by accepted connections (on event-loop threads).
+    var simulator: APNSHTTP2Simulator? {
+        get { value.withLock { $0 } }
+        set { value.withLock { $0 = newValue } }
+    }
 }
 
 /// The listening channel.

@@ -146,7 +146,10 @@ public final class APNSSimulator: Sendable {
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(NIOSSLServerHandler(context: sslContext))
                     try sync.addHandler(ByteToMessageHandler(NotificationFrameDecoder()))
-                    try sync.addHandler(GatewayHandler(simulator: box.simulator!))
+                    guard let simulator = box.simulator else {
+                        throw APNSError(.shutDown, "the simulator is still starting")
+                    }
+                    try sync.addHandler(GatewayHandler(simulator: simulator))
                 }
             }
             .bind(host: configuration.host, port: configuration.binaryPort)
@@ -160,7 +163,10 @@ public final class APNSSimulator: Sendable {
                     channel.eventLoop.makeCompletedFuture {
                         let sync = channel.pipeline.syncOperations
                         try sync.addHandler(NIOSSLServerHandler(context: sslContext))
-                        try sync.addHandler(FeedbackHandler(simulator: box.simulator!))
+                        guard let simulator = box.simulator else {
+                            throw APNSError(.shutDown, "the simulator is still starting")
+                        }
+                        try sync.addHandler(FeedbackHandler(simulator: simulator))
                     }
                 }
                 .bind(host: configuration.host, port: port)
@@ -285,9 +291,13 @@ public final class APNSSimulator: Sendable {
 }
 
 /// Lets channel initializers reach the simulator created after binding.
-private final class SimulatorBox: @unchecked Sendable {
-    // Written once before any connection can be accepted, read only by accepted connections.
-    var simulator: APNSSimulator?
+private final class SimulatorBox: Sendable {
+    private let value = Mutex<APNSSimulator?>(nil)
+    /// Set once, right after binding; read by accepted connections (on event-loop threads).
+    var simulator: APNSSimulator? {
+        get { value.withLock { $0 } }
+        set { value.withLock { $0 = newValue } }
+    }
 }
 
 /// One gateway connection.
