@@ -692,11 +692,18 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
     }
 
     private func failAll(_ s: inout State, _ e: inout Effects, status: APNSStatus, message: String) {
+        // A notification that an earlier connection may have delivered is never reported as
+        // "not sent" (a caller would send it again without the flag): its fate is unknown.
+        func outcome(_ request: QueuedRequest) -> APNSDeliveryOutcome {
+            guard request.possibleDuplicate else { return request.outcome(status: status, message: message) }
+            return request.outcome(status: .indeterminate,
+                message: "\(message); an earlier attempt was left unanswered, so the server may have it")
+        }
         while let request = s.queue.popFirst() {
-            s.events.append(.transmissionError(request.outcome(status: status, message: message)))
+            s.events.append(.transmissionError(outcome(request)))
         }
         for item in s.delayed {
-            s.events.append(.transmissionError(item.request.outcome(status: status, message: message)))
+            s.events.append(.transmissionError(outcome(item.request)))
         }
         s.delayed.removeAll()
         emitConnectionEvent(&s, &e, .error(APNSError(.connectionFailed, message)), force: true)

@@ -26,8 +26,7 @@ struct HealthCheckTests {
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
     }
 
-    @Test("a connection whose PING goes unanswered is closed, and its notification is resent on a new one")
-    func unansweredPingClosesTheConnection() async throws {
+    static func silentServer() async throws -> any Channel {
         let certificates = ClientHarness.certificates
         var tls = TLSConfiguration.makeServerConfiguration(
             certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(certificates.server.certificatePEM.utf8)).map { .certificate($0) },
@@ -42,6 +41,12 @@ struct HealthCheckTests {
                 }
             }
             .bind(host: "127.0.0.1", port: 0).get()
+        return server
+    }
+
+    @Test("a connection whose PING goes unanswered is closed, and its notification is resent on a new one")
+    func unansweredPingClosesTheConnection() async throws {
+        let server = try await Self.silentServer()
         let port = try #require(server.localAddress?.port)
         let client = try ClientHarness.certificateClient(port: port) {
             $0.maxConnections = 1
@@ -67,5 +72,34 @@ struct HealthCheckTests {
         #expect(outcome?.status == .indeterminate)
         #expect(outcome?.possibleDuplicate == true)
         #expect(outcome?.attempts == 2)
+    }
+
+    @Test("a notification left unanswered and still waiting at shutdown is reported indeterminate, never as not sent")
+    func abandonedAfterAnUnansweredAttemptIsIndeterminate() async throws {
+        let server = try await Self.silentServer()
+        let port = try #require(server.localAddress?.port)
+        let client = try ClientHarness.certificateClient(port: port) {
+            $0.maxConnections = 1
+            $0.pingInterval = .milliseconds(100)
+            $0.pingTimeout = .milliseconds(200)
+            $0.reconnectBaseDelay = .seconds(5)
+            $0.reconnectMaxDelay = .seconds(5)
+        }
+        try await client.send(ClientHarness.submissions(0..<1))
+        // Connected: stop listening, so that after the PING timeout the notification waits in
+        // the queue (reconnects are refused) instead of going out again.
+        while let event = await client.nextEvent() {
+            if case .connected = event { break }
+        }
+        try await server.close()
+        while let event = await client.nextEvent() {
+            if case .disconnected = event { break }
+        }
+        async let stopped: Void = client.shutdown(gracePeriod: .milliseconds(100))
+        var outcome: APNSDeliveryOutcome?
+        while outcome == nil, let event = await client.nextEvent() { outcome = event.outcome }
+        await stopped
+        #expect(outcome?.status == .indeterminate, "\(String(describing: outcome))")
+        #expect(outcome?.possibleDuplicate == true)
     }
 }

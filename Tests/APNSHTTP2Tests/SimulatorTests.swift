@@ -338,8 +338,9 @@ struct SimulatorTests {
     @Test("An idle connection gets GOAWAY {\"reason\":\"IdleTimeout\"} and is closed (§6.11)")
     func idleTimeout() async throws {
         let simulator = try await F.simulator { $0.idleTimeout = .milliseconds(200) }
+        // No request: under load a first request could arrive after the idle timer fired, and
+        // would then be above the GOAWAY's last-stream-id, unanswered.
         let client = try await F.certificateClient(simulator)
-        #expect(try await client.send(headers: F.headers(), body: F.payload).status == 200)
         let goAway = try await client.waitForGoAway()
         #expect(APNSGoAwayDebugData(bytes: goAway.debugData ?? []) == .reason(.idleTimeout))
         try await client.waitForClose()
