@@ -168,7 +168,7 @@ let package = Package(
         .testTarget(name: "PushRedisTests", dependencies: ["PushRedis", "PushTestSupport"]),
         .testTarget(
             name: "PushWorkerTests",
-            dependencies: ["PushWorker", "APNSCore", "PushKafka", "PushRedis"]
+            dependencies: ["PushWorker", "APNSCore", "PushKafka", "PushRedis", "PushTestSupport"]
         ),
         .testTarget(
             name: "EndToEndTests",

@@ -481,8 +481,10 @@ public final class Worker: Sendable {
                     toSend[PoolKey(app: c.app, environment: c.environment), default: []]
                         .append(APNSSubmission(tag: tag, token: c.token, notification: c.notification, payload: c.payload))
                     if decision == .resend { s.statistics.takenOver += 1 }
-                case .recorded(let value):
-                    results.append(Outgoing(ref: c.ref, resultId: c.resultId, key: Array(c.tokenHex.utf8), value: value, record: false))
+                case .recorded(let value, let feedback):
+                    var out = Outgoing(ref: c.ref, resultId: c.resultId, key: Array(c.tokenHex.utf8), value: value, record: false)
+                    out.extra = feedback.map { (Array(c.tokenHex.utf8), $0) }
+                    results.append(out)
                     s.statistics.reemitted += 1
                 case .duplicate:
                     duplicates.append(c.ref)
@@ -733,7 +735,8 @@ public final class Worker: Sendable {
         for item in batch {
             if item.release, let id = item.resultId { released.append(id) }
             if item.record, let id = item.resultId, let ref = item.ref, let value = item.value {
-                records.append(.init(resultId: id, topic: ref.partition.topic, partition: ref.partition.partition, offset: ref.offset, result: value))
+                records.append(.init(resultId: id, topic: ref.partition.topic, partition: ref.partition.partition, offset: ref.offset,
+                                     result: value, feedback: item.extra?.value))
             }
             if let u = item.unregister { unregistered.append(u) }
         }

@@ -7,7 +7,9 @@ import PushRedis
 /// Keys (all under ``prefix``):
 /// - `n:<resultId>`: the notification's state, with the dedupe TTL:
 ///   `P|<owner>|<topic>|<partition>|<offset>` while a worker has it claimed,
-///   `D|<topic>|<partition>|<offset>|<result JSON>` once its outcome is known.
+///   `D|<topic>|<partition>|<offset>|<result JSON>` once its outcome is known, followed by a
+///   newline and the `feedback` result JSON when the outcome also published one (an HTTP/2 410).
+///   The serialized results never contain a raw newline, so it separates them.
 /// - `w:<owner>`: present while the worker incarnation `owner` is alive (short TTL, refreshed).
 /// - `u:<app>:<env>`: hash token → UNIX time Apple reported the token unregistered.
 /// - `ra:<app>:<second>`, `rd:<app>:<token>:<hour>`: rate counters.
@@ -32,8 +34,9 @@ final class NotificationStore: Sendable {
         case send
         /// Claimed from a dead worker that may have sent it: send, marked `possibleDuplicate`.
         case resend
-        /// The outcome is already recorded by this message: produce the recorded result again.
-        case recorded(result: [UInt8])
+        /// The outcome is already recorded by this message: produce the recorded result again,
+        /// and the `feedback` result recorded with it, if any.
+        case recorded(result: [UInt8], feedback: [UInt8]?)
         /// Another message carries the same notification (a duplicate job): no send, no result.
         case duplicate
         /// A live worker has it claimed for this same message: try again later.
@@ -146,7 +149,10 @@ final class NotificationStore: Sendable {
             switch first {
             case UInt8(ascii: "S"): return .send
             case UInt8(ascii: "R"): return .resend
-            case UInt8(ascii: "E"): return .recorded(result: Array(bytes.dropFirst()))
+            case UInt8(ascii: "E"):
+                let recorded = bytes.dropFirst()
+                guard let newline = recorded.firstIndex(of: UInt8(ascii: "\n")) else { return .recorded(result: Array(recorded), feedback: nil) }
+                return .recorded(result: Array(recorded[..<newline]), feedback: Array(recorded[(newline + 1)...]))
             case UInt8(ascii: "X"): return .duplicate
             case UInt8(ascii: "W"): return .busy
             case UInt8(ascii: "T"): return .throttled
@@ -164,6 +170,8 @@ final class NotificationStore: Sendable {
         var partition: Int32
         var offset: Int64
         var result: [UInt8]
+        /// The `feedback` result produced with this one, re-emitted with it after a crash.
+        var feedback: [UInt8]? = nil
     }
 
     /// Records outcomes, unregistered tokens and released claims, in one round trip.
@@ -175,6 +183,10 @@ final class NotificationStore: Sendable {
         for record in records {
             var value = Array("D|\(record.topic)|\(record.partition)|\(record.offset)|".utf8)
             value += record.result
+            if let feedback = record.feedback {
+                value.append(UInt8(ascii: "\n"))
+                value += feedback
+            }
             commands.append([Array("SET".utf8), Array("\(prefix)n:\(record.resultId)".utf8), value, Array("EX".utf8), ttl])
         }
         for entry in unregistered {
