@@ -29,6 +29,9 @@ public final class EmbeddedKafkaCluster: Sendable {
         let conf = try KafkaConfiguration().makeConf(defaults: [
             "client.id": "embedded-kafka-cluster",
             "log_level": "4", // the dummy client's missing bootstrap.servers is expected
+            // The brokers' connections inherit this client's socket settings: without it a
+            // response written in two segments waits for the client's delayed ACK (~40 ms).
+            "socket.nagle.disable": "true",
         ])
         let client = try makeClient(RD_KAFKA_PRODUCER, conf)
         guard let cluster = rd_kafka_mock_cluster_new(client, Int32(clamping: brokers)) else {

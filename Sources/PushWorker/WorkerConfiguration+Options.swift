@@ -108,6 +108,7 @@ extension WorkerConfiguration {
             workerId: worker.id, kafka: KafkaConfiguration(properties), groupId: kafka.groupId,
             requestsTopic: kafka.requestsTopic, resultsTopic: kafka.resultsTopic, redis: redisConfiguration, apps: apps)
         options.batchSize = worker.batchSize
+        options.batchWindow = .milliseconds(worker.batchWindowMs)
         options.maxInFlight = worker.maxInFlight
         options.resultFlushInterval = .milliseconds(worker.resultFlushMs)
         options.resultBatchSize = worker.resultBatchSize

@@ -29,6 +29,10 @@ struct BenchWorker: AsyncParsableCommand {
     var maxInFlight = 100_000
     @Option(help: "The worker's resultFlushMs.")
     var resultFlushMs = 20
+    @Option(help: "The worker's batchWindowMs.")
+    var batchWindowMs = 10
+    @Option(help: "fetch.wait.max.ms of the worker's consumer and the result reader.")
+    var fetchWaitMs = 5
     @Option(help: "The worker's batchSize.")
     var batchSize = 1000
     @Option(help: "The app's transport: binary, or http2 (provider token; results are final on the server's answer, no confirmation window).")
@@ -41,8 +45,9 @@ struct BenchWorker: AsyncParsableCommand {
             var options = LocalStack.Options()
             // librdkafka's mock broker answers a fetch only when fetch.wait.max.ms runs out (a real
             // broker answers as soon as data arrives), so a short wait keeps latency honest.
-            options.kafkaProperties = ["fetch.wait.max.ms": "5"]
-            options.worker = ["logLevel": "warning", "maxInFlight": "\(maxInFlight)", "batchSize": "\(batchSize)", "resultFlushMs": "\(resultFlushMs)"]
+            options.kafkaProperties = ["fetch.wait.max.ms": "\(fetchWaitMs)"]
+            options.worker = ["logLevel": "warning", "maxInFlight": "\(maxInFlight)", "batchSize": "\(batchSize)",
+                              "batchWindowMs": "\(batchWindowMs)", "resultFlushMs": "\(resultFlushMs)"]
             options.app = ["poolSize": "\(poolSize)", "confirmationWindowMs": "\(windowMs)",
                            "cacheMaxCount": "\(max(50_000, maxInFlight))", "feedbackIntervalSeconds": "0"]
             guard transport == "binary" || transport == "http2" else {
@@ -65,12 +70,12 @@ struct BenchWorker: AsyncParsableCommand {
     private func measure(_ stack: LocalStack) async throws {
         let app = transport == "http2" ? Self.http2App : LocalStack.app
         let producer = try KafkaProducer(configuration: KafkaConfiguration([
-            "bootstrap.servers": stack.kafka.bootstrapServers, "linger.ms": "2",
+            "bootstrap.servers": stack.kafka.bootstrapServers, "linger.ms": "2", "socket.nagle.disable": "true",
         ]))
         let reader = try KafkaConsumer(configuration: KafkaConfiguration([
             "bootstrap.servers": stack.kafka.bootstrapServers, "group.id": "bench-reader-\(getpid())",
             "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
-            "fetch.wait.max.ms": "5",
+            "fetch.wait.max.ms": "\(fetchWaitMs)", "socket.nagle.disable": "true",
         ]))
         try reader.subscribe(topics: ["apn.results"])
 
@@ -140,6 +145,7 @@ struct BenchWorker: AsyncParsableCommand {
             }
         }
 
+        var stages: [[Double]] = [[], [], []]
         var latencies: [Double] = []
         latencies.reserveCapacity(total)
         var received = Set<Int>()
@@ -152,6 +158,14 @@ struct BenchWorker: AsyncParsableCommand {
                 if preproduce && received.count == 1 { start = now }
                 last = now
                 if let sent = sentAt.get(n) { latencies.append((now - sent).milliseconds) }
+                // Where the time went, by wall clock: until the worker made the result (`at`),
+                // until it handed the result to its producer (the record's timestamp), until read.
+                if let sentWall = sentAt.wallMilliseconds(n), let at = resultAt(message.value), let produced = message.timestamp {
+                    let readWall = Date().timeIntervalSince1970 * 1000
+                    stages[0].append(Double(at) - sentWall)
+                    stages[1].append(Double(produced - at))
+                    stages[2].append(readWall - Double(produced))
+                }
             }
         }
         try await producing.value
@@ -173,15 +187,23 @@ struct BenchWorker: AsyncParsableCommand {
             ("received", .int(Int64(received.count))),
             ("rate", .int(Int64(rate))),
             ("windowMs", .int(Int64(windowMs))),
+            ("batchWindowMs", .int(Int64(batchWindowMs))),
+            ("resultFlushMs", .int(Int64(resultFlushMs))),
+            ("fetchWaitMs", .int(Int64(fetchWaitMs))),
             ("notificationsPerSecond", .int(Int64(Double(received.count) / max(seconds, 0.001)))),
             ("p50Ms", .double((percentile(0.50) * 10).rounded() / 10)),
+            ("p90Ms", .double((percentile(0.90) * 10).rounded() / 10)),
             ("p99Ms", .double((percentile(0.99) * 10).rounded() / 10)),
+            ("stagesP50Ms", .object(Dictionary(uniqueKeysWithValues: zip(["toResult", "toProduce", "toRead"], stages.map { s in
+                let sorted = s.sorted()
+                return JSONValue.double(sorted.isEmpty ? 0 : (sorted[sorted.count / 2] * 10).rounded() / 10)
+            })))),
             ("redisRoundTripsPer1000", .double(notifications > 0 ? (roundTrips / notifications * 1000 * 10).rounded() / 10 : 0)),
             ("workerPeakRSSMB", .int(Int64(rss >> 20))),
             ("cpuSeconds", .object(["worker": .double((workerCPU * 10).rounded() / 10), "redis": .double((redisCPU * 10).rounded() / 10),
                                     "kafkaSimulatorAndLoad": .double((ownCPU * 10).rounded() / 10)])),
             ("simulatorAccepted", .int(Int64(stack.simulator.statistics.accepted + (stack.http2Simulator?.statistics.accepted ?? 0)))),
-                ("transport", .string(transport)),
+            ("transport", .string(transport)),
         ]))
         if received.count < total { throw ExitCode(1) }
     }
@@ -191,9 +213,21 @@ struct BenchWorker: AsyncParsableCommand {
 final class SentTimes: @unchecked Sendable {
     private let lock = NSLock()
     private var times: [ContinuousClock.Instant?]
-    init(count: Int) { times = Array(repeating: nil, count: count) }
-    func set(_ index: Int, _ time: ContinuousClock.Instant) { lock.withLock { times[index] = time } }
+    private var wallTimes: [Double]
+    init(count: Int) {
+        times = Array(repeating: nil, count: count)
+        wallTimes = Array(repeating: 0, count: count)
+    }
+    func set(_ index: Int, _ time: ContinuousClock.Instant) {
+        let wall = Date().timeIntervalSince1970 * 1000
+        lock.withLock {
+            times[index] = time
+            wallTimes[index] = wall
+        }
+    }
     func get(_ index: Int) -> ContinuousClock.Instant? { lock.withLock { index >= 0 && index < times.count ? times[index] : nil } }
+    /// When the job was handed to the producer, in UNIX milliseconds.
+    func wallMilliseconds(_ index: Int) -> Double? { lock.withLock { index >= 0 && index < times.count ? wallTimes[index] : nil } }
 }
 
 extension Duration {
@@ -219,6 +253,25 @@ func benchJobNumber(_ value: [UInt8]) -> Int? {
                 digits += 1
             }
             return digits > 0 ? n : nil
+        }
+        i += 1
+    }
+    return nil
+}
+
+/// The `"at":N` of a result.
+func resultAt(_ value: [UInt8]) -> Int64? {
+    let marker = Array(#""at":"#.utf8)
+    var i = 0
+    while i + marker.count <= value.count {
+        if value[i] == marker[0] && value[i..<i + marker.count].elementsEqual(marker) {
+            var n: Int64 = 0
+            var j = i + marker.count
+            while j < value.count, value[j] >= 48, value[j] <= 57 {
+                n = n * 10 + Int64(value[j] - 48)
+                j += 1
+            }
+            return j > i + marker.count ? n : nil
         }
         i += 1
     }

@@ -86,6 +86,7 @@ private func parseError(
         worker:
           id: worker-a
           batchSize: 250
+          batchWindowMs: 0
           maxInFlight: 10000
           resultFlushMs: 15
           resultBatchSize: 1000
@@ -152,7 +153,7 @@ private func parseError(
     #expect(config.configFile == path)
     #expect(config.warnings.isEmpty)
     #expect(config.worker == WorkerConfiguration.Worker(
-        id: "worker-a", batchSize: 250, maxInFlight: 10000, resultFlushMs: 15, resultBatchSize: 1000,
+        id: "worker-a", batchSize: 250, batchWindowMs: 0, maxInFlight: 10000, resultFlushMs: 15, resultBatchSize: 1000,
         shutdownTimeoutSeconds: 45, logLevel: .debug, logFormat: .text, dedupeTTLSeconds: 3600,
         statusAddress: nil))
     #expect(config.kafka.bootstrapServers == "k1:9092,k2:9092")
@@ -282,6 +283,7 @@ private func parseError(
     let config = try parse(fixture.minimalYAML())
     #expect(config.worker == WorkerConfiguration.Worker(id: "host-42"))
     #expect(config.worker.batchSize == 500)
+    #expect(config.worker.batchWindowMs == 10)
     #expect(config.worker.maxInFlight == 20000)
     #expect(config.worker.resultFlushMs == 20)
     #expect(config.worker.resultBatchSize == 2000)
@@ -498,7 +500,7 @@ private func parseError(
     #expect(parseError(fixture.minimalYAML(extra: "wroker:\n  id: x")) == "wroker: unknown setting; known "
         + "settings here are worker, kafka, redis, limits, apps.")
     #expect(parseError(fixture.minimalYAML(extra: "worker:\n  batchsize: 5")) == "worker.batchsize: unknown "
-        + "setting; known settings here are id, batchSize, maxInFlight, resultFlushMs, resultBatchSize, "
+        + "setting; known settings here are id, batchSize, batchWindowMs, maxInFlight, resultFlushMs, resultBatchSize, "
         + "shutdownTimeoutSeconds, logLevel, logFormat, dedupeTTLSeconds, statusAddress.")
     let badEnvironment = fixture.minimalYAML().replacingOccurrences(of: "production:", with: "prod:")
     #expect(parseError(badEnvironment) == "apps.com.example.app.environments.prod: unknown setting; known "
@@ -569,6 +571,8 @@ private func parseError(
         == "--shutdown-timeout must be a whole number from 1 to 3600, not 3601.")
     #expect(parseError(fixture.minimalYAML(extra: "worker:\n  resultFlushMs: 0"))
         == "worker.resultFlushMs must be a whole number from 1 to 10000, not 0.")
+    #expect(parseError(fixture.minimalYAML(extra: "worker:\n  batchWindowMs: -1"))
+        == "worker.batchWindowMs must be a whole number from 0 to 10000, not -1.")
     #expect(parseError(fixture.minimalYAML(extra: "worker:\n  dedupeTTLSeconds: 59"))
         == "worker.dedupeTTLSeconds must be a whole number from 60 to 31536000, not 59.")
     #expect(parseError(fixture.minimalYAML(extra: "worker:\n  batchSize: 2.5"))

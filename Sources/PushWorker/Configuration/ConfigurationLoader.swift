@@ -169,7 +169,7 @@ struct ConfigurationBuilder {
         typealias Worker = WorkerConfiguration.Worker
         let file = try root.section("worker")
         try file.checkKnown([
-            "id", "batchSize", "maxInFlight", "resultFlushMs", "resultBatchSize", "shutdownTimeoutSeconds",
+            "id", "batchSize", "batchWindowMs", "maxInFlight", "resultFlushMs", "resultBatchSize", "shutdownTimeoutSeconds",
             "logLevel", "logFormat", "dedupeTTLSeconds", "statusAddress",
         ])
 
@@ -186,6 +186,9 @@ struct ConfigurationBuilder {
         if let value = SettingValue.first(
             flag("--batch-size", overrides.batchSize), env("APN_WORKER_BATCH_SIZE"), file.value("batchSize")) {
             worker.batchSize = try SettingParsing.integer(value, .from(1, to: 100_000))
+        }
+        if let value = file.value("batchWindowMs") {
+            worker.batchWindowMs = try SettingParsing.integer(value, .from(0, to: 10_000))
         }
         if let value = SettingValue.first(
             flag("--max-in-flight", overrides.maxInFlight), env("APN_WORKER_MAX_IN_FLIGHT"), file.value("maxInFlight")) {

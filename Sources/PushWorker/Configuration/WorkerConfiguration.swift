@@ -46,6 +46,9 @@ extension WorkerConfiguration {
         public var id: String
         /// Most Kafka messages taken in one poll, 1...100000.
         public var batchSize: Int
+        /// How long a batch may keep gathering messages after its first, in milliseconds,
+        /// 0...10000 (0: take only what has already arrived).
+        public var batchWindowMs: Int
         /// Most notifications claimed but without a written result, 1...1000000.
         public var maxInFlight: Int
         /// The result writer flushes at least this often, in milliseconds, 1...10000.
@@ -64,6 +67,7 @@ extension WorkerConfiguration {
         public var statusAddress: String?
 
         public static let defaultBatchSize = 500
+        public static let defaultBatchWindowMs = 10
         public static let defaultMaxInFlight = 20_000
         public static let defaultResultFlushMs = 20
         public static let defaultResultBatchSize = 2_000
@@ -73,6 +77,7 @@ extension WorkerConfiguration {
         public init(
             id: String,
             batchSize: Int = Worker.defaultBatchSize,
+            batchWindowMs: Int = Worker.defaultBatchWindowMs,
             maxInFlight: Int = Worker.defaultMaxInFlight,
             resultFlushMs: Int = Worker.defaultResultFlushMs,
             resultBatchSize: Int = Worker.defaultResultBatchSize,
@@ -84,6 +89,7 @@ extension WorkerConfiguration {
         ) {
             self.id = id
             self.batchSize = batchSize
+            self.batchWindowMs = batchWindowMs
             self.maxInFlight = maxInFlight
             self.resultFlushMs = resultFlushMs
             self.resultBatchSize = resultBatchSize

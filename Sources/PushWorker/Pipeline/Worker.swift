@@ -183,13 +183,17 @@ public final class Worker: Sendable {
         let claims = NotificationStore(redis: claimRedis, prefix: options.redisKeyPrefix, owner: owner)
         let store = NotificationStore(redis: stateRedis, prefix: options.redisKeyPrefix, owner: owner)
 
-        var producerConfig = options.kafka
+        var kafka = options.kafka
+        // Requests go out at once instead of waiting for the previous segment's ACK (Nagle):
+        // a result's latency includes an acknowledged produce.
+        kafka.properties["socket.nagle.disable"] = kafka.properties["socket.nagle.disable"] ?? "true"
+        var producerConfig = kafka
         producerConfig.properties["linger.ms"] = producerConfig.properties["linger.ms"] ?? "2"
         let producer: KafkaProducer
         let consumer: KafkaConsumer
         do {
             producer = try KafkaProducer(configuration: producerConfig)
-            var consumerConfig = options.kafka
+            var consumerConfig = kafka
             consumerConfig.properties["group.id"] = options.groupId
             consumerConfig.properties["auto.offset.reset"] = consumerConfig.properties["auto.offset.reset"] ?? "earliest"
             // Offsets are stored once their results are written; librdkafka commits them.
