@@ -4,17 +4,42 @@
 public struct APNSSubmission: Sendable {
     public var tag: UInt64
     public var token: DeviceToken
-    public var notification: APNSNotification
+    /// The notification and its payload, by reference: the submissions of one notification to
+    /// many tokens share one ``Content`` instead of copying every field per token.
+    public var content: Content
+
+    public var notification: APNSNotification {
+        get { content.notification }
+        set { content = Content(notification: newValue, payload: content.payload) }
+    }
+
     /// The notification's payload when the caller has already built and validated it (with
     /// ``APNSNotification/validatedPayload(limit:allowLowPriority:)`` for the client's payload
     /// limit); `nil` makes the client build it.
-    public var payload: [UInt8]?
+    public var payload: [UInt8]? {
+        get { content.payload }
+        set { content = Content(notification: content.notification, payload: newValue) }
+    }
+
+    /// What is sent: the same for every token of a notification.
+    public final class Content: Sendable {
+        public let notification: APNSNotification
+        public let payload: [UInt8]?
+
+        public init(notification: APNSNotification, payload: [UInt8]? = nil) {
+            self.notification = notification
+            self.payload = payload
+        }
+    }
 
     public init(tag: UInt64, token: DeviceToken, notification: APNSNotification, payload: [UInt8]? = nil) {
+        self.init(tag: tag, token: token, content: Content(notification: notification, payload: payload))
+    }
+
+    public init(tag: UInt64, token: DeviceToken, content: Content) {
         self.tag = tag
         self.token = token
-        self.notification = notification
-        self.payload = payload
+        self.content = content
     }
 }
 
@@ -99,11 +124,19 @@ public protocol APNSDeliveryClient: AnyObject, Sendable {
     /// The next outcome or connection event; `nil` once the client has shut down and every
     /// event was taken. One consumer at a time.
     func nextEvent() async -> APNSDeliveryEvent?
+    /// Up to `max` events that are ready (waiting for the first one if there is none), in
+    /// order; `nil` once the client has shut down and every event was taken.
+    func nextEvents(max: Int) async -> [APNSDeliveryEvent]?
     /// Stops taking notifications, finishes the ones accepted, closes every connection.
     func shutdown(gracePeriod: Duration?) async
 }
 
 extension APNSDeliveryClient {
+    /// One event at a time, for clients without a batch of their own.
+    public func nextEvents(max: Int) async -> [APNSDeliveryEvent]? {
+        await nextEvent().map { [$0] }
+    }
+
     /// Shuts down without a grace period: everything accepted is sent and answered first.
     public func shutdown() async {
         await shutdown(gracePeriod: nil)

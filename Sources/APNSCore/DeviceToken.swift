@@ -71,14 +71,21 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
 
     /// Lower-case hex, no separators.
     public var hex: String {
-        let digits: [UInt8] = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(bytes.count * 2)
-        for b in bytes {
-            out.append(digits[Int(b >> 4)])
-            out.append(digits[Int(b & 0x0f)])
+        bytes.withUnsafeBufferPointer { Self.lowercaseHex($0) }
+    }
+
+    /// Lower-case hex of `bytes`, written straight into the string's storage.
+    public static func lowercaseHex(_ bytes: UnsafeBufferPointer<UInt8>) -> String {
+        String(unsafeUninitializedCapacity: bytes.count * 2) { out in
+            var i = 0
+            for b in bytes {
+                let high = b >> 4, low = b & 0x0f
+                out[i] = high < 10 ? high + UInt8(ascii: "0") : high + (UInt8(ascii: "a") - 10)
+                out[i + 1] = low < 10 ? low + UInt8(ascii: "0") : low + (UInt8(ascii: "a") - 10)
+                i += 2
+            }
+            return i
         }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// A short form for logs: the first eight hex digits and the length. Full tokens stay out of logs.

@@ -197,8 +197,17 @@ extension APNSNotification {
 /// Writes a JSON object member by member, keeping insertion order (`aps` keys follow the
 /// documented order rather than sorted order).
 private struct OrderedObjectWriter {
-    private var bytes: [UInt8] = [UInt8(ascii: "{")]
-    private var keys: Set<String> = []
+    private var bytes: [UInt8]
+    /// The keys written so far: usually a handful, where a linear search beats hashing; a set
+    /// takes over past 16 (a job may carry thousands of custom keys).
+    private var keys: [String] = []
+    private var keySet: Set<String>? = nil
+
+    init() {
+        bytes = []
+        bytes.reserveCapacity(128)
+        bytes.append(UInt8(ascii: "{"))
+    }
 
     /// Appends `key: value`; returns `false` (writing nothing) if `key` was already written.
     @discardableResult
@@ -214,12 +223,21 @@ private struct OrderedObjectWriter {
     }
 
     private mutating func beginMember(_ key: String) -> Bool {
-        guard keys.insert(key).inserted else { return false }
-        if keys.count > 1 { bytes.append(UInt8(ascii: ",")) }
+        if keySet != nil {
+            guard keySet!.insert(key).inserted else { return false }
+        } else {
+            guard !keys.contains(key) else { return false }
+            keys.append(key)
+            if keys.count == 16 { keySet = Set(keys) }
+        }
+        if bytes.count > 1 { bytes.append(UInt8(ascii: ",")) }
         JSONValue.writeString(key, into: &bytes)
         bytes.append(UInt8(ascii: ":"))
         return true
     }
 
-    func finish() -> [UInt8] { bytes + [UInt8(ascii: "}")] }
+    consuming func finish() -> [UInt8] {
+        bytes.append(UInt8(ascii: "}"))
+        return bytes
+    }
 }

@@ -159,16 +159,17 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
     public func send(_ submissions: [APNSSubmission]) async throws {
         var items: [QueuedRequest] = []
         var rejected: [APNSDeliveryOutcome] = []
-        var cache: (APNSNotification, Bool, Result<Template, APNSError>)? = nil
+        var cache: (APNSSubmission.Content, Bool, Result<Template, APNSError>)? = nil
         let now = Date()
         let chunk = max(1, min(configuration.maxPending, 1024))
         for submission in submissions {
             let template: Result<Template, APNSError>
-            if let cached = cache, cached.1 == (submission.payload != nil), cached.0 == submission.notification {
+            if let cached = cache, cached.0 === submission.content
+                || (cached.1 == (submission.payload != nil) && cached.0.notification == submission.notification) {
                 template = cached.2
             } else {
                 template = Result { () throws(APNSError) in try makeTemplate(submission, now: now) }
-                cache = (submission.notification, submission.payload != nil, template)
+                cache = (submission.content, submission.payload != nil, template)
             }
             switch template {
             case .success(let t):
@@ -189,7 +190,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
                     tag: submission.tag, token: submission.token, path: "/3/device/" + submission.token.hex, body: body,
                     pushType: t.pushType, topic: t.topic, priority: t.priority, expiration: t.expiration,
                     collapseID: t.collapseID, apnsID: UUID().uuidString.lowercased(),
-                    retryLimit: submission.notification.retryLimit ?? configuration.defaultRetryLimit))
+                    retryLimit: submission.content.notification.retryLimit ?? configuration.defaultRetryLimit))
             case .failure(let error):
                 rejected.append(APNSDeliveryOutcome(
                     tag: submission.tag, token: submission.token, status: .invalidPayload, message: error.message,
@@ -214,23 +215,30 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
     /// Takes the next event, waiting for one; `nil` once the client has shut down and every
     /// event was taken.
     public func nextEvent() async -> APNSDeliveryEvent? {
+        await nextEvents(max: 1)?.first
+    }
+
+    /// Takes up to `max` events under one lock, waiting for the first if there is none.
+    public func nextEvents(max: Int) async -> [APNSDeliveryEvent]? {
         while true {
-            var taken: APNSDeliveryEvent?
+            var taken: [APNSDeliveryEvent] = []
             var finished = false
             perform { s, e in
-                guard let event = s.events.popFirst() else {
+                var outcomes = 0
+                while taken.count < Swift.max(1, max), let event = s.events.popFirst() {
+                    taken.append(event)
+                    if event.outcome == nil { s.connectionEvents -= 1 } else { outcomes += 1 }
+                }
+                if taken.isEmpty {
                     finished = s.finished
                     return
                 }
-                taken = event
-                if event.outcome == nil {
-                    s.connectionEvents -= 1
-                } else {
-                    s.admitted -= 1
+                if outcomes > 0 {
+                    s.admitted -= outcomes
                     admitWaiters(&s, &e)
                 }
             }
-            if let taken { return taken }
+            if !taken.isEmpty { return taken }
             if finished { return nil }
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resumeNow = state.withLock { s -> Bool in

@@ -112,27 +112,28 @@ public final class APNSBinaryClient: APNSDeliveryClient {
     private func submit(_ submissions: some Sequence<APNSSubmission>) async throws {
         var items: [PendingNotification] = []
         var rejected: [(PendingNotification, String)] = []
-        var payloadCache: (APNSNotification, Result<[UInt8], APNSPayloadError>)? = nil
+        var payloadCache: (APNSSubmission.Content, Result<[UInt8], APNSPayloadError>)? = nil
         let now = Date()
         for submission in submissions {
             let compiled: Result<[UInt8], APNSPayloadError>
             if let precompiled = submission.payload {
                 compiled = .success(precompiled)
-            } else if let cached = payloadCache, cached.0 == submission.notification {
+            } else if let cached = payloadCache, cached.0 === submission.content || cached.0.notification == submission.notification {
                 compiled = cached.1
             } else {
                 compiled = Result { () throws(APNSPayloadError) in
                     try submission.notification.validatedPayload(limit: configuration.payloadLimit)
                 }
-                payloadCache = (submission.notification, compiled)
+                payloadCache = (submission.content, compiled)
             }
+            let notification = submission.content.notification
             var pending = PendingNotification(
                 tag: submission.tag,
                 token: submission.token,
                 payload: [],
-                expiry: submission.notification.expiry.unixSeconds(now: now),
-                priority: submission.notification.priority.rawValue,
-                retryLimit: submission.notification.retryLimit ?? configuration.defaultRetryLimit
+                expiry: notification.expiry.unixSeconds(now: now),
+                priority: notification.priority.rawValue,
+                retryLimit: notification.retryLimit ?? configuration.defaultRetryLimit
             )
             switch compiled {
             case .success(let payload):
@@ -279,20 +280,28 @@ public final class APNSBinaryClient: APNSDeliveryClient {
     /// Takes the next event, waiting for one if there is none. Returns nil when the client has
     /// shut down and no event is left.
     public func nextEvent() async -> APNSDeliveryEvent? {
+        await nextEvents(max: 1)?.first
+    }
+
+    /// Takes up to `max` events under one lock, waiting for the first if there is none.
+    /// Returns nil when the client has shut down and no event is left.
+    public func nextEvents(max: Int) async -> [APNSDeliveryEvent]? {
         while true {
-            var taken: APNSBinaryEvent? = nil
+            var taken: [APNSBinaryEvent] = []
             var finished = false
             step { state -> [PoolStateMachine.Action] in
-                guard let event = state.machine.events.popFirst() else {
+                while taken.count < Swift.max(1, max), let event = state.machine.events.popFirst() {
+                    taken.append(event)
+                    if event.outcome == nil {
+                        state.machine.connectionEventsConsumed(1)
+                    } else {
+                        state.admitted -= 1
+                    }
+                }
+                if taken.isEmpty {
                     finished = state.machine.lifecycle == .finished
                     return []
                 }
-                taken = event
-                guard event.outcome != nil else {
-                    state.machine.connectionEventsConsumed(1)
-                    return []
-                }
-                state.admitted -= 1
                 // Admit waiting submitters that now fit.
                 var actions: [PoolStateMachine.Action] = []
                 while let waiter = state.submitWaiters.first,
@@ -304,7 +313,7 @@ public final class APNSBinaryClient: APNSDeliveryClient {
                 }
                 return actions
             }
-            if let taken { return taken }
+            if !taken.isEmpty { return taken }
             if finished { return nil }
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resumeNow = state.withLock { s -> Bool in

@@ -122,6 +122,7 @@ public struct JobParser: Sendable {
         // Tokens in order, once each (by their normalized form).
         var seen = Set<String>()
         var tokens: [JobToken] = []
+        tokens.reserveCapacity(rawTokens.count)
         for text in rawTokens {
             let entry: JobToken
             do {
@@ -129,7 +130,7 @@ public struct JobParser: Sendable {
             } catch {
                 entry = .malformed(text: text, reason: error.message)
             }
-            if seen.insert(entry.text).inserted { tokens.append(entry) }
+            if rawTokens.count == 1 || seen.insert(entry.text).inserted { tokens.append(entry) }
         }
         let tokenTexts = tokens.map(\.text)
         func reject(_ reason: String) -> JobParseResult {

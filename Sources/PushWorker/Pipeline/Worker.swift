@@ -34,7 +34,6 @@ public final class Worker: Sendable {
     struct MessageRef: Hashable, Sendable {
         var partition: TopicPartition
         var offset: Int64
-        var key: String { "\(partition.topic)|\(partition.partition)|\(offset)" }
     }
 
     /// What the notifications of one job share (one allocation per job, not per token).
@@ -43,16 +42,15 @@ public final class Worker: Sendable {
         let app: String
         let environment: APNSEnvironment
         let registeredAt: Int64?
-        let notification: APNSNotification
-        let payload: [UInt8]
+        /// The notification and its payload, handed to the pool by reference.
+        let content: APNSSubmission.Content
 
         init(_ job: Job, environment: APNSEnvironment) {
             jobId = job.id
             app = job.app
             self.environment = environment
             registeredAt = job.registeredAt
-            notification = job.notification
-            payload = job.payload
+            content = APNSSubmission.Content(notification: job.notification, payload: job.payload)
         }
     }
 
@@ -79,8 +77,6 @@ public final class Worker: Sendable {
         var app: String { job.app }
         var environment: APNSEnvironment { job.environment }
         var registeredAt: Int64? { job.registeredAt }
-        var notification: APNSNotification { job.notification }
-        var payload: [UInt8] { job.payload }
     }
 
     /// What a submitted notification's outcome needs to become a result.
@@ -125,7 +121,7 @@ public final class Worker: Sendable {
         /// Parsed notifications waiting for the claim stage, which overlaps with parsing.
         var unclaimed: [Candidate] = []
         var claimWaiter: CheckedContinuation<Void, Never>?
-        var localClaims: [String: String] = [:]
+        var localClaims: [String: MessageRef] = [:]
         var sent: [UInt64: SentContext] = [:]
         var nextTag: UInt64 = 1
         var pools: [PoolKey: any APNSDeliveryClient] = [:]
@@ -325,7 +321,7 @@ public final class Worker: Sendable {
 
         for message in messages {
             let ref = MessageRef(partition: TopicPartition(topic: message.topic, partition: message.partition), offset: message.offset)
-            let where_ = "\(message.topic)[\(message.partition)]@\(message.offset)"
+            var where_: String { "\(message.topic)[\(message.partition)]@\(message.offset)" }
             let before = results.count + candidates.count
             switch parser.parse(message.value) {
             case .unreadable(let jobId, let app, let reason):
@@ -408,6 +404,10 @@ public final class Worker: Sendable {
         while !Task.isCancelled {
             let batch = state.withLock { s -> [Candidate] in
                 let count = min(s.unclaimed.count, max(options.batchSize, 5000))
+                if count == s.unclaimed.count {
+                    defer { s.unclaimed = [] }
+                    return s.unclaimed
+                }
                 let batch = Array(s.unclaimed.prefix(count))
                 s.unclaimed.removeFirst(count)
                 return batch
@@ -436,7 +436,7 @@ public final class Worker: Sendable {
         var waiting: [Candidate] = []
         state.withLock { s in
             for c in candidates {
-                if s.localClaims[c.resultId] == c.ref.key { waiting.append(c) } else { ready.append(c) }
+                if s.localClaims[c.resultId] == c.ref { waiting.append(c) } else { ready.append(c) }
             }
         }
         if !waiting.isEmpty { hold(waiting, for: .seconds(1)) }
@@ -468,7 +468,7 @@ public final class Worker: Sendable {
         }
 
         let worker = options.workerId
-        var toSend: [PoolKey: [APNSSubmission]] = [:]
+        var toSend: [(key: PoolKey, job: SharedJob, submissions: [APNSSubmission])] = []
         var results: [Outgoing] = []
         var duplicates: [MessageRef] = []
         var busy: [Candidate] = []
@@ -480,10 +480,16 @@ public final class Worker: Sendable {
                     let tag = s.nextTag
                     s.nextTag += 1
                     s.sent[tag] = SentContext(candidate: c, takeover: decision == .resend)
-                    s.localClaims[c.resultId] = c.ref.key
+                    s.localClaims[c.resultId] = c.ref
                     s.active[c.ref.partition, default: 0] += 1
-                    toSend[PoolKey(app: c.app, environment: c.environment), default: []]
-                        .append(APNSSubmission(tag: tag, token: c.token, notification: c.notification, payload: c.payload))
+                    let submission = APNSSubmission(tag: tag, token: c.token, content: c.job.content)
+                    // Consecutive notifications usually share a job, hence a pool.
+                    if let last = toSend.indices.last, toSend[last].job === c.job || toSend[last].key == PoolKey(app: c.app, environment: c.environment) {
+                        toSend[last].submissions.append(submission)
+                        toSend[last].job = c.job
+                    } else {
+                        toSend.append((PoolKey(app: c.app, environment: c.environment), c.job, [submission]))
+                    }
                     if decision == .resend { s.statistics.takenOver += 1 }
                 case .recorded(let value, let feedback):
                     var out = Outgoing(ref: c.ref, resultId: c.resultId, key: Array(c.tokenHex.utf8), value: value, record: false)
@@ -524,8 +530,15 @@ public final class Worker: Sendable {
             let millis = Self.nowMilliseconds() % 1000
             hold(throttled, for: .milliseconds(1000 - millis + 1))
         }
-        for (key, submissions) in toSend {
-            await submit(submissions, to: key)
+        // One hand-over per pool, in the order the notifications came.
+        var byPool: [PoolKey: [APNSSubmission]] = [:]
+        var order: [PoolKey] = []
+        for run in toSend {
+            if byPool[run.key] == nil { order.append(run.key) }
+            byPool[run.key, default: []] += run.submissions
+        }
+        for key in order {
+            await submit(byPool[key]!, to: key)
         }
     }
 
@@ -588,50 +601,63 @@ public final class Worker: Sendable {
     /// Turns a pool's outcomes into results.
     private func readEvents(of client: any APNSDeliveryClient, key: PoolKey) async {
         let worker = options.workerId
-        while let event = await client.nextEvent() {
-            switch event {
-            case .transmitted(let outcome), .transmissionError(let outcome):
-                guard let ctx = state.withLock({ $0.sent.removeValue(forKey: outcome.tag) }) else { continue }
-                let c = ctx.candidate
-                if outcome.status == .shutDown {
-                    // Never written: give the notification back.
-                    enqueue([Outgoing(ref: c.ref, resultId: c.resultId, key: nil, value: nil, record: false, release: true, fromPool: true)])
-                    continue
+        while let events = await client.nextEvents(max: 1024) {
+            // The contexts of every outcome in the batch, under one lock.
+            let contexts = state.withLock { s in
+                events.map { event in event.outcome.flatMap { s.sent.removeValue(forKey: $0.tag) } }
+            }
+            var outgoing: [Outgoing] = []
+            outgoing.reserveCapacity(events.count)
+            var feedbackCount = 0
+            defer {
+                if feedbackCount > 0 { state.withLock { $0.statistics.feedback += feedbackCount } }
+                enqueue(outgoing)
+            }
+            for (event, context) in zip(events, contexts) {
+                switch event {
+                case .transmitted(let outcome), .transmissionError(let outcome):
+                    guard let ctx = context else { continue }
+                    let c = ctx.candidate
+                    if outcome.status == .shutDown {
+                        // Never written: give the notification back.
+                        outgoing.append(Outgoing(ref: c.ref, resultId: c.resultId, key: nil, value: nil, record: false, release: true, fromPool: true))
+                        continue
+                    }
+                    let result = WorkerResult(
+                        kind: outcome.isTransmitted ? .transmitted : .transmissionError, resultId: c.resultId, jobId: c.jobId,
+                        app: c.app, environment: c.environment.rawValue, token: c.tokenHex, status: outcome.status,
+                        reason: outcome.status.map { _ in outcome.reason ?? outcome.message ?? outcome.status!.reason },
+                        attempts: outcome.attempts,
+                        possibleDuplicate: outcome.possibleDuplicate || ctx.takeover, worker: worker, at: Self.nowMilliseconds())
+                    var out = Outgoing(ref: c.ref, resultId: c.resultId, key: result.key, value: result.serialized(), record: true, fromPool: true)
+                    if outcome.status == .invalidToken {
+                        // Binary status 8 (§1.4).
+                        out.unregister = (c.app, c.environment.rawValue, c.tokenHex, Int64(Date().timeIntervalSince1970))
+                    } else if outcome.status == .gone {
+                        // HTTP/2 410 (§3.4): the token is unregistered since its timestamp (ms), and
+                        // the news is published like the feedback service's.
+                        let since = (outcome.unregisteredAt ?? Self.nowMilliseconds()) / 1000
+                        out.unregister = (c.app, c.environment.rawValue, c.tokenHex, since)
+                        let feedback = WorkerResult(
+                            kind: .feedback,
+                            resultId: WorkerResult.feedbackId(app: c.app, environment: c.environment.rawValue, token: c.tokenHex, timestamp: since),
+                            app: c.app, environment: c.environment.rawValue, token: c.tokenHex, timestamp: since,
+                            worker: worker, at: Self.nowMilliseconds())
+                        out.extra = (feedback.key, feedback.serialized())
+                        feedbackCount += 1
+                    }
+                    outgoing.append(out)
+                case .connected(let connection):
+                    logger.debug("Gateway connection open", metadata: ["app": "\(key.app)", "connection": "\(connection)"])
+                case .disconnected(let connection, let reason):
+                    logger.info("Gateway connection closed", metadata: ["app": "\(key.app)", "connection": "\(connection)", "reason": "\(reason)"])
+                case .timeout(let connection, let reason):
+                    logger.warning("Gateway connection timed out", metadata: ["app": "\(key.app)", "connection": "\(connection)", "reason": "\(reason)"])
+                case .socketError(let connection, let error):
+                    logger.warning("Gateway socket error", metadata: ["app": "\(key.app)", "connection": "\(connection)", "error": "\(error)"])
+                case .error(let error):
+                    logger.warning("Delivery pool problem", metadata: ["app": "\(key.app)", "error": "\(error)"])
                 }
-                let result = WorkerResult(
-                    kind: outcome.isTransmitted ? .transmitted : .transmissionError, resultId: c.resultId, jobId: c.jobId,
-                    app: c.app, environment: c.environment.rawValue, token: c.tokenHex, status: outcome.status,
-                    reason: outcome.status.map { _ in outcome.reason ?? outcome.message ?? outcome.status!.reason },
-                    attempts: outcome.attempts,
-                    possibleDuplicate: outcome.possibleDuplicate || ctx.takeover, worker: worker, at: Self.nowMilliseconds())
-                var out = Outgoing(ref: c.ref, resultId: c.resultId, key: result.key, value: result.serialized(), record: true, fromPool: true)
-                if outcome.status == .invalidToken {
-                    // Binary status 8 (§1.4).
-                    out.unregister = (c.app, c.environment.rawValue, c.tokenHex, Int64(Date().timeIntervalSince1970))
-                } else if outcome.status == .gone {
-                    // HTTP/2 410 (§3.4): the token is unregistered since its timestamp (ms), and
-                    // the news is published like the feedback service's.
-                    let since = (outcome.unregisteredAt ?? Self.nowMilliseconds()) / 1000
-                    out.unregister = (c.app, c.environment.rawValue, c.tokenHex, since)
-                    let feedback = WorkerResult(
-                        kind: .feedback,
-                        resultId: WorkerResult.feedbackId(app: c.app, environment: c.environment.rawValue, token: c.tokenHex, timestamp: since),
-                        app: c.app, environment: c.environment.rawValue, token: c.tokenHex, timestamp: since,
-                        worker: worker, at: Self.nowMilliseconds())
-                    out.extra = (feedback.key, feedback.serialized())
-                    state.withLock { $0.statistics.feedback += 1 }
-                }
-                enqueue([out])
-            case .connected(let connection):
-                logger.debug("Gateway connection open", metadata: ["app": "\(key.app)", "connection": "\(connection)"])
-            case .disconnected(let connection, let reason):
-                logger.info("Gateway connection closed", metadata: ["app": "\(key.app)", "connection": "\(connection)", "reason": "\(reason)"])
-            case .timeout(let connection, let reason):
-                logger.warning("Gateway connection timed out", metadata: ["app": "\(key.app)", "connection": "\(connection)", "reason": "\(reason)"])
-            case .socketError(let connection, let error):
-                logger.warning("Gateway socket error", metadata: ["app": "\(key.app)", "connection": "\(connection)", "error": "\(error)"])
-            case .error(let error):
-                logger.warning("Delivery pool problem", metadata: ["app": "\(key.app)", "error": "\(error)"])
             }
         }
     }
@@ -705,8 +731,14 @@ public final class Worker: Sendable {
         while true {
             let taken = state.withLock { s -> ([Outgoing], Bool, Bool)? in
                 if !s.outgoing.isEmpty || s.commitDirty {
-                    let batch = Array(s.outgoing.prefix(options.resultBatchSize))
-                    s.outgoing.removeFirst(batch.count)
+                    let batch: [Outgoing]
+                    if s.outgoing.count <= options.resultBatchSize {
+                        batch = s.outgoing
+                        s.outgoing = []
+                    } else {
+                        batch = Array(s.outgoing.prefix(options.resultBatchSize))
+                        s.outgoing.removeFirst(batch.count)
+                    }
                     defer { s.commitDirty = false }
                     return (batch, s.commitDirty, false)
                 }

@@ -104,14 +104,10 @@ public struct WorkerResult: Sendable, Hashable {
     }
 
     private static func digest(_ text: String) -> String {
-        let hash = SHA256.hash(data: Array(text.utf8))
-        let hex: [UInt8] = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(32)
-        for byte in hash.prefix(16) {
-            out.append(hex[Int(byte >> 4)])
-            out.append(hex[Int(byte & 0xf)])
+        var text = text
+        let hash = text.withUTF8 { SHA256.hash(data: UnsafeRawBufferPointer($0)) }
+        return hash.withUnsafeBytes { digest in
+            DeviceToken.lowercaseHex(UnsafeBufferPointer(rebasing: digest.bindMemory(to: UInt8.self)[..<16]))
         }
-        return String(decoding: out, as: UTF8.self)
     }
 }

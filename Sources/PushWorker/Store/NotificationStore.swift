@@ -60,17 +60,27 @@ final class NotificationStore: Sendable {
     }
 
     static let claimScript = RedisScript(#"""
-        -- ARGV: owner, topic, ttl seconds, now ms, key prefix, then 9 per notification:
-        -- resultId, partition, offset, app, env, token, registeredAt ('' = none), app limit/s, device limit/h
-        local owner, topic, ttl, now, p = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+        -- ARGV: owner, topic, ttl seconds, now ms, key prefix, number of apps A, then 4 per app:
+        -- app, env, app limit/s, device limit/h; then 5 per notification:
+        -- resultId, '<partition>|<offset>', app number (1...A), token, registeredAt ('' = none).
+        -- Numbers passed back to Redis stay strings: a Lua number would be formatted per call.
+        local owner, topic, ttl, now, p = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
         local second = math.floor(now / 1000)
         local hour = math.floor(now / 3600000)
+        local apps = {}
+        local first = 7 + 4 * tonumber(ARGV[6])
+        for i = 7, first - 1, 4 do
+          local app, env, alim, dlim = ARGV[i], ARGV[i+1], tonumber(ARGV[i+2]), tonumber(ARGV[i+3])
+          apps[#apps + 1] = {app = app, alim = alim, dlim = dlim, ukey = p .. 'u:' .. app .. ':' .. env,
+                             akey = p .. 'ra:' .. app .. ':' .. string.format('%d', second),
+                             dprefix = p .. 'rd:' .. app .. ':', dsuffix = ':' .. string.format('%d', hour)}
+        end
+        local claimed = 'P|' .. owner .. '|' .. topic .. '|'
         local out = {}
-        for i = 6, #ARGV, 9 do
-          local rid, part, off, app, env, tok, reg = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5], ARGV[i+6]
-          local alim, dlim = tonumber(ARGV[i+7]), tonumber(ARGV[i+8])
+        for i = first, #ARGV, 5 do
+          local rid, where, a, tok, reg = ARGV[i], ARGV[i+1], apps[tonumber(ARGV[i+2])], ARGV[i+3], ARGV[i+4]
           local key = p .. 'n:' .. rid
-          local msg = topic .. '|' .. part .. '|' .. off
+          local msg = topic .. '|' .. where
           local state = redis.call('GET', key)
           local code
           if state then
@@ -84,32 +94,31 @@ final class NotificationStore: Sendable {
               elseif sowner ~= owner and redis.call('EXISTS', p .. 'w:' .. sowner) == 1 then
                 code = 'W'
               else
-                redis.call('SET', key, 'P|' .. owner .. '|' .. msg, 'EX', ttl)
+                redis.call('SET', key, claimed .. where, 'EX', ttl)
                 code = 'R'
               end
             end
           else
-            local unreg = redis.call('HGET', p .. 'u:' .. app .. ':' .. env, tok)
+            local unreg = redis.call('HGET', a.ukey, tok)
             if unreg and (reg == '' or tonumber(reg) <= tonumber(unreg)) then
               code = 'U' .. unreg
             end
-            local akey = p .. 'ra:' .. app .. ':' .. second
-            if not code and alim > 0 and tonumber(redis.call('GET', akey) or '0') >= alim then
+            if not code and a.alim > 0 and tonumber(redis.call('GET', a.akey) or '0') >= a.alim then
               code = 'T'
             end
-            if not code and dlim > 0 then
-              local dkey = p .. 'rd:' .. app .. ':' .. tok .. ':' .. hour
+            if not code and a.dlim > 0 then
+              local dkey = a.dprefix .. tok .. a.dsuffix
               local count = redis.call('INCR', dkey)
-              if count == 1 then redis.call('EXPIRE', dkey, 3700) end
-              if count > dlim then code = 'L' end
+              if count == 1 then redis.call('EXPIRE', dkey, '3700') end
+              if count > a.dlim then code = 'L' end
             end
             if not code then
-              if alim > 0 then
-                if redis.call('INCR', akey) == 1 then redis.call('EXPIRE', akey, 2) end
+              if a.alim > 0 then
+                if redis.call('INCR', a.akey) == 1 then redis.call('EXPIRE', a.akey, '2') end
               end
               code = 'S'
             end
-            if code ~= 'T' then redis.call('SET', key, 'P|' .. owner .. '|' .. msg, 'EX', ttl) end
+            if code ~= 'T' then redis.call('SET', key, claimed .. where, 'EX', ttl) end
           end
           out[#out + 1] = code
         end
@@ -124,19 +133,56 @@ final class NotificationStore: Sendable {
     /// Claims notifications of messages of `topic`, in one round trip.
     func claim(topic: String, _ requests: [ClaimRequest], ttlSeconds: Int, nowMilliseconds: Int64) async throws(RedisError) -> [ClaimDecision] {
         guard !requests.isEmpty else { return [] }
-        var args: [[UInt8]] = [Array(owner.utf8), Array(topic.utf8), Array(String(ttlSeconds).utf8),
-                               Array(String(nowMilliseconds).utf8), Array(prefix.utf8)]
-        args.reserveCapacity(5 + requests.count * 9)
+        // Each (app, environment, limits) once, numbered from 1 in the order first seen.
+        struct AppKey: Hashable {
+            var app: String
+            var environment: String
+            var appPerSecond: Int
+            var devicePerHour: Int
+        }
+        var appNumbers: [AppKey: Int] = [:]
+        var appArgs: [[UInt8]] = []
+        var numbers: [Int] = []
+        numbers.reserveCapacity(requests.count)
+        var last: (key: AppKey, number: Int)?
         for r in requests {
+            let key = AppKey(app: r.app, environment: r.environment, appPerSecond: r.appPerSecond, devicePerHour: r.devicePerHour)
+            if let last, last.key == key {
+                numbers.append(last.number)
+                continue
+            }
+            let number: Int
+            if let known = appNumbers[key] {
+                number = known
+            } else {
+                number = appNumbers.count + 1
+                appNumbers[key] = number
+                appArgs += [Array(r.app.utf8), Array(r.environment.utf8), Array(String(r.appPerSecond).utf8), Array(String(r.devicePerHour).utf8)]
+            }
+            numbers.append(number)
+            last = (key, number)
+        }
+        var args: [[UInt8]] = [Array(owner.utf8), Array(topic.utf8), Array(String(ttlSeconds).utf8),
+                               Array(String(nowMilliseconds).utf8), Array(prefix.utf8), Array(String(appNumbers.count).utf8)]
+        args.reserveCapacity(args.count + appArgs.count + requests.count * 5)
+        args += appArgs
+        for (r, number) in zip(requests, numbers) {
             args.append(Array(r.resultId.utf8))
-            args.append(Array(String(r.partition).utf8))
-            args.append(Array(String(r.offset).utf8))
-            args.append(Array(r.app.utf8))
-            args.append(Array(r.environment.utf8))
+            var place: [UInt8] = []
+            place.reserveCapacity(24)
+            Self.appendDecimal(Int64(r.partition), to: &place)
+            place.append(UInt8(ascii: "|"))
+            Self.appendDecimal(r.offset, to: &place)
+            args.append(place)
+            args.append(number < 10 ? [UInt8(ascii: "0") + UInt8(number)] : Array(String(number).utf8))
             args.append(Array(r.token.utf8))
-            args.append(r.registeredAt.map { Array(String($0).utf8) } ?? [])
-            args.append(Array(String(r.appPerSecond).utf8))
-            args.append(Array(String(r.devicePerHour).utf8))
+            if let registeredAt = r.registeredAt {
+                var bytes: [UInt8] = []
+                Self.appendDecimal(registeredAt, to: &bytes)
+                args.append(bytes)
+            } else {
+                args.append([])
+            }
         }
         let reply = try await redis.evalsha(Self.claimScript, keys: [], args: args)
         guard let items = reply.array, items.count == requests.count else {
@@ -163,6 +209,30 @@ final class NotificationStore: Sendable {
         }
     }
 
+    /// Appends the decimal digits of `value`.
+    static func appendDecimal(_ value: Int64, to bytes: inout [UInt8]) {
+        if value < 0 {
+            bytes.append(UInt8(ascii: "-"))
+            appendDecimal(UInt64(value.magnitude), to: &bytes)
+        } else {
+            appendDecimal(UInt64(value), to: &bytes)
+        }
+    }
+
+    static func appendDecimal(_ value: UInt64, to bytes: inout [UInt8]) {
+        var digits: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0) // 40 bytes: room for 20 digits
+        var count = 0
+        var rest = value
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            repeat {
+                buffer[39 - count] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+                count += 1
+            } while rest > 0
+            bytes.append(contentsOf: buffer[(40 - count)...])
+        }
+    }
+
     /// A notification outcome to record before its result is produced.
     struct Record: Sendable {
         var resultId: String
@@ -180,14 +250,23 @@ final class NotificationStore: Sendable {
         var commands: [[[UInt8]]] = []
         commands.reserveCapacity(records.count + unregistered.count + released.count)
         let ttl = Array(String(ttlSeconds).utf8)
+        let set = Array("SET".utf8), ex = Array("EX".utf8), keyPrefix = Array("\(prefix)n:".utf8)
         for record in records {
-            var value = Array("D|\(record.topic)|\(record.partition)|\(record.offset)|".utf8)
+            var value: [UInt8] = []
+            value.reserveCapacity(record.topic.utf8.count + 24 + record.result.count + (record.feedback.map { $0.count + 1 } ?? 0))
+            value += [UInt8(ascii: "D"), UInt8(ascii: "|")]
+            value += record.topic.utf8
+            value.append(UInt8(ascii: "|"))
+            Self.appendDecimal(Int64(record.partition), to: &value)
+            value.append(UInt8(ascii: "|"))
+            Self.appendDecimal(record.offset, to: &value)
+            value.append(UInt8(ascii: "|"))
             value += record.result
             if let feedback = record.feedback {
                 value.append(UInt8(ascii: "\n"))
                 value += feedback
             }
-            commands.append([Array("SET".utf8), Array("\(prefix)n:\(record.resultId)".utf8), value, Array("EX".utf8), ttl])
+            commands.append([set, keyPrefix + record.resultId.utf8, value, ex, ttl])
         }
         for entry in unregistered {
             commands.append([Array("HSET".utf8), Array("\(prefix)u:\(entry.app):\(entry.environment)".utf8),
