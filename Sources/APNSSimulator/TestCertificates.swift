@@ -124,7 +124,7 @@ public struct TestCertificates: Sendable {
             ("client-key.pem", client.keyPEM),
         ]
         for (name, content) in files {
-            try (content + "\n").write(toFile: directory + "/" + name, atomically: true, encoding: .utf8)
+            try (content + "\n").write(toFile: directory + "/" + name, atomically: false, encoding: .utf8)
         }
     }
 }

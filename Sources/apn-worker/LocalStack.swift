@@ -80,7 +80,7 @@ final class LocalStack {
         var http2Block = ""
         if let http2App = options.http2App {
             let key = P256.Signing.PrivateKey()
-            try key.pemRepresentation.write(toFile: directory + "/certs/AuthKey.p8", atomically: true, encoding: .utf8)
+            try key.pemRepresentation.write(toFile: directory + "/certs/AuthKey.p8", atomically: false, encoding: .utf8)
             var config = APNSHTTP2Simulator.Configuration(
                 certificateChainPEM: certificates.server.certificatePEM, privateKeyPEM: certificates.server.keyPEM,
                 clientCAPEM: nil)
@@ -130,7 +130,7 @@ final class LocalStack {
                     gateway: 127.0.0.1:\(simulator.binaryPort)
                     feedback: 127.0.0.1:\(simulator.feedbackPort ?? 0)
             \(http2Block)
-            """.write(toFile: configPath, atomically: true, encoding: .utf8)
+            """.write(toFile: configPath, atomically: false, encoding: .utf8)
     }
 
     /// Starts `apn-worker run` with its log in the working directory; returns once it is ready.

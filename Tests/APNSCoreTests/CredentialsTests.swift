@@ -142,8 +142,8 @@ private func temporaryDirectory() throws -> String {
 @Test func pkcs12WithPassphraseLoadsAndAWrongPassphraseIsNamed() throws {
     let dir = try temporaryDirectory()
     defer { try? FileManager.default.removeItem(atPath: dir) }
-    try certificates.client.certificatePEM.write(toFile: dir + "/c.pem", atomically: true, encoding: .utf8)
-    try certificates.client.keyPEM.write(toFile: dir + "/k.pem", atomically: true, encoding: .utf8)
+    try certificates.client.certificatePEM.write(toFile: dir + "/c.pem", atomically: false, encoding: .utf8)
+    try certificates.client.keyPEM.write(toFile: dir + "/k.pem", atomically: false, encoding: .utf8)
     try openssl(["pkcs12", "-export", "-in", dir + "/c.pem", "-inkey", dir + "/k.pem", "-out", dir + "/c.p12", "-passout", "pass:s3cret"])
 
     let loaded = try APNSCredentials(pkcs12: .file(dir + "/c.p12"), passphrase: "s3cret", environment: .production)
@@ -159,7 +159,7 @@ private func temporaryDirectory() throws -> String {
 @Test func encryptedPEMKeyNeedsItsPassphrase() throws {
     let dir = try temporaryDirectory()
     defer { try? FileManager.default.removeItem(atPath: dir) }
-    try certificates.client.keyPEM.write(toFile: dir + "/k.pem", atomically: true, encoding: .utf8)
+    try certificates.client.keyPEM.write(toFile: dir + "/k.pem", atomically: false, encoding: .utf8)
     try openssl(["pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in", dir + "/k.pem", "-out", dir + "/enc.pem", "-passout", "pass:open sesame"])
 
     let loaded = try APNSCredentials(

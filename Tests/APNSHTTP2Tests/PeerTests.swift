@@ -26,6 +26,7 @@ struct PeerTests {
 
         /// Stops the peer (it flushes its record on SIGTERM) and returns the recorded requests.
         func stop() async throws -> [[String: Any]] {
+            defer { try? FileManager.default.removeItem(atPath: directory) }
             process.signal(SIGTERM)
             let finished = await process.finish()
             #expect(finished.status == 0, "the peer exited with \(finished.status): \(finished.stderr)")
@@ -40,10 +41,10 @@ struct PeerTests {
         }
         let dir = try Paths.temporaryDirectory()
         let certs = ClientHarness.certificates
-        try certs.server.certificatePEM.write(toFile: dir + "/server.pem", atomically: true, encoding: .utf8)
-        try certs.server.keyPEM.write(toFile: dir + "/server.key", atomically: true, encoding: .utf8)
-        try certs.ca.certificatePEM.write(toFile: dir + "/ca.pem", atomically: true, encoding: .utf8)
-        try ClientHarness.privateKey.publicKey.pemRepresentation.write(toFile: dir + "/jwt.pem", atomically: true, encoding: .utf8)
+        try certs.server.certificatePEM.write(toFile: dir + "/server.pem", atomically: false, encoding: .utf8)
+        try certs.server.keyPEM.write(toFile: dir + "/server.key", atomically: false, encoding: .utf8)
+        try certs.ca.certificatePEM.write(toFile: dir + "/ca.pem", atomically: false, encoding: .utf8)
+        try ClientHarness.privateKey.publicKey.pemRepresentation.write(toFile: dir + "/jwt.pem", atomically: false, encoding: .utf8)
         let record = dir + "/requests.jsonl"
         let process = try ChildProcess(python, [
             Paths.root + "/Tests/Peers/h2_peer.py",

@@ -24,9 +24,9 @@ struct CommandLineTests {
         let tokens = (0..<1000).map(Self.tokenLine)
         let bad = tokens.enumerated().filter { $0.offset % 100 == 7 }.map(\.element)
         let feedback = ["1700000000 " + tokens[3], tokens[4]]
-        try tokens.joined(separator: "\n").write(toFile: dir + "/tokens.txt", atomically: true, encoding: .utf8)
-        try bad.joined(separator: "\n").write(toFile: dir + "/bad.txt", atomically: true, encoding: .utf8)
-        try feedback.joined(separator: "\n").write(toFile: dir + "/feedback.txt", atomically: true, encoding: .utf8)
+        try tokens.joined(separator: "\n").write(toFile: dir + "/tokens.txt", atomically: false, encoding: .utf8)
+        try bad.joined(separator: "\n").write(toFile: dir + "/bad.txt", atomically: false, encoding: .utf8)
+        try feedback.joined(separator: "\n").write(toFile: dir + "/feedback.txt", atomically: false, encoding: .utf8)
 
         let simulator = try ChildProcess(Paths.executable, [
             "simulate", "--cert", certs + "/server.pem", "--key", certs + "/server-key.pem",
@@ -81,7 +81,7 @@ struct CommandLineTests {
         let dir = try Paths.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let certs = try await Self.makeCertificates(in: dir)
-        try Self.tokenLine(1).write(toFile: dir + "/tokens.txt", atomically: true, encoding: .utf8)
+        try Self.tokenLine(1).write(toFile: dir + "/tokens.txt", atomically: false, encoding: .utf8)
         let base = ["push", "--gateway", "127.0.0.1:9", "--tokens", dir + "/tokens.txt", "--count", "1"]
 
         let mismatch = try await run(Paths.executable, base + ["--cert", certs + "/client.pem", "--key", certs + "/server-key.pem"])
@@ -104,7 +104,7 @@ struct CommandLineTests {
     @Test func badArgumentsAndInputFilesExitWithASentence() async throws {
         let dir = try Paths.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        try "abcd\nnot-hex\n".write(toFile: dir + "/tokens.txt", atomically: true, encoding: .utf8)
+        try "abcd\nnot-hex\n".write(toFile: dir + "/tokens.txt", atomically: false, encoding: .utf8)
 
         let badGateway = try await run(Paths.executable, ["push", "--gateway", "nowhere", "--tokens", dir + "/tokens.txt", "--count", "1"])
         #expect(badGateway.status == 2)
@@ -132,10 +132,10 @@ struct CommandLineTests {
         #expect(key.status == 0, "openssl failed: \(key.stderr)")
         let tokens = (0..<1000).map(Self.tokenLine)
         let bad = tokens.enumerated().filter { $0.offset % 100 == 7 }.map(\.element)
-        try tokens.joined(separator: "\n").write(toFile: dir + "/tokens.txt", atomically: true, encoding: .utf8)
-        try bad.joined(separator: "\n").write(toFile: dir + "/bad.txt", atomically: true, encoding: .utf8)
+        try tokens.joined(separator: "\n").write(toFile: dir + "/tokens.txt", atomically: false, encoding: .utf8)
+        try bad.joined(separator: "\n").write(toFile: dir + "/bad.txt", atomically: false, encoding: .utf8)
         try ["1700000000 " + tokens[3], "1700000001 " + tokens[4]].joined(separator: "\n")
-            .write(toFile: dir + "/feedback.txt", atomically: true, encoding: .utf8)
+            .write(toFile: dir + "/feedback.txt", atomically: false, encoding: .utf8)
 
         let simulator = try ChildProcess(Paths.executable, [
             "simulate", "--cert", certs + "/server.pem", "--key", certs + "/server-key.pem",
@@ -174,7 +174,7 @@ struct CommandLineTests {
     @Test func http2ArgumentErrorsExitWithASentence() async throws {
         let dir = try Paths.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        try Self.tokenLine(1).write(toFile: dir + "/tokens.txt", atomically: true, encoding: .utf8)
+        try Self.tokenLine(1).write(toFile: dir + "/tokens.txt", atomically: false, encoding: .utf8)
         let base = ["push", "--transport", "http2", "--gateway", "127.0.0.1:1", "--tokens", dir + "/tokens.txt", "--count", "1"]
         let noTopic = try await run(Paths.executable, base)
         #expect(noTopic.status != 0)

@@ -29,7 +29,7 @@ struct WorkerCommandTests {
             {"id":"job-2","app":"com.example.app","token":"\(token)","alert":"Two"}
 
             not even JSON
-            """.write(toFile: file, atomically: true, encoding: .utf8)
+            """.write(toFile: file, atomically: false, encoding: .utf8)
         let fromFile = try await run(Paths.executable, ["send", "--brokers", brokers, "--file", file])
         #expect(fromFile.status == 0, "\(fromFile.stderr)")
         #expect(jsonObject(fromFile.stdout.trimmingCharacters(in: .whitespacesAndNewlines))?["jobs"] as? Int == 2)

@@ -68,7 +68,7 @@ final class WorkerStack: @unchecked Sendable {
         var http2Config = ""
         if let http2 {
             let key = P256.Signing.PrivateKey()
-            try key.pemRepresentation.write(toFile: directory + "/certs/AuthKey.p8", atomically: true, encoding: .utf8)
+            try key.pemRepresentation.write(toFile: directory + "/certs/AuthKey.p8", atomically: false, encoding: .utf8)
             var config = APNSHTTP2Simulator.Configuration(
                 certificateChainPEM: certificates.server.certificatePEM, privateKeyPEM: certificates.server.keyPEM,
                 clientCAPEM: nil)
@@ -122,7 +122,7 @@ final class WorkerStack: @unchecked Sendable {
                     ca: \(directory)/certs/ca.pem
                     gateway: 127.0.0.1:\(simulator.binaryPort)
                     feedback: 127.0.0.1:\(simulator.feedbackPort ?? 0)\(http2Config)
-            """.write(toFile: configPath, atomically: true, encoding: .utf8)
+            """.write(toFile: configPath, atomically: false, encoding: .utf8)
         let stack = try WorkerStack(kafka: kafka, redis: redis, simulator: simulator, directory: directory, configPath: configPath)
         stack.http2Simulator = http2Simulator
         return stack
