@@ -1,3 +1,5 @@
+import Foundation
+
 /// A device token: the opaque bytes that address one app on one device.
 ///
 /// Tokens are accepted as hex text, tolerating the spaces and angle brackets that
@@ -61,7 +63,11 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
         try self.init(bytes: bytes)
     }
 
-    public static func == (lhs: DeviceToken, rhs: DeviceToken) -> Bool { lhs.bytes == rhs.bytes }
+    public static func == (lhs: DeviceToken, rhs: DeviceToken) -> Bool {
+        lhs.bytes.count == rhs.bytes.count && lhs.bytes.withUnsafeBytes { a in
+            rhs.bytes.withUnsafeBytes { b in memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 }
+        }
+    }
 
     /// Hashes the bytes in one call rather than one by one: simulators look tokens up at
     /// hundreds of thousands per second.
