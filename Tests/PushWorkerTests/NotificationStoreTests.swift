@@ -13,17 +13,49 @@ import Testing
     }
 
     private func withStore(_ body: (NotificationStore) async throws -> Void) async throws {
-        let server = try await RedisServerProcess.start()
-        do {
+        try await withServer { server in
             let redis = try await RedisConnection.connect(server.configuration())
             let store = NotificationStore(redis: redis, prefix: "test:", owner: "worker-1")
             try await store.prepare()
             try await body(store)
             await redis.close()
+        }
+    }
+
+    private func withServer(_ body: (RedisServerProcess) async throws -> Void) async throws {
+        let server = try await RedisServerProcess.start()
+        do {
+            try await body(server)
             await server.stop()
         } catch {
             await server.stop()
             throw error
+        }
+    }
+
+    @Test("the feedback lock: one worker at a time polls an app's feedback, until the lock expires")
+    func feedbackLockIsExclusiveAndExpires() async throws {
+        try await withServer { server in
+            let a = NotificationStore(redis: try await RedisConnection.connect(server.configuration()), prefix: "test:", owner: "worker-a")
+            let b = NotificationStore(redis: try await RedisConnection.connect(server.configuration()), prefix: "test:", owner: "worker-b")
+            #expect(try await a.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000))
+            #expect(try await !b.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000))
+            #expect(try await !a.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000))
+            // Another environment (or app) has a lock of its own.
+            #expect(try await b.tryFeedbackLock(app: "com.example.app", environment: "sandbox", ttlMilliseconds: 60_000))
+            // The lock carries its expiry, so a worker that dies holding it does not stop polling for good.
+            let key = "test:fl:com.example.app:production"
+            let ttl = try await a.redis.send(["PTTL", key]).int ?? -1
+            #expect(ttl > 0 && ttl <= 60_000)
+            // Once it has expired, the other worker takes it.
+            _ = try await a.redis.send(["PEXPIRE", key, "1"])
+            let deadline = ContinuousClock.now + .seconds(5)
+            while try await a.redis.send(["EXISTS", key]).int == 1, ContinuousClock.now < deadline {
+                await Task.yield()
+            }
+            #expect(try await b.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000))
+            await a.redis.close()
+            await b.redis.close()
         }
     }
 
