@@ -112,6 +112,8 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
     private let group: any EventLoopGroup
     private let sslContext: NIOSSLContext
     private let logger: Logger
+    /// Each request's `apns-id` (§3.3).
+    private let apnsIDs = APNSIDGenerator()
     private let tokenProvider: APNSTokenProvider?
     private let authority: String
     /// Connection events kept for the reader at most; more are counted and dropped.
@@ -189,7 +191,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
                 items.append(QueuedRequest(
                     tag: submission.tag, token: submission.token, path: "/3/device/" + submission.token.hex, body: body,
                     pushType: t.pushType, topic: t.topic, priority: t.priority, expiration: t.expiration,
-                    collapseID: t.collapseID, apnsID: UUID().uuidString.lowercased(),
+                    collapseID: t.collapseID, apnsID: apnsIDs.next(),
                     retryLimit: submission.content.notification.retryLimit ?? configuration.defaultRetryLimit))
             case .failure(let error):
                 rejected.append(APNSDeliveryOutcome(
