@@ -109,13 +109,16 @@ struct Demo: AsyncParsableCommand {
                 duplicates += 1
             }
         }
-        let producer = try KafkaProducer(configuration: KafkaConfiguration(["bootstrap.servers": stack.kafka.bootstrapServers]))
-        for chunk in stride(from: 0, to: messages.count, by: 5000) {
-            for report in try await producer.send(Array(messages[chunk..<min(messages.count, chunk + 5000)])) {
-                if case .failure(let error) = report { throw UsageFailure(message: "cannot produce a job: \(error)") }
+        do {
+            // Scoped so that the handle is freed (on deinit) long before the brokers stop.
+            let producer = try KafkaProducer(configuration: KafkaConfiguration(["bootstrap.servers": stack.kafka.bootstrapServers]))
+            for chunk in stride(from: 0, to: messages.count, by: 5000) {
+                for report in try await producer.send(Array(messages[chunk..<min(messages.count, chunk + 5000)])) {
+                    if case .failure(let error) = report { throw UsageFailure(message: "cannot produce a job: \(error)") }
+                }
             }
+            await producer.close()
         }
-        await producer.close()
         say("Produced             \(messages.count) messages: \(expectedNotifications) jobs (\(duplicates) of them twice), \(malformed) malformed")
 
         // Read results until every notification, malformed message and feedback entry has one.

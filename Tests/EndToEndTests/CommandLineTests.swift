@@ -77,6 +77,22 @@ struct CommandLineTests {
         #expect(firstRecord["connection"] as? Int != nil)
     }
 
+    /// The README's main command (`scripts/demo` runs it after building): the embedded Kafka,
+    /// the simulator, a redis-server and two workers, with bad tokens, duplicates and malformed
+    /// messages among the jobs.
+    @Test func theDemoDeliversEveryJobAndSaysSo() async throws {
+        let result = try await run(Paths.executable, ["demo", "--jobs", "400"])
+        #expect(result.status == 0, "the demo failed: \(result.stdout)\n\(result.stderr)")
+        #expect(result.stdout.contains("Every notification, malformed message and feedback entry has its result."), "\(result.stdout)")
+        // Every valid notification accepted exactly once: as many accepts as transmitted results.
+        let line = try #require(result.stdout.split(separator: "\n").first { $0.contains("the simulator accepted") })
+        let numbers = line.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }
+        #expect(numbers.count == 3 && numbers[1] == numbers[2] && numbers[1] > 0, "\(line)")
+        for expected in ["transmitted", "transmissionError", "invalidJob", "feedback"] {
+            #expect(result.stdout.contains(expected), "no \(expected) results in the summary: \(result.stdout)")
+        }
+    }
+
     @Test func unusableCredentialsExitWithASentence() async throws {
         let dir = try Paths.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
