@@ -311,15 +311,17 @@ struct WorkerEndToEndTests {
         await stack.shutdown()
     }
 
-    @Test("One app on HTTP/2 and one on binary in the same run: one result each; 410 feeds the store and a feedback result")
-    func http2AndBinaryApps() async throws {
+    @Test("One app on HTTP/2 and one on binary in the same run: one result each; 410 feeds the store and a feedback result",
+          arguments: ["provider token", "client certificate"])
+    func http2AndBinaryApps(authentication: String) async throws {
         let count = 1_000
         let h2Tokens = (0..<count).map { DeviceToken.numbered($0, salt: 21) }
         let binaryTokens = (0..<count).map { DeviceToken.numbered($0, salt: 22) }
         let bad = Set(stride(from: 5, to: count, by: 100).map { h2Tokens[$0] })
         let since = Date(timeIntervalSince1970: 1_700_000_000.250)
         let unregistered = Dictionary(uniqueKeysWithValues: stride(from: 50, to: count, by: 100).map { (h2Tokens[$0], since) })
-        let stack = try await WorkerStack.start(http2: (badTokens: bad, unregistered: unregistered))
+        let stack = try await WorkerStack.start(http2: (badTokens: bad, unregistered: unregistered),
+                                                http2CertificateAuth: authentication == "client certificate")
         do {
             try await stack.startWorker("w1")
             try await stack.startWorker("w2")

@@ -47,10 +47,12 @@ final class WorkerStack: @unchecked Sendable {
     ///
     /// With `http2`, a second app, ``http2App``, is delivered over HTTP/2 with token
     /// authentication to an ``APNSHTTP2Simulator`` that answers 400 `BadDeviceToken` for
-    /// `http2.badTokens` and 410 `Unregistered` for `http2.unregistered`.
+    /// `http2.badTokens` and 410 `Unregistered` for `http2.unregistered`; with
+    /// `http2CertificateAuth`, by client certificate instead of a provider token.
     static func start(badTokens: Set<DeviceToken> = [], feedback: [FeedbackTuple] = [],
                       confirmationWindowMs: Int = 200, devicePerHour: Int = 0, appPerSecond: Int = 0,
-                      http2: (badTokens: Set<DeviceToken>, unregistered: [DeviceToken: Date])? = nil) async throws -> WorkerStack {
+                      http2: (badTokens: Set<DeviceToken>, unregistered: [DeviceToken: Date])? = nil,
+                      http2CertificateAuth: Bool = false) async throws -> WorkerStack {
         let directory = try Paths.temporaryDirectory()
         let kafka = try EmbeddedKafkaCluster(brokers: 1)
         try kafka.createTopic("apn.requests", partitions: 12)
@@ -71,8 +73,16 @@ final class WorkerStack: @unchecked Sendable {
             try key.pemRepresentation.write(toFile: directory + "/certs/AuthKey.p8", atomically: false, encoding: .utf8)
             var config = APNSHTTP2Simulator.Configuration(
                 certificateChainPEM: certificates.server.certificatePEM, privateKeyPEM: certificates.server.keyPEM,
-                clientCAPEM: nil)
-            config.verifier = APNSJWTVerifier(teamID: "TEAM123456", keys: ["KEY1234567": key.publicKey])
+                clientCAPEM: http2CertificateAuth ? certificates.ca.certificatePEM : nil)
+            if http2CertificateAuth {
+                config.allowedTopics = [http2App]
+            } else {
+                config.verifier = APNSJWTVerifier(teamID: "TEAM123456", keys: ["KEY1234567": key.publicKey])
+            }
+            // Continuation lines carry the 8 spaces the block below gives its keys.
+            let credentials = http2CertificateAuth
+                ? "certificate: \(directory)/certs/client.pem\n        key: \(directory)/certs/client-key.pem"
+                : "signingKey: \(directory)/certs/AuthKey.p8\n        keyId: KEY1234567\n        teamId: TEAM123456"
             config.maxConcurrentStreams = 100
             config.badTokens = http2.badTokens
             config.unregistered = http2.unregistered
@@ -85,9 +95,7 @@ final class WorkerStack: @unchecked Sendable {
                     poolSize: 2
                     environments:
                       production:
-                        signingKey: \(directory)/certs/AuthKey.p8
-                        keyId: KEY1234567
-                        teamId: TEAM123456
+                        \(credentials)
                         ca: \(directory)/certs/ca.pem
                         gateway: 127.0.0.1:\(started.port)
                 """
