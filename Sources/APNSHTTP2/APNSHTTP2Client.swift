@@ -811,26 +811,9 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniName))
-                    var connection = NIOHTTP2Handler.ConnectionConfiguration()
-                    // We accept no server push and few server-initiated streams (§3.2).
-                    connection.initialSettings = [
-                        HTTP2Setting(parameter: .enablePush, value: 0),
-                        HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
-                        HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
-                        HTTP2Setting(parameter: .maxHeaderListSize, value: 16 << 10),
-                    ]
-                    // APNs sends a SETTINGS frame after every rejected notification and another
-                    // after the next success (§6.8), and may refuse streams in bulk: NIOHTTP2's
-                    // denial-of-service limits (200 per 30 s) would close healthy connections.
-                    connection.controlFrameRateLimit.maximumCount = 1 << 30
-                    connection.maximumConnectionGlitches = 1 << 30
-                    // The client builds its header blocks itself from validated parts (§3.3), so
-                    // NIOHTTP2's per-header character checks are skipped (a measurable cost).
-                    connection.headerBlockValidation = .disabled
-                    var stream = NIOHTTP2Handler.StreamConfiguration()
-                    stream.streamResetFrameRateLimit.maximumCount = 1 << 30
-                    stream.streamErrorRateLimit.maximumCount = 1 << 30
-                    try sync.addHandler(NIOHTTP2Handler(mode: .client, connectionConfiguration: connection, streamConfiguration: stream))
+                    // The frame layer: preface, SETTINGS (no server push, §3.2), HPACK and flow
+                    // control; streams are the connection handler's.
+                    try sync.addHandler(HTTP2FrameCodec())
                     try sync.addHandler(HTTP2ConnectionHandler(id: id, client: self, authority: authority, configuration: configuration))
                 }
             }

@@ -17,7 +17,7 @@ enum StreamResult: Sendable {
     case unknown(QueuedRequest, reason: String)
 }
 
-/// One HTTP/2 connection to APNs, at the frame level: one `NIOHTTP2Handler` below it and no
+/// One HTTP/2 connection to APNs, at the frame level: ``HTTP2FrameCodec`` below it and no
 /// child channel per stream, so a stream costs a dictionary entry and two frames.
 ///
 /// Everything here runs on the connection's event loop. The client decides what to send; the

@@ -1,0 +1,443 @@
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+
+/// The client side of an HTTP/2 connection (RFC 9113) at the frame level, for
+/// ``HTTP2ConnectionHandler``: bytes in, ``HTTP2Frame`` values out, and the reverse.
+///
+/// It does what a connection needs and no more: the preface, SETTINGS and their
+/// acknowledgement, PING answers, HPACK (NIOHPACK's encoder and decoder), header blocks split
+/// over CONTINUATION, and flow control in both directions. Stream state stays with
+/// ``HTTP2ConnectionHandler``, which opens streams in order, sends each request as one HEADERS
+/// and one DATA frame with END_STREAM, and matches answers. `NIOHTTP2Handler` does all of this
+/// through general stream state machines and a flow-control buffer that cost the sender about
+/// as much CPU per request as everything else together; APNs requests need none of that
+/// generality.
+///
+/// Protocol errors by the server close the connection (`errorCaught` reaches the handler,
+/// which reports it and closes).
+final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = HTTP2Frame
+    typealias OutboundIn = HTTP2Frame
+    typealias OutboundOut = ByteBuffer
+
+    struct ProtocolError: Error, CustomStringConvertible {
+        var code: HTTP2ErrorCode
+        var description: String
+    }
+
+    /// The settings this client announces (RFC 9113 §6.5.2).
+    static let initialSettings: [(parameter: UInt16, value: UInt32)] = [
+        (2, 0),  // SETTINGS_ENABLE_PUSH: no server push (§3.2)
+        (3, 100),  // SETTINGS_MAX_CONCURRENT_STREAMS: the server opens none
+        (4, 1 << 20),  // SETTINGS_INITIAL_WINDOW_SIZE
+        (6, 16 << 10),  // SETTINGS_MAX_HEADER_LIST_SIZE
+    ]
+    /// The connection-level receive window this client opens right after the preface.
+    static let connectionReceiveWindow = 1 << 24
+    static let defaultWindow = 65_535
+    static let maxFrameSize = 16_384
+
+    private var inbound: ByteBuffer?
+    private var encoder: HPACKEncoder
+    private var decoder: HPACKDecoder
+    /// A header block being continued: its stream, END_STREAM and the fragments so far.
+    private var continuing: (streamID: Int32, endStream: Bool, block: ByteBuffer)?
+
+    // The server's settings.
+    private var peerMaxFrameSize = HTTP2FrameCodec.maxFrameSize
+    private var peerInitialWindow = HTTP2FrameCodec.defaultWindow
+
+    // Sending: the connection window and what waits for it (in order).
+    private var sendWindow = HTTP2FrameCodec.defaultWindow
+    /// Per-stream send windows, only for streams whose window differs from the initial one.
+    private var streamWindowAdjustments: [Int32: Int] = [:]
+    private var blocked: [(streamID: Int32, body: ByteBuffer, endStream: Bool)] = []
+    private var blockedStart = 0
+
+    /// Frames written since the last flush, sent as one buffer (so TLS seals them in as few
+    /// records as possible), and the promises of the writes they came from.
+    private var pending: ByteBuffer?
+    private var pendingPromises: [EventLoopPromise<Void>] = []
+
+    // Receiving: flow-controlled bytes not yet given back with WINDOW_UPDATE.
+    private var receivedUnacknowledged = 0
+    private var streamReceived: [Int32: Int] = [:]
+
+    init() {
+        encoder = HPACKEncoder(allocator: ByteBufferAllocator(), useHuffmanEncoding: false)
+        decoder = HPACKDecoder(allocator: ByteBufferAllocator(), maxDynamicTableSize: HPACKDecoder.maxDynamicTableSize,
+                               maxHeaderListSize: 16 << 10)
+    }
+
+    // MARK: Connection start
+
+    func channelActive(context: ChannelHandlerContext) {
+        var buffer = context.channel.allocator.buffer(capacity: 64)
+        buffer.writeStaticString("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        Self.writeFrameHeader(&buffer, length: 6 * Self.initialSettings.count, type: 0x4, flags: 0, streamID: 0)
+        for setting in Self.initialSettings {
+            buffer.writeInteger(setting.parameter)
+            buffer.writeInteger(setting.value)
+        }
+        Self.writeFrameHeader(&buffer, length: 4, type: 0x8, flags: 0, streamID: 0)
+        buffer.writeInteger(UInt32(Self.connectionReceiveWindow - Self.defaultWindow))
+        context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
+        context.fireChannelActive()
+    }
+
+    // MARK: Reading
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var bytes = unwrapInboundIn(data)
+        if inbound == nil || inbound!.readableBytes == 0 {
+            inbound = bytes
+        } else {
+            inbound!.writeBuffer(&bytes)
+        }
+        do {
+            var replies: ByteBuffer?
+            while let (type, flags, streamID, payload) = try nextFrame() {
+                try handle(type: type, flags: flags, streamID: streamID, payload: payload, context: context, replies: &replies)
+            }
+            if var replies {
+                append(&replies, context: context)
+                flushPending(context: context)
+            }
+            if inbound?.readableBytes == 0 { inbound = nil } else { inbound?.discardReadBytes() }
+        } catch {
+            inbound = nil
+            context.fireErrorCaught(error)
+        }
+    }
+
+    /// The next complete frame in `inbound`, if there is one.
+    private func nextFrame() throws(ProtocolError) -> (UInt8, UInt8, Int32, ByteBuffer)? {
+        guard var buffer = inbound, buffer.readableBytes >= 9 else { return nil }
+        let start = buffer.readerIndex
+        let length = Int(buffer.getInteger(at: start, as: UInt8.self)!) << 16 | Int(buffer.getInteger(at: start + 1, as: UInt16.self)!)
+        guard length <= Self.maxFrameSize else {
+            throw ProtocolError(code: .frameSizeError, description: "the server sent a frame of \(length) bytes, over the \(Self.maxFrameSize)-byte maximum")
+        }
+        guard buffer.readableBytes >= 9 + length else { return nil }
+        let type = buffer.getInteger(at: start + 3, as: UInt8.self)!
+        let flags = buffer.getInteger(at: start + 4, as: UInt8.self)!
+        let streamID = Int32(bitPattern: buffer.getInteger(at: start + 5, as: UInt32.self)! & 0x7FFF_FFFF)
+        let payload = buffer.getSlice(at: start + 9, length: length)!
+        buffer.moveReaderIndex(forwardBy: 9 + length)
+        inbound = buffer
+        return (type, flags, streamID, payload)
+    }
+
+    private func handle(type: UInt8, flags: UInt8, streamID: Int32, payload: ByteBuffer, context: ChannelHandlerContext,
+                        replies: inout ByteBuffer?) throws(ProtocolError) {
+        if let continuing, type != 0x9 || streamID != continuing.streamID {
+            throw ProtocolError(code: .protocolError, description: "a header block on stream \(continuing.streamID) was interrupted by another frame")
+        }
+        var payload = payload
+        switch type {
+        case 0x0:  // DATA
+            guard streamID != 0 else { throw ProtocolError(code: .protocolError, description: "DATA on stream 0") }
+            let flowControlled = payload.readableBytes
+            let body = try Self.unpadded(&payload, flags: flags)
+            consumeReceived(flowControlled, streamID: streamID, endStream: flags & 0x1 != 0, context: context, replies: &replies)
+            fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .data(.init(data: .byteBuffer(body), endStream: flags & 0x1 != 0))))
+        case 0x1:  // HEADERS
+            guard streamID != 0 else { throw ProtocolError(code: .protocolError, description: "HEADERS on stream 0") }
+            var fragment = try Self.unpadded(&payload, flags: flags)
+            if flags & 0x20 != 0 {  // PRIORITY
+                guard fragment.readableBytes >= 5 else { throw ProtocolError(code: .frameSizeError, description: "a HEADERS frame too short for its priority") }
+                fragment.moveReaderIndex(forwardBy: 5)
+            }
+            if flags & 0x4 != 0 {  // END_HEADERS
+                try emitHeaders(block: fragment, streamID: streamID, endStream: flags & 0x1 != 0, context: context)
+            } else {
+                continuing = (streamID, flags & 0x1 != 0, fragment)
+            }
+        case 0x9:  // CONTINUATION
+            guard var current = continuing, current.streamID == streamID else {
+                throw ProtocolError(code: .protocolError, description: "CONTINUATION without a header block to continue")
+            }
+            current.block.writeBuffer(&payload)
+            guard current.block.readableBytes <= 64 << 10 else {
+                throw ProtocolError(code: .enhanceYourCalm, description: "a header block over 64 KiB")
+            }
+            if flags & 0x4 != 0 {
+                continuing = nil
+                try emitHeaders(block: current.block, streamID: streamID, endStream: current.endStream, context: context)
+            } else {
+                continuing = current
+            }
+        case 0x3:  // RST_STREAM
+            guard payload.readableBytes == 4, let code = payload.readInteger(as: UInt32.self) else {
+                throw ProtocolError(code: .frameSizeError, description: "RST_STREAM of \(payload.readableBytes) bytes")
+            }
+            streamWindowAdjustments[streamID] = nil
+            streamReceived[streamID] = nil
+            fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .rstStream(HTTP2ErrorCode(networkCode: Int(code)))))
+        case 0x4:  // SETTINGS
+            guard streamID == 0 else { throw ProtocolError(code: .protocolError, description: "SETTINGS on stream \(streamID)") }
+            if flags & 0x1 != 0 { return }  // our settings were acknowledged
+            guard payload.readableBytes % 6 == 0 else { throw ProtocolError(code: .frameSizeError, description: "SETTINGS of \(payload.readableBytes) bytes") }
+            var settings: [HTTP2Setting] = []
+            while let parameter = payload.readInteger(as: UInt16.self), let value = payload.readInteger(as: UInt32.self) {
+                try apply(parameter: parameter, value: value)
+                settings.append(HTTP2Setting(parameter: HTTP2SettingsParameter(extensionSetting: Int(parameter)), value: Int(value)))
+            }
+            var reply = replies ?? context.channel.allocator.buffer(capacity: 64)
+            Self.writeFrameHeader(&reply, length: 0, type: 0x4, flags: 0x1, streamID: 0)
+            replies = reply
+            fire(context, HTTP2Frame(streamID: .rootStream, payload: .settings(.settings(settings))))
+            drainBlocked(context: context)
+        case 0x6:  // PING
+            guard streamID == 0, payload.readableBytes == 8 else { throw ProtocolError(code: .protocolError, description: "a malformed PING") }
+            let opaque = payload.readInteger(as: UInt64.self)!
+            if flags & 0x1 != 0 {
+                fire(context, HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: opaque), ack: true)))
+            } else {
+                var reply = replies ?? context.channel.allocator.buffer(capacity: 64)
+                Self.writeFrameHeader(&reply, length: 8, type: 0x6, flags: 0x1, streamID: 0)
+                reply.writeInteger(opaque)
+                replies = reply
+            }
+        case 0x7:  // GOAWAY
+            guard streamID == 0, payload.readableBytes >= 8 else { throw ProtocolError(code: .protocolError, description: "a malformed GOAWAY") }
+            let last = Int32(bitPattern: payload.readInteger(as: UInt32.self)! & 0x7FFF_FFFF)
+            let code = payload.readInteger(as: UInt32.self)!
+            fire(context, HTTP2Frame(streamID: .rootStream, payload: .goAway(
+                lastStreamID: HTTP2StreamID(last), errorCode: HTTP2ErrorCode(networkCode: Int(code)),
+                opaqueData: payload.readableBytes > 0 ? payload : nil)))
+        case 0x8:  // WINDOW_UPDATE
+            guard payload.readableBytes == 4 else { throw ProtocolError(code: .frameSizeError, description: "WINDOW_UPDATE of \(payload.readableBytes) bytes") }
+            let increment = Int(payload.readInteger(as: UInt32.self)! & 0x7FFF_FFFF)
+            if streamID == 0 {
+                guard increment > 0 else { throw ProtocolError(code: .protocolError, description: "a connection WINDOW_UPDATE of 0") }
+                sendWindow += increment
+                guard sendWindow <= Int(Int32.max) else { throw ProtocolError(code: .flowControlError, description: "the connection window overflowed") }
+            } else if blocked[blockedStart...].contains(where: { $0.streamID == streamID }) {
+                // Only a stream whose DATA waits has a window that still matters: every other
+                // stream sent its one DATA frame with END_STREAM already.
+                streamWindowAdjustments[streamID, default: 0] += increment
+            }
+            drainBlocked(context: context)
+        case 0x5:  // PUSH_PROMISE: refused by SETTINGS_ENABLE_PUSH = 0
+            throw ProtocolError(code: .protocolError, description: "PUSH_PROMISE although push is disabled")
+        default:  // PRIORITY and unknown frame types are ignored (RFC 9113 §4.1, §5.5)
+            break
+        }
+    }
+
+    private func apply(parameter: UInt16, value: UInt32) throws(ProtocolError) {
+        switch parameter {
+        case 1:  // SETTINGS_HEADER_TABLE_SIZE: the most the server's decoder keeps
+            do { try encoder.setDynamicTableSize(min(Int(value), HPACKEncoder.defaultDynamicTableSize)) } catch {
+                throw ProtocolError(code: .compressionError, description: "cannot resize the HPACK table: \(error)")
+            }
+        case 4:  // SETTINGS_INITIAL_WINDOW_SIZE: applies to every stream's send window
+            guard value <= UInt32(Int32.max) else { throw ProtocolError(code: .flowControlError, description: "an initial window of \(value)") }
+            peerInitialWindow = Int(value)
+        case 5:  // SETTINGS_MAX_FRAME_SIZE
+            guard (16_384...16_777_215).contains(value) else { throw ProtocolError(code: .protocolError, description: "a maximum frame size of \(value)") }
+            peerMaxFrameSize = Int(value)
+        default:
+            break
+        }
+    }
+
+    private func emitHeaders(block: ByteBuffer, streamID: Int32, endStream: Bool, context: ChannelHandlerContext) throws(ProtocolError) {
+        var block = block
+        let headers: HPACKHeaders
+        do { headers = try decoder.decodeHeaders(from: &block) } catch {
+            throw ProtocolError(code: .compressionError, description: "cannot decode a header block: \(error)")
+        }
+        if endStream { streamReceived[streamID] = nil }
+        fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .headers(.init(headers: headers, endStream: endStream))))
+    }
+
+    /// Gives received flow-controlled bytes back once half of a window is used.
+    private func consumeReceived(_ count: Int, streamID: Int32, endStream: Bool, context: ChannelHandlerContext, replies: inout ByteBuffer?) {
+        guard count > 0 else { return }
+        receivedUnacknowledged += count
+        if receivedUnacknowledged >= Self.connectionReceiveWindow / 2 {
+            var reply = replies ?? context.channel.allocator.buffer(capacity: 64)
+            Self.writeFrameHeader(&reply, length: 4, type: 0x8, flags: 0, streamID: 0)
+            reply.writeInteger(UInt32(receivedUnacknowledged))
+            replies = reply
+            receivedUnacknowledged = 0
+        }
+        if endStream {
+            streamReceived[streamID] = nil
+            return
+        }
+        let total = streamReceived[streamID, default: 0] + count
+        if total >= Int(Self.initialSettings[2].value) / 2 {
+            var reply = replies ?? context.channel.allocator.buffer(capacity: 64)
+            Self.writeFrameHeader(&reply, length: 4, type: 0x8, flags: 0, streamID: streamID)
+            reply.writeInteger(UInt32(total))
+            replies = reply
+            streamReceived[streamID] = 0
+        } else {
+            streamReceived[streamID] = total
+        }
+    }
+
+    private func fire(_ context: ChannelHandlerContext, _ frame: HTTP2Frame) {
+        context.fireChannelRead(wrapInboundOut(frame))
+    }
+
+    private static func unpadded(_ payload: inout ByteBuffer, flags: UInt8) throws(ProtocolError) -> ByteBuffer {
+        guard flags & 0x8 != 0 else { return payload }  // PADDED
+        guard let padding = payload.readInteger(as: UInt8.self), Int(padding) <= payload.readableBytes else {
+            throw ProtocolError(code: .protocolError, description: "padding longer than its frame")
+        }
+        return payload.getSlice(at: payload.readerIndex, length: payload.readableBytes - Int(padding))!
+    }
+
+    // MARK: Writing
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        let frame = unwrapOutboundIn(data)
+        let streamID = Int32(frame.streamID)
+        var buffer = pending ?? context.channel.allocator.buffer(capacity: 16 << 10)
+        pending = nil
+        defer { pending = buffer }
+        switch frame.payload {
+        case .headers(let headers):
+            // Encoded in place after a frame header whose length is filled in afterwards; a
+            // block longer than the server's frame size moves on to CONTINUATION frames.
+            let headerStart = buffer.writerIndex
+            Self.writeFrameHeader(&buffer, length: 0, type: 0x1, flags: headers.endStream ? 0x5 : 0x4, streamID: streamID)
+            let blockStart = buffer.writerIndex
+            do { try encoder.encode(headers: headers.headers, to: &buffer) } catch {
+                buffer.moveWriterIndex(to: headerStart)
+                promise?.fail(error)
+                context.fireErrorCaught(ProtocolError(code: .compressionError, description: "cannot encode a header block: \(error)"))
+                return
+            }
+            let length = buffer.writerIndex - blockStart
+            if length <= peerMaxFrameSize {
+                buffer.setInteger(UInt8(truncatingIfNeeded: length >> 16), at: headerStart)
+                buffer.setInteger(UInt16(truncatingIfNeeded: length), at: headerStart + 1)
+            } else {
+                var block = buffer.getSlice(at: blockStart, length: length)!
+                buffer.moveWriterIndex(to: headerStart)
+                var first = true
+                repeat {
+                    let chunk = block.readSlice(length: min(block.readableBytes, peerMaxFrameSize))!
+                    let last = block.readableBytes == 0
+                    let flags: UInt8 = (last ? 0x4 : 0) | (first && headers.endStream ? 0x1 : 0)
+                    Self.writeFrameHeader(&buffer, length: chunk.readableBytes, type: first ? 0x1 : 0x9, flags: flags, streamID: streamID)
+                    buffer.writeImmutableBuffer(chunk)
+                    first = false
+                } while block.readableBytes > 0
+            }
+        case .data(let data):
+            guard case .byteBuffer(let body) = data.data else {
+                promise?.fail(ProtocolError(code: .internalError, description: "file regions are not sent"))
+                return
+            }
+            if blockedStart < blocked.count || !fits(body.readableBytes, streamID: streamID) {
+                // Waits for WINDOW_UPDATE; the frames written so far go out as usual.
+                blocked.append((streamID, body, data.endStream))
+                promise?.succeed()
+                return
+            }
+            writeData(body, streamID: streamID, endStream: data.endStream, into: &buffer)
+        case .ping(let ping, let ack):
+            Self.writeFrameHeader(&buffer, length: 8, type: 0x6, flags: ack ? 0x1 : 0, streamID: 0)
+            withUnsafeBytes(of: ping.bytes) { buffer.writeBytes($0) }
+        case .rstStream(let code):
+            Self.writeFrameHeader(&buffer, length: 4, type: 0x3, flags: 0, streamID: streamID)
+            buffer.writeInteger(UInt32(code.networkCode))
+        case .goAway(let last, let code, _):
+            Self.writeFrameHeader(&buffer, length: 8, type: 0x7, flags: 0, streamID: 0)
+            buffer.writeInteger(UInt32(Int32(last)))
+            buffer.writeInteger(UInt32(code.networkCode))
+        default:
+            promise?.fail(ProtocolError(code: .internalError, description: "the client does not send \(frame.payload) frames"))
+            return
+        }
+        if let promise { pendingPromises.append(promise) }
+    }
+
+    func flush(context: ChannelHandlerContext) {
+        flushPending(context: context)
+    }
+
+    /// Adds already encoded frames to what the next flush sends.
+    private func append(_ bytes: inout ByteBuffer, context: ChannelHandlerContext) {
+        if pending == nil {
+            pending = bytes
+        } else {
+            pending!.writeBuffer(&bytes)
+        }
+    }
+
+    private func flushPending(context: ChannelHandlerContext) {
+        if let buffer = pending, buffer.readableBytes > 0 {
+            pending = nil
+            var promise: EventLoopPromise<Void>? = nil
+            if !pendingPromises.isEmpty {
+                let promises = pendingPromises
+                pendingPromises.removeAll()
+                let combined = context.eventLoop.makePromise(of: Void.self)
+                combined.futureResult.whenComplete { result in
+                    for p in promises { p.completeWith(result) }
+                }
+                promise = combined
+            }
+            context.write(wrapOutboundOut(buffer), promise: promise)
+        }
+        context.flush()
+    }
+
+    /// Whether a DATA frame of `count` bytes fits both windows.
+    private func fits(_ count: Int, streamID: Int32) -> Bool {
+        count <= sendWindow && count <= peerInitialWindow + streamWindowAdjustments[streamID, default: 0]
+    }
+
+    private func writeData(_ body: ByteBuffer, streamID: Int32, endStream: Bool, into buffer: inout ByteBuffer) {
+        let count = body.readableBytes
+        sendWindow -= count
+        if endStream {
+            streamWindowAdjustments[streamID] = nil
+        } else if count > 0 {
+            streamWindowAdjustments[streamID, default: 0] -= count
+        }
+        var body = body
+        // Split at the server's frame size (bodies are at most 5 KiB, well under 16 KiB).
+        repeat {
+            let chunk = body.readSlice(length: min(body.readableBytes, peerMaxFrameSize))!
+            let last = body.readableBytes == 0
+            Self.writeFrameHeader(&buffer, length: chunk.readableBytes, type: 0x0, flags: last && endStream ? 0x1 : 0, streamID: streamID)
+            buffer.writeImmutableBuffer(chunk)
+        } while body.readableBytes > 0
+    }
+
+    /// Writes the DATA frames that now fit, in order.
+    private func drainBlocked(context: ChannelHandlerContext) {
+        guard blockedStart < blocked.count else { return }
+        var buffer = pending ?? context.channel.allocator.buffer(capacity: 4096)
+        pending = nil
+        while blockedStart < blocked.count, fits(blocked[blockedStart].body.readableBytes, streamID: blocked[blockedStart].streamID) {
+            let entry = blocked[blockedStart]
+            blockedStart += 1
+            writeData(entry.body, streamID: entry.streamID, endStream: entry.endStream, into: &buffer)
+        }
+        if blockedStart == blocked.count {
+            blocked.removeAll(keepingCapacity: true)
+            blockedStart = 0
+        }
+        pending = buffer
+        flushPending(context: context)
+    }
+
+    private static func writeFrameHeader(_ buffer: inout ByteBuffer, length: Int, type: UInt8, flags: UInt8, streamID: Int32) {
+        buffer.writeInteger(UInt8(truncatingIfNeeded: length >> 16))
+        buffer.writeInteger(UInt16(truncatingIfNeeded: length))
+        buffer.writeInteger(type)
+        buffer.writeInteger(flags)
+        buffer.writeInteger(UInt32(bitPattern: streamID) & 0x7FFF_FFFF)
+    }
+}
