@@ -34,7 +34,9 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(hex.utf8.count / 2)
         var high: UInt8? = nil
-        for (offset, char) in hex.utf8.enumerated() {
+        var position = 0  // 1-based, for the error message
+        for char in hex.utf8 {
+            position += 1
             let nibble: UInt8
             switch char {
             case UInt8(ascii: "0")...UInt8(ascii: "9"): nibble = char - UInt8(ascii: "0")
@@ -44,7 +46,7 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
             default:
                 throw APNSError(
                     .invalidDeviceToken,
-                    "device token \(Self.redact(hex)) has a character that is not a hex digit at position \(offset + 1)"
+                    "device token \(Self.redact(hex)) has a character that is not a hex digit at position \(position)"
                 )
             }
             if let h = high {

@@ -61,13 +61,48 @@ public struct JobParser: Sendable {
     /// priority 1 (§1.3, §3.3).
     public var http2Apps: Set<String> = []
 
-    static let topLevelKeys: Set<String> = [
-        "id", "app", "token", "tokens", "aps", "alert", "badge", "sound", "contentAvailable",
-        "mutableContent", "category", "threadId", "urlArgs", "mdm", "payload", "expiry", "priority",
-        "truncateAtWordEnd", "env", "registeredAt", "retryLimit", "pushType", "collapseId",
-    ]
-
     public init() {}
+
+    /// A job's top-level members, sorted out in one pass over the object (a dictionary lookup
+    /// per known key would hash every key name for every job).
+    struct Fields {
+        var id, app, token, tokens, aps, alert, badge, sound, contentAvailable, mutableContent: JSONValue?
+        var category, threadId, urlArgs, mdm, payload, expiry, priority, truncateAtWordEnd, env: JSONValue?
+        var registeredAt, retryLimit, pushType, collapseId: JSONValue?
+        /// Member names that are not job fields.
+        var unknown: [String] = []
+
+        init(_ members: [String: JSONValue]) {
+            for (key, value) in members {
+                switch key {
+                case "id": id = value
+                case "app": app = value
+                case "token": token = value
+                case "tokens": tokens = value
+                case "aps": aps = value
+                case "alert": alert = value
+                case "badge": badge = value
+                case "sound": sound = value
+                case "contentAvailable": contentAvailable = value
+                case "mutableContent": mutableContent = value
+                case "category": category = value
+                case "threadId": threadId = value
+                case "urlArgs": urlArgs = value
+                case "mdm": mdm = value
+                case "payload": payload = value
+                case "expiry": expiry = value
+                case "priority": priority = value
+                case "truncateAtWordEnd": truncateAtWordEnd = value
+                case "env": env = value
+                case "registeredAt": registeredAt = value
+                case "retryLimit": retryLimit = value
+                case "pushType": pushType = value
+                case "collapseId": collapseId = value
+                default: unknown.append(key)
+                }
+            }
+        }
+    }
 
     public func parse(_ bytes: [UInt8]) -> JobParseResult {
         guard bytes.count <= maxMessageBytes else {
@@ -80,18 +115,19 @@ public struct JobParser: Sendable {
         } catch {
             return .unreadable(jobId: nil, app: nil, reason: "the message is not valid JSON: \(error.message)")
         }
-        guard case .object(let fields) = document else {
+        guard case .object(let members) = document else {
             return .unreadable(jobId: nil, app: nil, reason: "the message is JSON but not an object; a job is a JSON object with id, app and token or tokens")
         }
-        let app = fields["app"]?.stringValue
-        guard let idValue = fields["id"] else {
+        let fields = Fields(members)
+        let app = fields.app?.stringValue
+        guard let idValue = fields.id else {
             return .unreadable(jobId: nil, app: app, reason: "the job has no \"id\"; every job needs a string id, its idempotency key")
         }
         guard let id = idValue.stringValue, !id.isEmpty, id.utf8.count <= 256 else {
             return .unreadable(jobId: nil, app: app, reason: "the job's \"id\" must be a string of 1 to 256 bytes")
         }
         let rawTokens: [String]
-        switch (fields["token"], fields["tokens"]) {
+        switch (fields.token, fields.tokens) {
         case (nil, nil):
             return .unreadable(jobId: id, app: app, reason: "the job has neither \"token\" nor \"tokens\"")
         case (.some, .some):
@@ -138,10 +174,10 @@ public struct JobParser: Sendable {
         }
 
         guard let app else {
-            return reject(fields["app"] == nil ? "the job has no \"app\"; name one of the configured apps"
-                                               : "\"app\" must be a string naming a configured app")
+            return reject(fields.app == nil ? "the job has no \"app\"; name one of the configured apps"
+                                            : "\"app\" must be a string naming a configured app")
         }
-        if let unknown = fields.keys.filter({ !Self.topLevelKeys.contains($0) }).sorted().first {
+        if let unknown = fields.unknown.min() {
             return reject("the job has an unknown field \"\(unknown)\"; see docs/jobs.md for the fields a job may have")
         }
         var job = Job(id: id, app: app, environment: nil, tokens: tokens, notification: APNSNotification())
@@ -171,29 +207,29 @@ public struct JobParser: Sendable {
 
     // MARK: Fields
 
-    private func fill(_ job: inout Job, from fields: [String: JSONValue]) throws(JobFieldError) {
+    private func fill(_ job: inout Job, from fields: Fields) throws(JobFieldError) {
         var n = APNSNotification()
-        if let aps = fields["aps"] {
+        if let aps = fields.aps {
             guard let dict = aps.objectValue else { throw JobFieldError("\"aps\" must be an object") }
             try applyAPS(dict, to: &n)
         }
-        if let v = fields["alert"] { n.alert = try alert(v, "alert") }
-        if let v = fields["badge"] { n.badge = try nonNegativeInt(v, "badge") }
-        if let v = fields["sound"] { n.sound = try sound(v, "sound") }
-        if let v = fields["contentAvailable"] { n.contentAvailable = try bool(v, "contentAvailable") }
-        if let v = fields["mutableContent"] { n.mutableContent = try bool(v, "mutableContent") }
-        if let v = fields["category"] { n.category = try string(v, "category") }
-        if let v = fields["threadId"] { n.threadId = try string(v, "threadId") }
-        if let v = fields["urlArgs"] { n.urlArgs = try strings(v, "urlArgs") }
-        if let v = fields["mdm"] { n.mdm = try string(v, "mdm") }
-        if let v = fields["pushType"] {
+        if let v = fields.alert { n.alert = try alert(v, "alert") }
+        if let v = fields.badge { n.badge = try nonNegativeInt(v, "badge") }
+        if let v = fields.sound { n.sound = try sound(v, "sound") }
+        if let v = fields.contentAvailable { n.contentAvailable = try bool(v, "contentAvailable") }
+        if let v = fields.mutableContent { n.mutableContent = try bool(v, "mutableContent") }
+        if let v = fields.category { n.category = try string(v, "category") }
+        if let v = fields.threadId { n.threadId = try string(v, "threadId") }
+        if let v = fields.urlArgs { n.urlArgs = try strings(v, "urlArgs") }
+        if let v = fields.mdm { n.mdm = try string(v, "mdm") }
+        if let v = fields.pushType {
             let text = try string(v, "pushType")
             guard APNSPushType(rawValue: text) != nil else {
                 throw JobFieldError("\"pushType\" must be one of \(APNSPushType.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(text)\"")
             }
             n.pushType = text
         }
-        if let v = fields["collapseId"] {
+        if let v = fields.collapseId {
             let text = try string(v, "collapseId")
             do {
                 try APNSHTTP2Request.validate(collapseID: text)
@@ -202,14 +238,14 @@ public struct JobParser: Sendable {
             }
             n.collapseId = text
         }
-        if let v = fields["payload"] {
+        if let v = fields.payload {
             guard let custom = v.objectValue else { throw JobFieldError("\"payload\" must be an object of custom keys") }
             guard custom["aps"] == nil else {
                 throw JobFieldError("\"payload\" may not contain \"aps\"; put aps fields in \"aps\" or the convenience fields")
             }
             n.custom = custom
         }
-        if let v = fields["expiry"] {
+        if let v = fields.expiry {
             switch v {
             case .int(let seconds):
                 guard seconds >= 0, seconds <= Int64(UInt32.max) else {
@@ -222,21 +258,21 @@ public struct JobParser: Sendable {
                 throw JobFieldError("\"expiry\" must be a UNIX time in seconds or a string such as \"30m\" or \"1d\"")
             }
         }
-        if let v = fields["priority"] {
+        if let v = fields.priority {
             guard let raw = v.intValue, let priority = APNSPriority(rawValue: Int(raw)) else {
                 throw JobFieldError("\"priority\" must be 10 (immediate), 5 (power-considerate) or 1 (low, HTTP/2 apps only)")
             }
             n.priority = priority
         }
-        if let v = fields["truncateAtWordEnd"] { n.truncateAtWordEnd = try bool(v, "truncateAtWordEnd") }
-        if let v = fields["retryLimit"] { n.retryLimit = try nonNegativeInt(v, "retryLimit") }
-        if let v = fields["env"] {
+        if let v = fields.truncateAtWordEnd { n.truncateAtWordEnd = try bool(v, "truncateAtWordEnd") }
+        if let v = fields.retryLimit { n.retryLimit = try nonNegativeInt(v, "retryLimit") }
+        if let v = fields.env {
             guard let env = v.stringValue, env == "production" || env == "sandbox" else {
                 throw JobFieldError("\"env\" must be \"production\" or \"sandbox\"")
             }
             job.environment = env
         }
-        if let v = fields["registeredAt"] {
+        if let v = fields.registeredAt {
             guard let seconds = v.intValue, seconds >= 0 else {
                 throw JobFieldError("\"registeredAt\" must be a UNIX time in seconds")
             }

@@ -44,13 +44,18 @@ public final class Worker: Sendable {
         let registeredAt: Int64?
         /// The notification and its payload, handed to the pool by reference.
         let content: APNSSubmission.Content
+        /// The app's rate limits (0: none), looked up once per job.
+        let appPerSecond: Int
+        let devicePerHour: Int
 
-        init(_ job: Job, environment: APNSEnvironment) {
+        init(_ job: Job, environment: APNSEnvironment, app options: AppOptions) {
             jobId = job.id
             app = job.app
             self.environment = environment
             registeredAt = job.registeredAt
             content = APNSSubmission.Content(notification: job.notification, payload: job.payload)
+            appPerSecond = options.appPerSecond
+            devicePerHour = options.devicePerHour
         }
     }
 
@@ -354,7 +359,7 @@ public final class Worker: Sendable {
                     }
                     break
                 }
-                let shared = SharedJob(job, environment: environment)
+                let shared = SharedJob(job, environment: environment, app: app)
                 for token in job.tokens {
                     switch token {
                     case .malformed(let text, let reason):
@@ -444,11 +449,10 @@ public final class Worker: Sendable {
 
         let now = Self.nowMilliseconds()
         let requests = ready.map { c in
-            let app = options.apps[c.app]
-            return NotificationStore.ClaimRequest(
+            NotificationStore.ClaimRequest(
                 resultId: c.resultId, partition: c.ref.partition.partition, offset: c.ref.offset, app: c.app,
                 environment: c.environment.rawValue, token: c.tokenHex, registeredAt: c.registeredAt,
-                appPerSecond: app?.appPerSecond ?? 0, devicePerHour: app?.devicePerHour ?? 0)
+                appPerSecond: c.job.appPerSecond, devicePerHour: c.job.devicePerHour)
         }
         let decisions: [NotificationStore.ClaimDecision]
         do {
@@ -512,7 +516,7 @@ public final class Worker: Sendable {
                 case .rateLimited:
                     let result = WorkerResult(kind: .transmissionError, resultId: c.resultId, jobId: c.jobId, app: c.app,
                                               environment: c.environment.rawValue, token: c.tokenHex, status: .rateLimited,
-                                              reason: "the device reached its limit of \(options.apps[c.app]?.devicePerHour ?? 0) notifications per hour",
+                                              reason: "the device reached its limit of \(c.job.devicePerHour) notifications per hour",
                                               attempts: 0, possibleDuplicate: false, worker: worker, at: now)
                     results.append(Outgoing(ref: c.ref, resultId: c.resultId, key: result.key, value: result.serialized(), record: true))
                 }
