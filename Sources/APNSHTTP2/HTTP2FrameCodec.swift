@@ -338,8 +338,9 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
                 return
             }
             if blockedStart < blocked.count || !fits(body.readableBytes, streamID: streamID) {
-                // Waits for WINDOW_UPDATE; the frames written so far go out as usual.
+                // What fits goes now; the rest waits for WINDOW_UPDATE, in order.
                 blocked.append((streamID, body, data.endStream))
+                sendWhatFits(into: &buffer)
                 promise?.succeed()
                 return
             }
@@ -415,22 +416,38 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
         } while body.readableBytes > 0
     }
 
-    /// Writes the DATA frames that now fit, in order.
+    /// Writes the waiting DATA that now fits and sends it.
     private func drainBlocked(context: ChannelHandlerContext) {
         guard blockedStart < blocked.count else { return }
         var buffer = pending ?? context.channel.allocator.buffer(capacity: 4096)
         pending = nil
-        while blockedStart < blocked.count, fits(blocked[blockedStart].body.readableBytes, streamID: blocked[blockedStart].streamID) {
+        sendWhatFits(into: &buffer)
+        pending = buffer
+        flushPending(context: context)
+    }
+
+    /// Writes waiting DATA in order, as much as the windows allow: a body larger than what is
+    /// open goes in parts (RFC 9113 §6.9), the first waiting stream holding up the others.
+    private func sendWhatFits(into buffer: inout ByteBuffer) {
+        while blockedStart < blocked.count {
             let entry = blocked[blockedStart]
-            blockedStart += 1
-            writeData(entry.body, streamID: entry.streamID, endStream: entry.endStream, into: &buffer)
+            let window = min(sendWindow, peerInitialWindow + streamWindowAdjustments[entry.streamID, default: 0])
+            if entry.body.readableBytes <= window {
+                blockedStart += 1
+                writeData(entry.body, streamID: entry.streamID, endStream: entry.endStream, into: &buffer)
+                continue
+            }
+            guard window > 0 else { break }
+            var rest = entry.body
+            let part = rest.readSlice(length: window)!
+            writeData(part, streamID: entry.streamID, endStream: false, into: &buffer)
+            blocked[blockedStart].body = rest
+            break
         }
         if blockedStart == blocked.count {
             blocked.removeAll(keepingCapacity: true)
             blockedStart = 0
         }
-        pending = buffer
-        flushPending(context: context)
     }
 
     private static func writeFrameHeader(_ buffer: inout ByteBuffer, length: Int, type: UInt8, flags: UInt8, streamID: Int32) {

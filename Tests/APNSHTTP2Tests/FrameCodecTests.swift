@@ -119,11 +119,15 @@ import Testing
         _ = try Self.written(channel)
         try Self.request(channel, stream: 1, body: 80)
         try Self.request(channel, stream: 3, body: 10)
-        // HEADERS of both streams go out; stream 1's DATA waits, and stream 3's waits behind it.
-        #expect(try Self.written(channel).map(\.type) == [0x1, 0x1])
+        // Stream 1 sends the 50 bytes its window allows, without END_STREAM; stream 3's DATA
+        // waits behind the rest.
+        let first = try Self.written(channel)
+        #expect(first.map(\.type) == [0x1, 0x0, 0x1])
+        #expect(first[1].streamID == 1 && first[1].payload.count == 50 && first[1].flags == 0)
         try channel.writeInbound(Self.bytes([Self.windowUpdate(1, 30)]))
         let released = try Self.written(channel)
-        #expect(released.map(\.streamID) == [1, 3] && released.map(\.payload.count) == [80, 10])
+        #expect(released.map(\.streamID) == [1, 3] && released.map(\.payload.count) == [30, 10])
+        #expect(released.map(\.flags) == [0x1, 0x1])
         // The connection window (65,535 - 90 left) holds a 65,445-byte body but not one more byte.
         try channel.writeInbound(Self.bytes([Self.settings([(4, 1 << 20)])]))
         _ = try channel.readInbound(as: HTTP2Frame.self)

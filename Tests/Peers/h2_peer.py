@@ -244,6 +244,8 @@ class Peer:
             with open(args.bad_tokens, encoding="utf-8") as f:
                 self.bad_tokens = {ln.strip().lower() for ln in f if ln.strip()}
         self.max_streams: int = args.max_streams
+        self.initial_window: int = args.initial_window
+        self.header_table_size: int = args.header_table_size
         self.record_file = open(args.record, "w", encoding="utf-8")
         self.record_dirty = False
         self.connections = 0
@@ -353,6 +355,8 @@ class Connection:
             initial_values={
                 h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: peer.max_streams,
                 h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 65536,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: peer.initial_window,
+                h2.settings.SettingCodes.HEADER_TABLE_SIZE: peer.header_table_size,
             },
         )
         self.requests: dict[int, Request] = {}
@@ -612,6 +616,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--client-ca", help="CA (PEM) for optional client certificates")
     p.add_argument("--max-streams", type=int, default=100, help="SETTINGS_MAX_CONCURRENT_STREAMS")
     p.add_argument("--bad-tokens", help="file of device tokens (hex, one per line) -> BadDeviceToken")
+    p.add_argument("--initial-window", type=int, default=65535,
+                   help="SETTINGS_INITIAL_WINDOW_SIZE: how much DATA a stream may send before a WINDOW_UPDATE")
+    p.add_argument("--header-table-size", type=int, default=4096,
+                   help="SETTINGS_HEADER_TABLE_SIZE: the HPACK dynamic table the client may use")
     args = p.parse_args(argv)
     if args.max_streams < 1:
         p.error("--max-streams must be >= 1")
