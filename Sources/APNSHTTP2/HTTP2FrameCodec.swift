@@ -40,6 +40,8 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
     static let maxFrameSize = 16_384
 
     private var inbound: ByteBuffer?
+    /// Set after a protocol error: the rest of the connection's bytes are not parsed.
+    private var failed = false
     private var encoder: HPACKEncoder
     private var decoder: HPACKDecoder
     /// A header block being continued: its stream, END_STREAM and the fragments so far.
@@ -87,9 +89,19 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
         context.fireChannelActive()
     }
 
+    func channelInactive(context: ChannelHandlerContext) {
+        // Writes that were never flushed will not be.
+        let promises = pendingPromises
+        pendingPromises.removeAll()
+        pending = nil
+        promises.forEach { $0.fail(ChannelError.ioOnClosedChannel) }
+        context.fireChannelInactive()
+    }
+
     // MARK: Reading
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !failed else { return }
         var bytes = unwrapInboundIn(data)
         if inbound == nil || inbound!.readableBytes == 0 {
             inbound = bytes
@@ -108,6 +120,7 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
             if inbound?.readableBytes == 0 { inbound = nil } else { inbound?.discardReadBytes() }
         } catch {
             inbound = nil
+            failed = true
             context.fireErrorCaught(error)
         }
     }
