@@ -360,7 +360,7 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
             writeData(body, streamID: streamID, endStream: data.endStream, into: &buffer)
         case .ping(let ping, let ack):
             Self.writeFrameHeader(&buffer, length: 8, type: 0x6, flags: ack ? 0x1 : 0, streamID: 0)
-            withUnsafeBytes(of: ping.bytes) { buffer.writeBytes($0) }
+            _ = withUnsafeBytes(of: ping.bytes) { buffer.writeBytes($0) }
         case .rstStream(let code):
             Self.writeFrameHeader(&buffer, length: 4, type: 0x3, flags: 0, streamID: streamID)
             buffer.writeInteger(UInt32(code.networkCode))

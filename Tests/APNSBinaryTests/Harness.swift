@@ -90,6 +90,9 @@ enum Harness {
             }
             group.addTask {
                 try await Task.sleep(for: limit)
+                // Abandon what is left, so that the event stream ends and the group can finish
+                // with the error instead of waiting for the reader for ever.
+                await client.shutdown(gracePeriod: .milliseconds(100))
                 throw TimeLimitExceeded(limit: limit)
             }
             var result: Run? = nil
