@@ -813,8 +813,9 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
                     try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniName))
                     // The frame layer: preface, SETTINGS (no server push, §3.2), HPACK and flow
                     // control; streams are the connection handler's.
-                    try sync.addHandler(HTTP2FrameCodec())
-                    try sync.addHandler(HTTP2ConnectionHandler(id: id, client: self, authority: authority, configuration: configuration))
+                    let codec = HTTP2FrameCodec()
+                    try sync.addHandler(codec)
+                    try sync.addHandler(HTTP2ConnectionHandler(id: id, client: self, codec: codec, authority: authority, configuration: configuration))
                 }
             }
         let connectTimeout = configuration.connectTimeout.timeAmount

@@ -35,6 +35,8 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
 
     let id: Int
     private let client: APNSHTTP2Client
+    /// The frame layer right below: requests are written into it directly.
+    private let codec: HTTP2FrameCodec
     private let authority: String
     private let pingInterval: TimeAmount
     private let pingTimeout: TimeAmount
@@ -57,9 +59,10 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
     /// Stream ids are 31 bits and never reused: a connection this close to the end is replaced.
     static let streamIDLimit: Int32 = Int32.max - 4096
 
-    init(id: Int, client: APNSHTTP2Client, authority: String, configuration: APNSHTTP2Configuration) {
+    init(id: Int, client: APNSHTTP2Client, codec: HTTP2FrameCodec, authority: String, configuration: APNSHTTP2Configuration) {
         self.id = id
         self.client = client
+        self.codec = codec
         self.authority = authority
         self.pingInterval = configuration.pingInterval.timeAmount
         self.pingTimeout = configuration.pingTimeout.timeAmount
@@ -234,19 +237,12 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
             return
         }
         lastStreamActivity = .now()
-        let allocator = context.channel.allocator
         for request in work.requests {
             let streamID = nextStreamID
             nextStreamID += 2
             var request = request
             request.attempts += 1
-            let http2StreamID = HTTP2StreamID(streamID)
-            let headers = request.headers(authority: authority, authorization: work.authorization)
-            context.write(wrapOutboundOut(HTTP2Frame(streamID: http2StreamID, payload: .headers(.init(headers: headers)))), promise: nil)
-            let body = allocator.buffer(bytes: request.body)
-            context.write(
-                wrapOutboundOut(HTTP2Frame(streamID: http2StreamID, payload: .data(.init(data: .byteBuffer(body), endStream: true)))),
-                promise: nil)
+            codec.writeRequest(request, streamID: streamID, authority: authority, authorization: work.authorization)
             streams[streamID] = OpenStream(request: request)
         }
         context.flush()

@@ -6,8 +6,8 @@ import NIOHTTP2
 /// ``HTTP2ConnectionHandler``: bytes in, ``HTTP2Frame`` values out, and the reverse.
 ///
 /// It does what a connection needs and no more: the preface, SETTINGS and their
-/// acknowledgement, PING answers, HPACK (NIOHPACK's encoder and decoder), header blocks split
-/// over CONTINUATION, and flow control in both directions. Stream state stays with
+/// acknowledgement, PING answers, HPACK (``HPACKRequestEncoder`` out, NIOHPACK's decoder in),
+/// header blocks split over CONTINUATION, and flow control in both directions. Stream state stays with
 /// ``HTTP2ConnectionHandler``, which opens streams in order, sends each request as one HEADERS
 /// and one DATA frame with END_STREAM, and matches answers. `NIOHTTP2Handler` does all of this
 /// through general stream state machines and a flow-control buffer that cost the sender about
@@ -42,7 +42,8 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
     private var inbound: ByteBuffer?
     /// Set after a protocol error: the rest of the connection's bytes are not parsed.
     private var failed = false
-    private var encoder: HPACKEncoder
+    private var encoder = HPACKRequestEncoder()
+    private let allocator = ByteBufferAllocator()
     private var decoder: HPACKDecoder
     /// A header block being continued: its stream, END_STREAM and the fragments so far.
     private var continuing: (streamID: Int32, endStream: Bool, block: ByteBuffer)?
@@ -68,7 +69,6 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
     private var streamReceived: [Int32: Int] = [:]
 
     init() {
-        encoder = HPACKEncoder(allocator: ByteBufferAllocator(), useHuffmanEncoding: false)
         decoder = HPACKDecoder(allocator: ByteBufferAllocator(), maxDynamicTableSize: HPACKDecoder.maxDynamicTableSize,
                                maxHeaderListSize: 16 << 10)
     }
@@ -244,9 +244,7 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
     private func apply(parameter: UInt16, value: UInt32) throws(ProtocolError) {
         switch parameter {
         case 1:  // SETTINGS_HEADER_TABLE_SIZE: the most the server's decoder keeps
-            do { try encoder.setDynamicTableSize(min(Int(value), HPACKEncoder.defaultDynamicTableSize)) } catch {
-                throw ProtocolError(code: .compressionError, description: "cannot resize the HPACK table: \(error)")
-            }
+            encoder.setMaxTableSize(Int(value))
         case 4:  // SETTINGS_INITIAL_WINDOW_SIZE: applies to every stream's send window
             guard value <= UInt32(Int32.max) else { throw ProtocolError(code: .flowControlError, description: "an initial window of \(value)") }
             peerInitialWindow = Int(value)
@@ -317,33 +315,8 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
         defer { pending = buffer }
         switch frame.payload {
         case .headers(let headers):
-            // Encoded in place after a frame header whose length is filled in afterwards; a
-            // block longer than the server's frame size moves on to CONTINUATION frames.
-            let headerStart = buffer.writerIndex
-            Self.writeFrameHeader(&buffer, length: 0, type: 0x1, flags: headers.endStream ? 0x5 : 0x4, streamID: streamID)
-            let blockStart = buffer.writerIndex
-            do { try encoder.encode(headers: headers.headers, to: &buffer) } catch {
-                buffer.moveWriterIndex(to: headerStart)
-                promise?.fail(error)
-                context.fireErrorCaught(ProtocolError(code: .compressionError, description: "cannot encode a header block: \(error)"))
-                return
-            }
-            let length = buffer.writerIndex - blockStart
-            if length <= peerMaxFrameSize {
-                buffer.setInteger(UInt8(truncatingIfNeeded: length >> 16), at: headerStart)
-                buffer.setInteger(UInt16(truncatingIfNeeded: length), at: headerStart + 1)
-            } else {
-                var block = buffer.getSlice(at: blockStart, length: length)!
-                buffer.moveWriterIndex(to: headerStart)
-                var first = true
-                repeat {
-                    let chunk = block.readSlice(length: min(block.readableBytes, peerMaxFrameSize))!
-                    let last = block.readableBytes == 0
-                    let flags: UInt8 = (last ? 0x4 : 0) | (first && headers.endStream ? 0x1 : 0)
-                    Self.writeFrameHeader(&buffer, length: chunk.readableBytes, type: first ? 0x1 : 0x9, flags: flags, streamID: streamID)
-                    buffer.writeImmutableBuffer(chunk)
-                    first = false
-                } while block.readableBytes > 0
+            writeHeaderBlock(streamID: streamID, endStream: headers.endStream, into: &buffer) { encoder, buffer in
+                encoder.writeHeaders(headers.headers, into: &buffer)
             }
         case .data(let data):
             guard case .byteBuffer(let body) = data.data else {
@@ -377,6 +350,54 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
 
     func flush(context: ChannelHandlerContext) {
         flushPending(context: context)
+    }
+
+    /// Writes one request as HEADERS and DATA with END_STREAM, straight into what the next
+    /// flush sends: the connection handler's path for requests, without a header list or a
+    /// frame value in between.
+    func writeRequest(_ request: QueuedRequest, streamID: Int32, authority: String, authorization: String?) {
+        var buffer = pending ?? allocator.buffer(capacity: 16 << 10)
+        pending = nil
+        defer { pending = buffer }
+        writeHeaderBlock(streamID: streamID, endStream: false, into: &buffer) { encoder, buffer in
+            encoder.writeRequest(request, authority: authority, authorization: authorization, into: &buffer)
+        }
+        let count = request.body.count
+        if blockedStart == blocked.count && fits(count, streamID: streamID) && count <= peerMaxFrameSize {
+            sendWindow -= count
+            Self.writeFrameHeader(&buffer, length: count, type: 0x0, flags: 0x1, streamID: streamID)
+            buffer.writeBytes(request.body)
+        } else {
+            blocked.append((streamID, allocator.buffer(bytes: request.body), true))
+            sendWhatFits(into: &buffer)
+        }
+    }
+
+    /// A header block encoded in place after a frame header whose length is filled in
+    /// afterwards; a block longer than the server's frame size moves on to CONTINUATION frames.
+    private func writeHeaderBlock(streamID: Int32, endStream: Bool, into buffer: inout ByteBuffer,
+                                  encode: (inout HPACKRequestEncoder, inout ByteBuffer) -> Void) {
+        let headerStart = buffer.writerIndex
+        Self.writeFrameHeader(&buffer, length: 0, type: 0x1, flags: endStream ? 0x5 : 0x4, streamID: streamID)
+        let blockStart = buffer.writerIndex
+        encode(&encoder, &buffer)
+        let length = buffer.writerIndex - blockStart
+        if length <= peerMaxFrameSize {
+            buffer.setInteger(UInt8(truncatingIfNeeded: length >> 16), at: headerStart)
+            buffer.setInteger(UInt16(truncatingIfNeeded: length), at: headerStart + 1)
+            return
+        }
+        var block = buffer.getSlice(at: blockStart, length: length)!
+        buffer.moveWriterIndex(to: headerStart)
+        var first = true
+        repeat {
+            let chunk = block.readSlice(length: min(block.readableBytes, peerMaxFrameSize))!
+            let last = block.readableBytes == 0
+            let flags: UInt8 = (last ? 0x4 : 0) | (first && endStream ? 0x1 : 0)
+            Self.writeFrameHeader(&buffer, length: chunk.readableBytes, type: first ? 0x1 : 0x9, flags: flags, streamID: streamID)
+            buffer.writeImmutableBuffer(chunk)
+            first = false
+        } while block.readableBytes > 0
     }
 
     /// Adds already encoded frames to what the next flush sends.

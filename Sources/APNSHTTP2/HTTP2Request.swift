@@ -1,6 +1,5 @@
 import APNSCore
 import APNSHTTP2Core
-import NIOHPACK
 
 /// One notification on its way through an ``APNSHTTP2Client``: the request as it goes on the
 /// wire plus what the client knows about its attempts.
@@ -26,31 +25,6 @@ struct QueuedRequest: Sendable {
     var possibleDuplicate = false
     /// The last failure, reported if the notification is given up.
     var lastFailure: APNSHTTP2Failure?
-
-    /// The request headers (§3.3). `:path`, `apns-id` and a changing `apns-expiration` are not
-    /// indexed; everything else is, including a stable `authorization` (§3.2 HPACK advice).
-    func headers(authority: String, authorization: String?) -> HPACKHeaders {
-        var headers = HPACKHeaders()
-        headers.reserveCapacity(11)
-        headers.add(name: ":method", value: "POST")
-        headers.add(name: ":scheme", value: "https")
-        headers.add(name: ":authority", value: authority)
-        headers.add(name: ":path", value: path, indexing: .nonIndexable)
-        headers.add(name: "apns-id", value: apnsID, indexing: .nonIndexable)
-        headers.add(name: "apns-push-type", value: pushType.rawValue)
-        headers.add(name: "apns-topic", value: topic)
-        headers.add(name: "apns-priority", value: Self.priorityStrings[Int(priority)])
-        if expiration == 0 {
-            headers.add(name: "apns-expiration", value: "0")
-        } else {
-            headers.add(name: "apns-expiration", value: String(expiration), indexing: .nonIndexable)
-        }
-        if let collapseID { headers.add(name: "apns-collapse-id", value: collapseID, indexing: .nonIndexable) }
-        if let authorization { headers.add(name: "authorization", value: authorization) }
-        return headers
-    }
-
-    private static let priorityStrings: [String] = (0...10).map(String.init)
 
     func outcome(status: APNSStatus?, message: String? = nil, reason: String? = nil, unregisteredAt: Int64? = nil) -> APNSDeliveryOutcome {
         var outcome = APNSDeliveryOutcome(
