@@ -219,6 +219,8 @@ public struct APNSHTTP2Request: Sendable, Hashable {
         guard !topic.isEmpty else {
             throw APNSError(.invalidRequest, "the topic is empty; set it to the app's bundle ID")
         }
+        // Printable ASCII without spaces is what every bundle ID looks like: no scalar to inspect.
+        if topic.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) { return }
         let bad = topic.unicodeScalars.contains {
             $0.properties.isWhitespace || $0.properties.generalCategory == .control
         }

@@ -32,18 +32,32 @@ struct HTTP2SimulatorRequestHead {
             return true
         }
         for (name, value, _) in headers {
-            switch name {
-            case ":method": if once(1 << 0) { method = value }
-            case ":path": if once(1 << 1) { path = value }
-            case ":scheme": _ = once(1 << 2)
-            case ":authority": _ = once(1 << 3)
-            case "authorization": if once(1 << 4) { authorization = value }
-            case "apns-id": if once(1 << 5) { apnsID = value }
-            case "apns-push-type": if once(1 << 6) { pushType = value }
-            case "apns-topic": if once(1 << 7) { topic = value }
-            case "apns-priority": if once(1 << 8) { priority = value }
-            case "apns-expiration": if once(1 << 9) { expiration = value }
-            case "apns-collapse-id": if once(1 << 10) { collapseID = value }
+            // The length first, so each name is compared with at most two candidates.
+            switch name.utf8.count {
+            case 5: if name == ":path", once(1 << 1) { path = value }
+            case 7:
+                if name == ":method" {
+                    if once(1 << 0) { method = value }
+                } else if name == ":scheme" {
+                    _ = once(1 << 2)
+                } else if name == "apns-id", once(1 << 5) {
+                    apnsID = value
+                }
+            case 10:
+                if name == ":authority" {
+                    _ = once(1 << 3)
+                } else if name == "apns-topic", once(1 << 7) {
+                    topic = value
+                }
+            case 13:
+                if name == "authorization" {
+                    if once(1 << 4) { authorization = value }
+                } else if name == "apns-priority", once(1 << 8) {
+                    priority = value
+                }
+            case 14: if name == "apns-push-type", once(1 << 6) { pushType = value }
+            case 15: if name == "apns-expiration", once(1 << 9) { expiration = value }
+            case 16: if name == "apns-collapse-id", once(1 << 10) { collapseID = value }
             // Archived docs: APNs ignores any other header (§3.3).
             default: break
             }
@@ -142,17 +156,18 @@ struct HTTP2SimulatorRequestHead {
 
     /// 8-4-4-4-12 hex digits in either case.
     static func isUUID(_ text: String) -> Bool {
-        let utf8 = text.utf8
-        guard utf8.count == 36 else { return false }
-        for (offset, byte) in utf8.enumerated() {
-            switch offset {
-            case 8, 13, 18, 23:
-                guard byte == UInt8(ascii: "-") else { return false }
-            default:
-                guard hexValue(byte) != nil else { return false }
+        guard text.utf8.count == 36 else { return false }
+        var text = text
+        return text.withUTF8 { bytes in
+            for offset in 0..<36 {
+                if offset == 8 || offset == 13 || offset == 18 || offset == 23 {
+                    guard bytes[offset] == UInt8(ascii: "-") else { return false }
+                } else {
+                    guard hexValue(bytes[offset]) != nil else { return false }
+                }
             }
+            return true
         }
-        return true
     }
 
     static func hexToken(_ digits: UnsafeBufferPointer<UInt8>) -> DeviceToken? {

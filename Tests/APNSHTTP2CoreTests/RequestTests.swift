@@ -276,3 +276,13 @@ func topicSuffixFollowsThePushType(type: APNSPushType, expected: String) throws 
                              authentication: .certificate, now: Fixture.epoch)
     }
 }
+
+@Test func topicsWithWhitespaceOrControlCharactersAreRejectedOthersPass() throws {
+    for topic in ["com.example.app", "com.example.app.voip", "com.exämple.app", "com.example_app-1"] {
+        try APNSHTTP2Request.validate(topic: topic)
+    }
+    for topic in ["com.example app", "com.example.app\t", "com.example\u{7}.app", "com.example\u{00A0}app", "com.example\u{2028}app"] {
+        #expect(throws: APNSError.self, "\(topic.debugDescription)") { try APNSHTTP2Request.validate(topic: topic) }
+    }
+    #expect(throws: APNSError.self) { try APNSHTTP2Request.validate(topic: "") }
+}
