@@ -69,6 +69,7 @@ let package = Package(
                 "APNSCore",
                 "APNSBinary",
                 "APNSHTTP2Core",
+                "APNSHTTP2",
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOTLS", package: "swift-nio"),

@@ -127,10 +127,12 @@ struct HPACKRequestEncoder {
     /// Static table entries (Appendix A) used here: exact pairs and names.
     private static let staticExact: [String: Int] = [
         ":method:GET": 2, ":method:POST": 3, ":path:/": 4, ":scheme:http": 6, ":scheme:https": 7,
+        ":status:200": 8, ":status:204": 9, ":status:206": 10, ":status:304": 11, ":status:400": 12, ":status:404": 13,
+        ":status:500": 14,
     ]
     private static let staticNames: [String: Int] = [
         ":authority": 1, ":method": 2, ":path": 4, ":scheme": 6, "authorization": 23, "content-length": 28, "content-type": 31,
-        "user-agent": 58,
+        "user-agent": 58, ":status": 8,
     ]
 
     // MARK: The dynamic table

@@ -2,29 +2,47 @@ import NIOCore
 import NIOHPACK
 import NIOHTTP2
 
-/// The client side of an HTTP/2 connection (RFC 9113) at the frame level, for
-/// ``HTTP2ConnectionHandler``: bytes in, ``HTTP2Frame`` values out, and the reverse.
+/// One side of an HTTP/2 connection (RFC 9113) at the frame level: bytes in, ``HTTP2Frame``
+/// values out, and the reverse. As a client it sits under ``HTTP2ConnectionHandler``; as a
+/// server under the simulator's connection handler (see ``Role``).
 ///
 /// It does what a connection needs and no more: the preface, SETTINGS and their
 /// acknowledgement, PING answers, HPACK (``HPACKRequestEncoder`` out, NIOHPACK's decoder in),
-/// header blocks split over CONTINUATION, and flow control in both directions. Stream state stays with
-/// ``HTTP2ConnectionHandler``, which opens streams in order, sends each request as one HEADERS
-/// and one DATA frame with END_STREAM, and matches answers. `NIOHTTP2Handler` does all of this
-/// through general stream state machines and a flow-control buffer that cost the sender about
-/// as much CPU per request as everything else together; APNs requests need none of that
-/// generality.
+/// header blocks split over CONTINUATION, and flow control in both directions. As a client,
+/// stream state stays with ``HTTP2ConnectionHandler``, which opens streams in order, sends
+/// each request as one HEADERS and one DATA frame with END_STREAM, and matches answers.
+/// `NIOHTTP2Handler` does all of this through general stream state machines and a
+/// flow-control buffer that cost about as much CPU per request as everything else on either
+/// side together; APNs requests need none of that generality.
 ///
-/// Protocol errors by the server close the connection (`errorCaught` reaches the handler,
-/// which reports it and closes).
-final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
-    typealias InboundIn = ByteBuffer
-    typealias InboundOut = HTTP2Frame
-    typealias OutboundIn = HTTP2Frame
-    typealias OutboundOut = ByteBuffer
+/// Protocol errors by the peer close the connection (`errorCaught` reaches the handler,
+/// which reports it and closes; a server sends GOAWAY with the error code first).
+package final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
+    package typealias InboundIn = ByteBuffer
+    package typealias InboundOut = HTTP2Frame
+    package typealias OutboundIn = HTTP2Frame
+    package typealias OutboundOut = ByteBuffer
 
-    struct ProtocolError: Error, CustomStringConvertible {
-        var code: HTTP2ErrorCode
-        var description: String
+    package struct ProtocolError: Error, CustomStringConvertible {
+        package var code: HTTP2ErrorCode
+        package var description: String
+    }
+
+    /// Which side of the connection this is.
+    ///
+    /// The server side is what the APNs simulator runs on. Beyond what both sides do it reads
+    /// the client preface, sends its own SETTINGS first, keeps the streams the client opens
+    /// within the `SETTINGS_MAX_CONCURRENT_STREAMS` the client has acknowledged (a stream
+    /// over it is reset with `REFUSED_STREAM` and reported as
+    /// `NIOHTTP2Errors.MaxStreamsViolation`), enforces its receive windows, ignores streams
+    /// above a GOAWAY it sent, and answers a connection error with GOAWAY. It reports what
+    /// `NIOHTTP2Handler` reports to the handler above it for the same events
+    /// (`NIOHTTP2WindowUpdatedEvent` when a receive window is half used, `StreamClosedEvent`
+    /// when the client resets a stream, the frame delegate for GOAWAY), so that handler runs
+    /// on either.
+    package enum Role {
+        case client
+        case server(settings: [HTTP2Setting], frameDelegate: (any NIOHTTP2FrameDelegate)?)
     }
 
     /// The settings this client announces (RFC 9113 §6.5.2).
@@ -39,6 +57,7 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
     static let defaultWindow = 65_535
     static let maxFrameSize = 16_384
 
+    private let isServer: Bool
     private var inbound: ByteBuffer?
     /// Set after a protocol error: the rest of the connection's bytes are not parsed.
     private var failed = false
@@ -68,14 +87,76 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
     private var receivedUnacknowledged = 0
     private var streamReceived: [Int32: Int] = [:]
 
-    init() {
-        decoder = HPACKDecoder(allocator: ByteBufferAllocator(), maxDynamicTableSize: HPACKDecoder.maxDynamicTableSize,
-                               maxHeaderListSize: 16 << 10)
+    // The server side (see ``Role``).
+    private struct ClientStream {
+        var receiveWindow: Int
+    }
+    private var serverSettings: [HTTP2Setting] = []
+    private var frameDelegate: (any NIOHTTP2FrameDelegate)?
+    private var awaitingPreface = false
+    private var serverStarted = false
+    private var clientStreams: [Int32: ClientStream] = [:]
+    private var lastClientStream: Int32 = 0
+    /// The stream limit in force: unlimited until the client acknowledges a SETTINGS with one.
+    private var streamLimit = Int.max
+    /// Per SETTINGS frame sent and not yet acknowledged, its MAX_CONCURRENT_STREAMS if any.
+    private var unacknowledgedLimits: [Int?] = []
+    private var initialStreamReceiveWindow = HTTP2FrameCodec.defaultWindow
+    private var connectionReceiveWindow = HTTP2FrameCodec.defaultWindow
+    private var connectionReceiveTarget = HTTP2FrameCodec.defaultWindow
+    private var goAwaySent: Int32?
+
+    package init(role: Role = .client) {
+        switch role {
+        case .client:
+            isServer = false
+            decoder = HPACKDecoder(allocator: ByteBufferAllocator(), maxDynamicTableSize: HPACKDecoder.maxDynamicTableSize,
+                                   maxHeaderListSize: 16 << 10)
+        case .server(let settings, let frameDelegate):
+            isServer = true
+            serverSettings = settings
+            self.frameDelegate = frameDelegate
+            awaitingPreface = true
+            let table = settings.last { $0.parameter == .headerTableSize }?.value ?? HPACKDecoder.maxDynamicTableSize
+            let list = settings.last { $0.parameter == .maxHeaderListSize }?.value ?? 16 << 10
+            initialStreamReceiveWindow = settings.last { $0.parameter == .initialWindowSize }?.value ?? Self.defaultWindow
+            decoder = HPACKDecoder(allocator: ByteBufferAllocator(), maxDynamicTableSize: table, maxHeaderListSize: list)
+        }
+    }
+
+    package func handlerAdded(context: ChannelHandlerContext) {
+        // A server codec is added once TLS and ALPN are done: the connection is already up.
+        if isServer && context.channel.isActive { startServer(context: context) }
+    }
+
+    private func startServer(context: ChannelHandlerContext) {
+        guard !serverStarted else { return }
+        serverStarted = true
+        var buffer = context.channel.allocator.buffer(capacity: 64)
+        writeSettings(serverSettings, into: &buffer)
+        append(&buffer, context: context)
+        flushPending(context: context)
+    }
+
+    private func writeSettings(_ settings: [HTTP2Setting], into buffer: inout ByteBuffer) {
+        Self.writeFrameHeader(&buffer, length: 6 * settings.count, type: 0x4, flags: 0, streamID: 0)
+        var limit: Int?
+        for setting in settings {
+            buffer.writeInteger(Self.code(of: setting.parameter))
+            buffer.writeInteger(UInt32(setting.value))
+            if setting.parameter == .maxConcurrentStreams { limit = setting.value }
+        }
+        unacknowledgedLimits.append(limit)
     }
 
     // MARK: Connection start
 
-    func channelActive(context: ChannelHandlerContext) {
+    package func channelActive(context: ChannelHandlerContext) {
+        if isServer {
+            startServer(context: context)
+            context.fireChannelActive()
+            return
+        }
         var buffer = context.channel.allocator.buffer(capacity: 64)
         buffer.writeStaticString("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
         Self.writeFrameHeader(&buffer, length: 6 * Self.initialSettings.count, type: 0x4, flags: 0, streamID: 0)
@@ -89,7 +170,7 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
         context.fireChannelActive()
     }
 
-    func channelInactive(context: ChannelHandlerContext) {
+    package func channelInactive(context: ChannelHandlerContext) {
         // Writes that were never flushed will not be.
         let promises = pendingPromises
         pendingPromises.removeAll()
@@ -100,7 +181,7 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
 
     // MARK: Reading
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+    package func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !failed else { return }
         var bytes = unwrapInboundIn(data)
         if inbound == nil || inbound!.readableBytes == 0 {
@@ -110,6 +191,13 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
         }
         do {
             var replies: ByteBuffer?
+            if awaitingPreface {
+                guard inbound!.readableBytes >= 24 else { return }
+                guard inbound!.readString(length: 24) == "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" else {
+                    throw ProtocolError(code: .protocolError, description: "the connection did not start with the HTTP/2 client preface")
+                }
+                awaitingPreface = false
+            }
             while let (type, flags, streamID, payload) = try nextFrame() {
                 try handle(type: type, flags: flags, streamID: streamID, payload: payload, context: context, replies: &replies)
             }
@@ -121,6 +209,13 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
         } catch {
             inbound = nil
             failed = true
+            if isServer {
+                // RFC 9113 §5.4.1: a connection error is answered with GOAWAY.
+                let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(
+                    lastStreamID: HTTP2StreamID(lastClientStream), errorCode: (error as? ProtocolError)?.code ?? .protocolError, opaqueData: nil))
+                write(context: context, data: NIOAny(frame), promise: nil)
+                flushPending(context: context)
+            }
             context.fireErrorCaught(error)
         }
     }
@@ -154,6 +249,11 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
             guard streamID != 0 else { throw ProtocolError(code: .protocolError, description: "DATA on stream 0") }
             let flowControlled = payload.readableBytes
             let body = try Self.unpadded(&payload, flags: flags)
+            if isServer {
+                try serverReceivedData(body, flowControlled: flowControlled, streamID: streamID, endStream: flags & 0x1 != 0,
+                                       context: context)
+                return
+            }
             consumeReceived(flowControlled, streamID: streamID, endStream: flags & 0x1 != 0, context: context, replies: &replies)
             fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .data(.init(data: .byteBuffer(body), endStream: flags & 0x1 != 0))))
         case 0x1:  // HEADERS
@@ -164,7 +264,7 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
                 fragment.moveReaderIndex(forwardBy: 5)
             }
             if flags & 0x4 != 0 {  // END_HEADERS
-                try emitHeaders(block: fragment, streamID: streamID, endStream: flags & 0x1 != 0, context: context)
+                try emitHeaders(block: fragment, streamID: streamID, endStream: flags & 0x1 != 0, context: context, replies: &replies)
             } else {
                 continuing = (streamID, flags & 0x1 != 0, fragment)
             }
@@ -178,7 +278,7 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
             }
             if flags & 0x4 != 0 {
                 continuing = nil
-                try emitHeaders(block: current.block, streamID: streamID, endStream: current.endStream, context: context)
+                try emitHeaders(block: current.block, streamID: streamID, endStream: current.endStream, context: context, replies: &replies)
             } else {
                 continuing = current
             }
@@ -188,10 +288,21 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
             }
             streamWindowAdjustments[streamID] = nil
             streamReceived[streamID] = nil
-            fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .rstStream(HTTP2ErrorCode(networkCode: Int(code)))))
+            let reason = HTTP2ErrorCode(networkCode: Int(code))
+            if isServer {
+                // What NIOHTTP2Handler reports for a stream the client reset.
+                if clientStreams.removeValue(forKey: streamID) != nil {
+                    context.fireUserInboundEventTriggered(StreamClosedEvent(streamID: HTTP2StreamID(streamID), reason: reason))
+                }
+                return
+            }
+            fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .rstStream(reason)))
         case 0x4:  // SETTINGS
             guard streamID == 0 else { throw ProtocolError(code: .protocolError, description: "SETTINGS on stream \(streamID)") }
-            if flags & 0x1 != 0 { return }  // our settings were acknowledged
+            if flags & 0x1 != 0 {  // our settings were acknowledged, in order
+                if !unacknowledgedLimits.isEmpty, let limit = unacknowledgedLimits.removeFirst() { streamLimit = limit }
+                return
+            }
             guard payload.readableBytes % 6 == 0 else { throw ProtocolError(code: .frameSizeError, description: "SETTINGS of \(payload.readableBytes) bytes") }
             var settings: [HTTP2Setting] = []
             while let parameter = payload.readInteger(as: UInt16.self), let value = payload.readInteger(as: UInt32.self) {
@@ -234,7 +345,7 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
                 streamWindowAdjustments[streamID, default: 0] += increment
             }
             drainBlocked(context: context)
-        case 0x5:  // PUSH_PROMISE: refused by SETTINGS_ENABLE_PUSH = 0
+        case 0x5:  // PUSH_PROMISE: refused by SETTINGS_ENABLE_PUSH = 0, and never sent by a client
             throw ProtocolError(code: .protocolError, description: "PUSH_PROMISE although push is disabled")
         default:  // PRIORITY and unknown frame types are ignored (RFC 9113 §4.1, §5.5)
             break
@@ -256,11 +367,29 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
-    private func emitHeaders(block: ByteBuffer, streamID: Int32, endStream: Bool, context: ChannelHandlerContext) throws(ProtocolError) {
+    private func emitHeaders(block: ByteBuffer, streamID: Int32, endStream: Bool, context: ChannelHandlerContext,
+                             replies: inout ByteBuffer?) throws(ProtocolError) {
         var block = block
         let headers: HPACKHeaders
         do { headers = try decoder.decodeHeaders(from: &block) } catch {
             throw ProtocolError(code: .compressionError, description: "cannot decode a header block: \(error)")
+        }
+        if isServer && clientStreams[streamID] == nil {
+            // A new stream (RFC 9113 §5.1.1): odd and above every earlier one.
+            guard streamID % 2 == 1, streamID > lastClientStream else {
+                throw ProtocolError(code: .protocolError, description: "HEADERS on stream \(streamID), which is not a new client stream")
+            }
+            lastClientStream = streamID
+            if let last = goAwaySent, streamID > last { return }  // §6.8: not processed
+            guard clientStreams.count < streamLimit else {
+                var reply = replies ?? context.channel.allocator.buffer(capacity: 64)
+                Self.writeFrameHeader(&reply, length: 4, type: 0x3, flags: 0, streamID: streamID)
+                reply.writeInteger(UInt32(HTTP2ErrorCode.refusedStream.networkCode))
+                replies = reply
+                context.fireErrorCaught(NIOHTTP2Errors.maxStreamsViolation())
+                return
+            }
+            clientStreams[streamID] = ClientStream(receiveWindow: initialStreamReceiveWindow)
         }
         if endStream { streamReceived[streamID] = nil }
         fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .headers(.init(headers: headers, endStream: endStream))))
@@ -293,6 +422,35 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
+    /// DATA from the client: both receive windows are enforced (RFC 9113 §6.9.1) and the handler
+    /// above is told when one is half used, as NIOHTTP2Handler tells it, to give bytes back.
+    private func serverReceivedData(_ body: ByteBuffer, flowControlled: Int, streamID: Int32, endStream: Bool,
+                                    context: ChannelHandlerContext) throws(ProtocolError) {
+        connectionReceiveWindow -= flowControlled
+        guard connectionReceiveWindow >= 0 else {
+            throw ProtocolError(code: .flowControlError, description: "the client sent more than the connection window allows")
+        }
+        if var stream = clientStreams[streamID] {
+            stream.receiveWindow -= flowControlled
+            guard stream.receiveWindow >= 0 else {
+                throw ProtocolError(code: .flowControlError, description: "the client sent more than stream \(streamID)'s window allows")
+            }
+            clientStreams[streamID] = stream
+            fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .data(.init(data: .byteBuffer(body), endStream: endStream))))
+            if !endStream && flowControlled > 0 && stream.receiveWindow <= initialStreamReceiveWindow / 2 {
+                context.fireUserInboundEventTriggered(NIOHTTP2WindowUpdatedEvent(
+                    streamID: HTTP2StreamID(streamID), inboundWindowSize: stream.receiveWindow, outboundWindowSize: nil))
+            }
+        } else if streamID > lastClientStream {
+            throw ProtocolError(code: .protocolError, description: "DATA on stream \(streamID), which was never opened")
+        }
+        // DATA of a stream closed or refused counts for the connection window only.
+        if flowControlled > 0 && connectionReceiveWindow <= connectionReceiveTarget / 2 {
+            context.fireUserInboundEventTriggered(NIOHTTP2WindowUpdatedEvent(
+                streamID: .rootStream, inboundWindowSize: connectionReceiveWindow, outboundWindowSize: nil))
+        }
+    }
+
     private func fire(_ context: ChannelHandlerContext, _ frame: HTTP2Frame) {
         context.fireChannelRead(wrapInboundOut(frame))
     }
@@ -307,7 +465,7 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
 
     // MARK: Writing
 
-    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+    package func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         let frame = unwrapOutboundIn(data)
         let streamID = Int32(frame.streamID)
         var buffer = pending ?? context.channel.allocator.buffer(capacity: 16 << 10)
@@ -318,11 +476,13 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
             writeHeaderBlock(streamID: streamID, endStream: headers.endStream, into: &buffer) { encoder, buffer in
                 encoder.writeHeaders(headers.headers, into: &buffer)
             }
+            if headers.endStream && isServer { clientStreams[streamID] = nil }
         case .data(let data):
             guard case .byteBuffer(let body) = data.data else {
                 promise?.fail(ProtocolError(code: .internalError, description: "file regions are not sent"))
                 return
             }
+            if data.endStream && isServer { clientStreams[streamID] = nil }
             if blockedStart < blocked.count || !fits(body.readableBytes, streamID: streamID) {
                 // What fits goes now; the rest waits for WINDOW_UPDATE, in order.
                 blocked.append((streamID, body, data.endStream))
@@ -337,18 +497,36 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
         case .rstStream(let code):
             Self.writeFrameHeader(&buffer, length: 4, type: 0x3, flags: 0, streamID: streamID)
             buffer.writeInteger(UInt32(code.networkCode))
-        case .goAway(let last, let code, _):
-            Self.writeFrameHeader(&buffer, length: 8, type: 0x7, flags: 0, streamID: 0)
+            if isServer { clientStreams[streamID] = nil }
+        case .goAway(let last, let code, let opaque):
+            Self.writeFrameHeader(&buffer, length: 8 + (opaque?.readableBytes ?? 0), type: 0x7, flags: 0, streamID: 0)
             buffer.writeInteger(UInt32(Int32(last)))
             buffer.writeInteger(UInt32(code.networkCode))
+            if let opaque { buffer.writeImmutableBuffer(opaque) }
+            if isServer {
+                goAwaySent = min(goAwaySent ?? Int32(last), Int32(last))
+                frameDelegate?.wroteFrame(frame)
+            }
+        case .settings(.settings(let settings)):
+            writeSettings(settings, into: &buffer)
+        case .windowUpdate(let increment):
+            Self.writeFrameHeader(&buffer, length: 4, type: 0x8, flags: 0, streamID: streamID)
+            buffer.writeInteger(UInt32(increment))
+            // The receive windows just given back.
+            if streamID == 0 {
+                connectionReceiveWindow += increment
+                connectionReceiveTarget = max(connectionReceiveTarget, connectionReceiveWindow)
+            } else {
+                clientStreams[streamID]?.receiveWindow += increment
+            }
         default:
-            promise?.fail(ProtocolError(code: .internalError, description: "the client does not send \(frame.payload) frames"))
+            promise?.fail(ProtocolError(code: .internalError, description: "the frame layer does not send \(frame.payload) frames"))
             return
         }
         if let promise { pendingPromises.append(promise) }
     }
 
-    func flush(context: ChannelHandlerContext) {
+    package func flush(context: ChannelHandlerContext) {
         flushPending(context: context)
     }
 
@@ -482,6 +660,15 @@ final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
             blocked.removeAll(keepingCapacity: true)
             blockedStart = 0
         }
+    }
+
+    /// The wire code of a setting NIOHTTP2 names (RFC 9113 §6.5.2, RFC 8441).
+    private static func code(of parameter: HTTP2SettingsParameter) -> UInt16 {
+        let known: [(HTTP2SettingsParameter, UInt16)] = [
+            (.headerTableSize, 1), (.enablePush, 2), (.maxConcurrentStreams, 3), (.initialWindowSize, 4),
+            (.maxFrameSize, 5), (.maxHeaderListSize, 6), (.enableConnectProtocol, 8),
+        ]
+        return known.first { $0.0 == parameter }?.1 ?? 0
     }
 
     private static func writeFrameHeader(_ buffer: inout ByteBuffer, length: Int, type: UInt8, flags: UInt8, streamID: Int32) {

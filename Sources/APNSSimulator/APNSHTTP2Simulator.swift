@@ -120,6 +120,19 @@ public final class APNSHTTP2Simulator: Sendable {
         public var acceptedListLimit = 1_000_000
         /// The clock for provider-token checks (§4).
         public var now: @Sendable () -> Date = { Date() }
+        /// The HTTP/2 frame layer the endpoint runs on.
+        public var framing: Framing = .native
+
+        /// The HTTP/2 frame layer under the simulator's request handling.
+        public enum Framing: String, Sendable, CaseIterable {
+            /// The project's frame layer in its server role (the client runs on its client
+            /// role): a fraction of the CPU per request, for benchmarks and everyday tests.
+            case native
+            /// swift-nio-http2's `NIOHTTP2Handler`: an HTTP/2 implementation the project did
+            /// not write, with its general stream state machines, so a client is also checked
+            /// by an independent server.
+            case nioHTTP2 = "nio-http2"
+        }
 
         public init(certificateChainPEM: String, privateKeyPEM: String, clientCAPEM: String?) {
             self.certificateChainPEM = certificateChainPEM

@@ -1,4 +1,5 @@
 import APNSCore
+import APNSHTTP2
 import APNSHTTP2Core
 import Foundation
 import NIOCore
@@ -20,9 +21,10 @@ enum HTTP2SimulatorAuthentication {
 /// Waits for the TLS handshake, then installs HTTP/2 when ALPN chose `h2` (§3.1) and closes
 /// the connection otherwise.
 ///
-/// It stays in front of NIOHTTP2Handler to tell the connection handler that a read burst has
-/// been parsed *before* NIOHTTP2Handler flushes the answers, so the simulator's counters
-/// include every request a client has seen answered.
+/// It stays in front of the frame layer (``APNSHTTP2Simulator/Configuration/Framing``) to
+/// tell the connection handler that a read burst has been parsed *before* the frame layer
+/// flushes the answers, so the simulator's counters include every request a client has seen
+/// answered.
 final class HTTP2SimulatorSetupHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
 
@@ -68,10 +70,15 @@ final class HTTP2SimulatorSetupHandler: ChannelInboundHandler {
             var stream = NIOHTTP2Handler.StreamConfiguration()
             stream.streamResetFrameRateLimit.maximumCount = 1 << 30
             stream.streamErrorRateLimit.maximumCount = 1 << 30
-            try sync.addHandler(
-                NIOHTTP2Handler(
-                    mode: .server, frameDelegate: handler.goAwayWatcher,
-                    connectionConfiguration: connection, streamConfiguration: stream))
+            switch simulator.configuration.framing {
+            case .native:
+                try sync.addHandler(HTTP2FrameCodec(role: .server(settings: connection.initialSettings, frameDelegate: handler.goAwayWatcher)))
+            case .nioHTTP2:
+                try sync.addHandler(
+                    NIOHTTP2Handler(
+                        mode: .server, frameDelegate: handler.goAwayWatcher,
+                        connectionConfiguration: connection, streamConfiguration: stream))
+            }
             try sync.addHandler(handler)
             self.connection = handler
         } catch {

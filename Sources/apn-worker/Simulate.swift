@@ -64,6 +64,8 @@ struct Simulate: AsyncParsableCommand {
     var delayMs = 0
     @Option(help: "The environment the HTTP/2 endpoint plays: production or sandbox.")
     var environment: APNSEnvironment = .production
+    @Option(help: "The HTTP/2 frame layer: native (the project's own, fast) or nio-http2 (swift-nio-http2's, an independent check of a client).")
+    var http2Framing: APNSHTTP2Simulator.Configuration.Framing = .native
 
     func validate() throws {
         guard (0...65535).contains(binaryPort) else { throw ValidationError("--binary-port must be 0...65535") }
@@ -201,6 +203,7 @@ struct Simulate: AsyncParsableCommand {
         config.host = host
         config.port = port
         config.environment = environment
+        config.framing = http2Framing
         config.maxConcurrentStreams = maxStreams
         config.dropStreamsToOneAfterError = dropStreamsToOneAfterError
         config.goAwayEvery = goAwayEvery
@@ -235,3 +238,4 @@ struct Simulate: AsyncParsableCommand {
         return String(decoding: data, as: UTF8.self)
     }
 }
+extension APNSHTTP2Simulator.Configuration.Framing: ExpressibleByArgument {}

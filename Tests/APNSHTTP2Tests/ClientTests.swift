@@ -11,13 +11,19 @@ import Testing
 /// stream limits, GOAWAY, retries, provider tokens.
 @Suite("HTTP/2 client against the simulator", .timeLimit(.minutes(3)))
 struct ClientTests {
-    @Test("20,000 notifications, 1% bad and 1% unregistered tokens, token auth, 2 connections, limit 100: each valid one accepted once")
-    func twentyThousand() async throws {
+    // The scenarios that lean on the frame layer run against both of the simulator's: its own
+    // and swift-nio-http2's, an implementation the project did not write.
+    static let framings = APNSHTTP2Simulator.Configuration.Framing.allCases
+
+    @Test("20,000 notifications, 1% bad and 1% unregistered tokens, token auth, 2 connections, limit 100: each valid one accepted once",
+          arguments: framings)
+    func twentyThousand(framing: APNSHTTP2Simulator.Configuration.Framing) async throws {
         let total = 20_000
         let bad = Set(stride(from: 7, to: total, by: 100))
         let unregistered = Set(stride(from: 53, to: total, by: 100))
         let since = Date(timeIntervalSince1970: 1_700_000_123.456)
         let simulator = try await ClientHarness.simulator {
+            $0.framing = framing
             $0.maxConcurrentStreams = 100
             $0.badTokens = Set(bad.map(ClientHarness.token))
             $0.unregistered = Dictionary(uniqueKeysWithValues: unregistered.map { (ClientHarness.token($0), since) })
@@ -50,11 +56,13 @@ struct ClientTests {
         #expect(client.statistics.maxStreamLimit == 100)
     }
 
-    @Test("the stream limit drops to 1 after each error and comes back, hundreds of times; the client follows it on one connection")
-    func streamLimitDropsToOne() async throws {
+    @Test("the stream limit drops to 1 after each error and comes back, hundreds of times; the client follows it on one connection",
+          arguments: framings)
+    func streamLimitDropsToOne(framing: APNSHTTP2Simulator.Configuration.Framing) async throws {
         // 300 errors: 600 SETTINGS frames, beyond NIOHTTP2's default flood limit of 200 per 30 s.
         let bad = Set(stride(from: 10, to: 3_000, by: 10))
         let simulator = try await ClientHarness.simulator {
+            $0.framing = framing
             $0.maxConcurrentStreams = 50
             $0.dropStreamsToOneAfterError = true
             $0.badTokens = Set(bad.map(ClientHarness.token))
@@ -77,9 +85,13 @@ struct ClientTests {
         #expect(stats.streamLimitViolations == 0)
     }
 
-    @Test("a limit changed by the server mid-run, to 1 and back, is followed on every connection")
-    func limitChangedMidRun() async throws {
-        let simulator = try await ClientHarness.simulator { $0.maxConcurrentStreams = 64; $0.responseDelay = .milliseconds(2) }
+    @Test("a limit changed by the server mid-run, to 1 and back, is followed on every connection", arguments: framings)
+    func limitChangedMidRun(framing: APNSHTTP2Simulator.Configuration.Framing) async throws {
+        let simulator = try await ClientHarness.simulator {
+            $0.framing = framing
+            $0.maxConcurrentStreams = 64
+            $0.responseDelay = .milliseconds(2)
+        }
         let client = try ClientHarness.certificateClient(port: simulator.port) { $0.maxConnections = 2 }
         let reader = Task { try await ClientHarness.run(client, ClientHarness.submissions(0..<4_000), shutdown: false) }
         // Change the limit once the first answers are back, and again later.
@@ -98,9 +110,9 @@ struct ClientTests {
         #expect(stats.accepted == 4_000)
     }
 
-    @Test("GOAWAY every 700 requests: streams above last-stream-id are resent on a new connection, nothing twice")
-    func goAwayMidStream() async throws {
-        let simulator = try await ClientHarness.simulator { $0.goAwayEvery = 700; $0.maxConcurrentStreams = 100 }
+    @Test("GOAWAY every 700 requests: streams above last-stream-id are resent on a new connection, nothing twice", arguments: framings)
+    func goAwayMidStream(framing: APNSHTTP2Simulator.Configuration.Framing) async throws {
+        let simulator = try await ClientHarness.simulator { $0.framing = framing; $0.goAwayEvery = 700; $0.maxConcurrentStreams = 100 }
         let client = try ClientHarness.tokenClient(port: simulator.port) { $0.maxConnections = 2 }
         let run = try await ClientHarness.run(client, ClientHarness.submissions(0..<5_000))
         let stats = simulator.statistics

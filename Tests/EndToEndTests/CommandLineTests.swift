@@ -139,7 +139,8 @@ struct CommandLineTests {
         #expect(simulate.stderr.contains("--bad-tokens"))
     }
 
-    @Test func simulateAndPushOverHTTP2WithAProviderToken() async throws {
+    @Test(arguments: ["native", "nio-http2"])
+    func simulateAndPushOverHTTP2WithAProviderToken(framing: String) async throws {
         let dir = try Paths.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let certs = try await Self.makeCertificates(in: dir)
@@ -157,7 +158,7 @@ struct CommandLineTests {
             "simulate", "--cert", certs + "/server.pem", "--key", certs + "/server-key.pem",
             "--http2-port", "0", "--jwt-key", "ABCDE12345=\(dir)/AuthKey.p8", "--team", "TEAM123456",
             "--max-streams", "50", "--bad-tokens", dir + "/bad.txt", "--feedback-tokens", dir + "/feedback.txt",
-            "--record", dir + "/record.jsonl",
+            "--record", dir + "/record.jsonl", "--http2-framing", framing,
         ])
         let ready = try #require(await simulator.readLine().flatMap(jsonObject))
         let port = try #require(ready["http2Port"] as? Int)
