@@ -34,7 +34,7 @@ package final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandl
     /// the client preface, sends its own SETTINGS first, keeps the streams the client opens
     /// within the `SETTINGS_MAX_CONCURRENT_STREAMS` the client has acknowledged (a stream
     /// over it is reset with `REFUSED_STREAM` and reported as
-    /// `NIOHTTP2Errors.MaxStreamsViolation`), enforces its receive windows, ignores streams
+    /// `NIOHTTP2Errors.MaxStreamsViolation`), enforces its receive windows, refuses streams
     /// above a GOAWAY it sent, and answers a connection error with GOAWAY. It reports what
     /// `NIOHTTP2Handler` reports to the handler above it for the same events
     /// (`NIOHTTP2WindowUpdatedEvent` when a receive window is half used, `StreamClosedEvent`
@@ -380,12 +380,14 @@ package final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandl
                 throw ProtocolError(code: .protocolError, description: "HEADERS on stream \(streamID), which is not a new client stream")
             }
             lastClientStream = streamID
-            if let last = goAwaySent, streamID > last { return }  // §6.8: not processed
+            if let last = goAwaySent, streamID > last {
+                // RFC 9113 §6.8: above the GOAWAY's last stream, not processed; the client may
+                // send it again elsewhere.
+                Self.refuse(streamID, replies: &replies, context: context)
+                return
+            }
             guard clientStreams.count < streamLimit else {
-                var reply = replies ?? context.channel.allocator.buffer(capacity: 64)
-                Self.writeFrameHeader(&reply, length: 4, type: 0x3, flags: 0, streamID: streamID)
-                reply.writeInteger(UInt32(HTTP2ErrorCode.refusedStream.networkCode))
-                replies = reply
+                Self.refuse(streamID, replies: &replies, context: context)
                 context.fireErrorCaught(NIOHTTP2Errors.maxStreamsViolation())
                 return
             }
@@ -420,6 +422,13 @@ package final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandl
         } else {
             streamReceived[streamID] = total
         }
+    }
+
+    private static func refuse(_ streamID: Int32, replies: inout ByteBuffer?, context: ChannelHandlerContext) {
+        var reply = replies ?? context.channel.allocator.buffer(capacity: 64)
+        writeFrameHeader(&reply, length: 4, type: 0x3, flags: 0, streamID: streamID)
+        reply.writeInteger(UInt32(HTTP2ErrorCode.refusedStream.networkCode))
+        replies = reply
     }
 
     /// DATA from the client: both receive windows are enforced (RFC 9113 §6.9.1) and the handler

@@ -135,7 +135,7 @@ import Testing
         #expect(delegate.goAways.count == 1)
     }
 
-    @Test func aResetStreamIsReportedAndStreamsAboveAGoAwayAreIgnored() throws {
+    @Test func aResetStreamIsReportedAndStreamsAboveAGoAwayAreRefused() throws {
         let (channel, recorder) = try Self.server()
         var encoder = HPACKEncoder(allocator: ByteBufferAllocator())
         try channel.writeInbound(F.bytes([try Self.headers(1, encoder: &encoder), Frame(type: 0x3, flags: 0, streamID: 1, payload: [0, 0, 0, 8])]))
@@ -147,5 +147,6 @@ import Testing
         recorder.frames.removeAll()
         try channel.writeInbound(F.bytes([try Self.headers(3, encoder: &encoder, endStream: true)]))
         #expect(recorder.frames.isEmpty && recorder.errors.isEmpty)
+        #expect(try F.written(channel) == [Frame(type: 0x3, flags: 0, streamID: 3, payload: [0, 0, 0, 7])], "RST_STREAM REFUSED_STREAM")
     }
 }
