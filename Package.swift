@@ -143,7 +143,7 @@ let package = Package(
         .testTarget(
             name: "APNSBinaryTests",
             dependencies: [
-                "APNSCore", "APNSBinary", "APNSSimulator",
+                "APNSCore", "APNSBinary", "APNSSimulator", "PushTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),

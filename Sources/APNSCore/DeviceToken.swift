@@ -82,10 +82,12 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
         bytes.withUnsafeBufferPointer { Self.lowercaseHex($0) }
     }
 
-    /// Lower-case hex of `bytes`, written straight into the string's storage.
-    public static func lowercaseHex(_ bytes: UnsafeBufferPointer<UInt8>) -> String {
-        String(unsafeUninitializedCapacity: bytes.count * 2) { out in
-            var i = 0
+    /// Lower-case hex of `bytes` after `prefix` (an HTTP/2 path, say), written straight into
+    /// the string's storage.
+    public static func lowercaseHex(_ bytes: UnsafeBufferPointer<UInt8>, prefix: StaticString = "") -> String {
+        String(unsafeUninitializedCapacity: prefix.utf8CodeUnitCount + bytes.count * 2) { out in
+            var i = prefix.utf8CodeUnitCount
+            if i > 0 { _ = UnsafeMutableRawBufferPointer(out).initializeMemory(as: UInt8.self, from: UnsafeBufferPointer(start: prefix.utf8Start, count: i)) }
             for b in bytes {
                 let high = b >> 4, low = b & 0x0f
                 out[i] = high < 10 ? high + UInt8(ascii: "0") : high + (UInt8(ascii: "a") - 10)

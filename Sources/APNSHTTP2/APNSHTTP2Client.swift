@@ -189,10 +189,10 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
                     body = payload
                 }
                 items.append(QueuedRequest(
-                    tag: submission.tag, token: submission.token, path: "/3/device/" + submission.token.hex, body: body,
+                    tag: submission.tag, token: submission.token, path: submission.token.bytes.withUnsafeBufferPointer { DeviceToken.lowercaseHex($0, prefix: "/3/device/") }, body: body,
                     pushType: t.pushType, topic: t.topic, priority: t.priority, expiration: t.expiration,
                     collapseID: t.collapseID, apnsID: apnsIDs.next(),
-                    retryLimit: submission.content.notification.retryLimit ?? configuration.defaultRetryLimit))
+                    retryLimit: t.retryLimit))
             case .failure(let error):
                 rejected.append(APNSDeliveryOutcome(
                     tag: submission.tag, token: submission.token, status: .invalidPayload, message: error.message,
@@ -319,6 +319,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
         var expiration: UInt32
         var collapseID: String?
         var body: [UInt8]
+        var retryLimit: Int
     }
 
     /// Runs the §3.3/§5 checks once per distinct notification and builds its payload.
@@ -354,7 +355,8 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
         }
         return Template(
             pushType: pushType, topic: topic, priority: notification.priority.rawValue,
-            expiration: notification.expiry.unixSeconds(now: now), collapseID: notification.collapseId, body: body)
+            expiration: notification.expiry.unixSeconds(now: now), collapseID: notification.collapseId, body: body,
+            retryLimit: notification.retryLimit ?? configuration.defaultRetryLimit)
     }
 
     // MARK: Admission
@@ -574,6 +576,22 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
             checkFinished(&s, &e)
         }
         return work
+    }
+
+    /// The channel of connection `id` is closed; if its handler never reported that, the
+    /// connection is removed here.
+    private func channelGone(id: Int) {
+        let stale = state.withLock { s in
+            s.connections[id].map { (wasReady: $0.phase != .connecting, handler: $0.handler) }
+        }
+        guard let stale else { return }
+        logger.warning("HTTP/2 connection closed without its handler reporting it", metadata: ["apns.connection": "\(id)"])
+        if let handler = stale.handler {
+            // Its streams are the handler's: it reports them as it would have on the close.
+            handler.eventLoop.execute { handler.value.reportClosed() }
+        } else {
+            connectionClosed(id: id, results: [], wasReady: stale.wasReady, reason: "the connection closed")
+        }
     }
 
     func connectionClosed(id: Int, results: [StreamResult], wasReady: Bool, reason: String) {
@@ -833,6 +851,11 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
                         closeNow = true
                     }
                 }
+                // The connection handler reports the close (channelInactive), which removes the
+                // connection. Should that report never come, the entry would outlive its channel
+                // and hold up shutdown; the channel's close future, which settles after the
+                // pipeline saw the close, removes it then.
+                channel.closeFuture.whenComplete { [self] _ in channelGone(id: id) }
                 if closeNow {
                     channel.close(promise: nil)
                     return

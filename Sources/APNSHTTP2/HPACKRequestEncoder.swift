@@ -42,8 +42,15 @@ struct HPACKRequestEncoder {
         }
 
         init?(name: String) {
-            guard let slot = Slot.allCases.first(where: { $0.name == name }) else { return nil }
-            self = slot
+            switch name {
+            case ":authority": self = .authority
+            case "authorization": self = .authorization
+            case "apns-topic": self = .topic
+            case "apns-push-type": self = .pushType
+            case "apns-priority": self = .priority
+            case "apns-expiration": self = .expiration
+            default: return nil
+            }
         }
     }
 
@@ -107,13 +114,13 @@ struct HPACKRequestEncoder {
     mutating func writeHeaders(_ headers: HPACKHeaders, into buffer: inout ByteBuffer) {
         writeSizeUpdates(into: &buffer)
         for (name, value, indexing) in headers {
-            if let index = Self.staticExact[name + ":" + value] {
+            if let index = Self.staticEntry(name: name, value: value) {
                 buffer.writeInteger(UInt8(0x80 | index))
             } else if indexing == .indexable, let slot = Slot(name: name) {
                 write(slot, value, into: &buffer)
             } else {
                 let prefix: UInt8 = indexing == .neverIndexed ? 0x10 : 0x00
-                if let index = Self.staticNames[name] {
+                if let index = Self.staticName(name) {
                     Self.writeInteger(index, prefixBits: 4, flags: prefix, into: &buffer)
                 } else {
                     buffer.writeInteger(prefix)
@@ -124,16 +131,43 @@ struct HPACKRequestEncoder {
         }
     }
 
-    /// Static table entries (Appendix A) used here: exact pairs and names.
-    private static let staticExact: [String: Int] = [
-        ":method:GET": 2, ":method:POST": 3, ":path:/": 4, ":scheme:http": 6, ":scheme:https": 7,
-        ":status:200": 8, ":status:204": 9, ":status:206": 10, ":status:304": 11, ":status:400": 12, ":status:404": 13,
-        ":status:500": 14,
-    ]
-    private static let staticNames: [String: Int] = [
-        ":authority": 1, ":method": 2, ":path": 4, ":scheme": 6, "authorization": 23, "content-length": 28, "content-type": 31,
-        "user-agent": 58, ":status": 8,
-    ]
+    /// The static table's exact entries (Appendix A) for pseudo-headers.
+    private static func staticEntry(name: String, value: String) -> Int? {
+        guard name.utf8.first == UInt8(ascii: ":") else { return nil }
+        switch name {
+        case ":method": return value == "GET" ? 2 : value == "POST" ? 3 : nil
+        case ":path": return value == "/" ? 4 : nil
+        case ":scheme": return value == "http" ? 6 : value == "https" ? 7 : nil
+        case ":status":
+            switch value {
+            case "200": return 8
+            case "204": return 9
+            case "206": return 10
+            case "304": return 11
+            case "400": return 12
+            case "404": return 13
+            case "500": return 14
+            default: return nil
+            }
+        default: return nil
+        }
+    }
+
+    /// The static table's index for a name (Appendix A), for the names used here.
+    private static func staticName(_ name: String) -> Int? {
+        switch name {
+        case ":authority": 1
+        case ":method": 2
+        case ":path": 4
+        case ":scheme": 6
+        case ":status": 8
+        case "authorization": 23
+        case "content-length": 28
+        case "content-type": 31
+        case "user-agent": 58
+        default: nil
+        }
+    }
 
     // MARK: The dynamic table
 

@@ -55,6 +55,7 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
     /// Set while the handler is inside `channelRead`/`channelReadComplete`, so a pump
     /// requested meanwhile is folded into the flush at the end of the burst.
     private var inReadBurst = false
+    private var reportedClosed = false
 
     /// Stream ids are 31 bits and never reused: a connection this close to the end is replaced.
     static let streamIDLimit: Int32 = Int32.max - 4096
@@ -84,6 +85,14 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        reportClosed()
+        context.fireChannelInactive()
+    }
+
+    /// Hands every stream still open to the client as unanswered, once.
+    func reportClosed() {
+        guard !reportedClosed else { return }
+        reportedClosed = true
         tick?.cancel()
         tick = nil
         let reason = closeReason ?? "the server closed the connection"
@@ -92,7 +101,6 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
         let pending = results + unanswered
         results.removeAll()
         client.connectionClosed(id: id, results: pending, wasReady: ready, reason: reason)
-        context.fireChannelInactive()
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {

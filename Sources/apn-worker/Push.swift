@@ -141,12 +141,15 @@ struct Push: AsyncParsableCommand {
             let total = count
             async let summary = Self.collect(client, expected: total)
             do {
+                // One notification to many devices: every submission shares its content, so the
+                // client checks and encodes it once.
+                let content = APNSSubmission.Content(notification: notification)
                 var index = 0
                 while index < total {
                     let end = min(total, index + 1024)
                     try await client.send(
                         (index..<end).map { i in
-                            APNSSubmission(tag: UInt64(i), token: tokenList[i % tokenList.count], notification: notification)
+                            APNSSubmission(tag: UInt64(i), token: tokenList[i % tokenList.count], content: content)
                         }
                     )
                     index = end

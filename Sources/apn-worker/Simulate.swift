@@ -204,6 +204,9 @@ struct Simulate: AsyncParsableCommand {
         config.port = port
         config.environment = environment
         config.framing = http2Framing
+        // The command reports counts (and --record writes every request); a list of accepted
+        // requests in memory is for library users, and would grow with every request.
+        config.acceptedListLimit = 0
         config.maxConcurrentStreams = maxStreams
         config.dropStreamsToOneAfterError = dropStreamsToOneAfterError
         config.goAwayEvery = goAwayEvery

@@ -1,5 +1,6 @@
 import APNSCore
 import APNSSimulator
+import PushTestSupport
 import Testing
 
 @testable import APNSBinary
@@ -126,10 +127,9 @@ import Testing
     }
 
     @Test func aClosedPortFailsAfterTheRetryLimitWithTheReason() async throws {
-        let simulator = try await Harness.simulator()
-        let port = simulator.binaryPort
-        await simulator.stop()
-        var config = APNSBinaryConfiguration(host: "127.0.0.1", port: port, credentials: try Harness.clientCredentials())
+        let refusing = try RefusingPort()
+        defer { withExtendedLifetime(refusing) {} }
+        var config = APNSBinaryConfiguration(host: "127.0.0.1", port: refusing.port, credentials: try Harness.clientCredentials())
         config.connectionRetryLimit = 3
         let client = try APNSBinaryClient(configuration: config)
         let run = try await Harness.run(client, Self.submissions(4))

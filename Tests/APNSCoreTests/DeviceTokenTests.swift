@@ -54,3 +54,11 @@ func malformedTokensAreRejectedWithAReason(text: String, reason: String) {
         #expect(!APNSStatus(rawValue: code).reason.hasPrefix("Undocumented"), "status \(code)")
     }
 }
+
+@Test func hexCanFollowAPrefix() throws {
+    let token = try DeviceToken(bytes: [0x00, 0x0f, 0xa5, 0xff])
+    let path = token.bytes.withUnsafeBufferPointer { DeviceToken.lowercaseHex($0, prefix: "/3/device/") }
+    #expect(path == "/3/device/000fa5ff")
+    #expect(token.bytes.withUnsafeBufferPointer { DeviceToken.lowercaseHex($0) } == token.hex)
+    #expect(token.hex == "000fa5ff")
+}

@@ -1,6 +1,7 @@
 import APNSCore
 import APNSHTTP2Core
 import APNSSimulator
+import PushTestSupport
 import Crypto
 import Foundation
 import Testing
@@ -319,10 +320,8 @@ struct ClientTests {
 
     @Test("a server that is not listening: queued notifications fail with connectionFailed after the retry limit")
     func connectionFailures() async throws {
-        let simulator = try await ClientHarness.simulator()
-        let port = simulator.port
-        await simulator.stop()
-        let client = try ClientHarness.certificateClient(port: port) {
+        let refusing = try RefusingPort()
+        let client = try ClientHarness.certificateClient(port: refusing.port) {
             $0.connectionRetryLimit = 3
             $0.reconnectBaseDelay = .milliseconds(5)
             $0.reconnectMaxDelay = .milliseconds(20)
@@ -330,5 +329,6 @@ struct ClientTests {
         let run = try await ClientHarness.run(client, ClientHarness.submissions(0..<20))
         #expect(run.outcomes.count == 20)
         #expect(run.outcomes.values.allSatisfy { $0.status == .connectionFailed && $0.attempts == 0 && !$0.possibleDuplicate })
+        withExtendedLifetime(refusing) {}
     }
 }

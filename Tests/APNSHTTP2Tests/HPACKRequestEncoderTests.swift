@@ -124,4 +124,22 @@ import Testing
             #expect(decoded.first { $0.name == "authorization" }?.indexable == .neverIndexed)
         }
     }
+
+    @Test func responsesUseTheStaticTableForStatusAndContentType() throws {
+        var encoder = HPACKRequestEncoder()
+        var decoder = HPACKDecoder(allocator: ByteBufferAllocator())
+        for status in ["200", "400", "410", "429"] {
+            var headers = HPACKHeaders()
+            headers.add(name: ":status", value: status)
+            headers.add(name: "content-type", value: "application/json")
+            headers.add(name: "apns-id", value: "01234567-89ab-4def-8000-000000000000", indexing: .nonIndexable)
+            var buffer = ByteBuffer()
+            encoder.writeHeaders(headers, into: &buffer)
+            let first = buffer.getInteger(at: 0, as: UInt8.self)
+            // 200 and 400 are static entries 8 and 12; 410 and 429 are literals naming entry 8.
+            #expect(first == (status == "200" ? 0x88 : status == "400" ? 0x8C : 0x08), "\(status)")
+            let decoded = try decoder.decodeHeaders(from: &buffer)
+            #expect(decoded.map { "\($0.name): \($0.value)" } == headers.map { "\($0.name): \($0.value)" })
+        }
+    }
 }
