@@ -164,6 +164,8 @@ final class RawH2Client: Sendable {
         private(set) var goAways: [GoAway] = []
         private var waiters: [(id: Int, check: (Handler) -> Bool, promise: EventLoopPromise<Void>)] = []
         private var nextWaiter = 0
+        /// Set once the connection is closed: what is sent after that is answered at once.
+        private var closed = false
 
         func handlerAdded(context: ChannelHandlerContext) { self.context = context }
 
@@ -203,7 +205,19 @@ final class RawH2Client: Sendable {
                 if flushEach { context.flush() }
             }
             if !flushEach { context.flush() }
+            // A flush can close the connection on the spot (the server may already have sent
+            // GOAWAY and closed), and channelInactive settles only what was pending by then.
+            if closed { settleAfterClose() }
             return futures
+        }
+
+        /// Every pending request ends unanswered (`reset` `.cancel` unless the server reset it).
+        private func settleAfterClose() {
+            for (id, entry) in pending {
+                var response = entry.0
+                response.reset = response.reset ?? .cancel
+                finish(id, response)
+            }
         }
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -260,11 +274,8 @@ final class RawH2Client: Sendable {
         }
 
         func channelInactive(context: ChannelHandlerContext) {
-            for (id, entry) in pending {
-                var response = entry.0
-                response.reset = response.reset ?? .cancel
-                finish(id, response)
-            }
+            closed = true
+            settleAfterClose()
             checkWaiters()
             context.fireChannelInactive()
         }
