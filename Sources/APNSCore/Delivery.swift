@@ -1,5 +1,7 @@
 // Shared by every transport.
 
+import Foundation
+
 /// One notification to send: what, to whom, and a tag the caller uses to match the outcome.
 public struct APNSSubmission: Sendable {
     public var tag: UInt64
@@ -10,7 +12,7 @@ public struct APNSSubmission: Sendable {
 
     public var notification: APNSNotification {
         get { content.notification }
-        set { content = Content(notification: newValue, payload: content.payload) }
+        set { content = Content(notification: newValue, payload: content.payload, staleAt: content.staleAt) }
     }
 
     /// The notification's payload when the caller has already built and validated it (with
@@ -18,17 +20,22 @@ public struct APNSSubmission: Sendable {
     /// limit); `nil` makes the client build it.
     public var payload: [UInt8]? {
         get { content.payload }
-        set { content = Content(notification: content.notification, payload: newValue) }
+        set { content = Content(notification: content.notification, payload: newValue, staleAt: content.staleAt) }
     }
 
     /// What is sent: the same for every token of a notification.
     public final class Content: Sendable {
         public let notification: APNSNotification
         public let payload: [UInt8]?
+        /// When the notification goes stale, in milliseconds since the epoch: a client that
+        /// cannot reach its gateway until then fails it with ``APNSStatus/expired`` instead of
+        /// keeping it queued. `nil`: it waits for a connection however long that takes.
+        public let staleAt: Int64?
 
-        public init(notification: APNSNotification, payload: [UInt8]? = nil) {
+        public init(notification: APNSNotification, payload: [UInt8]? = nil, staleAt: Int64? = nil) {
             self.notification = notification
             self.payload = payload
+            self.staleAt = staleAt
         }
     }
 
@@ -103,6 +110,12 @@ public enum APNSDeliveryEvent: Sendable {
     case socketError(connection: Int, error: String)
     /// A problem that is not tied to one notification.
     case error(APNSError)
+    /// No connection could be made to the gateway several times in a row and none is open.
+    /// The client keeps reconnecting with capped back-off; what it holds waits in its queue
+    /// (unless the client was given a `connectionRetryLimit`, or a notification goes stale).
+    case unavailable(reason: String)
+    /// A connection is open again after ``unavailable(reason:)``.
+    case available
 
     /// The outcome this event carries, if it is one.
     public var outcome: APNSDeliveryOutcome? {
@@ -110,6 +123,26 @@ public enum APNSDeliveryEvent: Sendable {
         case .transmitted(let o), .transmissionError(let o): o
         default: nil
         }
+    }
+}
+
+/// The reconnect back-off both transports use: `base` doubled per failure in a row, at most
+/// `maximum`. Callers add jitter when they wait.
+public enum APNSReconnectBackoff {
+    /// Failures in a row after which a client reports ``APNSDeliveryEvent/unavailable(reason:)``.
+    public static let unavailableAfter = 3
+
+    /// The delay before the next connect after `failures` failures in a row (at least 1).
+    public static func delay(afterFailures failures: Int, base: Duration = .milliseconds(100),
+                             maximum: Duration = .seconds(5)) -> Duration {
+        let exponent = min(max(failures - 1, 0), 30)
+        let delay = base * (1 << exponent)
+        return min(delay, maximum)
+    }
+
+    /// Wall-clock milliseconds since the epoch, as ``APNSSubmission/Content/staleAt`` counts them.
+    public static func nowMilliseconds() -> Int64 {
+        Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
     }
 }
 

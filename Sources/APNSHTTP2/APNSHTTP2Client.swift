@@ -74,6 +74,8 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
         var connections: [Int: Connection] = [:]
         var nextConnectionID = 0
         var consecutiveFailures = 0
+        /// ``APNSDeliveryEvent/unavailable(reason:)`` was reported and no connection opened since.
+        var reportedUnavailable = false
         var reconnectAt: NIODeadline?
         var reconnectTimerArmed = false
         var events = Deque<APNSDeliveryEvent>()
@@ -192,7 +194,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
                     tag: submission.tag, token: submission.token, path: submission.token.bytes.withUnsafeBufferPointer { DeviceToken.lowercaseHex($0, prefix: "/3/device/") }, body: body,
                     pushType: t.pushType, topic: t.topic, priority: t.priority, expiration: t.expiration,
                     collapseID: t.collapseID, apnsID: apnsIDs.next(),
-                    retryLimit: t.retryLimit))
+                    retryLimit: t.retryLimit, staleAt: submission.content.staleAt))
             case .failure(let error):
                 rejected.append(APNSDeliveryOutcome(
                     tag: submission.tag, token: submission.token, status: .invalidPayload, message: error.message,
@@ -507,6 +509,10 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
             s.consecutiveFailures = 0
             s.reconnectAt = nil
             emitConnectionEvent(&s, &e, .connected(connection: id))
+            if s.reportedUnavailable {
+                s.reportedUnavailable = false
+                emitConnectionEvent(&s, &e, .available, force: true)
+            }
             dispatch(&s, &e)
         }
     }
@@ -604,15 +610,26 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
                 logger.warning("HTTP/2 connection failed", metadata: [
                     "apns.connection": "\(id)", "reason": "\(reason)", "failures": "\(s.consecutiveFailures)",
                 ])
-                if s.consecutiveFailures >= configuration.connectionRetryLimit {
+                let anyReady = s.connections.values.contains { $0.phase != .connecting }
+                if !anyReady && s.consecutiveFailures >= APNSReconnectBackoff.unavailableAfter && !s.reportedUnavailable {
+                    s.reportedUnavailable = true
+                    emitConnectionEvent(&s, &e, .unavailable(reason:
+                        "\(s.consecutiveFailures) connection attempts to \(configuration.host):\(configuration.port) failed in a row (last: \(reason))"),
+                        force: true)
+                }
+                if !anyReady { failStale(&s) }
+                if let limit = configuration.connectionRetryLimit, s.consecutiveFailures >= limit {
                     failAll(&s, &e, status: .connectionFailed,
                         message: "could not connect to \(configuration.host):\(configuration.port) after \(s.consecutiveFailures) attempts: \(reason)")
                     s.consecutiveFailures = 0
                 } else {
-                    let exponent = min(s.consecutiveFailures - 1, 20)
-                    let delay = min(configuration.reconnectBaseDelay.seconds * pow(2, Double(exponent)), configuration.reconnectMaxDelay.seconds)
-                    let jittered = delay / 2 + Double.random(in: 0...max(delay / 2, 0.000_001))
-                    s.reconnectAt = .now() + .nanoseconds(Int64(jittered * 1e9))
+                    let delay = APNSReconnectBackoff.delay(
+                        afterFailures: s.consecutiveFailures, base: configuration.reconnectBaseDelay,
+                        maximum: configuration.reconnectMaxDelay)
+                    // Jitter between half and all of the delay.
+                    let nanos = delay.components.seconds * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000
+                    let jittered = nanos / 2 + Int64.random(in: 0...max(1, nanos / 2))
+                    s.reconnectAt = .now() + .nanoseconds(jittered)
                 }
             }
             dispatch(&s, &e)
@@ -717,6 +734,25 @@ public final class APNSHTTP2Client: APNSDeliveryClient {
             e.armDelayedTimer = next
         }
         dispatch(&s, &e)
+    }
+
+    /// While no connection is open: fails the queued notifications whose `staleAt` has passed.
+    private func failStale(_ s: inout State) {
+        guard s.queue.contains(where: { $0.staleAt != nil }) || s.delayed.contains(where: { $0.request.staleAt != nil }) else {
+            return
+        }
+        let now = APNSReconnectBackoff.nowMilliseconds()
+        func stale(_ request: QueuedRequest) -> Bool { request.staleAt.map { $0 <= now } ?? false }
+        func fail(_ request: QueuedRequest) {
+            s.events.append(.transmissionError(request.possibleDuplicate
+                ? request.outcome(status: .indeterminate,
+                                  message: "went stale while the server was unreachable; an earlier attempt was left unanswered, so the server may have it")
+                : request.outcome(status: .expired, message: "went stale while the server was unreachable; not sent")))
+        }
+        s.queue.filter(stale).forEach(fail)
+        s.queue.removeAll(where: stale)
+        s.delayed.filter { stale($0.request) }.forEach { fail($0.request) }
+        s.delayed.removeAll { stale($0.request) }
     }
 
     private func failAll(_ s: inout State, _ e: inout Effects, status: APNSStatus, message: String) {

@@ -59,12 +59,13 @@ public struct APNSHTTP2Configuration: Sendable {
     /// without an answer is given up as ``APNSStatus/indeterminate``.
     public var maxAttempts = 5
     /// Connection failures in a row after which queued notifications fail with
-    /// ``APNSStatus/connectionFailed`` instead of waiting.
-    public var connectionRetryLimit = 10
+    /// ``APNSStatus/connectionFailed`` instead of waiting; `nil`: they wait, and the client keeps
+    /// reconnecting with back-off (``APNSReconnectBackoff``).
+    public var connectionRetryLimit: Int? = 10
     /// First delay before reconnecting after a failed connection; doubled per failure.
     public var reconnectBaseDelay: Duration = .milliseconds(100)
     /// Longest delay before reconnecting.
-    public var reconnectMaxDelay: Duration = .seconds(10)
+    public var reconnectMaxDelay: Duration = .seconds(5)
 
     public init(host: String, port: Int, authentication: Authentication, topic: String) {
         self.host = host
@@ -97,8 +98,8 @@ public struct APNSHTTP2Configuration: Sendable {
         if let idleTimeout, idleTimeout <= .zero { throw bad("idleTimeout must be positive or unset") }
         guard defaultRetryLimit >= 0 else { throw bad("defaultRetryLimit must be zero or more, not \(defaultRetryLimit)") }
         guard maxAttempts >= 1 else { throw bad("maxAttempts must be at least 1, not \(maxAttempts)") }
-        guard connectionRetryLimit >= 1 else {
-            throw bad("connectionRetryLimit must be at least 1, not \(connectionRetryLimit)")
+        if let connectionRetryLimit, connectionRetryLimit < 1 {
+            throw bad("connectionRetryLimit must be at least 1 (or unset to keep waiting), not \(connectionRetryLimit)")
         }
         guard retryBaseDelay >= .zero, retryMaxDelay >= retryBaseDelay else {
             throw bad("retryBaseDelay must be zero or more and at most retryMaxDelay")

@@ -17,6 +17,8 @@ struct QueuedRequest: Sendable {
     /// Set by the client, kept across retries so one notification has one id in the logs (§3.5).
     var apnsID: String
     var retryLimit: Int
+    /// When it goes stale (milliseconds since the epoch); see ``APNSSubmission/Content/staleAt``.
+    var staleAt: Int64? = nil
     /// Writes to a connection.
     var attempts = 0
     /// Retries spent (429, 5xx, a reason that asks for a new connection).

@@ -88,6 +88,7 @@ public final class APNSSimulator: Sendable {
     public let feedbackPort: Int?
     let state: Mutex<State>
     private let channels: [any Channel]
+    private let accepted: AcceptedConnections
     private let recordFile: FileHandle?
     private let logger: Logger
 
@@ -97,9 +98,11 @@ public final class APNSSimulator: Sendable {
         feedbackPort: Int?,
         state: State,
         channels: [any Channel],
+        accepted: AcceptedConnections,
         recordFile: FileHandle?,
         logger: Logger
     ) {
+        self.accepted = accepted
         self.configuration = configuration
         self.binaryPort = binaryPort
         self.feedbackPort = feedbackPort
@@ -133,6 +136,7 @@ public final class APNSSimulator: Sendable {
         // The handlers need the simulator, which needs the bound ports: bind with a box that is
         // filled in right after.
         let box = SimulatorBox()
+        let accepted = AcceptedConnections()
         let binary = try await ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(.backlog, value: 256)
@@ -144,6 +148,7 @@ public final class APNSSimulator: Sendable {
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
+                    accepted.add(channel)
                     try sync.addHandler(NIOSSLServerHandler(context: sslContext))
                     try sync.addHandler(ByteToMessageHandler(NotificationFrameDecoder()))
                     guard let simulator = box.simulator else {
@@ -162,6 +167,7 @@ public final class APNSSimulator: Sendable {
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let sync = channel.pipeline.syncOperations
+                        accepted.add(channel)
                         try sync.addHandler(NIOSSLServerHandler(context: sslContext))
                         guard let simulator = box.simulator else {
                             throw APNSError(.shutDown, "the simulator is still starting")
@@ -180,6 +186,7 @@ public final class APNSSimulator: Sendable {
             feedbackPort: feedbackPort,
             state: state,
             channels: channels,
+            accepted: accepted,
             recordFile: recordFile,
             logger: logger
         )
@@ -187,11 +194,14 @@ public final class APNSSimulator: Sendable {
         return simulator
     }
 
-    /// Stops listening, closes the servers and flushes the record file.
+    /// Stops listening, closes the servers and the connections they accepted, and flushes the
+    /// record file.
     public func stop() async {
         for channel in channels {
             try? await channel.close()
         }
+        // The gateway goes away: its open connections are cut too, without an error packet.
+        await accepted.closeAll()
         flushRecord()
         try? recordFile?.close()
     }
@@ -291,6 +301,23 @@ public final class APNSSimulator: Sendable {
 }
 
 /// Lets channel initializers reach the simulator created after binding.
+/// The connections a simulator accepted and has not closed yet.
+final class AcceptedConnections: Sendable {
+    private let channels = Mutex<[ObjectIdentifier: any Channel]>([:])
+
+    func add(_ channel: any Channel) {
+        let id = ObjectIdentifier(channel)
+        channels.withLock { $0[id] = channel }
+        channel.closeFuture.whenComplete { [self] _ in _ = channels.withLock { $0.removeValue(forKey: id) } }
+    }
+
+    func closeAll() async {
+        for channel in channels.withLock({ Array($0.values) }) {
+            try? await channel.close()
+        }
+    }
+}
+
 private final class SimulatorBox: Sendable {
     private let value = Mutex<APNSSimulator?>(nil)
     /// Set once, right after binding; read by accepted connections (on event-loop threads).

@@ -113,17 +113,25 @@ public final class KafkaConsumer: Sendable {
     /// Synchronously commits explicit offsets (next offset to read = last processed + 1).
     public func commit(_ offsets: [TopicPartitionOffset]) async throws(KafkaError) {
         guard !offsets.isEmpty else { return }
-        let (client, context) = (client, context)
         try await offsetQueue.run { () throws(KafkaError) in
-            guard !context.isClosed else { throw .closed("KafkaConsumer") }
-            let list = makePartitionList(offsets)
-            defer { rd_kafka_topic_partition_list_destroy(list) }
-            let err = rd_kafka_commit(client.pointer, list, 0)
-            guard err == RD_KAFKA_RESP_ERR_NO_ERROR else {
-                throw KafkaError(err, context: "Cannot commit \(offsets)")
-            }
-            try checkPartitionErrors(list, "Cannot commit offset for")
+            guard !self.context.isClosed else { throw .closed("KafkaConsumer") }
+            try self.commitBlocking(offsets)
         }
+    }
+
+    /// Commits explicit offsets on the calling thread and waits for the coordinator's answer.
+    /// Meant for `onRevoke`, which runs on the poll thread while the revoked partitions still
+    /// belong to this member (the generation is current, so the commit is accepted), before the
+    /// group hands them to another member.
+    public func commitBlocking(_ offsets: [TopicPartitionOffset]) throws(KafkaError) {
+        guard !offsets.isEmpty else { return }
+        let list = makePartitionList(offsets)
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let err = rd_kafka_commit(client.pointer, list, 0)
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(err, context: "Cannot commit \(offsets)")
+        }
+        try checkPartitionErrors(list, "Cannot commit offset for")
     }
 
     /// Stores offsets (next offset to read = last processed + 1) for librdkafka's automatic

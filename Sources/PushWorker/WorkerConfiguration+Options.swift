@@ -50,6 +50,7 @@ extension WorkerConfiguration {
                     gateway.cacheMaxBytes = app.cacheMaxBytes
                     gateway.confirmationWindow = .milliseconds(app.confirmationWindowMs)
                     gateway.resendOnUnknown = app.resendOnUnknown
+                    gateway.connectionRetryLimit = app.connectRetryLimit == 0 ? nil : app.connectRetryLimit
                     gateway.maxPending = max(1, min(gateway.maxPending, worker.maxInFlight))
                     do {
                         try gateway.validate()
@@ -87,6 +88,7 @@ extension WorkerConfiguration {
                     gateway.verifyServer = env.verifyServer
                     gateway.maxConnections = app.poolSize
                     gateway.maxPending = max(1, min(gateway.maxPending, worker.maxInFlight))
+                    gateway.connectionRetryLimit = app.connectRetryLimit == 0 ? nil : app.connectRetryLimit
                     do {
                         try gateway.validate()
                     } catch {
@@ -107,6 +109,7 @@ extension WorkerConfiguration {
         var options = WorkerOptions(
             workerId: worker.id, kafka: KafkaConfiguration(properties), groupId: kafka.groupId,
             requestsTopic: kafka.requestsTopic, resultsTopic: kafka.resultsTopic, redis: redisConfiguration, apps: apps)
+        options.groupInstanceId = kafka.groupInstanceId
         options.batchSize = worker.batchSize
         options.batchWindow = .milliseconds(worker.batchWindowMs)
         options.maxInFlight = worker.maxInFlight

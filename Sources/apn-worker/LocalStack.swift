@@ -9,11 +9,17 @@ import PushRedis
 
 /// The embedded stack that `demo` and `bench-worker` run on: the embedded Kafka, a redis-server
 /// on a free port (or a given Redis), the APNs simulator, and worker processes.
-final class LocalStack {
+///
+/// `@unchecked Sendable`: a command drives it from one task at a time (bench-failover hands it
+/// to its scenario task while the main task only reads results from Kafka).
+final class LocalStack: @unchecked Sendable {
     let directory: String
     let kafka: EmbeddedKafkaCluster
     let redisURL: String
-    let simulator: APNSSimulator
+    /// The binary gateway and feedback service (replaced by ``restartGateway()``).
+    private(set) var simulator: APNSSimulator
+    /// What gateways stopped by ``stopGateway()`` had accepted.
+    private var retiredAccepted: [DeviceToken: Int] = [:]
     /// The HTTP/2 simulator of ``Options/http2App``, when there is one.
     let http2Simulator: APNSHTTP2Simulator?
     let configPath: String
@@ -29,6 +35,11 @@ final class LocalStack {
         var errorDelay: Duration = .zero
         /// Extra librdkafka properties for the workers.
         var kafkaProperties: [String: String] = [:]
+        /// The workers' `session.timeout.ms` (heartbeats every twelfth of it); `nil` keeps the
+        /// worker's defaults.
+        var sessionTimeoutMs: Int? = 6000
+        /// Brokers of the embedded Kafka.
+        var brokers = 1
         /// Extra YAML under `worker:`.
         var worker: [String: String] = [:]
         /// Extra YAML under the app.
@@ -45,7 +56,7 @@ final class LocalStack {
         directory = NSTemporaryDirectory() + "apn-worker-\(getpid())-\(UUID().uuidString.prefix(6))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         keepDirectory = options.keepDirectory
-        kafka = try EmbeddedKafkaCluster(brokers: 1)
+        kafka = try EmbeddedKafkaCluster(brokers: options.brokers)
         try kafka.createTopic("apn.requests", partitions: 12)
         try kafka.createTopic("apn.results", partitions: 12)
 
@@ -114,9 +125,7 @@ final class LocalStack {
               bootstrapServers: "\(kafka.bootstrapServers)"
               groupId: apn-local
               properties:
-                session.timeout.ms: "6000"
-                heartbeat.interval.ms: "500"
-            \(options.kafkaProperties.sorted { $0.key < $1.key }.map { "    \($0.key): \"\($0.value)\"\n" }.joined())redis:
+            \(sessionProperties(options.sessionTimeoutMs))\(options.kafkaProperties.sorted { $0.key < $1.key }.map { "    \($0.key): \"\($0.value)\"\n" }.joined())redis:
               url: "\(redisURL)"
             worker:
               logFormat: json
@@ -133,6 +142,25 @@ final class LocalStack {
             """.write(toFile: configPath, atomically: false, encoding: .utf8)
     }
 
+    /// Stops the binary gateway and feedback service, cutting their connections: an outage.
+    func stopGateway() async {
+        for (token, count) in simulator.acceptedByToken { retiredAccepted[token, default: 0] += count }
+        await simulator.stop()
+    }
+
+    /// Starts the binary gateway and feedback service again on the same ports.
+    func restartGateway() async throws {
+        var configuration = simulator.configuration
+        configuration.binaryPort = simulator.binaryPort
+        configuration.feedbackPort = simulator.feedbackPort
+        simulator = try await APNSSimulator.start(configuration: configuration)
+    }
+
+    /// How often each token was accepted by the binary gateway, over its restarts.
+    var acceptedByToken: [DeviceToken: Int] {
+        retiredAccepted.merging(simulator.acceptedByToken, uniquingKeysWith: +)
+    }
+
     /// Starts `apn-worker run` with its log in the working directory; returns once it is ready.
     @discardableResult
     func startWorker(id: String) throws -> Process {
@@ -142,7 +170,8 @@ final class LocalStack {
         process.arguments = ["run", "--config", configPath, "--worker-id", id]
         let stdout = Pipe()
         process.standardOutput = stdout
-        let log = "\(directory)/\(id).log"
+        let starts = workers.filter { $0.arguments?.last == id }.count
+        let log = "\(directory)/\(id)\(starts > 0 ? "-\(starts)" : "").log"
         FileManager.default.createFile(atPath: log, contents: nil)
         process.standardError = FileHandle(forWritingAtPath: log)
         try process.run()
@@ -210,6 +239,15 @@ final class LocalStack {
         }
         throw UsageFailure(message: "redis-server did not answer within 10 s")
     }
+}
+
+private func sessionProperties(_ timeoutMs: Int?) -> String {
+    guard let timeoutMs else { return "" }
+    return """
+            session.timeout.ms: "\(timeoutMs)"
+            heartbeat.interval.ms: "\(max(100, timeoutMs / 12))"
+
+        """
 }
 
 /// Reads lines from a pipe (blocking).

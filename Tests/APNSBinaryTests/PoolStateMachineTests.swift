@@ -216,6 +216,74 @@ extension PoolStateMachine {
     #expect(m.queue.isEmpty)
 }
 
+/// Fails `count` connects in a row, starting from `actions`; returns the delays asked for.
+private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMachine.Action], count: Int) -> [TimeAmount] {
+    var actions = actions
+    var delays: [TimeAmount] = []
+    for _ in 0..<count {
+        guard case .connect(let id, let delay) = actions.first(where: { if case .connect = $0 { true } else { false } }) else {
+            Issue.record("expected a connect in \(actions)")
+            return delays
+        }
+        delays.append(delay)
+        if delay > .zero { _ = m.beginConnect(id: id) }
+        actions = m.connectFailed(id: id, reason: "connection refused")
+    }
+    return delays
+}
+
+@Test func withoutARetryLimitQueuedNotificationsWaitThroughAnOutageWithCappedBackoff() {
+    var m = PoolStateMachine(configuration: config { $0.connectionRetryLimit = nil })
+    let delays = failConnects(&m, m.enqueue([item(0), item(1)]), count: 40)
+    #expect(delays.count == 40)
+    #expect(delays.max() == .seconds(5))
+    #expect(m.events.compactMap(\.outcome).isEmpty)
+    #expect(m.queue.map(\.tag) == [0, 1])
+    // Reported unavailable once, after the third failure in a row.
+    let unavailable = m.events.filter { if case .unavailable = $0 { true } else { false } }
+    #expect(unavailable.count == 1)
+}
+
+@Test func theGatewayAnsweringAgainIsReportedAvailableAndTheQueueIsSent() {
+    var m = PoolStateMachine(configuration: config { $0.connectionRetryLimit = nil })
+    var actions = m.enqueue([item(0), item(1)])
+    for _ in 0..<3 {
+        guard case .connect(let id, let delay) = actions.first(where: { if case .connect = $0 { true } else { false } }) else {
+            Issue.record("expected a connect in \(actions)")
+            return
+        }
+        if delay > .zero { _ = m.beginConnect(id: id) }
+        actions = m.connectFailed(id: id, reason: "connection refused")
+    }
+    guard case .connect(let id, _) = actions.first(where: { if case .connect = $0 { true } else { false } }) else {
+        Issue.record("expected a connect in \(actions)")
+        return
+    }
+    _ = m.beginConnect(id: id)
+    m.events.removeAll()
+    _ = m.connectionEstablished(id: id)
+    #expect(m.events.contains { if case .available = $0 { true } else { false } })
+    let (batch, _) = m.send(id: id, now: t0)
+    #expect(batch.map { $0.1?.tag } == [0, 1])
+}
+
+@Test func aStaleNotificationFailsAsExpiredWhileTheGatewayIsUnreachable() {
+    var m = PoolStateMachine(configuration: config {
+        $0.connectionRetryLimit = nil
+        $0.now = { 10_000 }
+    })
+    var stale = item(0)
+    stale.staleAt = 9_999
+    var fresh = item(1)
+    fresh.staleAt = 10_001
+    let waiting = item(2)
+    _ = failConnects(&m, m.enqueue([stale, fresh, waiting]), count: 1)
+    let got = outcomes(&m)
+    #expect(got.map(\.tag) == [0])
+    #expect(got.first?.status == .expired)
+    #expect(m.queue.map(\.tag) == [1, 2])
+}
+
 @Test func shutdownDrainsWithAProbeThatConfirmsEverythingBeforeIt() {
     var m = PoolStateMachine(configuration: config())
     let id = connected(&m, items: 3)

@@ -507,7 +507,7 @@ private func parseError(
         + "settings here are production, sandbox.")
     #expect(parseError(fixture.minimalYAML(app: "    pool: 3")) == "apps.com.example.app.pool: unknown "
         + "setting; known settings here are bundleId, defaultEnvironment, transport, poolSize, cacheMaxCount, "
-        + "cacheMaxBytes, confirmationWindowMs, resendOnUnknown, appPerSecond, devicePerHour, "
+        + "cacheMaxBytes, confirmationWindowMs, resendOnUnknown, connectRetryLimit, appPerSecond, devicePerHour, "
         + "feedbackIntervalSeconds, environments.")
     #expect(parseError(fixture.minimalYAML(extra: "redis:\n  host: x")) != nil)  // redis set twice
 }
@@ -920,4 +920,31 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     #expect(parseError(http2YAML(fixture, environment: """
               verifyServer: false
     """)) == "\(path) needs credentials: set certificate and key (PEM files) or pfx (a PKCS#12 file), or signingKey, keyId and teamId, in the config file.")
+}
+
+// MARK: - Healing settings
+
+@Test func groupInstanceIdComesFromTheFileOrTheInstanceVariable() throws {
+    let fixture = try Fixture()
+    let base = fixture.minimalYAML()
+    #expect(try parse(base).kafka.groupInstanceId == nil)
+    let fromFile = base.replacingOccurrences(of: "  bootstrapServers:", with: "  groupInstanceId: apn-worker-1\n  bootstrapServers:")
+    #expect(try parse(fromFile).kafka.groupInstanceId == "apn-worker-1")
+    let fromEnvironment = try parse(fromFile, environment: ["APN_WORKER_INSTANCE_ID": "apn-worker-2"])
+    #expect(fromEnvironment.kafka.groupInstanceId == "apn-worker-2")
+    let bad = parseError(base, environment: ["APN_WORKER_INSTANCE_ID": "pod name/with spaces"])
+    #expect(bad?.contains("APN_WORKER_INSTANCE_ID must be 1 to 249 letters") == true)
+    let property = base.replacingOccurrences(
+        of: "  bootstrapServers:", with: "  properties:\n    group.instance.id: x\n  bootstrapServers:")
+    #expect(parseError(property)?.contains("set kafka.groupInstanceId (APN_WORKER_INSTANCE_ID) instead") == true)
+}
+
+@Test func connectRetryLimitDefaultsToWaitingForTheGateway() throws {
+    let fixture = try Fixture()
+    let base = fixture.minimalYAML()
+    #expect(try parse(base).apps["com.example.app"]?.connectRetryLimit == 0)
+    let limited = base.replacingOccurrences(of: "    environments:", with: "    connectRetryLimit: 20\n    environments:")
+    #expect(try parse(limited).apps["com.example.app"]?.connectRetryLimit == 20)
+    let negative = base.replacingOccurrences(of: "    environments:", with: "    connectRetryLimit: -1\n    environments:")
+    #expect(parseError(negative)?.contains("connectRetryLimit must be 0 (keep waiting for the gateway)") == true)
 }

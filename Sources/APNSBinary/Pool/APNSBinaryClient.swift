@@ -133,7 +133,8 @@ public final class APNSBinaryClient: APNSDeliveryClient {
                 payload: [],
                 expiry: notification.expiry.unixSeconds(now: now),
                 priority: notification.priority.rawValue,
-                retryLimit: notification.retryLimit ?? configuration.defaultRetryLimit
+                retryLimit: notification.retryLimit ?? configuration.defaultRetryLimit,
+                staleAt: submission.content.staleAt
             )
             switch compiled {
             case .success(let payload):

@@ -57,8 +57,10 @@ public struct APNSBinaryConfiguration: Sendable {
     /// Resend notifications left unconfirmed by a connection that closed without an error
     /// packet, marking them `possibleDuplicate`; when off they fail as ``APNSStatus/indeterminate``.
     public var resendOnUnknown = true
-    /// Connection failures in a row after which queued notifications fail instead of waiting.
-    public var connectionRetryLimit = 10
+    /// Connection failures in a row after which queued notifications fail with
+    /// ``APNSStatus/connectionFailed`` instead of waiting; `nil`: they wait, and the client
+    /// keeps reconnecting with back-off capped at 5 s (``APNSReconnectBackoff``).
+    public var connectionRetryLimit: Int? = 10
     /// Payload size limit (§1.3).
     public var payloadLimit = 2048
     /// Resends allowed per notification when the notification sets no `retryLimit` (`nil`: unlimited).
@@ -93,8 +95,8 @@ public struct APNSBinaryConfiguration: Sendable {
         guard confirmationWindow > .zero else { throw bad("confirmationWindow must be positive") }
         guard connectTimeout > .zero else { throw bad("connectTimeout must be positive") }
         guard writeTimeout > .zero else { throw bad("writeTimeout must be positive") }
-        guard connectionRetryLimit >= 1 else {
-            throw bad("connectionRetryLimit must be at least 1, not \(connectionRetryLimit)")
+        if let connectionRetryLimit, connectionRetryLimit < 1 {
+            throw bad("connectionRetryLimit must be at least 1 (or unset to keep waiting), not \(connectionRetryLimit)")
         }
         guard (1...65535).contains(payloadLimit) else {
             throw bad("payloadLimit must be between 1 and 65535, not \(payloadLimit)")

@@ -10,6 +10,8 @@ struct PendingNotification: Sendable {
     var expiry: UInt32
     var priority: UInt8
     var retryLimit: Int?
+    /// When it goes stale (milliseconds since the epoch); see ``APNSSubmission/Content/staleAt``.
+    var staleAt: Int64? = nil
     /// How often it has been written to a connection.
     var attempts: Int = 0
     /// Set once an attempt ended on a connection that closed without an error packet.
@@ -37,7 +39,10 @@ struct PoolStateMachine {
         var batchMaxBytes = 64 << 10
         var confirmationWindow = TimeAmount.seconds(1)
         var resendOnUnknown = true
-        var connectionRetryLimit = 10
+        /// Failures in a row after which queued notifications fail; `nil`: they wait.
+        var connectionRetryLimit: Int? = 10
+        /// Wall-clock milliseconds since the epoch, for stale notifications.
+        var now: @Sendable () -> Int64 = APNSReconnectBackoff.nowMilliseconds
         /// Connection-level events (not outcomes) kept for the consumer before new ones are dropped.
         var maxBufferedConnectionEvents = 1024
     }
@@ -115,6 +120,8 @@ struct PoolStateMachine {
     /// Connections in a row that failed to connect or closed without confirming anything.
     private(set) var consecutiveFailures = 0
     private var lastFailure = ""
+    /// True after ``APNSDeliveryEvent/unavailable(reason:)`` was reported, until a connection opens.
+    private(set) var reportedUnavailable = false
     /// The most unconfirmed notifications one connection may carry. It starts at the cache size,
     /// halves when a connection closes silently with notifications in flight, and grows back as
     /// notifications are confirmed, so that a gateway that keeps cutting connections after a
@@ -196,6 +203,10 @@ struct PoolStateMachine {
         c.phase = .ready
         connections[id] = c
         emitConnectionEvent(.connected(connection: id))
+        if reportedUnavailable {
+            reportedUnavailable = false
+            emitConnectionEvent(.available, force: true)
+        }
         dispatch(into: &actions)
         return actions
     }
@@ -532,9 +543,8 @@ struct PoolStateMachine {
     /// Exponential back-off for the next connect after `consecutiveFailures` failures; the client
     /// applies jitter when it executes the delay.
     private func backoffDelay() -> TimeAmount {
-        let exponent = min(consecutiveFailures - 1, 16)
-        let nanos = min(Int64(100_000_000) << exponent, 30_000_000_000)
-        return .nanoseconds(nanos)
+        let delay = APNSReconnectBackoff.delay(afterFailures: consecutiveFailures)
+        return .nanoseconds(Int64(delay.components.seconds) * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000)
     }
 
     // MARK: Helpers
@@ -543,7 +553,15 @@ struct PoolStateMachine {
         consecutiveFailures += 1
         lastFailure = reason
         let anyReady = connections.values.contains { $0.phase == .ready }
-        guard consecutiveFailures >= configuration.connectionRetryLimit, !anyReady else { return }
+        guard !anyReady else { return }
+        if consecutiveFailures >= APNSReconnectBackoff.unavailableAfter && !reportedUnavailable {
+            reportedUnavailable = true
+            emitConnectionEvent(
+                .unavailable(reason: "\(consecutiveFailures) connection attempts to the gateway failed in a row (last: \(reason))"),
+                force: true)
+        }
+        failStale()
+        guard let limit = configuration.connectionRetryLimit, consecutiveFailures >= limit else { return }
         // Give up on what is queued rather than letting it wait forever.
         let message = "\(consecutiveFailures) connection attempts to the gateway failed in a row (last: \(reason))"
         if !queue.isEmpty {
@@ -553,6 +571,26 @@ struct PoolStateMachine {
             emitFailure(item, status: .connectionFailed, message: message)
         }
         consecutiveFailures = 0
+    }
+
+    /// While no connection is open: fails the queued notifications whose `staleAt` has passed.
+    private mutating func failStale() {
+        guard queue.contains(where: { $0.staleAt != nil }) else { return }
+        let now = configuration.now()
+        var kept = Deque<PendingNotification>()
+        for item in queue {
+            if let staleAt = item.staleAt, staleAt <= now {
+                if item.possibleDuplicate {
+                    emitFailure(item, status: .indeterminate,
+                                message: "went stale while the gateway was unreachable; an earlier attempt on a connection that closed without an error packet may have delivered it")
+                } else {
+                    emitFailure(item, status: .expired, message: "went stale while the gateway was unreachable; not sent")
+                }
+            } else {
+                kept.append(item)
+            }
+        }
+        queue = kept
     }
 
     private mutating func widenWindow(to proposed: TimeAmount, because reason: String) {

@@ -116,6 +116,7 @@ struct ConfigurationBuilder {
         "bootstrap.servers": "kafka.bootstrapServers (APN_WORKER_KAFKA_BOOTSTRAP_SERVERS, --brokers)",
         "metadata.broker.list": "kafka.bootstrapServers (APN_WORKER_KAFKA_BOOTSTRAP_SERVERS, --brokers)",
         "group.id": "kafka.groupId (APN_WORKER_KAFKA_GROUP_ID, --group)",
+        "group.instance.id": "kafka.groupInstanceId (APN_WORKER_INSTANCE_ID)",
     ]
 
     init(
@@ -226,7 +227,7 @@ struct ConfigurationBuilder {
 
     private func buildKafka() throws(ConfigurationError) -> WorkerConfiguration.Kafka {
         let file = try root.section("kafka")
-        try file.checkKnown(["bootstrapServers", "groupId", "requestsTopic", "resultsTopic", "properties"])
+        try file.checkKnown(["bootstrapServers", "groupId", "groupInstanceId", "requestsTopic", "resultsTopic", "properties"])
 
         guard let serversValue = SettingValue.first(
             flag("--brokers", overrides.brokers), env("APN_WORKER_KAFKA_BOOTSTRAP_SERVERS"),
@@ -250,6 +251,17 @@ struct ConfigurationBuilder {
             flag("--results-topic", overrides.resultsTopic), env("APN_WORKER_KAFKA_RESULTS_TOPIC"),
             file.value("resultsTopic")) {
             kafka.resultsTopic = try Self.topic(value)
+        }
+        if let value = SettingValue.first(env("APN_WORKER_INSTANCE_ID"), file.value("groupInstanceId")) {
+            let id = try SettingParsing.string(value, allowEmpty: true)
+            guard (1...249).contains(id.unicodeScalars.count),
+                  id.unicodeScalars.allSatisfy(WorkerConfiguration.Worker.isIdCharacter)
+            else {
+                throw ConfigurationError(
+                    "\(value.label) must be 1 to 249 letters, digits, '.', '_' and '-' that name this replica "
+                        + "for good (for example a StatefulSet pod name), not \(value.shown).")
+            }
+            kafka.groupInstanceId = id
         }
         kafka.properties = try kafkaProperties(file: file)
         return kafka
@@ -419,7 +431,7 @@ struct ConfigurationBuilder {
         typealias App = WorkerConfiguration.App
         try section.checkKnown([
             "bundleId", "defaultEnvironment", "transport", "poolSize", "cacheMaxCount", "cacheMaxBytes",
-            "confirmationWindowMs", "resendOnUnknown", "appPerSecond", "devicePerHour",
+            "confirmationWindowMs", "resendOnUnknown", "connectRetryLimit", "appPerSecond", "devicePerHour",
             "feedbackIntervalSeconds", "environments",
         ])
 
@@ -477,6 +489,10 @@ struct ConfigurationBuilder {
         }
         if let value = section.value("resendOnUnknown") {
             app.resendOnUnknown = try SettingParsing.boolean(value)
+        }
+        if let value = section.value("connectRetryLimit") {
+            app.connectRetryLimit = try SettingParsing.integer(
+                value, IntegerRule(range: 0...1_000_000, wording: "0 (keep waiting for the gateway) or a whole number of failed connects from 1 to 1000000"))
         }
         app.appPerSecond = limits.appPerSecond
         if let value = section.value("appPerSecond") {

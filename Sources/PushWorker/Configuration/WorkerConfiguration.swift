@@ -147,6 +147,8 @@ extension WorkerConfiguration {
         public var resultsTopic: String
         /// Extra librdkafka properties, passed through as they are.
         public var properties: [String: String]
+        /// Static membership (`group.instance.id`): a stable name per replica; `nil` for none.
+        public var groupInstanceId: String?
 
         public static let defaultGroupId = "apn-worker"
         public static let defaultRequestsTopic = "apn.requests"
@@ -306,6 +308,9 @@ extension WorkerConfiguration {
         public var confirmationWindowMs: Int
         /// Whether notifications whose fate is unknown after a connection loss are sent again.
         public var resendOnUnknown: Bool
+        /// Failed connects in a row after which queued notifications fail with 515
+        /// `connectionFailed`; 0 (the default): they wait for the gateway however long it takes.
+        public var connectRetryLimit = 0
         /// Notifications per second for this app (0 = unlimited), resolved against
         /// ``Limits/appPerSecond``.
         public var appPerSecond: Int

@@ -18,6 +18,10 @@ public struct Job: Sendable, Hashable {
     public var notification: APNSNotification
     /// When the device last registered its token (UNIX seconds).
     public var registeredAt: Int64?
+    /// How long after it was produced the job may still be sent when the gateway is
+    /// unreachable; past that its notifications are reported `expired` (521) instead.
+    /// `nil`: they wait for the gateway however long it takes.
+    public var staleAfter: Duration?
     /// Set when the notification is valid JSON but cannot be sent (for example the payload does
     /// not fit even after trimming): every token gets this error instead of being sent.
     public var payloadError: String?
@@ -68,7 +72,7 @@ public struct JobParser: Sendable {
     struct Fields {
         var id, app, token, tokens, aps, alert, badge, sound, contentAvailable, mutableContent: JSONValue?
         var category, threadId, urlArgs, mdm, payload, expiry, priority, truncateAtWordEnd, env: JSONValue?
-        var registeredAt, retryLimit, pushType, collapseId: JSONValue?
+        var registeredAt, retryLimit, pushType, collapseId, staleAfter: JSONValue?
         /// Member names that are not job fields.
         var unknown: [String] = []
 
@@ -98,6 +102,7 @@ public struct JobParser: Sendable {
                 case "retryLimit": retryLimit = value
                 case "pushType": pushType = value
                 case "collapseId": collapseId = value
+                case "staleAfter": staleAfter = value
                 default: unknown.append(key)
                 }
             }
@@ -277,6 +282,21 @@ public struct JobParser: Sendable {
                 throw JobFieldError("\"registeredAt\" must be a UNIX time in seconds")
             }
             job.registeredAt = seconds
+        }
+        if let v = fields.staleAfter {
+            let sentence = "\"staleAfter\" must be a positive number of seconds or a string such as \"90s\", \"10m\" or \"1h\""
+            switch v {
+            case .int(let seconds):
+                guard seconds > 0, seconds <= 31_536_000 else { throw JobFieldError(sentence) }
+                job.staleAfter = .seconds(seconds)
+            case .string(let text):
+                guard case .after(let duration)? = try? APNSExpiry(parsing: text), duration > .zero else {
+                    throw JobFieldError(sentence)
+                }
+                job.staleAfter = duration
+            default:
+                throw JobFieldError(sentence)
+            }
         }
         job.notification = n
     }

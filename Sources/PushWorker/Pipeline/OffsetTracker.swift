@@ -82,6 +82,15 @@ struct OffsetTracker {
         }
     }
 
+    /// The committable offset of each partition in `selection` that has one, whether or not it
+    /// was handed to a commit before (for a commit that must not rely on an earlier one).
+    func positions(in selection: Set<TopicPartition>) -> [TopicPartitionOffset] {
+        selection.compactMap { partition in
+            guard let offset = partitions[partition]?.committable, offset >= 0 else { return nil }
+            return TopicPartitionOffset(partition, offset: offset)
+        }
+    }
+
     /// Messages with results outstanding in `selection`.
     func outstanding(in selection: Set<TopicPartition>) -> Int {
         selection.reduce(0) { sum, partition in

@@ -48,12 +48,13 @@ public final class Worker: Sendable {
         let appPerSecond: Int
         let devicePerHour: Int
 
-        init(_ job: Job, environment: APNSEnvironment, app options: AppOptions) {
+        init(_ job: Job, environment: APNSEnvironment, app options: AppOptions, producedAt: Int64) {
             jobId = job.id
             app = job.app
             self.environment = environment
             registeredAt = job.registeredAt
-            content = APNSSubmission.Content(notification: job.notification, payload: job.payload)
+            let staleAt = job.staleAfter.map { producedAt + $0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000 }
+            content = APNSSubmission.Content(notification: job.notification, payload: job.payload, staleAt: staleAt)
             appPerSecond = options.appPerSecond
             devicePerHour = options.devicePerHour
         }
@@ -82,6 +83,7 @@ public final class Worker: Sendable {
         var app: String { job.app }
         var environment: APNSEnvironment { job.environment }
         var registeredAt: Int64? { job.registeredAt }
+        var poolKey: PoolKey { PoolKey(app: job.app, environment: job.environment) }
     }
 
     /// What a submitted notification's outcome needs to become a result.
@@ -130,6 +132,11 @@ public final class Worker: Sendable {
         var sent: [UInt64: SentContext] = [:]
         var nextTag: UInt64 = 1
         var pools: [PoolKey: any APNSDeliveryClient] = [:]
+        /// Pools that cannot reach their gateway: their new notifications are parked, not claimed.
+        var unavailable: Set<PoolKey> = []
+        /// Notifications waiting for their pool's gateway to come back, unclaimed.
+        var parked: [PoolKey: [Candidate]] = [:]
+        var parkedCount = 0
         var stopping = false
         var redisDown = false
         var paused = false
@@ -139,6 +146,28 @@ public final class Worker: Sendable {
 
         func activeCount(in partitions: Set<TopicPartition>) -> Int {
             partitions.reduce(0) { $0 + (active[$1] ?? 0) }
+        }
+
+        /// Whether consumption may take more: parked notifications (waiting for an unreachable
+        /// gateway) have their own bound of the same size, so that other apps go on meanwhile.
+        func hasCapacity(_ maxInFlight: Int) -> Bool {
+            inFlight - parkedCount < maxInFlight && parkedCount < maxInFlight
+        }
+
+        /// Removes the parked notifications that match; returns them.
+        mutating func unpark(where match: (Candidate) -> Bool) -> [Candidate] {
+            guard parkedCount > 0 else { return [] }
+            var out: [Candidate] = []
+            for key in Array(parked.keys) {
+                var list = parked[key]!
+                let taken = list.filter(match)
+                guard !taken.isEmpty else { continue }
+                list.removeAll(where: match)
+                parked[key] = list.isEmpty ? nil : list
+                out += taken
+            }
+            parkedCount -= out.count
+            return out
         }
     }
 
@@ -196,6 +225,15 @@ public final class Worker: Sendable {
             producer = try KafkaProducer(configuration: producerConfig)
             var consumerConfig = kafka
             consumerConfig.properties["group.id"] = options.groupId
+            // A member that dies is noticed within 10 s (librdkafka's own default is 45 s), and
+            // a rebalance reaches the members within a second.
+            consumerConfig.properties["session.timeout.ms"] = consumerConfig.properties["session.timeout.ms"] ?? "10000"
+            consumerConfig.properties["heartbeat.interval.ms"] = consumerConfig.properties["heartbeat.interval.ms"] ?? "1000"
+            if let instance = options.groupInstanceId {
+                // Static membership: a restarted worker with the same id takes its partitions
+                // back within the session timeout, without a rebalance.
+                consumerConfig.properties["group.instance.id"] = instance
+            }
             consumerConfig.properties["auto.offset.reset"] = consumerConfig.properties["auto.offset.reset"] ?? "earliest"
             // Offsets are stored once their results are written; librdkafka commits them.
             consumerConfig.properties["enable.auto.commit"] = "true"
@@ -359,7 +397,7 @@ public final class Worker: Sendable {
                     }
                     break
                 }
-                let shared = SharedJob(job, environment: environment, app: app)
+                let shared = SharedJob(job, environment: environment, app: app, producedAt: message.timestamp ?? now)
                 for token in job.tokens {
                     switch token {
                     case .malformed(let text, let reason):
@@ -445,6 +483,20 @@ public final class Worker: Sendable {
             }
         }
         if !waiting.isEmpty { hold(waiting, for: .seconds(1)) }
+        // A pool that cannot reach its gateway gets no more: its notifications wait, unclaimed.
+        let parked = state.withLock { s -> Int in
+            guard !s.unavailable.isEmpty else { return 0 }
+            let before = ready.count
+            ready.removeAll { c in
+                let key = c.poolKey
+                guard s.unavailable.contains(key) else { return false }
+                s.parked[key, default: []].append(c)
+                return true
+            }
+            s.parkedCount += before - ready.count
+            return before - ready.count
+        }
+        if parked > 0 { wakeCapacityAndWriter() }
         guard !ready.isEmpty else { return }
 
         let now = Self.nowMilliseconds()
@@ -661,6 +713,18 @@ public final class Worker: Sendable {
                     logger.warning("Gateway socket error", metadata: ["app": "\(key.app)", "connection": "\(connection)", "error": "\(error)"])
                 case .error(let error):
                     logger.warning("Delivery pool problem", metadata: ["app": "\(key.app)", "error": "\(error)"])
+                case .unavailable(let reason):
+                    state.withLock { _ = $0.unavailable.insert(key) }
+                    logger.warning("Gateway unreachable: this app's new notifications wait until it answers; other apps go on",
+                                   metadata: ["app": "\(key.app)", "env": "\(key.environment)", "reason": "\(reason)"])
+                case .available:
+                    let back = state.withLock { s in
+                        s.unavailable.remove(key)
+                        return s.unpark { $0.poolKey == key }
+                    }
+                    logger.notice("Gateway reachable again: parked notifications go out",
+                                  metadata: ["app": "\(key.app)", "env": "\(key.environment)", "parked": "\(back.count)"])
+                    if !back.isEmpty { requeue(back) }
                 }
             }
         }
@@ -678,8 +742,42 @@ public final class Worker: Sendable {
         }
     }
 
+    /// Hands notifications back to the claim stage.
+    private func requeue(_ candidates: [Candidate]) {
+        let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            s.unclaimed += candidates
+            defer { s.claimWaiter = nil }
+            return s.claimWaiter
+        }
+        waiter?.resume()
+        wakeCapacityAndWriter()
+    }
+
+    /// Parked notifications whose job went stale get an `expired` result instead of waiting on.
+    private func expireStaleParked() {
+        let now = Self.nowMilliseconds()
+        let stale = state.withLock { s in
+            s.unpark { c in c.job.content.staleAt.map { $0 <= now } ?? false }
+        }
+        guard !stale.isEmpty else { return }
+        let worker = options.workerId
+        logger.warning("Notifications went stale while their gateway was unreachable", metadata: ["count": "\(stale.count)"])
+        enqueue(stale.map { c in
+            let result = WorkerResult(kind: .transmissionError, resultId: c.resultId, jobId: c.jobId, app: c.app,
+                                      environment: c.environment.rawValue, token: c.tokenHex, status: .expired,
+                                      reason: "the job's staleAfter passed while the gateway was unreachable; not sent",
+                                      attempts: 0, possibleDuplicate: false, worker: worker, at: now)
+            return Outgoing(ref: c.ref, resultId: c.resultId, key: result.key, value: result.serialized(), record: true)
+        })
+    }
+
     private func heldLoop(_ claims: NotificationStore) async {
+        var lastStaleSweep = ContinuousClock.now
         while !Task.isCancelled {
+            if ContinuousClock.now - lastStaleSweep >= .seconds(1) {
+                lastStaleSweep = .now
+                expireStaleParked()
+            }
             let due = state.withLock { s -> [Candidate] in
                 guard !s.held.isEmpty, !s.stopping else { return [] }
                 let now = ContinuousClock.now
@@ -837,7 +935,7 @@ public final class Worker: Sendable {
                 s.inFlight -= 1
             }
             var out: [CheckedContinuation<Void, Never>] = []
-            if let c = s.capacityWaiter, s.inFlight < options.maxInFlight { out.append(c); s.capacityWaiter = nil }
+            if let c = s.capacityWaiter, s.hasCapacity(options.maxInFlight) { out.append(c); s.capacityWaiter = nil }
             if let revoking = s.revoking, s.activeCount(in: revoking) == 0 { revokeSignal.signal() }
             if s.inFlight <= 0 { out += s.drainWaiters; s.drainWaiters.removeAll() }
             return out
@@ -872,7 +970,7 @@ public final class Worker: Sendable {
     private func waitForCapacity() async {
         await withCheckedContinuation { continuation in
             let ready = state.withLock { s -> Bool in
-                if s.stopping || s.inFlight < options.maxInFlight { return true }
+                if s.stopping || s.hasCapacity(options.maxInFlight) { return true }
                 s.capacityWaiter = continuation
                 return false
             }
@@ -883,7 +981,7 @@ public final class Worker: Sendable {
     private func wakeCapacityAndWriter() {
         let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
             var out: [CheckedContinuation<Void, Never>] = []
-            if let c = s.capacityWaiter, s.inFlight < options.maxInFlight { out.append(c); s.capacityWaiter = nil }
+            if let c = s.capacityWaiter, s.hasCapacity(options.maxInFlight) { out.append(c); s.capacityWaiter = nil }
             if let c = s.writerWaiter { out.append(c); s.writerWaiter = nil }
             return out
         }
@@ -902,7 +1000,8 @@ public final class Worker: Sendable {
                 + s.unclaimed.filter { selection.contains($0.ref.partition) }.count
             s.held.removeAll { selection.contains($0.ref.partition) }
             s.unclaimed.removeAll { selection.contains($0.ref.partition) }
-            s.inFlight -= dropped
+            let parked = s.unpark { selection.contains($0.ref.partition) }.count
+            s.inFlight -= dropped + parked
             s.revoking = selection
             return s.activeCount(in: selection)
         }
@@ -917,13 +1016,40 @@ public final class Worker: Sendable {
             }
         }
         state.withLock { $0.revoking = nil }
-        // librdkafka commits what is stored for these partitions before it lets them go.
-        if let consumer = consumerBox.withLock({ $0 }) { storeOffsets(consumer, in: selection) }
+        // Committed here, synchronously, while the partitions are still this member's: the next
+        // owner starts after the last message whose results are written.
+        if let consumer = consumerBox.withLock({ $0 }) { commitRevoked(consumer, selection) }
         state.withLock { s in
             s.tracker.remove(selection)
         }
         // Drain any stale signal.
         while revokeSignal.wait(timeout: .now()) == .success {}
+    }
+
+    /// Commits the written position of revoked partitions before they are handed on, retrying
+    /// briefly while the coordinator is busy; stores it for librdkafka's own commit as well.
+    private func commitRevoked(_ consumer: KafkaConsumer, _ selection: Set<TopicPartition>) {
+        let offsets = state.withLock { $0.tracker.positions(in: selection) }
+        guard !offsets.isEmpty else { return }
+        _ = try? consumer.store(offsets)
+        let deadline = ContinuousClock.now + options.revokeCommitTimeout
+        var delay: Duration = .milliseconds(50)
+        while true {
+            do {
+                try consumer.commitBlocking(offsets)
+                state.withLock { $0.tracker.markCommitted(offsets) }
+                logger.debug("Committed revoked partitions", metadata: ["offsets": "\(offsets)"])
+                return
+            } catch {
+                if !error.isRetriable || ContinuousClock.now + delay > deadline {
+                    logger.warning("Cannot commit the offsets of revoked partitions; their next owner consumes the messages after the last commit again and writes their results again",
+                                   metadata: ["error": "\(error)", "offsets": "\(offsets)"])
+                    return
+                }
+                Thread.sleep(forTimeInterval: Double(delay.components.attoseconds) / 1e18 + Double(delay.components.seconds))
+                delay = min(delay * 2, .milliseconds(500))
+            }
+        }
     }
 
     private func rebalanceLog(_ consumer: KafkaConsumer) async {
@@ -940,7 +1066,7 @@ public final class Worker: Sendable {
         let deadline = ContinuousClock.now + options.shutdownTimeout
         // Held notifications are not claimed: hand them back.
         state.withLock { s in
-            s.inFlight -= s.held.count + s.unclaimed.count
+            s.inFlight -= s.held.count + s.unclaimed.count + s.unpark { _ in true }.count
             s.held.removeAll()
             s.unclaimed.removeAll()
         }

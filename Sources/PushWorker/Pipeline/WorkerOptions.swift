@@ -13,6 +13,9 @@ public struct WorkerOptions: Sendable {
     /// any passthrough); the worker adds `group.id` and its own defaults.
     public var kafka: KafkaConfiguration
     public var groupId: String
+    /// Static group membership (`group.instance.id`): a stable name per replica, so that a
+    /// restarted worker takes its partitions back without a rebalance. `nil`: dynamic member.
+    public var groupInstanceId: String?
     public var requestsTopic: String
     public var resultsTopic: String
     public var redis: RedisConfiguration
@@ -38,6 +41,8 @@ public struct WorkerOptions: Sendable {
     /// How long a revoked partition's in-flight notifications may take to finish before the
     /// partition is handed back anyway.
     public var revokeTimeout: Duration = .seconds(20)
+    /// How long the commit of revoked partitions is retried while the coordinator is busy.
+    public var revokeCommitTimeout: Duration = .seconds(3)
     /// Bound for a graceful shutdown.
     public var shutdownTimeout: Duration = .seconds(30)
 
