@@ -171,6 +171,10 @@ public final class KafkaConsumer: Sendable {
         }
     }
 
+    /// True once this member completed a join of the group (its first assignment arrived, even
+    /// an empty one): from then on `close()` can leave the group with a LeaveGroup.
+    public var hasJoined: Bool { context.hasJoined }
+
     /// The partitions currently assigned to this member.
     public func assignment() throws(KafkaError) -> [TopicPartition] {
         var list: CPartitionList?
@@ -217,6 +221,9 @@ private final class ConsumerContext: Sendable {
     let onRevoke: @Sendable ([TopicPartition]) -> Void
     let events: AsyncStream<KafkaRebalanceEvent>.Continuation
     private let state = Mutex<(closed: Bool, pendingError: KafkaError?)>((false, nil))
+    private let joined = Atomic<Bool>(false)
+
+    var hasJoined: Bool { joined.load(ordering: .relaxed) }
 
     init(onRevoke: @escaping @Sendable ([TopicPartition]) -> Void, events: AsyncStream<KafkaRebalanceEvent>.Continuation) {
         self.onRevoke = onRevoke
@@ -263,6 +270,7 @@ private final class ConsumerContext: Sendable {
         }
         switch err {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            joined.store(true, ordering: .relaxed)
             let ok = cooperative ? check(rd_kafka_incremental_assign(rk, list)) : check(rd_kafka_assign(rk, list))
             if ok && !partitions.isEmpty { events.yield(.assigned(partitions)) }
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:

@@ -41,6 +41,8 @@ struct BenchFailover: AsyncParsableCommand {
     var sessionTimeoutMs = 0
     @Option(help: "Seconds to wait for the last results after the load ends.")
     var drainSeconds = 120
+    @Flag(help: "Keep the working directory with the workers' logs.")
+    var keep = false
 
     func run() async throws {
         try await reportingFailures {
@@ -56,6 +58,7 @@ struct BenchFailover: AsyncParsableCommand {
             options.kafkaProperties = ["fetch.wait.max.ms": "5"]
             options.worker = ["logLevel": "info", "shutdownTimeoutSeconds": "20"]
             options.app = ["feedbackIntervalSeconds": "0"]
+            options.keepDirectory = keep
             let stack = try await LocalStack(options)
             do {
                 try await measure(stack)
@@ -164,10 +167,11 @@ struct BenchFailover: AsyncParsableCommand {
             return (clock.now - start, gatewayBack, exited)
         }
 
-        struct Seen { var latency: Double; var possibleDuplicate: Bool; var arrived: Double }
+        struct Seen { var latency: Double; var possibleDuplicate: Bool; var arrived: Double; var worker: String }
         var seen: [Int: Seen] = [:]
         seen.reserveCapacity(total)
         var writtenTwice = 0
+        var writtenTwiceBy: [String: Int] = [:]
         var connectionFailed = 0
         var failedOther: [String: Int] = [:]
         var arrivalsPerSecond: [Int: Int] = [:]
@@ -179,8 +183,10 @@ struct BenchFailover: AsyncParsableCommand {
                       let result = try? JSONValue.parse(message.value) else { continue }
                 let now = clock.now
                 let arrived = (now - start).milliseconds / 1000
-                if seen[n] != nil {
+                let worker = result["worker"]?.stringValue ?? "?"
+                if let first = seen[n] {
                     writtenTwice += 1
+                    writtenTwiceBy["\(first.worker) then \(worker)", default: 0] += 1
                     continue
                 }
                 arrivalsPerSecond[Int(arrived), default: 0] += 1
@@ -188,7 +194,8 @@ struct BenchFailover: AsyncParsableCommand {
                     if status == 515 { connectionFailed += 1 } else { failedOther[result["statusName"]?.stringValue ?? "\(status)", default: 0] += 1 }
                 }
                 let latency = sentAt.get(n).map { (now - $0).milliseconds } ?? 0
-                seen[n] = Seen(latency: latency, possibleDuplicate: result["possibleDuplicate"]?.boolValue ?? false, arrived: arrived)
+                seen[n] = Seen(latency: latency, possibleDuplicate: result["possibleDuplicate"]?.boolValue ?? false, arrived: arrived,
+                               worker: worker)
             }
         }
         try await producing.value
@@ -234,6 +241,7 @@ struct BenchFailover: AsyncParsableCommand {
             ("secondsTo80Percent", .int(Int64(recovery))),
             ("writtenTwice", .int(Int64(writtenTwice))),
             ("writtenTwicePercent", .double((Double(writtenTwice) / Double(max(1, total)) * 10_000).rounded() / 100)),
+            ("writtenTwiceBy", .object(writtenTwiceBy.mapValues { .int(Int64($0)) })),
             ("connectionFailed515", .int(Int64(connectionFailed))),
             ("otherFailures", .object(failedOther.mapValues { .int(Int64($0)) })),
             ("possibleDuplicate", .int(Int64(seen.values.filter(\.possibleDuplicate).count))),
@@ -250,6 +258,7 @@ struct BenchFailover: AsyncParsableCommand {
             fields.append(("gatewayBackAtS", .double((back * 10).rounded() / 10)))
             fields.append(("lastResultAfterReturnS", .double((afterReturn * 10).rounded() / 10)))
         }
+        if keep { fields.append(("directory", .string(stack.directory))) }
         print(jsonLine(fields))
         if seen.count < total || unflagged > 0 { throw ExitCode(1) }
     }

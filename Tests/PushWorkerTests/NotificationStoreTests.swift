@@ -1,3 +1,4 @@
+import PushKafka
 import PushRedis
 import PushTestSupport
 import Testing
@@ -77,6 +78,30 @@ import Testing
             // Another message with the same notification is a duplicate job.
             #expect(try await store.claim(topic: "apn.requests", [request("r1", offset: 9)], ttlSeconds: 60, nowMilliseconds: 3_000)
                     == [.duplicate])
+        }
+    }
+
+    @Test func aRecordedOutcomeBeforeItsPartitionsWrittenPositionNeedsNoResultAgain() async throws {
+        try await withStore { store in
+            let result = Array(#"{"type":"transmitted"}"#.utf8)
+            #expect(try await store.claim(topic: "apn.requests", [request("r1", offset: 7), request("r2", offset: 8)],
+                                          ttlSeconds: 60, nowMilliseconds: 1_000) == [.send, .send])
+            // Both recorded; every result before offset 8 of partition 3 is written.
+            try await store.write(
+                records: [.init(resultId: "r1", topic: "apn.requests", partition: 3, offset: 7, result: result),
+                          .init(resultId: "r2", topic: "apn.requests", partition: 3, offset: 8, result: result)],
+                unregistered: [], released: [],
+                positions: [TopicPartitionOffset(topic: "apn.requests", partition: 3, offset: 8)], ttlSeconds: 60)
+            // Consumed again by the partition's next owner: the first needs nothing, the second's
+            // result may not have been written yet, so it is produced again.
+            let again = try await store.claim(topic: "apn.requests", [request("r1", offset: 7), request("r2", offset: 8)],
+                                              ttlSeconds: 60, nowMilliseconds: 2_000)
+            #expect(again == [.written, .recorded(result: result, feedback: nil)])
+            // A new owner that starts behind it does not move the position back.
+            try await store.write(records: [], unregistered: [], released: [],
+                                  positions: [TopicPartitionOffset(topic: "apn.requests", partition: 3, offset: 2)], ttlSeconds: 60)
+            #expect(try await store.claim(topic: "apn.requests", [request("r1", offset: 7)], ttlSeconds: 60, nowMilliseconds: 3_000)
+                    == [.written])
         }
     }
 }

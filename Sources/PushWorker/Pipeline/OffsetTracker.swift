@@ -82,6 +82,13 @@ struct OffsetTracker {
         }
     }
 
+    /// The committable offset of every partition.
+    func allPositions() -> [TopicPartitionOffset] {
+        partitions.compactMap { partition, state in
+            state.committable >= 0 ? TopicPartitionOffset(partition, offset: state.committable) : nil
+        }
+    }
+
     /// The committable offset of each partition in `selection` that has one, whether or not it
     /// was handed to a commit before (for a commit that must not rely on an earlier one).
     func positions(in selection: Set<TopicPartition>) -> [TopicPartitionOffset] {

@@ -141,6 +141,12 @@ public final class Worker: Sendable {
         var redisDown = false
         var paused = false
         var revoking: Set<TopicPartition>? = nil
+        /// The written positions stored in Redis (`pw:`), by partition.
+        var writtenMarks: [TopicPartition: Int64] = [:]
+        /// A revocation waits for the written positions of its partitions to be stored.
+        var marksRequested = false
+        /// The result writer has finished (shutdown).
+        var writerExited = false
         var drainWaiters: [CheckedContinuation<Void, Never>] = []
         var statistics = WorkerStatistics()
 
@@ -152,6 +158,16 @@ public final class Worker: Sendable {
         /// gateway) have their own bound of the same size, so that other apps go on meanwhile.
         func hasCapacity(_ maxInFlight: Int) -> Bool {
             inFlight - parkedCount < maxInFlight && parkedCount < maxInFlight
+        }
+
+        /// Written positions that moved since they were last stored.
+        func pendingMarks() -> [TopicPartitionOffset] {
+            tracker.allPositions().filter { ($0.offset) > (writtenMarks[$0.topicPartition] ?? -1) }
+        }
+
+        /// Whether the written positions of `selection` are stored.
+        func marksStored(for selection: Set<TopicPartition>) -> Bool {
+            tracker.positions(in: selection).allSatisfy { $0.offset <= (writtenMarks[$0.topicPartition] ?? -1) }
         }
 
         /// Removes the parked notifications that match; returns them.
@@ -555,6 +571,9 @@ public final class Worker: Sendable {
                 case .duplicate:
                     duplicates.append(c.ref)
                     s.statistics.duplicates += 1
+                case .written:
+                    duplicates.append(c.ref)
+                    s.statistics.alreadyWritten += 1
                 case .busy:
                     busy.append(c)
                 case .throttled:
@@ -581,6 +600,7 @@ public final class Worker: Sendable {
         }
         if !duplicates.isEmpty { wakeCapacityAndWriter() }
         enqueue(results)
+        defer { if state.withLock({ $0.revoking != nil }) { revokeSignal.signal() } }
         if !busy.isEmpty { hold(busy, for: .seconds(1)) }
         if !throttled.isEmpty {
             let millis = Self.nowMilliseconds() % 1000
@@ -809,11 +829,12 @@ public final class Worker: Sendable {
     }
 
     private func writerLoop(store: NotificationStore, producer: KafkaProducer, consumer: KafkaConsumer) async {
+        defer { state.withLock { $0.writerExited = true } }
         var lastFlush = ContinuousClock.now
         while true {
             let (batch, dirty, stop) = await nextWriterBatch()
             if stop { return }
-            if !batch.isEmpty {
+            if !batch.isEmpty || state.withLock({ $0.marksRequested }) {
                 await write(batch, store: store, producer: producer)
             }
             if dirty || !batch.isEmpty {
@@ -832,7 +853,7 @@ public final class Worker: Sendable {
     private func nextWriterBatch() async -> ([Outgoing], Bool, Bool) {
         while true {
             let taken = state.withLock { s -> ([Outgoing], Bool, Bool)? in
-                if !s.outgoing.isEmpty || s.commitDirty {
+                if !s.outgoing.isEmpty || s.commitDirty || s.marksRequested {
                     let batch: [Outgoing]
                     if s.outgoing.count <= options.resultBatchSize {
                         batch = s.outgoing
@@ -851,7 +872,7 @@ public final class Worker: Sendable {
             if Task.isCancelled { return ([], false, true) }
             await withCheckedContinuation { continuation in
                 let resumeNow = state.withLock { s -> Bool in
-                    if !s.outgoing.isEmpty || s.commitDirty || s.stopping { return true }
+                    if !s.outgoing.isEmpty || s.commitDirty || s.marksRequested || s.stopping { return true }
                     s.writerWaiter = continuation
                     return false
                 }
@@ -878,10 +899,16 @@ public final class Worker: Sendable {
             }
             if let u = item.unregister { unregistered.append(u) }
         }
+        // The written positions reached by earlier batches go with this one.
+        let marks = state.withLock { s in
+            defer { s.marksRequested = false }
+            return s.pendingMarks()
+        }
         var delay: Duration = .milliseconds(50)
         while true {
             do {
-                try await store.write(records: records, unregistered: unregistered, released: released, ttlSeconds: options.dedupeTTLSeconds)
+                try await store.write(records: records, unregistered: unregistered, released: released, positions: marks,
+                                      ttlSeconds: options.dedupeTTLSeconds)
                 if delay > .milliseconds(50) { state.withLock { $0.redisDown = false } }
                 break
             } catch {
@@ -923,6 +950,7 @@ public final class Worker: Sendable {
         }
 
         let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            for mark in marks { s.writtenMarks[mark.topicPartition] = max(s.writtenMarks[mark.topicPartition] ?? -1, mark.offset) }
             for item in batch {
                 if let id = item.resultId, item.record || item.release { s.localClaims.removeValue(forKey: id) }
                 guard let ref = item.ref else { continue }
@@ -936,7 +964,11 @@ public final class Worker: Sendable {
             }
             var out: [CheckedContinuation<Void, Never>] = []
             if let c = s.capacityWaiter, s.hasCapacity(options.maxInFlight) { out.append(c); s.capacityWaiter = nil }
-            if let revoking = s.revoking, s.activeCount(in: revoking) == 0 { revokeSignal.signal() }
+            if let revoking = s.revoking, s.activeCount(in: revoking) == 0 {
+                // Its positions are stored by the next write, which the revocation asks for.
+                if !s.marksStored(for: revoking) { s.marksRequested = true }
+                revokeSignal.signal()
+            }
             if s.inFlight <= 0 { out += s.drainWaiters; s.drainWaiters.removeAll() }
             return out
         }
@@ -995,32 +1027,65 @@ public final class Worker: Sendable {
     /// notifications of those partitions are handed back unclaimed.
     private func handleRevoke(_ partitions: [TopicPartition]) {
         let selection = Set(partitions)
-        let outstanding = state.withLock { s -> Int in
+        // Notifications waiting for a retry (busy, throttled) or for their gateway are handed
+        // back; the ones about to be claimed and those in flight are finished first.
+        func handBack(_ s: inout State) {
             let dropped = s.held.filter { selection.contains($0.ref.partition) }.count
                 + s.unclaimed.filter { selection.contains($0.ref.partition) }.count
             s.held.removeAll { selection.contains($0.ref.partition) }
             s.unclaimed.removeAll { selection.contains($0.ref.partition) }
             let parked = s.unpark { selection.contains($0.ref.partition) }.count
             s.inFlight -= dropped + parked
-            s.revoking = selection
-            return s.activeCount(in: selection)
         }
-        logger.info("Partitions revoked", metadata: ["partitions": "\(partitions)", "inFlight": "\(outstanding)"])
-        if outstanding > 0 {
+        func outstanding(_ s: State) -> Int {
+            s.activeCount(in: selection) + s.unclaimed.count { selection.contains($0.ref.partition) }
+        }
+        let before = state.withLock { s -> Int in
+            let unclaimed = s.unclaimed.filter { selection.contains($0.ref.partition) }
+            s.unclaimed.removeAll { selection.contains($0.ref.partition) }
+            handBack(&s)
+            s.unclaimed += unclaimed
+            s.revoking = selection
+            return outstanding(s)
+        }
+        logger.info("Partitions revoked", metadata: ["partitions": "\(partitions)", "inFlight": "\(before)"])
+        if before > 0 {
             let deadline = DispatchTime.now() + .milliseconds(Int(options.revokeTimeout.components.seconds * 1000))
-            while state.withLock({ $0.activeCount(in: selection) }) > 0 {
+            while state.withLock({ outstanding($0) }) > 0 {
                 if revokeSignal.wait(timeout: deadline) == .timedOut {
                     logger.warning("Revoked partitions still had notifications in flight; handing them back", metadata: ["partitions": "\(partitions)"])
                     break
                 }
             }
         }
+        // What the claims put back to wait meanwhile is handed back too.
+        state.withLock { handBack(&$0) }
+        // Their written positions go to Redis before they are handed on, so that the next owner
+        // writes no result twice even when the commit below fails (a rebalance in progress).
+        let marksDeadline = DispatchTime.now() + .seconds(2)
+        while true {
+            let (stored, waiter) = state.withLock { s -> (Bool, CheckedContinuation<Void, Never>?) in
+                if s.marksStored(for: selection) || s.writerExited { return (true, nil) }
+                s.marksRequested = true
+                defer { s.writerWaiter = nil }
+                return (false, s.writerWaiter)
+            }
+            if stored { break }
+            waiter?.resume()
+            if revokeSignal.wait(timeout: marksDeadline) == .timedOut {
+                logger.warning("Cannot store the written positions of revoked partitions in time", metadata: ["partitions": "\(partitions)"])
+                break
+            }
+        }
+        let (positions, stored) = state.withLock { s in (s.tracker.positions(in: selection), s.writtenMarks.filter { selection.contains($0.key) }) }
+        logger.debug("Revoked partitions' written positions", metadata: ["positions": "\(positions)", "stored": "\(stored)"])
         state.withLock { $0.revoking = nil }
         // Committed here, synchronously, while the partitions are still this member's: the next
         // owner starts after the last message whose results are written.
         if let consumer = consumerBox.withLock({ $0 }) { commitRevoked(consumer, selection) }
         state.withLock { s in
             s.tracker.remove(selection)
+            for partition in selection { s.writtenMarks.removeValue(forKey: partition) }
         }
         // Drain any stale signal.
         while revokeSignal.wait(timeout: .now()) == .success {}
@@ -1049,6 +1114,22 @@ public final class Worker: Sendable {
                 Thread.sleep(forTimeInterval: Double(delay.components.attoseconds) / 1e18 + Double(delay.components.seconds))
                 delay = min(delay * 2, .milliseconds(500))
             }
+        }
+    }
+
+    /// A member stopped while its first join is in progress cannot leave yet: it learns its
+    /// member id only when the join answers, and closing at once would leave a member that the
+    /// group assigns partitions to and waits for until its session times out. So it finishes
+    /// the join (whatever it is assigned stays paused; nothing is processed) and then leaves.
+    private func finishJoining(_ consumer: KafkaConsumer) async {
+        guard !consumer.hasJoined else { return }
+        let deadline = ContinuousClock.now + options.joinWaitOnStop
+        logger.info("Stopping before the first assignment: finishing the join so as to leave the group cleanly")
+        while ContinuousClock.now < deadline, !consumer.hasJoined {
+            // Drives the join. A message fetched meanwhile is not processed: no offset is stored
+            // for it, so its partition's next owner consumes it.
+            _ = try? await consumer.poll(maxMessages: 1, timeout: .milliseconds(100))
+            if let assigned = try? consumer.assignment(), !assigned.isEmpty { try? consumer.pause(assigned) }
         }
     }
 
@@ -1108,7 +1189,18 @@ public final class Worker: Sendable {
             logger.warning("Shutdown timeout reached with notifications in flight; their messages will be consumed again",
                            metadata: ["inFlight": "\(state.withLock { $0.inFlight })"])
         }
+        // The written positions of everything finished, before the partitions are handed on.
+        let marks = state.withLock { $0.pendingMarks() }
+        if !marks.isEmpty {
+            do {
+                try await store.write(records: [], unregistered: [], released: [], positions: marks, ttlSeconds: options.dedupeTTLSeconds)
+                state.withLock { s in for mark in marks { s.writtenMarks[mark.topicPartition] = mark.offset } }
+            } catch {
+                logger.warning("Cannot store the written positions; the next owners may write some results again", metadata: ["error": "\(error.message)"])
+            }
+        }
         await commit(consumer)
+        await finishJoining(consumer)
         do { try await consumer.close() } catch { logger.warning("Cannot leave the consumer group cleanly", metadata: ["error": "\(error)"]) }
     }
 
@@ -1190,12 +1282,14 @@ public struct WorkerStatistics: Sendable, CustomStringConvertible {
     public var duplicates = 0
     public var reemitted = 0
     public var takenOver = 0
+    /// Notifications consumed again whose results were already written (no result produced).
+    public var alreadyWritten = 0
     public var feedback = 0
     /// Redis round trips of both connections (set when the worker stops).
     public var redisRoundTrips = 0
 
     public var description: String {
-        "messages=\(messages) notifications=\(notifications) rejected=\(rejected) results=\(results) duplicates=\(duplicates) reemitted=\(reemitted) takenOver=\(takenOver) feedback=\(feedback) redisRoundTrips=\(redisRoundTrips)"
+        "messages=\(messages) notifications=\(notifications) rejected=\(rejected) results=\(results) duplicates=\(duplicates) reemitted=\(reemitted) alreadyWritten=\(alreadyWritten) takenOver=\(takenOver) feedback=\(feedback) redisRoundTrips=\(redisRoundTrips)"
     }
 }
 

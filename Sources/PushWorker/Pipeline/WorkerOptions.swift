@@ -41,8 +41,11 @@ public struct WorkerOptions: Sendable {
     /// How long a revoked partition's in-flight notifications may take to finish before the
     /// partition is handed back anyway.
     public var revokeTimeout: Duration = .seconds(20)
+    /// How long a worker stopped before its first assignment waits for its join to finish, so
+    /// that it can leave the group cleanly.
+    public var joinWaitOnStop: Duration = .seconds(15)
     /// How long the commit of revoked partitions is retried while the coordinator is busy.
-    public var revokeCommitTimeout: Duration = .seconds(3)
+    public var revokeCommitTimeout: Duration = .seconds(1)
     /// Bound for a graceful shutdown.
     public var shutdownTimeout: Duration = .seconds(30)
 

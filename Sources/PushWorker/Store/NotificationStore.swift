@@ -1,3 +1,4 @@
+import PushKafka
 import PushRedis
 
 /// The worker's state in Redis: one record per notification, worker liveness, rate counters,
@@ -10,6 +11,10 @@ import PushRedis
 ///   `D|<topic>|<partition>|<offset>|<result JSON>` once its outcome is known, followed by a
 ///   newline and the `feedback` result JSON when the outcome also published one (an HTTP/2 410).
 ///   The serialized results never contain a raw newline, so it separates them.
+/// - `pw:<topic>:<partition>`: the partition's written position: every result of every message
+///   before this offset is written to the results topic (the offset the worker commits, kept
+///   here as well because a commit can fail during a rebalance). A notification recorded by a
+///   message before it needs no result again.
 /// - `w:<owner>`: present while the worker incarnation `owner` is alive (short TTL, refreshed).
 /// - `u:<app>:<env>`: hash token → UNIX time Apple reported the token unregistered.
 /// - `ra:<app>:<second>`, `rd:<app>:<token>:<hour>`: rate counters.
@@ -37,6 +42,9 @@ final class NotificationStore: Sendable {
         /// The outcome is already recorded by this message: produce the recorded result again,
         /// and the `feedback` result recorded with it, if any.
         case recorded(result: [UInt8], feedback: [UInt8]?)
+        /// The outcome is recorded by this message and its result written (the message is
+        /// before its partition's written position): nothing to do.
+        case written
         /// Another message carries the same notification (a duplicate job): no send, no result.
         case duplicate
         /// A live worker has it claimed for this same message: try again later.
@@ -76,6 +84,7 @@ final class NotificationStore: Sendable {
                              dprefix = p .. 'rd:' .. app .. ':', dsuffix = ':' .. string.format('%d', hour)}
         end
         local claimed = 'P|' .. owner .. '|' .. topic .. '|'
+        local written = {}
         local out = {}
         for i = first, #ARGV, 5 do
           local rid, where, a, tok, reg = ARGV[i], ARGV[i+1], apps[tonumber(ARGV[i+2])], ARGV[i+3], ARGV[i+4]
@@ -86,7 +95,15 @@ final class NotificationStore: Sendable {
           if state then
             if string.sub(state, 1, 2) == 'D|' then
               local rest = string.sub(state, 3)
-              if string.sub(rest, 1, #msg + 1) == msg .. '|' then code = 'E' .. string.sub(rest, #msg + 2) else code = 'X' end
+              if string.sub(rest, 1, #msg + 1) == msg .. '|' then
+                local part, off = string.match(where, '^(%d+)|(%d+)$')
+                if written[part] == nil then
+                  written[part] = tonumber(redis.call('GET', p .. 'pw:' .. topic .. ':' .. part) or '-1')
+                end
+                if tonumber(off) < written[part] then code = 'P' else code = 'E' .. string.sub(rest, #msg + 2) end
+              else
+                code = 'X'
+              end
             else
               local sowner, smsg = string.match(state, '^P|([^|]*)|(.*)$')
               if smsg ~= msg then
@@ -199,6 +216,7 @@ final class NotificationStore: Sendable {
                 let recorded = bytes.dropFirst()
                 guard let newline = recorded.firstIndex(of: UInt8(ascii: "\n")) else { return .recorded(result: Array(recorded), feedback: nil) }
                 return .recorded(result: Array(recorded[..<newline]), feedback: Array(recorded[(newline + 1)...]))
+            case UInt8(ascii: "P"): return .written
             case UInt8(ascii: "X"): return .duplicate
             case UInt8(ascii: "W"): return .busy
             case UInt8(ascii: "T"): return .throttled
@@ -244,11 +262,12 @@ final class NotificationStore: Sendable {
         var feedback: [UInt8]? = nil
     }
 
-    /// Records outcomes, unregistered tokens and released claims, in one round trip.
+    /// Records outcomes, unregistered tokens, released claims and written positions (see
+    /// `pw:` above), in one round trip.
     func write(records: [Record], unregistered: [(app: String, environment: String, token: String, since: Int64)],
-               released: [String], ttlSeconds: Int) async throws(RedisError) {
+               released: [String], positions: [TopicPartitionOffset] = [], ttlSeconds: Int) async throws(RedisError) {
         var commands: [[[UInt8]]] = []
-        commands.reserveCapacity(records.count + unregistered.count + released.count)
+        commands.reserveCapacity(records.count + unregistered.count + released.count + positions.count)
         let ttl = Array(String(ttlSeconds).utf8)
         let set = Array("SET".utf8), ex = Array("EX".utf8), keyPrefix = Array("\(prefix)n:".utf8)
         for record in records {
@@ -275,12 +294,31 @@ final class NotificationStore: Sendable {
         for resultId in released {
             commands.append([Array("DEL".utf8), Array("\(prefix)n:\(resultId)".utf8)])
         }
+        if !positions.isEmpty {
+            // Only ever forward: a partition's new owner starts behind the position its previous
+            // owner reached, and must not move it back.
+            var command: [[UInt8]] = [Array("EVAL".utf8), Self.advancePositionsScript, Array(String(positions.count).utf8)]
+            for position in positions { command.append(Array("\(prefix)pw:\(position.topic):\(position.partition)".utf8)) }
+            command.append(ttl)
+            for position in positions { command.append(Array(String(position.offset).utf8)) }
+            commands.append(command)
+        }
         guard !commands.isEmpty else { return }
         let replies = try await redis.pipeline(commands)
         if let failure = replies.first(where: { $0.errorMessage != nil }) {
             throw RedisError(.server("ERR"), "Redis refused a state update: \(failure.errorMessage ?? "")")
         }
     }
+
+    /// KEYS: written positions; ARGV: ttl, then one offset per key. Sets each key to its offset
+    /// unless it already holds a later one.
+    static let advancePositionsScript = Array(#"""
+        for i, key in ipairs(KEYS) do
+          local offset = tonumber(ARGV[i + 1])
+          if offset > tonumber(redis.call('GET', key) or '-1') then redis.call('SET', key, ARGV[i + 1], 'EX', ARGV[1]) end
+        end
+        return 0
+        """#.utf8)
 
     /// Marks this worker incarnation alive for `ttl`.
     func heartbeat(ttlMilliseconds: Int) async throws(RedisError) {
