@@ -12,7 +12,8 @@ struct BenchFailover: AsyncParsableCommand {
         discussion: """
             Starts the embedded Kafka (--brokers brokers, 12 partitions), a redis-server, the simulator and \
             --workers workers; produces jobs (one token each) at --rate per second for --seconds seconds and, \
-            --event-at seconds in, applies --scenario: kill (SIGKILL one worker, start it again 2 s later), \
+            --event-at seconds in, applies --scenario: kill (SIGKILL one worker, start it again --restart-after \
+            seconds later), \
             term (SIGTERM one worker and start a replacement at once), term-early (start one more worker and \
             SIGTERM it a second later, before its first assignment), rolling (SIGTERM and restart every \
             worker, one after another), or outage (the gateway unreachable for --outage-seconds). Prints one \
@@ -31,6 +32,8 @@ struct BenchFailover: AsyncParsableCommand {
     var seconds = 40
     @Option(help: "Seconds into the load when the scenario starts.")
     var eventAt = 10
+    @Option(help: "Seconds after the kill that the killed worker starts again (kill scenario).")
+    var restartAfter = 2
     @Option(help: "Seconds the gateway stays away in the outage scenario.")
     var outageSeconds = 90
     @Option(help: "Workers in the group.")
@@ -41,6 +44,8 @@ struct BenchFailover: AsyncParsableCommand {
     var sessionTimeoutMs = 0
     @Option(help: "Seconds to wait for the last results after the load ends.")
     var drainSeconds = 120
+    @Flag(help: "Send every other job to a second app delivered over HTTP/2 (its gateway stays up in the outage scenario).")
+    var secondApp = false
     @Flag(help: "Keep the working directory with the workers' logs.")
     var keep = false
 
@@ -59,6 +64,7 @@ struct BenchFailover: AsyncParsableCommand {
             options.worker = ["logLevel": "info", "shutdownTimeoutSeconds": "20"]
             options.app = ["feedbackIntervalSeconds": "0"]
             options.keepDirectory = keep
+            if secondApp { options.http2App = Self.http2App }
             let stack = try await LocalStack(options)
             do {
                 try await measure(stack)
@@ -69,6 +75,8 @@ struct BenchFailover: AsyncParsableCommand {
             await stack.shutdown()
         }
     }
+
+    static let http2App = "com.example.failover.h2"
 
     private func measure(_ stack: LocalStack) async throws {
         let producer = try KafkaProducer(configuration: KafkaConfiguration([
@@ -82,7 +90,8 @@ struct BenchFailover: AsyncParsableCommand {
         func token(_ n: Int) -> String { String(format: "%064lx", 0xF000_0000 + n) }
         func job(_ n: Int) -> KafkaOutgoingMessage {
             let id = "bench-\(n)"
-            let value = #"{"id":"\#(id)","app":"\#(LocalStack.app)","token":"\#(token(n))","alert":"Failover \#(n)"}"#
+            let app = secondApp && n % 2 == 1 ? Self.http2App : LocalStack.app
+            let value = #"{"id":"\#(id)","app":"\#(app)","token":"\#(token(n))","alert":"Failover \#(n)"}"#
             return KafkaOutgoingMessage(topic: "apn.requests", key: Array(id.utf8), value: Array(value.utf8))
         }
 
@@ -127,7 +136,7 @@ struct BenchFailover: AsyncParsableCommand {
 
         // The scenario, in its own task: it waits on processes.
         let eventStart = start + .seconds(eventAt)
-        let scenarioTask = Task { [scenario, outageSeconds] () -> (Duration, Duration?, Duration?) in
+        let scenarioTask = Task { [scenario, outageSeconds, restartAfter] () -> (Duration, Duration?, Duration?) in
             try await Task.sleep(until: eventStart, clock: clock)
             var gatewayBack: Duration? = nil
             var exited: Duration? = nil
@@ -136,7 +145,7 @@ struct BenchFailover: AsyncParsableCommand {
                 let victim = running["w2"] ?? running.values.first!
                 kill(victim.processIdentifier, SIGKILL)
                 victim.waitUntilExit()
-                try await Task.sleep(for: .seconds(2))
+                try await Task.sleep(for: .seconds(restartAfter))
                 _ = try stack.startWorker(id: "w2")
             case "term":
                 let victim = running["w2"] ?? running.values.first!
@@ -211,7 +220,8 @@ struct BenchFailover: AsyncParsableCommand {
         try? await reader.close()
         await producer.close()
 
-        let accepted = stack.acceptedByToken
+        var accepted = stack.acceptedByToken
+        for (token, count) in stack.http2Simulator?.acceptedByToken ?? [:] { accepted[token, default: 0] += count }
         var unflagged = 0
         var acceptedTwice = 0
         for n in 0..<total {
@@ -220,6 +230,7 @@ struct BenchFailover: AsyncParsableCommand {
             if seen[n]?.possibleDuplicate != true { unflagged += 1 }
         }
         let latencies = seen.values.map(\.latency).sorted()
+        let secondAppSlowest = seen.filter { $0.key % 2 == 1 }.map(\.value.latency).max() ?? 0
         func percentile(_ p: Double) -> Double { latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
         // Seconds from the event until the result rate is back to 80% of the load for good: the
         // last second after the event (during the load) with fewer results than that, plus one.
@@ -236,6 +247,7 @@ struct BenchFailover: AsyncParsableCommand {
             ("received", .int(Int64(seen.count))),
             ("lost", .int(Int64(total - seen.count))),
             ("slowestMs", .int(Int64(latencies.last ?? 0))),
+            ("secondAppSlowestMs", secondApp ? .int(Int64(secondAppSlowest)) : .null),
             ("p99Ms", .int(Int64(percentile(0.99)))),
             ("p50Ms", .int(Int64(percentile(0.50)))),
             ("secondsTo80Percent", .int(Int64(recovery))),

@@ -6,13 +6,17 @@ import Testing
 /// worker processes under a steady load on the embedded Kafka (three brokers) while one is
 /// killed, stopped or restarted, or while the gateway is away. Each run reports lost and
 /// unflagged duplicate notifications, 515s and the slowest notification.
+///
+/// The embedded broker makes every rebalance wait `session.timeout.ms` − 1 s whatever the
+/// members do (docs/architecture.md), so these runs use a 3 s session timeout: what is checked
+/// is the workers' part of a hand-over, within the 12 s the benchmark's targets allow.
 @Suite("Failover", .serialized, .timeLimit(.minutes(4)))
 struct FailoverTests {
     /// Runs one scenario and returns its report.
     private func failover(_ scenario: String, _ extra: [String] = []) async throws -> [String: Any] {
         let result = try await run(Paths.executable, [
             "bench-failover", "--scenario", scenario, "--rate", "200", "--seconds", "20", "--event-at", "5",
-            "--drain-seconds", "60",
+            "--drain-seconds", "60", "--session-timeout-ms", "3000",
         ] + extra)
         let line = result.stdout.split(separator: "\n").last { $0.hasPrefix("{") }
         let report = try #require(line.flatMap { jsonObject(String($0)) }, "no report: \(result.stdout)\n\(result.stderr.suffix(3000))")
@@ -26,18 +30,20 @@ struct FailoverTests {
         #expect(report["connectionFailed515"] as? Int == 0, "\(report)")
     }
 
-    @Test func aKilledWorkerRestartedTwoSecondsLaterLosesNothing() async throws {
-        let report = try await failover("kill")
+    @Test func aKilledWorkerRestartedLosesNothingAndHealsWithinTwelveSeconds() async throws {
+        // Restarted 4 s later here: the embedded broker waits for a member whose session expires
+        // just after a rejoin's election (docs/architecture.md), which a restart within
+        // about one session of the kill risks; the benchmark measures both.
+        let report = try await failover("kill", ["--restart-after", "4"])
         expectNoLossAndNoUnflaggedDuplicate(report)
-        // The target is 12 s; on two shared cores, running beside the rest of the suite, a
-        // margin for the machine.
-        #expect((report["slowestMs"] as? Int ?? .max) <= 20_000, "\(report)")
+        #expect((report["writtenTwicePercent"] as? Double ?? 100) <= 1, "\(report)")
+        #expect((report["slowestMs"] as? Int ?? .max) <= 12_000, "\(report)")
     }
 
     @Test func aStoppedWorkerHandsOverWithoutWritingResultsTwice() async throws {
         let report = try await failover("term")
         expectNoLossAndNoUnflaggedDuplicate(report)
-        #expect((report["slowestMs"] as? Int ?? .max) <= 20_000, "\(report)")
+        #expect((report["slowestMs"] as? Int ?? .max) <= 12_000, "\(report)")
         // Its offsets are committed on the way out: (almost) nothing is consumed twice.
         #expect((report["writtenTwicePercent"] as? Double ?? 100) <= 1, "\(report)")
     }
@@ -45,13 +51,18 @@ struct FailoverTests {
     @Test func aWorkerStoppedBeforeItsFirstAssignmentLeavesPromptly() async throws {
         let report = try await failover("term-early")
         expectNoLossAndNoUnflaggedDuplicate(report)
-        #expect((report["slowestMs"] as? Int ?? .max) <= 20_000, "\(report)")
+        #expect((report["slowestMs"] as? Int ?? .max) <= 12_000, "\(report)")
         #expect((report["stoppedWorkerExitS"] as? Double ?? .infinity) <= 15, "\(report)")
+        #expect((report["writtenTwicePercent"] as? Double ?? 100) <= 1, "\(report)")
     }
 
     @Test func aGatewayOutageIsWaitedOutWithoutA515() async throws {
-        let report = try await failover("outage", ["--outage-seconds", "8"])
+        // Every other job is for a second app, over HTTP/2, whose gateway stays up.
+        let report = try await failover("outage", ["--outage-seconds", "8", "--second-app"])
         expectNoLossAndNoUnflaggedDuplicate(report)
+        // The unreachable app's notifications wait; the other app's go on meanwhile.
+        #expect((report["secondAppSlowestMs"] as? Int ?? .max) <= 5_000, "\(report)")
+        #expect((report["slowestMs"] as? Int ?? 0) >= 8_000, "the outage held nothing back: \(report)")
         #expect((report["otherFailures"] as? [String: Any])?.isEmpty == true, "\(report)")
         // Everything held during the outage is delivered soon after the gateway is back.
         #expect((report["lastResultAfterReturnS"] as? Double ?? .infinity) <= 15, "\(report)")

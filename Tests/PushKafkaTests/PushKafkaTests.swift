@@ -118,6 +118,42 @@ struct PushKafkaTests {
                 "B was incrementally assigned A's former partitions")
     }
 
+    /// What librdkafka 2.0.2's mock cluster does with static membership (`group.instance.id`),
+    /// recorded in docs/architecture.md. A real broker hands a restarted static member its
+    /// partitions back without waiting; this one does not know static members: the restart
+    /// is a new member, and the predecessor (which left without a LeaveGroup, as static members
+    /// do) keeps its partitions until its session times out. A characterization: it fails, and
+    /// says so, if a later librdkafka honours static membership.
+    @Test func theEmbeddedBrokerWaitsForARestartedStaticMembersPredecessorToTimeOut() async throws {
+        let cluster = try EmbeddedKafkaCluster(brokers: 1)
+        let topic = uniqueName("static")
+        let group = uniqueName("group")
+        try cluster.createTopic(topic, partitions: 4)
+        let all = Set((0..<4).map { TopicPartition(topic: topic, partition: $0) })
+        var configuration = consumerConfiguration(cluster, group: group)
+        configuration.properties["group.instance.id"] = "worker-0"
+
+        let first = try KafkaConsumer(configuration: configuration)
+        try first.subscribe(topics: [topic])
+        try await eventually("the static member owns every partition") {
+            _ = try await first.poll(timeout: .milliseconds(100))
+            return Set(try first.assignment()) == all
+        }
+        try await first.close()
+        let closed = ContinuousClock.now
+
+        let second = try KafkaConsumer(configuration: configuration)
+        try second.subscribe(topics: [topic])
+        try await eventually("the restarted static member owns every partition") {
+            _ = try await second.poll(timeout: .milliseconds(100))
+            return Set(try second.assignment()) == all
+        }
+        let waited = ContinuousClock.now - closed
+        // The predecessor's session (6 s) had to expire first: not honoured.
+        #expect(waited >= .seconds(5), "the embedded broker now honours static membership (\(waited)); update docs/architecture.md")
+        try await second.close()
+    }
+
     @Test func invalidPropertyIsNamedInTheError() throws {
         do {
             _ = try KafkaProducer(configuration: KafkaConfiguration(["no.such.property": "1"]))

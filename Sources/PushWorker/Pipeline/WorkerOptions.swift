@@ -37,7 +37,7 @@ public struct WorkerOptions: Sendable {
     public var dedupeTTLSeconds = 86_400
     /// A worker incarnation whose liveness key is older than this counts as dead and its claims
     /// are taken over.
-    public var livenessTTL: Duration = .seconds(10)
+    public var livenessTTL: Duration = .seconds(5)
     /// How long a revoked partition's in-flight notifications may take to finish before the
     /// partition is handed back anyway.
     public var revokeTimeout: Duration = .seconds(20)
