@@ -331,4 +331,44 @@ struct ClientTests {
         #expect(run.outcomes.values.allSatisfy { $0.status == .connectionFailed && $0.attempts == 0 && !$0.possibleDuplicate })
         withExtendedLifetime(refusing) {}
     }
+
+    @Test("an unreachable server without a retry limit: notifications wait, the client reports it unavailable, then available, and delivers them")
+    func anOutageIsWaitedOut() async throws {
+        var refusing: RefusingPort? = try RefusingPort()
+        let port = refusing!.port
+        let client = try ClientHarness.certificateClient(port: port) {
+            $0.connectionRetryLimit = nil
+            $0.reconnectBaseDelay = .milliseconds(5)
+            $0.reconnectMaxDelay = .milliseconds(50)
+        }
+        var submissions = ClientHarness.submissions(0..<20)
+        // One of them may not wait past a moment ago: it is reported expired, not sent.
+        submissions[19] = APNSSubmission(tag: 19, token: ClientHarness.token(19), content: .init(
+            notification: ClientHarness.notification(), staleAt: APNSReconnectBackoff.nowMilliseconds() - 1))
+        try await client.send(submissions)
+        var outcomes: [UInt64: APNSDeliveryOutcome] = [:]
+        var sawUnavailable = false
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !sawUnavailable || outcomes.isEmpty, ContinuousClock.now < deadline, let event = await client.nextEvent() {
+            if case .unavailable = event { sawUnavailable = true }
+            if let outcome = event.outcome { outcomes[outcome.tag] = outcome }
+        }
+        #expect(sawUnavailable)
+        #expect(outcomes.keys.sorted() == [19] && outcomes[19]?.status == .expired, "\(outcomes)")
+
+        // The server comes up on that port.
+        refusing = nil
+        let simulator = try await ClientHarness.simulator { $0.port = port }
+        var sawAvailable = false
+        while outcomes.count < 20 || !sawAvailable, ContinuousClock.now < deadline, let event = await client.nextEvent() {
+            if case .available = event { sawAvailable = true }
+            if let outcome = event.outcome { outcomes[outcome.tag] = outcome }
+        }
+        #expect(sawAvailable)
+        #expect(outcomes.count == 20)
+        #expect(outcomes.filter { $0.key != 19 }.values.allSatisfy { $0.isTransmitted && !$0.possibleDuplicate }, "\(outcomes)")
+        await client.shutdown()
+        await simulator.stop()
+        withExtendedLifetime(refusing) {}
+    }
 }

@@ -24,6 +24,29 @@ import Testing
         #expect(job.payloadError == nil)
     }
 
+    @Test func staleAfterIsADurationAndNothingElse() {
+        func staleAfter(_ value: String) -> Duration?? {
+            switch parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"x","staleAfter":\#(value)}"#) {
+            case .job(let job): return .some(job.staleAfter)
+            default: return nil
+            }
+        }
+        #expect(staleAfter(#""10m""#) == .some(.seconds(600)))
+        #expect(staleAfter("90") == .some(.seconds(90)))
+        if case .job(let job) = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"x"}"#) {
+            #expect(job.staleAfter == nil)
+        } else {
+            Issue.record("not a job")
+        }
+        for bad in [#""0s""#, "0", "-5", #""soon""#, #""1700000000""#, "1.5", "true"] {
+            guard case .rejected(_, _, _, let reason) = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"x","staleAfter":\#(bad)}"#) else {
+                Issue.record("staleAfter \(bad) was accepted")
+                continue
+            }
+            #expect(reason.contains("\"staleAfter\" must be a positive number of seconds or a string such as \"90s\""), "\(reason)")
+        }
+    }
+
     @Test func apsDictionaryIsInterpretedAndFieldsOverrideIt() {
         let result = parse(#"{"id":"j","app":"a","token":"\#(token)","aps":{"alert":{"title":"T","body":"B"},"badge":1,"content-available":1,"x-custom":"y"},"badge":2}"#)
         guard case .job(let job) = result else { Issue.record("not a job: \(result)"); return }
