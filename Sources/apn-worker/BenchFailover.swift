@@ -16,7 +16,7 @@ struct BenchFailover: AsyncParsableCommand {
             seconds later), \
             term (SIGTERM one worker and start a replacement at once), term-early (start one more worker and \
             SIGTERM it a second later, before its first assignment), rolling (SIGTERM and restart every \
-            worker, one after another), or outage (the gateway unreachable for --outage-seconds). Prints one \
+            worker, one after another, each once its predecessor's replacement has partitions), or outage (the gateway unreachable for --outage-seconds). Prints one \
             JSON line: the slowest notification's latency from produce to result, the seconds until the result \
             rate is back to 80% of the load, results written more than once, 515 results, lost and unflagged \
             duplicate notifications.
@@ -163,9 +163,12 @@ struct BenchFailover: AsyncParsableCommand {
                     guard let victim = running["w\(i)"] else { continue }
                     kill(victim.processIdentifier, SIGTERM)
                     await waitForExit(victim)
-                    _ = try stack.startWorker(id: "w\(i)")
-                    // The next one when this one has had time to join (a readiness probe's role).
-                    if i < workers { try await Task.sleep(for: .seconds(10)) }
+                    let replacement = try stack.startWorker(id: "w\(i)")
+                    // The next one once this one consumes (what a readiness probe waits for).
+                    let ready = clock.now + .seconds(60)
+                    while i < workers, !stack.hasBeenAssigned(replacement), clock.now < ready {
+                        try await Task.sleep(for: .milliseconds(200))
+                    }
                 }
             default:
                 await stack.stopGateway()

@@ -181,7 +181,18 @@ final class LocalStack: @unchecked Sendable {
             throw UsageFailure(message: "worker \(id) did not start; see \(log)")
         }
         workerOutputs[process.processIdentifier] = reader
+        workerLogs[process.processIdentifier] = log
         return process
+    }
+
+    private var workerLogs: [Int32: String] = [:]
+
+    /// Whether a worker has logged that it was assigned partitions (what a readiness probe
+    /// would wait for).
+    func hasBeenAssigned(_ process: Process) -> Bool {
+        guard let log = workerLogs[process.processIdentifier],
+              let text = try? String(contentsOfFile: log, encoding: .utf8) else { return false }
+        return text.contains("\"Partitions assigned\"")
     }
 
     private var workerOutputs: [Int32: LineReader] = [:]

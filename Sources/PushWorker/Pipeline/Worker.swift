@@ -1029,22 +1029,21 @@ public final class Worker: Sendable {
         let selection = Set(partitions)
         // Notifications waiting for a retry (busy, throttled) or for their gateway are handed
         // back; the ones about to be claimed and those in flight are finished first.
-        func handBack(_ s: inout State) {
-            let dropped = s.held.filter { selection.contains($0.ref.partition) }.count
-                + s.unclaimed.filter { selection.contains($0.ref.partition) }.count
+        func handBack(_ s: inout State, unclaimedToo: Bool) {
+            var dropped = s.held.count { selection.contains($0.ref.partition) }
             s.held.removeAll { selection.contains($0.ref.partition) }
-            s.unclaimed.removeAll { selection.contains($0.ref.partition) }
-            let parked = s.unpark { selection.contains($0.ref.partition) }.count
-            s.inFlight -= dropped + parked
+            if unclaimedToo {
+                dropped += s.unclaimed.count { selection.contains($0.ref.partition) }
+                s.unclaimed.removeAll { selection.contains($0.ref.partition) }
+            }
+            dropped += s.unpark { selection.contains($0.ref.partition) }.count
+            s.inFlight -= dropped
         }
         func outstanding(_ s: State) -> Int {
             s.activeCount(in: selection) + s.unclaimed.count { selection.contains($0.ref.partition) }
         }
         let before = state.withLock { s -> Int in
-            let unclaimed = s.unclaimed.filter { selection.contains($0.ref.partition) }
-            s.unclaimed.removeAll { selection.contains($0.ref.partition) }
-            handBack(&s)
-            s.unclaimed += unclaimed
+            handBack(&s, unclaimedToo: false)
             s.revoking = selection
             return outstanding(s)
         }
@@ -1058,8 +1057,8 @@ public final class Worker: Sendable {
                 }
             }
         }
-        // What the claims put back to wait meanwhile is handed back too.
-        state.withLock { handBack(&$0) }
+        // What the claims put back to wait meanwhile (and, after a timeout, what is left) too.
+        state.withLock { handBack(&$0, unclaimedToo: true) }
         // Their written positions go to Redis before they are handed on, so that the next owner
         // writes no result twice even when the commit below fails (a rebalance in progress).
         let marksDeadline = DispatchTime.now() + .seconds(2)
@@ -1077,8 +1076,6 @@ public final class Worker: Sendable {
                 break
             }
         }
-        let (positions, stored) = state.withLock { s in (s.tracker.positions(in: selection), s.writtenMarks.filter { selection.contains($0.key) }) }
-        logger.debug("Revoked partitions' written positions", metadata: ["positions": "\(positions)", "stored": "\(stored)"])
         state.withLock { $0.revoking = nil }
         // Committed here, synchronously, while the partitions are still this member's: the next
         // owner starts after the last message whose results are written.
@@ -1107,7 +1104,7 @@ public final class Worker: Sendable {
                 return
             } catch {
                 if !error.isRetriable || ContinuousClock.now + delay > deadline {
-                    logger.warning("Cannot commit the offsets of revoked partitions; their next owner consumes the messages after the last commit again and writes their results again",
+                    logger.warning("Cannot commit the offsets of revoked partitions; their next owner consumes the messages after the last commit again (it writes no result twice for those before the written position stored in Redis)",
                                    metadata: ["error": "\(error)", "offsets": "\(offsets)"])
                     return
                 }
