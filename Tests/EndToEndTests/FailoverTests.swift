@@ -48,6 +48,13 @@ struct FailoverTests {
         #expect((report["writtenTwicePercent"] as? Double ?? 100) <= 1, "\(report)")
     }
 
+    @Test func aRollingRestartOfEveryWorkerLosesNothing() async throws {
+        let report = try await failover("rolling")
+        expectNoLossAndNoUnflaggedDuplicate(report)
+        #expect((report["slowestMs"] as? Int ?? .max) <= 12_000, "\(report)")
+        #expect((report["writtenTwicePercent"] as? Double ?? 100) <= 1, "\(report)")
+    }
+
     @Test func aWorkerStoppedBeforeItsFirstAssignmentLeavesPromptly() async throws {
         let report = try await failover("term-early")
         expectNoLossAndNoUnflaggedDuplicate(report)
