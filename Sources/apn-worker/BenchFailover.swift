@@ -65,28 +65,15 @@ struct BenchFailover: AsyncParsableCommand {
             options.app = ["feedbackIntervalSeconds": "0"]
             options.keepDirectory = keep
             if secondApp { options.http2App = Self.http2App }
-            let stack = try await LocalStack(options)
-            do {
-                try await measure(stack)
-            } catch {
-                await stack.shutdown()
-                throw error
-            }
-            await stack.shutdown()
+            try await LocalStack.with(options, measure)
         }
     }
 
     static let http2App = "com.example.failover.h2"
 
     private func measure(_ stack: LocalStack) async throws {
-        let producer = try KafkaProducer(configuration: KafkaConfiguration([
-            "bootstrap.servers": stack.kafka.bootstrapServers, "linger.ms": "2", "socket.nagle.disable": "true",
-        ]))
-        let reader = try KafkaConsumer(configuration: KafkaConfiguration([
-            "bootstrap.servers": stack.kafka.bootstrapServers, "group.id": "failover-reader-\(getpid())",
-            "auto.offset.reset": "earliest", "fetch.wait.max.ms": "5", "socket.nagle.disable": "true",
-        ]))
-        try reader.subscribe(topics: ["apn.results"])
+        let producer = try stack.loadProducer()
+        let reader = try stack.resultReader(group: "failover-reader")
         func token(_ n: Int) -> String { String(format: "%064lx", 0xF000_0000 + n) }
         func job(_ n: Int) -> KafkaOutgoingMessage {
             let id = "bench-\(n)"

@@ -54,14 +54,7 @@ struct BenchWorker: AsyncParsableCommand {
                 throw UsageFailure(message: "--transport must be binary or http2, not \(transport)")
             }
             if transport == "http2" { options.http2App = Self.http2App }
-            let stack = try await LocalStack(options)
-            do {
-                try await measure(stack)
-            } catch {
-                await stack.shutdown()
-                throw error
-            }
-            await stack.shutdown()
+            try await LocalStack.with(options, measure)
         }
     }
 
@@ -69,15 +62,8 @@ struct BenchWorker: AsyncParsableCommand {
 
     private func measure(_ stack: LocalStack) async throws {
         let app = transport == "http2" ? Self.http2App : LocalStack.app
-        let producer = try KafkaProducer(configuration: KafkaConfiguration([
-            "bootstrap.servers": stack.kafka.bootstrapServers, "linger.ms": "2", "socket.nagle.disable": "true",
-        ]))
-        let reader = try KafkaConsumer(configuration: KafkaConfiguration([
-            "bootstrap.servers": stack.kafka.bootstrapServers, "group.id": "bench-reader-\(getpid())",
-            "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
-            "fetch.wait.max.ms": "\(fetchWaitMs)", "socket.nagle.disable": "true",
-        ]))
-        try reader.subscribe(topics: ["apn.results"])
+        let producer = try stack.loadProducer()
+        let reader = try stack.resultReader(group: "bench-reader", fetchWaitMs: fetchWaitMs)
 
         func job(_ id: String, _ n: Int) -> KafkaOutgoingMessage {
             let token = String(format: "%064lx", 0xB000_0000 + n)

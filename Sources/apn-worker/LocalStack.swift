@@ -161,6 +161,36 @@ final class LocalStack: @unchecked Sendable {
         retiredAccepted.merging(simulator.acceptedByToken, uniquingKeysWith: +)
     }
 
+    /// Runs `body` on a new stack and shuts the stack down afterwards, whether `body` succeeded.
+    static func with(_ options: Options, _ body: (LocalStack) async throws -> Void) async throws {
+        let stack = try await LocalStack(options)
+        do {
+            try await body(stack)
+        } catch {
+            await stack.shutdown()
+            throw error
+        }
+        await stack.shutdown()
+    }
+
+    /// A producer of jobs for this stack's Kafka.
+    func loadProducer() throws -> KafkaProducer {
+        try KafkaProducer(configuration: KafkaConfiguration([
+            "bootstrap.servers": kafka.bootstrapServers, "linger.ms": "2", "socket.nagle.disable": "true",
+        ]))
+    }
+
+    /// A consumer of `apn.results` from the start, in a group of its own.
+    func resultReader(group: String, fetchWaitMs: Int = 5) throws -> KafkaConsumer {
+        let reader = try KafkaConsumer(configuration: KafkaConfiguration([
+            "bootstrap.servers": kafka.bootstrapServers, "group.id": "\(group)-\(getpid())",
+            "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
+            "fetch.wait.max.ms": "\(fetchWaitMs)", "socket.nagle.disable": "true",
+        ]))
+        try reader.subscribe(topics: ["apn.results"])
+        return reader
+    }
+
     /// Starts `apn-worker run` with its log in the working directory; returns once it is ready.
     @discardableResult
     func startWorker(id: String) throws -> Process {
@@ -172,7 +202,7 @@ final class LocalStack: @unchecked Sendable {
         process.standardOutput = stdout
         let starts = workers.filter { $0.arguments?.last == id }.count
         let log = "\(directory)/\(id)\(starts > 0 ? "-\(starts)" : "").log"
-        FileManager.default.createFile(atPath: log, contents: nil)
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
         process.standardError = FileHandle(forWritingAtPath: log)
         try process.run()
         workers.append(process)
