@@ -1040,7 +1040,13 @@ public final class Worker: Sendable {
             s.inFlight -= dropped
         }
         func outstanding(_ s: State) -> Int {
-            s.activeCount(in: selection) + s.unclaimed.count { selection.contains($0.ref.partition) }
+            // Notifications queued in a pool that cannot reach its gateway cannot finish now:
+            // the partition is handed on without them (their outcome is recorded when the
+            // gateway answers; the next owner waits for that claim and produces its result).
+            let stuck = s.unavailable.isEmpty ? 0 : s.sent.values.count {
+                selection.contains($0.candidate.ref.partition) && s.unavailable.contains($0.candidate.poolKey)
+            }
+            return s.activeCount(in: selection) - stuck + s.unclaimed.count { selection.contains($0.ref.partition) }
         }
         let before = state.withLock { s -> Int in
             handBack(&s, unclaimedToo: false)
