@@ -343,7 +343,7 @@ public final class Worker: Sendable {
                 }
             case .job(let job):
                 guard let app = options.apps[job.app] else {
-                    let reason = "app \"\(job.app)\" is not configured; configured apps: \(options.apps.keys.sorted().joined(separator: ", "))"
+                    let reason = "app \"\(job.app.abbreviated())\" is not configured; configured apps: \(options.apps.keys.sorted().joined(separator: ", "))"
                     logger.warning("Rejected job \(job.id) at \(where_): \(reason).")
                     for token in job.tokens {
                         results.append(failure(ref, jobId: job.id, app: job.app, env: job.environment, token: token.text, status: .invalidJob, reason: reason))
@@ -787,6 +787,8 @@ public final class Worker: Sendable {
                 if delay > .milliseconds(50) { state.withLock { $0.redisDown = false } }
                 break
             } catch {
+                // Shutting down: these messages are not committed, so they are consumed again.
+                if Task.isCancelled { return }
                 logger.error("Cannot record outcomes in Redis; retrying", metadata: ["error": "\(error.message)", "results": "\(batch.count)"])
                 state.withLock { $0.redisDown = true }
                 try? await Task.sleep(for: delay)
@@ -803,15 +805,26 @@ public final class Worker: Sendable {
         }
         delay = .milliseconds(50)
         while !pending.isEmpty {
+            // Shutting down: these messages are not committed, so they are consumed again.
+            if Task.isCancelled { return }
             let messages = pending
             var failed: [KafkaOutgoingMessage] = []
             do {
                 let reports = try await producer.send(messages)
+                var retriable: KafkaError?
                 for (message, report) in zip(messages, reports) {
-                    if case .failure(let error) = report {
-                        failed.append(message)
-                        logger.warning("A result was not written; retrying", metadata: ["error": "\(error)"])
+                    guard case .failure(let error) = report else { continue }
+                    if error.isMessageTooLarge {
+                        // Retrying could never write it, and would hold up every result behind it.
+                        logger.error("A result is over the producer's message.max.bytes and is not written; raise kafka.properties.message.max.bytes",
+                                     metadata: ["bytes": "\(message.value.count + (message.key?.count ?? 0))", "error": "\(error)"])
+                        continue
                     }
+                    failed.append(message)
+                    retriable = retriable ?? error
+                }
+                if let retriable {
+                    logger.warning("Results were not written; retrying", metadata: ["results": "\(failed.count)", "error": "\(retriable)"])
                 }
             } catch {
                 logger.error("Cannot write results to Kafka; retrying", metadata: ["error": "\(error)"])
