@@ -309,12 +309,16 @@ public final class Worker: Sendable {
     }
 
     /// Parses a batch, registers its messages, turns bad input into results and claims the rest.
+    /// What is parsed is handed on at least every ``handOverInterval``, so the results of a batch's
+    /// first messages (of any partition) never wait for the parsing of many large ones behind them.
     private func handle(_ messages: [KafkaMessage], claims: NotificationStore) async {
         let worker = options.workerId
-        let now = Self.nowMilliseconds()
+        var now = Self.nowMilliseconds()
         var results: [Outgoing] = []
         var candidates: [Candidate] = []
         var registrations: [(MessageRef, Int)] = []
+        var handedOver = ContinuousClock.now
+        var parsed = 0
 
         func failure(_ ref: MessageRef, jobId: String, app: String?, env: String?, token: String, status: APNSStatus, reason: String) -> Outgoing {
             let resultId = WorkerResult.notificationId(jobId: jobId, token: token)
@@ -325,6 +329,13 @@ public final class Worker: Sendable {
         }
 
         for message in messages {
+            if ContinuousClock.now - handedOver >= Self.handOverInterval {
+                handOver(&registrations, &results, &candidates, messages: parsed)
+                parsed = 0
+                handedOver = .now
+                now = Self.nowMilliseconds()
+            }
+            parsed += 1
             let ref = MessageRef(partition: TopicPartition(topic: message.topic, partition: message.partition), offset: message.offset)
             var where_: String { "\(message.topic)[\(message.partition)]@\(message.offset)" }
             let before = results.count + candidates.count
@@ -382,13 +393,23 @@ public final class Worker: Sendable {
             }
             registrations.append((ref, results.count + candidates.count - before))
         }
+        handOver(&registrations, &results, &candidates, messages: parsed)
+    }
 
+    /// How long parsing may go on before what is parsed is handed on (see ``handle(_:claims:)``).
+    static let handOverInterval: Duration = .milliseconds(20)
+
+    /// Registers parsed messages, hands their error results to the writer and their notifications
+    /// to the claim stage, and empties the arrays.
+    private func handOver(_ registrations: inout [(MessageRef, Int)], _ results: inout [Outgoing],
+                          _ candidates: inout [Candidate], messages: Int) {
+        defer { registrations = []; results = []; candidates = [] }
         state.withLock { s in
             for (ref, count) in registrations {
                 s.tracker.register(ref.partition, offset: ref.offset, results: count)
                 s.inFlight += count
             }
-            s.statistics.messages += messages.count
+            s.statistics.messages += messages
             s.statistics.notifications += candidates.count
             s.statistics.rejected += results.count
             if registrations.contains(where: { $0.1 == 0 }) { s.commitDirty = true }
