@@ -39,7 +39,10 @@ final class WorkerStack: @unchecked Sendable {
         self.simulator = simulator
         self.directory = directory
         self.configPath = configPath
-        producer = try KafkaProducer(configuration: KafkaConfiguration(["bootstrap.servers": kafka.bootstrapServers]))
+        // Jobs of up to 1 MiB and one byte are produced, over librdkafka's default of 1,000,000.
+        producer = try KafkaProducer(configuration: KafkaConfiguration([
+            "bootstrap.servers": kafka.bootstrapServers, "message.max.bytes": "4194304",
+        ]))
     }
 
     /// Starts Kafka (12 partitions per topic), Redis (with an append-only file, so it keeps its
@@ -191,7 +194,10 @@ final class WorkerStack: @unchecked Sendable {
     }
 
     /// Produces raw job messages, each with its own key, so they spread over the partitions.
-    func produce(_ values: [[UInt8]]) async throws {
+    /// Returns where each message was stored, in order.
+    @discardableResult
+    func produce(_ values: [[UInt8]]) async throws -> [KafkaDeliveryReport] {
+        var stored: [KafkaDeliveryReport] = []
         for chunk in stride(from: 0, to: values.count, by: 5000) {
             let slice = values[chunk..<min(values.count, chunk + 5000)]
             let reports = try await producer.send(slice.map { value in
@@ -201,8 +207,10 @@ final class WorkerStack: @unchecked Sendable {
             for report in reports {
                 let delivered = try report.get()
                 producedPerPartition[delivered.partition] = max(producedPerPartition[delivered.partition] ?? 0, delivered.offset + 1)
+                stored.append(delivered)
             }
         }
+        return stored
     }
 
     // MARK: Results
