@@ -126,6 +126,31 @@ struct HostileInputEndToEndTests {
     }
 }
 
+extension HostileInputEndToEndTests {
+    @Test("A result the producer refuses as too large is logged and skipped; the results behind it are written")
+    func resultTooLargeForTheProducerIsSkipped() async throws {
+        // Results of valid and invalid jobs are a few hundred bytes; this one is over 1,000.
+        let stack = try await WorkerStack.start(kafkaProperties: ["message.max.bytes": "1000"])
+        do {
+            try await stack.startWorker("w1")
+            let long = String(repeating: "q", count: 600)
+            let big = Array(#"{"id":"\#(String(repeating: "j", count: 256))","app":"\#(long)","token":"\#(long)","alert":"x"}"#.utf8)
+            let after = DeviceToken.numbered(3, salt: 3)
+            let afterId = WorkerResult.notificationId(jobId: "behind-the-big-result", token: after.hex)
+            try await stack.produce([big, WorkerStack.job(id: "behind-the-big-result", tokens: [after])])
+            let results = try await stack.readResults(timeout: .seconds(60)) { $0.contains { $0["resultId"]?.stringValue == afterId } }
+            #expect(results.contains { $0["resultId"]?.stringValue == afterId && $0["type"] == "transmitted" })
+            #expect(!results.contains { $0["jobId"]?.stringValue?.hasPrefix("jjj") == true })
+            #expect(try await stack.waitForAllCommitted())
+            #expect(await stack.stopWorker("w1") == 0)
+            #expect(stack.log(of: "w1").contains("A result is over the producer's message.max.bytes and is not written"))
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
+        }
+        await stack.shutdown()
+    }
+}
+
 extension Duration {
     fileprivate var milliseconds: Double {
         Double(components.seconds) * 1000 + Double(components.attoseconds) / 1e15

@@ -52,10 +52,11 @@ final class WorkerStack: @unchecked Sendable {
     /// authentication to an ``APNSHTTP2Simulator`` that answers 400 `BadDeviceToken` for
     /// `http2.badTokens` and 410 `Unregistered` for `http2.unregistered`; with
     /// `http2CertificateAuth`, by client certificate instead of a provider token.
+    /// `kafkaProperties` are added to the workers' librdkafka properties.
     static func start(badTokens: Set<DeviceToken> = [], feedback: [FeedbackTuple] = [],
                       confirmationWindowMs: Int = 200, devicePerHour: Int = 0, appPerSecond: Int = 0,
                       http2: (badTokens: Set<DeviceToken>, unregistered: [DeviceToken: Date])? = nil,
-                      http2CertificateAuth: Bool = false) async throws -> WorkerStack {
+                      http2CertificateAuth: Bool = false, kafkaProperties: [String: String] = [:]) async throws -> WorkerStack {
         let directory = try Paths.temporaryDirectory()
         let kafka = try EmbeddedKafkaCluster(brokers: 1)
         try kafka.createTopic("apn.requests", partitions: 12)
@@ -110,7 +111,7 @@ final class WorkerStack: @unchecked Sendable {
               properties:
                 session.timeout.ms: "6000"
                 heartbeat.interval.ms: "500"
-            redis:
+            \(kafkaProperties.sorted { $0.key < $1.key }.map { "    \($0.key): \"\($0.value)\"\n" }.joined())redis:
               url: "redis://127.0.0.1:\(redis.port)/0"
               connectTimeoutMs: 500
               commandTimeoutMs: 2000
