@@ -1,4 +1,5 @@
 // swift-tools-version: 6.0
+import Foundation
 import PackageDescription
 
 let package = Package(
@@ -168,9 +169,10 @@ let package = Package(
         .testTarget(name: "PushKafkaTests", dependencies: ["PushKafka"]),
         .target(name: "PushTestSupport", dependencies: ["PushRedis"], path: "Tests/PushTestSupport"),
         .testTarget(name: "PushRedisTests", dependencies: ["PushRedis", "PushTestSupport"]),
+        .target(name: "PushWorkerFuzzing", dependencies: ["PushWorker", "APNSCore", "APNSHTTP2Core"], path: "Tests/PushWorkerFuzzing"),
         .testTarget(
             name: "PushWorkerTests",
-            dependencies: ["PushWorker", "APNSCore", "PushKafka", "PushRedis", "PushTestSupport"]
+            dependencies: ["PushWorker", "APNSCore", "PushKafka", "PushRedis", "PushTestSupport", "PushWorkerFuzzing"]
         ),
         .testTarget(
             name: "EndToEndTests",
@@ -182,3 +184,10 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// The libFuzzer target for the job parser and payload builder, only when scripts/fuzz asks for it:
+// it is built with `--sanitize fuzzer` in its own build directory, and libFuzzer supplies `main`.
+if ProcessInfo.processInfo.environment["APN_WORKER_FUZZ"] != nil {
+    package.products.append(.executable(name: "job-fuzzer", targets: ["JobFuzzer"]))
+    package.targets.append(.executableTarget(name: "JobFuzzer", dependencies: ["PushWorkerFuzzing"], path: "Tests/Fuzz/JobFuzzer"))
+}

@@ -33,7 +33,7 @@ public enum APNSExpiry: Sendable, Hashable {
     public init(parsing text: String) throws(APNSPayloadError) {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         let invalid = APNSPayloadError(.invalidExpiry,
-            "expiry \"\(text)\" is not valid; use 0 (do not store), a UNIX time in seconds such as 1700000000, "
+            "expiry \"\(text.abbreviated())\" is not valid; use 0 (do not store), a UNIX time in seconds such as 1700000000, "
             + "or a number followed by s, m, h, d or w such as 30s, 15m, 1h, 1d or 2w")
         var digits = Substring(trimmed)
         var unit: UInt64? = nil
@@ -54,7 +54,7 @@ public enum APNSExpiry: Sendable, Hashable {
             let (seconds, overflow) = value.multipliedReportingOverflow(by: unit)
             guard !overflow, seconds <= UInt64(UInt32.max) else {
                 throw APNSPayloadError(.invalidExpiry,
-                    "expiry \"\(text)\" is too far in the future; relative expiries must be under \(UInt32.max) seconds")
+                    "expiry \"\(text.abbreviated())\" is too far in the future; relative expiries must be under \(UInt32.max) seconds")
             }
             self = .after(.seconds(Int64(seconds)))
         } else if value == 0 {

@@ -108,7 +108,7 @@ private struct JSONParser {
             skipWhitespace()
             let value = try parseValue(depth: depth)
             if members.updateValue(value, forKey: key) != nil {
-                throw error(at: keyOffset, "duplicate member name \"\(key)\" in an object")
+                throw error(at: keyOffset, "duplicate member name \"\(key.abbreviated())\" in an object")
             }
             skipWhitespace()
             guard pos < bytes.count else { throw error(at: pos, "unexpected end of input; expected ',' or '}' after an object member") }

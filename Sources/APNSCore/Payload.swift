@@ -33,7 +33,7 @@ extension APNSNotification {
             }
             guard custom.isEmpty else {
                 throw APNSPayloadError(.mdmWithAPS,
-                    "an MDM notification is exactly {\"mdm\":\"…\"}; remove the custom keys \(custom.keys.sorted().joined(separator: ", "))")
+                    "an MDM notification is exactly {\"mdm\":\"…\"}; remove the custom keys \(custom.keys.sorted().joined(separator: ", ").abbreviated(toBytes: 256))")
             }
             guard !mdm.isEmpty else {
                 throw APNSPayloadError(.invalidValue, "the MDM PushMagic value is empty; set mdm to the device's PushMagic string")
@@ -92,7 +92,7 @@ extension APNSNotification {
         for key in additionalAPSFields.keys.sorted() {
             guard aps.add(key, additionalAPSFields[key]!) else {
                 throw APNSPayloadError(.invalidValue,
-                    "additionalAPSFields key \"\(key)\" repeats an aps key that is already set; set it through its own property instead")
+                    "additionalAPSFields key \"\(key.abbreviated())\" repeats an aps key that is already set; set it through its own property instead")
             }
         }
 
@@ -126,7 +126,7 @@ extension APNSNotification {
         }
         if let interruptionLevel, !Self.interruptionLevels.contains(interruptionLevel) {
             throw APNSPayloadError(.invalidValue,
-                "interruption level \"\(interruptionLevel)\" is not valid; use passive, active, time-sensitive or critical")
+                "interruption level \"\(interruptionLevel.abbreviated())\" is not valid; use passive, active, time-sensitive or critical")
         }
         if bytes.count > limit {
             throw APNSPayloadError(.tooLarge,

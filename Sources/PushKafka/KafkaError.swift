@@ -18,6 +18,10 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
 
     public var description: String { "KafkaError(\(name) [\(code)]): \(message)" }
 
+    /// The record is over `message.max.bytes` (the producer's or the broker's): sending it again
+    /// unchanged can never succeed.
+    public var isMessageTooLarge: Bool { code == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE.rawValue }
+
     init(_ err: rd_kafka_resp_err_t, _ message: String, isRetriable: Bool? = nil, isFatal: Bool? = nil) {
         code = err.rawValue
         name = String(cString: rd_kafka_err2name(err))

@@ -10,8 +10,9 @@ struct KafkaEmbedded: AsyncParsableCommand {
         abstract: "Run an in-memory Kafka cluster (librdkafka's mock cluster) on 127.0.0.1 for development and tests.",
         discussion: """
             Prints one JSON line {"event":"ready","bootstrapServers":"..."} when the brokers listen, and runs \
-            until SIGINT or SIGTERM. Data lives in memory only. Topics not created here are created on first \
-            use with 4 partitions.
+            until SIGINT or SIGTERM. Data lives in memory only, about the newest 5 MiB of each partition: \
+            older messages are dropped, read or not. Topics not created here are created on first use with \
+            4 partitions.
             """
     )
 

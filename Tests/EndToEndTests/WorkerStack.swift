@@ -39,7 +39,10 @@ final class WorkerStack: @unchecked Sendable {
         self.simulator = simulator
         self.directory = directory
         self.configPath = configPath
-        producer = try KafkaProducer(configuration: KafkaConfiguration(["bootstrap.servers": kafka.bootstrapServers]))
+        // Jobs of up to 1 MiB and one byte are produced, over librdkafka's default of 1,000,000.
+        producer = try KafkaProducer(configuration: KafkaConfiguration([
+            "bootstrap.servers": kafka.bootstrapServers, "message.max.bytes": "4194304",
+        ]))
     }
 
     /// Starts Kafka (12 partitions per topic), Redis (with an append-only file, so it keeps its
@@ -49,10 +52,11 @@ final class WorkerStack: @unchecked Sendable {
     /// authentication to an ``APNSHTTP2Simulator`` that answers 400 `BadDeviceToken` for
     /// `http2.badTokens` and 410 `Unregistered` for `http2.unregistered`; with
     /// `http2CertificateAuth`, by client certificate instead of a provider token.
+    /// `kafkaProperties` are added to the workers' librdkafka properties.
     static func start(badTokens: Set<DeviceToken> = [], feedback: [FeedbackTuple] = [],
                       confirmationWindowMs: Int = 200, devicePerHour: Int = 0, appPerSecond: Int = 0,
                       http2: (badTokens: Set<DeviceToken>, unregistered: [DeviceToken: Date])? = nil,
-                      http2CertificateAuth: Bool = false) async throws -> WorkerStack {
+                      http2CertificateAuth: Bool = false, kafkaProperties: [String: String] = [:]) async throws -> WorkerStack {
         let directory = try Paths.temporaryDirectory()
         let kafka = try EmbeddedKafkaCluster(brokers: 1)
         try kafka.createTopic("apn.requests", partitions: 12)
@@ -107,7 +111,7 @@ final class WorkerStack: @unchecked Sendable {
               properties:
                 session.timeout.ms: "6000"
                 heartbeat.interval.ms: "500"
-            redis:
+            \(kafkaProperties.sorted { $0.key < $1.key }.map { "    \($0.key): \"\($0.value)\"\n" }.joined())redis:
               url: "redis://127.0.0.1:\(redis.port)/0"
               connectTimeoutMs: 500
               commandTimeoutMs: 2000
@@ -191,7 +195,10 @@ final class WorkerStack: @unchecked Sendable {
     }
 
     /// Produces raw job messages, each with its own key, so they spread over the partitions.
-    func produce(_ values: [[UInt8]]) async throws {
+    /// Returns where each message was stored, in order.
+    @discardableResult
+    func produce(_ values: [[UInt8]]) async throws -> [KafkaDeliveryReport] {
+        var stored: [KafkaDeliveryReport] = []
         for chunk in stride(from: 0, to: values.count, by: 5000) {
             let slice = values[chunk..<min(values.count, chunk + 5000)]
             let reports = try await producer.send(slice.map { value in
@@ -201,8 +208,10 @@ final class WorkerStack: @unchecked Sendable {
             for report in reports {
                 let delivered = try report.get()
                 producedPerPartition[delivered.partition] = max(producedPerPartition[delivered.partition] ?? 0, delivered.offset + 1)
+                stored.append(delivered)
             }
         }
+        return stored
     }
 
     // MARK: Results

@@ -183,7 +183,7 @@ public struct JobParser: Sendable {
                                             : "\"app\" must be a string naming a configured app")
         }
         if let unknown = fields.unknown.min() {
-            return reject("the job has an unknown field \"\(unknown)\"; see docs/jobs.md for the fields a job may have")
+            return reject("the job has an unknown field \"\(unknown.abbreviated())\"; see docs/jobs.md for the fields a job may have")
         }
         var job = Job(id: id, app: app, environment: nil, tokens: tokens, notification: APNSNotification())
         do throws(JobFieldError) {
@@ -230,7 +230,7 @@ public struct JobParser: Sendable {
         if let v = fields.pushType {
             let text = try string(v, "pushType")
             guard APNSPushType(rawValue: text) != nil else {
-                throw JobFieldError("\"pushType\" must be one of \(APNSPushType.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(text)\"")
+                throw JobFieldError("\"pushType\" must be one of \(APNSPushType.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(text.abbreviated())\"")
             }
             n.pushType = text
         }
@@ -330,7 +330,7 @@ public struct JobParser: Sendable {
         }
         var fields = APNSAlertFields()
         for (key, item) in dict {
-            let path = "\(name).\(key)"
+            let path = "\(name).\(key.abbreviated())"
             switch key {
             case "title": fields.title = try string(item, path)
             case "subtitle": fields.subtitle = try string(item, path)

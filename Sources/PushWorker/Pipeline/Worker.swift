@@ -363,12 +363,16 @@ public final class Worker: Sendable {
     }
 
     /// Parses a batch, registers its messages, turns bad input into results and claims the rest.
+    /// What is parsed is handed on at least every ``handOverInterval``, so the results of a batch's
+    /// first messages (of any partition) never wait for the parsing of many large ones behind them.
     private func handle(_ messages: [KafkaMessage], claims: NotificationStore) async {
         let worker = options.workerId
-        let now = Self.nowMilliseconds()
+        var now = Self.nowMilliseconds()
         var results: [Outgoing] = []
         var candidates: [Candidate] = []
         var registrations: [(MessageRef, Int)] = []
+        var handedOver = ContinuousClock.now
+        var parsed = 0
 
         func failure(_ ref: MessageRef, jobId: String, app: String?, env: String?, token: String, status: APNSStatus, reason: String) -> Outgoing {
             let resultId = WorkerResult.notificationId(jobId: jobId, token: token)
@@ -379,6 +383,13 @@ public final class Worker: Sendable {
         }
 
         for message in messages {
+            if ContinuousClock.now - handedOver >= Self.handOverInterval {
+                handOver(&registrations, &results, &candidates, messages: parsed)
+                parsed = 0
+                handedOver = .now
+                now = Self.nowMilliseconds()
+            }
+            parsed += 1
             let ref = MessageRef(partition: TopicPartition(topic: message.topic, partition: message.partition), offset: message.offset)
             var where_: String { "\(message.topic)[\(message.partition)]@\(message.offset)" }
             let before = results.count + candidates.count
@@ -397,7 +408,7 @@ public final class Worker: Sendable {
                 }
             case .job(let job):
                 guard let app = options.apps[job.app] else {
-                    let reason = "app \"\(job.app)\" is not configured; configured apps: \(options.apps.keys.sorted().joined(separator: ", "))"
+                    let reason = "app \"\(job.app.abbreviated())\" is not configured; configured apps: \(options.apps.keys.sorted().joined(separator: ", "))"
                     logger.warning("Rejected job \(job.id) at \(where_): \(reason).")
                     for token in job.tokens {
                         results.append(failure(ref, jobId: job.id, app: job.app, env: job.environment, token: token.text, status: .invalidJob, reason: reason))
@@ -436,13 +447,23 @@ public final class Worker: Sendable {
             }
             registrations.append((ref, results.count + candidates.count - before))
         }
+        handOver(&registrations, &results, &candidates, messages: parsed)
+    }
 
+    /// How long parsing may go on before what is parsed is handed on (see ``handle(_:claims:)``).
+    static let handOverInterval: Duration = .milliseconds(20)
+
+    /// Registers parsed messages, hands their error results to the writer and their notifications
+    /// to the claim stage, and empties the arrays.
+    private func handOver(_ registrations: inout [(MessageRef, Int)], _ results: inout [Outgoing],
+                          _ candidates: inout [Candidate], messages: Int) {
+        defer { registrations = []; results = []; candidates = [] }
         state.withLock { s in
             for (ref, count) in registrations {
                 s.tracker.register(ref.partition, offset: ref.offset, results: count)
                 s.inFlight += count
             }
-            s.statistics.messages += messages.count
+            s.statistics.messages += messages
             s.statistics.notifications += candidates.count
             s.statistics.rejected += results.count
             if registrations.contains(where: { $0.1 == 0 }) { s.commitDirty = true }
@@ -912,6 +933,8 @@ public final class Worker: Sendable {
                 if delay > .milliseconds(50) { state.withLock { $0.redisDown = false } }
                 break
             } catch {
+                // Shutting down: these messages are not committed, so they are consumed again.
+                if Task.isCancelled { return }
                 logger.error("Cannot record outcomes in Redis; retrying", metadata: ["error": "\(error.message)", "results": "\(batch.count)"])
                 state.withLock { $0.redisDown = true }
                 try? await Task.sleep(for: delay)
@@ -928,15 +951,26 @@ public final class Worker: Sendable {
         }
         delay = .milliseconds(50)
         while !pending.isEmpty {
+            // Shutting down: these messages are not committed, so they are consumed again.
+            if Task.isCancelled { return }
             let messages = pending
             var failed: [KafkaOutgoingMessage] = []
             do {
                 let reports = try await producer.send(messages)
+                var retriable: KafkaError?
                 for (message, report) in zip(messages, reports) {
-                    if case .failure(let error) = report {
-                        failed.append(message)
-                        logger.warning("A result was not written; retrying", metadata: ["error": "\(error)"])
+                    guard case .failure(let error) = report else { continue }
+                    if error.isMessageTooLarge {
+                        // Retrying could never write it, and would hold up every result behind it.
+                        logger.error("A result is over the producer's message.max.bytes and is not written; raise kafka.properties.message.max.bytes",
+                                     metadata: ["bytes": "\(message.value.count + (message.key?.count ?? 0))", "error": "\(error)"])
+                        continue
                     }
+                    failed.append(message)
+                    retriable = retriable ?? error
+                }
+                if let retriable {
+                    logger.warning("Results were not written; retrying", metadata: ["results": "\(failed.count)", "error": "\(retriable)"])
                 }
             } catch {
                 logger.error("Cannot write results to Kafka; retrying", metadata: ["error": "\(error)"])

@@ -30,15 +30,24 @@ public struct WorkerResult: Sendable, Hashable {
     /// UNIX milliseconds when the result was made.
     public var at: Int64
 
+    /// The most bytes of a job's own text (`jobId`, `app`, `env`, `token`) a result repeats; longer
+    /// text is cut and marked (`String.abbreviated(toBytes:)`). A valid token is at most 200 hex
+    /// digits and an id at most 256 bytes, so only bad input is ever cut.
+    public static let maxEchoBytes = 256
+    /// The most bytes of `reason` a result carries.
+    public static let maxReasonBytes = 1024
+
     /// The Kafka key: the token (per-device ordering), or the job id for an invalid job.
     public var key: [UInt8]? {
-        if let token { return Array(token.utf8) }
-        if let jobId { return Array(jobId.utf8) }
+        if let token { return Array(token.abbreviated(toBytes: Self.maxEchoBytes).utf8) }
+        if let jobId { return Array(jobId.abbreviated(toBytes: Self.maxEchoBytes).utf8) }
         return nil
     }
 
     /// The JSON value written to Kafka, keys in a fixed order. Written straight into bytes:
-    /// one result is made per notification.
+    /// one result is made per notification. Text from the job is cut to ``maxEchoBytes`` and the
+    /// reason to ``maxReasonBytes``, so a result stays a few kilobytes whatever the job held (a
+    /// result over the producer's `message.max.bytes` could never be written).
     public func serialized() -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(320)
@@ -50,10 +59,10 @@ public struct WorkerResult: Sendable, Hashable {
             out.append(UInt8(ascii: "\""))
             out.append(UInt8(ascii: ":"))
         }
-        func string(_ name: StaticString, _ value: String?) {
+        func string(_ name: StaticString, _ value: String?, max: Int = Self.maxEchoBytes) {
             guard let value else { return }
             key(name)
-            JSONValue.string(value).write(into: &out)
+            JSONValue.string(value.abbreviated(toBytes: max)).write(into: &out)
         }
         func integer(_ name: StaticString, _ value: Int64?) {
             guard let value else { return }
@@ -70,7 +79,7 @@ public struct WorkerResult: Sendable, Hashable {
             integer("status", Int64(status.rawValue))
             string("statusName", status.name)
         }
-        string("reason", reason)
+        string("reason", reason, max: Self.maxReasonBytes)
         integer("attempts", attempts.map(Int64.init))
         if let possibleDuplicate {
             key("possibleDuplicate")
