@@ -39,7 +39,7 @@ let package = Package(
             providers: [.apt(["libhiredis-dev"])]
         ),
         .target(name: "PushKafka", dependencies: ["CRdKafka"]),
-        .target(name: "PushRedis", dependencies: ["CHiredis"]),
+        .target(name: "PushRedis", dependencies: ["CHiredis", .product(name: "Crypto", package: "swift-crypto")]),
 
         // MARK: APNs
         .target(

@@ -1,3 +1,5 @@
+import Crypto
+
 /// A Lua script together with its SHA-1, computed locally exactly as Redis does
 /// (so `sha1` equals what `SCRIPT LOAD` returns for `source`).
 ///
@@ -14,7 +16,15 @@ public struct RedisScript: Sendable, Hashable {
     /// Wraps `source` and computes its SHA-1.
     public init(_ source: String) {
         self.source = source
-        self.sha1 = SHA1.hex(source.utf8)
+        // Only to name the script as Redis does; SHA-1's weakness does not matter here.
+        let digits = Array("0123456789abcdef".utf8)
+        var hex: [UInt8] = []
+        hex.reserveCapacity(40)
+        for byte in Insecure.SHA1.hash(data: Array(source.utf8)) {
+            hex.append(digits[Int(byte >> 4)])
+            hex.append(digits[Int(byte & 0x0f)])
+        }
+        self.sha1 = String(decoding: hex, as: UTF8.self)
     }
 
     /// `EVALSHA sha1 numkeys key... arg...`, ready for ``RedisConnection/pipeline(_:scripts:)``
