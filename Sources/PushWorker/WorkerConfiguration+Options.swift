@@ -18,7 +18,7 @@ extension WorkerConfiguration {
             commandTimeout: .milliseconds(redis.commandTimeoutMs))
 
         var apps: [String: AppOptions] = [:]
-        for (name, app) in apps_sorted() {
+        for (name, app) in self.apps.sorted(by: { $0.key < $1.key }) {
             var environments: [APNSEnvironment: EnvironmentOptions] = [:]
             for (envName, env) in app.environments {
                 let environment: APNSEnvironment = envName == .production ? .production : .sandbox
@@ -118,9 +118,5 @@ extension WorkerConfiguration {
         options.shutdownTimeout = .seconds(worker.shutdownTimeoutSeconds)
         options.dedupeTTLSeconds = worker.dedupeTTLSeconds
         return options
-    }
-
-    private func apps_sorted() -> [(String, App)] {
-        apps.sorted { $0.key < $1.key }
     }
 }

@@ -12,8 +12,8 @@ import Testing
     /// Reads events until `match` accepts one; nil if the stream ends first.
     static func waitFor(
         _ client: APNSBinaryClient,
-        _ match: (APNSBinaryEvent) -> Bool
-    ) async -> APNSBinaryEvent? {
+        _ match: (APNSDeliveryEvent) -> Bool
+    ) async -> APNSDeliveryEvent? {
         for await event in client.events where match(event) { return event }
         return nil
     }

@@ -58,7 +58,7 @@ enum Harness {
     struct Run {
         var outcomes: [UInt64: APNSDeliveryOutcome] = [:]
         var duplicateOutcomes = 0
-        var events: [APNSBinaryEvent] = []
+        var events: [APNSDeliveryEvent] = []
     }
 
     /// Sends `submissions` while reading events, until every submission has its outcome, then

@@ -260,7 +260,7 @@ public final class APNSBinaryClient: APNSDeliveryClient {
     /// iterator takes them, so iterating again (or from another task) continues where the last
     /// iteration stopped; each event is delivered once.
     public struct Events: AsyncSequence, Sendable {
-        public typealias Element = APNSBinaryEvent
+        public typealias Element = APNSDeliveryEvent
         let client: APNSBinaryClient
 
         public func makeAsyncIterator() -> Iterator { Iterator(client: client) }
@@ -268,11 +268,11 @@ public final class APNSBinaryClient: APNSDeliveryClient {
         public struct Iterator: AsyncIteratorProtocol {
             let client: APNSBinaryClient
 
-            public mutating func next() async -> APNSBinaryEvent? {
+            public mutating func next() async -> APNSDeliveryEvent? {
                 await client.nextEvent()
             }
 
-            public mutating func next(isolation actor: isolated (any Actor)?) async -> APNSBinaryEvent? {
+            public mutating func next(isolation actor: isolated (any Actor)?) async -> APNSDeliveryEvent? {
                 await client.nextEvent()
             }
         }
@@ -288,7 +288,7 @@ public final class APNSBinaryClient: APNSDeliveryClient {
     /// Returns nil when the client has shut down and no event is left.
     public func nextEvents(max: Int) async -> [APNSDeliveryEvent]? {
         while true {
-            var taken: [APNSBinaryEvent] = []
+            var taken: [APNSDeliveryEvent] = []
             var finished = false
             step { state -> [PoolStateMachine.Action] in
                 while taken.count < Swift.max(1, max), let event = state.machine.events.popFirst() {

@@ -113,7 +113,7 @@ struct PoolStateMachine {
     private(set) var queue = Deque<PendingNotification>()
     private(set) var connections: [Int: Connection] = [:]
     /// Outcomes and connection events waiting for the consumer.
-    var events = Deque<APNSBinaryEvent>()
+    var events = Deque<APNSDeliveryEvent>()
     private var bufferedConnectionEvents = 0
     private(set) var droppedConnectionEvents = 0
     private var nextConnectionID = 1
@@ -665,7 +665,7 @@ struct PoolStateMachine {
         )
     }
 
-    private mutating func emitConnectionEvent(_ event: APNSBinaryEvent, force: Bool = false) {
+    private mutating func emitConnectionEvent(_ event: APNSDeliveryEvent, force: Bool = false) {
         if !force && bufferedConnectionEvents >= configuration.maxBufferedConnectionEvents {
             droppedConnectionEvents += 1
             return
