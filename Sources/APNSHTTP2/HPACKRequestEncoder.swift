@@ -13,9 +13,9 @@ import NIOHPACK
 /// costs more CPU than the bytes it saves on a connection to one server.
 ///
 /// The table is kept the way the server's decoder keeps it: entries are added at the front
-/// and the oldest are evicted when the size (name + value + 32 per entry, §4.1) would pass the
-/// limit the server announced with `SETTINGS_HEADER_TABLE_SIZE` (at most 4,096 here). A change
-/// of that limit is signalled at the start of the next block (§4.2, §6.3).
+/// and the oldest are evicted when the size (name + value + 32 per entry, RFC 7541 §4.1) would
+/// pass the limit the server announced with `SETTINGS_HEADER_TABLE_SIZE` (at most 4,096 here).
+/// A change of that limit is signalled at the start of the next block (RFC 7541 §4.2, §6.3).
 struct HPACKRequestEncoder {
     /// The headers that are indexed, each with its slot of remembered values.
     enum Slot: Int, CaseIterable {
@@ -68,7 +68,7 @@ struct HPACKRequestEncoder {
     private var evicted = 0
     /// Per slot, the most recent values with their entry numbers (newest last).
     private var remembered: [[(value: String, entry: Int)]] = Array(repeating: [], count: Slot.allCases.count)
-    /// The smallest and the last limit since the previous block, to signal (§4.2).
+    /// The smallest and the last limit since the previous block, to signal (RFC 7541 §4.2).
     private var pendingSizeUpdate: (smallest: Int, last: Int)?
 
     /// The server's `SETTINGS_HEADER_TABLE_SIZE`.
@@ -175,7 +175,7 @@ struct HPACKRequestEncoder {
     private mutating func write(_ slot: Slot, _ value: String, into buffer: inout ByteBuffer) {
         let values = remembered[slot.rawValue]
         for candidate in values.reversed() where candidate.entry >= evicted && candidate.value == value {
-            // The newest entry is index 62 (§2.3.3).
+            // The newest entry is index 62 (RFC 7541 §2.3.3).
             Self.writeInteger(62 + (inserted - 1 - candidate.entry), prefixBits: 7, flags: 0x80, into: &buffer)
             return
         }
@@ -190,7 +190,7 @@ struct HPACKRequestEncoder {
             }
             return
         }
-        // Literal with incremental indexing (§6.2.1).
+        // Literal with incremental indexing (RFC 7541 §6.2.1).
         if slot.staticNameIndex > 0 {
             Self.writeInteger(slot.staticNameIndex, prefixBits: 6, flags: 0x40, into: &buffer)
         } else {
@@ -208,7 +208,7 @@ struct HPACKRequestEncoder {
         inserted += 1
     }
 
-    /// Evicts the oldest entries until `size` more bytes fit (§4.4).
+    /// Evicts the oldest entries until `size` more bytes fit (RFC 7541 §4.4).
     private mutating func evict(toFit size: Int) {
         while tableSize + size > maxTableSize && oldest < entrySizes.count {
             tableSize -= entrySizes[oldest]
@@ -230,22 +230,22 @@ struct HPACKRequestEncoder {
         Self.writeInteger(update.last, prefixBits: 5, flags: 0x20, into: &buffer)
     }
 
-    // MARK: Primitives (§5)
+    // MARK: Primitives (RFC 7541 §5)
 
-    /// Literal without indexing, name from the static table (§6.2.2).
+    /// Literal without indexing, name from the static table (RFC 7541 §6.2.2).
     private static func writeLiteral(nameIndex: Int, value: String, into buffer: inout ByteBuffer) {
         writeInteger(nameIndex, prefixBits: 4, flags: 0, into: &buffer)
         writeString(value, into: &buffer)
     }
 
-    /// Literal without indexing, new name (§6.2.2).
+    /// Literal without indexing, new name (RFC 7541 §6.2.2).
     private static func writeLiteral(name: String, value: String, into buffer: inout ByteBuffer) {
         buffer.writeInteger(UInt8(0))
         writeString(name, into: &buffer)
         writeString(value, into: &buffer)
     }
 
-    /// An integer with an N-bit prefix (§5.1).
+    /// An integer with an N-bit prefix (RFC 7541 §5.1).
     static func writeInteger(_ value: Int, prefixBits: Int, flags: UInt8, into buffer: inout ByteBuffer) {
         let limit = (1 << prefixBits) - 1
         if value < limit {
@@ -261,7 +261,7 @@ struct HPACKRequestEncoder {
         buffer.writeInteger(UInt8(rest))
     }
 
-    /// A string literal without Huffman coding (§5.2).
+    /// A string literal without Huffman coding (RFC 7541 §5.2).
     static func writeString(_ string: String, into buffer: inout ByteBuffer) {
         writeInteger(string.utf8.count, prefixBits: 7, flags: 0, into: &buffer)
         buffer.writeString(string)
