@@ -97,14 +97,7 @@ struct BenchHostile: AsyncParsableCommand {
             options.kafkaProperties = ["fetch.wait.max.ms": "5"]
             options.worker = ["logLevel": "warning", "resultFlushMs": "5", "batchWindowMs": "0"]
             options.app = ["confirmationWindowMs": "20", "feedbackIntervalSeconds": "0"]
-            let stack = try await LocalStack(options)
-            do {
-                try await measureWorker(stack)
-            } catch {
-                await stack.shutdown()
-                throw error
-            }
-            await stack.shutdown()
+            try await LocalStack.with(options, measureWorker)
         }
     }
 
@@ -135,12 +128,7 @@ struct BenchHostile: AsyncParsableCommand {
             "bootstrap.servers": stack.kafka.bootstrapServers, "linger.ms": "0", "socket.nagle.disable": "true",
             "message.max.bytes": "4194304",
         ]))
-        let reader = try KafkaConsumer(configuration: KafkaConfiguration([
-            "bootstrap.servers": stack.kafka.bootstrapServers, "group.id": "bench-hostile-\(getpid())",
-            "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
-            "fetch.wait.max.ms": "5", "socket.nagle.disable": "true",
-        ]))
-        try reader.subscribe(topics: ["apn.results"])
+        let reader = try stack.resultReader(group: "bench-hostile")
         let worker = try stack.startWorker(id: "bench")
 
         /// Results still expected per job id (`invalidJob` results are matched by position).
