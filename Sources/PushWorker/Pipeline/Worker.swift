@@ -1010,17 +1010,10 @@ public final class Worker: Sendable {
     }
 
     /// Hands the offsets of fully written messages to librdkafka, which commits them on its
-    /// auto-commit timer, before a revocation and on close — at moments when the group is not
-    /// rebalancing. (Explicit commits that race a rebalance fail with ILLEGAL_GENERATION, and
-    /// librdkafka answers those by revoking everything and rejoining.)
+    /// auto-commit timer and on close. (A revocation commits its partitions itself, see
+    /// ``commitRevoked(_:_:)``.)
     private func commit(_ consumer: KafkaConsumer) async {
-        storeOffsets(consumer, in: nil)
-    }
-
-    private func storeOffsets(_ consumer: KafkaConsumer, in selection: Set<TopicPartition>?) {
-        let offsets = state.withLock { s in
-            s.tracker.committable().filter { selection?.contains($0.topicPartition) ?? true }
-        }
+        let offsets = state.withLock { $0.tracker.committable() }
         guard !offsets.isEmpty else { return }
         do {
             let skipped = Set(try consumer.store(offsets))
