@@ -25,6 +25,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "5.0.1"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-async-algorithms.git", from: "1.1.4"),
     ],
     targets: [
         // MARK: C libraries (one thin layer each)
@@ -117,6 +119,8 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Yams", package: "Yams"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "AsyncAlgorithms", package: "swift-async-algorithms"),
             ]
         ),
         .executableTarget(
@@ -135,6 +139,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
 
@@ -172,7 +177,10 @@ let package = Package(
         .target(name: "PushWorkerFuzzing", dependencies: ["PushWorker", "APNSCore", "APNSHTTP2Core"], path: "Tests/PushWorkerFuzzing"),
         .testTarget(
             name: "PushWorkerTests",
-            dependencies: ["PushWorker", "APNSCore", "PushKafka", "PushRedis", "PushTestSupport", "PushWorkerFuzzing"]
+            dependencies: [
+                "PushWorker", "APNSCore", "APNSBinary", "APNSSimulator", "PushKafka", "PushRedis", "PushTestSupport",
+                "PushWorkerFuzzing",
+            ]
         ),
         .testTarget(
             name: "EndToEndTests",

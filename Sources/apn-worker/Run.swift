@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import PushWorker
+import ServiceLifecycle
 
 /// `apn-worker run`: one member of the worker group.
 struct Run: AsyncParsableCommand {
@@ -71,22 +72,16 @@ struct Run: AsyncParsableCommand {
         let logger = Logger(label: "apn-worker")
         for warning in configuration.warnings { logger.warning("\(warning)") }
 
+        // The worker is a Service: SIGTERM or SIGINT shuts its group down gracefully.
         let worker = Worker(options: options, logger: logger)
-        let signals = Task {
-            await waitForTerminationSignal()
-            logger.info("Stopping: signal received")
-            worker.stop()
-        }
         print(jsonLine([("event", "ready"), ("worker", .string(options.workerId)), ("group", .string(options.groupId))]))
         fflush(nil)
         do {
-            try await worker.run()
+            try await runUntilTerminated([worker], logger: logger)
         } catch {
-            signals.cancel()
             printError("\(error)")
             throw ExitCode(1)
         }
-        signals.cancel()
         let statistics = worker.statistics
         print(jsonLine([("event", "stopped"), ("worker", .string(options.workerId)),
                         ("messages", .int(Int64(statistics.messages))),

@@ -1,5 +1,7 @@
 import APNSCore
 import Foundation
+import Logging
+import ServiceLifecycle
 
 import ArgumentParser
 
@@ -72,48 +74,34 @@ func jsonLine(_ fields: [(String, JSONValue)]) -> String {
     return out + "}"
 }
 
-/// Waits for SIGINT or SIGTERM.
-func waitForTerminationSignal() async {
-    // A parent may have started this process with SIGTERM blocked (Foundation's Process
-    // passes on the spawning thread's mask): unblock it, or the handler would never run.
+/// A parent may have started this process with SIGTERM blocked (Foundation's Process passes on
+/// the spawning thread's mask): unblock the termination signals, or they would never arrive.
+func unblockTerminationSignals() {
     var unblock = sigset_t()
     sigemptyset(&unblock)
     sigaddset(&unblock, SIGINT)
     sigaddset(&unblock, SIGTERM)
     pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
-    signal(SIGINT, SIG_IGN)
-    signal(SIGTERM, SIG_IGN)
-    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-        let queue = DispatchQueue(label: "apn-worker.signals")
-        let once = OnceFlag()
-        var sources: [any DispatchSourceSignal] = []
-        for sig in [SIGINT, SIGTERM] {
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: queue)
-            source.setEventHandler {
-                if once.claim() { continuation.resume() }
-            }
-            source.resume()
-            sources.append(source)
-        }
-        SignalSources.keep(sources)
-    }
 }
 
-/// Resumes a continuation at most once.
-final class OnceFlag: @unchecked Sendable {
-    // Only touched on the serial signal queue.
-    private var claimed = false
-    func claim() -> Bool {
-        if claimed { return false }
-        claimed = true
-        return true
-    }
+/// Runs `services` in one `ServiceGroup` that SIGTERM or SIGINT shuts down gracefully.
+func runUntilTerminated(_ services: [any Service], logger: Logger) async throws {
+    unblockTerminationSignals()
+    let group = ServiceGroup(configuration: .init(
+        services: services.map { .init(service: $0) }, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+    try await group.run()
 }
 
-/// Keeps signal sources alive for the life of the process.
-enum SignalSources {
-    nonisolated(unsafe) private static var sources: [any DispatchSourceSignal] = []
-    static func keep(_ new: [any DispatchSourceSignal]) { sources += new }
+/// Waits for SIGINT or SIGTERM (a command whose servers run on their own until then).
+func waitForTerminationSignal() async {
+    try? await runUntilTerminated([UntilShutdown()], logger: Logger(label: "apn-worker"))
+}
+
+/// A service that only waits for its group's graceful shutdown.
+private struct UntilShutdown: Service {
+    func run() async throws {
+        try? await gracefulShutdown()
+    }
 }
 
 /// Loads credentials from the common flags, with a sentence for each problem.

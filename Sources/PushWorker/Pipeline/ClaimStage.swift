@@ -1,0 +1,387 @@
+import APNSCore
+import AsyncAlgorithms
+import Logging
+import PushKafka
+import Synchronization
+
+/// The second stage: parsed notifications are claimed in Redis, one round trip per chunk
+/// (`NotificationStore.claimScript`), and each decision is acted on: send (to the delivery
+/// stage), a result now (to the result stage), nothing (a duplicate), or a retry later.
+///
+/// It owns the notifications that wait: *held* ones retry after a delay (held by another live
+/// worker, over the app's rate, Redis down), *parked* ones wait unclaimed for their pool's
+/// gateway to answer again. Its input is intake's channel merged with its own signals (a retry
+/// is due, a gateway came back or went away, the stale sweep).
+final class ClaimStage: Sendable {
+    /// What wakes the claim loop besides intake's chunks.
+    enum Signal: Sendable {
+        /// Held notifications may be due.
+        case retryDue
+        /// A pool cannot reach its gateway: park its new notifications.
+        case unavailable(PoolKey)
+        /// A pool reaches its gateway again: claim what is parked for it.
+        case available(PoolKey)
+        /// Fail parked notifications whose job went stale.
+        case sweepStale
+    }
+
+    enum Input: Sendable {
+        case parsed([Candidate])
+        case signal(Signal)
+    }
+
+    private struct Held {
+        var due: ContinuousClock.Instant
+        var candidate: Candidate
+    }
+
+    private struct State {
+        var held: [Held] = []
+        /// Handed over by intake and not yet acted on, by partition (a revocation waits for them).
+        var pending: [TopicPartition: Int] = [:]
+        var unavailable: Set<PoolKey> = []
+        var parked: [PoolKey: [Candidate]] = [:]
+        var parkedCount = 0
+    }
+
+    private let state = Mutex(State())
+    private let store: NotificationStore
+    private let results: ResultStage
+    private let delivery: DeliveryStage
+    private let localClaims: LocalClaims
+    private let control: PipelineControl
+    private let limit: InFlightLimit
+    private let factory: ResultFactory
+    private let logger: Logger
+    private let topic: String
+    private let dedupeTTLSeconds: Int
+    private let maxChunk: Int
+    /// Held notifications' wake-ups, one timer at a time (see ``runTimers()``).
+    private let wakeUps: AsyncStream<ContinuousClock.Instant>
+    private let wakeUpsIn: AsyncStream<ContinuousClock.Instant>.Continuation
+    let signals: AsyncStream<Signal>
+    let signalsIn: AsyncStream<Signal>.Continuation
+
+    init(store: NotificationStore, results: ResultStage, delivery: DeliveryStage, localClaims: LocalClaims,
+         control: PipelineControl, limit: InFlightLimit, factory: ResultFactory, options: WorkerOptions,
+         signals: (AsyncStream<Signal>, AsyncStream<Signal>.Continuation), logger: Logger) {
+        self.store = store
+        self.results = results
+        self.delivery = delivery
+        self.localClaims = localClaims
+        self.control = control
+        self.limit = limit
+        self.factory = factory
+        self.logger = logger
+        self.topic = options.requestsTopic
+        self.dedupeTTLSeconds = options.dedupeTTLSeconds
+        self.maxChunk = max(options.batchSize, 5000)
+        (wakeUps, wakeUpsIn) = AsyncStream.makeStream()
+        (self.signals, self.signalsIn) = signals
+    }
+
+    // MARK: Loops
+
+    /// Claims what intake hands over and what the signals release, until intake's channel and
+    /// the signals end.
+    func run(intake: AsyncChannel<[Candidate]>) async {
+        for await input in merge(intake.map(Input.parsed), signals.map(Input.signal)) {
+            switch input {
+            case .parsed(let candidates):
+                await claimParsed(candidates)
+            case .signal(.retryDue):
+                await claim(takeDue())
+            case .signal(.unavailable(let key)):
+                state.withLock { _ = $0.unavailable.insert(key) }
+            case .signal(.available(let key)):
+                let back = state.withLock { s in
+                    s.unavailable.remove(key)
+                    return Self.unpark(&s) { $0.poolKey == key }
+                }
+                limit.parked(-back.count)
+                logger.notice("Gateway reachable again: parked notifications go out",
+                              metadata: ["app": "\(key.app)", "env": "\(key.environment)", "parked": "\(back.count)"])
+                await claim(back)
+            case .signal(.sweepStale):
+                expireStaleParked()
+            }
+        }
+    }
+
+    /// Turns hold requests into `retryDue` signals at their time. Holds are short (at most a
+    /// second) and requested in nearly increasing order, so one timer at a time is enough.
+    func runTimers() async {
+        for await due in wakeUps {
+            try? await Task.sleep(until: due)
+            signalsIn.yield(.retryDue)
+        }
+    }
+
+    /// Asks for a sweep of stale parked notifications every second, until cancelled.
+    func runSweeps() async {
+        for await _ in AsyncTimerSequence(interval: .seconds(1), clock: .continuous) {
+            signalsIn.yield(.sweepStale)
+        }
+    }
+
+    /// Ends the loops (shutdown).
+    func finish() {
+        wakeUpsIn.finish()
+        signalsIn.finish()
+    }
+
+    // MARK: Intake's side
+
+    /// Counts a chunk as pending before intake sends it, so that a revocation waits for it.
+    func willHandOver(_ candidates: [Candidate]) {
+        guard !candidates.isEmpty else { return }
+        state.withLock { s in
+            for c in candidates { s.pending[c.ref.partition, default: 0] += 1 }
+        }
+    }
+
+    private func claimParsed(_ candidates: [Candidate]) async {
+        var start = 0
+        while start < candidates.count {
+            let end = min(start + maxChunk, candidates.count)
+            await claim(Array(candidates[start..<end]))
+            start = end
+        }
+        state.withLock { s in
+            for c in candidates {
+                let left = (s.pending[c.ref.partition] ?? 1) - 1
+                s.pending[c.ref.partition] = left > 0 ? left : nil
+            }
+        }
+        control.madeProgress()
+    }
+
+    // MARK: Claiming
+
+    private func claim(_ candidates: [Candidate]) async {
+        guard !candidates.isEmpty else { return }
+        defer { control.madeProgress() }
+        // Stopping: nothing more is claimed; their messages are consumed again.
+        if control.isStopping {
+            limit.remove(candidates.count)
+            return
+        }
+        // Parsed before their partition was revoked: handed back (the next owner consumes them).
+        var candidates = candidates
+        let revokedAt = control.revocations()
+        if !revokedAt.isEmpty {
+            let before = candidates.count
+            candidates.removeAll { c in revokedAt[c.ref.partition].map { c.epoch < $0 } ?? false }
+            limit.remove(before - candidates.count)
+        }
+        // A notification this process still has in flight for the same message waits for it.
+        var ready: [Candidate] = []
+        var waiting: [Candidate] = []
+        for c in candidates {
+            if localClaims.holds(c.resultId, for: c.ref) { waiting.append(c) } else { ready.append(c) }
+        }
+        if !waiting.isEmpty { hold(waiting, for: .seconds(1)) }
+        // A pool that cannot reach its gateway gets no more: its notifications wait, unclaimed.
+        let parked = state.withLock { s -> Int in
+            guard !s.unavailable.isEmpty else { return 0 }
+            let before = ready.count
+            ready.removeAll { c in
+                guard s.unavailable.contains(c.poolKey) else { return false }
+                s.parked[c.poolKey, default: []].append(c)
+                return true
+            }
+            s.parkedCount += before - ready.count
+            return before - ready.count
+        }
+        limit.parked(parked)
+        guard !ready.isEmpty else { return }
+
+        let now = factory.now()
+        let requests = ready.map { c in
+            NotificationStore.ClaimRequest(
+                resultId: c.resultId, partition: c.ref.partition.partition, offset: c.ref.offset, app: c.job.app,
+                environment: c.job.environment.rawValue, token: c.tokenHex, registeredAt: c.job.registeredAt,
+                appPerSecond: c.job.appPerSecond, devicePerHour: c.job.devicePerHour)
+        }
+        let decisions: [NotificationStore.ClaimDecision]
+        do {
+            decisions = try await store.claim(topic: topic, requests, ttlSeconds: dedupeTTLSeconds, nowMilliseconds: now)
+            if control.setRedisDown(false) { logger.notice("Redis answers again") }
+        } catch {
+            if !control.setRedisDown(true) {
+                logger.error("Cannot claim notifications in Redis; holding them until it answers",
+                             metadata: ["error": "\(error.message)", "notifications": "\(ready.count)"])
+            }
+            try? await store.redis.reconnect()
+            hold(ready, for: .milliseconds(500))
+            return
+        }
+        await act(on: Self.plan(ready, decisions, factory: factory, now: now))
+    }
+
+    /// What to do with one round trip's decisions; no I/O.
+    struct Plan {
+        /// Runs of notifications to send, one per pool, in the order they came.
+        var sends: [(key: PoolKey, notifications: [SentContext])] = []
+        var results: [ResultItem] = []
+        /// Messages consumed again with nothing to write for these notifications.
+        var completed: [MessageRef] = []
+        var busy: [Candidate] = []
+        var throttled: [Candidate] = []
+        var statistics = WorkerStatistics()
+    }
+
+    static func plan(_ candidates: [Candidate], _ decisions: [NotificationStore.ClaimDecision], factory: ResultFactory,
+                     now: Int64) -> Plan {
+        var plan = Plan()
+        var runIndex: [PoolKey: Int] = [:]
+        for (c, decision) in zip(candidates, decisions) {
+            switch decision {
+            case .send, .resend:
+                let sent = SentContext(candidate: c, takeover: decision == .resend)
+                if let index = runIndex[c.poolKey] {
+                    plan.sends[index].notifications.append(sent)
+                } else {
+                    runIndex[c.poolKey] = plan.sends.count
+                    plan.sends.append((c.poolKey, [sent]))
+                }
+                if decision == .resend { plan.statistics.takenOver += 1 }
+            case .recorded(let value, let feedback):
+                var messages = [ResultMessage(key: Array(c.tokenHex.utf8), value: value)]
+                if let feedback { messages.append(ResultMessage(key: Array(c.tokenHex.utf8), value: feedback)) }
+                plan.results.append(.reemitted(c.ref, resultId: c.resultId, messages))
+                plan.statistics.reemitted += 1
+            case .duplicate:
+                plan.completed.append(c.ref)
+                plan.statistics.duplicates += 1
+            case .written:
+                plan.completed.append(c.ref)
+                plan.statistics.alreadyWritten += 1
+            case .busy:
+                plan.busy.append(c)
+            case .throttled:
+                plan.throttled.append(c)
+            case .unregistered(let since):
+                plan.results.append(factory.decided(
+                    c, status: .unregistered,
+                    reason: "Apple reported this token unregistered at \(since), after the job's registeredAt (or the job has none)",
+                    at: now))
+            case .rateLimited:
+                plan.results.append(factory.decided(
+                    c, status: .rateLimited, reason: "the device reached its limit of \(c.job.devicePerHour) notifications per hour",
+                    at: now))
+            }
+        }
+        return plan
+    }
+
+    private func act(on plan: Plan) async {
+        control.count { s in
+            s.takenOver += plan.statistics.takenOver
+            s.reemitted += plan.statistics.reemitted
+            s.duplicates += plan.statistics.duplicates
+            s.alreadyWritten += plan.statistics.alreadyWritten
+        }
+        for run in plan.sends {
+            localClaims.claim(run.notifications.map(\.candidate))
+            results.activate(run.notifications.map(\.candidate.ref.partition))
+        }
+        results.complete(plan.completed)
+        results.submit(plan.results)
+        if !plan.busy.isEmpty { hold(plan.busy, for: .seconds(1)) }
+        if !plan.throttled.isEmpty {
+            // Over the app's rate: retry in the next second.
+            let millis = factory.now() % 1000
+            hold(plan.throttled, for: .milliseconds(1000 - millis + 1))
+        }
+        for run in plan.sends {
+            await delivery.submit(run.notifications, to: run.key)
+        }
+    }
+
+    // MARK: Waiting notifications
+
+    private func hold(_ candidates: [Candidate], for delay: Duration) {
+        let due = ContinuousClock.now + delay
+        state.withLock { s in s.held += candidates.map { Held(due: due, candidate: $0) } }
+        wakeUpsIn.yield(due)
+    }
+
+    private func takeDue() -> [Candidate] {
+        guard !control.isStopping else { return [] }
+        let now = ContinuousClock.now
+        return state.withLock { s in
+            let due = s.held.filter { $0.due <= now }.map(\.candidate)
+            s.held.removeAll { $0.due <= now }
+            return due
+        }
+    }
+
+    private static func unpark(_ s: inout State, where match: (Candidate) -> Bool) -> [Candidate] {
+        guard s.parkedCount > 0 else { return [] }
+        var out: [Candidate] = []
+        for (key, list) in s.parked {
+            let taken = list.filter(match)
+            guard !taken.isEmpty else { continue }
+            let left = list.filter { !match($0) }
+            s.parked[key] = left.isEmpty ? nil : left
+            out += taken
+        }
+        s.parkedCount -= out.count
+        return out
+    }
+
+    /// Parked notifications whose job went stale get an `expired` result instead of waiting on.
+    private func expireStaleParked() {
+        let now = factory.now()
+        let stale = state.withLock { s in Self.unpark(&s) { c in c.job.content.staleAt.map { $0 <= now } ?? false } }
+        guard !stale.isEmpty else { return }
+        limit.parked(-stale.count)
+        logger.warning("Notifications went stale while their gateway was unreachable", metadata: ["count": "\(stale.count)"])
+        results.submit(stale.map {
+            factory.decided($0, status: .expired, reason: "the job's staleAfter passed while the gateway was unreachable; not sent",
+                            at: now)
+        })
+    }
+
+    // MARK: Revocation and shutdown
+
+    /// Notifications of `selection` that intake handed over and that are not acted on yet.
+    func pending(in selection: Set<TopicPartition>) -> Int {
+        state.withLock { s in selection.reduce(0) { $0 + (s.pending[$1] ?? 0) } }
+    }
+
+    /// Hands back (unclaimed) the held and parked notifications of the partitions that match;
+    /// returns how many.
+    @discardableResult
+    func handBack(where match: (TopicPartition) -> Bool) -> Int {
+        let (held, parked) = state.withLock { s -> (Int, Int) in
+            let held = s.held.count { match($0.candidate.ref.partition) }
+            s.held.removeAll { match($0.candidate.ref.partition) }
+            let parked = Self.unpark(&s) { match($0.ref.partition) }.count
+            return (held, parked)
+        }
+        limit.parked(-parked)
+        limit.remove(held + parked)
+        return held + parked
+    }
+}
+
+/// The notifications this process has claimed and not yet written a result for, by result id:
+/// a copy of the same message's notification consumed meanwhile waits instead of claiming.
+final class LocalClaims: Sendable {
+    private let claims = Mutex<[String: MessageRef]>([:])
+
+    func holds(_ resultId: String, for ref: MessageRef) -> Bool {
+        claims.withLock { $0[resultId] == ref }
+    }
+
+    func claim(_ candidates: [Candidate]) {
+        claims.withLock { c in for candidate in candidates { c[candidate.resultId] = candidate.ref } }
+    }
+
+    func forget(_ resultIds: [String]) {
+        guard !resultIds.isEmpty else { return }
+        claims.withLock { c in for id in resultIds { c.removeValue(forKey: id) } }
+    }
+}

@@ -1,0 +1,199 @@
+import APNSBinary
+import APNSCore
+import APNSHTTP2
+import Logging
+import PushKafka
+import Synchronization
+
+/// The third stage: one delivery pool per (app, environment), created on first use, and one
+/// reader of each pool's events. Claimed notifications go in tagged; each outcome comes back as
+/// a result for the result stage, and a pool's reachability goes to the claim stage.
+final class DeliveryStage: Sendable {
+    private struct State {
+        var pools: [PoolKey: any APNSDeliveryClient] = [:]
+        /// What each notification in a pool needs to become a result, by tag.
+        var sent: [UInt64: SentContext] = [:]
+        var nextTag: UInt64 = 1
+        var unavailable: Set<PoolKey> = []
+        var stopping = false
+    }
+
+    private let state = Mutex(State())
+    private let apps: [String: AppOptions]
+    private let results: ResultStage
+    private let claimSignals: AsyncStream<ClaimStage.Signal>.Continuation
+    private let factory: ResultFactory
+    private let control: PipelineControl
+    private let logger: Logger
+    /// Pools as they are created, for ``run()`` to read.
+    private let opened: AsyncStream<(PoolKey, any APNSDeliveryClient)>
+    private let openedIn: AsyncStream<(PoolKey, any APNSDeliveryClient)>.Continuation
+
+    init(apps: [String: AppOptions], results: ResultStage, claimSignals: AsyncStream<ClaimStage.Signal>.Continuation,
+         factory: ResultFactory, control: PipelineControl, logger: Logger) {
+        self.apps = apps
+        self.results = results
+        self.claimSignals = claimSignals
+        self.factory = factory
+        self.control = control
+        self.logger = logger
+        (opened, openedIn) = AsyncStream.makeStream()
+    }
+
+    /// Reads the events of every pool, each in a child task, until the pools are shut down.
+    func run() async {
+        await withDiscardingTaskGroup { group in
+            for await (key, client) in opened {
+                group.addTask { await self.readEvents(of: client, key: key) }
+            }
+        }
+    }
+
+    /// Hands claimed notifications to their pool. A pool that cannot take them (shutting down,
+    /// cannot be built) releases their claims: their messages are consumed again.
+    func submit(_ notifications: [SentContext], to key: PoolKey) async {
+        let submissions = state.withLock { s in
+            notifications.map { context in
+                let tag = s.nextTag
+                s.nextTag += 1
+                s.sent[tag] = context
+                return APNSSubmission(tag: tag, token: context.candidate.token, content: context.candidate.job.content)
+            }
+        }
+        do {
+            try await pool(for: key).send(submissions)
+        } catch {
+            logger.error("Cannot hand notifications to the \(key.app) \(key.environment) pool", metadata: ["error": "\(error)"])
+            let released = state.withLock { s in submissions.compactMap { s.sent.removeValue(forKey: $0.tag) } }
+            results.submit(released.map { .released($0.candidate.ref, resultId: $0.candidate.resultId) })
+        }
+    }
+
+    /// The pool for an (app, environment), created on first use.
+    private func pool(for key: PoolKey) throws -> any APNSDeliveryClient {
+        if let client = try state.withLock({ s throws -> (any APNSDeliveryClient)? in
+            if s.stopping { throw APNSError(.shutDown, "the worker is stopping") }
+            return s.pools[key]
+        }) {
+            return client
+        }
+        guard let transport = apps[key.app]?.environments[key.environment]?.transport else {
+            throw WorkerError("app \(key.app) has no \(key.environment) environment")
+        }
+        var logger = self.logger
+        logger[metadataKey: "app"] = "\(key.app)"
+        logger[metadataKey: "env"] = "\(key.environment)"
+        let created: any APNSDeliveryClient
+        let connections: Int
+        switch transport {
+        case .binary(let configuration):
+            created = try APNSBinaryClient(configuration: configuration, logger: logger)
+            connections = configuration.maxConnections
+        case .http2(let configuration):
+            created = try APNSHTTP2Client(configuration: configuration, logger: logger)
+            connections = configuration.maxConnections
+        }
+        let (client, isNew) = try state.withLock { s throws -> (any APNSDeliveryClient, Bool) in
+            if s.stopping { throw APNSError(.shutDown, "the worker is stopping") }
+            if let existing = s.pools[key] { return (existing, false) }
+            s.pools[key] = created
+            // Under the lock, so that no pool is opened after ``shutdown(gracePeriod:)`` ends the stream.
+            openedIn.yield((key, created))
+            return (created, true)
+        }
+        if isNew {
+            logger.info("Opened a delivery pool", metadata: ["gateway": "\(transport.endpoint)", "transport": "\(transport.name)",
+                                                              "connections": "\(connections)"])
+        }
+        return client
+    }
+
+    /// Turns a pool's outcomes into results, in batches.
+    private func readEvents(of client: any APNSDeliveryClient, key: PoolKey) async {
+        while let events = await client.nextEvents(max: 1024) {
+            let contexts = state.withLock { s in
+                events.map { event in event.outcome.flatMap { s.sent.removeValue(forKey: $0.tag) } }
+            }
+            let (items, feedback) = Self.results(of: events, contexts: contexts, factory: factory)
+            if feedback > 0 { control.count { $0.feedback += feedback } }
+            results.submit(items)
+            for event in events where event.outcome == nil { report(event, key: key) }
+        }
+    }
+
+    /// The results of a batch of events whose contexts were looked up; no I/O. Returns how many
+    /// `feedback` results (HTTP/2 410s) are among them.
+    static func results(of events: [APNSDeliveryEvent], contexts: [SentContext?],
+                        factory: ResultFactory) -> (items: [ResultItem], feedback: Int) {
+        var items: [ResultItem] = []
+        items.reserveCapacity(events.count)
+        var feedback = 0
+        for (event, context) in zip(events, contexts) {
+            guard let outcome = event.outcome, let context else { continue }
+            if outcome.status == .shutDown {
+                // Never written: the notification is given back.
+                items.append(.released(context.candidate.ref, resultId: context.candidate.resultId))
+                continue
+            }
+            let item = factory.delivered(outcome, context: context)
+            if case .delivered(let record) = item, record.feedback != nil { feedback += 1 }
+            items.append(item)
+        }
+        return (items, feedback)
+    }
+
+    private func report(_ event: APNSDeliveryEvent, key: PoolKey) {
+        let app = "\(key.app)"
+        switch event {
+        case .connected(let connection):
+            logger.debug("Gateway connection open", metadata: ["app": "\(app)", "connection": "\(connection)"])
+        case .disconnected(let connection, let reason):
+            logger.info("Gateway connection closed", metadata: ["app": "\(app)", "connection": "\(connection)", "reason": "\(reason)"])
+        case .timeout(let connection, let reason):
+            logger.warning("Gateway connection timed out", metadata: ["app": "\(app)", "connection": "\(connection)", "reason": "\(reason)"])
+        case .socketError(let connection, let error):
+            logger.warning("Gateway socket error", metadata: ["app": "\(app)", "connection": "\(connection)", "error": "\(error)"])
+        case .error(let error):
+            logger.warning("Delivery pool problem", metadata: ["app": "\(app)", "error": "\(error)"])
+        case .unavailable(let reason):
+            state.withLock { _ = $0.unavailable.insert(key) }
+            claimSignals.yield(.unavailable(key))
+            logger.warning("Gateway unreachable: this app's new notifications wait until it answers; other apps go on",
+                           metadata: ["app": "\(app)", "env": "\(key.environment)", "reason": "\(reason)"])
+        case .available:
+            state.withLock { _ = $0.unavailable.remove(key) }
+            claimSignals.yield(.available(key))
+        case .transmitted, .transmissionError:
+            break
+        }
+    }
+
+    // MARK: Revocation and shutdown
+
+    /// Notifications of `selection` queued in a pool that cannot reach its gateway: they cannot
+    /// finish now, so a revocation does not wait for them (their outcome is recorded when the
+    /// gateway answers; the partition's next owner waits for that claim and produces the result).
+    func stuck(in selection: Set<TopicPartition>) -> Int {
+        state.withLock { s in
+            guard !s.unavailable.isEmpty else { return 0 }
+            return s.sent.values.count { selection.contains($0.candidate.ref.partition) && s.unavailable.contains($0.candidate.poolKey) }
+        }
+    }
+
+    /// Stops opening pools and shuts every pool down; each finishes what it accepted (within
+    /// `gracePeriod`) and its reader ends after its last event.
+    func shutdown(gracePeriod: Duration) async {
+        let pools = state.withLock { s in
+            s.stopping = true
+            openedIn.finish()
+            return Array(s.pools.values)
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for pool in pools {
+                group.addTask { await pool.shutdown(gracePeriod: gracePeriod) }
+            }
+        }
+    }
+
+    var poolCount: Int { state.withLock { $0.pools.count } }
+}

@@ -1,0 +1,57 @@
+import APNSBinary
+import APNSCore
+import Logging
+import PushKafka
+
+/// Polls the feedback service of one (app, environment) (§2): one worker at a time, chosen by a
+/// Redis lock that lasts one interval. Tokens go to the unregistered store and become `feedback`
+/// results.
+struct FeedbackStage: Sendable {
+    var app: String
+    var environment: APNSEnvironment
+    var configuration: APNSFeedbackClient.Configuration
+    var interval: Duration
+    var store: NotificationStore
+    var producer: KafkaProducer
+    var factory: ResultFactory
+    var control: PipelineControl
+    var options: WorkerOptions
+    var logger: Logger
+
+    func run() async {
+        let lockTTL = Int(interval / .milliseconds(1))
+        while !Task.isCancelled {
+            do {
+                if try await store.tryFeedbackLock(app: app, environment: environment.rawValue, ttlMilliseconds: max(1000, lockTTL)) {
+                    try await poll()
+                }
+            } catch {
+                logger.warning("Feedback polling failed", metadata: ["app": "\(app)", "env": "\(environment)", "error": "\(error)"])
+            }
+            do { try await Task.sleep(for: interval) } catch { return }
+        }
+    }
+
+    private func poll() async throws {
+        let client = try APNSFeedbackClient(configuration: configuration, logger: logger)
+        let tuples = try await client.fetch()
+        guard !tuples.isEmpty else { return }
+        let env = environment.rawValue
+        let now = factory.now()
+        try await store.write(records: [], unregistered: tuples.map { (app, env, $0.token.hex, Int64($0.timestamp)) },
+                              released: [], ttlSeconds: options.dedupeTTLSeconds)
+        var pending = tuples.map { tuple in
+            let message = factory.feedback(app: app, environment: env, token: tuple.token.hex, timestamp: Int64(tuple.timestamp), at: now)
+            return KafkaOutgoingMessage(topic: options.resultsTopic, key: message.key, value: message.value)
+        }
+        while !pending.isEmpty {
+            let reports = try await producer.send(pending)
+            pending = zip(pending, reports).compactMap { message, report in
+                if case .failure = report { message } else { nil }
+            }
+            if !pending.isEmpty { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        control.count { $0.feedback += tuples.count }
+        logger.info("Feedback read", metadata: ["app": "\(app)", "env": "\(env)", "tokens": "\(tuples.count)"])
+    }
+}

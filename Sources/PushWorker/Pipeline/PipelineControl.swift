@@ -1,0 +1,101 @@
+import Dispatch
+import PushKafka
+import Synchronization
+
+/// What every stage of one worker shares besides its queues: whether the worker is stopping,
+/// whether Redis answers, the revocation epochs, the signal a revocation waits on, and the
+/// counters.
+final class PipelineControl: Sendable {
+    private struct State {
+        var stopping = false
+        var redisDown = false
+        /// Revocations so far; a candidate remembers the count it was parsed at.
+        var epoch: UInt64 = 0
+        /// The epoch at which each partition was last revoked.
+        var revokedAt: [TopicPartition: UInt64] = [:]
+        var statistics = WorkerStatistics()
+    }
+
+    private let state = Mutex(State())
+    /// Signalled whenever a stage makes progress a revocation may be waiting for (it waits on
+    /// librdkafka's poll thread, synchronously).
+    let progress = DispatchSemaphore(value: 0)
+    private let revoking = Atomic<Bool>(false)
+
+    var isStopping: Bool { state.withLock { $0.stopping } }
+    func stop() { state.withLock { $0.stopping = true } }
+
+    var isRedisDown: Bool { state.withLock { $0.redisDown } }
+    /// Records whether Redis answered; returns the previous state.
+    @discardableResult
+    func setRedisDown(_ down: Bool) -> Bool {
+        state.withLock { s in
+            defer { s.redisDown = down }
+            return s.redisDown
+        }
+    }
+
+    var epoch: UInt64 { state.withLock { $0.epoch } }
+
+    /// A revocation starts: stages signal ``progress`` from now on.
+    func startRevocation() {
+        revoking.store(true, ordering: .releasing)
+    }
+
+    /// The notifications of `partitions` parsed until now are stale: whatever of them has not
+    /// been claimed yet is handed back instead (their partitions' next owner consumes them).
+    func markRevoked(_ partitions: Set<TopicPartition>) {
+        state.withLock { s in
+            s.epoch += 1
+            for partition in partitions { s.revokedAt[partition] = s.epoch }
+        }
+    }
+
+    func endRevocation() {
+        revoking.store(false, ordering: .releasing)
+        // Drain any stale signal.
+        while progress.wait(timeout: .now()) == .success {}
+    }
+
+    /// The epoch at which each partition was last revoked (see ``Candidate/epoch``).
+    func revocations() -> [TopicPartition: UInt64] {
+        state.withLock { $0.revokedAt }
+    }
+
+    /// Wakes a revocation that waits for progress, if one does.
+    func madeProgress() {
+        if revoking.load(ordering: .acquiring) { progress.signal() }
+    }
+
+    var statistics: WorkerStatistics { state.withLock { $0.statistics } }
+    func count(_ body: (inout WorkerStatistics) -> Void) { state.withLock { body(&$0.statistics) } }
+}
+
+/// Counters of one worker.
+public struct WorkerStatistics: Sendable, CustomStringConvertible {
+    public var messages = 0
+    public var notifications = 0
+    public var rejected = 0
+    public var results = 0
+    public var duplicates = 0
+    public var reemitted = 0
+    public var takenOver = 0
+    /// Notifications consumed again whose results were already written (no result produced).
+    public var alreadyWritten = 0
+    public var feedback = 0
+    /// Redis round trips of both connections (set when the worker stops).
+    public var redisRoundTrips = 0
+
+    public var description: String {
+        "messages=\(messages) notifications=\(notifications) rejected=\(rejected) results=\(results) "
+            + "duplicates=\(duplicates) reemitted=\(reemitted) alreadyWritten=\(alreadyWritten) takenOver=\(takenOver) "
+            + "feedback=\(feedback) redisRoundTrips=\(redisRoundTrips)"
+    }
+}
+
+/// A failure that stops the worker, with a sentence a person can act on.
+public struct WorkerError: Error, CustomStringConvertible, Sendable {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}

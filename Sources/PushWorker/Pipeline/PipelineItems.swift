@@ -1,0 +1,132 @@
+import APNSCore
+import PushKafka
+
+// The values that travel between the worker's stages (see `docs/architecture.md`).
+
+/// Where a notification came from: one Kafka message.
+struct MessageRef: Hashable, Sendable {
+    var partition: TopicPartition
+    var offset: Int64
+}
+
+/// One delivery pool: an (app, environment).
+struct PoolKey: Hashable, Sendable {
+    var app: String
+    var environment: APNSEnvironment
+}
+
+/// What the notifications of one job share (one allocation per job, not per token).
+final class SharedJob: Sendable {
+    let jobId: String
+    let app: String
+    let environment: APNSEnvironment
+    let registeredAt: Int64?
+    /// The notification and its payload, handed to the pool by reference.
+    let content: APNSSubmission.Content
+    /// The app's rate limits (0: none), looked up once per job.
+    let appPerSecond: Int
+    let devicePerHour: Int
+
+    init(_ job: Job, environment: APNSEnvironment, app options: AppOptions, producedAt: Int64) {
+        jobId = job.id
+        app = job.app
+        self.environment = environment
+        registeredAt = job.registeredAt
+        let staleAt = job.staleAfter.map {
+            producedAt + $0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000
+        }
+        content = APNSSubmission.Content(notification: job.notification, payload: job.payload, staleAt: staleAt)
+        appPerSecond = options.appPerSecond
+        devicePerHour = options.devicePerHour
+    }
+
+    var poolKey: PoolKey { PoolKey(app: app, environment: environment) }
+}
+
+/// A notification on its way to be claimed. A class: it may wait in several lists (held,
+/// parked), and copying a reference is cheaper than copying its fields.
+final class Candidate: Sendable {
+    let ref: MessageRef
+    let job: SharedJob
+    let token: DeviceToken
+    let tokenHex: String
+    let resultId: String
+    /// The intake's revocation count when it was parsed: a candidate parsed before its
+    /// partition was revoked is handed back instead of claimed (see ``ClaimStage``).
+    let epoch: UInt64
+
+    init(ref: MessageRef, job: SharedJob, token: DeviceToken, tokenHex: String, resultId: String, epoch: UInt64 = 0) {
+        self.ref = ref
+        self.job = job
+        self.token = token
+        self.tokenHex = tokenHex
+        self.resultId = resultId
+        self.epoch = epoch
+    }
+
+    var poolKey: PoolKey { job.poolKey }
+}
+
+/// A claimed notification in a pool: what its outcome needs to become a result.
+struct SentContext: Sendable {
+    var candidate: Candidate
+    /// The claim was taken over from a dead worker: the result says `possibleDuplicate`.
+    var takeover: Bool
+}
+
+/// One message for `apn.results`.
+struct ResultMessage: Sendable {
+    var key: [UInt8]?
+    var value: [UInt8]
+}
+
+/// A token to store as unregistered (binary status 8, HTTP/2 410, the feedback service).
+struct Unregistration: Sendable {
+    var app: String
+    var environment: String
+    var token: String
+    /// UNIX seconds.
+    var since: Int64
+}
+
+/// An outcome the result stage records in Redis before producing its result.
+struct RecordedResult: Sendable {
+    var ref: MessageRef
+    var resultId: String
+    var result: ResultMessage
+    /// A second result produced with it (the `feedback` result of an HTTP/2 410).
+    var feedback: ResultMessage? = nil
+    var unregister: Unregistration? = nil
+}
+
+/// What the result stage is handed: every notification and every rejected message ends as
+/// exactly one of these.
+enum ResultItem: Sendable {
+    /// A result for bad input (an unreadable message, a rejected job or token): produced, not
+    /// recorded, since producing it again is harmless.
+    case rejected(MessageRef, ResultMessage)
+    /// A result recorded earlier (the message was consumed again): produced again as it was.
+    case reemitted(MessageRef, resultId: String, [ResultMessage])
+    /// A final outcome decided without a pool (unregistered, rate-limited, expired while parked).
+    case decided(RecordedResult)
+    /// A pool's outcome.
+    case delivered(RecordedResult)
+    /// A claimed notification that was never written to a gateway: its claim is deleted and its
+    /// message is not committed past it, so it is consumed again.
+    case released(MessageRef, resultId: String)
+
+    var ref: MessageRef {
+        switch self {
+        case .rejected(let ref, _), .reemitted(let ref, _, _), .released(let ref, _): ref
+        case .decided(let r), .delivered(let r): r.ref
+        }
+    }
+
+    /// Whether it came out of a pool (its partition's active count was raised at the claim).
+    var fromPool: Bool {
+        switch self {
+        case .delivered, .released: true
+        case .rejected, .reemitted, .decided: false
+        }
+    }
+}

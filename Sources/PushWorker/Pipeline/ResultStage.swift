@@ -1,0 +1,303 @@
+import AsyncAlgorithms
+import Logging
+import PushKafka
+import Synchronization
+
+/// The last stage: records outcomes in Redis, produces one result per notification to
+/// `apn.results`, and once Kafka has acknowledged them marks their messages written in the
+/// ``OffsetTracker`` and hands the committable offsets to librdkafka.
+///
+/// Every stage hands it ``ResultItem``s through one stream; it writes whatever arrived at least
+/// every `resultFlushInterval`, in batches of at most `resultBatchSize`. The stream holds
+/// in-flight notifications only, so ``InFlightLimit`` bounds it.
+final class ResultStage: Sendable {
+    enum Input: Sendable {
+        case results([ResultItem])
+        /// Offsets may have moved without a result (a message with nothing to send, a duplicate).
+        case commit
+        /// A revocation waits for the written positions of its partitions.
+        case storePositions
+    }
+
+    private struct State {
+        var tracker = OffsetTracker()
+        /// Notifications in a pool or waiting here, by partition (a revocation waits for them).
+        var active: [TopicPartition: Int] = [:]
+        /// The written positions stored in Redis (`pw:`), by partition.
+        var writtenMarks: [TopicPartition: Int64] = [:]
+        var writerExited = false
+
+        /// Written positions that moved since they were last stored.
+        func pendingMarks() -> [TopicPartitionOffset] {
+            tracker.allPositions().filter { $0.offset > (writtenMarks[$0.topicPartition] ?? -1) }
+        }
+    }
+
+    private let state = Mutex(State())
+    private let inputs: AsyncStream<Input>
+    private let inputsIn: AsyncStream<Input>.Continuation
+    private let store: NotificationStore
+    private let producer: KafkaProducer
+    private let consumer: KafkaConsumer
+    private let localClaims: LocalClaims
+    private let limit: InFlightLimit
+    private let control: PipelineControl
+    private let options: WorkerOptions
+    private let logger: Logger
+
+    init(store: NotificationStore, producer: KafkaProducer, consumer: KafkaConsumer, localClaims: LocalClaims,
+         limit: InFlightLimit, control: PipelineControl, options: WorkerOptions, logger: Logger) {
+        self.store = store
+        self.producer = producer
+        self.consumer = consumer
+        self.localClaims = localClaims
+        self.limit = limit
+        self.control = control
+        self.options = options
+        self.logger = logger
+        (inputs, inputsIn) = AsyncStream.makeStream()
+    }
+
+    // MARK: What the other stages call
+
+    /// Registers parsed messages with how many results each waits for.
+    func register(_ registrations: [(MessageRef, Int)]) {
+        guard !registrations.isEmpty else { return }
+        var total = 0
+        var empty = false
+        state.withLock { s in
+            for (ref, count) in registrations {
+                s.tracker.register(ref.partition, offset: ref.offset, results: count)
+                total += count
+                empty = empty || count == 0
+            }
+        }
+        limit.add(total)
+        if empty { inputsIn.yield(.commit) }
+    }
+
+    /// Notifications of these partitions went into a pool.
+    func activate(_ partitions: [TopicPartition]) {
+        guard !partitions.isEmpty else { return }
+        state.withLock { s in for p in partitions { s.active[p, default: 0] += 1 } }
+    }
+
+    /// Hands results (and released claims) to the writer.
+    func submit(_ items: [ResultItem]) {
+        guard !items.isEmpty else { return }
+        state.withLock { s in
+            for item in items where !item.fromPool { s.active[item.ref.partition, default: 0] += 1 }
+        }
+        inputsIn.yield(.results(items))
+    }
+
+    /// Messages consumed again whose notifications need nothing written.
+    func complete(_ refs: [MessageRef]) {
+        guard !refs.isEmpty else { return }
+        state.withLock { s in for ref in refs { s.tracker.complete(ref.partition, offset: ref.offset) } }
+        limit.remove(refs.count)
+        inputsIn.yield(.commit)
+    }
+
+    /// Asks the writer to store the written positions now.
+    func requestPositions() { inputsIn.yield(.storePositions) }
+
+    /// Ends the writer once it has written what it was given.
+    func finish() { inputsIn.finish() }
+
+    // MARK: The writer
+
+    func run() async {
+        defer {
+            state.withLock { $0.writerExited = true }
+            control.madeProgress()
+        }
+        let batches = inputs.chunks(ofCount: options.resultBatchSize, or: .repeating(every: options.resultFlushInterval))
+        for await inputs in batches {
+            var items: [ResultItem] = []
+            var commit = false
+            var positions = false
+            for input in inputs {
+                switch input {
+                case .results(let more): items += more
+                case .commit: commit = true
+                case .storePositions: positions = true
+                }
+            }
+            var start = 0
+            repeat {
+                let end = min(start + options.resultBatchSize, items.count)
+                await write(Array(items[start..<end]), positions: positions || end > start)
+                start = end
+            } while start < items.count
+            if commit || !items.isEmpty { self.commit() }
+        }
+    }
+
+    /// Records outcomes in Redis, produces the results, then marks them written. Retries until
+    /// both stores accept them: nothing is dropped (unless the worker is cancelled: then their
+    /// messages are not committed, so they are consumed again).
+    private func write(_ batch: [ResultItem], positions: Bool) async {
+        guard positions || !batch.isEmpty else { return }
+        var records: [NotificationStore.Record] = []
+        var unregistered: [(app: String, environment: String, token: String, since: Int64)] = []
+        var released: [String] = []
+        var messages: [KafkaOutgoingMessage] = []
+        messages.reserveCapacity(batch.count)
+        func produce(_ message: ResultMessage) {
+            messages.append(KafkaOutgoingMessage(topic: options.resultsTopic, key: message.key, value: message.value))
+        }
+        for item in batch {
+            switch item {
+            case .rejected(_, let message): produce(message)
+            case .reemitted(_, _, let list): list.forEach(produce)
+            case .released(_, let id): released.append(id)
+            case .decided(let r), .delivered(let r):
+                records.append(.init(resultId: r.resultId, topic: r.ref.partition.topic, partition: r.ref.partition.partition,
+                                     offset: r.ref.offset, result: r.result.value, feedback: r.feedback?.value))
+                if let u = r.unregister { unregistered.append((u.app, u.environment, u.token, u.since)) }
+                produce(r.result)
+                if let feedback = r.feedback { produce(feedback) }
+            }
+        }
+        // The written positions reached by earlier batches go with this one.
+        let marks = state.withLock { $0.pendingMarks() }
+        guard await record(records, unregistered: unregistered, released: released, marks: marks, count: batch.count),
+              await produceAll(messages)
+        else { return }
+        var forgotten: [String] = []
+        state.withLock { s in
+            for mark in marks { s.writtenMarks[mark.topicPartition] = max(s.writtenMarks[mark.topicPartition] ?? -1, mark.offset) }
+            for item in batch {
+                let ref = item.ref
+                switch item {
+                case .decided(let r), .delivered(let r): forgotten.append(r.resultId)
+                case .released(_, let id): forgotten.append(id)
+                case .rejected, .reemitted: break
+                }
+                if case .released = item {} else { s.tracker.complete(ref.partition, offset: ref.offset) }
+                let left = (s.active[ref.partition] ?? 1) - 1
+                s.active[ref.partition] = left > 0 ? left : nil
+            }
+        }
+        let results = batch.count { if case .released = $0 { false } else { true } }
+        control.count { $0.results += results }
+        localClaims.forget(forgotten)
+        limit.remove(batch.count)
+        control.madeProgress()
+    }
+
+    private func record(_ records: [NotificationStore.Record], unregistered: [(app: String, environment: String, token: String, since: Int64)],
+                        released: [String], marks: [TopicPartitionOffset], count: Int) async -> Bool {
+        var delay: Duration = .milliseconds(50)
+        while true {
+            do {
+                try await store.write(records: records, unregistered: unregistered, released: released, positions: marks,
+                                      ttlSeconds: options.dedupeTTLSeconds)
+                if delay > .milliseconds(50) { control.setRedisDown(false) }
+                return true
+            } catch {
+                if Task.isCancelled { return false }
+                logger.error("Cannot record outcomes in Redis; retrying", metadata: ["error": "\(error.message)", "results": "\(count)"])
+                control.setRedisDown(true)
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(2))
+                try? await store.redis.reconnect()
+            }
+        }
+    }
+
+    private func produceAll(_ messages: [KafkaOutgoingMessage]) async -> Bool {
+        var pending = messages
+        var delay: Duration = .milliseconds(50)
+        while !pending.isEmpty {
+            if Task.isCancelled { return false }
+            var failed: [KafkaOutgoingMessage] = []
+            do {
+                let reports = try await producer.send(pending)
+                var retriable: KafkaError?
+                for (message, report) in zip(pending, reports) {
+                    guard case .failure(let error) = report else { continue }
+                    if error.isMessageTooLarge {
+                        // Retrying could never write it, and would hold up every result behind it.
+                        logger.error("A result is over the producer's message.max.bytes and is not written; raise kafka.properties.message.max.bytes",
+                                     metadata: ["bytes": "\(message.value.count + (message.key?.count ?? 0))", "error": "\(error)"])
+                        continue
+                    }
+                    failed.append(message)
+                    retriable = retriable ?? error
+                }
+                if let retriable {
+                    logger.warning("Results were not written; retrying", metadata: ["results": "\(failed.count)", "error": "\(retriable)"])
+                }
+            } catch {
+                logger.error("Cannot write results to Kafka; retrying", metadata: ["error": "\(error)"])
+                failed = pending
+            }
+            pending = failed
+            if !pending.isEmpty {
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(2))
+            }
+        }
+        return true
+    }
+
+    /// Hands the offsets of fully written messages to librdkafka, which commits them on its
+    /// auto-commit timer and on close. (A revocation commits its partitions itself.)
+    func commit() {
+        let offsets = state.withLock { $0.tracker.committable() }
+        guard !offsets.isEmpty else { return }
+        do {
+            let skipped = Set(try consumer.store(offsets))
+            state.withLock { $0.tracker.markCommitted(offsets.filter { !skipped.contains($0) }) }
+        } catch {
+            logger.warning("Cannot store offsets for commit; will retry", metadata: ["error": "\(error)", "offsets": "\(offsets)"])
+            inputsIn.yield(.commit)
+        }
+    }
+
+    // MARK: Revocation and shutdown
+
+    /// Notifications of `selection` in a pool or waiting to be written.
+    func active(in selection: Set<TopicPartition>) -> Int {
+        state.withLock { s in selection.reduce(0) { $0 + (s.active[$1] ?? 0) } }
+    }
+
+    /// Whether the written positions of `selection` are stored (or can no longer be).
+    func positionsStored(for selection: Set<TopicPartition>) -> Bool {
+        state.withLock { s in
+            s.writerExited
+                || s.tracker.positions(in: selection).allSatisfy { $0.offset <= (s.writtenMarks[$0.topicPartition] ?? -1) }
+        }
+    }
+
+    /// Stores the written positions that moved, directly (shutdown, once the writer is idle).
+    func storePositions() async {
+        let marks = state.withLock { $0.pendingMarks() }
+        guard !marks.isEmpty else { return }
+        do {
+            try await store.write(records: [], unregistered: [], released: [], positions: marks, ttlSeconds: options.dedupeTTLSeconds)
+            state.withLock { s in for mark in marks { s.writtenMarks[mark.topicPartition] = mark.offset } }
+        } catch {
+            logger.warning("Cannot store the written positions; the next owners may write some results again",
+                           metadata: ["error": "\(error.message)"])
+        }
+    }
+
+    func positions(in selection: Set<TopicPartition>) -> [TopicPartitionOffset] {
+        state.withLock { $0.tracker.positions(in: selection) }
+    }
+
+    func markCommitted(_ offsets: [TopicPartitionOffset]) {
+        state.withLock { $0.tracker.markCommitted(offsets) }
+    }
+
+    /// Forgets revoked partitions.
+    func remove(_ selection: Set<TopicPartition>) {
+        state.withLock { s in
+            s.tracker.remove(selection)
+            for partition in selection { s.writtenMarks.removeValue(forKey: partition) }
+        }
+    }
+}

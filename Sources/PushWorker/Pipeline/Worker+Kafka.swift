@@ -1,0 +1,132 @@
+import Dispatch
+import Foundation
+import PushKafka
+
+/// The worker's Kafka clients and what happens when partitions are taken away
+/// (`docs/architecture.md`, "Healing").
+extension Worker {
+    func makeKafkaClients() throws -> (KafkaProducer, KafkaConsumer) {
+        var kafka = options.kafka
+        // Requests go out at once instead of waiting for the previous segment's ACK (Nagle):
+        // a result's latency includes an acknowledged produce.
+        kafka.properties["socket.nagle.disable"] = kafka.properties["socket.nagle.disable"] ?? "true"
+        var producerConfig = kafka
+        producerConfig.properties["linger.ms"] = producerConfig.properties["linger.ms"] ?? "2"
+        var consumerConfig = kafka
+        consumerConfig.properties["group.id"] = options.groupId
+        // A member that dies is noticed within 10 s (librdkafka's own default is 45 s), and a
+        // rebalance reaches the members within a second.
+        consumerConfig.properties["session.timeout.ms"] = consumerConfig.properties["session.timeout.ms"] ?? "10000"
+        consumerConfig.properties["heartbeat.interval.ms"] = consumerConfig.properties["heartbeat.interval.ms"] ?? "1000"
+        if let instance = options.groupInstanceId {
+            // Static membership: a restarted worker with the same id takes its partitions back
+            // within the session timeout, without a rebalance.
+            consumerConfig.properties["group.instance.id"] = instance
+        }
+        consumerConfig.properties["auto.offset.reset"] = consumerConfig.properties["auto.offset.reset"] ?? "earliest"
+        // Offsets are stored once their results are written; librdkafka commits them.
+        consumerConfig.properties["enable.auto.commit"] = "true"
+        consumerConfig.properties["enable.auto.offset.store"] = "false"
+        consumerConfig.properties["auto.commit.interval.ms"] = consumerConfig.properties["auto.commit.interval.ms"] ?? "200"
+        do {
+            let producer = try KafkaProducer(configuration: producerConfig)
+            let consumer = try KafkaConsumer(configuration: consumerConfig) { [self] partitions in
+                handleRevoke(partitions)
+            }
+            try consumer.subscribe(topics: [options.requestsTopic])
+            return (producer, consumer)
+        } catch {
+            throw WorkerError("cannot set up Kafka at \(options.kafka.bootstrapServers ?? "?"): \(error)")
+        }
+    }
+
+    /// Called by librdkafka (on the poll thread) before partitions are taken away. Held and
+    /// parked notifications of those partitions are handed back unclaimed; those about to be
+    /// claimed and those in flight are finished and their results written (up to
+    /// `revokeTimeout`); the partitions' written positions go to Redis, so that the next owner
+    /// writes no result twice even when the commit fails; then their offsets are committed,
+    /// synchronously, while the partitions are still this member's.
+    func handleRevoke(_ partitions: [TopicPartition]) {
+        guard let stages = stages.withLock({ $0 }) else { return }
+        let selection = Set(partitions)
+        control.startRevocation()
+        defer { control.endRevocation() }
+        let inSelection: (TopicPartition) -> Bool = { selection.contains($0) }
+        stages.claims.handBack(where: inSelection)
+        func outstanding() -> Int {
+            // Notifications queued in a pool that cannot reach its gateway cannot finish now: the
+            // partition is handed on without them (their outcome is recorded when the gateway
+            // answers; the next owner waits for that claim and produces its result).
+            stages.results.active(in: selection) - stages.delivery.stuck(in: selection) + stages.claims.pending(in: selection)
+        }
+        let before = outstanding()
+        logger.info("Partitions revoked", metadata: ["partitions": "\(partitions)", "inFlight": "\(before)"])
+        if before > 0 {
+            let deadline = DispatchTime.now() + .milliseconds(Int(options.revokeTimeout / .milliseconds(1)))
+            while outstanding() > 0 {
+                if control.progress.wait(timeout: deadline) == .timedOut {
+                    logger.warning("Revoked partitions still had notifications in flight; handing them back",
+                                   metadata: ["partitions": "\(partitions)"])
+                    break
+                }
+            }
+        }
+        // What is still unclaimed is handed back when the claim stage reaches it; what the
+        // claims put back to wait meanwhile, now.
+        control.markRevoked(selection)
+        stages.claims.handBack(where: inSelection)
+        let marksDeadline = DispatchTime.now() + .seconds(2)
+        while !stages.results.positionsStored(for: selection) {
+            stages.results.requestPositions()
+            if control.progress.wait(timeout: marksDeadline) == .timedOut {
+                logger.warning("Cannot store the written positions of revoked partitions in time", metadata: ["partitions": "\(partitions)"])
+                break
+            }
+        }
+        commitRevoked(stages, selection)
+        stages.results.remove(selection)
+    }
+
+    /// Commits the written position of revoked partitions before they are handed on, retrying
+    /// briefly while the coordinator is busy; stores it for librdkafka's own commit as well.
+    private func commitRevoked(_ stages: Stages, _ selection: Set<TopicPartition>) {
+        let offsets = stages.results.positions(in: selection)
+        guard !offsets.isEmpty else { return }
+        _ = try? stages.consumer.store(offsets)
+        let deadline = ContinuousClock.now + options.revokeCommitTimeout
+        var delay: Duration = .milliseconds(50)
+        while true {
+            do {
+                try stages.consumer.commitBlocking(offsets)
+                stages.results.markCommitted(offsets)
+                logger.debug("Committed revoked partitions", metadata: ["offsets": "\(offsets)"])
+                return
+            } catch {
+                if !error.isRetriable || ContinuousClock.now + delay > deadline {
+                    logger.warning(
+                        "Cannot commit the offsets of revoked partitions; their next owner consumes the messages after the last commit again (it writes no result twice for those before the written position stored in Redis)",
+                        metadata: ["error": "\(error)", "offsets": "\(offsets)"])
+                    return
+                }
+                Thread.sleep(forTimeInterval: delay / .seconds(1))
+                delay = min(delay * 2, .milliseconds(500))
+            }
+        }
+    }
+
+    /// A member stopped while its first join is in progress cannot leave yet: it learns its
+    /// member id only when the join answers, and closing at once would leave a member that the
+    /// group assigns partitions to and waits for until its session times out. So it finishes
+    /// the join (whatever it is assigned stays paused; nothing is processed) and then leaves.
+    func finishJoining(_ consumer: KafkaConsumer) async {
+        guard !consumer.hasJoined else { return }
+        let deadline = ContinuousClock.now + options.joinWaitOnStop
+        logger.info("Stopping before the first assignment: finishing the join so as to leave the group cleanly")
+        while ContinuousClock.now < deadline, !consumer.hasJoined {
+            // Drives the join. A message fetched meanwhile is not processed: no offset is stored
+            // for it, so its partition's next owner consumes it.
+            _ = try? await consumer.poll(maxMessages: 1, timeout: .milliseconds(100))
+            if let assigned = try? consumer.assignment(), !assigned.isEmpty { try? consumer.pause(assigned) }
+        }
+    }
+}

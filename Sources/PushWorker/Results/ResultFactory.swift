@@ -1,0 +1,80 @@
+import APNSCore
+import Foundation
+
+/// Builds every result a worker writes (`docs/results.md`), so that each kind is made in one
+/// place: error results for bad input, final outcomes decided by the claim, pool outcomes, and
+/// feedback.
+struct ResultFactory: Sendable {
+    /// The worker id results name.
+    var worker: String
+    /// UNIX milliseconds now; a parameter so that tests can fix it.
+    var now: @Sendable () -> Int64 = ResultFactory.nowMilliseconds
+
+    static func nowMilliseconds() -> Int64 {
+        Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
+    }
+
+    /// `invalidJob` for a message that is not a job at all.
+    func invalidJob(_ ref: MessageRef, jobId: String?, app: String?, reason: String, at: Int64) -> ResultItem {
+        let result = WorkerResult(
+            kind: .invalidJob,
+            resultId: WorkerResult.invalidJobId(topic: ref.partition.topic, partition: ref.partition.partition, offset: ref.offset),
+            jobId: jobId, app: app, status: .invalidJob, reason: reason, topic: ref.partition.topic,
+            partition: ref.partition.partition, offset: ref.offset, worker: worker, at: at)
+        return .rejected(ref, ResultMessage(key: result.key, value: result.serialized()))
+    }
+
+    /// A `transmissionError` for a notification that cannot be sent as given (rejected job,
+    /// malformed token, invalid payload): produced, not recorded.
+    func rejected(_ ref: MessageRef, jobId: String, app: String?, environment: String?, token: String,
+                  status: APNSStatus, reason: String, at: Int64) -> ResultItem {
+        let result = WorkerResult(
+            kind: .transmissionError, resultId: WorkerResult.notificationId(jobId: jobId, token: token), jobId: jobId,
+            app: app, environment: environment, token: token, status: status, reason: reason, attempts: 0,
+            possibleDuplicate: false, worker: worker, at: at)
+        return .rejected(ref, ResultMessage(key: result.key, value: result.serialized()))
+    }
+
+    /// A final `transmissionError` decided without sending (unregistered, rate-limited, expired):
+    /// recorded, then produced.
+    func decided(_ c: Candidate, status: APNSStatus, reason: String, at: Int64) -> ResultItem {
+        let result = WorkerResult(
+            kind: .transmissionError, resultId: c.resultId, jobId: c.job.jobId, app: c.job.app,
+            environment: c.job.environment.rawValue, token: c.tokenHex, status: status, reason: reason, attempts: 0,
+            possibleDuplicate: false, worker: worker, at: at)
+        return .decided(RecordedResult(ref: c.ref, resultId: c.resultId, result: ResultMessage(key: result.key, value: result.serialized())))
+    }
+
+    /// The result of a pool's outcome. A binary status 8 or an HTTP/2 410 also stores the token
+    /// as unregistered; a 410 is published as a `feedback` result too (§3.4).
+    func delivered(_ outcome: APNSDeliveryOutcome, context: SentContext) -> ResultItem {
+        let c = context.candidate
+        let env = c.job.environment.rawValue
+        let at = now()
+        let result = WorkerResult(
+            kind: outcome.isTransmitted ? .transmitted : .transmissionError, resultId: c.resultId, jobId: c.job.jobId,
+            app: c.job.app, environment: env, token: c.tokenHex, status: outcome.status,
+            reason: outcome.status.map { outcome.reason ?? outcome.message ?? $0.reason },
+            attempts: outcome.attempts, possibleDuplicate: outcome.possibleDuplicate || context.takeover, worker: worker, at: at)
+        var record = RecordedResult(ref: c.ref, resultId: c.resultId, result: ResultMessage(key: result.key, value: result.serialized()))
+        if outcome.status == .invalidToken {
+            // Binary status 8 (§1.4).
+            record.unregister = Unregistration(app: c.job.app, environment: env, token: c.tokenHex, since: at / 1000)
+        } else if outcome.status == .gone {
+            // HTTP/2 410 (§3.4): unregistered since its timestamp (ms), published like the
+            // feedback service's news.
+            let since = (outcome.unregisteredAt ?? at) / 1000
+            record.unregister = Unregistration(app: c.job.app, environment: env, token: c.tokenHex, since: since)
+            record.feedback = feedback(app: c.job.app, environment: env, token: c.tokenHex, timestamp: since, at: at)
+        }
+        return .delivered(record)
+    }
+
+    /// A `feedback` result: the token was reported unregistered at `timestamp` (UNIX seconds).
+    func feedback(app: String, environment: String, token: String, timestamp: Int64, at: Int64) -> ResultMessage {
+        let result = WorkerResult(
+            kind: .feedback, resultId: WorkerResult.feedbackId(app: app, environment: environment, token: token, timestamp: timestamp),
+            app: app, environment: environment, token: token, timestamp: timestamp, worker: worker, at: at)
+        return ResultMessage(key: result.key, value: result.serialized())
+    }
+}

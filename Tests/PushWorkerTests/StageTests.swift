@@ -1,0 +1,194 @@
+import APNSBinary
+import APNSCore
+import APNSSimulator
+import Foundation
+@testable import PushKafka
+import PushRedis
+import Testing
+@testable import PushWorker
+
+/// The worker's stages, each on its own and without I/O: what intake makes of messages, what
+/// the claim stage plans for Redis's decisions, what the delivery stage makes of a pool's
+/// events, and the in-flight bound every stage reports to.
+@Suite(.timeLimit(.minutes(1))) struct StageTests {
+    static let token = String(repeating: "ab", count: 32)
+    static let otherToken = String(repeating: "cd", count: 32)
+    let factory = ResultFactory(worker: "w1", now: { 1_700_000_000_123 })
+
+    static func apps() throws -> [String: AppOptions] {
+        let certificates = try TestCertificates()
+        let credentials = try APNSCredentials(
+            certificate: .data(Array(certificates.client.certificatePEM.utf8)),
+            key: .data(Array(certificates.client.keyPEM.utf8)), environment: .production)
+        let binary = APNSBinaryConfiguration(host: "127.0.0.1", port: 1, credentials: credentials)
+        return ["a": AppOptions(defaultEnvironment: .production,
+                                environments: [.production: EnvironmentOptions(transport: .binary(binary))])]
+    }
+
+    func intake() throws -> IntakeStage {
+        let options = WorkerOptions(workerId: "w1", kafka: KafkaConfiguration(), groupId: "g",
+                                    redis: RedisConfiguration(), apps: try Self.apps())
+        return IntakeStage(options: options, factory: factory, logger: .init(label: "test"))
+    }
+
+    static func message(_ text: String, offset: Int64, partition: Int32 = 0) -> KafkaMessage {
+        KafkaMessage(topic: "apn.requests", partition: partition, offset: offset, key: nil, value: Array(text.utf8), headers: [],
+                     timestamp: 1_700_000_000_000)
+    }
+
+    func parse(_ messages: [KafkaMessage], epoch: UInt64 = 0) async throws -> IntakeStage.Chunk {
+        var all = IntakeStage.Chunk()
+        try await intake().parse(messages, epoch: epoch) { chunk in
+            all.registrations += chunk.registrations
+            all.results += chunk.results
+            all.candidates += chunk.candidates
+            all.messages += chunk.messages
+        }
+        return all
+    }
+
+    static func value(of item: ResultItem) -> [String: Any] {
+        let bytes: [UInt8]
+        switch item {
+        case .rejected(_, let message): bytes = message.value
+        case .decided(let r), .delivered(let r): bytes = r.result.value
+        case .reemitted(_, _, let messages): bytes = messages[0].value
+        case .released: return [:]
+        }
+        return (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any] ?? [:]
+    }
+
+    // MARK: Intake
+
+    @Test func intakeTurnsTokensIntoCandidatesAndBadInputIntoResults() async throws {
+        let chunk = try await parse([
+            Self.message(#"{"id":"j1","app":"a","tokens":["\#(Self.token)","\#(Self.otherToken)"],"alert":"hi","staleAfter":"10s"}"#, offset: 7),
+            Self.message("not json", offset: 8),
+            Self.message(#"{"id":"j2","app":"nope","token":"\#(Self.token)","alert":"hi"}"#, offset: 9),
+            Self.message(#"{"id":"j3","app":"a","tokens":["zz","\#(Self.token)"],"alert":"hi"}"#, offset: 10),
+        ], epoch: 3)
+        #expect(chunk.messages == 4)
+        #expect(chunk.registrations.map(\.0.offset) == [7, 8, 9, 10])
+        #expect(chunk.registrations.map(\.1) == [2, 1, 1, 2])
+        #expect(chunk.candidates.map(\.tokenHex) == [Self.token, Self.otherToken, Self.token])
+        #expect(chunk.candidates.allSatisfy { $0.epoch == 3 })
+        // Both tokens of j1 share one job, and its staleAfter counts from the message's timestamp.
+        #expect(chunk.candidates[0].job === chunk.candidates[1].job)
+        #expect(chunk.candidates[0].job.content.staleAt == 1_700_000_010_000)
+        #expect(chunk.candidates[0].resultId == WorkerResult.notificationId(jobId: "j1", token: Self.token))
+        let results = chunk.results.map(Self.value(of:))
+        #expect(results.map { $0["type"] as? String } == ["invalidJob", "transmissionError", "transmissionError"])
+        #expect(results.map { $0["statusName"] as? String } == ["invalidJob", "invalidJob", "malformedToken"])
+        #expect((results[1]["reason"] as? String)?.contains("not configured; configured apps: a") == true)
+        #expect(chunk.results.allSatisfy { if case .rejected = $0 { true } else { false } })
+    }
+
+    @Test func intakeHandsOnAtLeastOnceAtTheEnd() async throws {
+        var chunks = 0
+        try await intake().parse([Self.message("{}", offset: 1)], epoch: 0) { _ in chunks += 1 }
+        #expect(chunks == 1)
+    }
+
+    // MARK: Claim
+
+    func candidates(_ count: Int) async throws -> [Candidate] {
+        let tokens = (0..<count).map { String(format: "%064x", $0 + 1) }
+        let list = tokens.map { "\"\($0)\"" }.joined(separator: ",")
+        return try await parse([Self.message(#"{"id":"j","app":"a","tokens":[\#(list)],"alert":"hi"}"#, offset: 5)])
+            .candidates
+    }
+
+    @Test func claimPlanActsOnEveryDecision() async throws {
+        let cs = try await candidates(9)
+        let plan = ClaimStage.plan(cs, [
+            .send, .resend, .recorded(result: Array("{\"r\":1}".utf8), feedback: Array("{\"f\":1}".utf8)), .written, .duplicate,
+            .busy, .throttled, .unregistered(since: 1_600_000_000), .rateLimited,
+        ], factory: factory, now: 42)
+        #expect(plan.sends.count == 1)
+        #expect(plan.sends[0].key == PoolKey(app: "a", environment: .production))
+        #expect(plan.sends[0].notifications.map(\.candidate.tokenHex) == [cs[0].tokenHex, cs[1].tokenHex])
+        #expect(plan.sends[0].notifications.map(\.takeover) == [false, true])
+        #expect(plan.completed.map(\.offset) == [5, 5])
+        #expect(plan.busy.map(\.tokenHex) == [cs[5].tokenHex])
+        #expect(plan.throttled.map(\.tokenHex) == [cs[6].tokenHex])
+        #expect(plan.statistics.takenOver == 1)
+        #expect(plan.statistics.reemitted == 1)
+        #expect(plan.statistics.alreadyWritten == 1)
+        #expect(plan.statistics.duplicates == 1)
+        #expect(plan.results.count == 3)
+        guard case .reemitted(_, let id, let messages) = plan.results[0] else { Issue.record("not re-emitted"); return }
+        #expect(id == cs[2].resultId)
+        #expect(messages.map { String(decoding: $0.value, as: UTF8.self) } == ["{\"r\":1}", "{\"f\":1}"])
+        let decided = plan.results.dropFirst().map(Self.value(of:))
+        #expect(decided.map { $0["statusName"] as? String } == ["unregistered", "rateLimited"])
+        #expect(decided.map { $0["at"] as? Int } == [42, 42])
+        #expect(plan.results.dropFirst().allSatisfy { if case .decided = $0 { true } else { false } })
+    }
+
+    // MARK: Delivery
+
+    @Test func deliveryTurnsOutcomesIntoResults() async throws {
+        let cs = try await candidates(4)
+        let contexts = cs.enumerated().map { SentContext(candidate: $1, takeover: $0 == 0) }
+        func outcome(_ tag: UInt64, _ status: APNSStatus?) -> APNSDeliveryOutcome {
+            APNSDeliveryOutcome(tag: tag, token: cs[Int(tag)].token, status: status, attempts: 1, possibleDuplicate: false)
+        }
+        var gone = outcome(3, .gone)
+        gone.unregisteredAt = 1_650_000_000_000
+        let events: [APNSDeliveryEvent] = [
+            .transmitted(outcome(0, nil)), .connected(connection: 1), .transmissionError(outcome(1, .invalidToken)),
+            .transmissionError(outcome(2, .shutDown)), .transmissionError(gone),
+        ]
+        let (items, feedback) = DeliveryStage.results(
+            of: events, contexts: [contexts[0], nil, contexts[1], contexts[2], contexts[3]], factory: factory)
+        #expect(feedback == 1)
+        #expect(items.count == 4)
+        let first = Self.value(of: items[0])
+        #expect(first["type"] as? String == "transmitted")
+        #expect(first["possibleDuplicate"] as? Bool == true)
+        guard case .delivered(let invalid) = items[1], case .released(_, let released) = items[2],
+              case .delivered(let unregistered) = items[3]
+        else { Issue.record("unexpected items \(items)"); return }
+        #expect(invalid.unregister?.since == 1_700_000_000)
+        #expect(invalid.feedback == nil)
+        #expect(released == cs[2].resultId)
+        #expect(unregistered.unregister?.since == 1_650_000_000)
+        let feedbackResult = try #require(unregistered.feedback)
+        #expect(String(decoding: feedbackResult.value, as: UTF8.self).contains("\"type\":\"feedback\""))
+    }
+
+    // MARK: The in-flight bound
+
+    @Test func inFlightLimitMakesIntakeWaitUntilThereIsRoom() async {
+        let limit = InFlightLimit(maximum: 2)
+        limit.add(2)
+        let waiter = Task { await limit.waitForRoom(); return limit.inFlight }
+        limit.remove(1)
+        #expect(await waiter.value == 1)
+        // Parked notifications have a bound of their own: other apps go on meanwhile.
+        limit.add(3)
+        limit.parked(3)
+        #expect(limit.inFlight == 4)
+        let parkedFull = Task { await limit.waitForRoom() }
+        limit.parked(-2)
+        limit.remove(2)
+        await parkedFull.value
+    }
+
+    @Test func inFlightLimitReportsWhenEmptyOrWhenTheDeadlinePasses() async {
+        let limit = InFlightLimit(maximum: 10)
+        limit.add(2)
+        #expect(await limit.waitUntilEmpty(deadline: .now + .milliseconds(20)) == false)
+        let empty = Task { await limit.waitUntilEmpty(deadline: .now + .seconds(60)) }
+        limit.remove(2)
+        #expect(await empty.value == true)
+    }
+
+    @Test func closingTheLimitLetsWaitersThrough() async {
+        let limit = InFlightLimit(maximum: 1)
+        limit.add(5)
+        let waiter = Task { await limit.waitForRoom() }
+        limit.close()
+        await waiter.value
+    }
+}
