@@ -516,10 +516,11 @@ struct HTTP2PoolStateMachine {
     }
 
     private mutating func failStale(_ request: QueuedRequest) {
+        let stale = "went stale while the server was unreachable"
         events.append(outcome: .transmissionError(request.possibleDuplicate
             ? request.outcome(status: .indeterminate,
-                              message: "went stale while the server was unreachable; an earlier attempt was left unanswered, so the server may have it")
-            : request.outcome(status: .expired, message: "went stale while the server was unreachable; not sent")))
+                              message: "\(stale); an earlier attempt was left unanswered, so the server may have it")
+            : request.outcome(status: .expired, message: "\(stale); not sent")))
     }
 
     private mutating func failAll(status: APNSStatus, message: String) {

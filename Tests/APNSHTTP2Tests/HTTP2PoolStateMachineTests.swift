@@ -225,6 +225,26 @@ import Testing
         #expect(m.delayed.isEmpty && m.queue.isEmpty)
     }
 
+    @Test func expiredProviderTokenReplacesTheConnectionAndRetriesOnANewOne() throws {
+        var c = Machine.Configuration()
+        c.clock = { [clocks] in clocks.deadline }
+        var m = Machine(configuration: c, tokenProvider: try ClientHarness.tokenProvider())
+        let id = Self.connectIDs(m.enqueue(Self.requests(0..<1), rejected: [])).first ?? -1
+        _ = m.channelAttached(id: id)
+        _ = m.connectionReady(id: id, initialLimit: 10)
+        let work = m.takeWork(id: id, free: true).work
+        #expect(work.authorization?.hasPrefix("bearer ") == true)
+        let sent = Self.written(work)
+        // §6.10: the connection drains and closes; the request goes to a new connection.
+        let answered = m.streamsFinished(
+            id: id, results: [Self.answer(sent[0], 403, reason: "ExpiredProviderToken")], free: true)
+        #expect(answered.work.close)
+        let next = Self.connectIDs(answered.actions)
+        #expect(next.count == 1 && next.first != id)
+        #expect(m.queue.map(\.tag) == [0] && m.queue.first?.retries == 1)
+        #expect(Self.outcomes(&m).isEmpty)
+    }
+
     @Test func repeatedConnectFailuresReportUnavailableBackOffAndAvailableAgain() {
         var m = machine {
             $0.connectionRetryLimit = nil
