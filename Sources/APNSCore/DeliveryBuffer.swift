@@ -84,6 +84,8 @@ package struct APNSAdmission<Batch: Sendable>: Sendable {
     package let maxPending: Int
     package private(set) var admitted = 0
     private var waiters = Deque<Waiter>()
+    /// Batches waiting for room.
+    package var waiting: Int { waiters.count }
     /// Batches admitted and not yet handed to the pool.
     private var admittedBatches = Deque<Batch>()
     private var submittersToResume: [CheckedContinuation<Void, any Error>] = []

@@ -139,3 +139,117 @@ private final class Parked: Sendable {
         #expect(jittered >= .seconds(1) && jittered <= .seconds(2))
     }
 }
+
+/// The smallest ``APNSBufferedDeliveryClient``: its pool answers every admitted notification
+/// when the test calls ``settle()``.
+private final class EchoClient: APNSBufferedDeliveryClient {
+    struct State {
+        var events = APNSEventBuffer(maxConnectionEvents: 10)
+        var admission: APNSAdmission<[UInt64]>
+        var pool: [UInt64] = []
+    }
+
+    let state: Mutex<State>
+
+    init(maxPending: Int) {
+        state = Mutex(State(admission: APNSAdmission(maxPending: maxPending)))
+    }
+
+    private func step(_ change: (inout State) -> Void) {
+        let wakeups = state.withLock { s -> APNSWakeups in
+            change(&s)
+            while let batch = s.admission.popAdmitted() { s.pool += batch }
+            var wakeups = APNSWakeups()
+            s.admission.takeWakeups(events: s.events, into: &wakeups)
+            return wakeups
+        }
+        wakeups.resume()
+    }
+
+    func withBuffer(_ body: (inout APNSEventBuffer, inout APNSAdmission<[UInt64]>) -> Void) {
+        step { body(&$0.events, &$0.admission) }
+    }
+
+    /// One `transmitted` outcome for every notification in the pool.
+    func settle() {
+        step { s in
+            for tag in s.pool { s.events.append(outcome: outcome(tag)) }
+            s.pool.removeAll()
+        }
+    }
+
+    var waiting: Int { state.withLock { $0.admission.waiting } }
+
+    func start() {}
+
+    func send(_ submissions: [APNSSubmission]) async throws {
+        try await admit(submissions.map(\.tag), count: submissions.count)
+    }
+
+    func nextEvent() async -> APNSDeliveryEvent? { await takeEvents(max: 1)?.first }
+
+    func nextEvents(max: Int) async -> [APNSDeliveryEvent]? { await takeEvents(max: max) }
+
+    func shutdown(gracePeriod: Duration?) async {
+        var waiters: [APNSAdmission<[UInt64]>.Waiter] = []
+        step { s in
+            waiters = s.admission.stop()
+            s.events.finish()
+        }
+        Self.rejectWaiters(waiters)
+    }
+
+    /// Waits until `count` batches wait for room.
+    func waitUntilWaiting(_ count: Int) async throws {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while waiting != count {
+            try #require(ContinuousClock.now < deadline, "\(count) batches never waited")
+            await Task.yield()
+        }
+    }
+}
+
+private func submissions(_ tags: Range<Int>) -> [APNSSubmission] {
+    let token = try! DeviceToken(bytes: [UInt8](repeating: 1, count: 32))
+    return tags.map { APNSSubmission(tag: UInt64($0), token: token, notification: APNSNotification()) }
+}
+
+@Test func aBufferedClientHoldsSendersBackUntilOutcomesAreTakenAndEndsAfterShutdown() async throws {
+    let client = EchoClient(maxPending: 4)
+    try await client.send(submissions(0..<3))  // fits
+    let second = Task { try await client.send(submissions(3..<6)) }
+    try await client.waitUntilWaiting(1)  // 3 + 3 > 4
+    client.settle()
+    // Taking two outcomes leaves one in the client: 1 + 3 fits.
+    let first = await client.nextEvents(max: 2)
+    #expect(first?.compactMap(\.outcome).map(\.tag) == [0, 1])
+    try await second.value
+    #expect(client.waiting == 0)
+
+    // A sender that waits can be cancelled: its notifications are never admitted.
+    let cancelled = Task { try await client.send(submissions(6..<10)) }
+    try await client.waitUntilWaiting(1)
+    cancelled.cancel()
+    await #expect(throws: CancellationError.self) { try await cancelled.value }
+
+    client.settle()
+    var tags: [UInt64] = []
+    for await event in client.events {
+        tags += event.outcome.map { [$0.tag] } ?? []
+        if tags.count == 4 { break }
+    }
+    #expect(tags == [2, 3, 4, 5])
+
+    // Shutdown rejects waiting senders and ends the events once the last one is taken.
+    try await client.send(submissions(10..<14))  // fits exactly
+    let late = Task { try await client.send(submissions(14..<15)) }
+    try await client.waitUntilWaiting(1)
+    await client.shutdown()
+    await #expect(throws: APNSError.self) { try await late.value }
+    await #expect(throws: APNSError.self) { try await client.send(submissions(30..<31)) }
+    client.settle()
+    var rest: [UInt64] = []
+    while let event = await client.nextEvent() { rest += event.outcome.map { [$0.tag] } ?? [] }
+    #expect(rest == [10, 11, 12, 13])
+    #expect(await client.nextEvents(max: 10) == nil)
+}
