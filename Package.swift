@@ -52,6 +52,7 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "DequeModule", package: "swift-collections"),
             ]
         ),
         .target(
@@ -172,7 +173,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "PushKafkaTests", dependencies: ["PushKafka"]),
-        .target(name: "PushTestSupport", dependencies: ["PushRedis"], path: "Tests/PushTestSupport"),
+        .target(name: "PushTestSupport", dependencies: ["PushRedis", "APNSCore"], path: "Tests/PushTestSupport"),
         .testTarget(name: "PushRedisTests", dependencies: ["PushRedis", "PushTestSupport"]),
         .target(name: "PushWorkerFuzzing", dependencies: ["PushWorker", "APNSCore", "APNSHTTP2Core"], path: "Tests/PushWorkerFuzzing"),
         .testTarget(

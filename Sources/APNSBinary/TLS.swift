@@ -12,10 +12,3 @@ extension APNSCredentials {
         }
     }
 }
-
-/// The name to send for SNI and verify the certificate against: the override if there is one,
-/// otherwise `host` unless it is an IP address (SNI carries names only).
-func serverName(host: String, override: String?) -> String? {
-    if let override { return override }
-    return (try? SocketAddress(ipAddress: host, port: 0)) != nil ? nil : host
-}

@@ -140,6 +140,14 @@ public enum APNSReconnectBackoff {
         return min(delay, maximum)
     }
 
+    /// `delay` with jitter: a random duration between half of it and all of it, so that clients
+    /// that failed together do not retry together.
+    public static func jittered(_ delay: Duration) -> Duration {
+        let (seconds, attoseconds) = delay.components
+        let nanos = seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        return .nanoseconds(nanos / 2 + Int64.random(in: 0...max(1, nanos / 2)))
+    }
+
     /// Wall-clock milliseconds since the epoch, as ``APNSSubmission/Content/staleAt`` counts them.
     public static func nowMilliseconds() -> Int64 {
         Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
@@ -160,11 +168,17 @@ public protocol APNSDeliveryClient: AnyObject, Sendable {
     /// Up to `max` events that are ready (waiting for the first one if there is none), in
     /// order; `nil` once the client has shut down and every event was taken.
     func nextEvents(max: Int) async -> [APNSDeliveryEvent]?
+    /// The events as an `AsyncSequence` that takes them with ``nextEvent()``; one consumer.
+    var events: APNSDeliveryEvents { get }
     /// Stops taking notifications, finishes the ones accepted, closes every connection.
     func shutdown(gracePeriod: Duration?) async
 }
 
 extension APNSDeliveryClient {
+    /// Outcomes and connection events, in the order they happened. One consumer at a time.
+    /// The sequence ends after ``shutdown(gracePeriod:)`` completes and every event was read.
+    public var events: APNSDeliveryEvents { APNSDeliveryEvents(client: self) }
+
     /// One event at a time, for clients without a batch of their own.
     public func nextEvents(max: Int) async -> [APNSDeliveryEvent]? {
         await nextEvent().map { [$0] }

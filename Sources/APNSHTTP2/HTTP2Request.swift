@@ -3,7 +3,7 @@ import APNSHTTP2Core
 
 /// One notification on its way through an ``APNSHTTP2Client``: the request as it goes on the
 /// wire plus what the client knows about its attempts.
-struct QueuedRequest: Sendable {
+package struct QueuedRequest: Sendable {
     var tag: UInt64
     var token: DeviceToken
     /// `/3/device/<hex>` (§3.3).

@@ -2,6 +2,7 @@ import APNSCore
 import APNSSimulator
 import Foundation
 import NIOCore
+import PushTestSupport
 import Testing
 
 @testable import APNSBinary
@@ -40,26 +41,11 @@ enum Harness {
     }
 
     /// Token number `i`: 32 distinct bytes.
-    static func token(_ i: Int) -> DeviceToken {
-        var bytes = [UInt8](repeating: 0xA5, count: 32)
-        withUnsafeBytes(of: UInt64(i).bigEndian) { raw in
-            for (k, b) in raw.enumerated() { bytes[24 + k] = b }
-        }
-        return try! DeviceToken(bytes: bytes)
-    }
+    static func token(_ i: Int) -> DeviceToken { DeliveryHarness.token(i, fill: 0xA5) }
 
-    static func notification(_ text: String = "Hello") -> APNSNotification {
-        var n = APNSNotification()
-        n.alert = .text(text)
-        n.badge = 1
-        return n
-    }
+    static func notification(_ text: String = "Hello") -> APNSNotification { DeliveryHarness.notification(text) }
 
-    struct Run {
-        var outcomes: [UInt64: APNSDeliveryOutcome] = [:]
-        var duplicateOutcomes = 0
-        var events: [APNSDeliveryEvent] = []
-    }
+    typealias Run = DeliveryRun
 
     /// Sends `submissions` while reading events, until every submission has its outcome, then
     /// (unless `shutdown` is false) shuts the client down. Fails the test if it takes longer than `limit`.
@@ -69,47 +55,6 @@ enum Harness {
         limit: Duration = .seconds(240),
         shutdown: Bool = true
     ) async throws -> Run {
-        try await withThrowingTaskGroup(of: Run?.self) { group in
-            group.addTask {
-                try await client.send(submissions)
-                return nil
-            }
-            group.addTask {
-                var run = Run()
-                let expected = submissions.count
-                if expected == 0 { return run }
-                for await event in client.events {
-                    if let outcome = event.outcome {
-                        if run.outcomes.updateValue(outcome, forKey: outcome.tag) != nil { run.duplicateOutcomes += 1 }
-                        if run.outcomes.count == expected { break }
-                    } else {
-                        run.events.append(event)
-                    }
-                }
-                return run
-            }
-            group.addTask {
-                try await Task.sleep(for: limit)
-                // Abandon what is left, so that the event stream ends and the group can finish
-                // with the error instead of waiting for the reader for ever.
-                await client.shutdown(gracePeriod: .milliseconds(100))
-                throw TimeLimitExceeded(limit: limit)
-            }
-            var result: Run? = nil
-            while let next = try await group.next() {
-                if let run = next {
-                    result = run
-                    break
-                }
-            }
-            group.cancelAll()
-            if shutdown { await client.shutdown(gracePeriod: .seconds(30)) }
-            return result!
-        }
-    }
-
-    struct TimeLimitExceeded: Error, CustomStringConvertible {
-        var limit: Duration
-        var description: String { "the run did not finish within \(limit)" }
+        try await DeliveryHarness.run(client, submissions, limit: limit, shutdown: shutdown, gracePeriod: .seconds(30))
     }
 }

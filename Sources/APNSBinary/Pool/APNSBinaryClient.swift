@@ -1,5 +1,4 @@
 import APNSCore
-import DequeModule
 import Foundation
 import Logging
 import NIOCore
@@ -23,35 +22,22 @@ import Synchronization
 /// Feed it with ``send(_:)`` and read one outcome per notification from ``events``. `send`
 /// waits while ``APNSBinaryConfiguration/maxPending`` notifications are in the client with
 /// outcomes not yet read, so a consumer must read ``events``.
-public final class APNSBinaryClient: APNSDeliveryClient {
-    private struct SubmitWaiter {
-        var id: Int
-        var items: [PendingNotification]
-        var rejected: [(PendingNotification, String)]
-        var continuation: CheckedContinuation<Void, any Error>
-        var count: Int { items.count + rejected.count }
-    }
+public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryClient {
+    /// Notifications handed in by one `send` call: the valid ones and those rejected up front.
+    package typealias Batch = APNSSubmissionBatch<PendingNotification, (PendingNotification, String)>
 
     private struct State {
         var machine: PoolStateMachine
-        var admitted = 0
-        var submitWaiters = Deque<SubmitWaiter>()
-        var nextWaiterID = 0
-        var eventWaiter: CheckedContinuation<Void, Never>?
+        var admission: APNSAdmission<Batch>
         var channels: [Int: any Channel] = [:]
         var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
         var started = false
-        var stopping = false
-        /// Submitters admitted under the lock, resumed once it is released.
-        var submittersToResume: [CheckedContinuation<Void, any Error>] = []
     }
 
     /// What a state-machine step asks for, with channels already looked up.
     private struct Effects {
         var actions: [(PoolStateMachine.Action, (any Channel)?)] = []
-        var resumeEvents: CheckedContinuation<Void, Never>?
-        var resumeSubmitters: [CheckedContinuation<Void, any Error>] = []
-        var resumeShutdown: [CheckedContinuation<Void, Never>] = []
+        var wakeups = APNSWakeups()
     }
 
     public let configuration: APNSBinaryConfiguration
@@ -80,7 +66,9 @@ public final class APNSBinaryClient: APNSDeliveryClient {
         machineConfig.confirmationWindow = configuration.confirmationWindow.timeAmount
         machineConfig.resendOnUnknown = configuration.resendOnUnknown
         machineConfig.connectionRetryLimit = configuration.connectionRetryLimit
-        self.state = Mutex(State(machine: PoolStateMachine(configuration: machineConfig)))
+        self.state = Mutex(State(
+            machine: PoolStateMachine(configuration: machineConfig),
+            admission: APNSAdmission(maxPending: configuration.maxPending)))
     }
 
     // MARK: Public API
@@ -110,9 +98,9 @@ public final class APNSBinaryClient: APNSDeliveryClient {
     }
 
     private func submit(_ submissions: some Sequence<APNSSubmission>) async throws {
-        var items: [PendingNotification] = []
-        var rejected: [(PendingNotification, String)] = []
+        var batch = Batch()
         var payloadCache: (APNSSubmission.Content, Result<[UInt8], APNSPayloadError>)? = nil
+        let chunk = max(1, min(configuration.maxPending, 1024))
         let now = Date()
         for submission in submissions {
             let compiled: Result<[UInt8], APNSPayloadError>
@@ -139,19 +127,13 @@ public final class APNSBinaryClient: APNSDeliveryClient {
             switch compiled {
             case .success(let payload):
                 pending.payload = payload
-                items.append(pending)
+                batch.items.append(pending)
             case .failure(let error):
-                rejected.append((pending, error.message))
+                batch.rejected.append((pending, error.message))
             }
-            if items.count + rejected.count >= max(1, min(configuration.maxPending, 1024)) {
-                try await admit(items, rejected)
-                items.removeAll(keepingCapacity: true)
-                rejected.removeAll(keepingCapacity: true)
-            }
+            if batch.count >= chunk { try await admit(&batch) }
         }
-        if !items.isEmpty || !rejected.isEmpty {
-            try await admit(items, rejected)
-        }
+        if batch.count > 0 { try await admit(&batch) }
     }
 
     /// Sends one notification to one device.
@@ -159,9 +141,8 @@ public final class APNSBinaryClient: APNSDeliveryClient {
         try await send(CollectionOfOne(APNSSubmission(tag: tag, token: token, notification: notification)))
     }
 
-    /// Outcomes and connection events, in the order they happened. One consumer at a time.
-    /// The sequence ends after ``shutdown(gracePeriod:)`` completes and every event was read.
-    public var events: Events { Events(client: self) }
+    /// The type of ``events``, shared with the HTTP/2 client.
+    public typealias Events = APNSDeliveryEvents
 
     /// Stops accepting notifications, sends and confirms everything already accepted, closes every
     /// connection and returns. With a grace period, whatever is still unsettled when it runs out
@@ -201,130 +182,42 @@ public final class APNSBinaryClient: APNSDeliveryClient {
         }
     }
 
-    // MARK: Admission
+    // MARK: Admission and events
 
-    private func admit(_ items: [PendingNotification], _ rejected: [(PendingNotification, String)]) async throws {
-        let count = items.count + rejected.count
-        let max = configuration.maxPending
-        let waiterID = state.withLock { s -> Int in
-            s.nextWaiterID += 1
-            return s.nextWaiterID
-        }
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                step { state in
-                    if state.stopping {
-                        continuation.resume(throwing: APNSError(.shutDown, "the client is shutting down and takes no new notifications"))
-                        return []
-                    }
-                    if state.submitWaiters.isEmpty && (state.admitted + count <= max || state.admitted == 0) {
-                        state.submittersToResume.append(continuation)
-                        return Self.enqueue(&state, items, rejected)
-                    }
-                    state.submitWaiters.append(
-                        SubmitWaiter(id: waiterID, items: items, rejected: rejected, continuation: continuation)
-                    )
-                    return []
-                }
-            }
-        } onCancel: {
-            let waiter = state.withLock { s -> SubmitWaiter? in
-                guard let index = s.submitWaiters.firstIndex(where: { $0.id == waiterID }) else { return nil }
-                return s.submitWaiters.remove(at: index)
-            }
-            waiter?.continuation.resume(throwing: CancellationError())
-        }
-    }
-
-    private static func enqueue(
-        _ state: inout State,
-        _ items: [PendingNotification],
-        _ rejected: [(PendingNotification, String)]
-    ) -> [PoolStateMachine.Action] {
-        state.admitted += items.count + rejected.count
-        for (item, message) in rejected {
+    private static func enqueue(_ state: inout State, _ batch: Batch) -> [PoolStateMachine.Action] {
+        for (item, message) in batch.rejected {
             state.machine.reject(item, status: .invalidPayload, message: message)
         }
         if !state.started {
             state.started = true
             var actions = state.machine.start()
-            if !items.isEmpty { actions += state.machine.enqueue(items) }
+            if !batch.items.isEmpty { actions += state.machine.enqueue(batch.items) }
             return actions
         }
-        return items.isEmpty ? [] : state.machine.enqueue(items)
+        return batch.items.isEmpty ? [] : state.machine.enqueue(batch.items)
     }
 
-    // MARK: Events
-
-    /// The outcomes and connection events of a client. Events stay in the client until an
-    /// iterator takes them, so iterating again (or from another task) continues where the last
-    /// iteration stopped; each event is delivered once.
-    public struct Events: AsyncSequence, Sendable {
-        public typealias Element = APNSDeliveryEvent
-        let client: APNSBinaryClient
-
-        public func makeAsyncIterator() -> Iterator { Iterator(client: client) }
-
-        public struct Iterator: AsyncIteratorProtocol {
-            let client: APNSBinaryClient
-
-            public mutating func next() async -> APNSDeliveryEvent? {
-                await client.nextEvent()
+    package func withBuffer(_ body: (inout APNSEventBuffer, inout APNSAdmission<Batch>) -> Void) {
+        step { state in
+            body(&state.machine.events, &state.admission)
+            var actions: [PoolStateMachine.Action] = []
+            while let batch = state.admission.popAdmitted() {
+                actions += Self.enqueue(&state, batch)
             }
-
-            public mutating func next(isolation actor: isolated (any Actor)?) async -> APNSDeliveryEvent? {
-                await client.nextEvent()
-            }
+            return actions
         }
     }
 
     /// Takes the next event, waiting for one if there is none. Returns nil when the client has
     /// shut down and no event is left.
     public func nextEvent() async -> APNSDeliveryEvent? {
-        await nextEvents(max: 1)?.first
+        await takeEvents(max: 1)?.first
     }
 
     /// Takes up to `max` events under one lock, waiting for the first if there is none.
     /// Returns nil when the client has shut down and no event is left.
     public func nextEvents(max: Int) async -> [APNSDeliveryEvent]? {
-        while true {
-            var taken: [APNSDeliveryEvent] = []
-            var finished = false
-            step { state -> [PoolStateMachine.Action] in
-                while taken.count < Swift.max(1, max), let event = state.machine.events.popFirst() {
-                    taken.append(event)
-                    if event.outcome == nil {
-                        state.machine.connectionEventsConsumed(1)
-                    } else {
-                        state.admitted -= 1
-                    }
-                }
-                if taken.isEmpty {
-                    finished = state.machine.lifecycle == .finished
-                    return []
-                }
-                // Admit waiting submitters that now fit.
-                var actions: [PoolStateMachine.Action] = []
-                while let waiter = state.submitWaiters.first,
-                    state.admitted + waiter.count <= configuration.maxPending || state.admitted == 0
-                {
-                    state.submitWaiters.removeFirst()
-                    actions += Self.enqueue(&state, waiter.items, waiter.rejected)
-                    state.submittersToResume.append(waiter.continuation)
-                }
-                return actions
-            }
-            if !taken.isEmpty { return taken }
-            if finished { return nil }
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let resumeNow = state.withLock { s -> Bool in
-                    if !s.machine.events.isEmpty || s.machine.lifecycle == .finished { return true }
-                    s.eventWaiter = continuation
-                    return false
-                }
-                if resumeNow { continuation.resume() }
-            }
-        }
+        await takeEvents(max: max)
     }
 
     // MARK: State-machine plumbing
@@ -341,23 +234,16 @@ public final class APNSBinaryClient: APNSDeliveryClient {
                 case .connect:
                     effects.actions.append((action, nil))
                 case .shutdownComplete:
-                    effects.resumeShutdown = state.shutdownWaiters
-                    state.shutdownWaiters = []
+                    swap(&effects.wakeups.shutdown, &state.shutdownWaiters)
                 }
             }
-            if !state.machine.events.isEmpty || state.machine.lifecycle == .finished, let waiter = state.eventWaiter {
-                state.eventWaiter = nil
-                effects.resumeEvents = waiter
-            }
-            swap(&effects.resumeSubmitters, &state.submittersToResume)
+            state.admission.takeWakeups(events: state.machine.events, into: &effects.wakeups)
             return effects
         }
         for (action, channel) in effects.actions {
             execute(action, channel: channel)
         }
-        effects.resumeEvents?.resume()
-        for continuation in effects.resumeShutdown { continuation.resume() }
-        for continuation in effects.resumeSubmitters { continuation.resume() }
+        effects.wakeups.resume()
     }
 
     private func execute(_ action: PoolStateMachine.Action, channel: (any Channel)?) {
@@ -366,8 +252,7 @@ public final class APNSBinaryClient: APNSDeliveryClient {
             if delay == .zero {
                 connect(id: id)
             } else {
-                // Full jitter between half and all of the back-off delay.
-                let jittered = TimeAmount.nanoseconds(delay.nanoseconds / 2 + Int64.random(in: 0...max(1, delay.nanoseconds / 2)))
+                let jittered = APNSReconnectBackoff.jittered(.nanoseconds(delay.nanoseconds)).timeAmount
                 group.next().scheduleTask(in: jittered) { [self] in
                     if state.withLock({ $0.machine.beginConnect(id: id) }) {
                         connect(id: id)
@@ -391,12 +276,10 @@ public final class APNSBinaryClient: APNSDeliveryClient {
 
     private func drain() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            var rejectedWaiters: [SubmitWaiter] = []
+            var rejectedWaiters: [APNSAdmission<Batch>.Waiter] = []
             var done = false
             step { state in
-                state.stopping = true
-                rejectedWaiters = Array(state.submitWaiters)
-                state.submitWaiters.removeAll()
+                rejectedWaiters = state.admission.stop()
                 if state.machine.lifecycle == .finished {
                     done = true
                     return []
@@ -405,9 +288,7 @@ public final class APNSBinaryClient: APNSDeliveryClient {
                 state.started = true
                 return state.machine.beginShutdown()
             }
-            for waiter in rejectedWaiters {
-                waiter.continuation.resume(throwing: APNSError(.shutDown, "the client shut down before these notifications were queued"))
-            }
+            Self.rejectWaiters(rejectedWaiters)
             if done { continuation.resume() }
         }
     }

@@ -3,7 +3,7 @@ import DequeModule
 import NIOCore
 
 /// A notification compiled for the binary gateway, as it sits in the queue or a sent cache.
-struct PendingNotification: Sendable {
+package struct PendingNotification: Sendable {
     var tag: UInt64
     var token: DeviceToken
     var payload: [UInt8]
@@ -113,9 +113,8 @@ struct PoolStateMachine {
     private(set) var queue = Deque<PendingNotification>()
     private(set) var connections: [Int: Connection] = [:]
     /// Outcomes and connection events waiting for the consumer.
-    var events = Deque<APNSDeliveryEvent>()
-    private var bufferedConnectionEvents = 0
-    private(set) var droppedConnectionEvents = 0
+    var events: APNSEventBuffer
+    var droppedConnectionEvents: Int { events.droppedConnectionEvents }
     private var nextConnectionID = 1
     /// Connections in a row that failed to connect or closed without confirming anything.
     private(set) var consecutiveFailures = 0
@@ -127,7 +126,9 @@ struct PoolStateMachine {
     /// notifications are confirmed, so that a gateway that keeps cutting connections after a
     /// while still lets every notification through.
     private(set) var inflightLimit: Int
-    private(set) var lifecycle = Lifecycle.running
+    private(set) var lifecycle = Lifecycle.running {
+        didSet { if lifecycle == .finished { events.finish() } }
+    }
     /// The confirmation window in force. It starts as configured and widens to twice the longest
     /// error delay observed (at most ``maximumWindow``), because a notification confirmed by time
     /// before its gateway answered would be reported wrongly and the ones after it lost (§6.1).
@@ -140,6 +141,7 @@ struct PoolStateMachine {
     init(configuration: Configuration) {
         self.configuration = configuration
         self.inflightLimit = configuration.cacheMaxCount
+        self.events = APNSEventBuffer(maxConnectionEvents: configuration.maxBufferedConnectionEvents)
         self.confirmationWindow = configuration.confirmationWindow
     }
 
@@ -419,7 +421,7 @@ struct PoolStateMachine {
     mutating func writabilityChanged(id: Int, writable: Bool) -> [Action] {
         var actions: [Action] = []
         guard connections[id] != nil else { return actions }
-        connections[id]!.writable = writable
+        connections[id]?.writable = writable
         if writable { dispatch(into: &actions) }
         return actions
     }
@@ -456,7 +458,7 @@ struct PoolStateMachine {
             emitFailure(item, status: .shutDown, message: reason)
         }
         for id in connections.keys.sorted() {
-            var c = connections[id]!
+            guard var c = connections[id] else { continue }
             for entry in c.cache {
                 guard var item = entry.pending else { continue }
                 item.possibleDuplicate = true
@@ -487,7 +489,7 @@ struct PoolStateMachine {
                 bestLoad = c.cache.count
             }
             guard let id = best else { break }
-            connections[id]!.pumpScheduled = true
+            connections[id]?.pumpScheduled = true
             actions.append(.schedulePump(id: id))
             remaining -= min(configuration.batchMaxCount, limit - bestLoad)
         }
@@ -496,7 +498,7 @@ struct PoolStateMachine {
             for (id, c) in connections where c.phase == .ready && !c.pumpScheduled && !c.probeSent
                 && c.cache.contains(where: { $0.pending != nil })
             {
-                connections[id]!.pumpScheduled = true
+                connections[id]?.pumpScheduled = true
                 actions.append(.schedulePump(id: id))
             }
         }
@@ -524,7 +526,7 @@ struct PoolStateMachine {
                 switch c.phase {
                 case .ready:
                     if c.cache.isEmpty {
-                        connections[id]!.phase = .closing
+                        connections[id]?.phase = .closing
                         actions.append(.close(id: id))
                     }
                 case .scheduled:
@@ -543,8 +545,7 @@ struct PoolStateMachine {
     /// Exponential back-off for the next connect after `consecutiveFailures` failures; the client
     /// applies jitter when it executes the delay.
     private func backoffDelay() -> TimeAmount {
-        let delay = APNSReconnectBackoff.delay(afterFailures: consecutiveFailures)
-        return .nanoseconds(Int64(delay.components.seconds) * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000)
+        APNSReconnectBackoff.delay(afterFailures: consecutiveFailures).timeAmount
     }
 
     // MARK: Helpers
@@ -637,7 +638,7 @@ struct PoolStateMachine {
     }
 
     private mutating func emitTransmitted(_ item: PendingNotification) {
-        events.append(
+        events.append(outcome:
             .transmitted(
                 APNSDeliveryOutcome(
                     tag: item.tag,
@@ -651,7 +652,7 @@ struct PoolStateMachine {
     }
 
     private mutating func emitFailure(_ item: PendingNotification, status: APNSStatus, message: String?) {
-        events.append(
+        events.append(outcome:
             .transmissionError(
                 APNSDeliveryOutcome(
                     tag: item.tag,
@@ -666,21 +667,11 @@ struct PoolStateMachine {
     }
 
     private mutating func emitConnectionEvent(_ event: APNSDeliveryEvent, force: Bool = false) {
-        if !force && bufferedConnectionEvents >= configuration.maxBufferedConnectionEvents {
-            droppedConnectionEvents += 1
-            return
-        }
-        bufferedConnectionEvents += 1
-        events.append(event)
+        events.append(connectionEvent: event, force: force)
     }
 
     /// Moves the identifier counter of connection `id`, so that wrap-around can be exercised.
     mutating func setNextIdentifier(_ identifier: UInt32, connection id: Int) {
         connections[id]?.nextIdentifier = identifier
-    }
-
-    /// The consumer took `count` connection-level events.
-    mutating func connectionEventsConsumed(_ count: Int) {
-        bufferedConnectionEvents -= count
     }
 }
