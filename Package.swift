@@ -38,7 +38,7 @@ let package = Package(
             pkgConfig: "hiredis",
             providers: [.apt(["libhiredis-dev"])]
         ),
-        .target(name: "PushKafka", dependencies: ["CRdKafka"]),
+        .target(name: "PushKafka", dependencies: ["CRdKafka", .product(name: "Logging", package: "swift-log")]),
         .target(name: "PushRedis", dependencies: ["CHiredis", .product(name: "Crypto", package: "swift-crypto")]),
 
         // MARK: APNs
@@ -166,7 +166,9 @@ let package = Package(
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
             ]
         ),
-        .testTarget(name: "PushKafkaTests", dependencies: ["PushKafka"]),
+        .testTarget(
+            name: "PushKafkaTests", dependencies: ["PushKafka", .product(name: "Logging", package: "swift-log")]
+        ),
         .target(name: "PushTestSupport", dependencies: ["PushRedis"], path: "Tests/PushTestSupport"),
         .testTarget(name: "PushRedisTests", dependencies: ["PushRedis", "PushTestSupport"]),
         .target(name: "PushWorkerFuzzing", dependencies: ["PushWorker", "APNSCore", "APNSHTTP2Core"], path: "Tests/PushWorkerFuzzing"),
