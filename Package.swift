@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "APNSBinary", targets: ["APNSBinary"]),
         .library(name: "APNSSimulator", targets: ["APNSSimulator"]),
         .library(name: "PushWorker", targets: ["PushWorker"]),
+        .library(name: "PushConfiguration", targets: ["PushConfiguration"]),
         .library(name: "APNSHTTP2Core", targets: ["APNSHTTP2Core"]),
         .library(name: "APNSHTTP2", targets: ["APNSHTTP2"]),
     ],
@@ -116,6 +117,20 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "DequeModule", package: "swift-collections"),
+            ]
+        ),
+        // `apn-worker run`'s configuration: file (YAML or JSON), environment and flags, validated
+        // once into the options the worker runs with.
+        .target(
+            name: "PushConfiguration",
+            dependencies: [
+                "PushWorker",
+                "APNSCore",
+                "APNSBinary",
+                "APNSHTTP2",
+                "APNSHTTP2Core",
+                "PushKafka",
+                "PushRedis",
                 .product(name: "Yams", package: "Yams"),
             ]
         ),
@@ -123,6 +138,7 @@ let package = Package(
             name: "apn-worker",
             dependencies: [
                 "PushWorker",
+                "PushConfiguration",
                 "APNSCore",
                 "APNSBinary",
                 "APNSSimulator",
@@ -176,6 +192,7 @@ let package = Package(
             name: "PushWorkerTests",
             dependencies: ["PushWorker", "APNSCore", "PushKafka", "PushRedis", "PushTestSupport", "PushWorkerFuzzing"]
         ),
+        .testTarget(name: "PushConfigurationTests", dependencies: ["PushConfiguration", "PushTestSupport"]),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [

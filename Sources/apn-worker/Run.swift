@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import Logging
+import PushConfiguration
+import PushKafka
 import PushWorker
 
 /// `apn-worker run`: one member of the worker group.
@@ -47,7 +49,7 @@ struct Run: AsyncParsableCommand {
 
     func run() async throws {
         let configuration: WorkerConfiguration
-        let options: WorkerOptions
+        var options: WorkerOptions
         do {
             configuration = try WorkerConfiguration.load(overrides: ConfigurationOverrides(
                 configPath: config, workerId: workerId, brokers: brokers, group: group,
@@ -69,6 +71,7 @@ struct Run: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "apn-worker")
+        options.kafka.logger = Logger(label: KafkaConfiguration.loggerLabel)
         for warning in configuration.warnings { logger.warning("\(warning)") }
 
         let worker = Worker(options: options, logger: logger)

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-import PushWorker
+import PushConfiguration
 
 /// A temporary directory holding credential files and config files; removed on deinit.
 private final class Fixture {
@@ -275,7 +275,7 @@ private func parseError(
     let message = errorMessage { () throws(ConfigurationError) in
         try WorkerConfiguration.load(overrides: ConfigurationOverrides(configPath: broken), environment: [:])
     }
-    #expect(message == "config file \(broken): line 3, column 24: expected ':' after the key but found character '\"'.")
+    #expect(message == "config file \(broken): line 3, column 24: expected ':' after an object member name.")
 }
 
 @Test func defaultsAreFilledIn() throws {
@@ -517,7 +517,7 @@ private func parseError(
     #expect(parseError(fixture.minimalYAML(extra: "limits:\n  appPerSecond: 1\n  appPerSecond: 2"))
         == "config file /tmp/config.yaml: line 14, column 3: limits.appPerSecond is set twice; keep one.")
     #expect(parseError("{\"limits\": {\"a\": 1, \"a\": 2}}", path: "/tmp/c.json")
-        == "config file /tmp/c.json: line 1, column 21: the key \"a\" appears twice in the same object.")
+        == "config file /tmp/c.json: line 1, column 21: duplicate member name \"a\" in an object.")
 }
 
 @Test func missingRequiredSettingsSayWhereToSetThem() throws {
@@ -785,11 +785,11 @@ private func parseError(
 
     let json = "{\n  \"kafka\": {\"bootstrapServers\": \"k\",}\n}"
     #expect(parseError(json, path: "/etc/apn-worker.json")
-        == "config file /etc/apn-worker.json: line 2, column 37: expected a key in double quotes but found character '}'.")
+        == "config file /etc/apn-worker.json: line 2, column 37: expected a string member name after ','.")
     #expect(parseError("{\"a\": tru}", path: "/c.json")
-        == "config file /c.json: line 1, column 7: expected a value but found character 't'.")
+        == "config file /c.json: line 1, column 7: invalid literal; expected 'true'.")
     #expect(parseError("", path: "/c.json")
-        == "config file /c.json: line 1, column 1: expected a value but found the end of file.")
+        == "config file /c.json: line 1, column 1: unexpected end of input; expected a value.")
 
     // An empty YAML file is an empty configuration.
     #expect(parseError("")?.hasPrefix("kafka.bootstrapServers is required") == true)
@@ -947,4 +947,22 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     #expect(try parse(limited).apps["com.example.app"]?.connectRetryLimit == 20)
     let negative = base.replacingOccurrences(of: "    environments:", with: "    connectRetryLimit: -1\n    environments:")
     #expect(parseError(negative)?.contains("connectRetryLimit must be 0 (keep waiting for the gateway)") == true)
+}
+
+// MARK: - JSON through APNSCore's parser
+
+@Test func jsonUnknownKeysAreNamedInNameOrderAndAByteOrderMarkIsAllowed() throws {
+    let fixture = try Fixture()
+    let json = """
+        \u{FEFF}{"kafka": {"bootstrapServers": "k"}, "redis": {"url": "redis://r"}, "zeta": 1, "alpha": 2,
+         "apps": {"a": {"environments": {"sandbox": {"pfx": "\(fixture.path("app.p12"))"}}}}}
+        """
+    #expect(parseError(json, path: "/c.json")
+        == "alpha: unknown setting; known settings here are worker, kafka, redis, limits, apps.")
+    let valid = json.replacingOccurrences(of: "\"zeta\": 1, \"alpha\": 2,", with: "")
+    #expect(try parse(valid, path: "/c.json").apps["a"]?.defaultEnvironment == .sandbox)
+    #expect(try parse(valid, path: "/c.conf").apps["a"]?.defaultEnvironment == .sandbox)
+    // Columns count characters, not bytes.
+    #expect(parseError("{\"é\": x}", path: "/c.json")
+        == "config file /c.json: line 1, column 7: unexpected character 'x'; expected a value.")
 }

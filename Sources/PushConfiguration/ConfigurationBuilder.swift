@@ -1,92 +1,5 @@
 import Foundation
-
-extension WorkerConfiguration {
-    /// Environment variable naming the config file (`--config` wins over it).
-    public static let configPathVariable = "APN_WORKER_CONFIG"
-
-    /// Loads and validates the configuration of `apn-worker run`.
-    ///
-    /// The config file is `overrides.configPath`, else `APN_WORKER_CONFIG`; without either,
-    /// every required setting must come from the environment and flags, which is impossible
-    /// for `apps`, so the result is an error naming the missing file. Files referenced by apps
-    /// (certificate, key, pfx, ca, passphraseFile) must exist and be readable now; relative
-    /// paths are taken relative to the config file's directory.
-    ///
-    /// - Parameters:
-    ///   - overrides: the command-line flags.
-    ///   - environment: the environment variables to read (`APN_WORKER_*`).
-    ///   - hostname, pid: used for the default worker id, `<hostname>-<pid>`.
-    /// - Throws: ``ConfigurationError`` whose message names the setting and what is allowed.
-    public static func load(
-        overrides: ConfigurationOverrides = ConfigurationOverrides(),
-        environment: [String: String] = ProcessInfo.processInfo.environment,
-        hostname: String = ProcessInfo.processInfo.hostName,
-        pid: Int32 = ProcessInfo.processInfo.processIdentifier
-    ) throws(ConfigurationError) -> WorkerConfiguration {
-        var pathSource: (path: String, label: String)?
-        if let path = overrides.configPath {
-            pathSource = (path, "--config")
-        } else if let path = environment[configPathVariable], !path.isEmpty {
-            pathSource = (path, configPathVariable)
-        }
-        guard let (path, label) = pathSource else {
-            return try resolve(file: nil, filePath: nil, overrides: overrides, environment: environment,
-                               hostname: hostname, pid: pid)
-        }
-        let contents = try readConfigFile(path, label: label)
-        return try parse(fileContents: contents, path: path, overrides: overrides,
-                         environment: environment, hostname: hostname, pid: pid)
-    }
-
-    /// Validates the configuration given the text of a config file, as ``load(overrides:environment:hostname:pid:)``
-    /// does after reading it.
-    ///
-    /// `path` picks the syntax (by extension), names the file in messages and is the base of
-    /// relative paths in it. Unlike `load`, the process environment is not read unless passed.
-    public static func parse(
-        fileContents: String,
-        path: String,
-        overrides: ConfigurationOverrides = ConfigurationOverrides(),
-        environment: [String: String] = [:],
-        hostname: String = ProcessInfo.processInfo.hostName,
-        pid: Int32 = ProcessInfo.processInfo.processIdentifier
-    ) throws(ConfigurationError) -> WorkerConfiguration {
-        let root = try ConfigFileParser.parse(fileContents, path: path)
-        return try resolve(file: root, filePath: path, overrides: overrides, environment: environment,
-                           hostname: hostname, pid: pid)
-    }
-
-    /// Validates the configuration from an already-parsed file (or none).
-    static func resolve(
-        file: ConfigNode?, filePath: String?, overrides: ConfigurationOverrides,
-        environment: [String: String], hostname: String, pid: Int32
-    ) throws(ConfigurationError) -> WorkerConfiguration {
-        var builder = try ConfigurationBuilder(
-            file: file, filePath: filePath, overrides: overrides, environment: environment)
-        return try builder.build(hostname: hostname, pid: pid)
-    }
-
-    private static func readConfigFile(_ path: String, label: String) throws(ConfigurationError) -> String {
-        if path.isEmpty { throw ConfigurationError("\(label) must name a config file, not an empty path.") }
-        var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
-            throw ConfigurationError("\(label): \(path) is a directory; name the config file in it.")
-        }
-        if let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? NSNumber,
-           size.intValue > ConfigLimits.maxFileBytes {
-            throw ConfigurationError(
-                "\(label): config file \(path) is larger than \(ConfigLimits.maxFileBytes / 1024 / 1024) MiB; "
-                    + "check that it is the right file.")
-        }
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw ConfigurationError("\(label): cannot read \(path); check that the file exists and is readable.")
-        }
-        guard let text = String(data: data, encoding: .utf8) else {
-            throw ConfigurationError("config file \(path) is not UTF-8 text; save it as UTF-8.")
-        }
-        return text
-    }
-}
+import PushRedis
 
 /// Merges the sources of every setting (file < environment < flags), validates each value and
 /// assembles the ``WorkerConfiguration``.
@@ -348,7 +261,7 @@ struct ConfigurationBuilder {
         try file.checkKnown(["url", "password", "tls", "connectTimeoutMs", "commandTimeoutMs"])
 
         if let value = file.value("tls"), try SettingParsing.boolean(value) {
-            throw RedisURL.tlsUnsupported(value.label)
+            throw Self.redisTLSUnsupported(value.label)
         }
         guard let urlValue = SettingValue.first(
             flag("--redis", overrides.redisURL), env("APN_WORKER_REDIS_URL"), file.value("url"))
@@ -356,11 +269,17 @@ struct ConfigurationBuilder {
             throw required("redis.url", variable: "APN_WORKER_REDIS_URL", flag: "--redis")
         }
         let url = try SettingParsing.string(urlValue)
-        let parsed = try RedisURL.parse(url, label: urlValue.label)
+        let parsed: RedisURL
+        do {
+            parsed = try RedisURL(parsing: url.trimmingCharacters(in: .whitespaces))
+        } catch {
+            throw Self.redisURLError(error, label: urlValue.label)
+        }
 
+        // An empty password in the URL (`redis://:@host`) is no password.
         var redis = WorkerConfiguration.Redis(
             url: url, host: parsed.host, port: parsed.port, username: parsed.username,
-            password: parsed.password, database: parsed.database)
+            password: parsed.password?.isEmpty == false ? parsed.password : nil, database: parsed.database)
         if let value = SettingValue.first(
             flag("--redis-password", overrides.redisPassword), env("APN_WORKER_REDIS_PASSWORD"),
             file.value("password")) {
@@ -381,6 +300,36 @@ struct ConfigurationBuilder {
             redis.commandTimeoutMs = try SettingParsing.integer(value, .from(1, to: 600_000))
         }
         return redis
+    }
+
+    /// The TLS refusal, shared by `redis.tls: true` and `rediss://` URLs.
+    private static func redisTLSUnsupported(_ label: String) -> ConfigurationError {
+        ConfigurationError(
+            "\(label): TLS to Redis is not supported by the linked hiredis 0.14; connect through "
+                + "a TLS proxy (for example stunnel) and use redis:// to it.")
+    }
+
+    /// A sentence naming the setting for a URL that PushRedis's parser refused.
+    private static func redisURLError(_ error: RedisURL.ParseError, label: String) -> ConfigurationError {
+        let reason: String
+        switch error.problem {
+        case .tls: return redisTLSUnsupported(label)
+        case .missingScheme: reason = "the scheme is missing"
+        case .unsupportedScheme: reason = "the scheme must be redis://"
+        case .unixSocket: reason = "unix sockets are not supported"
+        case .whitespace: reason = "it contains white space"
+        case .queryOrFragment: reason = "query parameters and fragments are not supported"
+        case .badPercentEncoding: reason = "the user name or password has bad percent-encoding"
+        case .unclosedBracket: reason = "an IPv6 host has no closing ']'"
+        case .textAfterBracket: reason = "there is text after the IPv6 host"
+        case .unbracketedIPv6: reason = "an IPv6 host must be written in brackets"
+        case .missingHost: reason = "the host is missing"
+        case .invalidHostCharacter: reason = "the host has an invalid character"
+        case .badPort: reason = "the port must be from 1 to 65535"
+        case .badDatabase: reason = "the database must be a whole number of at least 0"
+        }
+        return ConfigurationError(
+            "\(label) must be a Redis URL of the form \(RedisURL.form), not \(quoted(error.redactedURL)) (\(reason)).")
     }
 
     // MARK: - limits

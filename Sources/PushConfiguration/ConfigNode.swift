@@ -1,3 +1,5 @@
+import APNSCore
+
 /// A config file's contents as a tree, the same for YAML and JSON.
 ///
 /// Scalars keep the text they were written with, so that a string setting written as `0123`
@@ -16,6 +18,23 @@ enum ConfigNode: Sendable {
         case .scalar(let scalar): scalar.shown
         case .list: "a list"
         case .map: "a mapping"
+        }
+    }
+}
+
+extension ConfigNode {
+    /// A JSON value as a tree. JSON objects have no order: their members are sorted by name,
+    /// so that the first unknown setting named is always the same one.
+    init(_ value: JSONValue) {
+        switch value {
+        case .null: self = .null
+        case .bool(let flag): self = .scalar(ConfigScalar(text: flag ? "true" : "false", kind: .boolean))
+        case .int(let number): self = .scalar(ConfigScalar(text: String(number), kind: .integer))
+        case .double(let number): self = .scalar(ConfigScalar(text: String(number), kind: .float))
+        case .string(let text): self = .scalar(ConfigScalar(text: text, kind: .string))
+        case .array(let items): self = .list(items.map(ConfigNode.init))
+        case .object(let members):
+            self = .map(members.sorted { $0.key < $1.key }.map { ConfigEntry(key: $0.key, value: ConfigNode($0.value)) })
         }
     }
 }

@@ -4,6 +4,7 @@ import APNSHTTP2
 import APNSHTTP2Core
 import PushKafka
 import PushRedis
+import PushWorker
 
 extension WorkerConfiguration {
     /// Resolves the configuration into what a ``Worker`` runs with: loads and checks every
