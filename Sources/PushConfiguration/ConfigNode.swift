@@ -45,20 +45,25 @@ struct ConfigEntry: Sendable {
     var value: ConfigNode
 }
 
-/// A scalar value and how the file typed it.
+/// A scalar value and how the file typed it, or where else it came from.
 struct ConfigScalar: Sendable {
     enum Kind: Sendable {
         case string
         case integer
         case float
         case boolean
+        /// Text from an environment variable or a flag: white space around numbers, booleans
+        /// and choices is ignored.
+        case text
     }
 
     var text: String
     var kind: Kind
+    /// The environment variable or flag that set the value; `nil` for the config file.
+    var origin: String? = nil
 
     var shown: String {
-        kind == .string ? quoted(text) : text
+        kind == .string || kind == .text ? quoted(text) : text
     }
 }
 

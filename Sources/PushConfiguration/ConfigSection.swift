@@ -8,13 +8,12 @@ struct ConfigSection {
     let entries: [ConfigEntry]
 
     /// The top level of a config file, which must be a mapping (or empty).
-    init(root node: ConfigNode?, filePath: String) throws(ConfigurationError) {
-        path = ""
+    static func rootEntries(of node: ConfigNode?, filePath: String) throws(ConfigurationError) -> [ConfigEntry] {
         switch node {
         case nil, .null?:
-            entries = []
+            return []
         case .map(let entries)?:
-            self.entries = entries
+            return entries
         case let other?:
             throw ConfigurationError(
                 "config file \(filePath): the top level must be a mapping of settings "
@@ -22,10 +21,10 @@ struct ConfigSection {
         }
     }
 
-    /// An empty section, for when there is no config file.
-    init(emptyAt path: String) {
-        self.path = path
-        entries = []
+    /// The top level.
+    init(root entries: [ConfigEntry]) {
+        path = ""
+        self.entries = entries
     }
 
     private init(node: ConfigNode?, path: String) throws(ConfigurationError) {
@@ -52,9 +51,14 @@ struct ConfigSection {
         return entry.value
     }
 
-    /// The value of `key` as a ``SettingValue`` labelled with its dotted path.
+    /// The value of `key` as a ``SettingValue`` labelled with the variable or flag that set
+    /// it, else its dotted path.
     func value(_ key: String) -> SettingValue? {
-        node(key).map { SettingValue(label: label(key), input: .node($0)) }
+        guard let node = node(key) else { return nil }
+        if case .scalar(let scalar) = node, let origin = scalar.origin {
+            return SettingValue(label: origin, node: node)
+        }
+        return SettingValue(label: label(key), node: node)
     }
 
     /// The mapping under `key` (empty when absent or `null`).

@@ -1,9 +1,10 @@
 import Foundation
 import PushRedis
 
-/// Merges the sources of every setting (file < environment < flags), validates each value and
-/// assembles the ``WorkerConfiguration``.
+/// Reads one tree, the config file with the environment and the flags laid over it
+/// (``ConfigurationOverlay``), validates each value once and assembles the ``WorkerConfiguration``.
 struct ConfigurationBuilder {
+    /// The config file's tree with the environment and the flags laid over it.
     private let root: ConfigSection
     private let filePath: String?
     private let fileDirectory: String?
@@ -15,14 +16,8 @@ struct ConfigurationBuilder {
     private static let kafkaPropertyPrefix = "APN_WORKER_KAFKA_PROPERTY_"
 
     /// Every `APN_WORKER_*` variable read, apart from the Kafka property prefix.
-    private static let knownVariables: Set<String> = [
-        WorkerConfiguration.configPathVariable,
-        "APN_WORKER_ID", "APN_WORKER_BATCH_SIZE", "APN_WORKER_MAX_IN_FLIGHT", "APN_WORKER_LOG_LEVEL",
-        "APN_WORKER_LOG_FORMAT", "APN_WORKER_SHUTDOWN_TIMEOUT_SECONDS", "APN_WORKER_DEDUPE_TTL_SECONDS",
-        "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS", "APN_WORKER_KAFKA_GROUP_ID", "APN_WORKER_KAFKA_REQUESTS_TOPIC",
-        "APN_WORKER_KAFKA_RESULTS_TOPIC", "APN_WORKER_REDIS_URL", "APN_WORKER_REDIS_PASSWORD",
-        "APN_WORKER_LIMITS_APP_PER_SECOND", "APN_WORKER_LIMITS_DEVICE_PER_HOUR",
-    ]
+    private static let knownVariables = Set(ConfigurationOverlay.settings.map(\.variable))
+        .union([WorkerConfiguration.configPathVariable])
 
     /// librdkafka properties that have settings of their own.
     private static let reservedKafkaProperties: [String: String] = [
@@ -36,13 +31,11 @@ struct ConfigurationBuilder {
         file: ConfigNode?, filePath: String?, overrides: ConfigurationOverrides,
         environment: [String: String]
     ) throws(ConfigurationError) {
-        if let filePath {
-            root = try ConfigSection(root: file, filePath: filePath)
-            fileDirectory = URL(fileURLWithPath: filePath).deletingLastPathComponent().path
-        } else {
-            root = ConfigSection(emptyAt: "")
-            fileDirectory = nil
-        }
+        var entries: [ConfigEntry] = []
+        if let filePath { entries = try ConfigSection.rootEntries(of: file, filePath: filePath) }
+        root = ConfigSection(
+            root: ConfigurationOverlay.apply(to: entries, overrides: overrides, environment: environment))
+        fileDirectory = filePath.map { URL(fileURLWithPath: $0).deletingLastPathComponent().path }
         self.filePath = filePath
         self.overrides = overrides
         self.environment = environment
@@ -61,22 +54,6 @@ struct ConfigurationBuilder {
             configFile: filePath, warnings: warnings)
     }
 
-    // MARK: - Sources
-
-    /// An environment variable's value; empty values count as unset.
-    private func env(_ name: String) -> SettingValue? {
-        guard let value = environment[name], !value.isEmpty else { return nil }
-        return SettingValue(label: name, input: .text(value))
-    }
-
-    private func flag(_ name: String, _ value: String?) -> SettingValue? {
-        value.map { SettingValue(label: name, input: .text($0)) }
-    }
-
-    private func flag(_ name: String, _ value: Int?) -> SettingValue? {
-        value.map { SettingValue(label: name, input: .integer($0)) }
-    }
-
     // MARK: - worker
 
     private func buildWorker(hostname: String, pid: Int32) throws(ConfigurationError) -> WorkerConfiguration.Worker {
@@ -88,7 +65,7 @@ struct ConfigurationBuilder {
         ])
 
         var worker = Worker(id: Worker.defaultId(hostname: hostname, pid: pid))
-        if let value = SettingValue.first(flag("--worker-id", overrides.workerId), env("APN_WORKER_ID"), file.value("id")) {
+        if let value = file.value("id") {
             let id = try SettingParsing.string(value, allowEmpty: true)
             guard Worker.isValidId(id) else {
                 throw ConfigurationError(
@@ -97,15 +74,13 @@ struct ConfigurationBuilder {
             }
             worker.id = id
         }
-        if let value = SettingValue.first(
-            flag("--batch-size", overrides.batchSize), env("APN_WORKER_BATCH_SIZE"), file.value("batchSize")) {
+        if let value = file.value("batchSize") {
             worker.batchSize = try SettingParsing.integer(value, .from(1, to: 100_000))
         }
         if let value = file.value("batchWindowMs") {
             worker.batchWindowMs = try SettingParsing.integer(value, .from(0, to: 10_000))
         }
-        if let value = SettingValue.first(
-            flag("--max-in-flight", overrides.maxInFlight), env("APN_WORKER_MAX_IN_FLIGHT"), file.value("maxInFlight")) {
+        if let value = file.value("maxInFlight") {
             worker.maxInFlight = try SettingParsing.integer(value, .from(1, to: 1_000_000))
         }
         if let value = file.value("resultFlushMs") {
@@ -114,20 +89,16 @@ struct ConfigurationBuilder {
         if let value = file.value("resultBatchSize") {
             worker.resultBatchSize = try SettingParsing.integer(value, .from(1, to: 100_000))
         }
-        if let value = SettingValue.first(
-            flag("--shutdown-timeout", overrides.shutdownTimeoutSeconds),
-            env("APN_WORKER_SHUTDOWN_TIMEOUT_SECONDS"), file.value("shutdownTimeoutSeconds")) {
+        if let value = file.value("shutdownTimeoutSeconds") {
             worker.shutdownTimeoutSeconds = try SettingParsing.integer(value, .from(1, to: 3_600))
         }
-        if let value = SettingValue.first(
-            flag("--log-level", overrides.logLevel), env("APN_WORKER_LOG_LEVEL"), file.value("logLevel")) {
+        if let value = file.value("logLevel") {
             worker.logLevel = try SettingParsing.choice(value)
         }
-        if let value = SettingValue.first(
-            flag("--log-format", overrides.logFormat), env("APN_WORKER_LOG_FORMAT"), file.value("logFormat")) {
+        if let value = file.value("logFormat") {
             worker.logFormat = try SettingParsing.choice(value)
         }
-        if let value = SettingValue.first(env("APN_WORKER_DEDUPE_TTL_SECONDS"), file.value("dedupeTTLSeconds")) {
+        if let value = file.value("dedupeTTLSeconds") {
             worker.dedupeTTLSeconds = try SettingParsing.integer(value, .from(60, to: 31_536_000))
         }
         if let value = file.value("statusAddress") {
@@ -142,30 +113,23 @@ struct ConfigurationBuilder {
         let file = try root.section("kafka")
         try file.checkKnown(["bootstrapServers", "groupId", "groupInstanceId", "requestsTopic", "resultsTopic", "properties"])
 
-        guard let serversValue = SettingValue.first(
-            flag("--brokers", overrides.brokers), env("APN_WORKER_KAFKA_BOOTSTRAP_SERVERS"),
-            file.value("bootstrapServers"))
+        guard let serversValue = file.value("bootstrapServers")
         else {
             throw required("kafka.bootstrapServers", variable: "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS", flag: "--brokers")
         }
         let servers = try SettingParsing.string(serversValue).trimmingCharacters(in: .whitespacesAndNewlines)
 
         var kafka = WorkerConfiguration.Kafka(bootstrapServers: servers)
-        if let value = SettingValue.first(
-            flag("--group", overrides.group), env("APN_WORKER_KAFKA_GROUP_ID"), file.value("groupId")) {
+        if let value = file.value("groupId") {
             kafka.groupId = try SettingParsing.string(value)
         }
-        if let value = SettingValue.first(
-            flag("--requests-topic", overrides.requestsTopic), env("APN_WORKER_KAFKA_REQUESTS_TOPIC"),
-            file.value("requestsTopic")) {
+        if let value = file.value("requestsTopic") {
             kafka.requestsTopic = try Self.topic(value)
         }
-        if let value = SettingValue.first(
-            flag("--results-topic", overrides.resultsTopic), env("APN_WORKER_KAFKA_RESULTS_TOPIC"),
-            file.value("resultsTopic")) {
+        if let value = file.value("resultsTopic") {
             kafka.resultsTopic = try Self.topic(value)
         }
-        if let value = SettingValue.first(env("APN_WORKER_INSTANCE_ID"), file.value("groupInstanceId")) {
+        if let value = file.value("groupInstanceId") {
             let id = try SettingParsing.string(value, allowEmpty: true)
             guard (1...249).contains(id.unicodeScalars.count),
                   id.unicodeScalars.allSatisfy(WorkerConfiguration.Worker.isIdCharacter)
@@ -219,11 +183,11 @@ struct ConfigurationBuilder {
             let text: String
             switch scalar.kind {
             case .boolean:
-                text = (try? SettingParsing.boolean(SettingValue(label: label, input: .node(entry.value))))
+                text = (try? SettingParsing.boolean(SettingValue(label: label, node: entry.value)))
                     .map { $0 ? "true" : "false" } ?? scalar.text
             case .integer:
                 text = SettingParsing.yamlInteger(scalar.text).map(String.init) ?? scalar.text
-            case .float, .string:
+            case .float, .string, .text:
                 text = scalar.text
             }
             try add(entry.key, text, label: label)
@@ -263,8 +227,7 @@ struct ConfigurationBuilder {
         if let value = file.value("tls"), try SettingParsing.boolean(value) {
             throw Self.redisTLSUnsupported(value.label)
         }
-        guard let urlValue = SettingValue.first(
-            flag("--redis", overrides.redisURL), env("APN_WORKER_REDIS_URL"), file.value("url"))
+        guard let urlValue = file.value("url")
         else {
             throw required("redis.url", variable: "APN_WORKER_REDIS_URL", flag: "--redis")
         }
@@ -280,9 +243,7 @@ struct ConfigurationBuilder {
         var redis = WorkerConfiguration.Redis(
             url: url, host: parsed.host, port: parsed.port, username: parsed.username,
             password: parsed.password?.isEmpty == false ? parsed.password : nil, database: parsed.database)
-        if let value = SettingValue.first(
-            flag("--redis-password", overrides.redisPassword), env("APN_WORKER_REDIS_PASSWORD"),
-            file.value("password")) {
+        if let value = file.value("password") {
             redis.password = try SettingParsing.string(value, allowEmpty: true)
             if redis.password?.isEmpty ?? true {
                 throw ConfigurationError("\(value.label) must not be empty; leave it unset for no password.")
@@ -338,10 +299,10 @@ struct ConfigurationBuilder {
         let file = try root.section("limits")
         try file.checkKnown(["appPerSecond", "devicePerHour"])
         var limits = WorkerConfiguration.Limits()
-        if let value = SettingValue.first(env("APN_WORKER_LIMITS_APP_PER_SECOND"), file.value("appPerSecond")) {
+        if let value = file.value("appPerSecond") {
             limits.appPerSecond = try SettingParsing.integer(value, .unlimitedOrMore)
         }
-        if let value = SettingValue.first(env("APN_WORKER_LIMITS_DEVICE_PER_HOUR"), file.value("devicePerHour")) {
+        if let value = file.value("devicePerHour") {
             limits.devicePerHour = try SettingParsing.integer(value, .unlimitedOrMore)
         }
         return limits

@@ -618,6 +618,13 @@ private func parseError(
         + "and '-', not \"bad/topic\".")
     #expect(parseError(fixture.minimalYAML(extra: "worker: [1, 2]"))
         == "worker must be a mapping of settings, not a list.")
+    // A variable for a setting in that section does not hide the file's mistake.
+    #expect(parseError(fixture.minimalYAML(extra: "worker: [1, 2]"), environment: ["APN_WORKER_ID": "w"])
+        == "worker must be a mapping of settings, not a list.")
+    // Variables and flags fill in a section the file leaves out, and say where a bad value came from.
+    #expect(try parse(fixture.minimalYAML(), environment: ["APN_WORKER_LIMITS_APP_PER_SECOND": " 4 "]).limits.appPerSecond == 4)
+    #expect(parseError(fixture.minimalYAML(extra: "worker:\n  batchSize: 5"), overrides: ConfigurationOverrides(batchSize: -2))
+        == "--batch-size must be a whole number from 1 to 100000, not -2.")
     #expect(parseError("- a\n- b\n")
         == "config file /tmp/config.yaml: the top level must be a mapping of settings (worker, kafka, redis, "
         + "limits, apps), not a list.")
@@ -932,6 +939,7 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     #expect(try parse(fromFile).kafka.groupInstanceId == "apn-worker-1")
     let fromEnvironment = try parse(fromFile, environment: ["APN_WORKER_INSTANCE_ID": "apn-worker-2"])
     #expect(fromEnvironment.kafka.groupInstanceId == "apn-worker-2")
+    #expect(fromEnvironment.warnings.isEmpty)  // a setting, not a misspelt variable
     let bad = parseError(base, environment: ["APN_WORKER_INSTANCE_ID": "pod name/with spaces"])
     #expect(bad?.contains("APN_WORKER_INSTANCE_ID must be 1 to 249 letters") == true)
     let property = base.replacingOccurrences(
