@@ -61,6 +61,23 @@ struct ConfigSection {
         return SettingValue(label: label(key), node: node)
     }
 
+    /// Sets `target` to the whole number `key` holds, if it is set, checked against `rule`.
+    func read(_ key: String, _ rule: IntegerRule, into target: inout Int) throws(ConfigurationError) {
+        if let value = value(key) { target = try SettingParsing.integer(value, rule) }
+    }
+
+    /// Sets `target` to the choice `key` holds, if it is set.
+    func read<Choice: RawRepresentable & CaseIterable>(
+        _ key: String, into target: inout Choice
+    ) throws(ConfigurationError) where Choice.RawValue == String {
+        if let value = value(key) { target = try SettingParsing.choice(value) }
+    }
+
+    /// Sets `target` to the boolean `key` holds, if it is set.
+    func read(_ key: String, into target: inout Bool) throws(ConfigurationError) {
+        if let value = value(key) { target = try SettingParsing.boolean(value) }
+    }
+
     /// The mapping under `key` (empty when absent or `null`).
     func section(_ key: String) throws(ConfigurationError) -> ConfigSection {
         try ConfigSection(node: node(key), path: label(key))

@@ -74,33 +74,15 @@ struct ConfigurationBuilder {
             }
             worker.id = id
         }
-        if let value = file.value("batchSize") {
-            worker.batchSize = try SettingParsing.integer(value, .from(1, to: 100_000))
-        }
-        if let value = file.value("batchWindowMs") {
-            worker.batchWindowMs = try SettingParsing.integer(value, .from(0, to: 10_000))
-        }
-        if let value = file.value("maxInFlight") {
-            worker.maxInFlight = try SettingParsing.integer(value, .from(1, to: 1_000_000))
-        }
-        if let value = file.value("resultFlushMs") {
-            worker.resultFlushMs = try SettingParsing.integer(value, .from(1, to: 10_000))
-        }
-        if let value = file.value("resultBatchSize") {
-            worker.resultBatchSize = try SettingParsing.integer(value, .from(1, to: 100_000))
-        }
-        if let value = file.value("shutdownTimeoutSeconds") {
-            worker.shutdownTimeoutSeconds = try SettingParsing.integer(value, .from(1, to: 3_600))
-        }
-        if let value = file.value("logLevel") {
-            worker.logLevel = try SettingParsing.choice(value)
-        }
-        if let value = file.value("logFormat") {
-            worker.logFormat = try SettingParsing.choice(value)
-        }
-        if let value = file.value("dedupeTTLSeconds") {
-            worker.dedupeTTLSeconds = try SettingParsing.integer(value, .from(60, to: 31_536_000))
-        }
+        try file.read("batchSize", .from(1, to: 100_000), into: &worker.batchSize)
+        try file.read("batchWindowMs", .from(0, to: 10_000), into: &worker.batchWindowMs)
+        try file.read("maxInFlight", .from(1, to: 1_000_000), into: &worker.maxInFlight)
+        try file.read("resultFlushMs", .from(1, to: 10_000), into: &worker.resultFlushMs)
+        try file.read("resultBatchSize", .from(1, to: 100_000), into: &worker.resultBatchSize)
+        try file.read("shutdownTimeoutSeconds", .from(1, to: 3_600), into: &worker.shutdownTimeoutSeconds)
+        try file.read("logLevel", into: &worker.logLevel)
+        try file.read("logFormat", into: &worker.logFormat)
+        try file.read("dedupeTTLSeconds", .from(60, to: 31_536_000), into: &worker.dedupeTTLSeconds)
         if let value = file.value("statusAddress") {
             worker.statusAddress = try SettingParsing.string(value)
         }
@@ -254,12 +236,8 @@ struct ConfigurationBuilder {
                 "\(urlValue.label) names the user \(quoted(username)) but no password is set: add it to the "
                     + "URL or set redis.password, APN_WORKER_REDIS_PASSWORD or --redis-password.")
         }
-        if let value = file.value("connectTimeoutMs") {
-            redis.connectTimeoutMs = try SettingParsing.integer(value, .from(1, to: 600_000))
-        }
-        if let value = file.value("commandTimeoutMs") {
-            redis.commandTimeoutMs = try SettingParsing.integer(value, .from(1, to: 600_000))
-        }
+        try file.read("connectTimeoutMs", .from(1, to: 600_000), into: &redis.connectTimeoutMs)
+        try file.read("commandTimeoutMs", .from(1, to: 600_000), into: &redis.commandTimeoutMs)
         return redis
     }
 
@@ -299,12 +277,8 @@ struct ConfigurationBuilder {
         let file = try root.section("limits")
         try file.checkKnown(["appPerSecond", "devicePerHour"])
         var limits = WorkerConfiguration.Limits()
-        if let value = file.value("appPerSecond") {
-            limits.appPerSecond = try SettingParsing.integer(value, .unlimitedOrMore)
-        }
-        if let value = file.value("devicePerHour") {
-            limits.devicePerHour = try SettingParsing.integer(value, .unlimitedOrMore)
-        }
+        try file.read("appPerSecond", .unlimitedOrMore, into: &limits.appPerSecond)
+        try file.read("devicePerHour", .unlimitedOrMore, into: &limits.devicePerHour)
         return limits
     }
 
@@ -347,9 +321,7 @@ struct ConfigurationBuilder {
 
         // The transport first: the environments' defaults depend on it.
         var transport = WorkerConfiguration.Transport.binary
-        if let value = section.value("transport") {
-            transport = try SettingParsing.choice(value)
-        }
+        try section.read("transport", into: &transport)
         // Environments next: the default environment depends on them.
         let environmentsSection = try section.section("environments")
         let environmentNames = WorkerConfiguration.APNSEnvironmentName.allCases.map(\.rawValue)
@@ -385,37 +357,22 @@ struct ConfigurationBuilder {
             app.bundleId = try SettingParsing.string(value).trimmingCharacters(in: .whitespaces)
         }
         app.transport = transport
-        if let value = section.value("poolSize") {
-            app.poolSize = try SettingParsing.integer(value, .from(1, to: 64))
-        }
-        if let value = section.value("cacheMaxCount") {
-            app.cacheMaxCount = try SettingParsing.integer(value, .atLeast(1))
-        }
-        if let value = section.value("cacheMaxBytes") {
-            app.cacheMaxBytes = try SettingParsing.integer(value, .atLeast(4096))
-        }
-        if let value = section.value("confirmationWindowMs") {
-            app.confirmationWindowMs = try SettingParsing.integer(value, .from(1, to: 60_000))
-        }
-        if let value = section.value("resendOnUnknown") {
-            app.resendOnUnknown = try SettingParsing.boolean(value)
-        }
-        if let value = section.value("connectRetryLimit") {
-            app.connectRetryLimit = try SettingParsing.integer(
-                value, IntegerRule(range: 0...1_000_000, wording: "0 (keep waiting for the gateway) or a whole number of failed connects from 1 to 1000000"))
-        }
+        try section.read("poolSize", .from(1, to: 64), into: &app.poolSize)
+        try section.read("cacheMaxCount", .atLeast(1), into: &app.cacheMaxCount)
+        try section.read("cacheMaxBytes", .atLeast(4096), into: &app.cacheMaxBytes)
+        try section.read("confirmationWindowMs", .from(1, to: 60_000), into: &app.confirmationWindowMs)
+        try section.read("resendOnUnknown", into: &app.resendOnUnknown)
+        try section.read("connectRetryLimit", IntegerRule(
+            range: 0...1_000_000,
+            wording: "0 (keep waiting for the gateway) or a whole number of failed connects from 1 to 1000000"
+        ), into: &app.connectRetryLimit)
         app.appPerSecond = limits.appPerSecond
-        if let value = section.value("appPerSecond") {
-            app.appPerSecond = try SettingParsing.integer(value, .unlimitedOrMore)
-        }
+        try section.read("appPerSecond", .unlimitedOrMore, into: &app.appPerSecond)
         app.devicePerHour = limits.devicePerHour
-        if let value = section.value("devicePerHour") {
-            app.devicePerHour = try SettingParsing.integer(value, .unlimitedOrMore)
-        }
-        if let value = section.value("feedbackIntervalSeconds") {
-            app.feedbackIntervalSeconds = try SettingParsing.integer(
-                value, IntegerRule(range: 0...86_400, wording: "0 (no feedback polling) or a whole number from 1 to 86400"))
-        }
+        try section.read("devicePerHour", .unlimitedOrMore, into: &app.devicePerHour)
+        try section.read("feedbackIntervalSeconds", IntegerRule(
+            range: 0...86_400, wording: "0 (no feedback polling) or a whole number from 1 to 86400"
+        ), into: &app.feedbackIntervalSeconds)
         return app
     }
 
@@ -504,9 +461,7 @@ struct ConfigurationBuilder {
         if let value = section.value("ca") {
             environment.ca = try readableFile(value)
         }
-        if let value = section.value("verifyServer") {
-            environment.verifyServer = try SettingParsing.boolean(value)
-        }
+        try section.read("verifyServer", into: &environment.verifyServer)
         if transport == .http2 { environment.gateway = name.defaultHTTP2Gateway }
         if let value = section.value("gateway") {
             let defaultPort = transport == .http2 ? name.defaultHTTP2Gateway.port : name.defaultGateway.port
