@@ -66,6 +66,12 @@ struct ConfigSection {
         if let value = value(key) { target = try SettingParsing.integer(value, rule) }
     }
 
+    /// Sets `target` to the whole number of `unit`s that `key` holds, if it is set, checked
+    /// against `rule`.
+    func read(_ key: String, _ rule: IntegerRule, _ unit: Duration, into target: inout Duration) throws(ConfigurationError) {
+        if let value = value(key) { target = unit * (try SettingParsing.integer(value, rule)) }
+    }
+
     /// Sets `target` to the choice `key` holds, if it is set.
     func read<Choice: RawRepresentable & CaseIterable>(
         _ key: String, into target: inout Choice

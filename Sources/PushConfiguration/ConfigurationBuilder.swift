@@ -75,14 +75,14 @@ struct ConfigurationBuilder {
             worker.id = id
         }
         try file.read("batchSize", .from(1, to: 100_000), into: &worker.batchSize)
-        try file.read("batchWindowMs", .from(0, to: 10_000), into: &worker.batchWindowMs)
+        try file.read("batchWindowMs", .from(0, to: 10_000), .milliseconds(1), into: &worker.batchWindow)
         try file.read("maxInFlight", .from(1, to: 1_000_000), into: &worker.maxInFlight)
-        try file.read("resultFlushMs", .from(1, to: 10_000), into: &worker.resultFlushMs)
+        try file.read("resultFlushMs", .from(1, to: 10_000), .milliseconds(1), into: &worker.resultFlushInterval)
         try file.read("resultBatchSize", .from(1, to: 100_000), into: &worker.resultBatchSize)
-        try file.read("shutdownTimeoutSeconds", .from(1, to: 3_600), into: &worker.shutdownTimeoutSeconds)
+        try file.read("shutdownTimeoutSeconds", .from(1, to: 3_600), .seconds(1), into: &worker.shutdownTimeout)
         try file.read("logLevel", into: &worker.logLevel)
         try file.read("logFormat", into: &worker.logFormat)
-        try file.read("dedupeTTLSeconds", .from(60, to: 31_536_000), into: &worker.dedupeTTLSeconds)
+        try file.read("dedupeTTLSeconds", .from(60, to: 31_536_000), .seconds(1), into: &worker.dedupeTTL)
         if let value = file.value("statusAddress") {
             worker.statusAddress = try SettingParsing.string(value)
         }
@@ -236,8 +236,8 @@ struct ConfigurationBuilder {
                 "\(urlValue.label) names the user \(quoted(username)) but no password is set: add it to the "
                     + "URL or set redis.password, APN_WORKER_REDIS_PASSWORD or --redis-password.")
         }
-        try file.read("connectTimeoutMs", .from(1, to: 600_000), into: &redis.connectTimeoutMs)
-        try file.read("commandTimeoutMs", .from(1, to: 600_000), into: &redis.commandTimeoutMs)
+        try file.read("connectTimeoutMs", .from(1, to: 600_000), .milliseconds(1), into: &redis.connectTimeout)
+        try file.read("commandTimeoutMs", .from(1, to: 600_000), .milliseconds(1), into: &redis.commandTimeout)
         return redis
     }
 
@@ -360,7 +360,8 @@ struct ConfigurationBuilder {
         try section.read("poolSize", .from(1, to: 64), into: &app.poolSize)
         try section.read("cacheMaxCount", .atLeast(1), into: &app.cacheMaxCount)
         try section.read("cacheMaxBytes", .atLeast(4096), into: &app.cacheMaxBytes)
-        try section.read("confirmationWindowMs", .from(1, to: 60_000), into: &app.confirmationWindowMs)
+        try section.read(
+            "confirmationWindowMs", .from(1, to: 60_000), .milliseconds(1), into: &app.confirmationWindow)
         try section.read("resendOnUnknown", into: &app.resendOnUnknown)
         try section.read("connectRetryLimit", IntegerRule(
             range: 0...1_000_000,
@@ -372,7 +373,7 @@ struct ConfigurationBuilder {
         try section.read("devicePerHour", .unlimitedOrMore, into: &app.devicePerHour)
         try section.read("feedbackIntervalSeconds", IntegerRule(
             range: 0...86_400, wording: "0 (no feedback polling) or a whole number from 1 to 86400"
-        ), into: &app.feedbackIntervalSeconds)
+        ), .seconds(1), into: &app.feedbackInterval)
         return app
     }
 

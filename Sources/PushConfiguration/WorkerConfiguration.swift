@@ -46,57 +46,57 @@ extension WorkerConfiguration {
         public var id: String
         /// Most Kafka messages taken in one poll, 1...100000.
         public var batchSize: Int
-        /// How long a batch may keep gathering messages after its first, in milliseconds,
-        /// 0...10000 (0: take only what has already arrived).
-        public var batchWindowMs: Int
+        /// How long a batch may keep gathering messages after its first, 0...10000 ms
+        /// (`batchWindowMs`; 0: take only what has already arrived).
+        public var batchWindow: Duration
         /// Most notifications claimed but without a written result, 1...1000000.
         public var maxInFlight: Int
-        /// The result writer flushes at least this often, in milliseconds, 1...10000.
-        public var resultFlushMs: Int
+        /// The result writer flushes at least this often, 1...10000 ms (`resultFlushMs`).
+        public var resultFlushInterval: Duration
         /// ...or as soon as this many results are pending, 1...100000.
         public var resultBatchSize: Int
-        /// Upper bound on a graceful shutdown, in seconds, 1...3600.
-        public var shutdownTimeoutSeconds: Int
+        /// Upper bound on a graceful shutdown, 1...3600 s (`shutdownTimeoutSeconds`).
+        public var shutdownTimeout: Duration
         /// Least severe level that is logged.
         public var logLevel: LogLevel
         /// How log lines are written.
         public var logFormat: LogFormat
-        /// How long a job id is remembered to drop duplicates, in seconds, 60...31536000.
-        public var dedupeTTLSeconds: Int
+        /// How long a job id is remembered to drop duplicates, 60...31536000 s (`dedupeTTLSeconds`).
+        public var dedupeTTL: Duration
         /// Reserved for a future status endpoint; read but not used.
         public var statusAddress: String?
 
         public static let defaultBatchSize = 500
-        public static let defaultBatchWindowMs = 10
+        public static let defaultBatchWindow: Duration = .milliseconds(10)
         public static let defaultMaxInFlight = 20_000
-        public static let defaultResultFlushMs = 20
+        public static let defaultResultFlushInterval: Duration = .milliseconds(20)
         public static let defaultResultBatchSize = 2_000
-        public static let defaultShutdownTimeoutSeconds = 30
-        public static let defaultDedupeTTLSeconds = 86_400
+        public static let defaultShutdownTimeout: Duration = .seconds(30)
+        public static let defaultDedupeTTL: Duration = .seconds(86_400)
 
         public init(
             id: String,
             batchSize: Int = Worker.defaultBatchSize,
-            batchWindowMs: Int = Worker.defaultBatchWindowMs,
+            batchWindow: Duration = Worker.defaultBatchWindow,
             maxInFlight: Int = Worker.defaultMaxInFlight,
-            resultFlushMs: Int = Worker.defaultResultFlushMs,
+            resultFlushInterval: Duration = Worker.defaultResultFlushInterval,
             resultBatchSize: Int = Worker.defaultResultBatchSize,
-            shutdownTimeoutSeconds: Int = Worker.defaultShutdownTimeoutSeconds,
+            shutdownTimeout: Duration = Worker.defaultShutdownTimeout,
             logLevel: LogLevel = .info,
             logFormat: LogFormat = .json,
-            dedupeTTLSeconds: Int = Worker.defaultDedupeTTLSeconds,
+            dedupeTTL: Duration = Worker.defaultDedupeTTL,
             statusAddress: String? = nil
         ) {
             self.id = id
             self.batchSize = batchSize
-            self.batchWindowMs = batchWindowMs
+            self.batchWindow = batchWindow
             self.maxInFlight = maxInFlight
-            self.resultFlushMs = resultFlushMs
+            self.resultFlushInterval = resultFlushInterval
             self.resultBatchSize = resultBatchSize
-            self.shutdownTimeoutSeconds = shutdownTimeoutSeconds
+            self.shutdownTimeout = shutdownTimeout
             self.logLevel = logLevel
             self.logFormat = logFormat
-            self.dedupeTTLSeconds = dedupeTTLSeconds
+            self.dedupeTTL = dedupeTTL
             self.statusAddress = statusAddress
         }
 
@@ -183,20 +183,20 @@ extension WorkerConfiguration {
         public var password: String?
         /// Database index selected after connecting; 0 unless the URL names one.
         public var database: Int
-        /// How long opening the connection may take, in milliseconds.
-        public var connectTimeoutMs: Int
-        /// How long one command may take, in milliseconds.
-        public var commandTimeoutMs: Int
+        /// How long opening the connection may take (`connectTimeoutMs`).
+        public var connectTimeout: Duration
+        /// How long one command may take (`commandTimeoutMs`).
+        public var commandTimeout: Duration
 
         public static let defaultPort = 6379
-        public static let defaultConnectTimeoutMs = 2_000
-        public static let defaultCommandTimeoutMs = 5_000
+        public static let defaultConnectTimeout: Duration = .seconds(2)
+        public static let defaultCommandTimeout: Duration = .seconds(5)
 
         public init(
             url: String, host: String, port: Int = Redis.defaultPort, username: String? = nil,
             password: String? = nil, database: Int = 0,
-            connectTimeoutMs: Int = Redis.defaultConnectTimeoutMs,
-            commandTimeoutMs: Int = Redis.defaultCommandTimeoutMs
+            connectTimeout: Duration = Redis.defaultConnectTimeout,
+            commandTimeout: Duration = Redis.defaultCommandTimeout
         ) {
             self.url = url
             self.host = host
@@ -204,8 +204,8 @@ extension WorkerConfiguration {
             self.username = username
             self.password = password
             self.database = database
-            self.connectTimeoutMs = connectTimeoutMs
-            self.commandTimeoutMs = commandTimeoutMs
+            self.connectTimeout = connectTimeout
+            self.commandTimeout = commandTimeout
         }
 
         /// `host:port`, with an IPv6 host in brackets.
@@ -303,9 +303,9 @@ extension WorkerConfiguration {
         public var cacheMaxCount: Int
         /// Most bytes of sent notifications kept for resending, at least 4096.
         public var cacheMaxBytes: Int
-        /// How long a connection must stay quiet before its sends count as delivered, in
-        /// milliseconds, 1...60000.
-        public var confirmationWindowMs: Int
+        /// How long a connection must stay quiet before its sends count as delivered,
+        /// 1...60000 ms (`confirmationWindowMs`).
+        public var confirmationWindow: Duration
         /// Whether notifications whose fate is unknown after a connection loss are sent again.
         public var resendOnUnknown: Bool
         /// Failed connects in a row after which queued notifications fail with 515
@@ -317,16 +317,16 @@ extension WorkerConfiguration {
         /// Notifications per hour for one device of this app (0 = unlimited), resolved against
         /// ``Limits/devicePerHour``.
         public var devicePerHour: Int
-        /// Seconds between feedback-service polls; 0 turns polling off.
-        public var feedbackIntervalSeconds: Int
+        /// Time between feedback-service polls (`feedbackIntervalSeconds`); zero turns polling off.
+        public var feedbackInterval: Duration
         /// The configured environments: at least one.
         public var environments: [APNSEnvironmentName: AppEnvironment]
 
         public static let defaultPoolSize = 4
         public static let defaultCacheMaxCount = 50_000
         public static let defaultCacheMaxBytes = 33_554_432
-        public static let defaultConfirmationWindowMs = 1_000
-        public static let defaultFeedbackIntervalSeconds = 300
+        public static let defaultConfirmationWindow: Duration = .seconds(1)
+        public static let defaultFeedbackInterval: Duration = .seconds(300)
 
         public init(
             name: String,
@@ -336,11 +336,11 @@ extension WorkerConfiguration {
             poolSize: Int = App.defaultPoolSize,
             cacheMaxCount: Int = App.defaultCacheMaxCount,
             cacheMaxBytes: Int = App.defaultCacheMaxBytes,
-            confirmationWindowMs: Int = App.defaultConfirmationWindowMs,
+            confirmationWindow: Duration = App.defaultConfirmationWindow,
             resendOnUnknown: Bool = true,
             appPerSecond: Int = 0,
             devicePerHour: Int = 0,
-            feedbackIntervalSeconds: Int = App.defaultFeedbackIntervalSeconds,
+            feedbackInterval: Duration = App.defaultFeedbackInterval,
             environments: [APNSEnvironmentName: AppEnvironment]
         ) {
             self.name = name
@@ -350,11 +350,11 @@ extension WorkerConfiguration {
             self.poolSize = poolSize
             self.cacheMaxCount = cacheMaxCount
             self.cacheMaxBytes = cacheMaxBytes
-            self.confirmationWindowMs = confirmationWindowMs
+            self.confirmationWindow = confirmationWindow
             self.resendOnUnknown = resendOnUnknown
             self.appPerSecond = appPerSecond
             self.devicePerHour = devicePerHour
-            self.feedbackIntervalSeconds = feedbackIntervalSeconds
+            self.feedbackInterval = feedbackInterval
             self.environments = environments
         }
 

@@ -153,8 +153,8 @@ private func parseError(
     #expect(config.configFile == path)
     #expect(config.warnings.isEmpty)
     #expect(config.worker == WorkerConfiguration.Worker(
-        id: "worker-a", batchSize: 250, batchWindowMs: 0, maxInFlight: 10000, resultFlushMs: 15, resultBatchSize: 1000,
-        shutdownTimeoutSeconds: 45, logLevel: .debug, logFormat: .text, dedupeTTLSeconds: 3600,
+        id: "worker-a", batchSize: 250, batchWindow: .zero, maxInFlight: 10000, resultFlushInterval: .milliseconds(15),
+        resultBatchSize: 1000, shutdownTimeout: .seconds(45), logLevel: .debug, logFormat: .text, dedupeTTL: .seconds(3600),
         statusAddress: nil))
     #expect(config.kafka.bootstrapServers == "k1:9092,k2:9092")
     #expect(config.kafka.groupId == "my-group")
@@ -167,8 +167,8 @@ private func parseError(
     #expect(config.redis.database == 2)
     #expect(config.redis.username == "user")
     #expect(config.redis.password == "pa@ss")
-    #expect(config.redis.connectTimeoutMs == 1500)
-    #expect(config.redis.commandTimeoutMs == 4000)
+    #expect(config.redis.connectTimeout == .milliseconds(1500))
+    #expect(config.redis.commandTimeout == .milliseconds(4000))
     #expect(config.redis.description == "redis://user:***@redis.local:6380/2")
 
     #expect(config.limits == WorkerConfiguration.Limits(appPerSecond: 100, devicePerHour: 20))
@@ -181,11 +181,11 @@ private func parseError(
     #expect(app.poolSize == 8)
     #expect(app.cacheMaxCount == 1000)
     #expect(app.cacheMaxBytes == 8192)
-    #expect(app.confirmationWindowMs == 500)
+    #expect(app.confirmationWindow == .milliseconds(500))
     #expect(app.resendOnUnknown == false)
     #expect(app.appPerSecond == 7)
     #expect(app.devicePerHour == 20)  // null: falls back to limits.devicePerHour
-    #expect(app.feedbackIntervalSeconds == 0)
+    #expect(app.feedbackInterval == .zero)
 
     let production = try #require(app.environments[.production])
     #expect(production.credentials == .pem(certificate: fixture.path("cert.pem"), key: fixture.path("key.pem")))
@@ -283,14 +283,14 @@ private func parseError(
     let config = try parse(fixture.minimalYAML())
     #expect(config.worker == WorkerConfiguration.Worker(id: "host-42"))
     #expect(config.worker.batchSize == 500)
-    #expect(config.worker.batchWindowMs == 10)
+    #expect(config.worker.batchWindow == .milliseconds(10))
     #expect(config.worker.maxInFlight == 20000)
-    #expect(config.worker.resultFlushMs == 20)
+    #expect(config.worker.resultFlushInterval == .milliseconds(20))
     #expect(config.worker.resultBatchSize == 2000)
-    #expect(config.worker.shutdownTimeoutSeconds == 30)
+    #expect(config.worker.shutdownTimeout == .seconds(30))
     #expect(config.worker.logLevel == .info)
     #expect(config.worker.logFormat == .json)
-    #expect(config.worker.dedupeTTLSeconds == 86400)
+    #expect(config.worker.dedupeTTL == .seconds(86400))
     #expect(config.worker.statusAddress == nil)
     #expect(config.kafka.groupId == "apn-worker")
     #expect(config.kafka.requestsTopic == "apn.requests")
@@ -299,8 +299,8 @@ private func parseError(
     #expect(config.redis.port == 6379)
     #expect(config.redis.database == 0)
     #expect(config.redis.password == nil)
-    #expect(config.redis.connectTimeoutMs == 2000)
-    #expect(config.redis.commandTimeoutMs == 5000)
+    #expect(config.redis.connectTimeout == .milliseconds(2000))
+    #expect(config.redis.commandTimeout == .milliseconds(5000))
     #expect(config.limits == WorkerConfiguration.Limits(appPerSecond: 0, devicePerHour: 0))
 
     let app = try #require(config.apps["com.example.app"])
@@ -310,11 +310,11 @@ private func parseError(
     #expect(app.poolSize == 4)
     #expect(app.cacheMaxCount == 50000)
     #expect(app.cacheMaxBytes == 33_554_432)
-    #expect(app.confirmationWindowMs == 1000)
+    #expect(app.confirmationWindow == .milliseconds(1000))
     #expect(app.resendOnUnknown)
     #expect(app.appPerSecond == 0)
     #expect(app.devicePerHour == 0)
-    #expect(app.feedbackIntervalSeconds == 300)
+    #expect(app.feedbackInterval == .seconds(300))
     let production = try #require(app.environments[.production])
     #expect(production.passphrase == nil)
     #expect(production.ca == nil)
@@ -365,8 +365,8 @@ private func parseError(
     ]
     let config = try parse(yaml, environment: environment)
     #expect(config.worker == WorkerConfiguration.Worker(
-        id: "from-env", batchSize: 200, maxInFlight: 300, shutdownTimeoutSeconds: 60, logLevel: .trace,
-        logFormat: .text, dedupeTTLSeconds: 600))
+        id: "from-env", batchSize: 200, maxInFlight: 300, shutdownTimeout: .seconds(60), logLevel: .trace,
+        logFormat: .text, dedupeTTL: .seconds(600)))
     #expect(config.kafka.bootstrapServers == "env:9092")
     #expect(config.kafka.groupId == "env-group")
     #expect(config.kafka.requestsTopic == "env.requests")
@@ -414,7 +414,7 @@ private func parseError(
     #expect(config.worker.maxInFlight == 8)
     #expect(config.worker.logLevel == .notice)
     #expect(config.worker.logFormat == .text)
-    #expect(config.worker.shutdownTimeoutSeconds == 9)
+    #expect(config.worker.shutdownTimeout == .seconds(9))
     #expect(config.kafka.bootstrapServers == "flag:9092")
     #expect(config.kafka.groupId == "flag-group")
     #expect(config.kafka.requestsTopic == "flag.requests")
