@@ -14,12 +14,13 @@ extension WorkerConfiguration {
     ///
     /// - Parameters:
     ///   - overrides: the command-line flags.
-    ///   - environment: the environment variables to read (`APN_WORKER_*`).
+    ///   - environment: the environment variables to read (`APN_WORKER_*`); the executable
+    ///     passes the process's, the library never reads it by itself.
     ///   - hostname, pid: used for the default worker id, `<hostname>-<pid>`.
     /// - Throws: ``ConfigurationError`` whose message names the setting and what is allowed.
     public static func load(
         overrides: ConfigurationOverrides = ConfigurationOverrides(),
-        environment: [String: String] = ProcessInfo.processInfo.environment,
+        environment: [String: String],
         hostname: String = ProcessInfo.processInfo.hostName,
         pid: Int32 = ProcessInfo.processInfo.processIdentifier
     ) throws(ConfigurationError) -> WorkerConfiguration {

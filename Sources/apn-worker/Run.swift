@@ -55,7 +55,8 @@ struct Run: AsyncParsableCommand {
                 configPath: config, workerId: workerId, brokers: brokers, group: group,
                 requestsTopic: requestsTopic, resultsTopic: resultsTopic, kafkaProperties: kafkaProperties,
                 redisURL: redis, redisPassword: redisPassword, batchSize: batchSize, maxInFlight: maxInFlight,
-                logLevel: logLevel, logFormat: logFormat, shutdownTimeoutSeconds: shutdownTimeout))
+                logLevel: logLevel, logFormat: logFormat, shutdownTimeoutSeconds: shutdownTimeout),
+                environment: ProcessInfo.processInfo.environment)
             options = try configuration.makeOptions()
         } catch {
             printError(error.message)
