@@ -223,8 +223,9 @@ struct ConfigurationBuilder {
 
         // An empty password in the URL (`redis://:@host`) is no password.
         var redis = WorkerConfiguration.Redis(
-            url: url, host: parsed.host, port: parsed.port, username: parsed.username,
-            password: parsed.password?.isEmpty == false ? parsed.password : nil, database: parsed.database)
+            host: parsed.host, port: parsed.port, username: parsed.username,
+            password: parsed.password?.isEmpty == false ? parsed.password : nil, database: parsed.database,
+            connectTimeout: .seconds(2), commandTimeout: .seconds(5))
         if let value = file.value("password") {
             redis.password = try SettingParsing.string(value, allowEmpty: true)
             if redis.password?.isEmpty ?? true {

@@ -13,9 +13,6 @@ extension WorkerConfiguration {
         var properties = kafka.properties
         properties["bootstrap.servers"] = kafka.bootstrapServers
         properties["client.id"] = properties["client.id"] ?? "apn-worker-\(worker.id)"
-        let redisConfiguration = RedisConfiguration(
-            host: redis.host, port: redis.port, username: redis.username, password: redis.password,
-            database: redis.database, connectTimeout: redis.connectTimeout, commandTimeout: redis.commandTimeout)
 
         var apps: [String: AppOptions] = [:]
         for (name, app) in self.apps.sorted(by: { $0.key < $1.key }) {
@@ -108,7 +105,7 @@ extension WorkerConfiguration {
 
         var options = WorkerOptions(
             workerId: worker.id, kafka: KafkaConfiguration(properties), groupId: kafka.groupId,
-            requestsTopic: kafka.requestsTopic, resultsTopic: kafka.resultsTopic, redis: redisConfiguration, apps: apps)
+            requestsTopic: kafka.requestsTopic, resultsTopic: kafka.resultsTopic, redis: redis, apps: apps)
         options.groupInstanceId = kafka.groupInstanceId
         options.batchSize = worker.batchSize
         options.batchWindow = worker.batchWindow

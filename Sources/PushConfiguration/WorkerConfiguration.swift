@@ -1,4 +1,5 @@
 import Foundation
+import PushRedis
 
 /// The complete, validated settings of `apn-worker run`.
 ///
@@ -169,54 +170,10 @@ extension WorkerConfiguration {
         }
     }
 
-    /// The Redis server, from `redis://[[user]:password@]host[:port][/db]` plus overrides.
-    public struct Redis: Sendable, Hashable, CustomStringConvertible {
-        /// The URL as configured. It may hold a password: log ``description`` instead.
-        public var url: String
-        /// Host name or IP address (IPv6 without brackets).
-        public var host: String
-        /// TCP port, 1...65535; 6379 unless the URL names one.
-        public var port: Int
-        /// ACL user name from the URL, if any.
-        public var username: String?
-        /// The password: `redis.password` (or its variable or flag) when set, else the URL's.
-        public var password: String?
-        /// Database index selected after connecting; 0 unless the URL names one.
-        public var database: Int
-        /// How long opening the connection may take (`connectTimeoutMs`).
-        public var connectTimeout: Duration
-        /// How long one command may take (`commandTimeoutMs`).
-        public var commandTimeout: Duration
-
-        public static let defaultPort = 6379
-        public static let defaultConnectTimeout: Duration = .seconds(2)
-        public static let defaultCommandTimeout: Duration = .seconds(5)
-
-        public init(
-            url: String, host: String, port: Int = Redis.defaultPort, username: String? = nil,
-            password: String? = nil, database: Int = 0,
-            connectTimeout: Duration = Redis.defaultConnectTimeout,
-            commandTimeout: Duration = Redis.defaultCommandTimeout
-        ) {
-            self.url = url
-            self.host = host
-            self.port = port
-            self.username = username
-            self.password = password
-            self.database = database
-            self.connectTimeout = connectTimeout
-            self.commandTimeout = commandTimeout
-        }
-
-        /// `host:port`, with an IPv6 host in brackets.
-        public var endpoint: String { HostPort(host: host, port: port).description }
-
-        /// A URL-like summary with the password masked, safe to log.
-        public var description: String {
-            let credentials = password == nil ? "" : "\(username ?? ""):***@"
-            return "redis://\(credentials)\(endpoint)/\(database)"
-        }
-    }
+    /// The Redis server, from `redis.url` (`redis://[[user]:password@]host[:port][/db]`) with
+    /// `redis.password`, `redis.connectTimeoutMs` (2 s unless set) and `redis.commandTimeoutMs`
+    /// (5 s unless set): the connection settings PushRedis takes.
+    public typealias Redis = RedisConfiguration
 
     /// Default rate limits; 0 means unlimited.
     public struct Limits: Sendable, Hashable {
