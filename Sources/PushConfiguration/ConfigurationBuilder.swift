@@ -95,8 +95,7 @@ struct ConfigurationBuilder {
         let file = try root.section("kafka")
         try file.checkKnown(["bootstrapServers", "groupId", "groupInstanceId", "requestsTopic", "resultsTopic", "properties"])
 
-        guard let serversValue = file.value("bootstrapServers")
-        else {
+        guard let serversValue = file.value("bootstrapServers") else {
             throw required("kafka.bootstrapServers", variable: "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS", flag: "--brokers")
         }
         let servers = try SettingParsing.string(serversValue).trimmingCharacters(in: .whitespacesAndNewlines)
@@ -209,8 +208,7 @@ struct ConfigurationBuilder {
         if let value = file.value("tls"), try SettingParsing.boolean(value) {
             throw Self.redisTLSUnsupported(value.label)
         }
-        guard let urlValue = file.value("url")
-        else {
+        guard let urlValue = file.value("url") else {
             throw required("redis.url", variable: "APN_WORKER_REDIS_URL", flag: "--redis")
         }
         let url = try SettingParsing.string(urlValue)
