@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "APNSBinary", targets: ["APNSBinary"]),
         .library(name: "APNSSimulator", targets: ["APNSSimulator"]),
         .library(name: "PushWorker", targets: ["PushWorker"]),
+        .library(name: "PushConfiguration", targets: ["PushConfiguration"]),
         .library(name: "APNSHTTP2Core", targets: ["APNSHTTP2Core"]),
         .library(name: "APNSHTTP2", targets: ["APNSHTTP2"]),
     ],
@@ -40,7 +41,7 @@ let package = Package(
             pkgConfig: "hiredis",
             providers: [.apt(["libhiredis-dev"])]
         ),
-        .target(name: "PushKafka", dependencies: ["CRdKafka"]),
+        .target(name: "PushKafka", dependencies: ["CRdKafka", .product(name: "Logging", package: "swift-log")]),
         .target(name: "PushRedis", dependencies: ["CHiredis", .product(name: "Crypto", package: "swift-crypto")]),
 
         // MARK: APNs
@@ -119,6 +120,20 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "DequeModule", package: "swift-collections"),
+            ]
+        ),
+        // `apn-worker run`'s configuration: file (YAML or JSON), environment and flags, validated
+        // once into the options the worker runs with.
+        .target(
+            name: "PushConfiguration",
+            dependencies: [
+                "PushWorker",
+                "APNSCore",
+                "APNSBinary",
+                "APNSHTTP2",
+                "APNSHTTP2Core",
+                "PushKafka",
+                "PushRedis",
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "AsyncAlgorithms", package: "swift-async-algorithms"),
@@ -128,6 +143,7 @@ let package = Package(
             name: "apn-worker",
             dependencies: [
                 "PushWorker",
+                "PushConfiguration",
                 "APNSCore",
                 "APNSBinary",
                 "APNSSimulator",
@@ -172,7 +188,9 @@ let package = Package(
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
             ]
         ),
-        .testTarget(name: "PushKafkaTests", dependencies: ["PushKafka"]),
+        .testTarget(
+            name: "PushKafkaTests", dependencies: ["PushKafka", .product(name: "Logging", package: "swift-log")]
+        ),
         .target(name: "PushTestSupport", dependencies: ["PushRedis", "APNSCore"], path: "Tests/PushTestSupport"),
         .testTarget(name: "PushRedisTests", dependencies: ["PushRedis", "PushTestSupport"]),
         .target(name: "PushWorkerFuzzing", dependencies: ["PushWorker", "APNSCore", "APNSHTTP2Core"], path: "Tests/PushWorkerFuzzing"),
@@ -183,6 +201,7 @@ let package = Package(
                 "PushWorkerFuzzing",
             ]
         ),
+        .testTarget(name: "PushConfigurationTests", dependencies: ["PushConfiguration", "PushTestSupport"]),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [

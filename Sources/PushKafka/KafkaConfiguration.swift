@@ -1,4 +1,5 @@
 import CRdKafka
+import Logging
 
 /// librdkafka configuration properties (see librdkafka's CONFIGURATION.md) with
 /// typed accessors for the common ones.
@@ -6,12 +7,36 @@ import CRdKafka
 /// Properties are only validated when a client is created: an unknown property
 /// or invalid value makes `KafkaProducer`/`KafkaConsumer` init throw a
 /// `KafkaError` naming the property.
+///
+/// Two configurations are equal when their properties are; the logger does not count.
 public struct KafkaConfiguration: Sendable, Hashable {
     public var properties: [String: String]
+    /// Where librdkafka's own log lines go, with `kafka.facility` and `kafka.client` metadata,
+    /// instead of librdkafka's `%4|…|rdkafka#…` lines. `nil`: ``defaultLogger``.
+    public var logger: Logger?
 
-    public init(_ properties: [String: String] = [:]) {
-        self.properties = properties
+    /// The label librdkafka's lines are logged under.
+    public static let loggerLabel = "rdkafka"
+
+    /// A logger that writes every line librdkafka emits (its `log_level` property filters) to
+    /// standard error, where librdkafka would have written them, whatever the logging system's
+    /// bootstrap: a process that bootstraps it passes its own ``logger``.
+    public static var defaultLogger: Logger {
+        Logger(label: loggerLabel) { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = .trace
+            return handler
+        }
     }
+
+    public init(_ properties: [String: String] = [:], logger: Logger? = nil) {
+        self.properties = properties
+        self.logger = logger
+    }
+
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.properties == rhs.properties }
+
+    public func hash(into hasher: inout Hasher) { hasher.combine(properties) }
 
     public subscript(key: String) -> String? {
         get { properties[key] }
@@ -56,10 +81,15 @@ public struct KafkaConfiguration: Sendable, Hashable {
         set { properties["message.timeout.ms"] = newValue.map { String($0.milliseconds) } }
     }
 
-    /// Builds an `rd_kafka_conf_t` from `defaults` overridden by `properties`.
+    /// The logger a new client sends librdkafka's lines to.
+    var clientLogger: Logger { logger ?? Self.defaultLogger }
+
+    /// Builds an `rd_kafka_conf_t` from `defaults` overridden by `properties`, with librdkafka's
+    /// log lines routed to swift-log (through the ``ClientContext`` the caller sets as opaque).
     /// The caller owns the result (`rd_kafka_new` takes it over on success).
     func makeConf(defaults: [String: String]) throws(KafkaError) -> OpaquePointer {
         let conf = rd_kafka_conf_new()!
+        rd_kafka_conf_set_log_cb(conf, logCallback)
         let merged = defaults.merging(properties) { _, user in user }
         for (name, value) in merged.sorted(by: { $0.key < $1.key }) {
             var errstr = [CChar](repeating: 0, count: 512)

@@ -42,14 +42,14 @@ public final class KafkaConsumer: Sendable {
         let (events, continuation) = AsyncStream.makeStream(of: KafkaRebalanceEvent.self)
         let context = ConsumerContext(onRevoke: onRevoke, events: continuation)
         // Balanced by the release after rd_kafka_destroy in deinit.
-        let opaque = Unmanaged.passRetained(context).toOpaque()
-        rd_kafka_conf_set_opaque(conf, opaque)
+        let clientContext = Unmanaged.passRetained(ClientContext(logger: configuration.clientLogger, consumer: context))
+        rd_kafka_conf_set_opaque(conf, clientContext.toOpaque())
         rd_kafka_conf_set_rebalance_cb(conf, rebalanceCallback)
         let rk: OpaquePointer
         do {
             rk = try makeClient(RD_KAFKA_CONSUMER, conf)
         } catch {
-            Unmanaged<ConsumerContext>.fromOpaque(opaque).release()
+            clientContext.release()
             throw error
         }
         rd_kafka_poll_set_consumer(rk)
@@ -63,9 +63,10 @@ public final class KafkaConsumer: Sendable {
         let (client, context) = (client, context)
         pollQueue.async {
             if context.markClosed() { _ = rd_kafka_consumer_close(client.pointer) }
+            let opaque = rd_kafka_opaque(client.pointer)
             rd_kafka_destroy(client.pointer)
             context.events.finish()
-            Unmanaged.passUnretained(context).release()
+            if let opaque { Unmanaged<ClientContext>.fromOpaque(opaque).release() }
         }
     }
 
@@ -216,8 +217,8 @@ public final class KafkaConsumer: Sendable {
     }
 }
 
-/// What the rebalance callback needs; passed to librdkafka as the handle's opaque.
-private final class ConsumerContext: Sendable {
+/// What the rebalance callback needs; reached through the handle's ``ClientContext``.
+final class ConsumerContext: Sendable {
     let onRevoke: @Sendable ([TopicPartition]) -> Void
     let events: AsyncStream<KafkaRebalanceEvent>.Continuation
     private let state = Mutex<(closed: Bool, pendingError: KafkaError?)>((false, nil))
@@ -286,7 +287,7 @@ private final class ConsumerContext: Sendable {
 
 private let rebalanceCallback: @convention(c) (OpaquePointer?, rd_kafka_resp_err_t, CPartitionList?, UnsafeMutableRawPointer?) -> Void = { rk, err, list, opaque in
     guard let rk, let list, let opaque else { return }
-    Unmanaged<ConsumerContext>.fromOpaque(opaque).takeUnretainedValue().rebalance(rk, err, list)
+    Unmanaged<ClientContext>.fromOpaque(opaque).takeUnretainedValue().consumer?.rebalance(rk, err, list)
 }
 
 private func consumerError(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> KafkaError {

@@ -17,7 +17,15 @@ public final class KafkaProducer: Sendable {
     public init(configuration: KafkaConfiguration) throws(KafkaError) {
         let conf = try configuration.makeConf(defaults: ["enable.idempotence": "true", "acks": "all"])
         rd_kafka_conf_set_dr_msg_cb(conf, deliveryReportCallback)
-        client = RdKafkaHandle(try makeClient(RD_KAFKA_PRODUCER, conf))
+        // Balanced by the release after rd_kafka_destroy at the end of the poll loop.
+        let context = Unmanaged.passRetained(ClientContext(logger: configuration.clientLogger))
+        rd_kafka_conf_set_opaque(conf, context.toOpaque())
+        do {
+            client = RdKafkaHandle(try makeClient(RD_KAFKA_PRODUCER, conf))
+        } catch {
+            context.release()
+            throw error
+        }
         runtime = ProducerRuntime()
         let (client, runtime) = (client, runtime)
         DispatchQueue(label: "PushKafka.KafkaProducer.poll").async { runtime.pollLoop(client.pointer) }
@@ -169,7 +177,9 @@ private final class ProducerRuntime: Sendable {
         }
         _ = rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT)
         _ = rd_kafka_flush(rk, 5000) // serves the purge reports
+        let opaque = rd_kafka_opaque(rk)
         rd_kafka_destroy(rk)
+        if let opaque { Unmanaged<ClientContext>.fromOpaque(opaque).release() }
     }
 }
 

@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import Logging
+import PushConfiguration
+import PushKafka
 import PushWorker
 import ServiceLifecycle
 
@@ -48,13 +50,14 @@ struct Run: AsyncParsableCommand {
 
     func run() async throws {
         let configuration: WorkerConfiguration
-        let options: WorkerOptions
+        var options: WorkerOptions
         do {
             configuration = try WorkerConfiguration.load(overrides: ConfigurationOverrides(
                 configPath: config, workerId: workerId, brokers: brokers, group: group,
                 requestsTopic: requestsTopic, resultsTopic: resultsTopic, kafkaProperties: kafkaProperties,
                 redisURL: redis, redisPassword: redisPassword, batchSize: batchSize, maxInFlight: maxInFlight,
-                logLevel: logLevel, logFormat: logFormat, shutdownTimeoutSeconds: shutdownTimeout))
+                logLevel: logLevel, logFormat: logFormat, shutdownTimeoutSeconds: shutdownTimeout),
+                environment: ProcessInfo.processInfo.environment)
             options = try configuration.makeOptions()
         } catch {
             printError(error.message)
@@ -70,6 +73,7 @@ struct Run: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "apn-worker")
+        options.kafka.logger = Logger(label: KafkaConfiguration.loggerLabel)
         for warning in configuration.warnings { logger.warning("\(warning)") }
 
         // The worker is a Service: SIGTERM or SIGINT shuts its group down gracefully.

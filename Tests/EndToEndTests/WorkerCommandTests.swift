@@ -71,4 +71,26 @@ struct WorkerCommandTests {
         #expect(result.stderr.contains(fragment), "\(result.stderr)")
         #expect(result.stderr.split(separator: "\n").count == 1, "one sentence: \(result.stderr)")
     }
+
+    @Test("run's standard error is JSON lines only, librdkafka's own lines included")
+    func librdkafkaLinesAreJSONLogLines() async throws {
+        // session.timeout.ms in the stack's config is a consumer property: the producer's
+        // librdkafka warns that it ignores it (CONFWARN), through the worker's logger.
+        let stack = try await WorkerStack.start()
+        try await stack.startWorker("json-log")
+        // Stop it once it has joined the group, when its signal handling is certainly in place.
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !stack.log(of: "json-log").contains("Partitions assigned"), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let status = await stack.stopWorker("json-log")
+        let lines = stack.log(of: "json-log").split(separator: "\n").filter { !$0.isEmpty }
+        await stack.shutdown()
+        #expect(status == 0)
+        let notJSON = lines.filter { jsonObject(String($0)) == nil }
+        #expect(notJSON.isEmpty, "not JSON: \(notJSON.prefix(3))")
+        let librdkafka = lines.compactMap { jsonObject(String($0)) }.filter { $0["label"] as? String == "rdkafka" }
+        #expect(!librdkafka.isEmpty, "no librdkafka line in: \(lines.prefix(5))")
+        #expect(librdkafka.allSatisfy { $0["kafka.facility"] is String && $0["kafka.client"] is String })
+    }
 }

@@ -99,4 +99,26 @@ struct URLTests {
         let configuration = try RedisConfiguration(url: "redis://worker:topsecret@host:6380/4")
         #expect(configuration.description == "redis://worker:***@host:6380/4")
     }
+
+    @Test("RedisURL reads credentials as written; RedisConfiguration(url:) then needs a password")
+    func credentialsAsWritten() throws {
+        let userOnly = try RedisURL(parsing: "redis://u@h")
+        #expect(userOnly.username == "u")
+        #expect(userOnly.password == nil)
+        let emptyPassword = try RedisURL(parsing: "redis://u:@h:7/3")
+        #expect(emptyPassword.password == "")
+        #expect(emptyPassword.port == 7 && emptyPassword.database == 3)
+        #expect(throws: RedisError.self) { try RedisConfiguration(url: "redis://u@h") }
+    }
+
+    @Test("RedisURL names the problem and masks the password", arguments: [
+        ("redis://:pw@h:0", RedisURL.Problem.badPort("0"), "redis://:***@h:0"),
+        ("http://h", .unsupportedScheme("http"), "http://h"),
+        ("REDISS://h", .tls, "REDISS://h"),
+        ("redis://secret@h/x", .badDatabase("x"), "redis://:***@h/x"),
+        ("redis://h%:1", .invalidHostCharacter("h%"), "redis://h%:1"),
+    ])
+    func problems(url: String, problem: RedisURL.Problem, shown: String) {
+        #expect(throws: RedisURL.ParseError(problem: problem, redactedURL: shown)) { try RedisURL(parsing: url) }
+    }
 }

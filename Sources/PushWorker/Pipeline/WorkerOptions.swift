@@ -5,7 +5,7 @@ import PushKafka
 import PushRedis
 
 /// Everything a ``Worker`` runs with, resolved and checked (credentials loaded).
-/// ``WorkerConfiguration/makeOptions()`` builds it from the `run` configuration.
+/// PushConfiguration's `WorkerConfiguration.makeOptions()` builds it from the `run` configuration.
 public struct WorkerOptions: Sendable {
     /// The worker's name in results and logs.
     public var workerId: String

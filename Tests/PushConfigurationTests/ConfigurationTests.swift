@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-import PushWorker
+import PushConfiguration
 
 /// A temporary directory holding credential files and config files; removed on deinit.
 private final class Fixture {
@@ -153,8 +153,8 @@ private func parseError(
     #expect(config.configFile == path)
     #expect(config.warnings.isEmpty)
     #expect(config.worker == WorkerConfiguration.Worker(
-        id: "worker-a", batchSize: 250, batchWindowMs: 0, maxInFlight: 10000, resultFlushMs: 15, resultBatchSize: 1000,
-        shutdownTimeoutSeconds: 45, logLevel: .debug, logFormat: .text, dedupeTTLSeconds: 3600,
+        id: "worker-a", batchSize: 250, batchWindow: .zero, maxInFlight: 10000, resultFlushInterval: .milliseconds(15),
+        resultBatchSize: 1000, shutdownTimeout: .seconds(45), logLevel: .debug, logFormat: .text, dedupeTTL: .seconds(3600),
         statusAddress: nil))
     #expect(config.kafka.bootstrapServers == "k1:9092,k2:9092")
     #expect(config.kafka.groupId == "my-group")
@@ -167,8 +167,8 @@ private func parseError(
     #expect(config.redis.database == 2)
     #expect(config.redis.username == "user")
     #expect(config.redis.password == "pa@ss")
-    #expect(config.redis.connectTimeoutMs == 1500)
-    #expect(config.redis.commandTimeoutMs == 4000)
+    #expect(config.redis.connectTimeout == .milliseconds(1500))
+    #expect(config.redis.commandTimeout == .milliseconds(4000))
     #expect(config.redis.description == "redis://user:***@redis.local:6380/2")
 
     #expect(config.limits == WorkerConfiguration.Limits(appPerSecond: 100, devicePerHour: 20))
@@ -181,11 +181,11 @@ private func parseError(
     #expect(app.poolSize == 8)
     #expect(app.cacheMaxCount == 1000)
     #expect(app.cacheMaxBytes == 8192)
-    #expect(app.confirmationWindowMs == 500)
+    #expect(app.confirmationWindow == .milliseconds(500))
     #expect(app.resendOnUnknown == false)
     #expect(app.appPerSecond == 7)
     #expect(app.devicePerHour == 20)  // null: falls back to limits.devicePerHour
-    #expect(app.feedbackIntervalSeconds == 0)
+    #expect(app.feedbackInterval == .zero)
 
     let production = try #require(app.environments[.production])
     #expect(production.credentials == .pem(certificate: fixture.path("cert.pem"), key: fixture.path("key.pem")))
@@ -275,7 +275,7 @@ private func parseError(
     let message = errorMessage { () throws(ConfigurationError) in
         try WorkerConfiguration.load(overrides: ConfigurationOverrides(configPath: broken), environment: [:])
     }
-    #expect(message == "config file \(broken): line 3, column 24: expected ':' after the key but found character '\"'.")
+    #expect(message == "config file \(broken): line 3, column 24: expected ':' after an object member name.")
 }
 
 @Test func defaultsAreFilledIn() throws {
@@ -283,14 +283,14 @@ private func parseError(
     let config = try parse(fixture.minimalYAML())
     #expect(config.worker == WorkerConfiguration.Worker(id: "host-42"))
     #expect(config.worker.batchSize == 500)
-    #expect(config.worker.batchWindowMs == 10)
+    #expect(config.worker.batchWindow == .milliseconds(10))
     #expect(config.worker.maxInFlight == 20000)
-    #expect(config.worker.resultFlushMs == 20)
+    #expect(config.worker.resultFlushInterval == .milliseconds(20))
     #expect(config.worker.resultBatchSize == 2000)
-    #expect(config.worker.shutdownTimeoutSeconds == 30)
+    #expect(config.worker.shutdownTimeout == .seconds(30))
     #expect(config.worker.logLevel == .info)
     #expect(config.worker.logFormat == .json)
-    #expect(config.worker.dedupeTTLSeconds == 86400)
+    #expect(config.worker.dedupeTTL == .seconds(86400))
     #expect(config.worker.statusAddress == nil)
     #expect(config.kafka.groupId == "apn-worker")
     #expect(config.kafka.requestsTopic == "apn.requests")
@@ -299,8 +299,8 @@ private func parseError(
     #expect(config.redis.port == 6379)
     #expect(config.redis.database == 0)
     #expect(config.redis.password == nil)
-    #expect(config.redis.connectTimeoutMs == 2000)
-    #expect(config.redis.commandTimeoutMs == 5000)
+    #expect(config.redis.connectTimeout == .milliseconds(2000))
+    #expect(config.redis.commandTimeout == .milliseconds(5000))
     #expect(config.limits == WorkerConfiguration.Limits(appPerSecond: 0, devicePerHour: 0))
 
     let app = try #require(config.apps["com.example.app"])
@@ -310,11 +310,11 @@ private func parseError(
     #expect(app.poolSize == 4)
     #expect(app.cacheMaxCount == 50000)
     #expect(app.cacheMaxBytes == 33_554_432)
-    #expect(app.confirmationWindowMs == 1000)
+    #expect(app.confirmationWindow == .milliseconds(1000))
     #expect(app.resendOnUnknown)
     #expect(app.appPerSecond == 0)
     #expect(app.devicePerHour == 0)
-    #expect(app.feedbackIntervalSeconds == 300)
+    #expect(app.feedbackInterval == .seconds(300))
     let production = try #require(app.environments[.production])
     #expect(production.passphrase == nil)
     #expect(production.ca == nil)
@@ -365,8 +365,8 @@ private func parseError(
     ]
     let config = try parse(yaml, environment: environment)
     #expect(config.worker == WorkerConfiguration.Worker(
-        id: "from-env", batchSize: 200, maxInFlight: 300, shutdownTimeoutSeconds: 60, logLevel: .trace,
-        logFormat: .text, dedupeTTLSeconds: 600))
+        id: "from-env", batchSize: 200, maxInFlight: 300, shutdownTimeout: .seconds(60), logLevel: .trace,
+        logFormat: .text, dedupeTTL: .seconds(600)))
     #expect(config.kafka.bootstrapServers == "env:9092")
     #expect(config.kafka.groupId == "env-group")
     #expect(config.kafka.requestsTopic == "env.requests")
@@ -414,7 +414,7 @@ private func parseError(
     #expect(config.worker.maxInFlight == 8)
     #expect(config.worker.logLevel == .notice)
     #expect(config.worker.logFormat == .text)
-    #expect(config.worker.shutdownTimeoutSeconds == 9)
+    #expect(config.worker.shutdownTimeout == .seconds(9))
     #expect(config.kafka.bootstrapServers == "flag:9092")
     #expect(config.kafka.groupId == "flag-group")
     #expect(config.kafka.requestsTopic == "flag.requests")
@@ -517,7 +517,7 @@ private func parseError(
     #expect(parseError(fixture.minimalYAML(extra: "limits:\n  appPerSecond: 1\n  appPerSecond: 2"))
         == "config file /tmp/config.yaml: line 14, column 3: limits.appPerSecond is set twice; keep one.")
     #expect(parseError("{\"limits\": {\"a\": 1, \"a\": 2}}", path: "/tmp/c.json")
-        == "config file /tmp/c.json: line 1, column 21: the key \"a\" appears twice in the same object.")
+        == "config file /tmp/c.json: line 1, column 21: duplicate member name \"a\" in an object.")
 }
 
 @Test func missingRequiredSettingsSayWhereToSetThem() throws {
@@ -618,6 +618,13 @@ private func parseError(
         + "and '-', not \"bad/topic\".")
     #expect(parseError(fixture.minimalYAML(extra: "worker: [1, 2]"))
         == "worker must be a mapping of settings, not a list.")
+    // A variable for a setting in that section does not hide the file's mistake.
+    #expect(parseError(fixture.minimalYAML(extra: "worker: [1, 2]"), environment: ["APN_WORKER_ID": "w"])
+        == "worker must be a mapping of settings, not a list.")
+    // Variables and flags fill in a section the file leaves out, and say where a bad value came from.
+    #expect(try parse(fixture.minimalYAML(), environment: ["APN_WORKER_LIMITS_APP_PER_SECOND": " 4 "]).limits.appPerSecond == 4)
+    #expect(parseError(fixture.minimalYAML(extra: "worker:\n  batchSize: 5"), overrides: ConfigurationOverrides(batchSize: -2))
+        == "--batch-size must be a whole number from 1 to 100000, not -2.")
     #expect(parseError("- a\n- b\n")
         == "config file /tmp/config.yaml: the top level must be a mapping of settings (worker, kafka, redis, "
         + "limits, apps), not a list.")
@@ -785,11 +792,11 @@ private func parseError(
 
     let json = "{\n  \"kafka\": {\"bootstrapServers\": \"k\",}\n}"
     #expect(parseError(json, path: "/etc/apn-worker.json")
-        == "config file /etc/apn-worker.json: line 2, column 37: expected a key in double quotes but found character '}'.")
+        == "config file /etc/apn-worker.json: line 2, column 37: expected a string member name after ','.")
     #expect(parseError("{\"a\": tru}", path: "/c.json")
-        == "config file /c.json: line 1, column 7: expected a value but found character 't'.")
+        == "config file /c.json: line 1, column 7: invalid literal; expected 'true'.")
     #expect(parseError("", path: "/c.json")
-        == "config file /c.json: line 1, column 1: expected a value but found the end of file.")
+        == "config file /c.json: line 1, column 1: unexpected end of input; expected a value.")
 
     // An empty YAML file is an empty configuration.
     #expect(parseError("")?.hasPrefix("kafka.bootstrapServers is required") == true)
@@ -932,6 +939,7 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     #expect(try parse(fromFile).kafka.groupInstanceId == "apn-worker-1")
     let fromEnvironment = try parse(fromFile, environment: ["APN_WORKER_INSTANCE_ID": "apn-worker-2"])
     #expect(fromEnvironment.kafka.groupInstanceId == "apn-worker-2")
+    #expect(fromEnvironment.warnings.isEmpty)  // a setting, not a misspelt variable
     let bad = parseError(base, environment: ["APN_WORKER_INSTANCE_ID": "pod name/with spaces"])
     #expect(bad?.contains("APN_WORKER_INSTANCE_ID must be 1 to 249 letters") == true)
     let property = base.replacingOccurrences(
@@ -947,4 +955,22 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     #expect(try parse(limited).apps["com.example.app"]?.connectRetryLimit == 20)
     let negative = base.replacingOccurrences(of: "    environments:", with: "    connectRetryLimit: -1\n    environments:")
     #expect(parseError(negative)?.contains("connectRetryLimit must be 0 (keep waiting for the gateway)") == true)
+}
+
+// MARK: - JSON through APNSCore's parser
+
+@Test func jsonUnknownKeysAreNamedInNameOrderAndAByteOrderMarkIsAllowed() throws {
+    let fixture = try Fixture()
+    let json = """
+        \u{FEFF}{"kafka": {"bootstrapServers": "k"}, "redis": {"url": "redis://r"}, "zeta": 1, "alpha": 2,
+         "apps": {"a": {"environments": {"sandbox": {"pfx": "\(fixture.path("app.p12"))"}}}}}
+        """
+    #expect(parseError(json, path: "/c.json")
+        == "alpha: unknown setting; known settings here are worker, kafka, redis, limits, apps.")
+    let valid = json.replacingOccurrences(of: "\"zeta\": 1, \"alpha\": 2,", with: "")
+    #expect(try parse(valid, path: "/c.json").apps["a"]?.defaultEnvironment == .sandbox)
+    #expect(try parse(valid, path: "/c.conf").apps["a"]?.defaultEnvironment == .sandbox)
+    // Columns count characters, not bytes.
+    #expect(parseError("{\"é\": x}", path: "/c.json")
+        == "config file /c.json: line 1, column 7: unexpected character 'x'; expected a value.")
 }

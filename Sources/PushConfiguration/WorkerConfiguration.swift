@@ -1,4 +1,5 @@
 import Foundation
+import PushRedis
 
 /// The complete, validated settings of `apn-worker run`.
 ///
@@ -46,57 +47,57 @@ extension WorkerConfiguration {
         public var id: String
         /// Most Kafka messages taken in one poll, 1...100000.
         public var batchSize: Int
-        /// How long a batch may keep gathering messages after its first, in milliseconds,
-        /// 0...10000 (0: take only what has already arrived).
-        public var batchWindowMs: Int
+        /// How long a batch may keep gathering messages after its first, 0...10000 ms
+        /// (`batchWindowMs`; 0: take only what has already arrived).
+        public var batchWindow: Duration
         /// Most notifications claimed but without a written result, 1...1000000.
         public var maxInFlight: Int
-        /// The result writer flushes at least this often, in milliseconds, 1...10000.
-        public var resultFlushMs: Int
+        /// The result writer flushes at least this often, 1...10000 ms (`resultFlushMs`).
+        public var resultFlushInterval: Duration
         /// ...or as soon as this many results are pending, 1...100000.
         public var resultBatchSize: Int
-        /// Upper bound on a graceful shutdown, in seconds, 1...3600.
-        public var shutdownTimeoutSeconds: Int
+        /// Upper bound on a graceful shutdown, 1...3600 s (`shutdownTimeoutSeconds`).
+        public var shutdownTimeout: Duration
         /// Least severe level that is logged.
         public var logLevel: LogLevel
         /// How log lines are written.
         public var logFormat: LogFormat
-        /// How long a job id is remembered to drop duplicates, in seconds, 60...31536000.
-        public var dedupeTTLSeconds: Int
+        /// How long a job id is remembered to drop duplicates, 60...31536000 s (`dedupeTTLSeconds`).
+        public var dedupeTTL: Duration
         /// Reserved for a future status endpoint; read but not used.
         public var statusAddress: String?
 
         public static let defaultBatchSize = 500
-        public static let defaultBatchWindowMs = 10
+        public static let defaultBatchWindow: Duration = .milliseconds(10)
         public static let defaultMaxInFlight = 20_000
-        public static let defaultResultFlushMs = 20
+        public static let defaultResultFlushInterval: Duration = .milliseconds(20)
         public static let defaultResultBatchSize = 2_000
-        public static let defaultShutdownTimeoutSeconds = 30
-        public static let defaultDedupeTTLSeconds = 86_400
+        public static let defaultShutdownTimeout: Duration = .seconds(30)
+        public static let defaultDedupeTTL: Duration = .seconds(86_400)
 
         public init(
             id: String,
             batchSize: Int = Worker.defaultBatchSize,
-            batchWindowMs: Int = Worker.defaultBatchWindowMs,
+            batchWindow: Duration = Worker.defaultBatchWindow,
             maxInFlight: Int = Worker.defaultMaxInFlight,
-            resultFlushMs: Int = Worker.defaultResultFlushMs,
+            resultFlushInterval: Duration = Worker.defaultResultFlushInterval,
             resultBatchSize: Int = Worker.defaultResultBatchSize,
-            shutdownTimeoutSeconds: Int = Worker.defaultShutdownTimeoutSeconds,
+            shutdownTimeout: Duration = Worker.defaultShutdownTimeout,
             logLevel: LogLevel = .info,
             logFormat: LogFormat = .json,
-            dedupeTTLSeconds: Int = Worker.defaultDedupeTTLSeconds,
+            dedupeTTL: Duration = Worker.defaultDedupeTTL,
             statusAddress: String? = nil
         ) {
             self.id = id
             self.batchSize = batchSize
-            self.batchWindowMs = batchWindowMs
+            self.batchWindow = batchWindow
             self.maxInFlight = maxInFlight
-            self.resultFlushMs = resultFlushMs
+            self.resultFlushInterval = resultFlushInterval
             self.resultBatchSize = resultBatchSize
-            self.shutdownTimeoutSeconds = shutdownTimeoutSeconds
+            self.shutdownTimeout = shutdownTimeout
             self.logLevel = logLevel
             self.logFormat = logFormat
-            self.dedupeTTLSeconds = dedupeTTLSeconds
+            self.dedupeTTL = dedupeTTL
             self.statusAddress = statusAddress
         }
 
@@ -169,54 +170,10 @@ extension WorkerConfiguration {
         }
     }
 
-    /// The Redis server, from `redis://[[user]:password@]host[:port][/db]` plus overrides.
-    public struct Redis: Sendable, Hashable, CustomStringConvertible {
-        /// The URL as configured. It may hold a password: log ``description`` instead.
-        public var url: String
-        /// Host name or IP address (IPv6 without brackets).
-        public var host: String
-        /// TCP port, 1...65535; 6379 unless the URL names one.
-        public var port: Int
-        /// ACL user name from the URL, if any.
-        public var username: String?
-        /// The password: `redis.password` (or its variable or flag) when set, else the URL's.
-        public var password: String?
-        /// Database index selected after connecting; 0 unless the URL names one.
-        public var database: Int
-        /// How long opening the connection may take, in milliseconds.
-        public var connectTimeoutMs: Int
-        /// How long one command may take, in milliseconds.
-        public var commandTimeoutMs: Int
-
-        public static let defaultPort = 6379
-        public static let defaultConnectTimeoutMs = 2_000
-        public static let defaultCommandTimeoutMs = 5_000
-
-        public init(
-            url: String, host: String, port: Int = Redis.defaultPort, username: String? = nil,
-            password: String? = nil, database: Int = 0,
-            connectTimeoutMs: Int = Redis.defaultConnectTimeoutMs,
-            commandTimeoutMs: Int = Redis.defaultCommandTimeoutMs
-        ) {
-            self.url = url
-            self.host = host
-            self.port = port
-            self.username = username
-            self.password = password
-            self.database = database
-            self.connectTimeoutMs = connectTimeoutMs
-            self.commandTimeoutMs = commandTimeoutMs
-        }
-
-        /// `host:port`, with an IPv6 host in brackets.
-        public var endpoint: String { HostPort(host: host, port: port).description }
-
-        /// A URL-like summary with the password masked, safe to log.
-        public var description: String {
-            let credentials = password == nil ? "" : "\(username ?? ""):***@"
-            return "redis://\(credentials)\(endpoint)/\(database)"
-        }
-    }
+    /// The Redis server, from `redis.url` (`redis://[[user]:password@]host[:port][/db]`) with
+    /// `redis.password`, `redis.connectTimeoutMs` (2 s unless set) and `redis.commandTimeoutMs`
+    /// (5 s unless set): the connection settings PushRedis takes.
+    public typealias Redis = RedisConfiguration
 
     /// Default rate limits; 0 means unlimited.
     public struct Limits: Sendable, Hashable {
@@ -303,9 +260,9 @@ extension WorkerConfiguration {
         public var cacheMaxCount: Int
         /// Most bytes of sent notifications kept for resending, at least 4096.
         public var cacheMaxBytes: Int
-        /// How long a connection must stay quiet before its sends count as delivered, in
-        /// milliseconds, 1...60000.
-        public var confirmationWindowMs: Int
+        /// How long a connection must stay quiet before its sends count as delivered,
+        /// 1...60000 ms (`confirmationWindowMs`).
+        public var confirmationWindow: Duration
         /// Whether notifications whose fate is unknown after a connection loss are sent again.
         public var resendOnUnknown: Bool
         /// Failed connects in a row after which queued notifications fail with 515
@@ -317,16 +274,16 @@ extension WorkerConfiguration {
         /// Notifications per hour for one device of this app (0 = unlimited), resolved against
         /// ``Limits/devicePerHour``.
         public var devicePerHour: Int
-        /// Seconds between feedback-service polls; 0 turns polling off.
-        public var feedbackIntervalSeconds: Int
+        /// Time between feedback-service polls (`feedbackIntervalSeconds`); zero turns polling off.
+        public var feedbackInterval: Duration
         /// The configured environments: at least one.
         public var environments: [APNSEnvironmentName: AppEnvironment]
 
         public static let defaultPoolSize = 4
         public static let defaultCacheMaxCount = 50_000
         public static let defaultCacheMaxBytes = 33_554_432
-        public static let defaultConfirmationWindowMs = 1_000
-        public static let defaultFeedbackIntervalSeconds = 300
+        public static let defaultConfirmationWindow: Duration = .seconds(1)
+        public static let defaultFeedbackInterval: Duration = .seconds(300)
 
         public init(
             name: String,
@@ -336,11 +293,11 @@ extension WorkerConfiguration {
             poolSize: Int = App.defaultPoolSize,
             cacheMaxCount: Int = App.defaultCacheMaxCount,
             cacheMaxBytes: Int = App.defaultCacheMaxBytes,
-            confirmationWindowMs: Int = App.defaultConfirmationWindowMs,
+            confirmationWindow: Duration = App.defaultConfirmationWindow,
             resendOnUnknown: Bool = true,
             appPerSecond: Int = 0,
             devicePerHour: Int = 0,
-            feedbackIntervalSeconds: Int = App.defaultFeedbackIntervalSeconds,
+            feedbackInterval: Duration = App.defaultFeedbackInterval,
             environments: [APNSEnvironmentName: AppEnvironment]
         ) {
             self.name = name
@@ -350,11 +307,11 @@ extension WorkerConfiguration {
             self.poolSize = poolSize
             self.cacheMaxCount = cacheMaxCount
             self.cacheMaxBytes = cacheMaxBytes
-            self.confirmationWindowMs = confirmationWindowMs
+            self.confirmationWindow = confirmationWindow
             self.resendOnUnknown = resendOnUnknown
             self.appPerSecond = appPerSecond
             self.devicePerHour = devicePerHour
-            self.feedbackIntervalSeconds = feedbackIntervalSeconds
+            self.feedbackInterval = feedbackInterval
             self.environments = environments
         }
 

@@ -2,31 +2,36 @@ import Foundation
 
 /// A value for one setting together with where it was set, for error messages.
 struct SettingValue {
-    enum Input {
-        /// From the config file.
-        case node(ConfigNode)
-        /// From an environment variable or a text flag.
-        case text(String)
-        /// From an integer flag.
-        case integer(Int)
-    }
-
     /// The dotted path in the config file, the environment variable or the flag.
     var label: String
-    var input: Input
+    var node: ConfigNode
 
     /// A short description of the value for error messages.
-    var shown: String {
-        switch input {
-        case .node(let node): node.shown
-        case .text(let text): quoted(text)
-        case .integer(let value): String(value)
-        }
+    var shown: String { node.shown }
+
+    /// The scalar's text, trimmed of white space when it came from a variable or flag, and
+    /// its kind; `nil` for a list or mapping.
+    private var scalar: (text: String, kind: ConfigScalar.Kind)? {
+        guard case .scalar(let scalar) = node else { return nil }
+        let text = scalar.kind == .text ? scalar.text.trimmingCharacters(in: .whitespacesAndNewlines) : scalar.text
+        return (text, scalar.kind)
     }
 
-    /// The highest-precedence value present: pass them flag first, then environment, then file.
-    static func first(_ candidates: SettingValue?...) -> SettingValue? {
-        candidates.lazy.compactMap { $0 }.first
+    /// The text of a setting read as a boolean or a choice: a string, or a boolean.
+    fileprivate var word: String? {
+        guard let scalar, scalar.kind != .integer, scalar.kind != .float else { return nil }
+        return scalar.text
+    }
+
+    /// The whole number written, YAML's ways for the file's integers, plain decimal for text.
+    fileprivate var integer: Int? {
+        guard let (text, kind) = scalar else { return nil }
+        switch kind {
+        case .integer: return SettingParsing.yamlInteger(text)
+        case .string: return SettingParsing.decimalInteger(text.trimmingCharacters(in: .whitespaces))
+        case .text: return SettingParsing.decimalInteger(text)
+        case .float, .boolean: return nil
+        }
     }
 }
 
@@ -53,22 +58,7 @@ struct IntegerRule {
 /// Typed readings of ``SettingValue``s; each throws a one-sentence error naming the setting.
 enum SettingParsing {
     static func integer(_ value: SettingValue, _ rule: IntegerRule) throws(ConfigurationError) -> Int {
-        let parsed: Int?
-        switch value.input {
-        case .integer(let number):
-            parsed = number
-        case .text(let text):
-            parsed = decimalInteger(text.trimmingCharacters(in: .whitespacesAndNewlines))
-        case .node(.scalar(let scalar)):
-            switch scalar.kind {
-            case .integer: parsed = yamlInteger(scalar.text)
-            case .string: parsed = decimalInteger(scalar.text.trimmingCharacters(in: .whitespaces))
-            case .float, .boolean: parsed = nil
-            }
-        case .node:
-            parsed = nil
-        }
-        guard let parsed, rule.range.contains(parsed) else {
+        guard let parsed = value.integer, rule.range.contains(parsed) else {
             throw ConfigurationError("\(value.label) must be \(rule.wording), not \(value.shown).")
         }
         return parsed
@@ -76,14 +66,10 @@ enum SettingParsing {
 
     /// A string; file scalars of any type are taken as written (`id: 0123` is "0123").
     static func string(_ value: SettingValue, allowEmpty: Bool = false) throws(ConfigurationError) -> String {
-        let text: String
-        switch value.input {
-        case .text(let string): text = string
-        case .integer(let number): text = String(number)
-        case .node(.scalar(let scalar)): text = scalar.text
-        case .node(let node):
-            throw ConfigurationError("\(value.label) must be text, not \(node.shown).")
+        guard case .scalar(let scalar) = value.node else {
+            throw ConfigurationError("\(value.label) must be text, not \(value.shown).")
         }
+        let text = scalar.text
         if !allowEmpty && text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty {
             throw ConfigurationError("\(value.label) must not be empty.")
         }
@@ -91,14 +77,7 @@ enum SettingParsing {
     }
 
     static func boolean(_ value: SettingValue) throws(ConfigurationError) -> Bool {
-        var text: String?
-        switch value.input {
-        case .text(let string): text = string.trimmingCharacters(in: .whitespacesAndNewlines)
-        case .node(.scalar(let scalar)) where scalar.kind == .boolean || scalar.kind == .string:
-            text = scalar.text
-        default: text = nil
-        }
-        switch text?.lowercased() {
+        switch value.word?.lowercased() {
         case "true", "yes", "on": return true
         case "false", "no", "off": return false
         default: throw ConfigurationError("\(value.label) must be true or false, not \(value.shown).")
@@ -113,13 +92,7 @@ enum SettingParsing {
         let wording = allowed.count == 2
             ? "\(allowed[0]) or \(allowed[1])"
             : "one of " + allowed.joined(separator: ", ")
-        var text: String?
-        switch value.input {
-        case .text(let string): text = string.trimmingCharacters(in: .whitespacesAndNewlines)
-        case .node(.scalar(let scalar)) where scalar.kind == .string: text = scalar.text
-        default: text = nil
-        }
-        guard let text, let choice = Choice.allCases.first(where: { $0.rawValue == text.lowercased() }) else {
+        guard let text = value.word, let choice = Choice.allCases.first(where: { $0.rawValue == text.lowercased() }) else {
             throw ConfigurationError("\(value.label) must be \(wording), not \(value.shown).")
         }
         return choice

@@ -1,3 +1,5 @@
+import APNSCore
+
 /// A config file's contents as a tree, the same for YAML and JSON.
 ///
 /// Scalars keep the text they were written with, so that a string setting written as `0123`
@@ -20,26 +22,48 @@ enum ConfigNode: Sendable {
     }
 }
 
+extension ConfigNode {
+    /// A JSON value as a tree. JSON objects have no order: their members are sorted by name,
+    /// so that the first unknown setting named is always the same one.
+    init(_ value: JSONValue) {
+        switch value {
+        case .null: self = .null
+        case .bool(let flag): self = .scalar(ConfigScalar(text: flag ? "true" : "false", kind: .boolean))
+        case .int(let number): self = .scalar(ConfigScalar(text: String(number), kind: .integer))
+        case .double(let number): self = .scalar(ConfigScalar(text: String(number), kind: .float))
+        case .string(let text): self = .scalar(ConfigScalar(text: text, kind: .string))
+        case .array(let items): self = .list(items.map(ConfigNode.init))
+        case .object(let members):
+            self = .map(members.sorted { $0.key < $1.key }.map { ConfigEntry(key: $0.key, value: ConfigNode($0.value)) })
+        }
+    }
+}
+
 /// One `key: value` pair of a mapping.
 struct ConfigEntry: Sendable {
     var key: String
     var value: ConfigNode
 }
 
-/// A scalar value and how the file typed it.
+/// A scalar value and how the file typed it, or where else it came from.
 struct ConfigScalar: Sendable {
     enum Kind: Sendable {
         case string
         case integer
         case float
         case boolean
+        /// Text from an environment variable or a flag: white space around numbers, booleans
+        /// and choices is ignored.
+        case text
     }
 
     var text: String
     var kind: Kind
+    /// The environment variable or flag that set the value; `nil` for the config file.
+    var origin: String? = nil
 
     var shown: String {
-        kind == .string ? quoted(text) : text
+        kind == .string || kind == .text ? quoted(text) : text
     }
 }
 

@@ -4,6 +4,7 @@ import APNSHTTP2
 import APNSHTTP2Core
 import PushKafka
 import PushRedis
+import PushWorker
 
 extension WorkerConfiguration {
     /// Resolves the configuration into what a ``Worker`` runs with: loads and checks every
@@ -12,10 +13,6 @@ extension WorkerConfiguration {
         var properties = kafka.properties
         properties["bootstrap.servers"] = kafka.bootstrapServers
         properties["client.id"] = properties["client.id"] ?? "apn-worker-\(worker.id)"
-        let redisConfiguration = RedisConfiguration(
-            host: redis.host, port: redis.port, username: redis.username, password: redis.password,
-            database: redis.database, connectTimeout: .milliseconds(redis.connectTimeoutMs),
-            commandTimeout: .milliseconds(redis.commandTimeoutMs))
 
         var apps: [String: AppOptions] = [:]
         for (name, app) in self.apps.sorted(by: { $0.key < $1.key }) {
@@ -48,7 +45,7 @@ extension WorkerConfiguration {
                     gateway.maxConnections = app.poolSize
                     gateway.cacheMaxCount = app.cacheMaxCount
                     gateway.cacheMaxBytes = app.cacheMaxBytes
-                    gateway.confirmationWindow = .milliseconds(app.confirmationWindowMs)
+                    gateway.confirmationWindow = app.confirmationWindow
                     gateway.resendOnUnknown = app.resendOnUnknown
                     gateway.connectionRetryLimit = app.connectRetryLimit == 0 ? nil : app.connectRetryLimit
                     gateway.maxPending = max(1, min(gateway.maxPending, worker.maxInFlight))
@@ -58,11 +55,11 @@ extension WorkerConfiguration {
                         throw ConfigurationError("apps.\(name): \(error.message).")
                     }
                     options = EnvironmentOptions(transport: .binary(gateway))
-                    if app.feedbackIntervalSeconds > 0 {
+                    if app.feedbackInterval > .zero {
                         var feedback = APNSFeedbackClient.Configuration(host: env.feedback.host, port: env.feedback.port, credentials: credentials)
                         feedback.verifyServer = env.verifyServer
                         options.feedback = feedback
-                        options.feedbackInterval = .seconds(app.feedbackIntervalSeconds)
+                        options.feedbackInterval = app.feedbackInterval
                     }
                 case .http2:
                     let authentication: APNSHTTP2Configuration.Authentication
@@ -108,15 +105,15 @@ extension WorkerConfiguration {
 
         var options = WorkerOptions(
             workerId: worker.id, kafka: KafkaConfiguration(properties), groupId: kafka.groupId,
-            requestsTopic: kafka.requestsTopic, resultsTopic: kafka.resultsTopic, redis: redisConfiguration, apps: apps)
+            requestsTopic: kafka.requestsTopic, resultsTopic: kafka.resultsTopic, redis: redis, apps: apps)
         options.groupInstanceId = kafka.groupInstanceId
         options.batchSize = worker.batchSize
-        options.batchWindow = .milliseconds(worker.batchWindowMs)
+        options.batchWindow = worker.batchWindow
         options.maxInFlight = worker.maxInFlight
-        options.resultFlushInterval = .milliseconds(worker.resultFlushMs)
+        options.resultFlushInterval = worker.resultFlushInterval
         options.resultBatchSize = worker.resultBatchSize
-        options.shutdownTimeout = .seconds(worker.shutdownTimeoutSeconds)
-        options.dedupeTTLSeconds = worker.dedupeTTLSeconds
+        options.shutdownTimeout = worker.shutdownTimeout
+        options.dedupeTTLSeconds = Int(worker.dedupeTTL.components.seconds)
         return options
     }
 }

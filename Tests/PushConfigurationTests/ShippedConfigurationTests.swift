@@ -2,7 +2,7 @@ import Foundation
 import PushTestSupport
 import Testing
 
-import PushWorker
+import PushConfiguration
 
 /// The configurations shipped in `deploy/` load with the worker's own loader, with their
 /// credential paths pointed at placeholder files.

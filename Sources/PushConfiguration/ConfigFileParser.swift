@@ -1,11 +1,13 @@
+import APNSCore
 import Foundation
 import Yams
 
 /// Turns the text of a config file into a ``ConfigNode`` tree.
 ///
-/// The syntax is chosen by the file's extension: `.yaml` and `.yml` are YAML, `.json` is
-/// JSON, and anything else is tried as JSON first, then as YAML. Syntax errors become a
-/// ``ConfigurationError`` of the form `config file PATH: line L, column C: problem.`
+/// The syntax is chosen by the file's extension: `.yaml` and `.yml` are YAML (through Yams),
+/// `.json` is JSON (through APNSCore's strict parser, the one that reads jobs), and anything
+/// else is tried as JSON first, then as YAML. Syntax errors become a ``ConfigurationError`` of
+/// the form `config file PATH: line L, column C: problem.`
 enum ConfigFileParser {
     enum Syntax {
         case yaml
@@ -33,7 +35,9 @@ enum ConfigFileParser {
         case .json:
             return try parseJSON(text, path: path)
         case .either:
-            if let node = try? JSONConfigParser.parse(text) { return node }
+            if let value = try? JSONValue.parse(Self.withoutByteOrderMark(text).utf8, maxDepth: ConfigLimits.maxDepth) {
+                return ConfigNode(value)
+            }
             // A document that starts like a JSON object or array was meant to be JSON: report
             // the JSON error, which is more precise than YAML's for it.
             let first = text.unicodeScalars.first { !" \t\r\n\u{FEFF}".unicodeScalars.contains($0) }
@@ -47,12 +51,36 @@ enum ConfigFileParser {
     // MARK: - JSON
 
     static func parseJSON(_ text: String, path: String) throws(ConfigurationError) -> ConfigNode {
+        let body = withoutByteOrderMark(text)
         do {
-            return try JSONConfigParser.parse(text)
+            return ConfigNode(try JSONValue.parse(body.utf8, maxDepth: ConfigLimits.maxDepth))
         } catch {
-            throw ConfigurationError(
-                "config file \(path): line \(error.line), column \(error.column): \(error.message).")
+            let (line, column) = lineAndColumn(ofByteOffset: error.offset, in: body)
+            // The parser's message starts "invalid JSON at byte N: "; the line and column replace that.
+            let problem = error.message.hasPrefix("invalid JSON at byte ")
+                ? error.message.drop { $0 != ":" }.dropFirst(2) : Substring(error.message)
+            throw ConfigurationError("config file \(path): line \(line), column \(column): \(problem).")
         }
+    }
+
+    /// A byte order mark is allowed before a JSON config file's text.
+    private static func withoutByteOrderMark(_ text: String) -> Substring {
+        text.unicodeScalars.first == "\u{FEFF}" ? Substring(text.unicodeScalars.dropFirst()) : Substring(text)
+    }
+
+    /// The 1-based line and column (counted in Unicode scalars) of a UTF-8 byte offset.
+    private static func lineAndColumn(ofByteOffset offset: Int, in text: Substring) -> (Int, Int) {
+        var line = 1
+        var column = 1
+        for byte in text.utf8.prefix(offset) {
+            if byte == UInt8(ascii: "\n") {
+                line += 1
+                column = 1
+            } else if byte & 0xC0 != 0x80 {
+                column += 1
+            }
+        }
+        return (line, column)
     }
 
     // MARK: - YAML

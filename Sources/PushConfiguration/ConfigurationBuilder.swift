@@ -1,96 +1,10 @@
 import Foundation
+import PushRedis
 
-extension WorkerConfiguration {
-    /// Environment variable naming the config file (`--config` wins over it).
-    public static let configPathVariable = "APN_WORKER_CONFIG"
-
-    /// Loads and validates the configuration of `apn-worker run`.
-    ///
-    /// The config file is `overrides.configPath`, else `APN_WORKER_CONFIG`; without either,
-    /// every required setting must come from the environment and flags, which is impossible
-    /// for `apps`, so the result is an error naming the missing file. Files referenced by apps
-    /// (certificate, key, pfx, ca, passphraseFile) must exist and be readable now; relative
-    /// paths are taken relative to the config file's directory.
-    ///
-    /// - Parameters:
-    ///   - overrides: the command-line flags.
-    ///   - environment: the environment variables to read (`APN_WORKER_*`).
-    ///   - hostname, pid: used for the default worker id, `<hostname>-<pid>`.
-    /// - Throws: ``ConfigurationError`` whose message names the setting and what is allowed.
-    public static func load(
-        overrides: ConfigurationOverrides = ConfigurationOverrides(),
-        environment: [String: String] = ProcessInfo.processInfo.environment,
-        hostname: String = ProcessInfo.processInfo.hostName,
-        pid: Int32 = ProcessInfo.processInfo.processIdentifier
-    ) throws(ConfigurationError) -> WorkerConfiguration {
-        var pathSource: (path: String, label: String)?
-        if let path = overrides.configPath {
-            pathSource = (path, "--config")
-        } else if let path = environment[configPathVariable], !path.isEmpty {
-            pathSource = (path, configPathVariable)
-        }
-        guard let (path, label) = pathSource else {
-            return try resolve(file: nil, filePath: nil, overrides: overrides, environment: environment,
-                               hostname: hostname, pid: pid)
-        }
-        let contents = try readConfigFile(path, label: label)
-        return try parse(fileContents: contents, path: path, overrides: overrides,
-                         environment: environment, hostname: hostname, pid: pid)
-    }
-
-    /// Validates the configuration given the text of a config file, as ``load(overrides:environment:hostname:pid:)``
-    /// does after reading it.
-    ///
-    /// `path` picks the syntax (by extension), names the file in messages and is the base of
-    /// relative paths in it. Unlike `load`, the process environment is not read unless passed.
-    public static func parse(
-        fileContents: String,
-        path: String,
-        overrides: ConfigurationOverrides = ConfigurationOverrides(),
-        environment: [String: String] = [:],
-        hostname: String = ProcessInfo.processInfo.hostName,
-        pid: Int32 = ProcessInfo.processInfo.processIdentifier
-    ) throws(ConfigurationError) -> WorkerConfiguration {
-        let root = try ConfigFileParser.parse(fileContents, path: path)
-        return try resolve(file: root, filePath: path, overrides: overrides, environment: environment,
-                           hostname: hostname, pid: pid)
-    }
-
-    /// Validates the configuration from an already-parsed file (or none).
-    static func resolve(
-        file: ConfigNode?, filePath: String?, overrides: ConfigurationOverrides,
-        environment: [String: String], hostname: String, pid: Int32
-    ) throws(ConfigurationError) -> WorkerConfiguration {
-        var builder = try ConfigurationBuilder(
-            file: file, filePath: filePath, overrides: overrides, environment: environment)
-        return try builder.build(hostname: hostname, pid: pid)
-    }
-
-    private static func readConfigFile(_ path: String, label: String) throws(ConfigurationError) -> String {
-        if path.isEmpty { throw ConfigurationError("\(label) must name a config file, not an empty path.") }
-        var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
-            throw ConfigurationError("\(label): \(path) is a directory; name the config file in it.")
-        }
-        if let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? NSNumber,
-           size.intValue > ConfigLimits.maxFileBytes {
-            throw ConfigurationError(
-                "\(label): config file \(path) is larger than \(ConfigLimits.maxFileBytes / 1024 / 1024) MiB; "
-                    + "check that it is the right file.")
-        }
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw ConfigurationError("\(label): cannot read \(path); check that the file exists and is readable.")
-        }
-        guard let text = String(data: data, encoding: .utf8) else {
-            throw ConfigurationError("config file \(path) is not UTF-8 text; save it as UTF-8.")
-        }
-        return text
-    }
-}
-
-/// Merges the sources of every setting (file < environment < flags), validates each value and
-/// assembles the ``WorkerConfiguration``.
+/// Reads one tree, the config file with the environment and the flags laid over it
+/// (``ConfigurationOverlay``), validates each value once and assembles the ``WorkerConfiguration``.
 struct ConfigurationBuilder {
+    /// The config file's tree with the environment and the flags laid over it.
     private let root: ConfigSection
     private let filePath: String?
     private let fileDirectory: String?
@@ -102,14 +16,8 @@ struct ConfigurationBuilder {
     private static let kafkaPropertyPrefix = "APN_WORKER_KAFKA_PROPERTY_"
 
     /// Every `APN_WORKER_*` variable read, apart from the Kafka property prefix.
-    private static let knownVariables: Set<String> = [
-        WorkerConfiguration.configPathVariable,
-        "APN_WORKER_ID", "APN_WORKER_BATCH_SIZE", "APN_WORKER_MAX_IN_FLIGHT", "APN_WORKER_LOG_LEVEL",
-        "APN_WORKER_LOG_FORMAT", "APN_WORKER_SHUTDOWN_TIMEOUT_SECONDS", "APN_WORKER_DEDUPE_TTL_SECONDS",
-        "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS", "APN_WORKER_KAFKA_GROUP_ID", "APN_WORKER_KAFKA_REQUESTS_TOPIC",
-        "APN_WORKER_KAFKA_RESULTS_TOPIC", "APN_WORKER_REDIS_URL", "APN_WORKER_REDIS_PASSWORD",
-        "APN_WORKER_LIMITS_APP_PER_SECOND", "APN_WORKER_LIMITS_DEVICE_PER_HOUR",
-    ]
+    private static let knownVariables = Set(ConfigurationOverlay.settings.map(\.variable))
+        .union([WorkerConfiguration.configPathVariable])
 
     /// librdkafka properties that have settings of their own.
     private static let reservedKafkaProperties: [String: String] = [
@@ -123,13 +31,11 @@ struct ConfigurationBuilder {
         file: ConfigNode?, filePath: String?, overrides: ConfigurationOverrides,
         environment: [String: String]
     ) throws(ConfigurationError) {
-        if let filePath {
-            root = try ConfigSection(root: file, filePath: filePath)
-            fileDirectory = URL(fileURLWithPath: filePath).deletingLastPathComponent().path
-        } else {
-            root = ConfigSection(emptyAt: "")
-            fileDirectory = nil
-        }
+        var entries: [ConfigEntry] = []
+        if let filePath { entries = try ConfigSection.rootEntries(of: file, filePath: filePath) }
+        root = ConfigSection(
+            root: ConfigurationOverlay.apply(to: entries, overrides: overrides, environment: environment))
+        fileDirectory = filePath.map { URL(fileURLWithPath: $0).deletingLastPathComponent().path }
         self.filePath = filePath
         self.overrides = overrides
         self.environment = environment
@@ -148,22 +54,6 @@ struct ConfigurationBuilder {
             configFile: filePath, warnings: warnings)
     }
 
-    // MARK: - Sources
-
-    /// An environment variable's value; empty values count as unset.
-    private func env(_ name: String) -> SettingValue? {
-        guard let value = environment[name], !value.isEmpty else { return nil }
-        return SettingValue(label: name, input: .text(value))
-    }
-
-    private func flag(_ name: String, _ value: String?) -> SettingValue? {
-        value.map { SettingValue(label: name, input: .text($0)) }
-    }
-
-    private func flag(_ name: String, _ value: Int?) -> SettingValue? {
-        value.map { SettingValue(label: name, input: .integer($0)) }
-    }
-
     // MARK: - worker
 
     private func buildWorker(hostname: String, pid: Int32) throws(ConfigurationError) -> WorkerConfiguration.Worker {
@@ -175,7 +65,7 @@ struct ConfigurationBuilder {
         ])
 
         var worker = Worker(id: Worker.defaultId(hostname: hostname, pid: pid))
-        if let value = SettingValue.first(flag("--worker-id", overrides.workerId), env("APN_WORKER_ID"), file.value("id")) {
+        if let value = file.value("id") {
             let id = try SettingParsing.string(value, allowEmpty: true)
             guard Worker.isValidId(id) else {
                 throw ConfigurationError(
@@ -184,39 +74,15 @@ struct ConfigurationBuilder {
             }
             worker.id = id
         }
-        if let value = SettingValue.first(
-            flag("--batch-size", overrides.batchSize), env("APN_WORKER_BATCH_SIZE"), file.value("batchSize")) {
-            worker.batchSize = try SettingParsing.integer(value, .from(1, to: 100_000))
-        }
-        if let value = file.value("batchWindowMs") {
-            worker.batchWindowMs = try SettingParsing.integer(value, .from(0, to: 10_000))
-        }
-        if let value = SettingValue.first(
-            flag("--max-in-flight", overrides.maxInFlight), env("APN_WORKER_MAX_IN_FLIGHT"), file.value("maxInFlight")) {
-            worker.maxInFlight = try SettingParsing.integer(value, .from(1, to: 1_000_000))
-        }
-        if let value = file.value("resultFlushMs") {
-            worker.resultFlushMs = try SettingParsing.integer(value, .from(1, to: 10_000))
-        }
-        if let value = file.value("resultBatchSize") {
-            worker.resultBatchSize = try SettingParsing.integer(value, .from(1, to: 100_000))
-        }
-        if let value = SettingValue.first(
-            flag("--shutdown-timeout", overrides.shutdownTimeoutSeconds),
-            env("APN_WORKER_SHUTDOWN_TIMEOUT_SECONDS"), file.value("shutdownTimeoutSeconds")) {
-            worker.shutdownTimeoutSeconds = try SettingParsing.integer(value, .from(1, to: 3_600))
-        }
-        if let value = SettingValue.first(
-            flag("--log-level", overrides.logLevel), env("APN_WORKER_LOG_LEVEL"), file.value("logLevel")) {
-            worker.logLevel = try SettingParsing.choice(value)
-        }
-        if let value = SettingValue.first(
-            flag("--log-format", overrides.logFormat), env("APN_WORKER_LOG_FORMAT"), file.value("logFormat")) {
-            worker.logFormat = try SettingParsing.choice(value)
-        }
-        if let value = SettingValue.first(env("APN_WORKER_DEDUPE_TTL_SECONDS"), file.value("dedupeTTLSeconds")) {
-            worker.dedupeTTLSeconds = try SettingParsing.integer(value, .from(60, to: 31_536_000))
-        }
+        try file.read("batchSize", .from(1, to: 100_000), into: &worker.batchSize)
+        try file.read("batchWindowMs", .from(0, to: 10_000), .milliseconds(1), into: &worker.batchWindow)
+        try file.read("maxInFlight", .from(1, to: 1_000_000), into: &worker.maxInFlight)
+        try file.read("resultFlushMs", .from(1, to: 10_000), .milliseconds(1), into: &worker.resultFlushInterval)
+        try file.read("resultBatchSize", .from(1, to: 100_000), into: &worker.resultBatchSize)
+        try file.read("shutdownTimeoutSeconds", .from(1, to: 3_600), .seconds(1), into: &worker.shutdownTimeout)
+        try file.read("logLevel", into: &worker.logLevel)
+        try file.read("logFormat", into: &worker.logFormat)
+        try file.read("dedupeTTLSeconds", .from(60, to: 31_536_000), .seconds(1), into: &worker.dedupeTTL)
         if let value = file.value("statusAddress") {
             worker.statusAddress = try SettingParsing.string(value)
         }
@@ -229,30 +95,22 @@ struct ConfigurationBuilder {
         let file = try root.section("kafka")
         try file.checkKnown(["bootstrapServers", "groupId", "groupInstanceId", "requestsTopic", "resultsTopic", "properties"])
 
-        guard let serversValue = SettingValue.first(
-            flag("--brokers", overrides.brokers), env("APN_WORKER_KAFKA_BOOTSTRAP_SERVERS"),
-            file.value("bootstrapServers"))
-        else {
+        guard let serversValue = file.value("bootstrapServers") else {
             throw required("kafka.bootstrapServers", variable: "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS", flag: "--brokers")
         }
         let servers = try SettingParsing.string(serversValue).trimmingCharacters(in: .whitespacesAndNewlines)
 
         var kafka = WorkerConfiguration.Kafka(bootstrapServers: servers)
-        if let value = SettingValue.first(
-            flag("--group", overrides.group), env("APN_WORKER_KAFKA_GROUP_ID"), file.value("groupId")) {
+        if let value = file.value("groupId") {
             kafka.groupId = try SettingParsing.string(value)
         }
-        if let value = SettingValue.first(
-            flag("--requests-topic", overrides.requestsTopic), env("APN_WORKER_KAFKA_REQUESTS_TOPIC"),
-            file.value("requestsTopic")) {
+        if let value = file.value("requestsTopic") {
             kafka.requestsTopic = try Self.topic(value)
         }
-        if let value = SettingValue.first(
-            flag("--results-topic", overrides.resultsTopic), env("APN_WORKER_KAFKA_RESULTS_TOPIC"),
-            file.value("resultsTopic")) {
+        if let value = file.value("resultsTopic") {
             kafka.resultsTopic = try Self.topic(value)
         }
-        if let value = SettingValue.first(env("APN_WORKER_INSTANCE_ID"), file.value("groupInstanceId")) {
+        if let value = file.value("groupInstanceId") {
             let id = try SettingParsing.string(value, allowEmpty: true)
             guard (1...249).contains(id.unicodeScalars.count),
                   id.unicodeScalars.allSatisfy(WorkerConfiguration.Worker.isIdCharacter)
@@ -306,11 +164,11 @@ struct ConfigurationBuilder {
             let text: String
             switch scalar.kind {
             case .boolean:
-                text = (try? SettingParsing.boolean(SettingValue(label: label, input: .node(entry.value))))
+                text = (try? SettingParsing.boolean(SettingValue(label: label, node: entry.value)))
                     .map { $0 ? "true" : "false" } ?? scalar.text
             case .integer:
                 text = SettingParsing.yamlInteger(scalar.text).map(String.init) ?? scalar.text
-            case .float, .string:
+            case .float, .string, .text:
                 text = scalar.text
             }
             try add(entry.key, text, label: label)
@@ -348,22 +206,25 @@ struct ConfigurationBuilder {
         try file.checkKnown(["url", "password", "tls", "connectTimeoutMs", "commandTimeoutMs"])
 
         if let value = file.value("tls"), try SettingParsing.boolean(value) {
-            throw RedisURL.tlsUnsupported(value.label)
+            throw Self.redisTLSUnsupported(value.label)
         }
-        guard let urlValue = SettingValue.first(
-            flag("--redis", overrides.redisURL), env("APN_WORKER_REDIS_URL"), file.value("url"))
-        else {
+        guard let urlValue = file.value("url") else {
             throw required("redis.url", variable: "APN_WORKER_REDIS_URL", flag: "--redis")
         }
         let url = try SettingParsing.string(urlValue)
-        let parsed = try RedisURL.parse(url, label: urlValue.label)
+        let parsed: RedisURL
+        do {
+            parsed = try RedisURL(parsing: url.trimmingCharacters(in: .whitespaces))
+        } catch {
+            throw Self.redisURLError(error, label: urlValue.label)
+        }
 
+        // An empty password in the URL (`redis://:@host`) is no password.
         var redis = WorkerConfiguration.Redis(
-            url: url, host: parsed.host, port: parsed.port, username: parsed.username,
-            password: parsed.password, database: parsed.database)
-        if let value = SettingValue.first(
-            flag("--redis-password", overrides.redisPassword), env("APN_WORKER_REDIS_PASSWORD"),
-            file.value("password")) {
+            host: parsed.host, port: parsed.port, username: parsed.username,
+            password: parsed.password?.isEmpty == false ? parsed.password : nil, database: parsed.database,
+            connectTimeout: .seconds(2), commandTimeout: .seconds(5))
+        if let value = file.value("password") {
             redis.password = try SettingParsing.string(value, allowEmpty: true)
             if redis.password?.isEmpty ?? true {
                 throw ConfigurationError("\(value.label) must not be empty; leave it unset for no password.")
@@ -374,13 +235,39 @@ struct ConfigurationBuilder {
                 "\(urlValue.label) names the user \(quoted(username)) but no password is set: add it to the "
                     + "URL or set redis.password, APN_WORKER_REDIS_PASSWORD or --redis-password.")
         }
-        if let value = file.value("connectTimeoutMs") {
-            redis.connectTimeoutMs = try SettingParsing.integer(value, .from(1, to: 600_000))
-        }
-        if let value = file.value("commandTimeoutMs") {
-            redis.commandTimeoutMs = try SettingParsing.integer(value, .from(1, to: 600_000))
-        }
+        try file.read("connectTimeoutMs", .from(1, to: 600_000), .milliseconds(1), into: &redis.connectTimeout)
+        try file.read("commandTimeoutMs", .from(1, to: 600_000), .milliseconds(1), into: &redis.commandTimeout)
         return redis
+    }
+
+    /// The TLS refusal, shared by `redis.tls: true` and `rediss://` URLs.
+    private static func redisTLSUnsupported(_ label: String) -> ConfigurationError {
+        ConfigurationError(
+            "\(label): TLS to Redis is not supported by the linked hiredis 0.14; connect through "
+                + "a TLS proxy (for example stunnel) and use redis:// to it.")
+    }
+
+    /// A sentence naming the setting for a URL that PushRedis's parser refused.
+    private static func redisURLError(_ error: RedisURL.ParseError, label: String) -> ConfigurationError {
+        let reason: String
+        switch error.problem {
+        case .tls: return redisTLSUnsupported(label)
+        case .missingScheme: reason = "the scheme is missing"
+        case .unsupportedScheme: reason = "the scheme must be redis://"
+        case .unixSocket: reason = "unix sockets are not supported"
+        case .whitespace: reason = "it contains white space"
+        case .queryOrFragment: reason = "query parameters and fragments are not supported"
+        case .badPercentEncoding: reason = "the user name or password has bad percent-encoding"
+        case .unclosedBracket: reason = "an IPv6 host has no closing ']'"
+        case .textAfterBracket: reason = "there is text after the IPv6 host"
+        case .unbracketedIPv6: reason = "an IPv6 host must be written in brackets"
+        case .missingHost: reason = "the host is missing"
+        case .invalidHostCharacter: reason = "the host has an invalid character"
+        case .badPort: reason = "the port must be from 1 to 65535"
+        case .badDatabase: reason = "the database must be a whole number of at least 0"
+        }
+        return ConfigurationError(
+            "\(label) must be a Redis URL of the form \(RedisURL.form), not \(quoted(error.redactedURL)) (\(reason)).")
     }
 
     // MARK: - limits
@@ -389,12 +276,8 @@ struct ConfigurationBuilder {
         let file = try root.section("limits")
         try file.checkKnown(["appPerSecond", "devicePerHour"])
         var limits = WorkerConfiguration.Limits()
-        if let value = SettingValue.first(env("APN_WORKER_LIMITS_APP_PER_SECOND"), file.value("appPerSecond")) {
-            limits.appPerSecond = try SettingParsing.integer(value, .unlimitedOrMore)
-        }
-        if let value = SettingValue.first(env("APN_WORKER_LIMITS_DEVICE_PER_HOUR"), file.value("devicePerHour")) {
-            limits.devicePerHour = try SettingParsing.integer(value, .unlimitedOrMore)
-        }
+        try file.read("appPerSecond", .unlimitedOrMore, into: &limits.appPerSecond)
+        try file.read("devicePerHour", .unlimitedOrMore, into: &limits.devicePerHour)
         return limits
     }
 
@@ -437,9 +320,7 @@ struct ConfigurationBuilder {
 
         // The transport first: the environments' defaults depend on it.
         var transport = WorkerConfiguration.Transport.binary
-        if let value = section.value("transport") {
-            transport = try SettingParsing.choice(value)
-        }
+        try section.read("transport", into: &transport)
         // Environments next: the default environment depends on them.
         let environmentsSection = try section.section("environments")
         let environmentNames = WorkerConfiguration.APNSEnvironmentName.allCases.map(\.rawValue)
@@ -475,37 +356,23 @@ struct ConfigurationBuilder {
             app.bundleId = try SettingParsing.string(value).trimmingCharacters(in: .whitespaces)
         }
         app.transport = transport
-        if let value = section.value("poolSize") {
-            app.poolSize = try SettingParsing.integer(value, .from(1, to: 64))
-        }
-        if let value = section.value("cacheMaxCount") {
-            app.cacheMaxCount = try SettingParsing.integer(value, .atLeast(1))
-        }
-        if let value = section.value("cacheMaxBytes") {
-            app.cacheMaxBytes = try SettingParsing.integer(value, .atLeast(4096))
-        }
-        if let value = section.value("confirmationWindowMs") {
-            app.confirmationWindowMs = try SettingParsing.integer(value, .from(1, to: 60_000))
-        }
-        if let value = section.value("resendOnUnknown") {
-            app.resendOnUnknown = try SettingParsing.boolean(value)
-        }
-        if let value = section.value("connectRetryLimit") {
-            app.connectRetryLimit = try SettingParsing.integer(
-                value, IntegerRule(range: 0...1_000_000, wording: "0 (keep waiting for the gateway) or a whole number of failed connects from 1 to 1000000"))
-        }
+        try section.read("poolSize", .from(1, to: 64), into: &app.poolSize)
+        try section.read("cacheMaxCount", .atLeast(1), into: &app.cacheMaxCount)
+        try section.read("cacheMaxBytes", .atLeast(4096), into: &app.cacheMaxBytes)
+        try section.read(
+            "confirmationWindowMs", .from(1, to: 60_000), .milliseconds(1), into: &app.confirmationWindow)
+        try section.read("resendOnUnknown", into: &app.resendOnUnknown)
+        try section.read("connectRetryLimit", IntegerRule(
+            range: 0...1_000_000,
+            wording: "0 (keep waiting for the gateway) or a whole number of failed connects from 1 to 1000000"
+        ), into: &app.connectRetryLimit)
         app.appPerSecond = limits.appPerSecond
-        if let value = section.value("appPerSecond") {
-            app.appPerSecond = try SettingParsing.integer(value, .unlimitedOrMore)
-        }
+        try section.read("appPerSecond", .unlimitedOrMore, into: &app.appPerSecond)
         app.devicePerHour = limits.devicePerHour
-        if let value = section.value("devicePerHour") {
-            app.devicePerHour = try SettingParsing.integer(value, .unlimitedOrMore)
-        }
-        if let value = section.value("feedbackIntervalSeconds") {
-            app.feedbackIntervalSeconds = try SettingParsing.integer(
-                value, IntegerRule(range: 0...86_400, wording: "0 (no feedback polling) or a whole number from 1 to 86400"))
-        }
+        try section.read("devicePerHour", .unlimitedOrMore, into: &app.devicePerHour)
+        try section.read("feedbackIntervalSeconds", IntegerRule(
+            range: 0...86_400, wording: "0 (no feedback polling) or a whole number from 1 to 86400"
+        ), .seconds(1), into: &app.feedbackInterval)
         return app
     }
 
@@ -594,9 +461,7 @@ struct ConfigurationBuilder {
         if let value = section.value("ca") {
             environment.ca = try readableFile(value)
         }
-        if let value = section.value("verifyServer") {
-            environment.verifyServer = try SettingParsing.boolean(value)
-        }
+        try section.read("verifyServer", into: &environment.verifyServer)
         if transport == .http2 { environment.gateway = name.defaultHTTP2Gateway }
         if let value = section.value("gateway") {
             let defaultPort = transport == .http2 ? name.defaultHTTP2Gateway.port : name.defaultGateway.port

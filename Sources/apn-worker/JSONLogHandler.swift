@@ -4,23 +4,26 @@ import Logging
 
 /// Writes one JSON object per log record to standard error:
 /// `{"ts":"…","level":"info","label":"apn-worker","message":"…",<metadata>}`.
-public struct JSONLogHandler: LogHandler {
-    public var metadata: Logger.Metadata = [:]
-    public var logLevel: Logger.Level
+///
+/// librdkafka's own lines arrive here too (label `rdkafka`, with `kafka.facility` and
+/// `kafka.client`), so that standard error holds nothing but JSON lines.
+struct JSONLogHandler: LogHandler {
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level
     private let label: String
     private static let lock = NSLock()
 
-    public init(label: String, level: Logger.Level = .info) {
+    init(label: String, level: Logger.Level = .info) {
         self.label = label
         self.logLevel = level
     }
 
-    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
         set { metadata[key] = newValue }
     }
 
-    public func log(event: LogEvent) {
+    func log(event: LogEvent) {
         var fields: [(String, JSONValue)] = [
             ("ts", .string(Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true)))),
             ("level", .string(event.level.rawValue)),

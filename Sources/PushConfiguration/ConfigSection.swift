@@ -8,13 +8,12 @@ struct ConfigSection {
     let entries: [ConfigEntry]
 
     /// The top level of a config file, which must be a mapping (or empty).
-    init(root node: ConfigNode?, filePath: String) throws(ConfigurationError) {
-        path = ""
+    static func rootEntries(of node: ConfigNode?, filePath: String) throws(ConfigurationError) -> [ConfigEntry] {
         switch node {
         case nil, .null?:
-            entries = []
+            return []
         case .map(let entries)?:
-            self.entries = entries
+            return entries
         case let other?:
             throw ConfigurationError(
                 "config file \(filePath): the top level must be a mapping of settings "
@@ -22,10 +21,10 @@ struct ConfigSection {
         }
     }
 
-    /// An empty section, for when there is no config file.
-    init(emptyAt path: String) {
-        self.path = path
-        entries = []
+    /// The top level.
+    init(root entries: [ConfigEntry]) {
+        path = ""
+        self.entries = entries
     }
 
     private init(node: ConfigNode?, path: String) throws(ConfigurationError) {
@@ -52,9 +51,37 @@ struct ConfigSection {
         return entry.value
     }
 
-    /// The value of `key` as a ``SettingValue`` labelled with its dotted path.
+    /// The value of `key` as a ``SettingValue`` labelled with the variable or flag that set
+    /// it, else its dotted path.
     func value(_ key: String) -> SettingValue? {
-        node(key).map { SettingValue(label: label(key), input: .node($0)) }
+        guard let node = node(key) else { return nil }
+        if case .scalar(let scalar) = node, let origin = scalar.origin {
+            return SettingValue(label: origin, node: node)
+        }
+        return SettingValue(label: label(key), node: node)
+    }
+
+    /// Sets `target` to the whole number `key` holds, if it is set, checked against `rule`.
+    func read(_ key: String, _ rule: IntegerRule, into target: inout Int) throws(ConfigurationError) {
+        if let value = value(key) { target = try SettingParsing.integer(value, rule) }
+    }
+
+    /// Sets `target` to the whole number of `unit`s that `key` holds, if it is set, checked
+    /// against `rule`.
+    func read(_ key: String, _ rule: IntegerRule, _ unit: Duration, into target: inout Duration) throws(ConfigurationError) {
+        if let value = value(key) { target = unit * (try SettingParsing.integer(value, rule)) }
+    }
+
+    /// Sets `target` to the choice `key` holds, if it is set.
+    func read<Choice: RawRepresentable & CaseIterable>(
+        _ key: String, into target: inout Choice
+    ) throws(ConfigurationError) where Choice.RawValue == String {
+        if let value = value(key) { target = try SettingParsing.choice(value) }
+    }
+
+    /// Sets `target` to the boolean `key` holds, if it is set.
+    func read(_ key: String, into target: inout Bool) throws(ConfigurationError) {
+        if let value = value(key) { target = try SettingParsing.boolean(value) }
     }
 
     /// The mapping under `key` (empty when absent or `null`).

@@ -1,0 +1,203 @@
+/// The parts of a `redis://[[user]:password@]host[:port][/db]` URL.
+///
+/// The one parser of Redis URLs: ``RedisConfiguration/init(url:connectTimeout:commandTimeout:)``
+/// and the worker's `redis.url` setting both use it, each wording its ``Problem``s for its
+/// readers. The port defaults to 6379 and the database to 0; user and password may be
+/// percent-encoded; an IPv6 host is written in brackets (`redis://[::1]:6379`). `rediss://`
+/// is refused because hiredis 0.14 has no TLS.
+public struct RedisURL: Sendable, Hashable {
+    /// Host name or IP address (IPv6 without brackets).
+    public var host: String
+    public var port = 6379
+    /// The user before `:password@` or `@`; `nil` when absent or empty.
+    public var username: String?
+    /// The password after `user:`; `nil` when the URL has none (`redis://h`,
+    /// `redis://user@h`), empty for `redis://user:@h`.
+    public var password: String?
+    public var database = 0
+
+    /// The form of a Redis URL, for messages.
+    public static let form = "redis://[[user]:password@]host[:port][/db]"
+
+    /// Why a URL is not a Redis URL.
+    public enum Problem: Sendable, Hashable {
+        case missingScheme
+        /// The scheme, lowercased.
+        case unsupportedScheme(String)
+        /// `rediss://`.
+        case tls
+        /// `unix://`.
+        case unixSocket
+        case whitespace
+        case queryOrFragment
+        case badPercentEncoding
+        case unclosedBracket
+        case textAfterBracket
+        /// More than one `:` outside brackets.
+        case unbracketedIPv6
+        case missingHost
+        case invalidHostCharacter(String)
+        /// The text after the host's `:`.
+        case badPort(String)
+        /// The text after the first `/`.
+        case badDatabase(String)
+    }
+
+    /// A URL that could not be parsed: the problem and the URL with its password masked.
+    public struct ParseError: Error, Sendable, Hashable {
+        public var problem: Problem
+        public var redactedURL: String
+
+        public init(problem: Problem, redactedURL: String) {
+            self.problem = problem
+            self.redactedURL = redactedURL
+        }
+    }
+
+    /// Parses `url`; throws the first problem found.
+    public init(parsing url: String) throws(ParseError) {
+        func fail(_ problem: Problem) -> ParseError { ParseError(problem: problem, redactedURL: Self.redacted(url)) }
+
+        guard let schemeEnd = url.range(of: "://") else { throw fail(.missingScheme) }
+        switch url[..<schemeEnd.lowerBound].lowercased() {
+        case "redis": break
+        case "rediss": throw fail(.tls)
+        case "unix": throw fail(.unixSocket)
+        case let scheme: throw fail(.unsupportedScheme(scheme))
+        }
+
+        let rest = url[schemeEnd.upperBound...]
+        if rest.contains(where: { $0.isWhitespace }) { throw fail(.whitespace) }
+        if rest.contains("?") || rest.contains("#") { throw fail(.queryOrFragment) }
+
+        let authority = rest.prefix { $0 != "/" }
+        let path = rest.dropFirst(authority.count + 1)
+
+        host = ""
+        var hostPort = authority
+        if let at = authority.lastIndex(of: "@") {
+            let userInfo = authority[..<at]
+            hostPort = authority[authority.index(after: at)...]
+            let colon = userInfo.firstIndex(of: ":")
+            guard let user = Self.percentDecoded(userInfo[..<(colon ?? userInfo.endIndex)]) else {
+                throw fail(.badPercentEncoding)
+            }
+            username = user.isEmpty ? nil : user
+            if let colon {
+                guard let password = Self.percentDecoded(userInfo[userInfo.index(after: colon)...]) else {
+                    throw fail(.badPercentEncoding)
+                }
+                self.password = password
+            }
+        }
+
+        var portText: Substring?
+        if hostPort.hasPrefix("[") {
+            guard let close = hostPort.firstIndex(of: "]") else { throw fail(.unclosedBracket) }
+            host = String(hostPort[hostPort.index(after: hostPort.startIndex)..<close])
+            let after = hostPort[hostPort.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":") else { throw fail(.textAfterBracket) }
+                portText = after.dropFirst()
+            }
+        } else {
+            let parts = hostPort.split(separator: ":", omittingEmptySubsequences: false)
+            if parts.count > 2 { throw fail(.unbracketedIPv6) }
+            host = String(parts[0])
+            portText = parts.count == 2 ? parts[1] : nil
+        }
+        if host.isEmpty { throw fail(.missingHost) }
+        if host.contains(where: { "[]@/%".contains($0) }) { throw fail(.invalidHostCharacter(host)) }
+
+        if let portText {
+            guard !portText.isEmpty, portText.allSatisfy(\.isASCIIDigit), let port = Int(portText),
+                  (1...65535).contains(port)
+            else { throw fail(.badPort(String(portText))) }
+            self.port = port
+        }
+        if !path.isEmpty {
+            guard path.allSatisfy(\.isASCIIDigit), let database = Int(path) else {
+                throw fail(.badDatabase(String(path)))
+            }
+            self.database = database
+        }
+    }
+
+    /// The URL with any password replaced by `***`, for messages. Credentials without a `:`
+    /// are masked whole, in case they are a password written without its `:`.
+    public static func redacted(_ url: String) -> String {
+        guard let schemeEnd = url.range(of: "://") else { return url }
+        let rest = url[schemeEnd.upperBound...]
+        let authorityEnd = rest.firstIndex(where: { "/?#".contains($0) }) ?? rest.endIndex
+        guard let at = rest[..<authorityEnd].lastIndex(of: "@") else { return url }
+        let userInfo = rest[..<at]
+        let user = userInfo.firstIndex(of: ":").map { userInfo[..<$0] } ?? ""
+        return String(url[..<schemeEnd.upperBound]) + String(user) + ":***" + String(rest[at...])
+    }
+
+    /// Decodes `%XX` escapes; `nil` for a broken escape or invalid UTF-8.
+    static func percentDecoded(_ text: Substring) -> String? {
+        var bytes: [UInt8] = []
+        var iterator = Array(text.utf8).makeIterator()
+        while let byte = iterator.next() {
+            guard byte == UInt8(ascii: "%") else {
+                bytes.append(byte)
+                continue
+            }
+            guard let high = iterator.next().flatMap(hexValue), let low = iterator.next().flatMap(hexValue)
+            else { return nil }
+            bytes.append(high << 4 | low)
+        }
+        return String(validating: bytes, as: UTF8.self)
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}
+
+extension RedisURL.ParseError {
+    /// A ``RedisError/Code/invalidConfiguration`` error about the URL `shown` (already redacted).
+    static func malformed(_ shown: String, _ reason: String) -> RedisError {
+        RedisError(.invalidConfiguration, "malformed Redis URL '\(shown)': \(reason)", detail: expectedForm)
+    }
+
+    static let expectedForm = "expected \(RedisURL.form)"
+
+    /// The error ``RedisConfiguration/init(url:connectTimeout:commandTimeout:)`` throws.
+    var redisError: RedisError {
+        let reason: String
+        switch problem {
+        case .tls:
+            return RedisError(
+                .invalidConfiguration,
+                "TLS (rediss://) is not supported: the system hiredis 0.14 has no TLS. "
+                    + "Run a TLS-terminating proxy such as stunnel next to the service and "
+                    + "connect to it with redis://",
+                detail: "URL '\(redactedURL)'")
+        case .missingScheme: reason = "missing scheme; \(Self.expectedForm)"
+        case .unsupportedScheme(let scheme): reason = "unsupported scheme '\(scheme)'; \(Self.expectedForm)"
+        case .unixSocket: reason = "unix sockets are not supported; use redis://host:port"
+        case .whitespace: reason = "contains whitespace"
+        case .queryOrFragment: reason = "query parameters and fragments are not supported"
+        case .badPercentEncoding: reason = "bad percent-encoding in the credentials"
+        case .unclosedBracket: reason = "unclosed '[' in an IPv6 host"
+        case .textAfterBracket: reason = "unexpected text after ']'"
+        case .unbracketedIPv6: reason = "an IPv6 host must be written in brackets, e.g. redis://[::1]:6379"
+        case .missingHost: reason = "missing host"
+        case .invalidHostCharacter(let host): reason = "invalid character in host '\(host)'"
+        case .badPort(let port): reason = "port '\(port)' is not a number in 1...65535"
+        case .badDatabase(let database): reason = "database '\(database)' is not a non-negative integer"
+        }
+        return Self.malformed(redactedURL, reason)
+    }
+}
+
+extension Character {
+    fileprivate var isASCIIDigit: Bool { isASCII && isNumber }
+}
