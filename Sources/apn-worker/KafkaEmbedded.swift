@@ -32,13 +32,15 @@ struct KafkaEmbedded: AsyncParsableCommand {
             for (name, partitions) in specs {
                 try cluster.createTopic(name, partitions: partitions)
             }
-            print(jsonLine([
+            let ready = jsonLine([
                 ("event", .string("ready")),
                 ("bootstrapServers", .string(cluster.bootstrapServers)),
                 ("topics", .object(Dictionary(uniqueKeysWithValues: specs.map { ($0.0, JSONValue.int(Int64($0.1))) }))),
-            ]))
-            fflush(nil)
-            await waitForTerminationSignal()
+            ])
+            await waitForTerminationSignal {
+                print(ready)
+                fflush(nil)
+            }
             cluster.shutdown()
         }
     }

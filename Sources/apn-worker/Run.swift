@@ -78,10 +78,12 @@ struct Run: AsyncParsableCommand {
 
         // The worker is a Service: SIGTERM or SIGINT shuts its group down gracefully.
         let worker = Worker(options: options, logger: logger)
-        print(jsonLine([("event", "ready"), ("worker", .string(options.workerId)), ("group", .string(options.groupId))]))
-        fflush(nil)
+        let ready = jsonLine([("event", "ready"), ("worker", .string(options.workerId)), ("group", .string(options.groupId))])
         do {
-            try await runUntilTerminated([worker], logger: logger)
+            try await runUntilTerminated([worker], logger: logger) {
+                print(ready)
+                fflush(nil)
+            }
         } catch {
             printError("\(error)")
             throw ExitCode(1)

@@ -159,9 +159,11 @@ struct Simulate: AsyncParsableCommand {
             ]
             if let http2 { ready.append(("http2Port", .int(Int64(http2.port)))) }
             if let dir = generateCerts { ready.append(("certificates", .string(dir))) }
-            print(jsonLine(ready))
-            fflush(nil)
-            await waitForTerminationSignal()
+            let line = jsonLine(ready)
+            await waitForTerminationSignal {
+                print(line)
+                fflush(nil)
+            }
             await http2?.stop()
             await simulator.stop()
             let s = simulator.statistics

@@ -85,21 +85,30 @@ func unblockTerminationSignals() {
 }
 
 /// Runs `services` in one `ServiceGroup` that SIGTERM or SIGINT shuts down gracefully.
-func runUntilTerminated(_ services: [any Service], logger: Logger) async throws {
+/// `whenStarted` runs once the group traps those signals (before that, a SIGTERM would end the
+/// process at once): a command announces that it is ready there.
+func runUntilTerminated(_ services: [any Service], logger: Logger,
+                        whenStarted: @escaping @Sendable () -> Void = {}) async throws {
     unblockTerminationSignals()
+    let all: [any Service] = [Announcement(whenStarted: whenStarted)] + services
     let group = ServiceGroup(configuration: .init(
-        services: services.map { .init(service: $0) }, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        services: all.map { .init(service: $0) }, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
     try await group.run()
 }
 
-/// Waits for SIGINT or SIGTERM (a command whose servers run on their own until then).
-func waitForTerminationSignal() async {
-    try? await runUntilTerminated([UntilShutdown()], logger: Logger(label: "apn-worker"))
+/// Waits for SIGINT or SIGTERM (a command whose servers run on their own until then), calling
+/// `whenTrapped` once the signals are trapped.
+func waitForTerminationSignal(whenTrapped: @escaping @Sendable () -> Void) async {
+    try? await runUntilTerminated([], logger: Logger(label: "apn-worker"), whenStarted: whenTrapped)
 }
 
-/// A service that only waits for its group's graceful shutdown.
-private struct UntilShutdown: Service {
+/// The first service of a group: runs a closure when the group starts its services (after it
+/// trapped its signals), then waits for the group's graceful shutdown.
+private struct Announcement: Service {
+    var whenStarted: @Sendable () -> Void
+
     func run() async throws {
+        whenStarted()
         try? await gracefulShutdown()
     }
 }
