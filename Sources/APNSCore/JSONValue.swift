@@ -62,15 +62,7 @@ extension JSONValue {
     }
 
     static func writeInt(_ value: Int64, into out: inout [UInt8]) {
-        if value < 0 { out.append(UInt8(ascii: "-")) }
-        var magnitude = value.magnitude
-        // Append the digits least-significant first, then reverse them in place.
-        let start = out.count
-        repeat {
-            out.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10))
-            magnitude /= 10
-        } while magnitude != 0
-        out[start...].reverse()
+        DecimalText.append(value, to: &out)
     }
 
     static func writeDouble(_ value: Double, into out: inout [UInt8]) {

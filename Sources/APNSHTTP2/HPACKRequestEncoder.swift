@@ -1,3 +1,4 @@
+import APNSCore
 import NIOCore
 import NIOHPACK
 
@@ -267,23 +268,11 @@ struct HPACKRequestEncoder {
         buffer.writeString(string)
     }
 
-    /// A decimal number as a string literal.
+    /// A decimal number as a string literal (its length fits the 7-bit prefix: at most 10 digits).
     private static func writeDecimal(_ value: UInt32, into buffer: inout ByteBuffer) {
-        var digits = 1
-        var rest = value / 10
-        while rest > 0 {
-            digits += 1
-            rest /= 10
+        DecimalText.withDigits(of: Int64(value)) { digits in
+            buffer.writeInteger(UInt8(digits.count))
+            buffer.writeBytes(digits)
         }
-        buffer.writeInteger(UInt8(digits))
-        let end = buffer.writerIndex + digits
-        var value = value
-        buffer.writeRepeatingByte(0x30, count: digits)
-        var position = end - 1
-        repeat {
-            buffer.setInteger(UInt8(0x30 + value % 10), at: position)
-            value /= 10
-            position -= 1
-        } while value > 0
     }
 }

@@ -237,3 +237,11 @@ func rejectsMalformedInput(_ input: Malformed) {
     #expect(value["s"]?.intValue == nil)
     #expect(JSONValue.string("x")["k"] == nil)
 }
+
+@Test func decimalTextWritesEveryInt64() {
+    for value: Int64 in [0, 7, -7, 10, 1_700_000_000_123, Int64.max, Int64.min, -1] {
+        var bytes: [UInt8] = []
+        DecimalText.append(value, to: &bytes)
+        #expect(String(decoding: bytes, as: UTF8.self) == String(value))
+    }
+}

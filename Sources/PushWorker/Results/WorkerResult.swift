@@ -67,7 +67,7 @@ public struct WorkerResult: Sendable, Hashable {
         func integer(_ name: StaticString, _ value: Int64?) {
             guard let value else { return }
             key(name)
-            out.append(contentsOf: String(value).utf8)
+            DecimalText.append(value, to: &out)
         }
         string("type", kind.rawValue)
         string("resultId", resultId)

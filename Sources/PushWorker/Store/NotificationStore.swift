@@ -1,3 +1,4 @@
+import APNSCore
 import PushKafka
 import PushRedis
 
@@ -187,15 +188,15 @@ final class NotificationStore: Sendable {
             args.append(Array(r.resultId.utf8))
             var place: [UInt8] = []
             place.reserveCapacity(24)
-            Self.appendDecimal(Int64(r.partition), to: &place)
+            DecimalText.append(Int64(r.partition), to: &place)
             place.append(UInt8(ascii: "|"))
-            Self.appendDecimal(r.offset, to: &place)
+            DecimalText.append(r.offset, to: &place)
             args.append(place)
             args.append(number < 10 ? [UInt8(ascii: "0") + UInt8(number)] : Array(String(number).utf8))
             args.append(Array(r.token.utf8))
             if let registeredAt = r.registeredAt {
                 var bytes: [UInt8] = []
-                Self.appendDecimal(registeredAt, to: &bytes)
+                DecimalText.append(registeredAt, to: &bytes)
                 args.append(bytes)
             } else {
                 args.append([])
@@ -227,30 +228,6 @@ final class NotificationStore: Sendable {
         }
     }
 
-    /// Appends the decimal digits of `value`.
-    static func appendDecimal(_ value: Int64, to bytes: inout [UInt8]) {
-        if value < 0 {
-            bytes.append(UInt8(ascii: "-"))
-            appendDecimal(UInt64(value.magnitude), to: &bytes)
-        } else {
-            appendDecimal(UInt64(value), to: &bytes)
-        }
-    }
-
-    static func appendDecimal(_ value: UInt64, to bytes: inout [UInt8]) {
-        var digits: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0) // 40 bytes: room for 20 digits
-        var count = 0
-        var rest = value
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            repeat {
-                buffer[39 - count] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
-                count += 1
-            } while rest > 0
-            bytes.append(contentsOf: buffer[(40 - count)...])
-        }
-    }
-
     /// A notification outcome to record before its result is produced.
     struct Record: Sendable {
         var resultId: String
@@ -276,9 +253,9 @@ final class NotificationStore: Sendable {
             value += [UInt8(ascii: "D"), UInt8(ascii: "|")]
             value += record.topic.utf8
             value.append(UInt8(ascii: "|"))
-            Self.appendDecimal(Int64(record.partition), to: &value)
+            DecimalText.append(Int64(record.partition), to: &value)
             value.append(UInt8(ascii: "|"))
-            Self.appendDecimal(record.offset, to: &value)
+            DecimalText.append(record.offset, to: &value)
             value.append(UInt8(ascii: "|"))
             value += record.result
             if let feedback = record.feedback {
