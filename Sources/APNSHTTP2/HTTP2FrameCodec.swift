@@ -89,7 +89,8 @@ package final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandl
         switch frame {
         case .data(let streamID, let body, let flowControlled, let endStream):
             consumeReceived(flowControlled, streamID: streamID, endStream: endStream)
-            fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .data(.init(data: .byteBuffer(body), endStream: endStream))))
+            let payload = HTTP2Frame.FramePayload.Data(data: .byteBuffer(body), endStream: endStream)
+            fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .data(payload)))
         case .headers(let streamID, let headers, let endStream):
             if endStream { streamReceived[streamID] = nil }
             fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .headers(.init(headers: headers, endStream: endStream))))

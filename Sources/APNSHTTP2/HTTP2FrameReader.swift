@@ -113,7 +113,8 @@ package struct HTTP2FrameReader {
         // "A receiver MUST treat the receipt of any other type of frame or a frame on a
         // different stream as a connection error of type PROTOCOL_ERROR" (§6.10).
         if let continuing, type != .continuation || streamID != continuing.streamID {
-            throw HTTP2ProtocolError(code: .protocolError, description: "a header block on stream \(continuing.streamID) was interrupted by another frame")
+            throw HTTP2ProtocolError(
+                code: .protocolError, description: "a header block on stream \(continuing.streamID) was interrupted by another frame")
         }
         var payload = payload
         switch type {

@@ -195,7 +195,8 @@ package struct HTTP2FrameWriter {
         case .ping(let opaque, ack: false):
             replyPing(opaque)
         case .goAway(let last, let code, let opaque):
-            return (HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: HTTP2StreamID(last), errorCode: code, opaqueData: opaque)), false)
+            let goAway = HTTP2Frame.FramePayload.goAway(lastStreamID: HTTP2StreamID(last), errorCode: code, opaqueData: opaque)
+            return (HTTP2Frame(streamID: .rootStream, payload: goAway), false)
         case .windowUpdate(let streamID, let increment):
             try receiveWindowUpdate(streamID: streamID, increment: increment)
             return (nil, true)
@@ -229,7 +230,9 @@ package struct HTTP2FrameWriter {
         case .initialWindowSize:
             // "Values above the maximum flow-control window size of 2^31-1 MUST be treated as a
             // connection error of type FLOW_CONTROL_ERROR" (§6.5.2). It applies to every stream.
-            guard value <= UInt32(Int32.max) else { throw HTTP2ProtocolError(code: .flowControlError, description: "an initial window of \(value)") }
+            guard value <= UInt32(Int32.max) else {
+                throw HTTP2ProtocolError(code: .flowControlError, description: "an initial window of \(value)")
+            }
             peerInitialWindow = Int(value)
         case .maxFrameSize:
             // "Values outside this range MUST be treated as a connection error of type
@@ -251,7 +254,9 @@ package struct HTTP2FrameWriter {
             // "A sender MUST NOT allow a flow-control window to exceed 2^31-1 octets. If a sender
             // receives a WINDOW_UPDATE that causes a flow-control window to exceed this maximum,
             // it MUST terminate either the stream or the connection" (§6.9.1).
-            guard sendWindow <= Int(Int32.max) else { throw HTTP2ProtocolError(code: .flowControlError, description: "the connection window overflowed") }
+            guard sendWindow <= Int(Int32.max) else {
+                throw HTTP2ProtocolError(code: .flowControlError, description: "the connection window overflowed")
+            }
         } else if blocked[blockedStart...].contains(where: { $0.streamID == streamID }) {
             streamWindowAdjustments[streamID, default: 0] += increment
         }
@@ -296,7 +301,8 @@ package struct HTTP2FrameWriter {
             let chunk = block.readSlice(length: min(block.readableBytes, peerMaxFrameSize))!
             var flags: HTTP2FrameFlags = block.readableBytes == 0 ? .endHeaders : []
             if first && endStream { flags.insert(.endStream) }
-            buffer.writeHTTP2FrameHeader(length: chunk.readableBytes, type: first ? .headers : .continuation, flags: flags, streamID: streamID)
+            let type: HTTP2FrameType = first ? .headers : .continuation
+            buffer.writeHTTP2FrameHeader(length: chunk.readableBytes, type: type, flags: flags, streamID: streamID)
             buffer.writeImmutableBuffer(chunk)
             first = false
         } while block.readableBytes > 0
@@ -319,8 +325,8 @@ package struct HTTP2FrameWriter {
         // Split at the peer's frame size (bodies are at most 5 KiB, well under 16 KiB).
         repeat {
             let chunk = body.readSlice(length: min(body.readableBytes, peerMaxFrameSize))!
-            let last = body.readableBytes == 0
-            buffer.writeHTTP2FrameHeader(length: chunk.readableBytes, type: .data, flags: last && endStream ? .endStream : [], streamID: streamID)
+            let flags: HTTP2FrameFlags = body.readableBytes == 0 && endStream ? .endStream : []
+            buffer.writeHTTP2FrameHeader(length: chunk.readableBytes, type: .data, flags: flags, streamID: streamID)
             buffer.writeImmutableBuffer(chunk)
         } while body.readableBytes > 0
     }

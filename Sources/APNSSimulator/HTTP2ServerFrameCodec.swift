@@ -187,10 +187,12 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
         if var stream = clientStreams[streamID] {
             stream.receiveWindow -= flowControlled
             guard stream.receiveWindow >= 0 else {
-                throw HTTP2ProtocolError(code: .flowControlError, description: "the client sent more than stream \(streamID)'s window allows")
+                throw HTTP2ProtocolError(
+                    code: .flowControlError, description: "the client sent more than stream \(streamID)'s window allows")
             }
             clientStreams[streamID] = stream
-            fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .data(.init(data: .byteBuffer(body), endStream: endStream))))
+            let payload = HTTP2Frame.FramePayload.Data(data: .byteBuffer(body), endStream: endStream)
+            fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .data(payload)))
             if !endStream && flowControlled > 0 && stream.receiveWindow <= initialStreamReceiveWindow / 2 {
                 context.fireUserInboundEventTriggered(NIOHTTP2WindowUpdatedEvent(
                     streamID: HTTP2StreamID(streamID), inboundWindowSize: stream.receiveWindow, outboundWindowSize: nil))

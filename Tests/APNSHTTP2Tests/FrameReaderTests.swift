@@ -97,7 +97,9 @@ import Testing
         buffer.writeHTTP2FrameHeader(length: 0x01_2345, type: .headers, flags: [.endHeaders, .endStream, .priority], streamID: -1)
         // Length (24), type, flags, then the stream identifier with its reserved bit unset.
         #expect(Array(buffer.readableBytesView) == [0x01, 0x23, 0x45, 0x01, 0x25, 0x7F, 0xFF, 0xFF, 0xFF])
-        let types: [HTTP2FrameType] = [.data, .headers, .priority, .rstStream, .settings, .pushPromise, .ping, .goAway, .windowUpdate, .continuation]
+        let types: [HTTP2FrameType] = [
+            .data, .headers, .priority, .rstStream, .settings, .pushPromise, .ping, .goAway, .windowUpdate, .continuation,
+        ]
         #expect(types.map(\.rawValue) == Array(UInt8(0)...9))
         #expect(HTTP2FrameFlags.ack == .endStream && HTTP2FrameFlags.padded.rawValue == 0x8)
         #expect(HTTP2SettingCode.code(of: .maxConcurrentStreams) == 3 && HTTP2SettingCode.maxConcurrentStreams.rawValue == 3)
