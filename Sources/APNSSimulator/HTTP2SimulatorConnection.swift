@@ -16,8 +16,9 @@ final class HTTP2SimulatorGoAwayWatcher: NIOHTTP2FrameDelegate {
     }
 }
 
-/// One HTTP/2 connection. NIOHTTP2Handler runs without a stream multiplexer, so this handler
-/// receives the frames of every stream and keeps per-stream state in a dictionary.
+/// One HTTP/2 connection. The frame layer (``HTTP2ServerFrameCodec``, or NIOHTTP2Handler
+/// without a stream multiplexer) passes up the frames of every stream, so this handler keeps
+/// per-stream state in a dictionary.
 final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
     typealias InboundIn = HTTP2Frame
     typealias OutboundOut = HTTP2Frame
@@ -142,7 +143,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
             }
             guard id > highestStreamID else { return }
             // RFC 7540 §6.8: streams above a GOAWAY's last-stream-ID are not processed
-            // (NIOHTTP2 refuses them before they get here).
+            // (the frame layer refuses them before they get here).
             if let last = goAwayLastStreamID, id > last { return }
             highestStreamID = id
             streams[id] = Stream(head: HTTP2SimulatorRequestHead(headers: headers.headers))
@@ -155,12 +156,12 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
             streams.values[index].bodyLength += body.data.readableBytes
             if body.endStream { complete(id, context: context) }
         default:
-            // SETTINGS, PING and WINDOW_UPDATE are handled by NIOHTTP2Handler.
+            // SETTINGS, PING and WINDOW_UPDATE are handled by the frame layer.
             break
         }
     }
 
-    /// The frames of a read burst have been parsed; NIOHTTP2Handler flushes the answers next.
+    /// The frames of a read burst have been parsed; the frame layer flushes the answers next.
     func readBurstEnded() {
         if configuration.idleTimeout != nil { lastRead = .now() }
         if !delayedFrames.isEmpty, let context { scheduleDelayed(context: context) }
