@@ -9,7 +9,7 @@ public struct APNSSigningKey: Sendable {
     public let keyID: String
     public let privateKey: P256.Signing.PrivateKey
 
-    /// The matching public key, as a verifier (such as ``APNSJWTVerifier``) needs it.
+    /// The matching public key, as a verifier (such as the simulator's `APNSJWTVerifier`) needs it.
     public var publicKey: P256.Signing.PublicKey { privateKey.publicKey }
 
     /// Wraps a key that is already loaded. Throws `invalidCredentials` when `keyID` is not

@@ -15,12 +15,12 @@ public enum APNSTokenTiming {
     /// less often than every 60 minutes" (§4).
     public static let refreshIntervalRange: ClosedRange<Duration> = minimumChangeInterval...maximumAge
 
-    static func seconds(_ duration: Duration) -> TimeInterval {
+    package static func seconds(_ duration: Duration) -> TimeInterval {
         let (seconds, attoseconds) = duration.components
         return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
     }
 
-    static func describe(_ duration: Duration) -> String {
+    package static func describe(_ duration: Duration) -> String {
         let total = seconds(duration)
         if total.truncatingRemainder(dividingBy: 60) == 0 { return "\(Int64(total / 60)) minutes" }
         return "\(total) seconds"

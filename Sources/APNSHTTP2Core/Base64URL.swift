@@ -1,19 +1,19 @@
 import Foundation
 
 /// Base64url without padding (RFC 7515 §2), as used by every part of a JWT (§4).
-enum Base64URL {
-    static func encode(_ bytes: some Sequence<UInt8>) -> String {
+package enum Base64URL {
+    package static func encode(_ bytes: some Sequence<UInt8>) -> String {
         var text = Data(bytes).base64EncodedString()
         text = text.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
         while text.hasSuffix("=") { text.removeLast() }
         return text
     }
 
-    static func encode(_ string: String) -> String { encode(Array(string.utf8)) }
+    package static func encode(_ string: String) -> String { encode(Array(string.utf8)) }
 
     /// Decodes unpadded base64url; returns `nil` for padding, characters outside the
     /// alphabet, or an impossible length.
-    static func decode(_ text: Substring) -> [UInt8]? {
+    package static func decode(_ text: Substring) -> [UInt8]? {
         var standard = ""
         standard.reserveCapacity(text.utf8.count + 3)
         for byte in text.utf8 {

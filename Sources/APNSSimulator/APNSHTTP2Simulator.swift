@@ -272,38 +272,24 @@ public final class APNSHTTP2Simulator: Sendable {
         if let n = configuration.status429Every, n < 1 {
             throw APNSError(.invalidConfiguration, "status429Every must be at least 1, not \(n)")
         }
-        var tls = TLSConfiguration.makeServerConfiguration(
-            certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(configuration.certificateChainPEM.utf8)).map { .certificate($0) },
-            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(configuration.privateKeyPEM.utf8), format: .pem))
-        )
-        // §3.1: HTTP/2 over TLS 1.2 or later, negotiated with ALPN.
-        tls.minimumTLSVersion = .tlsv12
-        tls.applicationProtocols = ["h2"]
-        if let ca = configuration.clientCAPEM {
-            // A certificate is asked for but optional: connections without one use tokens.
-            tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMBytes(Array(ca.utf8)))
-            tls.certificateVerification = .optionalVerification
-        }
-        let sslContext = try NIOSSLContext(configuration: tls)
-        var recordFile: FileHandle? = nil
-        if let path = configuration.recordPath {
-            recordFile = try RecordFile.open(path)
-        }
+        // §3.1: HTTP/2 over TLS 1.2 or later, negotiated with ALPN. A client certificate is
+        // asked for but optional: connections without one use tokens.
+        let sslContext = try SimulatorListener.tlsContext(
+            certificateChainPEM: configuration.certificateChainPEM, privateKeyPEM: configuration.privateKeyPEM,
+            clientCAPEM: configuration.clientCAPEM, clientVerification: .optionalVerification,
+            minimumTLSVersion: .tlsv12, applicationProtocols: ["h2"])
+        let recordFile = try configuration.recordPath.map(RecordFile.open)
 
         // The handlers need the simulator, which needs the bound port: bind with a box that is
         // filled in right after.
-        let box = HTTP2SimulatorBox()
+        let box = SimulatorBox<APNSHTTP2Simulator>()
         let server = try await ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(.backlog, value: 256)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    // A connection that arrives between bind and the line that fills the box
-                    // (a client still retrying this port from an earlier run) is turned away.
-                    guard let simulator = box.simulator else {
-                        throw APNSError(.shutDown, "the simulator is still starting")
-                    }
+                    let simulator = try box.started()
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(NIOSSLServerHandler(context: simulator.sslContext))
                     try sync.addHandler(HTTP2SimulatorSetupHandler(simulator: simulator))
@@ -467,16 +453,6 @@ public final class APNSHTTP2Simulator: Sendable {
     /// §3.4: the 410 timestamp is in milliseconds since the epoch.
     static func milliseconds(_ date: Date) -> Int64 {
         Int64((date.timeIntervalSince1970 * 1000).rounded())
-    }
-}
-
-/// Lets channel initializers reach the simulator created after binding.
-private final class HTTP2SimulatorBox: Sendable {
-    private let value = Mutex<APNSHTTP2Simulator?>(nil)
-    /// Set once, right after binding; read by accepted connections (on event-loop threads).
-    var simulator: APNSHTTP2Simulator? {
-        get { value.withLock { $0 } }
-        set { value.withLock { $0 = newValue } }
     }
 }
 

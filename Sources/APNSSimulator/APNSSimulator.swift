@@ -118,24 +118,15 @@ public final class APNSSimulator: Sendable {
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "apns.simulator")
     ) async throws -> APNSSimulator {
-        var tls = TLSConfiguration.makeServerConfiguration(
-            certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(configuration.certificateChainPEM.utf8)).map { .certificate($0) },
-            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(configuration.privateKeyPEM.utf8), format: .pem))
-        )
-        if let ca = configuration.clientCAPEM {
-            tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMBytes(Array(ca.utf8)))
-            tls.certificateVerification = .noHostnameVerification
-        }
-        let sslContext = try NIOSSLContext(configuration: tls)
-        var recordFile: FileHandle? = nil
-        if let path = configuration.recordPath {
-            recordFile = try RecordFile.open(path)
-        }
+        let sslContext = try SimulatorListener.tlsContext(
+            certificateChainPEM: configuration.certificateChainPEM, privateKeyPEM: configuration.privateKeyPEM,
+            clientCAPEM: configuration.clientCAPEM, clientVerification: .noHostnameVerification)
+        let recordFile = try configuration.recordPath.map(RecordFile.open)
         let state = State(feedback: configuration.feedback, badTokens: configuration.badTokens)
 
         // The handlers need the simulator, which needs the bound ports: bind with a box that is
         // filled in right after.
-        let box = SimulatorBox()
+        let box = SimulatorBox<APNSSimulator>()
         let accepted = AcceptedConnections()
         let binary = try await ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -151,10 +142,7 @@ public final class APNSSimulator: Sendable {
                     accepted.add(channel)
                     try sync.addHandler(NIOSSLServerHandler(context: sslContext))
                     try sync.addHandler(ByteToMessageHandler(NotificationFrameDecoder()))
-                    guard let simulator = box.simulator else {
-                        throw APNSError(.shutDown, "the simulator is still starting")
-                    }
-                    try sync.addHandler(GatewayHandler(simulator: simulator))
+                    try sync.addHandler(GatewayHandler(simulator: try box.started()))
                 }
             }
             .bind(host: configuration.host, port: configuration.binaryPort)
@@ -169,10 +157,7 @@ public final class APNSSimulator: Sendable {
                         let sync = channel.pipeline.syncOperations
                         accepted.add(channel)
                         try sync.addHandler(NIOSSLServerHandler(context: sslContext))
-                        guard let simulator = box.simulator else {
-                            throw APNSError(.shutDown, "the simulator is still starting")
-                        }
-                        try sync.addHandler(FeedbackHandler(simulator: simulator))
+                        try sync.addHandler(FeedbackHandler(simulator: try box.started()))
                     }
                 }
                 .bind(host: configuration.host, port: port)
@@ -300,7 +285,6 @@ public final class APNSSimulator: Sendable {
     var badTokens: Set<DeviceToken> { state.withLock { $0.badTokens } }
 }
 
-/// Lets channel initializers reach the simulator created after binding.
 /// The connections a simulator accepted and has not closed yet.
 final class AcceptedConnections: Sendable {
     private let channels = Mutex<[ObjectIdentifier: any Channel]>([:])
@@ -315,15 +299,6 @@ final class AcceptedConnections: Sendable {
         for channel in channels.withLock({ Array($0.values) }) {
             try? await channel.close()
         }
-    }
-}
-
-private final class SimulatorBox: Sendable {
-    private let value = Mutex<APNSSimulator?>(nil)
-    /// Set once, right after binding; read by accepted connections (on event-loop threads).
-    var simulator: APNSSimulator? {
-        get { value.withLock { $0 } }
-        set { value.withLock { $0 = newValue } }
     }
 }
 

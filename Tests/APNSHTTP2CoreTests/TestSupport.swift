@@ -17,20 +17,6 @@ enum Fixture {
     static func minutes(_ m: Double) -> Date { epoch.addingTimeInterval(m * 60) }
 
     static let token64 = try! DeviceToken(hex: String(repeating: "ab", count: 32))
-
-    /// A JWT with the given header and claims text, signed with `key` in the chosen encoding.
-    static func jwt(header: String, claims: String, key: P256.Signing.PrivateKey, der: Bool = false) throws -> String {
-        let input = Base64URL.encode(header) + "." + Base64URL.encode(claims)
-        let signature = try key.signature(for: Array(input.utf8))
-        let bytes = der ? Array(signature.derRepresentation) : Array(signature.rawRepresentation)
-        return input + "." + Base64URL.encode(bytes)
-    }
-
-    static func claims(team: String = teamID, iat: Date) -> String {
-        #"{"iss":"\#(team)","iat":\#(Int64(iat.timeIntervalSince1970))}"#
-    }
-
-    static let header = #"{"alg":"ES256","kid":"\#(keyID)"}"#
 }
 
 /// A clock the test moves by hand.

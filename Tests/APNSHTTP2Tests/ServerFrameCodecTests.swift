@@ -1,3 +1,4 @@
+import APNSSimulator
 import NIOCore
 import NIOEmbedded
 import NIOHPACK
@@ -6,7 +7,7 @@ import Testing
 
 @testable import APNSHTTP2
 
-/// The frame layer in its server role (the simulator's), in an `EmbeddedChannel`: the preface,
+/// The simulator's server frame layer (``HTTP2ServerFrameCodec``), in an `EmbeddedChannel`: the preface,
 /// the stream limit the client has acknowledged, receive windows, GOAWAY, and the events the
 /// simulator's handler relies on. Header blocks are built with NIOHPACK's encoder.
 @Suite struct ServerFrameCodecTests {
@@ -41,7 +42,7 @@ import Testing
         let recorder = Recorder()
         let channel = EmbeddedChannel()
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 443)).wait()
-        try channel.pipeline.syncOperations.addHandler(HTTP2FrameCodec(role: .server(settings: settings, frameDelegate: delegate)))
+        try channel.pipeline.syncOperations.addHandler(HTTP2ServerFrameCodec(settings: settings, frameDelegate: delegate))
         try channel.pipeline.syncOperations.addHandler(recorder)
         let first = try F.written(channel)
         #expect(first.count == 1 && first[0].type == 0x4 && first[0].flags == 0, "the server's SETTINGS come first")
@@ -66,7 +67,7 @@ import Testing
         let recorder = Recorder()
         let channel = EmbeddedChannel()
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 443)).wait()
-        try channel.pipeline.syncOperations.addHandler(HTTP2FrameCodec(role: .server(settings: Self.settings, frameDelegate: delegate)))
+        try channel.pipeline.syncOperations.addHandler(HTTP2ServerFrameCodec(settings: Self.settings, frameDelegate: delegate))
         try channel.pipeline.syncOperations.addHandler(recorder)
         _ = try F.written(channel)
         try channel.writeInbound(ByteBuffer(string: "GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
@@ -129,7 +130,7 @@ import Testing
         try channel.writeInbound(F.bytes([Frame(type: 0x0, flags: 0, streamID: 1, payload: Array(repeating: 1, count: 100))]))
         #expect(recorder.errors.isEmpty)
         try channel.writeInbound(F.bytes([Frame(type: 0x0, flags: 0, streamID: 1, payload: [1])]))
-        #expect((recorder.errors.first as? HTTP2FrameCodec.ProtocolError)?.code == .flowControlError)
+        #expect((recorder.errors.first as? HTTP2ProtocolError)?.code == .flowControlError)
         let goAway = try F.written(channel)
         #expect(goAway.map(\.type) == [0x7] && goAway.first?.payload == [0, 0, 0, 1, 0, 0, 0, 3], "GOAWAY, last stream 1, FLOW_CONTROL_ERROR")
         #expect(delegate.goAways.count == 1)

@@ -1,9 +1,37 @@
 import APNSCore
+import APNSHTTP2Core
+import APNSSimulator
 import Crypto
 import Foundation
 import Testing
 
-@testable import APNSHTTP2Core
+/// Keys, times and hand-made JWTs for the verifier's tests.
+private enum Fixture {
+    static let keyID = "ABCDE12345"
+    static let teamID = "TEAM123456"
+    /// 2023-11-14T22:13:20Z
+    static let epoch = Date(timeIntervalSince1970: 1_700_000_000)
+
+    static func minutes(_ m: Double) -> Date { epoch.addingTimeInterval(m * 60) }
+
+    static func signingKey(_ keyID: String = keyID) throws -> APNSSigningKey {
+        try APNSSigningKey(keyID: keyID, privateKey: P256.Signing.PrivateKey())
+    }
+
+    /// A JWT with the given header and claims text, signed with `key` in the chosen encoding.
+    static func jwt(header: String, claims: String, key: P256.Signing.PrivateKey, der: Bool = false) throws -> String {
+        let input = Base64URL.encode(header) + "." + Base64URL.encode(claims)
+        let signature = try key.signature(for: Array(input.utf8))
+        let bytes = der ? Array(signature.derRepresentation) : Array(signature.rawRepresentation)
+        return input + "." + Base64URL.encode(bytes)
+    }
+
+    static func claims(team: String = teamID, iat: Date) -> String {
+        #"{"iss":"\#(team)","iat":\#(Int64(iat.timeIntervalSince1970))}"#
+    }
+
+    static let header = #"{"alg":"ES256","kid":"\#(keyID)"}"#
+}
 
 private func verifier(_ key: APNSSigningKey) -> APNSJWTVerifier {
     APNSJWTVerifier(teamID: Fixture.teamID, keys: [key.keyID: key.publicKey])

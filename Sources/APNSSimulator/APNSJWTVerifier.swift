@@ -1,4 +1,5 @@
 import APNSCore
+import APNSHTTP2Core
 import Crypto
 import Foundation
 
