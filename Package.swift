@@ -41,7 +41,13 @@ let package = Package(
             pkgConfig: "hiredis",
             providers: [.apt(["libhiredis-dev"])]
         ),
-        .target(name: "PushKafka", dependencies: ["CRdKafka", .product(name: "Logging", package: "swift-log")]),
+        .target(
+            name: "PushKafka",
+            dependencies: [
+                "CRdKafka", .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         .target(name: "PushRedis", dependencies: ["CHiredis", .product(name: "Crypto", package: "swift-crypto")]),
 
         // MARK: APNs

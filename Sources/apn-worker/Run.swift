@@ -76,11 +76,19 @@ struct Run: AsyncParsableCommand {
         options.kafka.logger = Logger(label: KafkaConfiguration.loggerLabel)
         for warning in configuration.warnings { logger.warning("\(warning)") }
 
-        // The worker is a Service: SIGTERM or SIGINT shuts its group down gracefully.
+        // The worker and its Kafka clients are services of one group that SIGTERM or SIGINT
+        // shuts down gracefully, the worker first.
         let worker = Worker(options: options, logger: logger)
+        let services: [any Service]
+        do {
+            services = try worker.services()
+        } catch {
+            printError("\(error)")
+            throw ExitCode(1)
+        }
         let ready = jsonLine([("event", "ready"), ("worker", .string(options.workerId)), ("group", .string(options.groupId))])
         do {
-            try await runUntilTerminated([worker], logger: logger) {
+            try await runUntilTerminated(services, logger: logger) {
                 print(ready)
                 fflush(nil)
             }

@@ -10,11 +10,15 @@ import Synchronization
 ///
 /// It owns the notifications that wait: *held* ones retry after a delay (held by another live
 /// worker, over the app's rate, Redis down), *parked* ones wait unclaimed for their pool's
-/// gateway to answer again. Its input is intake's channel merged with its own signals (a retry
-/// is due, a gateway came back or went away, the stale sweep).
+/// gateway to answer again. Its loop wakes on signals: intake handed over notifications, a retry
+/// is due, a gateway came back or went away, the stale sweep. What intake hands over waits in
+/// one list, and each round trip claims all of it (up to 5,000), so that chunks parsed while a
+/// round trip was under way share the next one.
 final class ClaimStage: Sendable {
-    /// What wakes the claim loop besides intake's chunks.
+    /// What wakes the claim loop.
     enum Signal: Sendable {
+        /// Intake handed over notifications.
+        case parsed
         /// Held notifications may be due.
         case retryDue
         /// A pool cannot reach its gateway: park its new notifications.
@@ -25,11 +29,6 @@ final class ClaimStage: Sendable {
         case sweepStale
     }
 
-    enum Input: Sendable {
-        case parsed([Candidate])
-        case signal(Signal)
-    }
-
     private struct Held {
         var due: ContinuousClock.Instant
         var candidate: Candidate
@@ -37,6 +36,8 @@ final class ClaimStage: Sendable {
 
     private struct State {
         var held: [Held] = []
+        /// Handed over by intake, not yet taken by a round trip.
+        var unclaimed: [Candidate] = []
         /// Handed over by intake and not yet acted on, by partition (a revocation waits for them).
         var pending: [TopicPartition: Int] = [:]
         var unavailable: Set<PoolKey> = []
@@ -82,18 +83,17 @@ final class ClaimStage: Sendable {
 
     // MARK: Loops
 
-    /// Claims what intake hands over and what the signals release, until intake's channel and
-    /// the signals end.
-    func run(intake: AsyncChannel<[Candidate]>) async {
-        for await input in merge(intake.map(Input.parsed), signals.map(Input.signal)) {
-            switch input {
-            case .parsed(let candidates):
-                await claimParsed(candidates)
-            case .signal(.retryDue):
+    /// Claims what intake hands over and what the signals release, until the signals end.
+    func run() async {
+        for await signal in signals {
+            switch signal {
+            case .parsed:
+                while let batch = takeUnclaimed() { await claimParsed(batch) }
+            case .retryDue:
                 await claim(takeDue())
-            case .signal(.unavailable(let key)):
+            case .unavailable(let key):
                 state.withLock { _ = $0.unavailable.insert(key) }
-            case .signal(.available(let key)):
+            case .available(let key):
                 let back = state.withLock { s in
                     s.unavailable.remove(key)
                     return Self.unpark(&s) { $0.poolKey == key }
@@ -102,7 +102,7 @@ final class ClaimStage: Sendable {
                 logger.notice("Gateway reachable again: parked notifications go out",
                               metadata: ["app": "\(key.app)", "env": "\(key.environment)", "parked": "\(back.count)"])
                 await claim(back)
-            case .signal(.sweepStale):
+            case .sweepStale:
                 expireStaleParked()
             }
         }
@@ -132,27 +132,48 @@ final class ClaimStage: Sendable {
 
     // MARK: Intake's side
 
-    /// Counts a chunk as pending before intake sends it, so that a revocation waits for it.
-    func willHandOver(_ candidates: [Candidate]) {
+    /// Takes notifications from intake (it waited for room under `maxInFlight` before it polled
+    /// them); a revocation waits for them until they are acted on.
+    func handOver(_ candidates: [Candidate]) {
         guard !candidates.isEmpty else { return }
+        let wake = state.withLock { s -> Bool in
+            Self.count(candidates, into: &s.pending, by: 1)
+            defer { s.unclaimed += candidates }
+            return s.unclaimed.isEmpty
+        }
+        if wake { signalsIn.yield(.parsed) }
+    }
+
+    /// Up to 5,000 (or `batchSize`) of the notifications intake handed over, oldest first.
+    private func takeUnclaimed() -> [Candidate]? {
         state.withLock { s in
-            for c in candidates { s.pending[c.ref.partition, default: 0] += 1 }
+            guard !s.unclaimed.isEmpty else { return nil }
+            if s.unclaimed.count <= maxChunk {
+                defer { s.unclaimed = [] }
+                return s.unclaimed
+            }
+            defer { s.unclaimed.removeFirst(maxChunk) }
+            return Array(s.unclaimed.prefix(maxChunk))
+        }
+    }
+
+    /// Adds `delta` per candidate to its partition's count; consecutive candidates mostly share
+    /// a partition, so runs are counted first.
+    private static func count(_ candidates: [Candidate], into counts: inout [TopicPartition: Int], by delta: Int) {
+        var index = 0
+        while index < candidates.count {
+            let partition = candidates[index].ref.partition
+            var end = index + 1
+            while end < candidates.count, candidates[end].ref.partition == partition { end += 1 }
+            let value = (counts[partition] ?? 0) + delta * (end - index)
+            counts[partition] = value > 0 ? value : nil
+            index = end
         }
     }
 
     private func claimParsed(_ candidates: [Candidate]) async {
-        var start = 0
-        while start < candidates.count {
-            let end = min(start + maxChunk, candidates.count)
-            await claim(Array(candidates[start..<end]))
-            start = end
-        }
-        state.withLock { s in
-            for c in candidates {
-                let left = (s.pending[c.ref.partition] ?? 1) - 1
-                s.pending[c.ref.partition] = left > 0 ? left : nil
-            }
-        }
+        await claim(candidates)
+        state.withLock { s in Self.count(candidates, into: &s.pending, by: -1) }
         control.madeProgress()
     }
 
@@ -351,13 +372,20 @@ final class ClaimStage: Sendable {
         state.withLock { s in selection.reduce(0) { $0 + (s.pending[$1] ?? 0) } }
     }
 
-    /// Hands back (unclaimed) the held and parked notifications of the partitions that match;
-    /// returns how many.
+    /// Hands back (unclaimed) the held and parked notifications of the partitions that match,
+    /// and with `unclaimedToo` those intake handed over that no round trip took yet; returns how
+    /// many.
     @discardableResult
-    func handBack(where match: (TopicPartition) -> Bool) -> Int {
+    func handBack(unclaimedToo: Bool = false, where match: (TopicPartition) -> Bool) -> Int {
         let (held, parked) = state.withLock { s -> (Int, Int) in
-            let held = s.held.count { match($0.candidate.ref.partition) }
+            var held = s.held.count { match($0.candidate.ref.partition) }
             s.held.removeAll { match($0.candidate.ref.partition) }
+            if unclaimedToo {
+                let dropped = s.unclaimed.filter { match($0.ref.partition) }
+                s.unclaimed.removeAll { match($0.ref.partition) }
+                Self.count(dropped, into: &s.pending, by: -1)
+                held += dropped.count
+            }
             let parked = Self.unpark(&s) { match($0.ref.partition) }.count
             return (held, parked)
         }

@@ -1,12 +1,10 @@
 import APNSCore
-import AsyncAlgorithms
 import Logging
 import PushKafka
 
 /// The first stage: Kafka messages in, jobs parsed, notifications out to the claim stage and
 /// error results out to the result stage. It waits for room under `maxInFlight` before it polls,
-/// and for the claim stage to take each parsed chunk (an `AsyncChannel`), so a slow claim or a
-/// full pipeline slows consumption instead of growing a queue.
+/// so a slow stage anywhere behind it slows consumption instead of growing a queue.
 struct IntakeStage: Sendable {
     /// What parsing part of a batch produced, handed on as one piece.
     struct Chunk: Sendable {
@@ -121,7 +119,7 @@ struct IntakeStage: Sendable {
     /// While Redis is unreachable the assigned partitions are paused and polling goes on, so the
     /// group keeps this member.
     func run(consumer: KafkaConsumer, batchSize: Int, window: Duration, control: PipelineControl, limit: InFlightLimit,
-             results: ResultStage, claims: ClaimStage, channel: AsyncChannel<[Candidate]>) async throws {
+             results: ResultStage, claims: ClaimStage) async throws {
         var paused = false
         while true {
             await limit.waitForRoom()
@@ -153,9 +151,7 @@ struct IntakeStage: Sendable {
                     s.rejected += chunk.results.count
                 }
                 results.submit(chunk.results)
-                guard !chunk.candidates.isEmpty else { return }
-                claims.willHandOver(chunk.candidates)
-                await channel.send(chunk.candidates)
+                claims.handOver(chunk.candidates)
             }
         }
     }

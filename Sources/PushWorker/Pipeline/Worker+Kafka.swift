@@ -71,10 +71,11 @@ extension Worker {
                 }
             }
         }
-        // What is still unclaimed is handed back when the claim stage reaches it; what the
-        // claims put back to wait meanwhile, now.
+        // What is still unclaimed (after a timeout) and what the claims put back to wait
+        // meanwhile is handed back; a round trip still under way hands its notifications back
+        // when it ends, by their revocation epoch.
         control.markRevoked(selection)
-        stages.claims.handBack(where: inSelection)
+        stages.claims.handBack(unclaimedToo: true, where: inSelection)
         let marksDeadline = DispatchTime.now() + .seconds(2)
         while !stages.results.positionsStored(for: selection) {
             stages.results.requestPositions()

@@ -21,8 +21,12 @@ public final class Worker: Service, Sendable {
     let owner: String
     let control = PipelineControl()
     let limit: InFlightLimit
-    /// The stages while ``run()`` runs, for the revocation callback.
+    /// The stages once ``run()`` built them, for the revocation callback (the consumer may close
+    /// after the worker returns).
     let stages = Mutex<Stages?>(nil)
+    /// The Kafka clients, made once (``services()`` or ``run()``), and whether their own
+    /// services close them.
+    let kafka = Mutex<(producer: KafkaProducer, consumer: KafkaConsumer, asServices: Bool)?>(nil)
 
     struct Stages: Sendable {
         var consumer: KafkaConsumer
@@ -39,6 +43,28 @@ public final class Worker: Service, Sendable {
         let suffix = (0..<6).map { _ in "0123456789abcdefghijklmnopqrstuvwxyz".randomElement()! }
         self.owner = "\(options.workerId)#\(String(suffix))"
         self.limit = InFlightLimit(maximum: options.maxInFlight)
+    }
+
+    /// The services of one worker, in the order a `ServiceGroup` starts them: the Kafka producer,
+    /// the Kafka consumer, the worker. A graceful shutdown stops them in reverse: the worker
+    /// finishes what it sent, writes the results and stores its offsets; then the consumer leaves
+    /// the group (committing what the worker stored); then the producer flushes and closes.
+    ///
+    /// - Throws: a ``WorkerError`` when the Kafka clients cannot be set up.
+    public func services() throws -> [any Service] {
+        let (producer, consumer) = try kafkaClients(asServices: true)
+        return [producer, consumer, self]
+    }
+
+    /// The Kafka clients, made on first use.
+    func kafkaClients(asServices: Bool) throws -> (KafkaProducer, KafkaConsumer) {
+        try kafka.withLock { clients in
+            if let clients { return (clients.producer, clients.consumer) }
+            let (producer, consumer) = try kafkaClients(asServices: false)
+        let closesClients = !(kafka.withLock { $0?.asServices } ?? false)
+            clients = (producer, consumer, asServices)
+            return (producer, consumer)
+        }
     }
 
     /// Counters for logs, tests and benchmarks.
@@ -70,7 +96,8 @@ public final class Worker: Service, Sendable {
         let stateRedis = await connectRedis(purpose: "state")
         let claimStore = NotificationStore(redis: claimRedis, prefix: options.redisKeyPrefix, owner: owner)
         let store = NotificationStore(redis: stateRedis, prefix: options.redisKeyPrefix, owner: owner)
-        let (producer, consumer) = try makeKafkaClients()
+        let (producer, consumer) = try kafkaClients(asServices: false)
+        let closesClients = !(kafka.withLock { $0?.asServices } ?? false)
 
         let factory = ResultFactory(worker: options.workerId)
         let localClaims = LocalClaims()
@@ -82,14 +109,13 @@ public final class Worker: Service, Sendable {
         let claims = ClaimStage(store: claimStore, results: results, delivery: delivery, localClaims: localClaims, control: control,
                                 limit: limit, factory: factory, options: options, signals: signals, logger: logger)
         let intake = IntakeStage(options: options, factory: factory, logger: logger)
-        let parsed = AsyncChannel<[Candidate]>()
         stages.withLock { $0 = Stages(consumer: consumer, claims: claims, delivery: delivery, results: results) }
         logger.info("Worker started", metadata: ["owner": "\(owner)", "group": "\(options.groupId)", "topic": "\(options.requestsTopic)"])
 
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.heartbeat(store) }
             group.addTask { await results.run() }
-            group.addTask { await claims.run(intake: parsed) }
+            group.addTask { await claims.run() }
             group.addTask { await claims.runTimers() }
             group.addTask { await claims.runSweeps() }
             group.addTask { await delivery.run() }
@@ -107,14 +133,13 @@ public final class Worker: Service, Sendable {
             var failure: (any Error)? = nil
             do {
                 try await intake.run(consumer: consumer, batchSize: options.batchSize, window: options.batchWindow, control: control,
-                                     limit: limit, results: results, claims: claims, channel: parsed)
+                                     limit: limit, results: results, claims: claims)
             } catch {
                 failure = error
                 logger.error("Consumption failed; shutting down", metadata: ["error": "\(error)"])
             }
             stop()
-            parsed.finish()
-            await drain(consumer: consumer, claims: claims, delivery: delivery, results: results)
+            await drain(consumer: consumer, claims: claims, delivery: delivery, results: results, closing: closesClients)
             claims.finish()
             results.finish()
             group.cancelAll()
@@ -123,8 +148,7 @@ public final class Worker: Service, Sendable {
         }
 
         control.count { $0.redisRoundTrips = claimRedis.roundTrips + stateRedis.roundTrips }
-        stages.withLock { $0 = nil }
-        await producer.close(timeout: .seconds(10))
+        if closesClients { await producer.close(timeout: .seconds(10)) }
         do { try await store.retire() } catch { logger.notice("Cannot remove the liveness key", metadata: ["error": "\(error)"]) }
         await claimRedis.close()
         await stateRedis.close()
@@ -161,11 +185,13 @@ public final class Worker: Service, Sendable {
 
     // MARK: Shutdown
 
-    /// Stop consuming, finish what was sent, write results, store positions, commit, leave the group.
-    private func drain(consumer: KafkaConsumer, claims: ClaimStage, delivery: DeliveryStage, results: ResultStage) async {
+    /// Stop consuming, finish what was sent, write results, store positions, commit, and leave the
+    /// group when the consumer is not a service of its own (which leaves once the worker returned).
+    private func drain(consumer: KafkaConsumer, claims: ClaimStage, delivery: DeliveryStage, results: ResultStage,
+                       closing: Bool) async {
         let deadline = ContinuousClock.now + options.shutdownTimeout
         // Held and parked notifications are not claimed: hand them back.
-        claims.handBack { _ in true }
+        claims.handBack(unclaimedToo: true) { _ in true }
         logger.info("Draining", metadata: ["inFlight": "\(limit.inFlight)", "pools": "\(delivery.poolCount)"])
         await delivery.shutdown(gracePeriod: max(.seconds(1), deadline - .now))
         // Wait for the writer to write what the pools reported.
@@ -177,6 +203,7 @@ public final class Worker: Service, Sendable {
         await results.storePositions()
         results.commit()
         await finishJoining(consumer)
+        guard closing else { return }
         do { try await consumer.close() } catch { logger.warning("Cannot leave the consumer group cleanly", metadata: ["error": "\(error)"]) }
     }
 
