@@ -60,8 +60,7 @@ public final class Worker: Service, Sendable {
     func kafkaClients(asServices: Bool) throws -> (KafkaProducer, KafkaConsumer) {
         try kafka.withLock { clients in
             if let clients { return (clients.producer, clients.consumer) }
-            let (producer, consumer) = try kafkaClients(asServices: false)
-        let closesClients = !(kafka.withLock { $0?.asServices } ?? false)
+            let (producer, consumer) = try makeKafkaClients()
             clients = (producer, consumer, asServices)
             return (producer, consumer)
         }
