@@ -1,4 +1,3 @@
-import AsyncAlgorithms
 import Logging
 import PushKafka
 import Synchronization
@@ -7,18 +6,12 @@ import Synchronization
 /// `apn.results`, and once Kafka has acknowledged them marks their messages written in the
 /// ``OffsetTracker`` and hands the committable offsets to librdkafka.
 ///
-/// Every stage hands it ``ResultItem``s through one stream; it writes whatever arrived at least
-/// every `resultFlushInterval`, in batches of at most `resultBatchSize`. The stream holds
-/// in-flight notifications only, so ``InFlightLimit`` bounds it.
+/// Every stage hands it ``ResultItem``s; they wait in one list, which holds in-flight
+/// notifications only (``InFlightLimit`` bounds it), and a doorbell (an `AsyncStream` that keeps
+/// at most one ring) wakes the writer. The writer takes what has gathered, at most
+/// `resultBatchSize`, and after a smaller batch lets `resultFlushInterval` pass before it takes
+/// the next, so that results are written in few round trips.
 final class ResultStage: Sendable {
-    enum Input: Sendable {
-        case results([ResultItem])
-        /// Offsets may have moved without a result (a message with nothing to send, a duplicate).
-        case commit
-        /// A revocation waits for the written positions of its partitions.
-        case storePositions
-    }
-
     private struct State {
         var tracker = OffsetTracker()
         /// Notifications in a pool or waiting here, by partition (a revocation waits for them).
@@ -26,6 +19,12 @@ final class ResultStage: Sendable {
         /// The written positions stored in Redis (`pw:`), by partition.
         var writtenMarks: [TopicPartition: Int64] = [:]
         var writerExited = false
+        /// What waits for the writer.
+        var waiting: [ResultItem] = []
+        /// Offsets may have moved without a result (a message with nothing to send, a duplicate).
+        var commitNeeded = false
+        /// A revocation waits for the written positions of its partitions.
+        var positionsRequested = false
 
         /// Written positions that moved since they were last stored.
         func pendingMarks() -> [TopicPartitionOffset] {
@@ -34,8 +33,8 @@ final class ResultStage: Sendable {
     }
 
     private let state = Mutex(State())
-    private let inputs: AsyncStream<Input>
-    private let inputsIn: AsyncStream<Input>.Continuation
+    private let doorbell: AsyncStream<Void>
+    private let doorbellIn: AsyncStream<Void>.Continuation
     private let store: NotificationStore
     private let producer: KafkaProducer
     private let consumer: KafkaConsumer
@@ -55,7 +54,7 @@ final class ResultStage: Sendable {
         self.control = control
         self.options = options
         self.logger = logger
-        (inputs, inputsIn) = AsyncStream.makeStream()
+        (doorbell, doorbellIn) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
     }
 
     // MARK: What the other stages call
@@ -73,7 +72,7 @@ final class ResultStage: Sendable {
             }
         }
         limit.add(total)
-        if empty { inputsIn.yield(.commit) }
+        if empty { ring { $0.commitNeeded = true } }
     }
 
     /// Notifications of these partitions went into a pool.
@@ -85,10 +84,10 @@ final class ResultStage: Sendable {
     /// Hands results (and released claims) to the writer.
     func submit(_ items: [ResultItem]) {
         guard !items.isEmpty else { return }
-        state.withLock { s in
+        ring { s in
             for item in items where !item.fromPool { s.active[item.ref.partition, default: 0] += 1 }
+            s.waiting += items
         }
-        inputsIn.yield(.results(items))
     }
 
     /// Messages consumed again whose notifications need nothing written.
@@ -96,14 +95,19 @@ final class ResultStage: Sendable {
         guard !refs.isEmpty else { return }
         state.withLock { s in for ref in refs { s.tracker.complete(ref.partition, offset: ref.offset) } }
         limit.remove(refs.count)
-        inputsIn.yield(.commit)
+        ring { $0.commitNeeded = true }
     }
 
     /// Asks the writer to store the written positions now.
-    func requestPositions() { inputsIn.yield(.storePositions) }
+    func requestPositions() { ring { $0.positionsRequested = true } }
 
     /// Ends the writer once it has written what it was given.
-    func finish() { inputsIn.finish() }
+    func finish() { doorbellIn.finish() }
+
+    private func ring(_ change: (inout State) -> Void) {
+        state.withLock { change(&$0) }
+        doorbellIn.yield()
+    }
 
     // MARK: The writer
 
@@ -112,25 +116,28 @@ final class ResultStage: Sendable {
             state.withLock { $0.writerExited = true }
             control.madeProgress()
         }
-        let batches = inputs.chunks(ofCount: options.resultBatchSize, or: .repeating(every: options.resultFlushInterval))
-        for await inputs in batches {
-            var items: [ResultItem] = []
-            var commit = false
-            var positions = false
-            for input in inputs {
-                switch input {
-                case .results(let more): items += more
-                case .commit: commit = true
-                case .storePositions: positions = true
-                }
+        var rings = doorbell.makeAsyncIterator()
+        var lastFlush = ContinuousClock.now
+        while true {
+            let (batch, commit, positions) = state.withLock { s in
+                defer { (s.commitNeeded, s.positionsRequested) = (false, false) }
+                let count = min(s.waiting.count, options.resultBatchSize)
+                let batch = Array(s.waiting.prefix(count))
+                s.waiting.removeFirst(count)
+                return (batch, s.commitNeeded, s.positionsRequested)
             }
-            var start = 0
-            repeat {
-                let end = min(start + options.resultBatchSize, items.count)
-                await write(Array(items[start..<end]), positions: positions || end > start)
-                start = end
-            } while start < items.count
-            if commit || !items.isEmpty { self.commit() }
+            guard !batch.isEmpty || commit || positions else {
+                // Nothing to do: wait for a ring; none comes after `finish()`.
+                if await rings.next() == nil { return }
+                continue
+            }
+            await write(batch, positions: positions)
+            if commit || !batch.isEmpty { self.commit() }
+            // Gather a fuller batch next time when this one was small.
+            if batch.count < options.resultBatchSize {
+                try? await Task.sleep(until: lastFlush + options.resultFlushInterval)
+            }
+            lastFlush = .now
         }
     }
 
@@ -253,7 +260,7 @@ final class ResultStage: Sendable {
             state.withLock { $0.tracker.markCommitted(offsets.filter { !skipped.contains($0) }) }
         } catch {
             logger.warning("Cannot store offsets for commit; will retry", metadata: ["error": "\(error)", "offsets": "\(offsets)"])
-            inputsIn.yield(.commit)
+            ring { $0.commitNeeded = true }
         }
     }
 
