@@ -1,9 +1,9 @@
 import Crypto
-import _CryptoExtras
 import Foundation
 import NIOSSL
 import SwiftASN1
 import X509
+import _CryptoExtras
 
 /// Which of Apple's environments a connection talks to.
 public enum APNSEnvironment: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
@@ -176,7 +176,8 @@ public struct APNSCredentials: Sendable {
             }
         }
         guard environments.contains(environment) else {
-            let has = environments.isEmpty
+            let has =
+                environments.isEmpty
                 ? "it carries no APNs environment extension"
                 : "it is for \(environments.map(\.rawValue).sorted().joined(separator: " and ")) only"
             throw APNSError(

@@ -133,8 +133,10 @@ public enum APNSReconnectBackoff {
     public static let unavailableAfter = 3
 
     /// The delay before the next connect after `failures` failures in a row (at least 1).
-    public static func delay(afterFailures failures: Int, base: Duration = .milliseconds(100),
-                             maximum: Duration = .seconds(5)) -> Duration {
+    public static func delay(
+        afterFailures failures: Int, base: Duration = .milliseconds(100),
+        maximum: Duration = .seconds(5)
+    ) -> Duration {
         let exponent = min(max(failures - 1, 0), 30)
         let delay = base * (1 << exponent)
         return min(delay, maximum)

@@ -66,9 +66,10 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
     }
 
     public static func == (lhs: DeviceToken, rhs: DeviceToken) -> Bool {
-        lhs.bytes.count == rhs.bytes.count && lhs.bytes.withUnsafeBytes { a in
-            rhs.bytes.withUnsafeBytes { b in memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 }
-        }
+        lhs.bytes.count == rhs.bytes.count
+            && lhs.bytes.withUnsafeBytes { a in
+                rhs.bytes.withUnsafeBytes { b in memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 }
+            }
     }
 
     /// Hashes the bytes in one call rather than one by one: simulators look tokens up at
@@ -87,7 +88,10 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
     public static func lowercaseHex(_ bytes: UnsafeBufferPointer<UInt8>, prefix: StaticString = "") -> String {
         String(unsafeUninitializedCapacity: prefix.utf8CodeUnitCount + bytes.count * 2) { out in
             var i = prefix.utf8CodeUnitCount
-            if i > 0 { _ = UnsafeMutableRawBufferPointer(out).initializeMemory(as: UInt8.self, from: UnsafeBufferPointer(start: prefix.utf8Start, count: i)) }
+            if i > 0 {
+                _ = UnsafeMutableRawBufferPointer(out).initializeMemory(
+                    as: UInt8.self, from: UnsafeBufferPointer(start: prefix.utf8Start, count: i))
+            }
             for b in bytes {
                 let high = b >> 4, low = b & 0x0f
                 out[i] = high < 10 ? high + UInt8(ascii: "0") : high + (UInt8(ascii: "a") - 10)

@@ -32,9 +32,10 @@ public enum APNSExpiry: Sendable, Hashable {
     /// Throws `invalidExpiry` for anything else.
     public init(parsing text: String) throws(APNSPayloadError) {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
-        let invalid = APNSPayloadError(.invalidExpiry,
+        let invalid = APNSPayloadError(
+            .invalidExpiry,
             "expiry \"\(text.abbreviated())\" is not valid; use 0 (do not store), a UNIX time in seconds such as 1700000000, "
-            + "or a number followed by s, m, h, d or w such as 30s, 15m, 1h, 1d or 2w")
+                + "or a number followed by s, m, h, d or w such as 30s, 15m, 1h, 1d or 2w")
         var digits = Substring(trimmed)
         var unit: UInt64? = nil
         switch digits.last {
@@ -47,13 +48,14 @@ public enum APNSExpiry: Sendable, Hashable {
         }
         if unit != nil { digits = digits.dropLast() }
         guard !digits.isEmpty, digits.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
-              let value = UInt64(digits)
+            let value = UInt64(digits)
         else { throw invalid }
 
         if let unit {
             let (seconds, overflow) = value.multipliedReportingOverflow(by: unit)
             guard !overflow, seconds <= UInt64(UInt32.max) else {
-                throw APNSPayloadError(.invalidExpiry,
+                throw APNSPayloadError(
+                    .invalidExpiry,
                     "expiry \"\(text.abbreviated())\" is too far in the future; relative expiries must be under \(UInt32.max) seconds")
             }
             self = .after(.seconds(Int64(seconds)))
@@ -61,7 +63,8 @@ public enum APNSExpiry: Sendable, Hashable {
             self = .immediately
         } else {
             guard let seconds = UInt32(exactly: value) else {
-                throw APNSPayloadError(.invalidExpiry,
+                throw APNSPayloadError(
+                    .invalidExpiry,
                     "expiry \"\(text)\" does not fit the 32-bit UNIX time field (maximum \(UInt32.max))")
             }
             self = .at(unixSeconds: seconds)

@@ -80,9 +80,15 @@ private struct JSONParser {
         case UInt8(ascii: "{"): return try parseObject(depth: depth + 1)
         case UInt8(ascii: "["): return try parseArray(depth: depth + 1)
         case UInt8(ascii: "\""): return .string(try parseString())
-        case UInt8(ascii: "t"): try expectLiteral("true"); return .bool(true)
-        case UInt8(ascii: "f"): try expectLiteral("false"); return .bool(false)
-        case UInt8(ascii: "n"): try expectLiteral("null"); return .null
+        case UInt8(ascii: "t"):
+            try expectLiteral("true")
+            return .bool(true)
+        case UInt8(ascii: "f"):
+            try expectLiteral("false")
+            return .bool(false)
+        case UInt8(ascii: "n"):
+            try expectLiteral("null")
+            return .null
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try parseNumber()
         default: throw error(at: pos, "unexpected \(describe(pos)); expected a value")
         }
@@ -93,12 +99,17 @@ private struct JSONParser {
         pos += 1  // '{'
         var members: [String: JSONValue] = [:]
         skipWhitespace()
-        if peek(UInt8(ascii: "}")) { pos += 1; return .object(members) }
+        if peek(UInt8(ascii: "}")) {
+            pos += 1
+            return .object(members)
+        }
         while true {
             guard peek(UInt8(ascii: "\"")) else {
-                throw error(at: pos, members.isEmpty
-                    ? "expected a string member name or '}'"
-                    : "expected a string member name after ','")
+                throw error(
+                    at: pos,
+                    members.isEmpty
+                        ? "expected a string member name or '}'"
+                        : "expected a string member name after ','")
             }
             let keyOffset = pos
             let key = try parseString()
@@ -113,8 +124,12 @@ private struct JSONParser {
             skipWhitespace()
             guard pos < bytes.count else { throw error(at: pos, "unexpected end of input; expected ',' or '}' after an object member") }
             switch bytes[pos] {
-            case UInt8(ascii: ","): pos += 1; skipWhitespace()
-            case UInt8(ascii: "}"): pos += 1; return .object(members)
+            case UInt8(ascii: ","):
+                pos += 1
+                skipWhitespace()
+            case UInt8(ascii: "}"):
+                pos += 1
+                return .object(members)
             default: throw error(at: pos, "expected ',' or '}' after an object member")
             }
         }
@@ -125,14 +140,21 @@ private struct JSONParser {
         pos += 1  // '['
         var items: [JSONValue] = []
         skipWhitespace()
-        if peek(UInt8(ascii: "]")) { pos += 1; return .array(items) }
+        if peek(UInt8(ascii: "]")) {
+            pos += 1
+            return .array(items)
+        }
         while true {
             items.append(try parseValue(depth: depth))
             skipWhitespace()
             guard pos < bytes.count else { throw error(at: pos, "unexpected end of input; expected ',' or ']' after an array element") }
             switch bytes[pos] {
-            case UInt8(ascii: ","): pos += 1; skipWhitespace()
-            case UInt8(ascii: "]"): pos += 1; return .array(items)
+            case UInt8(ascii: ","):
+                pos += 1
+                skipWhitespace()
+            case UInt8(ascii: "]"):
+                pos += 1
+                return .array(items)
             default: throw error(at: pos, "expected ',' or ']' after an array element")
             }
         }
@@ -146,7 +168,8 @@ private struct JSONParser {
 
     mutating func expectLiteral(_ literal: StaticString) throws(JSONParseError) {
         let count = literal.utf8CodeUnitCount
-        let matches = pos + count <= bytes.count
+        let matches =
+            pos + count <= bytes.count
             && literal.withUTF8Buffer { UnsafeBufferPointer(rebasing: bytes[pos..<pos + count]).elementsEqual($0) }
         guard matches else { throw error(at: pos, "invalid literal; expected '\(literal)'") }
         pos += count
@@ -232,7 +255,10 @@ private struct JSONParser {
                 pos += 1
                 return result
             } else if b == UInt8(ascii: "\\") {
-                if !escaped { scratch.removeAll(keepingCapacity: true); escaped = true }
+                if !escaped {
+                    scratch.removeAll(keepingCapacity: true)
+                    escaped = true
+                }
                 scratch.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<pos]))
                 try parseEscape()
                 runStart = pos
@@ -310,17 +336,25 @@ private struct JSONParser {
         var secondRange: ClosedRange<UInt8> = 0x80...0xBF
         switch lead {
         case 0xC2...0xDF: length = 2
-        case 0xE0: length = 3; secondRange = 0xA0...0xBF
+        case 0xE0:
+            length = 3
+            secondRange = 0xA0...0xBF
         case 0xE1...0xEC, 0xEE...0xEF: length = 3
-        case 0xED: length = 3; secondRange = 0x80...0x9F  // excludes UTF-16 surrogates
-        case 0xF0: length = 4; secondRange = 0x90...0xBF
+        case 0xED:
+            length = 3
+            secondRange = 0x80...0x9F  // excludes UTF-16 surrogates
+        case 0xF0:
+            length = 4
+            secondRange = 0x90...0xBF
         case 0xF1...0xF3: length = 4
-        case 0xF4: length = 4; secondRange = 0x80...0x8F  // caps at U+10FFFF
+        case 0xF4:
+            length = 4
+            secondRange = 0x80...0x8F  // caps at U+10FFFF
         default: throw error(at: pos, "invalid UTF-8: byte 0x\(hex(lead)) cannot start a character")
         }
         guard pos + length <= bytes.count,
-              secondRange.contains(bytes[pos + 1]),
-              (2..<length).allSatisfy({ bytes[pos + $0] & 0xC0 == 0x80 })
+            secondRange.contains(bytes[pos + 1]),
+            (2..<length).allSatisfy({ bytes[pos + $0] & 0xC0 == 0x80 })
         else { throw error(at: pos, "invalid UTF-8 sequence starting with byte 0x\(hex(lead))") }
         pos += length
     }

@@ -232,7 +232,8 @@ public enum APNSPriority: Sendable, Hashable {
     /// Like ``init(rawValue:)`` but throws `invalidPriority` for other values.
     public init(validating rawValue: Int) throws(APNSPayloadError) {
         guard let priority = APNSPriority(rawValue: rawValue) else {
-            throw APNSPayloadError(.invalidPriority,
+            throw APNSPayloadError(
+                .invalidPriority,
                 "priority \(rawValue) is not valid; use 10 (immediate), 5 (power-considerate) or 1 (low, HTTP/2 only)")
         }
         self = priority
@@ -263,7 +264,8 @@ public enum APNSPayloadEncoding: String, Sendable {
     /// Like ``init(name:)`` but throws `unsupportedEncoding` for other names.
     public init(parsing name: String) throws(APNSPayloadError) {
         guard let encoding = APNSPayloadEncoding(name: name) else {
-            throw APNSPayloadError(.unsupportedEncoding,
+            throw APNSPayloadError(
+                .unsupportedEncoding,
                 "payload encoding \"\(name)\" is not supported; APNs accepts only UTF-8 JSON, so use \"utf8\"")
         }
         self = encoding

@@ -28,12 +28,15 @@ extension APNSNotification {
     public func payload() throws(APNSPayloadError) -> [UInt8] {
         if let mdm {
             guard !hasAPSFields else {
-                throw APNSPayloadError(.mdmWithAPS,
+                throw APNSPayloadError(
+                    .mdmWithAPS,
                     "an MDM notification is exactly {\"mdm\":\"…\"}; clear the aps fields (alert, badge, sound, flags, …) or clear mdm")
             }
             guard custom.isEmpty else {
-                throw APNSPayloadError(.mdmWithAPS,
-                    "an MDM notification is exactly {\"mdm\":\"…\"}; remove the custom keys \(custom.keys.sorted().joined(separator: ", ").abbreviated(toBytes: 256))")
+                throw APNSPayloadError(
+                    .mdmWithAPS,
+                    "an MDM notification is exactly {\"mdm\":\"…\"}; remove the custom keys \(custom.keys.sorted().joined(separator: ", ").abbreviated(toBytes: 256))"
+                )
             }
             guard !mdm.isEmpty else {
                 throw APNSPayloadError(.invalidValue, "the MDM PushMagic value is empty; set mdm to the device's PushMagic string")
@@ -44,7 +47,8 @@ extension APNSNotification {
         }
 
         guard custom["aps"] == nil else {
-            throw APNSPayloadError(.invalidValue,
+            throw APNSPayloadError(
+                .invalidValue,
                 "custom key \"aps\" would replace the aps dictionary; put Apple keys in additionalAPSFields and rename the custom key")
         }
         if let badge, badge < 0 {
@@ -91,8 +95,10 @@ extension APNSNotification {
         if let urlArgs { aps.add("url-args", .array(urlArgs.map(JSONValue.string))) }
         for key in additionalAPSFields.keys.sorted() {
             guard aps.add(key, additionalAPSFields[key]!) else {
-                throw APNSPayloadError(.invalidValue,
-                    "additionalAPSFields key \"\(key.abbreviated())\" repeats an aps key that is already set; set it through its own property instead")
+                throw APNSPayloadError(
+                    .invalidValue,
+                    "additionalAPSFields key \"\(key.abbreviated())\" repeats an aps key that is already set; set it through its own property instead"
+                )
             }
         }
 
@@ -113,23 +119,28 @@ extension APNSNotification {
     public func validatedPayload(limit: Int, allowLowPriority: Bool = false) throws(APNSPayloadError) -> [UInt8] {
         let bytes = try payload()
         if mdm == nil && !hasAPSFields && custom.isEmpty {
-            throw APNSPayloadError(.emptyPayload,
+            throw APNSPayloadError(
+                .emptyPayload,
                 "the payload is empty; set an alert, badge, sound, content-available or custom data")
         }
         if priority == .low && !allowLowPriority {
-            throw APNSPayloadError(.invalidPriority,
+            throw APNSPayloadError(
+                .invalidPriority,
                 "priority 1 is available only on the HTTP/2 API; use 5 (power-considerate) or 10 (immediate)")
         }
         if priority == .immediate && contentAvailable && alert == nil && sound == nil && badge == nil {
-            throw APNSPayloadError(.contentAvailableWithImmediatePriority,
+            throw APNSPayloadError(
+                .contentAvailableWithImmediatePriority,
                 "priority 10 needs an alert, sound or badge; send this content-available-only notification with priority 5")
         }
         if let interruptionLevel, !Self.interruptionLevels.contains(interruptionLevel) {
-            throw APNSPayloadError(.invalidValue,
+            throw APNSPayloadError(
+                .invalidValue,
                 "interruption level \"\(interruptionLevel.abbreviated())\" is not valid; use passive, active, time-sensitive or critical")
         }
         if bytes.count > limit {
-            throw APNSPayloadError(.tooLarge,
+            throw APNSPayloadError(
+                .tooLarge,
                 "payload is \(bytes.count) bytes, over the \(limit)-byte limit; shorten the alert or set truncation")
         }
         return bytes
@@ -152,15 +163,19 @@ extension APNSNotification {
         let original = try payload()
         if original.count <= limit { return 0 }
         guard let body = alertBody else {
-            throw APNSPayloadError(.cannotTrim,
-                "payload is \(original.count) bytes, over the \(limit)-byte limit, and has no alert body to shorten; remove other fields or custom data")
+            throw APNSPayloadError(
+                .cannotTrim,
+                "payload is \(original.count) bytes, over the \(limit)-byte limit, and has no alert body to shorten; remove other fields or custom data"
+            )
         }
         var probe = self
         probe.alertBody = ""
         let fixedSize = try probe.payload().count
         guard fixedSize <= limit else {
-            throw APNSPayloadError(.cannotTrim,
-                "payload is \(fixedSize) bytes even with an empty alert body, over the \(limit)-byte limit; remove other fields or custom data")
+            throw APNSPayloadError(
+                .cannotTrim,
+                "payload is \(fixedSize) bytes even with an empty alert body, over the \(limit)-byte limit; remove other fields or custom data"
+            )
         }
 
         // Longest prefix of whole characters whose escaped form fits the remaining budget.

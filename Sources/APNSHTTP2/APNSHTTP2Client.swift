@@ -82,9 +82,10 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         }
         let hostName = configuration.serverHostname ?? configuration.host
         authority = configuration.port == 443 ? hostName : "\(hostName):\(configuration.port)"
-        state = Mutex(State(
-            machine: HTTP2PoolStateMachine(configuration: .init(configuration), tokenProvider: tokenProvider, logger: logger),
-            admission: APNSAdmission(maxPending: configuration.maxPending)))
+        state = Mutex(
+            State(
+                machine: HTTP2PoolStateMachine(configuration: .init(configuration), tokenProvider: tokenProvider, logger: logger),
+                admission: APNSAdmission(maxPending: configuration.maxPending)))
     }
 
     // MARK: Public API
@@ -107,8 +108,10 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         let chunk = max(1, min(configuration.maxPending, 1024))
         for submission in submissions {
             let template: Result<Template, APNSError>
-            if let cached = cache, cached.0 === submission.content
-                || (cached.1 == (submission.payload != nil) && cached.0.notification == submission.notification) {
+            if let cached = cache,
+                cached.0 === submission.content
+                    || (cached.1 == (submission.payload != nil) && cached.0.notification == submission.notification)
+            {
                 template = cached.2
             } else {
                 template = Result { () throws(APNSError) in try makeTemplate(submission, now: now) }
@@ -121,7 +124,8 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                     guard !payload.isEmpty, payload.count <= t.pushType.payloadLimit else {
                         var outcome = APNSDeliveryOutcome(
                             tag: submission.tag, token: submission.token, status: .invalidPayload,
-                            message: "the payload is \(payload.count) bytes; push type \(t.pushType.rawValue) needs 1 to \(t.pushType.payloadLimit)",
+                            message:
+                                "the payload is \(payload.count) bytes; push type \(t.pushType.rawValue) needs 1 to \(t.pushType.payloadLimit)",
                             attempts: 0, possibleDuplicate: false)
                         outcome.reason = nil
                         batch.rejected.append(outcome)
@@ -129,15 +133,19 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                     }
                     body = payload
                 }
-                batch.items.append(QueuedRequest(
-                    tag: submission.tag, token: submission.token, path: submission.token.bytes.withUnsafeBufferPointer { DeviceToken.lowercaseHex($0, prefix: "/3/device/") }, body: body,
-                    pushType: t.pushType, topic: t.topic, priority: t.priority, expiration: t.expiration,
-                    collapseID: t.collapseID, apnsID: apnsIDs.next(),
-                    retryLimit: t.retryLimit, staleAt: submission.content.staleAt))
+                batch.items.append(
+                    QueuedRequest(
+                        tag: submission.tag, token: submission.token,
+                        path: submission.token.bytes.withUnsafeBufferPointer { DeviceToken.lowercaseHex($0, prefix: "/3/device/") },
+                        body: body,
+                        pushType: t.pushType, topic: t.topic, priority: t.priority, expiration: t.expiration,
+                        collapseID: t.collapseID, apnsID: apnsIDs.next(),
+                        retryLimit: t.retryLimit, staleAt: submission.content.staleAt))
             case .failure(let error):
-                batch.rejected.append(APNSDeliveryOutcome(
-                    tag: submission.tag, token: submission.token, status: .invalidPayload, message: error.message,
-                    attempts: 0, possibleDuplicate: false))
+                batch.rejected.append(
+                    APNSDeliveryOutcome(
+                        tag: submission.tag, token: submission.token, status: .invalidPayload, message: error.message,
+                        attempts: 0, possibleDuplicate: false))
             }
             if batch.count >= chunk { try await admit(&batch) }
         }
@@ -407,7 +415,8 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                     // control; streams are the connection handler's.
                     let codec = HTTP2FrameCodec()
                     try sync.addHandler(codec)
-                    try sync.addHandler(HTTP2ConnectionHandler(id: id, client: self, codec: codec, authority: authority, configuration: configuration))
+                    try sync.addHandler(
+                        HTTP2ConnectionHandler(id: id, client: self, codec: codec, authority: authority, configuration: configuration))
                 }
             }
         let connectTimeout = configuration.connectTimeout.timeAmount
@@ -437,7 +446,8 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                 }
             case .failure(let error):
                 logger.debug("HTTP/2 connect failed", metadata: ["apns.connection": "\(id)", "error": "\(error)"])
-                connectionClosed(id: id, results: [], wasReady: false,
+                connectionClosed(
+                    id: id, results: [], wasReady: false,
                     reason: "cannot connect to \(configuration.host):\(configuration.port): \(error)")
             }
         }

@@ -111,7 +111,10 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
                 if event.reason == .refusedStream {
                     results.append(.unprocessed(open.request))
                 } else {
-                    results.append(.unknown(open.request, reason: "stream \(streamID) closed (\(event.reason.map { "\($0)" } ?? "no error")) without an answer"))
+                    results.append(
+                        .unknown(
+                            open.request,
+                            reason: "stream \(streamID) closed (\(event.reason.map { "\($0)" } ?? "no error")) without an answer"))
                 }
                 if !inReadBurst { flushResults(context: context) }
             }
@@ -273,7 +276,10 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
         }
         if now - lastRead >= pingInterval && ready {
             pingSentAt = now
-            context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: UInt64(now.uptimeNanoseconds)), ack: false))), promise: nil)
+            context.writeAndFlush(
+                wrapOutboundOut(
+                    HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: UInt64(now.uptimeNanoseconds)), ack: false))
+                ), promise: nil)
         }
         if let idleTimeout, streams.isEmpty, ready, now - lastStreamActivity >= idleTimeout {
             if client.closeIfIdle(id: id) {

@@ -108,8 +108,10 @@ package struct HTTP2FrameReader {
 
     /// The frame for the codec, or `nil` for one it does not see (part of a header block,
     /// PRIORITY, an unknown type).
-    private mutating func take(type: HTTP2FrameType?, flags: HTTP2FrameFlags, streamID: Int32,
-                               payload: ByteBuffer) throws(HTTP2ProtocolError) -> HTTP2InboundFrame? {
+    private mutating func take(
+        type: HTTP2FrameType?, flags: HTTP2FrameFlags, streamID: Int32,
+        payload: ByteBuffer
+    ) throws(HTTP2ProtocolError) -> HTTP2InboundFrame? {
         // "A receiver MUST treat the receipt of any other type of frame or a frame on a
         // different stream as a connection error of type PROTOCOL_ERROR" (§6.10).
         if let continuing, type != .continuation || streamID != continuing.streamID {

@@ -281,8 +281,10 @@ package struct HTTP2FrameWriter {
 
     /// A header block encoded in place after a frame header whose length is filled in
     /// afterwards; a block longer than the peer's frame size moves on to CONTINUATION frames (§4.3).
-    private mutating func writeHeaderBlock(streamID: Int32, endStream: Bool, into buffer: inout ByteBuffer,
-                                           encode: (inout HPACKRequestEncoder, inout ByteBuffer) -> Void) {
+    private mutating func writeHeaderBlock(
+        streamID: Int32, endStream: Bool, into buffer: inout ByteBuffer,
+        encode: (inout HPACKRequestEncoder, inout ByteBuffer) -> Void
+    ) {
         let headerStart = buffer.writerIndex
         let flags: HTTP2FrameFlags = endStream ? [.endHeaders, .endStream] : .endHeaders
         buffer.writeHTTP2FrameHeader(length: 0, type: .headers, flags: flags, streamID: streamID)

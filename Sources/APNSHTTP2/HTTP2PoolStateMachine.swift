@@ -326,7 +326,8 @@ struct HTTP2PoolStateMachine {
         var waiting = queue.count
         for id in connections.keys.sorted() where waiting > 0 {
             guard var connection = connections[id], connection.phase == .ready, !connection.wakeScheduled,
-                  connection.open < connection.limit else { continue }
+                connection.open < connection.limit
+            else { continue }
             connection.wakeScheduled = true
             waiting -= connection.limit - connection.open
             connections[id] = connection
@@ -392,9 +393,11 @@ struct HTTP2PoolStateMachine {
     /// unavailable after several, fails stale requests, and sets the reconnect back-off.
     private mutating func connectFailed(id: Int, reason: String) {
         consecutiveFailures += 1
-        logger.warning("HTTP/2 connection failed", metadata: [
-            "apns.connection": "\(id)", "reason": "\(reason)", "failures": "\(consecutiveFailures)",
-        ])
+        logger.warning(
+            "HTTP/2 connection failed",
+            metadata: [
+                "apns.connection": "\(id)", "reason": "\(reason)", "failures": "\(consecutiveFailures)",
+            ])
         let anyReady = connections.values.contains { $0.phase != .connecting }
         if !anyReady && consecutiveFailures >= APNSReconnectBackoff.unavailableAfter && !reportedUnavailable {
             reportedUnavailable = true
@@ -403,7 +406,8 @@ struct HTTP2PoolStateMachine {
         }
         if !anyReady { failStale() }
         if let limit = configuration.connectionRetryLimit, consecutiveFailures >= limit {
-            failAll(status: .connectionFailed,
+            failAll(
+                status: .connectionFailed,
                 message: "could not connect to \(configuration.server) after \(consecutiveFailures) attempts: \(reason)")
             consecutiveFailures = 0
         } else {
@@ -447,9 +451,11 @@ struct HTTP2PoolStateMachine {
             var request = request
             request.possibleDuplicate = true
             if abandoning || request.attempts >= configuration.maxAttempts {
-                events.append(outcome: .transmissionError(request.outcome(
-                    status: .indeterminate,
-                    message: "no answer after \(request.attempts) attempt(s); the server may have accepted it (\(reason))")))
+                events.append(
+                    outcome: .transmissionError(
+                        request.outcome(
+                            status: .indeterminate,
+                            message: "no answer after \(request.attempts) attempt(s); the server may have accepted it (\(reason))")))
             } else {
                 retried += 1
                 queue.prepend(request)
@@ -465,9 +471,11 @@ struct HTTP2PoolStateMachine {
             // §6.10: refresh once (the provider never signs twice in 20 minutes) and
             // replace this connection, which would keep answering ExpiredProviderToken.
             let refresh = try? provider.forceRefresh(rejected: connections[id]?.currentToken)
-            logger.info("APNs answered ExpiredProviderToken; replacing the connection", metadata: [
-                "apns.connection": "\(id)", "refresh": "\(refresh.map { "\($0)" } ?? "failed")",
-            ])
+            logger.info(
+                "APNs answered ExpiredProviderToken; replacing the connection",
+                metadata: [
+                    "apns.connection": "\(id)", "refresh": "\(refresh.map { "\($0)" } ?? "failed")",
+                ])
         }
         if failure.replaceConnection {
             connections[id]?.phase = .draining
@@ -495,11 +503,14 @@ struct HTTP2PoolStateMachine {
     private mutating func report(_ request: QueuedRequest, _ failure: APNSHTTP2Failure, gaveUp: Bool = false) {
         let meaning = failure.reason?.entry?.meaning ?? APNSStatus(rawValue: failure.status).reason
         let message = gaveUp ? "\(meaning); gave up after \(request.retries) retries" : meaning
-        let unregisteredAt = failure.status == 410
+        let unregisteredAt =
+            failure.status == 410
             ? failure.timestamp.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } : nil
-        events.append(outcome: .transmissionError(request.outcome(
-            status: APNSStatus(rawValue: failure.status), message: message,
-            reason: failure.reason?.rawValue, unregisteredAt: unregisteredAt)))
+        events.append(
+            outcome: .transmissionError(
+                request.outcome(
+                    status: APNSStatus(rawValue: failure.status), message: message,
+                    reason: failure.reason?.rawValue, unregisteredAt: unregisteredAt)))
     }
 
     /// While no connection is open: fails the queued requests whose `staleAt` has passed.
@@ -517,10 +528,13 @@ struct HTTP2PoolStateMachine {
 
     private mutating func failStale(_ request: QueuedRequest) {
         let stale = "went stale while the server was unreachable"
-        events.append(outcome: .transmissionError(request.possibleDuplicate
-            ? request.outcome(status: .indeterminate,
-                              message: "\(stale); an earlier attempt was left unanswered, so the server may have it")
-            : request.outcome(status: .expired, message: "\(stale); not sent")))
+        events.append(
+            outcome: .transmissionError(
+                request.possibleDuplicate
+                    ? request.outcome(
+                        status: .indeterminate,
+                        message: "\(stale); an earlier attempt was left unanswered, so the server may have it")
+                    : request.outcome(status: .expired, message: "\(stale); not sent")))
     }
 
     private mutating func failAll(status: APNSStatus, message: String) {
@@ -528,7 +542,8 @@ struct HTTP2PoolStateMachine {
         // "not sent" (a caller would send it again without the flag): its fate is unknown.
         func outcome(_ request: QueuedRequest) -> APNSDeliveryOutcome {
             guard request.possibleDuplicate else { return request.outcome(status: status, message: message) }
-            return request.outcome(status: .indeterminate,
+            return request.outcome(
+                status: .indeterminate,
                 message: "\(message); an earlier attempt was left unanswered, so the server may have it")
         }
         while let request = queue.popFirst() {

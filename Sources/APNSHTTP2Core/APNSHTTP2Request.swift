@@ -112,11 +112,13 @@ public struct APNSHTTP2Request: Sendable, Hashable {
             authentication: authentication, collapseID: collapseID)
         // §5 check 1: a non-empty JSON object within the size limit (§1.3).
         guard !payload.isEmpty else {
-            throw APNSError(.invalidPayload, "the payload is empty; APNs needs a JSON object such as {\"aps\":{\"alert\":\"Hello\"}}",
+            throw APNSError(
+                .invalidPayload, "the payload is empty; APNs needs a JSON object such as {\"aps\":{\"alert\":\"Hello\"}}",
                 underlying: APNSPayloadError(.emptyPayload, "the payload is empty"))
         }
         guard payload.count <= pushType.payloadLimit else {
-            let message = "payload is \(payload.count) bytes, over the \(pushType.payloadLimit)-byte limit for push type \(pushType.rawValue); shorten it"
+            let message =
+                "payload is \(payload.count) bytes, over the \(pushType.payloadLimit)-byte limit for push type \(pushType.rawValue); shorten it"
             throw APNSError(.invalidPayload, message, underlying: APNSPayloadError(.tooLarge, message))
         }
         guard case .object = try? JSONValue.parse(payload) else {
@@ -189,7 +191,8 @@ public struct APNSHTTP2Request: Sendable, Hashable {
     /// authentication requires (§5 check 5).
     public mutating func authorize(with token: APNSProviderToken) throws(APNSError) {
         guard topic != nil else {
-            throw APNSError(.invalidRequest,
+            throw APNSError(
+                .invalidRequest,
                 "this request has no apns-topic, which token authentication requires; build it with the app's topic")
         }
         authentication = .token(token)
@@ -205,7 +208,8 @@ public struct APNSHTTP2Request: Sendable, Hashable {
             throw APNSError(.invalidRequest, "the collapse ID is empty; leave it unset instead")
         }
         guard length <= maximumCollapseIDLength else {
-            throw APNSError(.invalidRequest,
+            throw APNSError(
+                .invalidRequest,
                 "the collapse ID is \(length) bytes, over APNs's \(maximumCollapseIDLength)-byte limit; shorten it")
         }
         guard !collapseID.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
@@ -225,7 +229,8 @@ public struct APNSHTTP2Request: Sendable, Hashable {
             $0.properties.isWhitespace || $0.properties.generalCategory == .control
         }
         guard !bad else {
-            throw APNSError(.invalidRequest,
+            throw APNSError(
+                .invalidRequest,
                 "the topic \"\(topic)\" contains whitespace or a control character; use the app's bundle ID")
         }
     }
@@ -242,12 +247,14 @@ public struct APNSHTTP2Request: Sendable, Hashable {
             try pushType.validate(topic: topic)
         } else if case .token = authentication {
             // §5 check 5: a topic is present for token auth.
-            throw APNSError(.invalidRequest,
+            throw APNSError(
+                .invalidRequest,
                 "the request has no apns-topic; token-authenticated requests need one, such as the app's bundle ID")
         }
         // §3.3 table: location is available with token authentication only.
         if pushType.requiresTokenAuthentication, authentication == .certificate {
-            throw APNSError(.invalidRequest,
+            throw APNSError(
+                .invalidRequest,
                 "push type \(pushType.rawValue) works only with token authentication; configure a signing key for this app")
         }
         // §3.3: background is priority 5 only.
@@ -269,17 +276,20 @@ public struct APNSHTTP2Request: Sendable, Hashable {
         case .background:
             // §3.3 table, §5: content-available and no alert, sound or badge.
             guard notification.contentAvailable else {
-                throw APNSError(.invalidRequest,
+                throw APNSError(
+                    .invalidRequest,
                     "push type background needs content-available; set it, or use push type alert")
             }
             guard !shows else {
-                throw APNSError(.invalidRequest,
+                throw APNSError(
+                    .invalidRequest,
                     "push type background must not carry an alert, sound or badge; remove them or use push type alert")
             }
         case .alert:
             // §5: a silent push uses push type background.
             if notification.contentAvailable && !shows {
-                throw APNSError(.invalidRequest,
+                throw APNSError(
+                    .invalidRequest,
                     "this notification only sets content-available; send it with push type background and priority 5")
             }
         default:

@@ -17,7 +17,7 @@ public struct APNSErrorBody: Sendable, Hashable {
     /// `timestamp` that is not a number is ignored.
     public init?(bytes: some Collection<UInt8>) {
         guard let object = (try? JSONValue.parse(bytes))?.objectValue,
-              let reason = object["reason"]?.stringValue
+            let reason = object["reason"]?.stringValue
         else { return nil }
         self.reason = APNSReason(rawValue: reason)
         // §3.4: the 410 timestamp is in milliseconds.

@@ -34,7 +34,8 @@ public struct APNSProviderToken: Sendable, Hashable, CustomStringConvertible {
         do {
             signature = try signingKey.privateKey.signature(for: Array(signingInput.utf8))
         } catch {
-            throw APNSError(.signingFailed,
+            throw APNSError(
+                .signingFailed,
                 "signing the provider token for key \(signingKey.keyID) failed in the crypto library", underlying: error)
         }
         // §4, §6.12: JOSE ES256 is the 64-byte r‖s form, not DER.

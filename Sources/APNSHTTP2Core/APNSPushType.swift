@@ -56,15 +56,18 @@ public enum APNSPushType: String, Sendable, Hashable, CaseIterable {
     public func validate(topic: String) throws(APNSError) {
         guard let suffix = topicSuffix else { return }
         guard topic.hasSuffix(suffix), topic.utf8.count > suffix.utf8.count else {
-            throw APNSError(.invalidRequest,
-                "topic \"\(topic)\" does not fit push type \(rawValue); its topic is the bundle ID followed by \(suffix), such as com.example.app\(suffix)")
+            throw APNSError(
+                .invalidRequest,
+                "topic \"\(topic)\" does not fit push type \(rawValue); its topic is the bundle ID followed by \(suffix), such as com.example.app\(suffix)"
+            )
         }
     }
 
     /// Throws `invalidRequest` when this type does not allow `priority` (§3.3).
     public func validate(priority: APNSPriority) throws(APNSError) {
         guard let allowed = allowedPriorities, !allowed.contains(priority) else { return }
-        throw APNSError(.invalidRequest,
+        throw APNSError(
+            .invalidRequest,
             "push type \(rawValue) allows only priority 5 (power-considerate), not \(priority.rawValue); send it with priority 5")
     }
 }

@@ -37,7 +37,8 @@ public struct APNSSigningKey: Sendable {
         switch source {
         case .file(let path):
             guard let data = FileManager.default.contents(atPath: path) else {
-                throw APNSError(.invalidCredentials,
+                throw APNSError(
+                    .invalidCredentials,
                     "cannot read the signing key file \(path): it does not exist or is not readable")
             }
             try self.init(keyID: keyID, pemBytes: Array(data), label: path)
@@ -53,7 +54,8 @@ public struct APNSSigningKey: Sendable {
 
     private init(keyID: String, pemBytes: [UInt8], label: String) throws(APNSError) {
         guard let text = String(validating: pemBytes, as: UTF8.self) else {
-            throw APNSError(.invalidCredentials,
+            throw APNSError(
+                .invalidCredentials,
                 "the signing key \(label) is not text; expected the PEM contents of an AuthKey_<KEYID>.p8 file")
         }
         try self.init(keyID: keyID, pem: text, label: label)
@@ -63,15 +65,19 @@ public struct APNSSigningKey: Sendable {
         try APNSAccountIdentifier.validate(keyID, what: "key ID")
         let text = pem.replacingOccurrences(of: "\r\n", with: "\n").trimmingCharacters(in: .whitespacesAndNewlines)
         guard !text.isEmpty else {
-            throw APNSError(.invalidCredentials,
+            throw APNSError(
+                .invalidCredentials,
                 "the signing key \(label) is empty; expected the PEM contents of an AuthKey_<KEYID>.p8 file")
         }
         guard text.contains("-----BEGIN ") else {
-            throw APNSError(.invalidCredentials,
-                "the signing key \(label) has no PEM block; expected text starting with -----BEGIN PRIVATE KEY----- as in an AuthKey_<KEYID>.p8 file")
+            throw APNSError(
+                .invalidCredentials,
+                "the signing key \(label) has no PEM block; expected text starting with -----BEGIN PRIVATE KEY----- as in an AuthKey_<KEYID>.p8 file"
+            )
         }
         if text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") {
-            throw APNSError(.invalidCredentials,
+            throw APNSError(
+                .invalidCredentials,
                 "the signing key \(label) is encrypted; APNs .p8 keys are stored without a passphrase, so use the file as downloaded")
         }
         do {
@@ -80,14 +86,17 @@ public struct APNSSigningKey: Sendable {
         } catch {
             // §4: APNs signs with ES256 only, so name the curve when the key is on another one.
             if (try? P384.Signing.PrivateKey(pemRepresentation: text)) != nil {
-                throw APNSError(.invalidCredentials,
+                throw APNSError(
+                    .invalidCredentials,
                     "the signing key \(label) is a P-384 key; APNs provider tokens use ES256, which needs a P-256 key")
             }
             if (try? P521.Signing.PrivateKey(pemRepresentation: text)) != nil {
-                throw APNSError(.invalidCredentials,
+                throw APNSError(
+                    .invalidCredentials,
                     "the signing key \(label) is a P-521 key; APNs provider tokens use ES256, which needs a P-256 key")
             }
-            throw APNSError(.invalidCredentials,
+            throw APNSError(
+                .invalidCredentials,
                 "the signing key \(label) is not a PKCS#8 P-256 private key; use the AuthKey_<KEYID>.p8 file from the developer account",
                 underlying: error)
         }
@@ -101,15 +110,19 @@ enum APNSAccountIdentifier {
     /// Accepts exactly 10 ASCII letters or digits; Apple issues upper-case IDs such as
     /// `ABCDE12345`.
     static func validate(_ value: String, what: String) throws(APNSError) {
-        let ok = value.utf8.count == length && value.utf8.allSatisfy { byte in
-            (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
-                || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
-                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
-        }
+        let ok =
+            value.utf8.count == length
+            && value.utf8.allSatisfy { byte in
+                (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+                    || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+            }
         guard ok else {
             let shown = value.count <= 20 ? "\"\(value)\"" : "\"\(value.prefix(20))…\""
-            throw APNSError(.invalidCredentials,
-                "the \(what) \(shown) is not valid; it must be the 10 letters and digits shown in the developer account, such as ABCDE12345")
+            throw APNSError(
+                .invalidCredentials,
+                "the \(what) \(shown) is not valid; it must be the 10 letters and digits shown in the developer account, such as ABCDE12345"
+            )
         }
     }
 }

@@ -60,8 +60,10 @@ public final class APNSTokenProvider: Sendable {
     ) throws(APNSError) {
         // §4: refresh no more often than every 20 minutes and no less often than every 60.
         guard APNSTokenTiming.refreshIntervalRange.contains(refreshInterval) else {
-            throw APNSError(.invalidConfiguration,
-                "the provider token refresh interval is \(APNSTokenTiming.describe(refreshInterval)); APNs needs 20 to 60 minutes, so use a value such as 50 minutes")
+            throw APNSError(
+                .invalidConfiguration,
+                "the provider token refresh interval is \(APNSTokenTiming.describe(refreshInterval)); APNs needs 20 to 60 minutes, so use a value such as 50 minutes"
+            )
         }
         try APNSAccountIdentifier.validate(teamID, what: "team ID")
         self.signingKey = signingKey
@@ -86,7 +88,8 @@ public final class APNSTokenProvider: Sendable {
         try state.withLock { (state: inout State) throws(APNSError) -> APNSProviderToken in
             if let token = state.token, let signedAt = state.signedAt {
                 let interval = APNSTokenTiming.seconds(refreshInterval)
-                let due = token.age(at: now) >= interval
+                let due =
+                    token.age(at: now) >= interval
                     && now.timeIntervalSince(signedAt) >= APNSTokenTiming.seconds(APNSTokenTiming.minimumChangeInterval)
                 if !due { return token }
             }

@@ -19,7 +19,7 @@ package enum Base64URL {
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"):
+                UInt8(ascii: "0")...UInt8(ascii: "9"):
                 standard.unicodeScalars.append(Unicode.Scalar(byte))
             case UInt8(ascii: "-"): standard.append("+")
             case UInt8(ascii: "_"): standard.append("/")

@@ -446,7 +446,8 @@ public final class APNSHTTP2Simulator: Sendable {
         case .certificate: authorization = "\"certificate\""
         case .token(let team, let key): authorization = "{\"team\":\(string(team)),\"kid\":\(string(key))}"
         }
-        let line = "{\"api\":\"http2\",\"connection\":\(a.connection),\"streamID\":\(a.streamID),\"token\":\"\(a.token.hex)\",\"apnsID\":\(string(a.apnsID)),\"topic\":\(string(a.topic)),\"pushType\":\(string(a.pushType)),\"priority\":\(a.priority.map(String.init) ?? "null"),\"payloadLength\":\(a.payloadLength),\"authorization\":\(authorization)}\n"
+        let line =
+            "{\"api\":\"http2\",\"connection\":\(a.connection),\"streamID\":\(a.streamID),\"token\":\"\(a.token.hex)\",\"apnsID\":\(string(a.apnsID)),\"topic\":\(string(a.topic)),\"pushType\":\(string(a.pushType)),\"priority\":\(a.priority.map(String.init) ?? "null"),\"payloadLength\":\(a.payloadLength),\"authorization\":\(authorization)}\n"
         buffer += line.utf8
     }
 
@@ -477,7 +478,8 @@ extension APNSHTTP2Simulator {
                 do {
                     publicKeys[keyID] = try P256.Signing.PublicKey(pemRepresentation: pem)
                 } catch {
-                    throw APNSError(.invalidCredentials,
+                    throw APNSError(
+                        .invalidCredentials,
                         "the key for \(keyID) is neither a .p8 private key nor a P-256 public key in PEM form", underlying: error)
                 }
             }
@@ -487,12 +489,15 @@ extension APNSHTTP2Simulator {
 
     /// §4: team and key IDs are 10 letters or digits.
     private static func validateIdentifier(_ value: String, what: String) throws(APNSError) {
-        let valid = value.utf8.count == 10 && value.utf8.allSatisfy { byte in
-            (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
-                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
-        }
+        let valid =
+            value.utf8.count == 10
+            && value.utf8.allSatisfy { byte in
+                (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+            }
         guard valid else {
-            throw APNSError(.invalidCredentials,
+            throw APNSError(
+                .invalidCredentials,
                 "the \(what) \"\(value.prefix(20))\" is not valid; it must be 10 letters and digits, such as ABCDE12345")
         }
     }

@@ -90,7 +90,7 @@ public struct APNSJWTVerifier: Sendable {
             throw .init(.invalidProviderToken, "the bearer token has \(parts.count) dot-separated parts; a signed JWT has 3")
         }
         guard let headerBytes = Base64URL.decode(parts[0]), let claimsBytes = Base64URL.decode(parts[1]),
-              let signatureBytes = Base64URL.decode(parts[2])
+            let signatureBytes = Base64URL.decode(parts[2])
         else {
             throw .init(.invalidProviderToken, "a part of the bearer token is not unpadded base64url")
         }
@@ -117,11 +117,13 @@ public struct APNSJWTVerifier: Sendable {
         let signingInput = Array(jwt.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count))
         let encoding: APNSVerifiedToken.SignatureEncoding
         if signatureBytes.count == 64,
-           let raw = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes),
-           key.publicKey.isValidSignature(raw, for: signingInput) {
+            let raw = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes),
+            key.publicKey.isValidSignature(raw, for: signingInput)
+        {
             encoding = .raw
         } else if let der = try? P256.Signing.ECDSASignature(derRepresentation: signatureBytes),
-                  key.publicKey.isValidSignature(der, for: signingInput) {
+            key.publicKey.isValidSignature(der, for: signingInput)
+        {
             encoding = .der
         } else {
             throw .init(.invalidProviderToken, "the JWT signature does not verify with key \(keyID)")
@@ -246,8 +248,10 @@ public struct APNSConnectionTokenTracker: Sendable, Hashable {
         _ verification: Result<APNSVerifiedToken, APNSJWTRejection>, now: Date
     ) -> Result<APNSVerifiedToken, APNSJWTRejection> {
         if answeredExpired && expiredTokenSticks {
-            return .failure(.init(.expiredProviderToken,
-                "this connection answered ExpiredProviderToken before and keeps doing so; open a new connection"))
+            return .failure(
+                .init(
+                    .expiredProviderToken,
+                    "this connection answered ExpiredProviderToken before and keeps doing so; open a new connection"))
         }
         let token: APNSVerifiedToken
         switch verification {
@@ -266,19 +270,25 @@ public struct APNSConnectionTokenTracker: Sendable, Hashable {
         if token.jwt == current.jwt { return .success(token) }
         // §3.2: one team per connection.
         guard token.teamID == teamID else {
-            return .failure(.init(.invalidProviderToken,
-                "this connection is bound to team \(teamID); a token of team \(token.teamID) needs a new connection"))
+            return .failure(
+                .init(
+                    .invalidProviderToken,
+                    "this connection is bound to team \(teamID); a token of team \(token.teamID) needs a new connection"))
         }
         // §3.4 UnrelatedKeyIdInToken.
         if token.keyID != current.keyID && (token.isTopicSpecific || current.isTopicSpecific) {
-            return .failure(.init(.unrelatedKeyIdInToken,
-                "key \(token.keyID) is unrelated to key \(current.keyID) of this connection's first push; open a new connection"))
+            return .failure(
+                .init(
+                    .unrelatedKeyIdInToken,
+                    "key \(token.keyID) is unrelated to key \(current.keyID) of this connection's first push; open a new connection"))
         }
         // §4: at most one token change per 20 minutes on one connection.
         let elapsed = now.timeIntervalSince(changedAt)
         guard elapsed >= APNSTokenTiming.seconds(APNSTokenTiming.minimumChangeInterval) else {
-            return .failure(.init(.tooManyProviderTokenUpdates,
-                "the provider token changed \(Int(elapsed)) seconds after the previous change; wait at least 20 minutes"))
+            return .failure(
+                .init(
+                    .tooManyProviderTokenUpdates,
+                    "the provider token changed \(Int(elapsed)) seconds after the previous change; wait at least 20 minutes"))
         }
         self.current = token
         self.changedAt = now

@@ -248,7 +248,8 @@ public final class APNSSimulator: Sendable {
                     line.removeAll(keepingCapacity: true)
                     let id = a.identifier.map(String.init) ?? "null"
                     line += Array(
-                        "{\"connection\":\(a.connection),\"identifier\":\(id),\"token\":\"\(a.token.hex)\",\"payloadLength\":\(a.payloadLength)}\n".utf8
+                        "{\"connection\":\(a.connection),\"identifier\":\(id),\"token\":\"\(a.token.hex)\",\"payloadLength\":\(a.payloadLength)}\n"
+                            .utf8
                     )
                     s.recordBuffer += line
                 }

@@ -114,8 +114,10 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
     private func connectionError(_ error: HTTP2ProtocolError, context: ChannelHandlerContext) {
         reader.stop()
         writer.dropReplies()
-        let goAway = HTTP2Frame(streamID: .rootStream, payload: .goAway(
-            lastStreamID: HTTP2StreamID(lastClientStream), errorCode: error.code, opaqueData: nil))
+        let goAway = HTTP2Frame(
+            streamID: .rootStream,
+            payload: .goAway(
+                lastStreamID: HTTP2StreamID(lastClientStream), errorCode: error.code, opaqueData: nil))
         write(context: context, data: NIOAny(goAway), promise: nil)
         flushPending(context: context)
         context.fireErrorCaught(error)
@@ -176,8 +178,10 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
 
     /// DATA from the client: both receive windows are enforced (RFC 9113 §6.9.1) and the handler
     /// above is told when one is half used, as NIOHTTP2Handler tells it, to give bytes back.
-    private func receivedData(_ body: ByteBuffer, flowControlled: Int, streamID: Int32, endStream: Bool,
-                              context: ChannelHandlerContext) throws(HTTP2ProtocolError) {
+    private func receivedData(
+        _ body: ByteBuffer, flowControlled: Int, streamID: Int32, endStream: Bool,
+        context: ChannelHandlerContext
+    ) throws(HTTP2ProtocolError) {
         // "A receiver MAY respond with a stream error or connection error of type
         // FLOW_CONTROL_ERROR if it is unable to accept a frame" (RFC 9113 §6.9).
         connectionReceiveWindow -= flowControlled
@@ -194,8 +198,9 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
             let payload = HTTP2Frame.FramePayload.Data(data: .byteBuffer(body), endStream: endStream)
             fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .data(payload)))
             if !endStream && flowControlled > 0 && stream.receiveWindow <= initialStreamReceiveWindow / 2 {
-                context.fireUserInboundEventTriggered(NIOHTTP2WindowUpdatedEvent(
-                    streamID: HTTP2StreamID(streamID), inboundWindowSize: stream.receiveWindow, outboundWindowSize: nil))
+                context.fireUserInboundEventTriggered(
+                    NIOHTTP2WindowUpdatedEvent(
+                        streamID: HTTP2StreamID(streamID), inboundWindowSize: stream.receiveWindow, outboundWindowSize: nil))
             }
         } else if streamID > lastClientStream {
             // "Receiving any frame other than HEADERS or PRIORITY on a stream in this state
@@ -204,8 +209,9 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
         }
         // DATA of a stream closed or refused counts for the connection window only.
         if flowControlled > 0 && connectionReceiveWindow <= connectionReceiveTarget / 2 {
-            context.fireUserInboundEventTriggered(NIOHTTP2WindowUpdatedEvent(
-                streamID: .rootStream, inboundWindowSize: connectionReceiveWindow, outboundWindowSize: nil))
+            context.fireUserInboundEventTriggered(
+                NIOHTTP2WindowUpdatedEvent(
+                    streamID: .rootStream, inboundWindowSize: connectionReceiveWindow, outboundWindowSize: nil))
         }
     }
 

@@ -361,7 +361,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
         // The same token as last time only needs its age checked again (§4: one hour); the
         // signature was verified when it was admitted.
         if let authorization = head.authorization, let token = admittedToken, authorization == admittedAuthorization,
-           !token.isTopicSpecific, !(tracker.answeredExpired && tracker.expiredTokenSticks)
+            !token.isTopicSpecific, !(tracker.answeredExpired && tracker.expiredTokenSticks)
         {
             let age = now.timeIntervalSince1970 - TimeInterval(token.issuedAt)
             if age >= 0 && age <= maximumTokenAge { return .success(token) }
@@ -485,7 +485,8 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
         delta.settingsChanges += 1
         context.write(
             wrapOutboundOut(
-                HTTP2Frame(streamID: .rootStream, payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: limit)])))),
+                HTTP2Frame(
+                    streamID: .rootStream, payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: limit)])))),
             promise: nil)
         needsFlush = true
     }

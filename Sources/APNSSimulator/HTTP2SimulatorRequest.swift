@@ -79,7 +79,7 @@ struct HTTP2SimulatorRequestHead {
         let prefix: StaticString = "/3/device"
         let prefixLength = prefix.utf8CodeUnitCount
         guard bytes.count >= prefixLength,
-              memcmp(bytes.baseAddress!, prefix.utf8Start, prefixLength) == 0
+            memcmp(bytes.baseAddress!, prefix.utf8Start, prefixLength) == 0
         else { return .reject(.badPath) }
         if bytes.count == prefixLength { return .reject(.missingDeviceToken) }
         guard bytes[prefixLength] == UInt8(ascii: "/") else { return .reject(.badPath) }
@@ -131,7 +131,7 @@ struct HTTP2SimulatorRequestHead {
         if let expiration {
             let digits = expiration.utf8
             guard !digits.isEmpty, digits.count <= 19,
-                  digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) })
+                digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) })
             else { return .reject(.badExpirationDate) }
         }
         // §3.3: apns-collapse-id is at most 64 bytes.

@@ -63,7 +63,8 @@ public struct TestCertificates: Sendable {
             },
             issuerPrivateKey: .init(caKey)
         )
-        server = Pair(certificatePEM: try serverCert.serializeAsPEM().pemString, keyPEM: serverKey.pemRepresentation, certificate: serverCert)
+        server = Pair(
+            certificatePEM: try serverCert.serializeAsPEM().pemString, keyPEM: serverKey.pemRepresentation, certificate: serverCert)
         client = Pair(certificatePEM: "", keyPEM: "", certificate: serverCert)
         client = try makeClient(now: now)
     }

@@ -57,7 +57,8 @@ enum ConfigFileParser {
         } catch {
             let (line, column) = lineAndColumn(ofByteOffset: error.offset, in: body)
             // The parser's message starts "invalid JSON at byte N: "; the line and column replace that.
-            let problem = error.message.hasPrefix("invalid JSON at byte ")
+            let problem =
+                error.message.hasPrefix("invalid JSON at byte ")
                 ? error.message.drop { $0 != ":" }.dropFirst(2) : Substring(error.message)
             throw ConfigurationError("config file \(path): line \(line), column \(column): \(problem).")
         }
@@ -137,7 +138,8 @@ enum ConfigFileParser {
         func withContext(_ context: YamlError.Context?, _ problem: String, _ mark: Mark) -> String {
             var result = "line \(mark.line), column \(mark.column): \(trimmed(problem))"
             if let context, !context.text.isEmpty {
-                result += " (\(trimmed(context.text)) that starts at line \(context.mark.line), "
+                result +=
+                    " (\(trimmed(context.text)) that starts at line \(context.mark.line), "
                     + "column \(context.mark.column))"
             }
             return result
@@ -149,8 +151,8 @@ enum ConfigFileParser {
         case let .scanner(context, problem, mark, yaml) where scalar(at: mark, in: yaml) == "\t":
             return withContext(context, problem, mark) + "; YAML cannot be indented with tabs"
         case let .scanner(context, problem, mark, _),
-             let .parser(context, problem, mark, _),
-             let .composer(context, problem, mark, _):
+            let .parser(context, problem, mark, _),
+            let .composer(context, problem, mark, _):
             return withContext(context, problem, mark)
         case let .reader(problem, offset, _, yaml):
             if let offset, let (line, column) = lineAndColumn(ofCharacterOffset: offset, in: yaml) {

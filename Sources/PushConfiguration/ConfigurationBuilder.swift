@@ -113,7 +113,7 @@ struct ConfigurationBuilder {
         if let value = file.value("groupInstanceId") {
             let id = try SettingParsing.string(value, allowEmpty: true)
             guard (1...249).contains(id.unicodeScalars.count),
-                  id.unicodeScalars.allSatisfy(WorkerConfiguration.Worker.isIdCharacter)
+                id.unicodeScalars.allSatisfy(WorkerConfiguration.Worker.isIdCharacter)
             else {
                 throw ConfigurationError(
                     "\(value.label) must be 1 to 249 letters, digits, '.', '_' and '-' that name this replica "
@@ -128,7 +128,8 @@ struct ConfigurationBuilder {
     /// A legal Kafka topic name: 1 to 249 characters of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
     private static func topic(_ value: SettingValue) throws(ConfigurationError) -> String {
         let name = try SettingParsing.string(value, allowEmpty: true)
-        let legal = (1...249).contains(name.unicodeScalars.count) && name != "." && name != ".."
+        let legal =
+            (1...249).contains(name.unicodeScalars.count) && name != "." && name != ".."
             && name.unicodeScalars.allSatisfy(WorkerConfiguration.Worker.isIdCharacter)
         guard legal else {
             throw ConfigurationError(
@@ -164,7 +165,8 @@ struct ConfigurationBuilder {
             let text: String
             switch scalar.kind {
             case .boolean:
-                text = (try? SettingParsing.boolean(SettingValue(label: label, node: entry.value)))
+                text =
+                    (try? SettingParsing.boolean(SettingValue(label: label, node: entry.value)))
                     .map { $0 ? "true" : "false" } ?? scalar.text
             case .integer:
                 text = SettingParsing.yamlInteger(scalar.text).map(String.init) ?? scalar.text
@@ -187,7 +189,7 @@ struct ConfigurationBuilder {
 
         for argument in overrides.kafkaProperties {
             guard let equals = argument.firstIndex(of: "="),
-                  !argument[..<equals].trimmingCharacters(in: .whitespaces).isEmpty
+                !argument[..<equals].trimmingCharacters(in: .whitespaces).isEmpty
             else {
                 throw ConfigurationError(
                     "--kafka-property must be written name=value (for example security.protocol=SSL), "
@@ -362,17 +364,21 @@ struct ConfigurationBuilder {
         try section.read(
             "confirmationWindowMs", .from(1, to: 60_000), .milliseconds(1), into: &app.confirmationWindow)
         try section.read("resendOnUnknown", into: &app.resendOnUnknown)
-        try section.read("connectRetryLimit", IntegerRule(
-            range: 0...1_000_000,
-            wording: "0 (keep waiting for the gateway) or a whole number of failed connects from 1 to 1000000"
-        ), into: &app.connectRetryLimit)
+        try section.read(
+            "connectRetryLimit",
+            IntegerRule(
+                range: 0...1_000_000,
+                wording: "0 (keep waiting for the gateway) or a whole number of failed connects from 1 to 1000000"
+            ), into: &app.connectRetryLimit)
         app.appPerSecond = limits.appPerSecond
         try section.read("appPerSecond", .unlimitedOrMore, into: &app.appPerSecond)
         app.devicePerHour = limits.devicePerHour
         try section.read("devicePerHour", .unlimitedOrMore, into: &app.devicePerHour)
-        try section.read("feedbackIntervalSeconds", IntegerRule(
-            range: 0...86_400, wording: "0 (no feedback polling) or a whole number from 1 to 86400"
-        ), .seconds(1), into: &app.feedbackInterval)
+        try section.read(
+            "feedbackIntervalSeconds",
+            IntegerRule(
+                range: 0...86_400, wording: "0 (no feedback polling) or a whole number from 1 to 86400"
+            ), .seconds(1), into: &app.feedbackInterval)
         return app
     }
 
@@ -418,29 +424,29 @@ struct ConfigurationBuilder {
         } else if let keyId = section.value("keyId") ?? section.value("teamId") {
             throw ConfigurationError("\(keyId.label) is only used with signingKey; set signingKey to the .p8 key file.")
         } else {
-        switch (certificate, key, pfx) {
-        case (let certificate?, let key?, nil):
-            credentials = .pem(certificate: try readableFile(certificate), key: try readableFile(key))
-        case (nil, nil, let pfx?):
-            credentials = .pkcs12(try readableFile(pfx))
-        case (_, _, .some):
-            throw ConfigurationError(
-                "\(section.label("pfx")) cannot be used together with certificate and key; "
-                    + "set either pfx or certificate and key.")
-        case (.some, nil, nil):
-            throw ConfigurationError(
-                "\(section.label("key")) is required with certificate: set it in the config file to the "
-                    + "PEM private key file.")
-        case (nil, .some, nil):
-            throw ConfigurationError(
-                "\(section.label("certificate")) is required with key: set it in the config file to the "
-                    + "PEM certificate file.")
-        case (nil, nil, nil):
-            throw ConfigurationError(
-                "\(section.path) needs credentials: set certificate and key (PEM files) or pfx "
-                    + "(a PKCS#12 file)" + (transport == .http2 ? ", or signingKey, keyId and teamId," : "")
-                    + " in the config file.")
-        }
+            switch (certificate, key, pfx) {
+            case (let certificate?, let key?, nil):
+                credentials = .pem(certificate: try readableFile(certificate), key: try readableFile(key))
+            case (nil, nil, let pfx?):
+                credentials = .pkcs12(try readableFile(pfx))
+            case (_, _, .some):
+                throw ConfigurationError(
+                    "\(section.label("pfx")) cannot be used together with certificate and key; "
+                        + "set either pfx or certificate and key.")
+            case (.some, nil, nil):
+                throw ConfigurationError(
+                    "\(section.label("key")) is required with certificate: set it in the config file to the "
+                        + "PEM private key file.")
+            case (nil, .some, nil):
+                throw ConfigurationError(
+                    "\(section.label("certificate")) is required with key: set it in the config file to the "
+                        + "PEM certificate file.")
+            case (nil, nil, nil):
+                throw ConfigurationError(
+                    "\(section.path) needs credentials: set certificate and key (PEM files) or pfx "
+                        + "(a PKCS#12 file)" + (transport == .http2 ? ", or signingKey, keyId and teamId," : "")
+                        + " in the config file.")
+            }
         }
 
         var passphrase: String?
@@ -529,7 +535,8 @@ struct ConfigurationBuilder {
     private mutating func collectUnknownVariables() {
         for name in environment.keys.sorted()
         where name.hasPrefix(Self.environmentPrefix) && !name.hasPrefix(Self.kafkaPropertyPrefix)
-            && !Self.knownVariables.contains(name) {
+            && !Self.knownVariables.contains(name)
+        {
             warnings.append("\(name) is not a setting of apn-worker run; it was ignored.")
         }
     }

@@ -14,8 +14,9 @@ enum ConfigurationOverlay {
         Setting(section: "worker", key: "id", variable: "APN_WORKER_ID", flag: "--worker-id"),
         Setting(section: "worker", key: "batchSize", variable: "APN_WORKER_BATCH_SIZE", flag: "--batch-size"),
         Setting(section: "worker", key: "maxInFlight", variable: "APN_WORKER_MAX_IN_FLIGHT", flag: "--max-in-flight"),
-        Setting(section: "worker", key: "shutdownTimeoutSeconds", variable: "APN_WORKER_SHUTDOWN_TIMEOUT_SECONDS",
-                flag: "--shutdown-timeout"),
+        Setting(
+            section: "worker", key: "shutdownTimeoutSeconds", variable: "APN_WORKER_SHUTDOWN_TIMEOUT_SECONDS",
+            flag: "--shutdown-timeout"),
         Setting(section: "worker", key: "logLevel", variable: "APN_WORKER_LOG_LEVEL", flag: "--log-level"),
         Setting(section: "worker", key: "logFormat", variable: "APN_WORKER_LOG_FORMAT", flag: "--log-format"),
         Setting(section: "worker", key: "dedupeTTLSeconds", variable: "APN_WORKER_DEDUPE_TTL_SECONDS"),

@@ -89,7 +89,8 @@ enum SettingParsing {
         _ value: SettingValue, _ type: Choice.Type = Choice.self
     ) throws(ConfigurationError) -> Choice where Choice.RawValue == String {
         let allowed = Choice.allCases.map(\.rawValue)
-        let wording = allowed.count == 2
+        let wording =
+            allowed.count == 2
             ? "\(allowed[0]) or \(allowed[1])"
             : "one of " + allowed.joined(separator: ", ")
         guard let text = value.word, let choice = Choice.allCases.first(where: { $0.rawValue == text.lowercased() }) else {
@@ -128,7 +129,7 @@ enum SettingParsing {
         var port = defaultPort
         if let portText {
             guard let number = decimalInteger(String(portText)), portText.first != "+",
-                  portText.first != "-", (1...65535).contains(number)
+                portText.first != "-", (1...65535).contains(number)
             else { throw invalid() }
             port = number
         }
@@ -160,7 +161,7 @@ enum SettingParsing {
         }
         if radix != 10 { body = body.dropFirst(2) }
         guard let first = body.first, first != "+", first != "-",
-              let magnitude = Int(body, radix: radix)
+            let magnitude = Int(body, radix: radix)
         else { return nil }
         return negative ? -magnitude : magnitude
     }

@@ -31,12 +31,14 @@ extension WorkerConfiguration {
             pathSource = (path, configPathVariable)
         }
         guard let (path, label) = pathSource else {
-            return try resolve(file: nil, filePath: nil, overrides: overrides, environment: environment,
-                               hostname: hostname, pid: pid)
+            return try resolve(
+                file: nil, filePath: nil, overrides: overrides, environment: environment,
+                hostname: hostname, pid: pid)
         }
         let contents = try readConfigFile(path, label: label)
-        return try parse(fileContents: contents, path: path, overrides: overrides,
-                         environment: environment, hostname: hostname, pid: pid)
+        return try parse(
+            fileContents: contents, path: path, overrides: overrides,
+            environment: environment, hostname: hostname, pid: pid)
     }
 
     /// Validates the configuration given the text of a config file, as ``load(overrides:environment:hostname:pid:)``
@@ -53,8 +55,9 @@ extension WorkerConfiguration {
         pid: Int32 = ProcessInfo.processInfo.processIdentifier
     ) throws(ConfigurationError) -> WorkerConfiguration {
         let root = try ConfigFileParser.parse(fileContents, path: path)
-        return try resolve(file: root, filePath: path, overrides: overrides, environment: environment,
-                           hostname: hostname, pid: pid)
+        return try resolve(
+            file: root, filePath: path, overrides: overrides, environment: environment,
+            hostname: hostname, pid: pid)
     }
 
     /// Validates the configuration from an already-parsed file (or none).
@@ -74,7 +77,8 @@ extension WorkerConfiguration {
             throw ConfigurationError("\(label): \(path) is a directory; name the config file in it.")
         }
         if let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? NSNumber,
-           size.intValue > ConfigLimits.maxFileBytes {
+            size.intValue > ConfigLimits.maxFileBytes
+        {
             throw ConfigurationError(
                 "\(label): config file \(path) is larger than \(ConfigLimits.maxFileBytes / 1024 / 1024) MiB; "
                     + "check that it is the right file.")

@@ -25,8 +25,9 @@ extension WorkerConfiguration {
                     do throws(APNSError) {
                         switch env.credentials {
                         case .pem(let certificate, let key):
-                            return try APNSCredentials(certificate: .file(certificate), key: .file(key),
-                                                       passphrase: env.passphrase, ca: ca, environment: environment)
+                            return try APNSCredentials(
+                                certificate: .file(certificate), key: .file(key),
+                                passphrase: env.passphrase, ca: ca, environment: environment)
                         case .pkcs12(let pfx):
                             return try APNSCredentials(pkcs12: .file(pfx), passphrase: env.passphrase, ca: ca, environment: environment)
                         case .token:
@@ -56,7 +57,8 @@ extension WorkerConfiguration {
                     }
                     options = EnvironmentOptions(transport: .binary(gateway))
                     if app.feedbackInterval > .zero {
-                        var feedback = APNSFeedbackClient.Configuration(host: env.feedback.host, port: env.feedback.port, credentials: credentials)
+                        var feedback = APNSFeedbackClient.Configuration(
+                            host: env.feedback.host, port: env.feedback.port, credentials: credentials)
                         feedback.verifyServer = env.verifyServer
                         options.feedback = feedback
                         options.feedbackInterval = app.feedbackInterval
@@ -96,8 +98,9 @@ extension WorkerConfiguration {
                 }
                 environments[environment] = options
             }
-            var appOptions = AppOptions(defaultEnvironment: app.defaultEnvironment == .production ? .production : .sandbox,
-                                        environments: environments)
+            var appOptions = AppOptions(
+                defaultEnvironment: app.defaultEnvironment == .production ? .production : .sandbox,
+                environments: environments)
             appOptions.appPerSecond = app.appPerSecond
             appOptions.devicePerHour = app.devicePerHour
             apps[name] = appOptions

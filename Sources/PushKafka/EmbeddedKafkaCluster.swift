@@ -16,7 +16,7 @@ public final class EmbeddedKafkaCluster: Sendable {
     public let bootstrapServers: String
 
     private struct Handles {
-        let client: OpaquePointer   // dummy producer the mock cluster is attached to
+        let client: OpaquePointer  // dummy producer the mock cluster is attached to
         let cluster: OpaquePointer
     }
 
@@ -28,7 +28,7 @@ public final class EmbeddedKafkaCluster: Sendable {
         }
         let conf = try KafkaConfiguration().makeConf(defaults: [
             "client.id": "embedded-kafka-cluster",
-            "log_level": "4", // the dummy client's missing bootstrap.servers is expected
+            "log_level": "4",  // the dummy client's missing bootstrap.servers is expected
             // The brokers' connections inherit this client's socket settings: without it a
             // response written in two segments waits for the client's delayed ACK (~40 ms).
             "socket.nagle.disable": "true",

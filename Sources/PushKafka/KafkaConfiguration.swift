@@ -98,8 +98,9 @@ public struct KafkaConfiguration: Sendable, Hashable {
                 rd_kafka_conf_destroy(conf)
                 let detail = errstr.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
                 let kind = result == RD_KAFKA_CONF_UNKNOWN ? "Unknown" : "Invalid"
-                throw KafkaError(RD_KAFKA_RESP_ERR__INVALID_ARG,
-                                 "\(kind) configuration property '\(name)' = '\(value)': \(detail)")
+                throw KafkaError(
+                    RD_KAFKA_RESP_ERR__INVALID_ARG,
+                    "\(kind) configuration property '\(name)' = '\(value)': \(detail)")
             }
         }
         return conf

@@ -29,8 +29,10 @@ public final class KafkaConsumer: Sendable {
     ///   in-flight work and commit its offsets here. It runs on, and blocks, the poll
     ///   thread (no messages are fetched meanwhile); the group waits for it up to
     ///   `max.poll.interval.ms`. Do not call this consumer's `poll`/`close` from it.
-    public init(configuration: KafkaConfiguration,
-                onRevoke: @escaping @Sendable ([TopicPartition]) -> Void = { _ in }) throws(KafkaError) {
+    public init(
+        configuration: KafkaConfiguration,
+        onRevoke: @escaping @Sendable ([TopicPartition]) -> Void = { _ in }
+    ) throws(KafkaError) {
         guard configuration.groupId?.isEmpty == false else {
             throw KafkaError(RD_KAFKA_RESP_ERR__INVALID_ARG, "KafkaConsumer requires the 'group.id' property")
         }
@@ -157,7 +159,9 @@ public final class KafkaConsumer: Sendable {
 
     /// The group's committed offsets for `partitions`. Partitions without a committed
     /// offset are left out.
-    public func committed(_ partitions: [TopicPartition], timeout: Duration = .seconds(10)) async throws(KafkaError) -> [TopicPartitionOffset] {
+    public func committed(
+        _ partitions: [TopicPartition], timeout: Duration = .seconds(10)
+    ) async throws(KafkaError) -> [TopicPartitionOffset] {
         let (client, context) = (client, context)
         return try await offsetQueue.run { () throws(KafkaError) in
             guard !context.isClosed else { throw .closed("KafkaConsumer") }
@@ -285,7 +289,8 @@ final class ConsumerContext: Sendable {
     }
 }
 
-private let rebalanceCallback: @convention(c) (OpaquePointer?, rd_kafka_resp_err_t, CPartitionList?, UnsafeMutableRawPointer?) -> Void = { rk, err, list, opaque in
+private let rebalanceCallback: @convention(c) (OpaquePointer?, rd_kafka_resp_err_t, CPartitionList?, UnsafeMutableRawPointer?) -> Void = {
+    rk, err, list, opaque in
     guard let rk, let list, let opaque else { return }
     Unmanaged<ClientContext>.fromOpaque(opaque).takeUnretainedValue().consumer?.rebalance(rk, err, list)
 }
@@ -311,15 +316,18 @@ extension KafkaMessage {
             var size = 0
             var index = 0
             while rd_kafka_header_get_all(list, index, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR {
-                headers.append(KafkaHeader(name.map { String(cString: $0) } ?? "",
-                                           value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []))
+                headers.append(
+                    KafkaHeader(
+                        name.map { String(cString: $0) } ?? "",
+                        value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []))
                 index += 1
             }
         }
         var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
         let timestamp = rd_kafka_message_timestamp(message, &timestampType)
-        self.init(topic: String(cString: rd_kafka_topic_name(m.rkt)), partition: m.partition, offset: m.offset,
-                  key: bytes(m.key, m.key_len), value: bytes(m.payload, m.len) ?? [], headers: headers,
-                  timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp)
+        self.init(
+            topic: String(cString: rd_kafka_topic_name(m.rkt)), partition: m.partition, offset: m.offset,
+            key: bytes(m.key, m.key_len), value: bytes(m.payload, m.len) ?? [], headers: headers,
+            timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp)
     }
 }

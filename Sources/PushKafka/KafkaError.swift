@@ -40,9 +40,10 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
     init(consuming error: OpaquePointer, context: String? = nil) {
         defer { rd_kafka_error_destroy(error) }
         let text = String(cString: rd_kafka_error_string(error))
-        self.init(rd_kafka_error_code(error), context.map { "\($0): \(text)" } ?? text,
-                  isRetriable: rd_kafka_error_is_retriable(error) != 0,
-                  isFatal: rd_kafka_error_is_fatal(error) != 0)
+        self.init(
+            rd_kafka_error_code(error), context.map { "\($0): \(text)" } ?? text,
+            isRetriable: rd_kafka_error_is_retriable(error) != 0,
+            isFatal: rd_kafka_error_is_fatal(error) != 0)
     }
 
     static func closed(_ what: String) -> KafkaError {
@@ -50,17 +51,18 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Errors that are transient by nature (librdkafka only flags retriability on `rd_kafka_error_t`).
-    private static let retriableCodes: Set<Int32> = Set([
-        RD_KAFKA_RESP_ERR__TRANSPORT, RD_KAFKA_RESP_ERR__TIMED_OUT, RD_KAFKA_RESP_ERR__MSG_TIMED_OUT,
-        RD_KAFKA_RESP_ERR__QUEUE_FULL, RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN, RD_KAFKA_RESP_ERR__RESOLVE,
-        RD_KAFKA_RESP_ERR__WAIT_COORD, RD_KAFKA_RESP_ERR__IN_PROGRESS, RD_KAFKA_RESP_ERR__RETRY,
-        RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT, RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION,
-        RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART, RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
-        RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION, RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
-        RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND, RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR,
-        RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS, RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
-        RD_KAFKA_RESP_ERR_NOT_COORDINATOR, RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS,
-        RD_KAFKA_RESP_ERR_FENCED_LEADER_EPOCH, RD_KAFKA_RESP_ERR_UNKNOWN_LEADER_EPOCH,
-        RD_KAFKA_RESP_ERR_OFFSET_NOT_AVAILABLE, RD_KAFKA_RESP_ERR_THROTTLING_QUOTA_EXCEEDED,
-    ].map(\.rawValue))
+    private static let retriableCodes: Set<Int32> = Set(
+        [
+            RD_KAFKA_RESP_ERR__TRANSPORT, RD_KAFKA_RESP_ERR__TIMED_OUT, RD_KAFKA_RESP_ERR__MSG_TIMED_OUT,
+            RD_KAFKA_RESP_ERR__QUEUE_FULL, RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN, RD_KAFKA_RESP_ERR__RESOLVE,
+            RD_KAFKA_RESP_ERR__WAIT_COORD, RD_KAFKA_RESP_ERR__IN_PROGRESS, RD_KAFKA_RESP_ERR__RETRY,
+            RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT, RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION,
+            RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART, RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
+            RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION, RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+            RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND, RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR,
+            RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS, RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
+            RD_KAFKA_RESP_ERR_NOT_COORDINATOR, RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS,
+            RD_KAFKA_RESP_ERR_FENCED_LEADER_EPOCH, RD_KAFKA_RESP_ERR_UNKNOWN_LEADER_EPOCH,
+            RD_KAFKA_RESP_ERR_OFFSET_NOT_AVAILABLE, RD_KAFKA_RESP_ERR_THROTTLING_QUOTA_EXCEEDED,
+        ].map(\.rawValue))
 }

@@ -37,8 +37,10 @@ public final class KafkaProducer: Sendable {
     /// Sends one record and returns where the broker stored it.
     /// Throws `KafkaError` if it could not be enqueued or delivered (e.g. `_MSG_TIMED_OUT`
     /// after `message.timeout.ms`). Cancellation does not abort a send.
-    public func send(topic: String, partition: Int32? = nil, key: [UInt8]?, value: [UInt8],
-                     headers: [KafkaHeader] = []) async throws(KafkaError) -> KafkaDeliveryReport {
+    public func send(
+        topic: String, partition: Int32? = nil, key: [UInt8]?, value: [UInt8],
+        headers: [KafkaHeader] = []
+    ) async throws(KafkaError) -> KafkaDeliveryReport {
         let message = KafkaOutgoingMessage(topic: topic, partition: partition, key: key, value: value, headers: headers)
         return try await send([message])[0].get()
     }
@@ -90,7 +92,7 @@ public final class KafkaProducer: Sendable {
         try? await flushQueue.run {
             if rd_kafka_flush(client.pointer, timeout.timeoutMilliseconds) != RD_KAFKA_RESP_ERR_NO_ERROR {
                 _ = rd_kafka_purge(client.pointer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT)
-                _ = rd_kafka_flush(client.pointer, 5000) // serves the purge reports
+                _ = rd_kafka_flush(client.pointer, 5000)  // serves the purge reports
             }
         }
     }
@@ -119,7 +121,9 @@ public final class KafkaProducer: Sendable {
                     vus.append(vu)
                 }
                 append(RD_KAFKA_VTYPE_TOPIC) { $0.u.cstr = topic }
-                append(RD_KAFKA_VTYPE_VALUE) { $0.u.mem = .init(ptr: UnsafeMutableRawPointer(mutating: value.baseAddress), size: value.count) }
+                append(RD_KAFKA_VTYPE_VALUE) {
+                    $0.u.mem = .init(ptr: UnsafeMutableRawPointer(mutating: value.baseAddress), size: value.count)
+                }
                 append(RD_KAFKA_VTYPE_MSGFLAGS) { $0.u.i = RD_KAFKA_MSG_F_COPY }
                 append(RD_KAFKA_VTYPE_OPAQUE) { $0.u.ptr = opaque }
                 if let partition = message.partition {
@@ -176,7 +180,7 @@ private final class ProducerRuntime: Sendable {
             waiters.forEach { $0.resume() }
         }
         _ = rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT)
-        _ = rd_kafka_flush(rk, 5000) // serves the purge reports
+        _ = rd_kafka_flush(rk, 5000)  // serves the purge reports
         let opaque = rd_kafka_opaque(rk)
         rd_kafka_destroy(rk)
         if let opaque { Unmanaged<ClientContext>.fromOpaque(opaque).release() }
@@ -198,7 +202,8 @@ private final class DeliveryBatch: Sendable {
     }
 
     func complete(_ index: Int, _ result: Result<KafkaDeliveryReport, KafkaError>) {
-        let finished = state.withLock { state -> (CheckedContinuation<[Result<KafkaDeliveryReport, KafkaError>], Never>, [Result<KafkaDeliveryReport, KafkaError>])? in
+        let finished = state.withLock {
+            state -> (CheckedContinuation<[Result<KafkaDeliveryReport, KafkaError>], Never>, [Result<KafkaDeliveryReport, KafkaError>])? in
             state.results[index] = result
             state.remaining -= 1
             guard state.remaining == 0, let waiter = state.waiter else { return nil }
@@ -232,21 +237,26 @@ private final class DeliveryTarget: Sendable {
 }
 
 /// librdkafka delivery-report callback; runs inside `rd_kafka_poll`/`rd_kafka_flush`.
-private let deliveryReportCallback: @convention(c) (OpaquePointer?, UnsafePointer<rd_kafka_message_t>?, UnsafeMutableRawPointer?) -> Void = { rk, message, _ in
-    guard let message, let opaque = message.pointee._private else { return }
-    let target = Unmanaged<DeliveryTarget>.fromOpaque(opaque).takeRetainedValue()
-    let report = message.pointee
-    let topic = String(cString: rd_kafka_topic_name(report.rkt))
-    guard report.err != RD_KAFKA_RESP_ERR_NO_ERROR else {
-        target.batch.complete(target.index, .success(KafkaDeliveryReport(topic: topic, partition: report.partition, offset: report.offset)))
-        return
+private let deliveryReportCallback: @convention(c) (OpaquePointer?, UnsafePointer<rd_kafka_message_t>?, UnsafeMutableRawPointer?) -> Void =
+    { rk, message, _ in
+        guard let message, let opaque = message.pointee._private else { return }
+        let target = Unmanaged<DeliveryTarget>.fromOpaque(opaque).takeRetainedValue()
+        let report = message.pointee
+        let topic = String(cString: rd_kafka_topic_name(report.rkt))
+        guard report.err != RD_KAFKA_RESP_ERR_NO_ERROR else {
+            target.batch.complete(
+                target.index, .success(KafkaDeliveryReport(topic: topic, partition: report.partition, offset: report.offset)))
+            return
+        }
+        var error = KafkaError(report.err, context: "Delivery to topic '\(topic)' failed")
+        if report.err == RD_KAFKA_RESP_ERR__FATAL, let rk {
+            var errstr = [CChar](repeating: 0, count: 512)
+            let cause = rd_kafka_fatal_error(rk, &errstr, errstr.count)
+            let detail = errstr.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+            error = KafkaError(
+                report.err,
+                "Delivery to topic '\(topic)' failed: producer fatal error \(String(cString: rd_kafka_err2name(cause))): \(detail)",
+                isFatal: true)
+        }
+        target.batch.complete(target.index, .failure(error))
     }
-    var error = KafkaError(report.err, context: "Delivery to topic '\(topic)' failed")
-    if report.err == RD_KAFKA_RESP_ERR__FATAL, let rk {
-        var errstr = [CChar](repeating: 0, count: 512)
-        let cause = rd_kafka_fatal_error(rk, &errstr, errstr.count)
-        let detail = errstr.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-        error = KafkaError(report.err, "Delivery to topic '\(topic)' failed: producer fatal error \(String(cString: rd_kafka_err2name(cause))): \(detail)", isFatal: true)
-    }
-    target.batch.complete(target.index, .failure(error))
-}

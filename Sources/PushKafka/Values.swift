@@ -122,8 +122,11 @@ func partitionElements(_ list: UnsafePointer<rd_kafka_topic_partition_list_t>) -
     guard count > 0, let elements = list.pointee.elems else { return [] }
     return (0..<count).map { index in
         let element = elements[index]
-        return (TopicPartitionOffset(topic: String(cString: element.topic), partition: element.partition,
-                                     offset: element.offset), element.err)
+        return (
+            TopicPartitionOffset(
+                topic: String(cString: element.topic), partition: element.partition,
+                offset: element.offset), element.err
+        )
     }
 }
 

@@ -99,8 +99,9 @@ actor RedisConnectionCore {
     /// Opens the socket, sets the command timeout, then AUTH and SELECT in one round trip.
     private func makeContext() throws(RedisError) -> UnsafeMutablePointer<redisContext> {
         try configuration.validate()
-        guard let context = redisConnectWithTimeout(
-            configuration.host, Int32(configuration.port), Self.timeval(configuration.connectTimeout))
+        guard
+            let context = redisConnectWithTimeout(
+                configuration.host, Int32(configuration.port), Self.timeval(configuration.connectTimeout))
         else {
             throw RedisError(.connection, "cannot connect to \(target): hiredis could not allocate a context")
         }
@@ -333,14 +334,15 @@ actor RedisConnectionCore {
     }
 
     private static func detail(_ context: UnsafeMutablePointer<redisContext>) -> String {
-        let name = switch context.pointee.err {
-        case REDIS_ERR_IO: "REDIS_ERR_IO"
-        case REDIS_ERR_EOF: "REDIS_ERR_EOF"
-        case REDIS_ERR_PROTOCOL: "REDIS_ERR_PROTOCOL"
-        case REDIS_ERR_OOM: "REDIS_ERR_OOM"
-        case REDIS_ERR_OTHER: "REDIS_ERR_OTHER"
-        default: "err \(context.pointee.err)"
-        }
+        let name =
+            switch context.pointee.err {
+            case REDIS_ERR_IO: "REDIS_ERR_IO"
+            case REDIS_ERR_EOF: "REDIS_ERR_EOF"
+            case REDIS_ERR_PROTOCOL: "REDIS_ERR_PROTOCOL"
+            case REDIS_ERR_OOM: "REDIS_ERR_OOM"
+            case REDIS_ERR_OTHER: "REDIS_ERR_OTHER"
+            default: "err \(context.pointee.err)"
+            }
         return "hiredis \(name): \(errorString(context))"
     }
 
@@ -375,7 +377,7 @@ actor RedisConnectionCore {
     /// The command name for messages (never its arguments, which may hold secrets).
     private static func name(of command: [[UInt8]]) -> String {
         guard let first = command.first, first.count <= 32,
-              let text = String(validating: first, as: UTF8.self)
+            let text = String(validating: first, as: UTF8.self)
         else { return "a command" }
         return text.uppercased()
     }
@@ -383,7 +385,7 @@ actor RedisConnectionCore {
     /// The SHA-1 an `EVALSHA`/`EVALSHA_RO` command refers to.
     static func evalshaTarget(_ command: [[UInt8]]) -> String? {
         guard command.count >= 2, let name = String(validating: command[0], as: UTF8.self),
-              ["EVALSHA", "EVALSHA_RO"].contains(name.uppercased())
+            ["EVALSHA", "EVALSHA_RO"].contains(name.uppercased())
         else { return nil }
         return String(validating: command[1], as: UTF8.self)?.lowercased()
     }
@@ -396,8 +398,8 @@ actor RedisConnectionCore {
         var missing: [RedisScript] = []
         for (reply, command) in zip(replies, commands) where reply.isNoScript {
             guard let sha = evalshaTarget(command),
-                  let script = scripts.first(where: { $0.sha1 == sha }),
-                  !missing.contains(script)
+                let script = scripts.first(where: { $0.sha1 == sha }),
+                !missing.contains(script)
             else { continue }
             missing.append(script)
         }

@@ -111,7 +111,7 @@ public struct RedisURL: Sendable, Hashable {
 
         if let portText {
             guard !portText.isEmpty, portText.allSatisfy(\.isASCIIDigit), let port = Int(portText),
-                  (1...65535).contains(port)
+                (1...65535).contains(port)
             else { throw fail(.badPort(String(portText))) }
             self.port = port
         }

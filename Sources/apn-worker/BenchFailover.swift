@@ -166,7 +166,12 @@ struct BenchFailover: AsyncParsableCommand {
             return (clock.now - start, gatewayBack, exited)
         }
 
-        struct Seen { var latency: Double; var possibleDuplicate: Bool; var arrived: Double; var worker: String }
+        struct Seen {
+            var latency: Double
+            var possibleDuplicate: Bool
+            var arrived: Double
+            var worker: String
+        }
         var seen: [Int: Seen] = [:]
         seen.reserveCapacity(total)
         var writtenTwice = 0
@@ -179,7 +184,8 @@ struct BenchFailover: AsyncParsableCommand {
         while seen.count < total, clock.now < deadline {
             for message in try await reader.poll(maxMessages: 10_000, timeout: .milliseconds(100)) {
                 guard let n = benchJobNumber(message.value), n >= 0, n < total,
-                      let result = try? JSONValue.parse(message.value) else { continue }
+                    let result = try? JSONValue.parse(message.value)
+                else { continue }
                 let now = clock.now
                 let arrived = (now - start).milliseconds / 1000
                 let worker = result["worker"]?.stringValue ?? "?"
@@ -190,11 +196,16 @@ struct BenchFailover: AsyncParsableCommand {
                 }
                 arrivalsPerSecond[Int(arrived), default: 0] += 1
                 if let status = result["status"]?.intValue {
-                    if status == 515 { connectionFailed += 1 } else { failedOther[result["statusName"]?.stringValue ?? "\(status)", default: 0] += 1 }
+                    if status == 515 {
+                        connectionFailed += 1
+                    } else {
+                        failedOther[result["statusName"]?.stringValue ?? "\(status)", default: 0] += 1
+                    }
                 }
                 let latency = sentAt.get(n).map { (now - $0).milliseconds } ?? 0
-                seen[n] = Seen(latency: latency, possibleDuplicate: result["possibleDuplicate"]?.boolValue ?? false, arrived: arrived,
-                               worker: worker)
+                seen[n] = Seen(
+                    latency: latency, possibleDuplicate: result["possibleDuplicate"]?.boolValue ?? false, arrived: arrived,
+                    worker: worker)
             }
         }
         try await producing.value
@@ -221,7 +232,9 @@ struct BenchFailover: AsyncParsableCommand {
         }
         let latencies = seen.values.map(\.latency).sorted()
         let secondAppSlowest = seen.filter { $0.key % 2 == 1 }.map(\.value.latency).max() ?? 0
-        func percentile(_ p: Double) -> Double { latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
+        func percentile(_ p: Double) -> Double {
+            latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))]
+        }
         // Seconds from the event until the result rate is back to 80% of the load for good: the
         // last second after the event (during the load) with fewer results than that, plus one.
         let event = eventAt

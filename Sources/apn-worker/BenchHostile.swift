@@ -54,8 +54,9 @@ struct BenchHostile: AsyncParsableCommand {
             return Array(#"{"id":"\#(id)","app":"\#(app)","tokens":[\#(tokens)],"alert":"Hi","colour":"red"}"#.utf8)
         },
         Case(name: "nesting 5,000 deep (rejected)") { id in
-            Array((#"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","alert":"Hi","payload":{"d":"#
-                + String(repeating: "[", count: 5000) + String(repeating: "]", count: 5000) + "}}").utf8)
+            Array(
+                (#"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","alert":"Hi","payload":{"d":"#
+                    + String(repeating: "[", count: 5000) + String(repeating: "]", count: 5000) + "}}").utf8)
         },
         Case(name: "600 KB app name (not configured)") { id in
             Array(#"{"id":"\#(id)","app":"\#(String(repeating: "z", count: 600_000))","token":"\#(token)","alert":"Hi"}"#.utf8)
@@ -117,17 +118,21 @@ struct BenchHostile: AsyncParsableCommand {
                 }
             }
             let elapsed = (clock.now - start).milliseconds / Double(count)
-            print(jsonLine([("stage", "parse"), ("case", .string(c.name)), ("messageBytes", .int(Int64(messages[0].count))),
-                            ("msPerMessage", .double((elapsed * 100).rounded() / 100)), ("outcome", .string(outcome))]))
+            print(
+                jsonLine([
+                    ("stage", "parse"), ("case", .string(c.name)), ("messageBytes", .int(Int64(messages[0].count))),
+                    ("msPerMessage", .double((elapsed * 100).rounded() / 100)), ("outcome", .string(outcome)),
+                ]))
         }
     }
 
     /// Through Kafka and one worker: from producing a job to reading its last result.
     private func measureWorker(_ stack: LocalStack) async throws {
-        let producer = try KafkaProducer(configuration: KafkaConfiguration([
-            "bootstrap.servers": stack.kafka.bootstrapServers, "linger.ms": "0", "socket.nagle.disable": "true",
-            "message.max.bytes": "4194304",
-        ]))
+        let producer = try KafkaProducer(
+            configuration: KafkaConfiguration([
+                "bootstrap.servers": stack.kafka.bootstrapServers, "linger.ms": "0", "socket.nagle.disable": "true",
+                "message.max.bytes": "4194304",
+            ]))
         let reader = try stack.resultReader(group: "bench-hostile")
         let worker = try stack.startWorker(id: "bench")
 
@@ -138,9 +143,10 @@ struct BenchHostile: AsyncParsableCommand {
         var answeredAt: [String: Double] = [:]
         func produce(_ messages: [(id: String, bytes: [UInt8], results: Int)]) async throws {
             let now = Date().timeIntervalSince1970 * 1000
-            let reports = try await producer.send(messages.map {
-                KafkaOutgoingMessage(topic: "apn.requests", key: Array($0.id.utf8), value: $0.bytes)
-            })
+            let reports = try await producer.send(
+                messages.map {
+                    KafkaOutgoingMessage(topic: "apn.requests", key: Array($0.id.utf8), value: $0.bytes)
+                })
             for (message, report) in zip(messages, reports) {
                 let stored = try report.get()
                 producedAt[message.id] = now
@@ -151,7 +157,9 @@ struct BenchHostile: AsyncParsableCommand {
         func read(until done: () -> Bool, timeout: Duration = .seconds(60)) async throws {
             let deadline = ContinuousClock.now + timeout
             while !done() {
-                guard ContinuousClock.now < deadline else { throw UsageFailure(message: "results missing after \(timeout): \(waiting.keys.sorted().prefix(5))") }
+                guard ContinuousClock.now < deadline else {
+                    throw UsageFailure(message: "results missing after \(timeout): \(waiting.keys.sorted().prefix(5))")
+                }
                 for message in try await reader.poll(maxMessages: 20_000, timeout: .milliseconds(50)) {
                     guard let result = try? JSONValue.parse(message.value) else { continue }
                     let at = Date().timeIntervalSince1970 * 1000
@@ -175,11 +183,12 @@ struct BenchHostile: AsyncParsableCommand {
             func message(_ i: Int, _ mode: String) -> (id: String, bytes: [UInt8], results: Int) {
                 let id = "bench-\(n)-\(mode)-\(i)"
                 let bytes = c.message(id)
-                let results = switch parser.parse(bytes) {
-                case .job(let job): job.tokens.count
-                case .rejected(_, _, let tokens, _): tokens.count
-                case .unreadable: 1
-                }
+                let results =
+                    switch parser.parse(bytes) {
+                    case .job(let job): job.tokens.count
+                    case .rejected(_, _, let tokens, _): tokens.count
+                    case .unreadable: 1
+                    }
                 return (id, bytes, results)
             }
             // One at a time: the answer time of a message alone.
@@ -197,12 +206,13 @@ struct BenchHostile: AsyncParsableCommand {
             try await read(until: { waiting.isEmpty })
             let burstTimes = burst.map { answeredAt[$0.id]! - producedAt[$0.id]! }
             alone.sort()
-            print(jsonLine([
-                ("stage", "worker"), ("case", .string(c.name)), ("messages", .int(Int64(count))),
-                ("aloneP50Ms", .int(Int64(alone[alone.count / 2]))), ("aloneMaxMs", .int(Int64(alone.last!))),
-                ("burstLastMs", .int(Int64(burstTimes.max()!))),
-                ("validBehindBurstMs", .int(Int64(answeredAt[behind.id]! - producedAt[behind.id]!))),
-            ]))
+            print(
+                jsonLine([
+                    ("stage", "worker"), ("case", .string(c.name)), ("messages", .int(Int64(count))),
+                    ("aloneP50Ms", .int(Int64(alone[alone.count / 2]))), ("aloneMaxMs", .int(Int64(alone.last!))),
+                    ("burstLastMs", .int(Int64(burstTimes.max()!))),
+                    ("validBehindBurstMs", .int(Int64(answeredAt[behind.id]! - producedAt[behind.id]!))),
+                ]))
         }
         _ = stack.stopWorker(worker)
         try? await reader.close()

@@ -35,9 +35,13 @@ struct BenchWorker: AsyncParsableCommand {
     var fetchWaitMs = 5
     @Option(help: "The worker's batchSize.")
     var batchSize = 1000
-    @Option(help: "The app's transport: binary, or http2 (provider token; results are final on the server's answer, no confirmation window).")
+    @Option(
+        help: "The app's transport: binary, or http2 (provider token; results are final on the server's answer, no confirmation window).")
     var transport = "binary"
-    @Flag(help: "Produce every job before the worker starts and time from its first result to its last (throughput without the load generator competing for CPU; latencies then include queueing).")
+    @Flag(
+        help:
+            "Produce every job before the worker starts and time from its first result to its last (throughput without the load generator competing for CPU; latencies then include queueing)."
+    )
     var preproduce = false
 
     func run() async throws {
@@ -46,10 +50,14 @@ struct BenchWorker: AsyncParsableCommand {
             // librdkafka's mock broker answers a fetch only when fetch.wait.max.ms runs out (a real
             // broker answers as soon as data arrives), so a short wait keeps latency honest.
             options.kafkaProperties = ["fetch.wait.max.ms": "\(fetchWaitMs)"]
-            options.worker = ["logLevel": "warning", "maxInFlight": "\(maxInFlight)", "batchSize": "\(batchSize)",
-                              "batchWindowMs": "\(batchWindowMs)", "resultFlushMs": "\(resultFlushMs)"]
-            options.app = ["poolSize": "\(poolSize)", "confirmationWindowMs": "\(windowMs)",
-                           "cacheMaxCount": "\(max(50_000, maxInFlight))", "feedbackIntervalSeconds": "0"]
+            options.worker = [
+                "logLevel": "warning", "maxInFlight": "\(maxInFlight)", "batchSize": "\(batchSize)",
+                "batchWindowMs": "\(batchWindowMs)", "resultFlushMs": "\(resultFlushMs)",
+            ]
+            options.app = [
+                "poolSize": "\(poolSize)", "confirmationWindowMs": "\(windowMs)",
+                "cacheMaxCount": "\(max(50_000, maxInFlight))", "feedbackIntervalSeconds": "0",
+            ]
             guard transport == "binary" || transport == "http2" else {
                 throw UsageFailure(message: "--transport must be binary or http2, not \(transport)")
             }
@@ -164,33 +172,48 @@ struct BenchWorker: AsyncParsableCommand {
         await producer.close()
 
         latencies.sort()
-        func percentile(_ p: Double) -> Double { latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
+        func percentile(_ p: Double) -> Double {
+            latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))]
+        }
         let seconds = (last - start).milliseconds / 1000
         let notifications = Double(stopped?["notifications"]?.intValue ?? 0)
         let roundTrips = Double(stopped?["redisRoundTrips"]?.intValue ?? 0)
-        print(jsonLine([
-            ("jobs", .int(Int64(total))),
-            ("received", .int(Int64(received.count))),
-            ("rate", .int(Int64(rate))),
-            ("windowMs", .int(Int64(windowMs))),
-            ("batchWindowMs", .int(Int64(batchWindowMs))),
-            ("resultFlushMs", .int(Int64(resultFlushMs))),
-            ("fetchWaitMs", .int(Int64(fetchWaitMs))),
-            ("notificationsPerSecond", .int(Int64(Double(received.count) / max(seconds, 0.001)))),
-            ("p50Ms", .double((percentile(0.50) * 10).rounded() / 10)),
-            ("p90Ms", .double((percentile(0.90) * 10).rounded() / 10)),
-            ("p99Ms", .double((percentile(0.99) * 10).rounded() / 10)),
-            ("stagesP50Ms", .object(Dictionary(uniqueKeysWithValues: zip(["toResult", "toProduce", "toRead"], stages.map { s in
-                let sorted = s.sorted()
-                return JSONValue.double(sorted.isEmpty ? 0 : (sorted[sorted.count / 2] * 10).rounded() / 10)
-            })))),
-            ("redisRoundTripsPer1000", .double(notifications > 0 ? (roundTrips / notifications * 1000 * 10).rounded() / 10 : 0)),
-            ("workerPeakRSSMB", .int(Int64(rss >> 20))),
-            ("cpuSeconds", .object(["worker": .double((workerCPU * 10).rounded() / 10), "redis": .double((redisCPU * 10).rounded() / 10),
-                                    "kafkaSimulatorAndLoad": .double((ownCPU * 10).rounded() / 10)])),
-            ("simulatorAccepted", .int(Int64(stack.simulator.statistics.accepted + (stack.http2Simulator?.statistics.accepted ?? 0)))),
-            ("transport", .string(transport)),
-        ]))
+        print(
+            jsonLine([
+                ("jobs", .int(Int64(total))),
+                ("received", .int(Int64(received.count))),
+                ("rate", .int(Int64(rate))),
+                ("windowMs", .int(Int64(windowMs))),
+                ("batchWindowMs", .int(Int64(batchWindowMs))),
+                ("resultFlushMs", .int(Int64(resultFlushMs))),
+                ("fetchWaitMs", .int(Int64(fetchWaitMs))),
+                ("notificationsPerSecond", .int(Int64(Double(received.count) / max(seconds, 0.001)))),
+                ("p50Ms", .double((percentile(0.50) * 10).rounded() / 10)),
+                ("p90Ms", .double((percentile(0.90) * 10).rounded() / 10)),
+                ("p99Ms", .double((percentile(0.99) * 10).rounded() / 10)),
+                (
+                    "stagesP50Ms",
+                    .object(
+                        Dictionary(
+                            uniqueKeysWithValues: zip(
+                                ["toResult", "toProduce", "toRead"],
+                                stages.map { s in
+                                    let sorted = s.sorted()
+                                    return JSONValue.double(sorted.isEmpty ? 0 : (sorted[sorted.count / 2] * 10).rounded() / 10)
+                                })))
+                ),
+                ("redisRoundTripsPer1000", .double(notifications > 0 ? (roundTrips / notifications * 1000 * 10).rounded() / 10 : 0)),
+                ("workerPeakRSSMB", .int(Int64(rss >> 20))),
+                (
+                    "cpuSeconds",
+                    .object([
+                        "worker": .double((workerCPU * 10).rounded() / 10), "redis": .double((redisCPU * 10).rounded() / 10),
+                        "kafkaSimulatorAndLoad": .double((ownCPU * 10).rounded() / 10),
+                    ])
+                ),
+                ("simulatorAccepted", .int(Int64(stack.simulator.statistics.accepted + (stack.http2Simulator?.statistics.accepted ?? 0)))),
+                ("transport", .string(transport)),
+            ]))
         if received.count < total { throw ExitCode(1) }
     }
 }

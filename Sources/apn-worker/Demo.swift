@@ -72,12 +72,18 @@ struct Demo: AsyncParsableCommand {
         await stack.shutdown()
     }
 
-    private func runDemo(on stack: LocalStack, tokens: [DeviceToken], badTokens: Set<DeviceToken>,
-                         feedbackTokens: [DeviceToken], started: ContinuousClock.Instant) async throws {
+    private func runDemo(
+        on stack: LocalStack, tokens: [DeviceToken], badTokens: Set<DeviceToken>,
+        feedbackTokens: [DeviceToken], started: ContinuousClock.Instant
+    ) async throws {
         say("Kafka (embedded)     \(stack.kafka.bootstrapServers)")
         say("Redis                \(stack.redisURL)")
-        say("APNs simulator       binary gateway 127.0.0.1:\(stack.simulator.binaryPort), feedback 127.0.0.1:\(stack.simulator.feedbackPort ?? 0), HTTP/2 127.0.0.1:\(stack.http2Simulator?.port ?? 0)")
-        say("Apps                 \(LocalStack.app) (binary protocol), \(Self.http2App) (HTTP/2, provider token); jobs alternate in blocks of 100")
+        say(
+            "APNs simulator       binary gateway 127.0.0.1:\(stack.simulator.binaryPort), feedback 127.0.0.1:\(stack.simulator.feedbackPort ?? 0), HTTP/2 127.0.0.1:\(stack.http2Simulator?.port ?? 0)"
+        )
+        say(
+            "Apps                 \(LocalStack.app) (binary protocol), \(Self.http2App) (HTTP/2, provider token); jobs alternate in blocks of 100"
+        )
         var workerProcesses: [Process] = []
         for index in 1...workers {
             workerProcesses.append(try stack.startWorker(id: "demo-\(index)"))
@@ -92,15 +98,20 @@ struct Demo: AsyncParsableCommand {
         var duplicates = 0
         for (i, token) in tokens.enumerated() {
             if i % 100 == 50 {
-                let samples = ["this is not JSON", "[1,2,3]", #"{"app":"\#(app)","token":"\#(token.hex)","alert":"x"}"#,
-                               #"{"id":"bad-\#(i)","app":"com.example.nope","token":"\#(token.hex)","alert":"x"}"#,
-                               #"{"id":"bad-\#(i)","app":"\#(app)","token":"xyz","alert":"x"}"#]
-                messages.append(KafkaOutgoingMessage(topic: "apn.requests", key: Array("bad-\(i)".utf8),
-                                                     value: Array(samples[(i / 100) % samples.count].utf8)))
+                let samples = [
+                    "this is not JSON", "[1,2,3]", #"{"app":"\#(app)","token":"\#(token.hex)","alert":"x"}"#,
+                    #"{"id":"bad-\#(i)","app":"com.example.nope","token":"\#(token.hex)","alert":"x"}"#,
+                    #"{"id":"bad-\#(i)","app":"\#(app)","token":"xyz","alert":"x"}"#,
+                ]
+                messages.append(
+                    KafkaOutgoingMessage(
+                        topic: "apn.requests", key: Array("bad-\(i)".utf8),
+                        value: Array(samples[(i / 100) % samples.count].utf8)))
                 malformed += 1
                 continue
             }
-            let job = #"{"id":"demo-\#(i)","app":"\#((i / 100) % 2 == 1 ? Self.http2App : app)","token":"\#(token.hex)","alert":"Hello \#(i)","badge":\#(i % 10)}"#
+            let job =
+                #"{"id":"demo-\#(i)","app":"\#((i / 100) % 2 == 1 ? Self.http2App : app)","token":"\#(token.hex)","alert":"Hello \#(i)","badge":\#(i % 10)}"#
             let message = KafkaOutgoingMessage(topic: "apn.requests", key: Array("demo-\(i)".utf8), value: Array(job.utf8))
             messages.append(message)
             expectedNotifications += 1
@@ -119,13 +130,16 @@ struct Demo: AsyncParsableCommand {
             }
             await producer.close()
         }
-        say("Produced             \(messages.count) messages: \(expectedNotifications) jobs (\(duplicates) of them twice), \(malformed) malformed")
+        say(
+            "Produced             \(messages.count) messages: \(expectedNotifications) jobs (\(duplicates) of them twice), \(malformed) malformed"
+        )
 
         // Read results until every notification, malformed message and feedback entry has one.
-        let reader = try KafkaConsumer(configuration: KafkaConfiguration([
-            "bootstrap.servers": stack.kafka.bootstrapServers, "group.id": "apn-demo-reader-\(getpid())",
-            "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
-        ]))
+        let reader = try KafkaConsumer(
+            configuration: KafkaConfiguration([
+                "bootstrap.servers": stack.kafka.bootstrapServers, "group.id": "apn-demo-reader-\(getpid())",
+                "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
+            ]))
         try reader.subscribe(topics: ["apn.results"])
         var byType: [String: Int] = [:]
         var byStatus: [String: Int] = [:]
@@ -137,8 +151,12 @@ struct Demo: AsyncParsableCommand {
         while seen.count < expected, ContinuousClock.now < deadline {
             for message in try await reader.poll(maxMessages: 5000, timeout: .milliseconds(200)) {
                 guard let result = try? JSONValue.parse(message.value), let id = result["resultId"]?.stringValue,
-                      let type = result["type"]?.stringValue else { continue }
-                guard seen.insert(id).inserted else { copies += 1; continue }
+                    let type = result["type"]?.stringValue
+                else { continue }
+                guard seen.insert(id).inserted else {
+                    copies += 1
+                    continue
+                }
                 byType[type, default: 0] += 1
                 if let name = result["statusName"]?.stringValue { byStatus[name, default: 0] += 1 }
             }
@@ -152,18 +170,24 @@ struct Demo: AsyncParsableCommand {
         let accepted = stack.simulator.statistics.accepted + (stack.http2Simulator?.statistics.accepted ?? 0)
 
         say("")
-        say("Summary after \(String(format: "%.1f", Double((ContinuousClock.now - started).components.seconds))) s, results read back from apn.results:")
+        say(
+            "Summary after \(String(format: "%.1f", Double((ContinuousClock.now - started).components.seconds))) s, results read back from apn.results:"
+        )
         for (type, count) in byType.sorted(by: { $0.key < $1.key }) {
             say("  \(type.padding(toLength: 21, withPad: " ", startingAt: 0)) \(count)")
         }
         for (status, count) in byStatus.sorted(by: { $0.key < $1.key }) {
             say("    status \(status.padding(toLength: 19, withPad: " ", startingAt: 0)) \(count)")
         }
-        say("  duplicate jobs        \(duplicates) produced twice; the simulator accepted \(accepted) notifications for \(byType["transmitted"] ?? 0) transmitted results")
+        say(
+            "  duplicate jobs        \(duplicates) produced twice; the simulator accepted \(accepted) notifications for \(byType["transmitted"] ?? 0) transmitted results"
+        )
         if copies > 0 { say("  repeated results      \(copies) (same resultId; consumers drop them)") }
         let complete = seen.count >= expected
-        say(complete ? "Every notification, malformed message and feedback entry has its result."
-                     : "Missing results: \(expected - min(seen.count, expected)); see the worker logs (rerun with --keep)")
+        say(
+            complete
+                ? "Every notification, malformed message and feedback entry has its result."
+                : "Missing results: \(expected - min(seen.count, expected)); see the worker logs (rerun with --keep)")
         if !complete { throw ExitCode(1) }
     }
 }

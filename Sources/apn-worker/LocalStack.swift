@@ -66,8 +66,10 @@ final class LocalStack: @unchecked Sendable {
             let port = try freeLoopbackPort()
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = [options.redisServer, "--port", String(port), "--bind", "127.0.0.1", "--save", "",
-                                 "--appendonly", "no", "--dir", directory]
+            process.arguments = [
+                options.redisServer, "--port", String(port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", directory,
+            ]
             process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
             process.standardError = FileHandle(forWritingAtPath: "/dev/null")
             do { try process.run() } catch {
@@ -121,25 +123,25 @@ final class LocalStack: @unchecked Sendable {
         let worker = options.worker.sorted { $0.key < $1.key }.map { "  \($0.key): \($0.value)\n" }.joined()
         let app = options.app.sorted { $0.key < $1.key }.map { "    \($0.key): \($0.value)\n" }.joined()
         try """
-            kafka:
-              bootstrapServers: "\(kafka.bootstrapServers)"
-              groupId: apn-local
-              properties:
-            \(sessionProperties(options.sessionTimeoutMs))\(options.kafkaProperties.sorted { $0.key < $1.key }.map { "    \($0.key): \"\($0.value)\"\n" }.joined())redis:
-              url: "\(redisURL)"
-            worker:
-              logFormat: json
-            \(worker)apps:
-              \(Self.app):
-            \(app)    environments:
-                  production:
-                    certificate: \(directory)/certs/client.pem
-                    key: \(directory)/certs/client-key.pem
-                    ca: \(directory)/certs/ca.pem
-                    gateway: 127.0.0.1:\(simulator.binaryPort)
-                    feedback: 127.0.0.1:\(simulator.feedbackPort ?? 0)
-            \(http2Block)
-            """.write(toFile: configPath, atomically: false, encoding: .utf8)
+        kafka:
+          bootstrapServers: "\(kafka.bootstrapServers)"
+          groupId: apn-local
+          properties:
+        \(sessionProperties(options.sessionTimeoutMs))\(options.kafkaProperties.sorted { $0.key < $1.key }.map { "    \($0.key): \"\($0.value)\"\n" }.joined())redis:
+          url: "\(redisURL)"
+        worker:
+          logFormat: json
+        \(worker)apps:
+          \(Self.app):
+        \(app)    environments:
+              production:
+                certificate: \(directory)/certs/client.pem
+                key: \(directory)/certs/client-key.pem
+                ca: \(directory)/certs/ca.pem
+                gateway: 127.0.0.1:\(simulator.binaryPort)
+                feedback: 127.0.0.1:\(simulator.feedbackPort ?? 0)
+        \(http2Block)
+        """.write(toFile: configPath, atomically: false, encoding: .utf8)
     }
 
     /// Stops the binary gateway and feedback service, cutting their connections: an outage.
@@ -175,18 +177,20 @@ final class LocalStack: @unchecked Sendable {
 
     /// A producer of jobs for this stack's Kafka.
     func loadProducer() throws -> KafkaProducer {
-        try KafkaProducer(configuration: KafkaConfiguration([
-            "bootstrap.servers": kafka.bootstrapServers, "linger.ms": "2", "socket.nagle.disable": "true",
-        ]))
+        try KafkaProducer(
+            configuration: KafkaConfiguration([
+                "bootstrap.servers": kafka.bootstrapServers, "linger.ms": "2", "socket.nagle.disable": "true",
+            ]))
     }
 
     /// A consumer of `apn.results` from the start, in a group of its own.
     func resultReader(group: String, fetchWaitMs: Int = 5) throws -> KafkaConsumer {
-        let reader = try KafkaConsumer(configuration: KafkaConfiguration([
-            "bootstrap.servers": kafka.bootstrapServers, "group.id": "\(group)-\(getpid())",
-            "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
-            "fetch.wait.max.ms": "\(fetchWaitMs)", "socket.nagle.disable": "true",
-        ]))
+        let reader = try KafkaConsumer(
+            configuration: KafkaConfiguration([
+                "bootstrap.servers": kafka.bootstrapServers, "group.id": "\(group)-\(getpid())",
+                "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
+                "fetch.wait.max.ms": "\(fetchWaitMs)", "socket.nagle.disable": "true",
+            ]))
         try reader.subscribe(topics: ["apn.results"])
         return reader
     }
@@ -221,7 +225,8 @@ final class LocalStack: @unchecked Sendable {
     /// would wait for).
     func hasBeenAssigned(_ process: Process) -> Bool {
         guard let log = workerLogs[process.processIdentifier],
-              let text = try? String(contentsOfFile: log, encoding: .utf8) else { return false }
+            let text = try? String(contentsOfFile: log, encoding: .utf8)
+        else { return false }
         return text.contains("\"Partitions assigned\"")
     }
 
@@ -240,7 +245,8 @@ final class LocalStack: @unchecked Sendable {
     /// CPU time (user + system) a process has used, in seconds.
     static func cpuSeconds(of pid: Int32) -> Double? {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return nil }
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
         let fields = stat[stat.index(after: close)...].split(separator: " ")
         guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
         return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
@@ -252,8 +258,8 @@ final class LocalStack: @unchecked Sendable {
     /// Peak resident memory of a process, in bytes (VmHWM).
     static func peakRSS(of pid: Int32) -> Int? {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
-              let kb = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+            let kb = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
         else { return nil }
         return kb * 1024
     }

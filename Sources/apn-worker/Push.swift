@@ -118,8 +118,9 @@ struct Push: AsyncParsableCommand {
                         throw UsageFailure(message: "--signing-key: \(error.message)")
                     }
                 } else {
-                    authentication = .certificate(try loadCredentials(
-                        cert: cert, key: key, pfx: pfx, passphrase: passphrase, ca: ca, environment: environment))
+                    authentication = .certificate(
+                        try loadCredentials(
+                            cert: cert, key: key, pfx: pfx, passphrase: passphrase, ca: ca, environment: environment))
                 }
                 var config = APNSHTTP2Configuration(host: host, port: port, authentication: authentication, topic: topic ?? "")
                 if signingKey != nil, let ca {

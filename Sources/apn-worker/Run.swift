@@ -52,11 +52,12 @@ struct Run: AsyncParsableCommand {
         let configuration: WorkerConfiguration
         var options: WorkerOptions
         do {
-            configuration = try WorkerConfiguration.load(overrides: ConfigurationOverrides(
-                configPath: config, workerId: workerId, brokers: brokers, group: group,
-                requestsTopic: requestsTopic, resultsTopic: resultsTopic, kafkaProperties: kafkaProperties,
-                redisURL: redis, redisPassword: redisPassword, batchSize: batchSize, maxInFlight: maxInFlight,
-                logLevel: logLevel, logFormat: logFormat, shutdownTimeoutSeconds: shutdownTimeout),
+            configuration = try WorkerConfiguration.load(
+                overrides: ConfigurationOverrides(
+                    configPath: config, workerId: workerId, brokers: brokers, group: group,
+                    requestsTopic: requestsTopic, resultsTopic: resultsTopic, kafkaProperties: kafkaProperties,
+                    redisURL: redis, redisPassword: redisPassword, batchSize: batchSize, maxInFlight: maxInFlight,
+                    logLevel: logLevel, logFormat: logFormat, shutdownTimeoutSeconds: shutdownTimeout),
                 environment: ProcessInfo.processInfo.environment)
             options = try configuration.makeOptions()
         } catch {
@@ -97,10 +98,13 @@ struct Run: AsyncParsableCommand {
             throw ExitCode(1)
         }
         let statistics = worker.statistics
-        print(jsonLine([("event", "stopped"), ("worker", .string(options.workerId)),
-                        ("messages", .int(Int64(statistics.messages))),
-                        ("notifications", .int(Int64(statistics.notifications))),
-                        ("results", .int(Int64(statistics.results))),
-                        ("redisRoundTrips", .int(Int64(statistics.redisRoundTrips)))]))
+        print(
+            jsonLine([
+                ("event", "stopped"), ("worker", .string(options.workerId)),
+                ("messages", .int(Int64(statistics.messages))),
+                ("notifications", .int(Int64(statistics.notifications))),
+                ("results", .int(Int64(statistics.results))),
+                ("redisRoundTrips", .int(Int64(statistics.redisRoundTrips))),
+            ]))
     }
 }

@@ -63,9 +63,10 @@ struct Send: AsyncParsableCommand {
             var firstError: String?
             for chunk in stride(from: 0, to: jobs.count, by: 5000) {
                 let slice = jobs[chunk..<min(jobs.count, chunk + 5000)]
-                let reports = try await producer.send(slice.map {
-                    KafkaOutgoingMessage(topic: topic, key: $0.key, value: $0.value)
-                })
+                let reports = try await producer.send(
+                    slice.map {
+                        KafkaOutgoingMessage(topic: topic, key: $0.key, value: $0.value)
+                    })
                 for report in reports {
                     switch report {
                     case .success: sent += 1

@@ -48,23 +48,32 @@ struct Simulate: AsyncParsableCommand {
     // HTTP/2 provider API (§3, §4).
     @Option(help: "HTTP/2 provider API port (0 picks a free one); without it no HTTP/2 server runs.")
     var http2Port: Int?
-    @Option(help: ArgumentHelp("A provider-token key: KEYID=PEMFILE, the PEM being the .p8 private key or the public key. Repeatable.", valueName: "keyid=pemfile"))
+    @Option(
+        help: ArgumentHelp(
+            "A provider-token key: KEYID=PEMFILE, the PEM being the .p8 private key or the public key. Repeatable.",
+            valueName: "keyid=pemfile"))
     var jwtKey: [String] = []
     @Option(help: "The team ID of the --jwt-key keys (required with --jwt-key).")
     var team: String?
     @Option(help: "SETTINGS_MAX_CONCURRENT_STREAMS once a connection is authenticated.")
     var maxStreams = 1000
-    @Flag(name: .customLong("drop-streams-to-1-after-error"), help: "After an error answer (not 410) drop the connection's stream limit to 1 until its next 200.")
+    @Flag(
+        name: .customLong("drop-streams-to-1-after-error"),
+        help: "After an error answer (not 410) drop the connection's stream limit to 1 until its next 200.")
     var dropStreamsToOneAfterError = false
     @Option(name: .customLong("goaway-every"), help: "Send GOAWAY after every N requests accepted on an HTTP/2 connection, then close it.")
     var goAwayEvery: Int?
-    @Option(name: .customLong("status-429-every"), help: "Answer every Nth valid HTTP/2 request (over all connections) with 429 TooManyRequests.")
+    @Option(
+        name: .customLong("status-429-every"),
+        help: "Answer every Nth valid HTTP/2 request (over all connections) with 429 TooManyRequests.")
     var status429Every: Int?
     @Option(help: "Delay each HTTP/2 answer by this many milliseconds.")
     var delayMs = 0
     @Option(help: "The environment the HTTP/2 endpoint plays: production or sandbox.")
     var environment: APNSEnvironment = .production
-    @Option(help: "The HTTP/2 frame layer: native (the project's own, fast) or nio-http2 (swift-nio-http2's, an independent check of a client).")
+    @Option(
+        help: "The HTTP/2 frame layer: native (the project's own, fast) or nio-http2 (swift-nio-http2's, an independent check of a client)."
+    )
     var http2Framing: APNSHTTP2Simulator.Configuration.Framing = .native
 
     func validate() throws {
@@ -178,18 +187,21 @@ struct Simulate: AsyncParsableCommand {
             ]
             if let h = http2?.statistics {
                 stopped.append(
-                    ("http2", .object([
-                        "connections": .int(Int64(h.connections)),
-                        "requests": .int(Int64(h.requests)),
-                        "accepted": .int(Int64(h.accepted)),
-                        "rejected": .int(Int64(h.rejected)),
-                        "rejectionsByReason": .object(h.rejectionsByReason.mapValues { .int(Int64($0)) }),
-                        "goAways": .int(Int64(h.goAways)),
-                        "tooManyRequests": .int(Int64(h.tooManyRequests)),
-                        "maxConcurrentStreamsSeen": .int(Int64(h.maxConcurrentStreamsSeen)),
-                        "streamLimitViolations": .int(Int64(h.streamLimitViolations)),
-                        "settingsChanges": .int(Int64(h.settingsChanges)),
-                    ])))
+                    (
+                        "http2",
+                        .object([
+                            "connections": .int(Int64(h.connections)),
+                            "requests": .int(Int64(h.requests)),
+                            "accepted": .int(Int64(h.accepted)),
+                            "rejected": .int(Int64(h.rejected)),
+                            "rejectionsByReason": .object(h.rejectionsByReason.mapValues { .int(Int64($0)) }),
+                            "goAways": .int(Int64(h.goAways)),
+                            "tooManyRequests": .int(Int64(h.tooManyRequests)),
+                            "maxConcurrentStreamsSeen": .int(Int64(h.maxConcurrentStreamsSeen)),
+                            "streamLimitViolations": .int(Int64(h.streamLimitViolations)),
+                            "settingsChanges": .int(Int64(h.settingsChanges)),
+                        ])
+                    ))
             }
             print(jsonLine(stopped))
             fflush(nil)

@@ -1,9 +1,8 @@
 import APNSCore
+import ArgumentParser
 import Foundation
 import Logging
 import ServiceLifecycle
-
-import ArgumentParser
 
 /// Parses `HOST:PORT`.
 func parseAddress(_ text: String, option: String) throws -> (host: String, port: Int) {
@@ -87,12 +86,15 @@ func unblockTerminationSignals() {
 /// Runs `services` in one `ServiceGroup` that SIGTERM or SIGINT shuts down gracefully.
 /// `whenStarted` runs once the group traps those signals (before that, a SIGTERM would end the
 /// process at once): a command announces that it is ready there.
-func runUntilTerminated(_ services: [any Service], logger: Logger,
-                        whenStarted: @escaping @Sendable () -> Void = {}) async throws {
+func runUntilTerminated(
+    _ services: [any Service], logger: Logger,
+    whenStarted: @escaping @Sendable () -> Void = {}
+) async throws {
     unblockTerminationSignals()
     let all: [any Service] = [Announcement(whenStarted: whenStarted)] + services
-    let group = ServiceGroup(configuration: .init(
-        services: all.map { .init(service: $0) }, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+    let group = ServiceGroup(
+        configuration: .init(
+            services: all.map { .init(service: $0) }, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
     try await group.run()
 }
 

@@ -72,11 +72,21 @@ private func frames() -> [(ByteBuffer, [InboundNotification])] {
     var out: [(ByteBuffer, [InboundNotification])] = []
     var b = ByteBuffer()
     b.writeFramedNotification(token: token32, payload: Array(#"{"aps":{"alert":"a"}}"#.utf8), identifier: 42, expiry: 99, priority: 10)
-    out.append((b, [.notification(BinaryNotificationFrame(command: .framed, token: token32, payload: payload(#"{"aps":{"alert":"a"}}"#), identifier: 42, expiry: 99, priority: 10))]))
+    out.append(
+        (
+            b,
+            [
+                .notification(
+                    BinaryNotificationFrame(
+                        command: .framed, token: token32, payload: payload(#"{"aps":{"alert":"a"}}"#), identifier: 42, expiry: 99,
+                        priority: 10))
+            ]
+        ))
 
     var e = ByteBuffer()
     e.writeEnhancedNotification(token: token32, payload: Array("{}".utf8), identifier: 7, expiry: 0)
-    out.append((e, [.notification(BinaryNotificationFrame(command: .enhanced, token: token32, payload: payload("{}"), identifier: 7, expiry: 0))]))
+    out.append(
+        (e, [.notification(BinaryNotificationFrame(command: .enhanced, token: token32, payload: payload("{}"), identifier: 7, expiry: 0))]))
 
     var s = ByteBuffer()
     s.writeSimpleNotification(token: token32, payload: Array("{}".utf8))
@@ -92,10 +102,15 @@ private func frames() -> [(ByteBuffer, [InboundNotification])] {
     var two = ByteBuffer()
     two.writeSimpleNotification(token: [1, 2], payload: Array("{}".utf8))
     two.writeEnhancedNotification(token: [3], payload: Array("{\"x\":1}".utf8), identifier: 1, expiry: 2)
-    out.append((two, [
-        .notification(BinaryNotificationFrame(command: .simple, token: [1, 2], payload: payload("{}"))),
-        .notification(BinaryNotificationFrame(command: .enhanced, token: [3], payload: payload("{\"x\":1}"), identifier: 1, expiry: 2)),
-    ]))
+    out.append(
+        (
+            two,
+            [
+                .notification(BinaryNotificationFrame(command: .simple, token: [1, 2], payload: payload("{}"))),
+                .notification(
+                    BinaryNotificationFrame(command: .enhanced, token: [3], payload: payload("{\"x\":1}"), identifier: 1, expiry: 2)),
+            ]
+        ))
     return out
 }
 
@@ -114,7 +129,10 @@ private func frames() -> [(ByteBuffer, [InboundNotification])] {
     try ByteToMessageDecoderVerifier.verifyDecoder(
         inputOutputPairs: [
             (one, [ErrorResponse(status: .shutdown, identifier: 77)]),
-            (two, [ErrorResponse(status: .protocolError, identifier: 1), ErrorResponse(status: APNSStatus(rawValue: 200), identifier: .max)]),
+            (
+                two,
+                [ErrorResponse(status: .protocolError, identifier: 1), ErrorResponse(status: APNSStatus(rawValue: 200), identifier: .max)]
+            ),
         ]
     ) { ErrorResponseDecoder() }
 }

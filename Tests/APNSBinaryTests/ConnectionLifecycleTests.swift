@@ -59,7 +59,8 @@ import Testing
             .childChannelInitializer { $0.eventLoop.makeSucceededVoidFuture() }
             .bind(host: "127.0.0.1", port: 0)
             .get()
-        var config = APNSBinaryConfiguration(host: "127.0.0.1", port: silent.localAddress!.port!, credentials: try Harness.clientCredentials())
+        var config = APNSBinaryConfiguration(
+            host: "127.0.0.1", port: silent.localAddress!.port!, credentials: try Harness.clientCredentials())
         config.connectTimeout = .milliseconds(300)
         config.connectionRetryLimit = 1
         let client = try APNSBinaryClient(configuration: config)
@@ -184,7 +185,9 @@ private final class StopReadingAfterHandshake: ChannelInboundHandler {
 @Suite(.timeLimit(.minutes(2))) struct StalledGatewayTests {
     @Test func aGatewayThatStopsReadingIsAbandonedAfterTheWriteTimeout() async throws {
         var tls = TLSConfiguration.makeServerConfiguration(
-            certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(Harness.certificates.server.certificatePEM.utf8)).map { .certificate($0) },
+            certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(Harness.certificates.server.certificatePEM.utf8)).map {
+                .certificate($0)
+            },
             privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(Harness.certificates.server.keyPEM.utf8), format: .pem))
         )
         tls.certificateVerification = .none
@@ -199,7 +202,8 @@ private final class StopReadingAfterHandshake: ChannelInboundHandler {
             }
             .bind(host: "127.0.0.1", port: 0)
             .get()
-        var config = APNSBinaryConfiguration(host: "127.0.0.1", port: server.localAddress!.port!, credentials: try Harness.clientCredentials())
+        var config = APNSBinaryConfiguration(
+            host: "127.0.0.1", port: server.localAddress!.port!, credentials: try Harness.clientCredentials())
         config.writeTimeout = .milliseconds(500)
         config.connectionRetryLimit = 2
         config.socketSendBufferSize = 16 << 10

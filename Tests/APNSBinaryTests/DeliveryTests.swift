@@ -249,7 +249,8 @@ struct DeliveryTests {
             client,
             [
                 APNSSubmission(tag: 1, token: Harness.token(1), notification: long),
-                APNSSubmission(tag: 2, token: try DeviceToken(bytes: [UInt8](repeating: 1, count: 20)), notification: Harness.notification()),
+                APNSSubmission(
+                    tag: 2, token: try DeviceToken(bytes: [UInt8](repeating: 1, count: 20)), notification: Harness.notification()),
                 APNSSubmission(tag: 3, token: Harness.token(3), notification: Harness.notification()),
             ]
         )

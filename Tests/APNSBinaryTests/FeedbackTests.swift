@@ -10,8 +10,11 @@ import Testing
         (0..<count).map { FeedbackTuple(timestamp: base + UInt32($0), token: Harness.token(100_000 + $0)) }
     }
 
-    static func client(_ simulator: APNSSimulator, readTimeout: Duration = .seconds(5), interval: Duration = .seconds(3600)) throws -> APNSFeedbackClient {
-        var config = APNSFeedbackClient.Configuration(host: "127.0.0.1", port: simulator.feedbackPort!, credentials: try Harness.clientCredentials())
+    static func client(
+        _ simulator: APNSSimulator, readTimeout: Duration = .seconds(5), interval: Duration = .seconds(3600)
+    ) throws -> APNSFeedbackClient {
+        var config = APNSFeedbackClient.Configuration(
+            host: "127.0.0.1", port: simulator.feedbackPort!, credentials: try Harness.clientCredentials())
         config.readTimeout = readTimeout
         config.interval = interval
         return try APNSFeedbackClient(configuration: config)

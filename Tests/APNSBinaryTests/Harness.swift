@@ -35,7 +35,8 @@ enum Harness {
         credentials: APNSCredentials? = nil,
         _ change: (inout APNSBinaryConfiguration) -> Void = { _ in }
     ) throws -> APNSBinaryClient {
-        var config = APNSBinaryConfiguration(host: "127.0.0.1", port: simulator.binaryPort, credentials: try credentials ?? clientCredentials())
+        var config = APNSBinaryConfiguration(
+            host: "127.0.0.1", port: simulator.binaryPort, credentials: try credentials ?? clientCredentials())
         change(&config)
         return try APNSBinaryClient(configuration: config)
     }

@@ -268,10 +268,11 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
 }
 
 @Test func aStaleNotificationFailsAsExpiredWhileTheGatewayIsUnreachable() {
-    var m = PoolStateMachine(configuration: config {
-        $0.connectionRetryLimit = nil
-        $0.now = { 10_000 }
-    })
+    var m = PoolStateMachine(
+        configuration: config {
+            $0.connectionRetryLimit = nil
+            $0.now = { 10_000 }
+        })
     var stale = item(0)
     stale.staleAt = 9_999
     var fresh = item(1)
@@ -315,10 +316,11 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
 }
 
 @Test func workSpreadsOverTheLeastLoadedConnections() {
-    var m = PoolStateMachine(configuration: config {
-        $0.maxConnections = 2
-        $0.batchMaxCount = 4
-    })
+    var m = PoolStateMachine(
+        configuration: config {
+            $0.maxConnections = 2
+            $0.batchMaxCount = 4
+        })
     let actions = m.enqueue((0..<8).map { item($0) })
     let ids = actions.compactMap { if case .connect(let id, _) = $0 { id } else { nil } }
     #expect(ids.count == 2)
@@ -332,10 +334,11 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
 }
 
 @Test func idleConnectionsCloseButTheWarmMinimumStays() {
-    var m = PoolStateMachine(configuration: config {
-        $0.minConnections = 1
-        $0.maxConnections = 2
-    })
+    var m = PoolStateMachine(
+        configuration: config {
+            $0.minConnections = 1
+            $0.maxConnections = 2
+        })
     let start = m.start()
     #expect(start.count == 1)
     let actions = m.enqueue((0..<600).map { item($0) })

@@ -4,9 +4,10 @@ import Testing
 @testable import APNSCore
 
 private func outcome(_ tag: UInt64) -> APNSDeliveryEvent {
-    .transmitted(APNSDeliveryOutcome(
-        tag: tag, token: try! DeviceToken(bytes: [UInt8](repeating: 1, count: 32)), status: nil,
-        attempts: 1, possibleDuplicate: false))
+    .transmitted(
+        APNSDeliveryOutcome(
+            tag: tag, token: try! DeviceToken(bytes: [UInt8](repeating: 1, count: 32)), status: nil,
+            attempts: 1, possibleDuplicate: false))
 }
 
 @Test func eventBufferKeepsOutcomesAndCapsConnectionEvents() {

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import APNSCore
 
 @Test(arguments: [
@@ -34,8 +35,9 @@ func rejectsBadExpiry(text: String) {
         _ = try APNSExpiry(parsing: "tomorrow")
         Issue.record("parsed")
     } catch {
-        #expect(error.message == "expiry \"tomorrow\" is not valid; use 0 (do not store), a UNIX time in seconds "
-            + "such as 1700000000, or a number followed by s, m, h, d or w such as 30s, 15m, 1h, 1d or 2w")
+        #expect(
+            error.message == "expiry \"tomorrow\" is not valid; use 0 (do not store), a UNIX time in seconds "
+                + "such as 1700000000, or a number followed by s, m, h, d or w such as 30s, 15m, 1h, 1d or 2w")
     }
 }
 

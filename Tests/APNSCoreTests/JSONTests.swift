@@ -1,4 +1,5 @@
 import Testing
+
 @testable import APNSCore
 
 private func text(_ value: JSONValue) -> String {
@@ -50,7 +51,8 @@ private func text(_ value: JSONValue) -> String {
 
 @Test func parsesRFC8259Examples() throws {
     // RFC 8259 §13, first example.
-    let image = try JSONValue.parse("""
+    let image = try JSONValue.parse(
+        """
         {
           "Image": {
               "Width":  800,
@@ -72,7 +74,8 @@ private func text(_ value: JSONValue) -> String {
     #expect(image["Image"]?["IDs"]?.arrayValue == [116, 943, 234, 38793])
 
     // RFC 8259 §13, second example.
-    let places = try JSONValue.parse("""
+    let places = try JSONValue.parse(
+        """
         [
           {
              "precision": "zip",

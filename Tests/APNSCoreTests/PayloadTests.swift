@@ -1,4 +1,5 @@
 import Testing
+
 @testable import APNSCore
 
 private func json(_ notification: APNSNotification) throws -> JSONValue {
@@ -61,21 +62,25 @@ private func payloadError(_ body: () throws -> Void) -> APNSPayloadError? {
     #expect(aps["orderId"] == nil)
 
     // Documented key order, then additional keys sorted, then custom keys sorted.
-    #expect(try text(n) == #"{"aps":{"alert":"Hi","badge":0,"sound":"default","content-available":1,"#
-        + #""mutable-content":1,"category":"MESSAGE","thread-id":"chat-7","target-content-id":"window-2","#
-        + #""interruption-level":"time-sensitive","relevance-score":0.75,"url-args":["boarding","A998"],"#
-        + #""content-state":{"score":3},"event":"update","timestamp":1700000000},"#
-        + #""meta":{"n":1},"orderId":"42"}"#)
+    #expect(
+        try text(n) == #"{"aps":{"alert":"Hi","badge":0,"sound":"default","content-available":1,"#
+            + #""mutable-content":1,"category":"MESSAGE","thread-id":"chat-7","target-content-id":"window-2","#
+            + #""interruption-level":"time-sensitive","relevance-score":0.75,"url-args":["boarding","A998"],"#
+            + #""content-state":{"score":3},"event":"update","timestamp":1700000000},"#
+            + #""meta":{"n":1},"orderId":"42"}"#)
 }
 
 @Test func goldenPayloads() throws {
-    #expect(try text(APNSNotification(alert: "Hello", badge: 3, sound: "default"))
-        == #"{"aps":{"alert":"Hello","badge":3,"sound":"default"}}"#)
-    #expect(try text(APNSNotification(contentAvailable: true, priority: .powerConsiderate))
-        == #"{"aps":{"content-available":1}}"#)
+    #expect(
+        try text(APNSNotification(alert: "Hello", badge: 3, sound: "default"))
+            == #"{"aps":{"alert":"Hello","badge":3,"sound":"default"}}"#)
+    #expect(
+        try text(APNSNotification(contentAvailable: true, priority: .powerConsiderate))
+            == #"{"aps":{"content-available":1}}"#)
     #expect(try text(APNSNotification(custom: ["b": 2, "a": "x"])) == #"{"aps":{},"a":"x","b":2}"#)
-    #expect(try text(APNSNotification(alert: "Ünïcødé 😀 / \"q\""))
-        == #"{"aps":{"alert":"Ünïcødé 😀 / \"q\""}}"#)
+    #expect(
+        try text(APNSNotification(alert: "Ünïcødé 😀 / \"q\""))
+            == #"{"aps":{"alert":"Ünïcødé 😀 / \"q\""}}"#)
 }
 
 @Test func stringAndDictionaryAlerts() throws {
@@ -86,11 +91,12 @@ private func payloadError(_ body: () throws -> Void) -> APNSPayloadError? {
         locKey: "LK", locArgs: ["a1"], titleLocKey: "TLK", titleLocArgs: ["t1", "t2"],
         subtitleLocKey: "SLK", subtitleLocArgs: ["s1"], actionLocKey: "ALK", action: "View")
     let alert = try #require(try json(APNSNotification(alert: .fields(fields)))["aps"]?["alert"]?.objectValue)
-    #expect(alert == [
-        "title": "T", "subtitle": "S", "body": "B", "launch-image": "L.png",
-        "loc-key": "LK", "loc-args": ["a1"], "title-loc-key": "TLK", "title-loc-args": ["t1", "t2"],
-        "subtitle-loc-key": "SLK", "subtitle-loc-args": ["s1"], "action-loc-key": "ALK", "action": "View",
-    ])
+    #expect(
+        alert == [
+            "title": "T", "subtitle": "S", "body": "B", "launch-image": "L.png",
+            "loc-key": "LK", "loc-args": ["a1"], "title-loc-key": "TLK", "title-loc-args": ["t1", "t2"],
+            "subtitle-loc-key": "SLK", "subtitle-loc-args": ["s1"], "action-loc-key": "ALK", "action": "View",
+        ])
 
     // Only set fields are written, in the documented order.
     let partial = APNSNotification(alert: .fields(APNSAlertFields(title: "Hi", body: "There", locArgs: ["x"])))
@@ -147,7 +153,8 @@ private func payloadError(_ body: () throws -> Void) -> APNSPayloadError? {
 
 @Test func errorCannotTrim() {
     // No body to shorten.
-    var noBody = APNSNotification(alert: .fields(APNSAlertFields(title: "T")), custom: ["blob": .string(String(repeating: "z", count: 300))])
+    var noBody = APNSNotification(
+        alert: .fields(APNSAlertFields(title: "T")), custom: ["blob": .string(String(repeating: "z", count: 300))])
     var error = payloadError { _ = try noBody.trim(toFit: 256) }
     #expect(error?.code == .cannotTrim)
     #expect(error?.message.contains("no alert body") == true)
@@ -261,7 +268,10 @@ private func checkTrimmed(_ n: APNSNotification, original: String, limit: Int, s
     var n = APNSNotification(alert: .fields(APNSAlertFields(title: "Title", body: original)), badge: 2)
     try n.trim(toFit: 256)
     _ = try checkTrimmed(n, original: original, limit: 256, slack: 1)
-    guard case .fields(let fields) = n.alert else { Issue.record("alert form changed"); return }
+    guard case .fields(let fields) = n.alert else {
+        Issue.record("alert form changed")
+        return
+    }
     #expect(fields.title == "Title")
     #expect(n.badge == 2)
 }

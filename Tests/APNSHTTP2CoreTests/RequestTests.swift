@@ -39,15 +39,16 @@ private func payload(size: Int) -> [UInt8] {
     #expect(request.path == "/3/device/" + String(repeating: "ab", count: 32))
     #expect(request.pseudoHeaders == [.init(":method", "POST"), .init(":scheme", "https"), .init(":path", request.path)])
     guard case .token(let token) = auth else { return }
-    #expect(request.headers == [
-        .init("apns-id", "7a4e8f9c-1b2d-4e3f-8a9b-0c1d2e3f4a5b"),
-        .init("apns-push-type", "alert"),
-        .init("apns-topic", topic),
-        .init("apns-priority", "5"),
-        .init("apns-expiration", "1700003600"),
-        .init("apns-collapse-id", "score"),
-        .init("authorization", "bearer " + token.jwt),
-    ])
+    #expect(
+        request.headers == [
+            .init("apns-id", "7a4e8f9c-1b2d-4e3f-8a9b-0c1d2e3f4a5b"),
+            .init("apns-push-type", "alert"),
+            .init("apns-topic", topic),
+            .init("apns-priority", "5"),
+            .init("apns-expiration", "1700003600"),
+            .init("apns-collapse-id", "score"),
+            .init("authorization", "bearer " + token.jwt),
+        ])
     #expect(request.header("apns-id") == request.header("apns-id")?.lowercased())
     #expect(String(decoding: request.body, as: UTF8.self) == #"{"aps":{"alert":"Hello","badge":3}}"#)
     #expect(!request.headers.description.contains(token.jwt))
@@ -95,8 +96,10 @@ private func payload(size: Int) -> [UInt8] {
             notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64, topic: topic, pushType: .alert,
             authentication: .certificate, collapseID: id, now: Fixture.epoch)
     }
-    for (id, text) in [(String(repeating: "c", count: 65), "65 bytes"), (String(repeating: "é", count: 33), "66 bytes"),
-                       ("", "empty"), ("a\r\nb", "control character")] {
+    for (id, text) in [
+        (String(repeating: "c", count: 65), "65 bytes"), (String(repeating: "é", count: 33), "66 bytes"),
+        ("", "empty"), ("a\r\nb", "control character"),
+    ] {
         expectRejected(text) { () throws(APNSError) in
             try APNSHTTP2Request(
                 notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64, topic: topic, pushType: .alert,
@@ -148,31 +151,37 @@ private func payload(size: Int) -> [UInt8] {
     var loud = APNSNotification(alert: "Hi", contentAvailable: true)
     loud.priority = .powerConsiderate
     expectRejected("must not carry an alert") { () throws(APNSError) in
-        try APNSHTTP2Request(notification: loud, deviceToken: Fixture.token64, topic: topic, pushType: .background,
-                             authentication: .certificate, now: Fixture.epoch)
+        try APNSHTTP2Request(
+            notification: loud, deviceToken: Fixture.token64, topic: topic, pushType: .background,
+            authentication: .certificate, now: Fixture.epoch)
     }
     var quiet = APNSNotification(custom: ["k": 1])
     quiet.priority = .powerConsiderate
     expectRejected("needs content-available") { () throws(APNSError) in
-        try APNSHTTP2Request(notification: quiet, deviceToken: Fixture.token64, topic: topic, pushType: .background,
-                             authentication: .certificate, now: Fixture.epoch)
+        try APNSHTTP2Request(
+            notification: quiet, deviceToken: Fixture.token64, topic: topic, pushType: .background,
+            authentication: .certificate, now: Fixture.epoch)
     }
     var silent = APNSNotification(contentAvailable: true)
     silent.priority = .powerConsiderate
     expectRejected("push type background") { () throws(APNSError) in
-        try APNSHTTP2Request(notification: silent, deviceToken: Fixture.token64, topic: topic, pushType: .alert,
-                             authentication: .certificate, now: Fixture.epoch)
+        try APNSHTTP2Request(
+            notification: silent, deviceToken: Fixture.token64, topic: topic, pushType: .alert,
+            authentication: .certificate, now: Fixture.epoch)
     }
     expectRejected("push type mdm") { () throws(APNSError) in
-        try APNSHTTP2Request(notification: APNSNotification(mdm: "magic"), deviceToken: Fixture.token64,
-                             topic: "com.apple.mgmt.External.1234", pushType: .alert, authentication: .certificate, now: Fixture.epoch)
+        try APNSHTTP2Request(
+            notification: APNSNotification(mdm: "magic"), deviceToken: Fixture.token64,
+            topic: "com.apple.mgmt.External.1234", pushType: .alert, authentication: .certificate, now: Fixture.epoch)
     }
     expectRejected("needs an MDM notification") { () throws(APNSError) in
-        try APNSHTTP2Request(notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64,
-                             topic: "com.apple.mgmt.External.1234", pushType: .mdm, authentication: .certificate, now: Fixture.epoch)
+        try APNSHTTP2Request(
+            notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64,
+            topic: "com.apple.mgmt.External.1234", pushType: .mdm, authentication: .certificate, now: Fixture.epoch)
     }
-    let mdm = try APNSHTTP2Request(notification: APNSNotification(mdm: "magic"), deviceToken: Fixture.token64,
-                                   topic: "com.apple.mgmt.External.1234", pushType: .mdm, authentication: .certificate, now: Fixture.epoch)
+    let mdm = try APNSHTTP2Request(
+        notification: APNSNotification(mdm: "magic"), deviceToken: Fixture.token64,
+        topic: "com.apple.mgmt.External.1234", pushType: .mdm, authentication: .certificate, now: Fixture.epoch)
     #expect(String(decoding: mdm.body, as: UTF8.self) == #"{"mdm":"magic"}"#)
 }
 
@@ -199,12 +208,14 @@ func topicSuffixFollowsThePushType(type: APNSPushType, expected: String) throws 
         #expect(throws: APNSError.self) { try type.validate(topic: type.topicSuffix ?? "") }
         let auth = try tokenAuth()
         expectRejected("does not fit push type \(type.rawValue)") { () throws(APNSError) in
-            try APNSHTTP2Request(payload: payload(size: 100), deviceToken: Fixture.token64, topic: "com.example.app",
-                                 pushType: type, priority: .powerConsiderate, authentication: auth, now: Fixture.epoch)
+            try APNSHTTP2Request(
+                payload: payload(size: 100), deviceToken: Fixture.token64, topic: "com.example.app",
+                pushType: type, priority: .powerConsiderate, authentication: auth, now: Fixture.epoch)
         }
     }
-    let request = try APNSHTTP2Request(payload: payload(size: 100), deviceToken: Fixture.token64, topic: expected,
-                                       pushType: type, priority: .powerConsiderate, authentication: tokenAuth(), now: Fixture.epoch)
+    let request = try APNSHTTP2Request(
+        payload: payload(size: 100), deviceToken: Fixture.token64, topic: expected,
+        pushType: type, priority: .powerConsiderate, authentication: tokenAuth(), now: Fixture.epoch)
     #expect(request.header("apns-push-type") == type.rawValue)
     #expect(request.header("apns-topic") == expected)
 }
@@ -212,21 +223,24 @@ func topicSuffixFollowsThePushType(type: APNSPushType, expected: String) throws 
 @Test func tokenAuthenticationNeedsATopic() throws {
     let auth = try tokenAuth()
     expectRejected("no apns-topic") { () throws(APNSError) in
-        try APNSHTTP2Request(notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64, topic: nil,
-                             pushType: .alert, authentication: auth, now: Fixture.epoch)
+        try APNSHTTP2Request(
+            notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64, topic: nil,
+            pushType: .alert, authentication: auth, now: Fixture.epoch)
     }
     for bad in ["", "com.example app", "com.example.app\n"] {
         expectRejected("topic") { () throws(APNSError) in
-            try APNSHTTP2Request(notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64, topic: bad,
-                                 pushType: .alert, authentication: auth, now: Fixture.epoch)
+            try APNSHTTP2Request(
+                notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64, topic: bad,
+                pushType: .alert, authentication: auth, now: Fixture.epoch)
         }
     }
 }
 
 @Test func locationPushesNeedTokenAuthentication() throws {
     expectRejected("only with token authentication") { () throws(APNSError) in
-        try APNSHTTP2Request(payload: payload(size: 50), deviceToken: Fixture.token64, topic: "com.example.app.location-query",
-                             pushType: .location, authentication: .certificate, now: Fixture.epoch)
+        try APNSHTTP2Request(
+            payload: payload(size: 50), deviceToken: Fixture.token64, topic: "com.example.app.location-query",
+            pushType: .location, authentication: .certificate, now: Fixture.epoch)
     }
 }
 
@@ -236,22 +250,26 @@ func topicSuffixFollowsThePushType(type: APNSPushType, expected: String) throws 
     #expect(APNSPushType.alert.payloadLimit == 4096)
     #expect(APNSPushType.voip.payloadLimit == 5120)
     for (type, topic, limit) in [(APNSPushType.alert, topic, 4096), (.voip, topic + ".voip", 5120)] {
-        _ = try APNSHTTP2Request(payload: payload(size: limit), deviceToken: Fixture.token64, topic: topic,
-                                 pushType: type, authentication: .certificate, now: Fixture.epoch)
+        _ = try APNSHTTP2Request(
+            payload: payload(size: limit), deviceToken: Fixture.token64, topic: topic,
+            pushType: type, authentication: .certificate, now: Fixture.epoch)
         expectRejected("over the \(limit)-byte limit", code: .invalidPayload) { () throws(APNSError) in
-            try APNSHTTP2Request(payload: payload(size: limit + 1), deviceToken: Fixture.token64, topic: topic,
-                                 pushType: type, authentication: .certificate, now: Fixture.epoch)
+            try APNSHTTP2Request(
+                payload: payload(size: limit + 1), deviceToken: Fixture.token64, topic: topic,
+                pushType: type, authentication: .certificate, now: Fixture.epoch)
         }
 
         // The same limits through the notification model.
         let fixed = try APNSNotification(custom: ["x": ""]).payload().count
         let fits = APNSNotification(custom: ["x": .string(String(repeating: "a", count: limit - fixed))])
-        _ = try APNSHTTP2Request(notification: fits, deviceToken: Fixture.token64, topic: topic, pushType: type,
-                                 authentication: .certificate, now: Fixture.epoch)
+        _ = try APNSHTTP2Request(
+            notification: fits, deviceToken: Fixture.token64, topic: topic, pushType: type,
+            authentication: .certificate, now: Fixture.epoch)
         let over = APNSNotification(custom: ["x": .string(String(repeating: "a", count: limit - fixed + 1))])
         do {
-            _ = try APNSHTTP2Request(notification: over, deviceToken: Fixture.token64, topic: topic, pushType: type,
-                                     authentication: .certificate, now: Fixture.epoch)
+            _ = try APNSHTTP2Request(
+                notification: over, deviceToken: Fixture.token64, topic: topic, pushType: type,
+                authentication: .certificate, now: Fixture.epoch)
             Issue.record("accepted \(limit + 1) bytes")
         } catch {
             #expect(error.code == .invalidPayload)
@@ -262,18 +280,21 @@ func topicSuffixFollowsThePushType(type: APNSPushType, expected: String) throws 
 
 @Test func payloadMustBeANonEmptyJSONObject() throws {
     expectRejected("empty", code: .invalidPayload) { () throws(APNSError) in
-        try APNSHTTP2Request(payload: [], deviceToken: Fixture.token64, topic: topic, pushType: .alert,
-                             authentication: .certificate, now: Fixture.epoch)
+        try APNSHTTP2Request(
+            payload: [], deviceToken: Fixture.token64, topic: topic, pushType: .alert,
+            authentication: .certificate, now: Fixture.epoch)
     }
     for text in ["[1]", "\"aps\"", "{\"aps\":", "{} x"] {
         expectRejected("not a JSON object", code: .invalidPayload) { () throws(APNSError) in
-            try APNSHTTP2Request(payload: Array(text.utf8), deviceToken: Fixture.token64, topic: topic, pushType: .alert,
-                                 authentication: .certificate, now: Fixture.epoch)
+            try APNSHTTP2Request(
+                payload: Array(text.utf8), deviceToken: Fixture.token64, topic: topic, pushType: .alert,
+                authentication: .certificate, now: Fixture.epoch)
         }
     }
     expectRejected("payload is empty", code: .invalidPayload) { () throws(APNSError) in
-        try APNSHTTP2Request(notification: APNSNotification(), deviceToken: Fixture.token64, topic: topic, pushType: .alert,
-                             authentication: .certificate, now: Fixture.epoch)
+        try APNSHTTP2Request(
+            notification: APNSNotification(), deviceToken: Fixture.token64, topic: topic, pushType: .alert,
+            authentication: .certificate, now: Fixture.epoch)
     }
 }
 

@@ -71,7 +71,8 @@ import Testing
 
 @Test func responsesMapToOutcomes() throws {
     let id = UUID(uuidString: "7a4e8f9c-1b2d-4e3f-8a9b-0c1d2e3f4a5b")!
-    let ok = APNSHTTP2Response(status: 200, headers: [.init("apns-id", "7a4e8f9c-1b2d-4e3f-8a9b-0c1d2e3f4a5b"), .init("apns-unique-id", "u-1")], body: [UInt8]())
+    let ok = APNSHTTP2Response(
+        status: 200, headers: [.init("apns-id", "7a4e8f9c-1b2d-4e3f-8a9b-0c1d2e3f4a5b"), .init("apns-unique-id", "u-1")], body: [UInt8]())
     #expect(ok.outcome == .delivered(apnsID: id))
     #expect(ok.apnsUniqueID == "u-1")
 
@@ -81,7 +82,8 @@ import Testing
     let gone = outcome(410, #"{"reason":"Unregistered","timestamp":1700000000000}"#)
     #expect(gone == .deviceTokenInvalid(APNSHTTP2Failure(status: 410, reason: .unregistered, timestamp: Fixture.epoch)))
     #expect(outcome(400, #"{"reason":"BadDeviceToken"}"#) == .deviceTokenInvalid(.init(status: 400, reason: .badDeviceToken)))
-    #expect(outcome(400, #"{"reason":"DeviceTokenNotForTopic"}"#) == .deviceTokenInvalid(.init(status: 400, reason: .deviceTokenNotForTopic)))
+    #expect(
+        outcome(400, #"{"reason":"DeviceTokenNotForTopic"}"#) == .deviceTokenInvalid(.init(status: 400, reason: .deviceTokenNotForTopic)))
     #expect(outcome(413, #"{"reason":"PayloadTooLarge"}"#) == .rejected(.init(status: 413, reason: .payloadTooLarge)))
     #expect(outcome(400, #"{"reason":"BadTopic"}"#) == .rejected(.init(status: 400, reason: .badTopic)))
     #expect(outcome(429, #"{"reason":"TooManyRequests"}"#) == .retry(.init(status: 429, reason: .tooManyRequests)))

@@ -63,7 +63,8 @@ import Testing
     // Every 30 seconds for 3 hours, alternate regular and forced refreshes.
     for step in 0...360 {
         let now = Fixture.epoch.addingTimeInterval(Double(step) * 30 + 0.7)
-        let token = step.isMultiple(of: 2)
+        let token =
+            step.isMultiple(of: 2)
             ? try provider.currentToken(now: now)
             : try provider.forceRefresh(rejected: last, now: now).token
         if token != last { signed.append(now) }

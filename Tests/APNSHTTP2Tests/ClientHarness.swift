@@ -3,9 +3,9 @@ import APNSHTTP2Core
 import APNSSimulator
 import Crypto
 import Foundation
-import Synchronization
 import NIOSSL
 import PushTestSupport
+import Synchronization
 import Testing
 
 @testable import APNSHTTP2
@@ -19,7 +19,6 @@ enum ClientHarness {
     static let privateKey = P256.Signing.PrivateKey()
     static let signingKey = try! APNSSigningKey(keyID: keyID, privateKey: privateKey)
     static let topic = "com.example.app"
-
 
     static func credentials(environment: APNSEnvironment = .production) throws -> APNSCredentials {
         try APNSCredentials(

@@ -1,9 +1,9 @@
 import APNSCore
 import APNSHTTP2Core
 import APNSSimulator
-import PushTestSupport
 import Crypto
 import Foundation
+import PushTestSupport
 import Testing
 
 @testable import APNSHTTP2
@@ -16,8 +16,9 @@ struct ClientTests {
     // and swift-nio-http2's, an implementation the project did not write.
     static let framings = APNSHTTP2Simulator.Configuration.Framing.allCases
 
-    @Test("20,000 notifications, 1% bad and 1% unregistered tokens, token auth, 2 connections, limit 100: each valid one accepted once",
-          arguments: framings)
+    @Test(
+        "20,000 notifications, 1% bad and 1% unregistered tokens, token auth, 2 connections, limit 100: each valid one accepted once",
+        arguments: framings)
     func twentyThousand(framing: APNSHTTP2Simulator.Configuration.Framing) async throws {
         let total = 20_000
         let bad = Set(stride(from: 7, to: total, by: 100))
@@ -57,8 +58,9 @@ struct ClientTests {
         #expect(client.statistics.maxStreamLimit == 100)
     }
 
-    @Test("the stream limit drops to 1 after each error and comes back, hundreds of times; the client follows it on one connection",
-          arguments: framings)
+    @Test(
+        "the stream limit drops to 1 after each error and comes back, hundreds of times; the client follows it on one connection",
+        arguments: framings)
     func streamLimitDropsToOne(framing: APNSHTTP2Simulator.Configuration.Framing) async throws {
         // 300 errors: 600 SETTINGS frames, beyond NIOHTTP2's default flood limit of 200 per 30 s.
         let bad = Set(stride(from: 10, to: 3_000, by: 10))
@@ -113,7 +115,11 @@ struct ClientTests {
 
     @Test("GOAWAY every 700 requests: streams above last-stream-id are resent on a new connection, nothing twice", arguments: framings)
     func goAwayMidStream(framing: APNSHTTP2Simulator.Configuration.Framing) async throws {
-        let simulator = try await ClientHarness.simulator { $0.framing = framing; $0.goAwayEvery = 700; $0.maxConcurrentStreams = 100 }
+        let simulator = try await ClientHarness.simulator {
+            $0.framing = framing
+            $0.goAwayEvery = 700
+            $0.maxConcurrentStreams = 100
+        }
         let client = try ClientHarness.tokenClient(port: simulator.port) { $0.maxConnections = 2 }
         let run = try await ClientHarness.run(client, ClientHarness.submissions(0..<5_000))
         let stats = simulator.statistics
@@ -164,8 +170,9 @@ struct ClientTests {
         // The shared token is 59 minutes old (refresh interval 60); the server's clock runs
         // two minutes ahead, so it finds the token over an hour old (§4).
         let clock = ManualClock(Date() - 59 * 60)
-        let provider = try APNSTokenProvider(signingKey: ClientHarness.signingKey, teamID: ClientHarness.teamID,
-                                             refreshInterval: .seconds(3600), clock: { clock.now })
+        let provider = try APNSTokenProvider(
+            signingKey: ClientHarness.signingKey, teamID: ClientHarness.teamID,
+            refreshInterval: .seconds(3600), clock: { clock.now })
         let stale = try provider.currentToken()
         clock.set(Date())
         let simulator = try await ClientHarness.simulator { $0.now = { Date() + 120 } }
@@ -195,7 +202,8 @@ struct ClientTests {
             ])
         }
         let first = try ClientHarness.tokenClient(port: simulator.port)
-        let second = try ClientHarness.tokenClient(port: simulator.port, provider: try APNSTokenProvider(signingKey: other, teamID: "OTHERTEAM1"))
+        let second = try ClientHarness.tokenClient(
+            port: simulator.port, provider: try APNSTokenProvider(signingKey: other, teamID: "OTHERTEAM1"))
         async let a = ClientHarness.run(first, ClientHarness.submissions(0..<500))
         async let b = ClientHarness.run(second, ClientHarness.submissions(1_000..<1_500))
         let (runA, runB) = try await (a, b)
@@ -215,8 +223,9 @@ struct ClientTests {
     @Test("refresh timing: the shared token is replaced after the refresh interval, on the same connection, never sooner")
     func refreshTiming() async throws {
         let clock = ManualClock()
-        let provider = try APNSTokenProvider(signingKey: ClientHarness.signingKey, teamID: ClientHarness.teamID,
-                                             refreshInterval: .seconds(50 * 60), clock: { clock.now })
+        let provider = try APNSTokenProvider(
+            signingKey: ClientHarness.signingKey, teamID: ClientHarness.teamID,
+            refreshInterval: .seconds(50 * 60), clock: { clock.now })
         let simulator = try await ClientHarness.simulator { $0.now = { clock.now } }
         let client = try ClientHarness.tokenClient(port: simulator.port, provider: provider) {
             $0.maxConnections = 1
@@ -332,7 +341,9 @@ struct ClientTests {
         withExtendedLifetime(refusing) {}
     }
 
-    @Test("an unreachable server without a retry limit: notifications wait, the client reports it unavailable, then available, and delivers them")
+    @Test(
+        "an unreachable server without a retry limit: notifications wait, the client reports it unavailable, then available, and delivers them"
+    )
     func anOutageIsWaitedOut() async throws {
         var refusing: RefusingPort? = try RefusingPort()
         let port = refusing!.port
@@ -343,8 +354,10 @@ struct ClientTests {
         }
         var submissions = ClientHarness.submissions(0..<20)
         // One of them may not wait past a moment ago: it is reported expired, not sent.
-        submissions[19] = APNSSubmission(tag: 19, token: ClientHarness.token(19), content: .init(
-            notification: ClientHarness.notification(), staleAt: APNSReconnectBackoff.nowMilliseconds() - 1))
+        submissions[19] = APNSSubmission(
+            tag: 19, token: ClientHarness.token(19),
+            content: .init(
+                notification: ClientHarness.notification(), staleAt: APNSReconnectBackoff.nowMilliseconds() - 1))
         try await client.send(submissions)
         var outcomes: [UInt64: APNSDeliveryOutcome] = [:]
         var sawUnavailable = false

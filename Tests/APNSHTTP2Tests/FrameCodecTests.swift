@@ -71,8 +71,9 @@ import Testing
     }
 
     static func windowUpdate(_ stream: Int32, _ increment: UInt32) -> Frame {
-        Frame(type: 0x8, flags: 0, streamID: stream,
-              payload: [UInt8(increment >> 24), UInt8((increment >> 16) & 0xFF), UInt8((increment >> 8) & 0xFF), UInt8(increment & 0xFF)])
+        Frame(
+            type: 0x8, flags: 0, streamID: stream,
+            payload: [UInt8(increment >> 24), UInt8((increment >> 16) & 0xFF), UInt8((increment >> 8) & 0xFF), UInt8(increment & 0xFF)])
     }
 
     static func request(_ channel: EmbeddedChannel, stream: Int32, body: Int) throws {
@@ -81,19 +82,27 @@ import Testing
         headers.add(name: ":path", value: "/3/device/abcd")
         channel.write(HTTP2Frame(streamID: HTTP2StreamID(stream), payload: .headers(.init(headers: headers))), promise: nil)
         let data = ByteBuffer(repeating: 0x7B, count: body)
-        channel.write(HTTP2Frame(streamID: HTTP2StreamID(stream), payload: .data(.init(data: .byteBuffer(data), endStream: true))), promise: nil)
+        channel.write(
+            HTTP2Frame(streamID: HTTP2StreamID(stream), payload: .data(.init(data: .byteBuffer(data), endStream: true))), promise: nil)
         channel.flush()
     }
 
     @Test func serverSettingsAreAcknowledgedAndPassedOnAndPingsAnswered() throws {
         let channel = try Self.channel()
-        try channel.writeInbound(Self.bytes([Self.settings([(3, 7)]), Frame(type: 0x6, flags: 0, streamID: 0, payload: [1, 2, 3, 4, 5, 6, 7, 8])]))
+        try channel.writeInbound(
+            Self.bytes([Self.settings([(3, 7)]), Frame(type: 0x6, flags: 0, streamID: 0, payload: [1, 2, 3, 4, 5, 6, 7, 8])]))
         let frame = try #require(try channel.readInbound(as: HTTP2Frame.self))
-        guard case .settings(.settings(let settings)) = frame.payload else { Issue.record("got \(frame)"); return }
+        guard case .settings(.settings(let settings)) = frame.payload else {
+            Issue.record("got \(frame)")
+            return
+        }
         #expect(settings.first?.parameter == .maxConcurrentStreams && settings.first?.value == 7)
         let replies = try Self.written(channel)
-        #expect(replies == [Frame(type: 0x4, flags: 0x1, streamID: 0, payload: []),
-                            Frame(type: 0x6, flags: 0x1, streamID: 0, payload: [1, 2, 3, 4, 5, 6, 7, 8])])
+        #expect(
+            replies == [
+                Frame(type: 0x4, flags: 0x1, streamID: 0, payload: []),
+                Frame(type: 0x6, flags: 0x1, streamID: 0, payload: [1, 2, 3, 4, 5, 6, 7, 8]),
+            ])
     }
 
     @Test func requestsGoOutAsHeadersAndDataInOneWrite() throws {
@@ -148,16 +157,23 @@ import Testing
         let bytes = block.readBytes(length: block.readableBytes)!
         let half = bytes.count / 2
         let padded: [UInt8] = [3] + Array("{\"reason\":\"BadDeviceToken\"}".utf8) + [0, 0, 0]
-        try channel.writeInbound(Self.bytes([
-            Frame(type: 0x1, flags: 0x0, streamID: 1, payload: Array(bytes[..<half])),
-            Frame(type: 0x9, flags: 0x4, streamID: 1, payload: Array(bytes[half...])),
-            Frame(type: 0x0, flags: 0x9, streamID: 1, payload: padded),
-        ]))
+        try channel.writeInbound(
+            Self.bytes([
+                Frame(type: 0x1, flags: 0x0, streamID: 1, payload: Array(bytes[..<half])),
+                Frame(type: 0x9, flags: 0x4, streamID: 1, payload: Array(bytes[half...])),
+                Frame(type: 0x0, flags: 0x9, streamID: 1, payload: padded),
+            ]))
         let headers = try #require(try channel.readInbound(as: HTTP2Frame.self))
-        guard case .headers(let h) = headers.payload else { Issue.record("got \(headers)"); return }
+        guard case .headers(let h) = headers.payload else {
+            Issue.record("got \(headers)")
+            return
+        }
         #expect(h.headers[":status"] == ["400"] && !h.endStream)
         let data = try #require(try channel.readInbound(as: HTTP2Frame.self))
-        guard case .data(let d) = data.payload, case .byteBuffer(let body) = d.data else { Issue.record("got \(data)"); return }
+        guard case .data(let d) = data.payload, case .byteBuffer(let body) = d.data else {
+            Issue.record("got \(data)")
+            return
+        }
         #expect(String(buffer: body) == "{\"reason\":\"BadDeviceToken\"}" && d.endStream)
     }
 
@@ -165,10 +181,11 @@ import Testing
         let channel = try Self.channel()
         // A frame on another stream in the middle of a header block.
         #expect(throws: HTTP2FrameCodec.ProtocolError.self) {
-            try channel.writeInbound(Self.bytes([
-                Frame(type: 0x1, flags: 0x0, streamID: 1, payload: [0x88]),
-                Frame(type: 0x0, flags: 0x1, streamID: 3, payload: [1]),
-            ]))
+            try channel.writeInbound(
+                Self.bytes([
+                    Frame(type: 0x1, flags: 0x0, streamID: 1, payload: [0x88]),
+                    Frame(type: 0x0, flags: 0x1, streamID: 3, payload: [1]),
+                ]))
         }
         // What follows the error is not parsed (it may start in the middle of a frame).
         try channel.writeInbound(Self.bytes([Self.settings([(3, 5)])]))

@@ -62,7 +62,10 @@ import Testing
         var writer = HTTP2FrameWriter()
         let priority = HTTP2Frame(streamID: 1, payload: .priority(.init(exclusive: false, dependency: 0, weight: 1)))
         let result = writer.write(priority, promise: nil)
-        guard case .failure(let error)? = result else { Issue.record("got \(String(describing: result))"); return }
+        guard case .failure(let error)? = result else {
+            Issue.record("got \(String(describing: result))")
+            return
+        }
         #expect(error.code == .internalError)
     }
 
@@ -73,13 +76,19 @@ import Testing
         #expect(ping.passOn == nil && !ping.sendWaitingData)
         let settings = try writer.receive(.settings(ByteBuffer(bytes: [0, 3, 0, 0, 0, 5])))
         #expect(settings.sendWaitingData)
-        guard case .settings(.settings(let values))? = settings.passOn?.payload else { Issue.record("got \(settings)"); return }
+        guard case .settings(.settings(let values))? = settings.passOn?.payload else {
+            Issue.record("got \(settings)")
+            return
+        }
         #expect(values.first?.parameter == .maxConcurrentStreams && values.first?.value == 5)
         let queued = writer.queueReplies()
         #expect(queued)
         let replies = Self.unflushed(&writer, on: loop).0
-        #expect(replies == [Frame(type: 0x6, flags: 0x1, streamID: 0, payload: [0, 0, 0, 0, 0, 0, 0, 7]),
-                            Frame(type: 0x4, flags: 0x1, streamID: 0, payload: [])])
+        #expect(
+            replies == [
+                Frame(type: 0x6, flags: 0x1, streamID: 0, payload: [0, 0, 0, 0, 0, 0, 0, 7]),
+                Frame(type: 0x4, flags: 0x1, streamID: 0, payload: []),
+            ])
         let queuedAgain = writer.queueReplies()
         #expect(!queuedAgain)
         // "Values outside this range MUST be treated as a connection error" (RFC 9113 §6.5.2).

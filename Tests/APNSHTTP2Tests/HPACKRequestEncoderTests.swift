@@ -46,7 +46,8 @@ import Testing
             var buffer = ByteBuffer()
             encoder.writeRequest(r, authority: "api.push.apple.com", authorization: authorization, into: &buffer)
             sizes.append(buffer.readableBytes)
-            #expect(try Self.decode(&buffer, with: &decoder) == Self.expected(r, authority: "api.push.apple.com", authorization: authorization))
+            #expect(
+                try Self.decode(&buffer, with: &decoder) == Self.expected(r, authority: "api.push.apple.com", authorization: authorization))
         }
         // The first block carries the authorization and the other stable values; later blocks
         // refer to them with one byte each and carry only what changes.
@@ -60,12 +61,15 @@ import Testing
         var decoder = HPACKDecoder(allocator: ByteBufferAllocator())
         for n in 0..<400 {
             // Topics, expirations and collapse ids that keep changing fill and churn the table.
-            let r = Self.request(topic: "com.example.app\(n % 37)", expiration: n % 3 == 0 ? 0 : UInt32(1_800_000_000 + n),
-                                 collapseID: n % 5 == 0 ? "c\(n)" : nil, n: n)
+            let r = Self.request(
+                topic: "com.example.app\(n % 37)", expiration: n % 3 == 0 ? 0 : UInt32(1_800_000_000 + n),
+                collapseID: n % 5 == 0 ? "c\(n)" : nil, n: n)
             var buffer = ByteBuffer()
-            encoder.writeRequest(r, authority: n % 7 == 0 ? "other.example" : "api.push.apple.com", authorization: "bearer t\(n / 50)", into: &buffer)
-            #expect(try Self.decode(&buffer, with: &decoder)
-                == Self.expected(r, authority: n % 7 == 0 ? "other.example" : "api.push.apple.com", authorization: "bearer t\(n / 50)"))
+            encoder.writeRequest(
+                r, authority: n % 7 == 0 ? "other.example" : "api.push.apple.com", authorization: "bearer t\(n / 50)", into: &buffer)
+            #expect(
+                try Self.decode(&buffer, with: &decoder)
+                    == Self.expected(r, authority: n % 7 == 0 ? "other.example" : "api.push.apple.com", authorization: "bearer t\(n / 50)"))
             #expect(encoder.tableSize <= 4096)
         }
     }

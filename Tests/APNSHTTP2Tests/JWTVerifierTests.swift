@@ -123,9 +123,11 @@ private func reason(_ result: Result<APNSVerifiedToken, APNSJWTRejection>) -> AP
         // no alg (like Apple's sample token, §6.12)
         "bearer " + (try Fixture.jwt(header: #"{"kid":"ABCDE12345"}"#, claims: Fixture.claims(iat: iat), key: key.privateKey)),
         // another algorithm
-        "bearer " + (try Fixture.jwt(header: #"{"alg":"HS256","kid":"ABCDE12345"}"#, claims: Fixture.claims(iat: iat), key: key.privateKey)),
+        "bearer "
+            + (try Fixture.jwt(header: #"{"alg":"HS256","kid":"ABCDE12345"}"#, claims: Fixture.claims(iat: iat), key: key.privateKey)),
         // unknown key
-        "bearer " + (try Fixture.jwt(header: #"{"alg":"ES256","kid":"ZZZZZ99999"}"#, claims: Fixture.claims(iat: iat), key: key.privateKey)),
+        "bearer "
+            + (try Fixture.jwt(header: #"{"alg":"ES256","kid":"ZZZZZ99999"}"#, claims: Fixture.claims(iat: iat), key: key.privateKey)),
         // wrong team
         "bearer " + (try Fixture.jwt(header: Fixture.header, claims: Fixture.claims(team: "OTHERTEAM1", iat: iat), key: key.privateKey)),
         // iat as a string in milliseconds (Apple's sample, §6.12)
@@ -150,7 +152,8 @@ private func reason(_ result: Result<APNSVerifiedToken, APNSJWTRejection>) -> AP
     #expect((try? v.verify(authorization: token.authorization, topic: "com.example.app", now: Fixture.epoch).get()) != nil)
     #expect(reason(v.verify(authorization: token.authorization, topic: "com.example.other", now: Fixture.epoch)) == .invalidProviderToken)
     v.environment = .production
-    #expect(reason(v.verify(authorization: token.authorization, topic: "com.example.app", now: Fixture.epoch)) == .badEnvironmentKeyIdInToken)
+    #expect(
+        reason(v.verify(authorization: token.authorization, topic: "com.example.app", now: Fixture.epoch)) == .badEnvironmentKeyIdInToken)
 }
 
 @Test func trackerAllowsOneTokenChangePerTwentyMinutes() throws {
@@ -193,7 +196,9 @@ private func reason(_ result: Result<APNSVerifiedToken, APNSJWTRejection>) -> AP
     let now = Fixture.minutes(40)
     _ = tracker.admit(v.verify(authorization: first.authorization, now: Fixture.minutes(0)), now: Fixture.minutes(0))
     #expect(reason(tracker.admit(v.verify(authorization: otherTeam.authorization, now: now), now: now)) == .invalidProviderToken)
-    #expect(reason(tracker.admit(v.verify(authorization: topicScoped.authorization, topic: "com.example.app", now: now), now: now)) == .unrelatedKeyIdInToken)
+    #expect(
+        reason(tracker.admit(v.verify(authorization: topicScoped.authorization, topic: "com.example.app", now: now), now: now))
+            == .unrelatedKeyIdInToken)
     #expect(tracker.teamID == Fixture.teamID)
 
     // A fresh connection accepts the other team.

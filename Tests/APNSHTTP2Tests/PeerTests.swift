@@ -46,12 +46,14 @@ struct PeerTests {
         try certs.ca.certificatePEM.write(toFile: dir + "/ca.pem", atomically: false, encoding: .utf8)
         try ClientHarness.privateKey.publicKey.pemRepresentation.write(toFile: dir + "/jwt.pem", atomically: false, encoding: .utf8)
         let record = dir + "/requests.jsonl"
-        let process = try ChildProcess(python, [
-            Paths.root + "/Tests/Peers/h2_peer.py",
-            "--cert", dir + "/server.pem", "--key", dir + "/server.key", "--port", "0", "--record", record,
-            "--jwt-key", "\(ClientHarness.keyID)=\(dir)/jwt.pem", "--team", ClientHarness.teamID,
-            "--client-ca", dir + "/ca.pem", "--max-streams", String(maxStreams),
-        ] + extraArguments, stderrFile: dir + "/peer.log")
+        let process = try ChildProcess(
+            python,
+            [
+                Paths.root + "/Tests/Peers/h2_peer.py",
+                "--cert", dir + "/server.pem", "--key", dir + "/server.key", "--port", "0", "--record", record,
+                "--jwt-key", "\(ClientHarness.keyID)=\(dir)/jwt.pem", "--team", ClientHarness.teamID,
+                "--client-ca", dir + "/ca.pem", "--max-streams", String(maxStreams),
+            ] + extraArguments, stderrFile: dir + "/peer.log")
         guard let line = await process.readLine(), let ready = jsonObject(line), let port = ready["port"] as? Int else {
             throw ServerError("the Python peer did not start; see \(dir)/peer.log")
         }
@@ -121,8 +123,9 @@ struct PeerTests {
         #expect(run.outcomes.count == 200)
         #expect(run.outcomes.values.allSatisfy { $0.isTransmitted }, "\(run.outcomes.values.filter { !$0.isTransmitted }.prefix(3))")
         #expect(records.count == 200)
-        #expect(records.allSatisfy { ($0["status"] as? Int) == 200 && ($0["body"] as? String) == #"{"aps":{"alert":"Hello","badge":1}}"# },
-                "\(records.first { ($0["status"] as? Int) != 200 } ?? [:])")
+        #expect(
+            records.allSatisfy { ($0["status"] as? Int) == 200 && ($0["body"] as? String) == #"{"aps":{"alert":"Hello","badge":1}}"# },
+            "\(records.first { ($0["status"] as? Int) != 200 } ?? [:])")
     }
 
     @Test("certificate-authenticated requests are accepted and carry no authorization header")

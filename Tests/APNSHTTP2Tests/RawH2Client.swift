@@ -196,7 +196,9 @@ final class RawH2Client: Sendable {
                     var buffer = context.channel.allocator.buffer(capacity: end - offset)
                     buffer.writeBytes(request.body[offset..<end])
                     context.write(
-                        NIOAny(HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(buffer), endStream: end == request.body.count)))),
+                        NIOAny(
+                            HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(buffer), endStream: end == request.body.count)))
+                        ),
                         promise: nil)
                     offset = end
                 }
@@ -260,7 +262,7 @@ final class RawH2Client: Sendable {
 
         func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
             if let update = event as? NIOHTTP2WindowUpdatedEvent, update.streamID == .rootStream,
-               let window = update.inboundWindowSize, window < 32768
+                let window = update.inboundWindowSize, window < 32768
             {
                 // Keep the connection window open for the server's error bodies.
                 context.writeAndFlush(

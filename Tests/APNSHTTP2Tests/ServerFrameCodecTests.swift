@@ -92,7 +92,10 @@ import Testing
         #expect(try F.written(channel).map(\.type) == [0x1])
         try channel.writeInbound(F.bytes([try Self.headers(5, encoder: &encoder, endStream: true)]))
         let frame = try #require(recorder.frames.last)
-        guard case .headers(let h) = frame.payload else { Issue.record("got \(frame)"); return }
+        guard case .headers(let h) = frame.payload else {
+            Issue.record("got \(frame)")
+            return
+        }
         #expect(frame.streamID == 5 && h.headers[":path"] == ["/3/device/5"] && h.endStream)
         #expect(recorder.errors.count == 1)
     }
@@ -104,7 +107,9 @@ import Testing
         #expect(recorder.frames.count == 2 && recorder.errors.isEmpty)
         // A lower limit sent later applies from its acknowledgement on.
         try channel.writeInbound(F.bytes([Frame(type: 0x4, flags: 0x1, streamID: 0, payload: [])]))
-        channel.write(HTTP2Frame(streamID: .rootStream, payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: 3)]))), promise: nil)
+        channel.write(
+            HTTP2Frame(streamID: .rootStream, payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: 3)]))),
+            promise: nil)
         channel.flush()
         #expect(try F.written(channel) == [F.settings([(3, 3)])])
         try channel.writeInbound(F.bytes([try Self.headers(5, encoder: &encoder)]))
@@ -132,17 +137,22 @@ import Testing
         try channel.writeInbound(F.bytes([Frame(type: 0x0, flags: 0, streamID: 1, payload: [1])]))
         #expect((recorder.errors.first as? HTTP2ProtocolError)?.code == .flowControlError)
         let goAway = try F.written(channel)
-        #expect(goAway.map(\.type) == [0x7] && goAway.first?.payload == [0, 0, 0, 1, 0, 0, 0, 3], "GOAWAY, last stream 1, FLOW_CONTROL_ERROR")
+        #expect(
+            goAway.map(\.type) == [0x7] && goAway.first?.payload == [0, 0, 0, 1, 0, 0, 0, 3], "GOAWAY, last stream 1, FLOW_CONTROL_ERROR")
         #expect(delegate.goAways.count == 1)
     }
 
     @Test func aResetStreamIsReportedAndStreamsAboveAGoAwayAreRefused() throws {
         let (channel, recorder) = try Self.server()
         var encoder = HPACKEncoder(allocator: ByteBufferAllocator())
-        try channel.writeInbound(F.bytes([try Self.headers(1, encoder: &encoder), Frame(type: 0x3, flags: 0, streamID: 1, payload: [0, 0, 0, 8])]))
+        try channel.writeInbound(
+            F.bytes([try Self.headers(1, encoder: &encoder), Frame(type: 0x3, flags: 0, streamID: 1, payload: [0, 0, 0, 8])]))
         let closed = recorder.events.compactMap { $0 as? StreamClosedEvent }
         #expect(closed.map(\.streamID) == [1] && closed.first?.reason == .cancel)
-        channel.write(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: 1, errorCode: .noError, opaqueData: ByteBuffer(string: "bye"))), promise: nil)
+        channel.write(
+            HTTP2Frame(
+                streamID: .rootStream, payload: .goAway(lastStreamID: 1, errorCode: .noError, opaqueData: ByteBuffer(string: "bye"))),
+            promise: nil)
         channel.flush()
         #expect(try F.written(channel) == [Frame(type: 0x7, flags: 0, streamID: 0, payload: [0, 0, 0, 1, 0, 0, 0, 0] + Array("bye".utf8))])
         recorder.frames.removeAll()

@@ -43,7 +43,8 @@ enum SimulatorFixture {
 
     /// A connection presenting a client certificate (the fixture's, valid for both environments).
     static func certificateClient(_ simulator: APNSHTTP2Simulator, certificate: TestCertificates.Pair? = nil) async throws -> RawH2Client {
-        try await RawH2Client.connect(port: simulator.port, certificates: certificates, clientCertificate: certificate ?? certificates.client)
+        try await RawH2Client.connect(
+            port: simulator.port, certificates: certificates, clientCertificate: certificate ?? certificates.client)
     }
 
     /// Token number `i`: 32 distinct bytes.

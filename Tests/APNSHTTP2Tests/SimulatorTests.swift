@@ -13,7 +13,9 @@ typealias F = SimulatorFixture
 struct SimulatorTests {
     // MARK: Success
 
-    @Test("200 with an empty body, END_STREAM on HEADERS and apns-id echoed; apns-unique-id only in the sandbox", arguments: APNSEnvironment.allCases)
+    @Test(
+        "200 with an empty body, END_STREAM on HEADERS and apns-id echoed; apns-unique-id only in the sandbox",
+        arguments: APNSEnvironment.allCases)
     func successEchoesApnsID(environment: APNSEnvironment) async throws {
         let simulator = try await F.simulator { $0.environment = environment }
         let client = try await F.tokenClient(simulator)
@@ -421,7 +423,8 @@ struct SimulatorTests {
 
         // The same token is fine on a connection of its own.
         let fresh = try await F.tokenClient(simulator)
-        let own = try await fresh.send(headers: F.headers(authorization: F.authorization(key: otherKey, team: "OTHERTEAM1")), body: F.payload)
+        let own = try await fresh.send(
+            headers: F.headers(authorization: F.authorization(key: otherKey, team: "OTHERTEAM1")), body: F.payload)
         #expect(own.status == 200)
         await fresh.close()
         await simulator.stop()

@@ -1,5 +1,5 @@
-import PushTestSupport
 import Foundation
+import PushTestSupport
 import Testing
 
 /// The `apn-worker` commands as a user runs them: real processes, TLS material from
@@ -28,22 +28,26 @@ struct CommandLineTests {
         try bad.joined(separator: "\n").write(toFile: dir + "/bad.txt", atomically: false, encoding: .utf8)
         try feedback.joined(separator: "\n").write(toFile: dir + "/feedback.txt", atomically: false, encoding: .utf8)
 
-        let simulator = try ChildProcess(Paths.executable, [
-            "simulate", "--cert", certs + "/server.pem", "--key", certs + "/server-key.pem",
-            "--client-ca", certs + "/ca.pem", "--bad-tokens", dir + "/bad.txt",
-            "--feedback-tokens", dir + "/feedback.txt", "--error-delay-ms", "50", "--record", dir + "/record.jsonl",
-        ])
+        let simulator = try ChildProcess(
+            Paths.executable,
+            [
+                "simulate", "--cert", certs + "/server.pem", "--key", certs + "/server-key.pem",
+                "--client-ca", certs + "/ca.pem", "--bad-tokens", dir + "/bad.txt",
+                "--feedback-tokens", dir + "/feedback.txt", "--error-delay-ms", "50", "--record", dir + "/record.jsonl",
+            ])
         let readyLine = await simulator.readLine()
         let ready = try #require(readyLine.flatMap(jsonObject))
         #expect(ready["event"] as? String == "ready")
         let binaryPort = try #require(ready["binaryPort"] as? Int)
         let feedbackPort = try #require(ready["feedbackPort"] as? Int)
 
-        let push = try await run(Paths.executable, [
-            "push", "--gateway", "127.0.0.1:\(binaryPort)", "--cert", certs + "/client.pem",
-            "--key", certs + "/client-key.pem", "--ca", certs + "/ca.pem", "--tokens", dir + "/tokens.txt",
-            "--count", "3000", "--connections", "2", "--payload-bytes", "200",
-        ])
+        let push = try await run(
+            Paths.executable,
+            [
+                "push", "--gateway", "127.0.0.1:\(binaryPort)", "--cert", certs + "/client.pem",
+                "--key", certs + "/client-key.pem", "--ca", certs + "/ca.pem", "--tokens", dir + "/tokens.txt",
+                "--count", "3000", "--connections", "2", "--payload-bytes", "200",
+            ])
         #expect(push.status == 0, "push failed: \(push.stderr)")
         let summary = try #require(jsonObject(push.stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
         // 3000 notifications cycle three times over 1000 tokens, 10 of which are bad.
@@ -53,10 +57,12 @@ struct CommandLineTests {
         #expect(summary["possibleDuplicate"] as? Int == 0)
         #expect((summary["rate"] as? Double ?? 0) > 0)
 
-        let fb = try await run(Paths.executable, [
-            "feedback", "--address", "127.0.0.1:\(feedbackPort)", "--pfx", certs + "/client.p12",
-            "--passphrase", "apn-worker", "--ca", certs + "/ca.pem", "--read-timeout", "2",
-        ])
+        let fb = try await run(
+            Paths.executable,
+            [
+                "feedback", "--address", "127.0.0.1:\(feedbackPort)", "--pfx", certs + "/client.p12",
+                "--passphrase", "apn-worker", "--ca", certs + "/ca.pem", "--read-timeout", "2",
+            ])
         #expect(fb.status == 0, "feedback failed: \(fb.stderr)")
         let entries = fb.stdout.split(separator: "\n").compactMap { jsonObject(String($0)) }
         #expect(entries.count == 2)
@@ -126,7 +132,8 @@ struct CommandLineTests {
         #expect(badGateway.status == 2)
         #expect(badGateway.stderr.contains("--gateway must be HOST:PORT"))
 
-        let badToken = try await run(Paths.executable, ["push", "--gateway", "127.0.0.1:1", "--tokens", dir + "/tokens.txt", "--count", "1"])
+        let badToken = try await run(
+            Paths.executable, ["push", "--gateway", "127.0.0.1:1", "--tokens", dir + "/tokens.txt", "--count", "1"])
         #expect(badToken.status == 2)
         #expect(badToken.stderr.contains("line 2"))
 
@@ -144,8 +151,12 @@ struct CommandLineTests {
         let dir = try Paths.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let certs = try await Self.makeCertificates(in: dir)
-        let key = try await run("/bin/bash", ["-c",
-            "openssl ecparam -name prime256v1 -genkey -noout | openssl pkcs8 -topk8 -nocrypt -out '\(dir)/AuthKey.p8'"])
+        let key = try await run(
+            "/bin/bash",
+            [
+                "-c",
+                "openssl ecparam -name prime256v1 -genkey -noout | openssl pkcs8 -topk8 -nocrypt -out '\(dir)/AuthKey.p8'",
+            ])
         #expect(key.status == 0, "openssl failed: \(key.stderr)")
         let tokens = (0..<1000).map(Self.tokenLine)
         let bad = tokens.enumerated().filter { $0.offset % 100 == 7 }.map(\.element)
@@ -154,20 +165,24 @@ struct CommandLineTests {
         try ["1700000000 " + tokens[3], "1700000001 " + tokens[4]].joined(separator: "\n")
             .write(toFile: dir + "/feedback.txt", atomically: false, encoding: .utf8)
 
-        let simulator = try ChildProcess(Paths.executable, [
-            "simulate", "--cert", certs + "/server.pem", "--key", certs + "/server-key.pem",
-            "--http2-port", "0", "--jwt-key", "ABCDE12345=\(dir)/AuthKey.p8", "--team", "TEAM123456",
-            "--max-streams", "50", "--bad-tokens", dir + "/bad.txt", "--feedback-tokens", dir + "/feedback.txt",
-            "--record", dir + "/record.jsonl", "--http2-framing", framing,
-        ])
+        let simulator = try ChildProcess(
+            Paths.executable,
+            [
+                "simulate", "--cert", certs + "/server.pem", "--key", certs + "/server-key.pem",
+                "--http2-port", "0", "--jwt-key", "ABCDE12345=\(dir)/AuthKey.p8", "--team", "TEAM123456",
+                "--max-streams", "50", "--bad-tokens", dir + "/bad.txt", "--feedback-tokens", dir + "/feedback.txt",
+                "--record", dir + "/record.jsonl", "--http2-framing", framing,
+            ])
         let ready = try #require(await simulator.readLine().flatMap(jsonObject))
         let port = try #require(ready["http2Port"] as? Int)
 
-        let push = try await run(Paths.executable, [
-            "push", "--transport", "http2", "--gateway", "127.0.0.1:\(port)", "--topic", "com.example.app",
-            "--signing-key", dir + "/AuthKey.p8", "--key-id", "ABCDE12345", "--team-id", "TEAM123456",
-            "--ca", certs + "/ca.pem", "--tokens", dir + "/tokens.txt", "--count", "3000", "--connections", "2",
-        ])
+        let push = try await run(
+            Paths.executable,
+            [
+                "push", "--transport", "http2", "--gateway", "127.0.0.1:\(port)", "--topic", "com.example.app",
+                "--signing-key", dir + "/AuthKey.p8", "--key-id", "ABCDE12345", "--team-id", "TEAM123456",
+                "--ca", certs + "/ca.pem", "--tokens", dir + "/tokens.txt", "--count", "3000", "--connections", "2",
+            ])
         #expect(push.status == 0, "push failed: \(push.stderr)")
         let summary = try #require(jsonObject(push.stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
         // 3000 notifications cycle three times over 1000 tokens: 10 bad (400), 2 unregistered (410).
@@ -196,14 +211,19 @@ struct CommandLineTests {
         let noTopic = try await run(Paths.executable, base)
         #expect(noTopic.status != 0)
         #expect(noTopic.stderr.contains("--transport http2 needs --topic"))
-        let noKeyId = try await run(Paths.executable, base + ["--topic", "com.example.app", "--signing-key", dir + "/k.p8", "--team-id", "TEAM123456"])
+        let noKeyId = try await run(
+            Paths.executable, base + ["--topic", "com.example.app", "--signing-key", dir + "/k.p8", "--team-id", "TEAM123456"])
         #expect(noKeyId.status != 0)
         #expect(noKeyId.stderr.contains("--signing-key needs --key-id and --team-id"))
-        let missingKey = try await run(Paths.executable, base + [
-            "--topic", "com.example.app", "--signing-key", dir + "/k.p8", "--key-id", "ABCDE12345", "--team-id", "TEAM123456"])
+        let missingKey = try await run(
+            Paths.executable,
+            base + [
+                "--topic", "com.example.app", "--signing-key", dir + "/k.p8", "--key-id", "ABCDE12345", "--team-id", "TEAM123456",
+            ])
         #expect(missingKey.status == 2)
         #expect(missingKey.stderr.contains("--signing-key"))
-        let simulate = try await run(Paths.executable, ["simulate", "--generate-certs", dir + "/c", "--http2-port", "0", "--jwt-key", "ABCDE12345=\(dir)/k.p8"])
+        let simulate = try await run(
+            Paths.executable, ["simulate", "--generate-certs", dir + "/c", "--http2-port", "0", "--jwt-key", "ABCDE12345=\(dir)/k.p8"])
         #expect(simulate.status != 0)
         #expect(simulate.stderr.contains("--team"))
     }

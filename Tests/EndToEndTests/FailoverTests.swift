@@ -14,10 +14,12 @@ import Testing
 struct FailoverTests {
     /// Runs one scenario and returns its report.
     private func failover(_ scenario: String, _ extra: [String] = []) async throws -> [String: Any] {
-        let result = try await run(Paths.executable, [
-            "bench-failover", "--scenario", scenario, "--rate", "200", "--seconds", "20", "--event-at", "5",
-            "--drain-seconds", "60", "--session-timeout-ms", "3000",
-        ] + extra)
+        let result = try await run(
+            Paths.executable,
+            [
+                "bench-failover", "--scenario", scenario, "--rate", "200", "--seconds", "20", "--event-at", "5",
+                "--drain-seconds", "60", "--session-timeout-ms", "3000",
+            ] + extra)
         let line = result.stdout.split(separator: "\n").last { $0.hasPrefix("{") }
         let report = try #require(line.flatMap { jsonObject(String($0)) }, "no report: \(result.stdout)\n\(result.stderr.suffix(3000))")
         #expect(result.status == 0, "\(report)")

@@ -41,7 +41,8 @@ struct HostileInputEndToEndTests {
             // What each message must get, from the parser the worker uses: one invalidJob result
             // naming the message, or one result per token of the job.
             let parser = JobParser()
-            var expected: [(kind: HostileJobs.Kind, report: KafkaDeliveryReport, invalidAt: KafkaDeliveryReport?, resultIds: Set<String>)] = []
+            var expected: [(kind: HostileJobs.Kind, report: KafkaDeliveryReport, invalidAt: KafkaDeliveryReport?, resultIds: Set<String>)] =
+                []
             var valid: [String: DeviceToken] = [:]  // resultId → token
             for (message, report) in zip(mix, stored) {
                 switch parser.parse(message.bytes) {
@@ -50,16 +51,20 @@ struct HostileInputEndToEndTests {
                 case .rejected(let jobId, _, let tokens, _):
                     expected.append((message.kind, report, nil, Set(tokens.map { WorkerResult.notificationId(jobId: jobId, token: $0) })))
                 case .job(let job):
-                    expected.append((message.kind, report, nil, Set(job.tokens.map { WorkerResult.notificationId(jobId: job.id, token: $0.text) })))
+                    expected.append(
+                        (message.kind, report, nil, Set(job.tokens.map { WorkerResult.notificationId(jobId: job.id, token: $0.text) })))
                     // Sendable: a configured app and environment and a payload that fits (a
                     // flipped byte may leave a job valid, or change its app).
                     if job.payloadError == nil, job.app == WorkerStack.app, (job.environment ?? "production") == "production" {
-                        for case .valid(let token) in job.tokens { valid[WorkerResult.notificationId(jobId: job.id, token: token.hex)] = token }
+                        for case .valid(let token) in job.tokens {
+                            valid[WorkerResult.notificationId(jobId: job.id, token: token.hex)] = token
+                        }
                     }
                 }
             }
-            #expect(Set(mix.filter { $0.kind == .valid || $0.kind == .bigAlert }.map { HostileJobs.token($0.index) })
-                .isSubset(of: Set(valid.values.map(\.hex))), "the parser no longer accepts the valid jobs of the mix")
+            #expect(
+                Set(mix.filter { $0.kind == .valid || $0.kind == .bigAlert }.map { HostileJobs.token($0.index) })
+                    .isSubset(of: Set(valid.values.map(\.hex))), "the parser no longer accepts the valid jobs of the mix")
 
             func answers(_ results: [[String: JSONValue]]) -> (answeredAt: [Int64?], all: Bool) {
                 var byId: [String: Int64] = [:]

@@ -17,8 +17,12 @@ struct WorkerCommandTests {
         #expect((ready["topics"] as? [String: Any])?["apn.requests"] as? Int == 3)
 
         let token = String(repeating: "ab", count: 32)
-        let single = try await run(Paths.executable, ["send", "--brokers", brokers, "--app", "com.example.app",
-                                                      "--token", token, "--alert", "Hi", "--id", "job-1"])
+        let single = try await run(
+            Paths.executable,
+            [
+                "send", "--brokers", brokers, "--app", "com.example.app",
+                "--token", token, "--alert", "Hi", "--id", "job-1",
+            ])
         #expect(single.status == 0, "\(single.stderr)")
         #expect(jsonObject(single.stdout.trimmingCharacters(in: .whitespacesAndNewlines))?["jobs"] as? Int == 1)
 
@@ -26,18 +30,19 @@ struct WorkerCommandTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let file = directory + "/jobs.jsonl"
         try """
-            {"id":"job-2","app":"com.example.app","token":"\(token)","alert":"Two"}
+        {"id":"job-2","app":"com.example.app","token":"\(token)","alert":"Two"}
 
-            not even JSON
-            """.write(toFile: file, atomically: false, encoding: .utf8)
+        not even JSON
+        """.write(toFile: file, atomically: false, encoding: .utf8)
         let fromFile = try await run(Paths.executable, ["send", "--brokers", brokers, "--file", file])
         #expect(fromFile.status == 0, "\(fromFile.stderr)")
         #expect(jsonObject(fromFile.stdout.trimmingCharacters(in: .whitespacesAndNewlines))?["jobs"] as? Int == 2)
 
         // Read the three jobs back.
-        let consumer = try KafkaConsumer(configuration: KafkaConfiguration([
-            "bootstrap.servers": brokers, "group.id": "check-\(UUID().uuidString.prefix(6))", "auto.offset.reset": "earliest",
-        ]))
+        let consumer = try KafkaConsumer(
+            configuration: KafkaConfiguration([
+                "bootstrap.servers": brokers, "group.id": "check-\(UUID().uuidString.prefix(6))", "auto.offset.reset": "earliest",
+            ]))
         try consumer.subscribe(topics: ["apn.requests"])
         var values: [String] = []
         let deadline = ContinuousClock.now + .seconds(30)

@@ -23,14 +23,19 @@ struct WorkerEndToEndTests {
 
     /// Checks the exactly-once promise for valid notifications: each has a result, and the
     /// simulator accepted it once — more than once only if its result says `possibleDuplicate`.
-    static func checkDelivered(_ expected: [String: (jobId: String, token: DeviceToken)], bad: Set<DeviceToken>,
-                               stack: WorkerStack, allowPossibleDuplicates: Bool) {
+    static func checkDelivered(
+        _ expected: [String: (jobId: String, token: DeviceToken)], bad: Set<DeviceToken>,
+        stack: WorkerStack, allowPossibleDuplicates: Bool
+    ) {
         let byId = stack.resultsById
         let accepted = stack.simulator.acceptedByToken
         var missing = 0
         var wrong: [String] = []
         for (id, notification) in expected {
-            guard let result = byId[id] else { missing += 1; continue }
+            guard let result = byId[id] else {
+                missing += 1
+                continue
+            }
             let count = accepted[notification.token] ?? 0
             if bad.contains(notification.token) {
                 if result["type"] != "transmissionError" || result["status"] != .int(8) { wrong.append("\(notification.jobId): \(result)") }
@@ -79,7 +84,10 @@ struct WorkerEndToEndTests {
             // No crash, no rebalance after the start: not a single repeated result.
             let ids = results.compactMap { $0["resultId"]?.stringValue }
             #expect(ids.count == Set(ids).count, "repeated results: \(ids.count - Set(ids).count)")
-            #expect(results.allSatisfy { r in r["type"] == "invalidJob" || r["worker"].map { ["w1", "w2", "w3"].contains($0.stringValue ?? "") } == true })
+            #expect(
+                results.allSatisfy { r in
+                    r["type"] == "invalidJob" || r["worker"].map { ["w1", "w2", "w3"].contains($0.stringValue ?? "") } == true
+                })
             #expect(try await stack.waitForAllCommitted(), "offsets not committed to the end")
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
@@ -220,9 +228,15 @@ struct WorkerEndToEndTests {
                 (#"{"app":"\#(app)","token":"\#(t)","alert":"x"}"#, "invalidJob", 517, "no \"id\""),
                 (#"{"id":"no-tokens","app":"\#(app)","alert":"x"}"#, "invalidJob", 517, "neither"),
                 (#"{"id":"no-app","token":"\#(t)","alert":"x"}"#, "transmissionError", 517, "no \"app\""),
-                (#"{"id":"unknown-app","app":"com.example.other","token":"\#(t)","alert":"x"}"#, "transmissionError", 517, "not configured"),
+                (
+                    #"{"id":"unknown-app","app":"com.example.other","token":"\#(t)","alert":"x"}"#, "transmissionError", 517,
+                    "not configured"
+                ),
                 (#"{"id":"bad-token","app":"\#(app)","token":"12zz","alert":"x"}"#, "transmissionError", 518, "hex"),
-                (#"{"id":"too-big","app":"\#(app)","token":"\#(t)","alert":"x","payload":{"blob":"\#(big)"}}"#, "transmissionError", 512, "2048"),
+                (
+                    #"{"id":"too-big","app":"\#(app)","token":"\#(t)","alert":"x","payload":{"blob":"\#(big)"}}"#, "transmissionError", 512,
+                    "2048"
+                ),
                 (#"{"id":"bad-badge","app":"\#(app)","token":"\#(t)","badge":"three"}"#, "transmissionError", 517, "badge"),
             ]
             var messages = cases.map { Array($0.0.utf8) }
@@ -258,9 +272,10 @@ struct WorkerEndToEndTests {
         let rejected = DeviceToken.numbered(1, salt: 8)
         let reported = DeviceToken.numbered(2, salt: 8)
         let reportedAt = UInt32(Date().timeIntervalSince1970) - 3600
-        let stack = try await WorkerStack.start(badTokens: [rejected],
-                                                feedback: [FeedbackTuple(timestamp: reportedAt, token: reported)],
-                                                devicePerHour: 2, appPerSecond: 300)
+        let stack = try await WorkerStack.start(
+            badTokens: [rejected],
+            feedback: [FeedbackTuple(timestamp: reportedAt, token: reported)],
+            devicePerHour: 2, appPerSecond: 300)
         do {
             try await stack.startWorker("w1")
             func id(_ job: String, _ token: DeviceToken) -> String { WorkerResult.notificationId(jobId: job, token: token.hex) }
@@ -277,11 +292,14 @@ struct WorkerEndToEndTests {
 
             // The feedback service's token: a feedback result, then skipped, unless the job says
             // the device registered again after Apple's report.
-            let feedbackId = WorkerResult.feedbackId(app: WorkerStack.app, environment: "production", token: reported.hex,
-                                                     timestamp: Int64(reportedAt))
+            let feedbackId = WorkerResult.feedbackId(
+                app: WorkerStack.app, environment: "production", token: reported.hex,
+                timestamp: Int64(reportedAt))
             try await stack.readResults { _ in stack.resultsById[feedbackId] != nil }
             #expect(stack.resultsById[feedbackId]?["type"] == "feedback")
-            let newer = Array(#"{"id":"again","app":"\#(WorkerStack.app)","token":"\#(reported.hex)","alert":"x","registeredAt":\#(reportedAt + 60)}"#.utf8)
+            let newer = Array(
+                #"{"id":"again","app":"\#(WorkerStack.app)","token":"\#(reported.hex)","alert":"x","registeredAt":\#(reportedAt + 60)}"#
+                    .utf8)
             try await stack.produce([WorkerStack.job(id: "stale", tokens: [reported]), newer])
             try await stack.readResults { _ in result("stale", reported) != nil && result("again", reported) != nil }
             #expect(result("stale", reported)?["status"] == .int(519))
@@ -311,8 +329,9 @@ struct WorkerEndToEndTests {
         await stack.shutdown()
     }
 
-    @Test("One app on HTTP/2 and one on binary in the same run: one result each; 410 feeds the store and a feedback result",
-          arguments: ["provider token", "client certificate"])
+    @Test(
+        "One app on HTTP/2 and one on binary in the same run: one result each; 410 feeds the store and a feedback result",
+        arguments: ["provider token", "client certificate"])
     func http2AndBinaryApps(authentication: String) async throws {
         let count = 1_000
         let h2Tokens = (0..<count).map { DeviceToken.numbered($0, salt: 21) }
@@ -320,8 +339,9 @@ struct WorkerEndToEndTests {
         let bad = Set(stride(from: 5, to: count, by: 100).map { h2Tokens[$0] })
         let since = Date(timeIntervalSince1970: 1_700_000_000.250)
         let unregistered = Dictionary(uniqueKeysWithValues: stride(from: 50, to: count, by: 100).map { (h2Tokens[$0], since) })
-        let stack = try await WorkerStack.start(http2: (badTokens: bad, unregistered: unregistered),
-                                                http2CertificateAuth: authentication == "client certificate")
+        let stack = try await WorkerStack.start(
+            http2: (badTokens: bad, unregistered: unregistered),
+            http2CertificateAuth: authentication == "client certificate")
         do {
             try await stack.startWorker("w1")
             try await stack.startWorker("w2")
@@ -336,7 +356,9 @@ struct WorkerEndToEndTests {
                 WorkerResult.feedbackId(app: WorkerStack.http2App, environment: "production", token: token.hex, timestamp: 1_700_000_000)
             }
             try await stack.readResults { _ in
-                (0..<count).allSatisfy { stack.resultsById[id("h2-\($0)", h2Tokens[$0])] != nil && stack.resultsById[id("bin-\($0)", binaryTokens[$0])] != nil }
+                (0..<count).allSatisfy {
+                    stack.resultsById[id("h2-\($0)", h2Tokens[$0])] != nil && stack.resultsById[id("bin-\($0)", binaryTokens[$0])] != nil
+                }
                     && unregistered.keys.allSatisfy { stack.resultsById[feedbackId($0)] != nil }
             }
             let h2Simulator = try #require(stack.http2Simulator)

@@ -32,17 +32,20 @@ final class WorkerStack: @unchecked Sendable {
     /// Every result read so far, in order.
     private(set) var results: [[String: JSONValue]] = []
 
-    private init(kafka: EmbeddedKafkaCluster, redis: RedisServerProcess, simulator: APNSSimulator,
-                 directory: String, configPath: String) throws {
+    private init(
+        kafka: EmbeddedKafkaCluster, redis: RedisServerProcess, simulator: APNSSimulator,
+        directory: String, configPath: String
+    ) throws {
         self.kafka = kafka
         self.redis = redis
         self.simulator = simulator
         self.directory = directory
         self.configPath = configPath
         // Jobs of up to 1 MiB and one byte are produced, over librdkafka's default of 1,000,000.
-        producer = try KafkaProducer(configuration: KafkaConfiguration([
-            "bootstrap.servers": kafka.bootstrapServers, "message.max.bytes": "4194304",
-        ]))
+        producer = try KafkaProducer(
+            configuration: KafkaConfiguration([
+                "bootstrap.servers": kafka.bootstrapServers, "message.max.bytes": "4194304",
+            ]))
     }
 
     /// Starts Kafka (12 partitions per topic), Redis (with an append-only file, so it keeps its
@@ -53,10 +56,12 @@ final class WorkerStack: @unchecked Sendable {
     /// `http2.badTokens` and 410 `Unregistered` for `http2.unregistered`; with
     /// `http2CertificateAuth`, by client certificate instead of a provider token.
     /// `kafkaProperties` are added to the workers' librdkafka properties.
-    static func start(badTokens: Set<DeviceToken> = [], feedback: [FeedbackTuple] = [],
-                      confirmationWindowMs: Int = 200, devicePerHour: Int = 0, appPerSecond: Int = 0,
-                      http2: (badTokens: Set<DeviceToken>, unregistered: [DeviceToken: Date])? = nil,
-                      http2CertificateAuth: Bool = false, kafkaProperties: [String: String] = [:]) async throws -> WorkerStack {
+    static func start(
+        badTokens: Set<DeviceToken> = [], feedback: [FeedbackTuple] = [],
+        confirmationWindowMs: Int = 200, devicePerHour: Int = 0, appPerSecond: Int = 0,
+        http2: (badTokens: Set<DeviceToken>, unregistered: [DeviceToken: Date])? = nil,
+        http2CertificateAuth: Bool = false, kafkaProperties: [String: String] = [:]
+    ) async throws -> WorkerStack {
         let directory = try Paths.temporaryDirectory()
         let kafka = try EmbeddedKafkaCluster(brokers: 1)
         try kafka.createTopic("apn.requests", partitions: 12)
@@ -84,7 +89,8 @@ final class WorkerStack: @unchecked Sendable {
                 config.verifier = APNSJWTVerifier(teamID: "TEAM123456", keys: ["KEY1234567": key.publicKey])
             }
             // Continuation lines carry the 8 spaces the block below gives its keys.
-            let credentials = http2CertificateAuth
+            let credentials =
+                http2CertificateAuth
                 ? "certificate: \(directory)/certs/client.pem\n        key: \(directory)/certs/client-key.pem"
                 : "signingKey: \(directory)/certs/AuthKey.p8\n        keyId: KEY1234567\n        teamId: TEAM123456"
             config.maxConcurrentStreams = 100
@@ -106,35 +112,35 @@ final class WorkerStack: @unchecked Sendable {
         }
         let configPath = directory + "/worker.yaml"
         try """
-            kafka:
-              bootstrapServers: "\(kafka.bootstrapServers)"
-              properties:
-                session.timeout.ms: "6000"
-                heartbeat.interval.ms: "500"
-            \(kafkaProperties.sorted { $0.key < $1.key }.map { "    \($0.key): \"\($0.value)\"\n" }.joined())redis:
-              url: "redis://127.0.0.1:\(redis.port)/0"
-              connectTimeoutMs: 500
-              commandTimeoutMs: 2000
-            worker:
-              logFormat: json
-              logLevel: info
-              shutdownTimeoutSeconds: 20
-            limits:
-              devicePerHour: \(devicePerHour)
-              appPerSecond: \(appPerSecond)
-            apps:
-              \(app):
-                poolSize: 2
-                confirmationWindowMs: \(confirmationWindowMs)
-                feedbackIntervalSeconds: \(feedback.isEmpty ? 0 : 1)
-                environments:
-                  production:
-                    certificate: \(directory)/certs/client.pem
-                    key: \(directory)/certs/client-key.pem
-                    ca: \(directory)/certs/ca.pem
-                    gateway: 127.0.0.1:\(simulator.binaryPort)
-                    feedback: 127.0.0.1:\(simulator.feedbackPort ?? 0)\(http2Config)
-            """.write(toFile: configPath, atomically: false, encoding: .utf8)
+        kafka:
+          bootstrapServers: "\(kafka.bootstrapServers)"
+          properties:
+            session.timeout.ms: "6000"
+            heartbeat.interval.ms: "500"
+        \(kafkaProperties.sorted { $0.key < $1.key }.map { "    \($0.key): \"\($0.value)\"\n" }.joined())redis:
+          url: "redis://127.0.0.1:\(redis.port)/0"
+          connectTimeoutMs: 500
+          commandTimeoutMs: 2000
+        worker:
+          logFormat: json
+          logLevel: info
+          shutdownTimeoutSeconds: 20
+        limits:
+          devicePerHour: \(devicePerHour)
+          appPerSecond: \(appPerSecond)
+        apps:
+          \(app):
+            poolSize: 2
+            confirmationWindowMs: \(confirmationWindowMs)
+            feedbackIntervalSeconds: \(feedback.isEmpty ? 0 : 1)
+            environments:
+              production:
+                certificate: \(directory)/certs/client.pem
+                key: \(directory)/certs/client-key.pem
+                ca: \(directory)/certs/ca.pem
+                gateway: 127.0.0.1:\(simulator.binaryPort)
+                feedback: 127.0.0.1:\(simulator.feedbackPort ?? 0)\(http2Config)
+        """.write(toFile: configPath, atomically: false, encoding: .utf8)
         let stack = try WorkerStack(kafka: kafka, redis: redis, simulator: simulator, directory: directory, configPath: configPath)
         stack.http2Simulator = http2Simulator
         return stack
@@ -143,8 +149,9 @@ final class WorkerStack: @unchecked Sendable {
     /// Starts `apn-worker run` and waits for its ready line.
     @discardableResult
     func startWorker(_ id: String) async throws -> ChildProcess {
-        let process = try ChildProcess(Paths.executable, ["run", "--config", configPath, "--worker-id", id, "--group", groupId],
-                                       stderrFile: "\(directory)/\(id)-\(workers.count).log")
+        let process = try ChildProcess(
+            Paths.executable, ["run", "--config", configPath, "--worker-id", id, "--group", groupId],
+            stderrFile: "\(directory)/\(id)-\(workers.count).log")
         workers[id] = process
         let line = await process.readLine()
         guard let line, line.contains("\"ready\"") else {
@@ -189,8 +196,10 @@ final class WorkerStack: @unchecked Sendable {
     // MARK: Jobs
 
     static func job(id: String, tokens: [DeviceToken], alert: String = "Hello", app: String = app) -> [UInt8] {
-        let tokenField = tokens.count == 1 ? #""token":"\#(tokens[0].hex)""#
-                                           : #""tokens":[\#(tokens.map { "\"\($0.hex)\"" }.joined(separator: ","))]"#
+        let tokenField =
+            tokens.count == 1
+            ? #""token":"\#(tokens[0].hex)""#
+            : #""tokens":[\#(tokens.map { "\"\($0.hex)\"" }.joined(separator: ","))]"#
         return Array(#"{"id":"\#(id)","app":"\#(app)",\#(tokenField),"alert":"\#(alert)"}"#.utf8)
     }
 
@@ -201,10 +210,11 @@ final class WorkerStack: @unchecked Sendable {
         var stored: [KafkaDeliveryReport] = []
         for chunk in stride(from: 0, to: values.count, by: 5000) {
             let slice = values[chunk..<min(values.count, chunk + 5000)]
-            let reports = try await producer.send(slice.map { value in
-                produced += 1
-                return KafkaOutgoingMessage(topic: "apn.requests", key: Array("message-\(produced)".utf8), value: value)
-            })
+            let reports = try await producer.send(
+                slice.map { value in
+                    produced += 1
+                    return KafkaOutgoingMessage(topic: "apn.requests", key: Array("message-\(produced)".utf8), value: value)
+                })
             for report in reports {
                 let delivered = try report.get()
                 producedPerPartition[delivered.partition] = max(producedPerPartition[delivered.partition] ?? 0, delivered.offset + 1)
@@ -220,10 +230,11 @@ final class WorkerStack: @unchecked Sendable {
     @discardableResult
     func readResults(timeout: Duration = .seconds(90), until done: ([[String: JSONValue]]) -> Bool) async throws -> [[String: JSONValue]] {
         if reader == nil {
-            let consumer = try KafkaConsumer(configuration: KafkaConfiguration([
-                "bootstrap.servers": kafka.bootstrapServers, "group.id": "reader-\(UUID().uuidString.prefix(8))",
-                "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
-            ]))
+            let consumer = try KafkaConsumer(
+                configuration: KafkaConfiguration([
+                    "bootstrap.servers": kafka.bootstrapServers, "group.id": "reader-\(UUID().uuidString.prefix(8))",
+                    "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
+                ]))
             try consumer.subscribe(topics: ["apn.results"])
             reader = consumer
         }
@@ -243,9 +254,10 @@ final class WorkerStack: @unchecked Sendable {
 
     /// Waits until the group has committed every produced message of every partition.
     func waitForAllCommitted(timeout: Duration = .seconds(30)) async throws -> Bool {
-        let consumer = try KafkaConsumer(configuration: KafkaConfiguration([
-            "bootstrap.servers": kafka.bootstrapServers, "group.id": groupId,
-        ]))
+        let consumer = try KafkaConsumer(
+            configuration: KafkaConfiguration([
+                "bootstrap.servers": kafka.bootstrapServers, "group.id": groupId,
+            ]))
         defer { Task { try? await consumer.close() } }
         let partitions = producedPerPartition.keys.map { TopicPartition(topic: "apn.requests", partition: $0) }
         let deadline = ContinuousClock.now + timeout

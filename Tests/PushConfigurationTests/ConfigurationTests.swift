@@ -1,14 +1,14 @@
 import Foundation
-import Testing
-
 import PushConfiguration
+import Testing
 
 /// A temporary directory holding credential files and config files; removed on deinit.
 private final class Fixture {
     let directory: String
 
     init() throws {
-        directory = FileManager.default.temporaryDirectory
+        directory =
+            FileManager.default.temporaryDirectory
             .appendingPathComponent("apn-worker-config-tests-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         for name in ["cert.pem", "key.pem", "app.p12", "ca.pem", "sandbox-cert.pem", "sandbox-key.pem"] {
@@ -152,10 +152,12 @@ private func parseError(
 
     #expect(config.configFile == path)
     #expect(config.warnings.isEmpty)
-    #expect(config.worker == WorkerConfiguration.Worker(
-        id: "worker-a", batchSize: 250, batchWindow: .zero, maxInFlight: 10000, resultFlushInterval: .milliseconds(15),
-        resultBatchSize: 1000, shutdownTimeout: .seconds(45), logLevel: .debug, logFormat: .text, dedupeTTL: .seconds(3600),
-        statusAddress: nil))
+    #expect(
+        config.worker
+            == WorkerConfiguration.Worker(
+                id: "worker-a", batchSize: 250, batchWindow: .zero, maxInFlight: 10000, resultFlushInterval: .milliseconds(15),
+                resultBatchSize: 1000, shutdownTimeout: .seconds(45), logLevel: .debug, logFormat: .text, dedupeTTL: .seconds(3600),
+                statusAddress: nil))
     #expect(config.kafka.bootstrapServers == "k1:9092,k2:9092")
     #expect(config.kafka.groupId == "my-group")
     #expect(config.kafka.requestsTopic == "push.requests")
@@ -239,9 +241,10 @@ private func parseError(
     #expect(config.worker.id == "json-worker")
     #expect(config.worker.batchSize == 10)
     #expect(config.worker.logLevel == .warning)
-    #expect(config.kafka.properties == [
-        "linger.ms": "5", "enable.idempotence": "false", "ratio": "0.5", "client.id": "x",
-    ])
+    #expect(
+        config.kafka.properties == [
+            "linger.ms": "5", "enable.idempotence": "false", "ratio": "0.5", "client.id": "x",
+        ])
     #expect(config.redis.host == "::1")
     #expect(config.redis.endpoint == "[::1]:6379")
     #expect(config.redis.password == "päss")
@@ -335,14 +338,15 @@ private func parseError(
 
 @Test func environmentOverridesFile() throws {
     let fixture = try Fixture()
-    let yaml = fixture.minimalYAML(extra: """
-        worker:
-          id: from-file
-          batchSize: 100
-          logLevel: error
-        limits:
-          appPerSecond: 5
-        """)
+    let yaml = fixture.minimalYAML(
+        extra: """
+            worker:
+              id: from-file
+              batchSize: 100
+              logLevel: error
+            limits:
+              appPerSecond: 5
+            """)
     let environment = [
         "APN_WORKER_ID": "from-env",
         "APN_WORKER_BATCH_SIZE": "200",
@@ -364,9 +368,11 @@ private func parseError(
         "PATH": "/usr/bin",
     ]
     let config = try parse(yaml, environment: environment)
-    #expect(config.worker == WorkerConfiguration.Worker(
-        id: "from-env", batchSize: 200, maxInFlight: 300, shutdownTimeout: .seconds(60), logLevel: .trace,
-        logFormat: .text, dedupeTTL: .seconds(600)))
+    #expect(
+        config.worker
+            == WorkerConfiguration.Worker(
+                id: "from-env", batchSize: 200, maxInFlight: 300, shutdownTimeout: .seconds(60), logLevel: .trace,
+                logFormat: .text, dedupeTTL: .seconds(600)))
     #expect(config.kafka.bootstrapServers == "env:9092")
     #expect(config.kafka.groupId == "env-group")
     #expect(config.kafka.requestsTopic == "env.requests")
@@ -378,10 +384,11 @@ private func parseError(
     #expect(config.limits == WorkerConfiguration.Limits(appPerSecond: 50, devicePerHour: 9))
     #expect(config.apps["com.example.app"]?.appPerSecond == 50)
     #expect(config.apps["com.example.app"]?.devicePerHour == 9)
-    #expect(config.warnings == [
-        "APN_WORKER_BATCHSIZE is not a setting of apn-worker run; it was ignored.",
-        "APN_WORKER_EMPTY_IS_UNSET is not a setting of apn-worker run; it was ignored.",
-    ])
+    #expect(
+        config.warnings == [
+            "APN_WORKER_BATCHSIZE is not a setting of apn-worker run; it was ignored.",
+            "APN_WORKER_EMPTY_IS_UNSET is not a setting of apn-worker run; it was ignored.",
+        ])
 
     // An empty variable counts as unset.
     let unset = try parse(yaml, environment: ["APN_WORKER_BATCH_SIZE": ""])
@@ -437,25 +444,29 @@ private func parseError(
     #expect(viaFlag.worker.id == "flag-file")
 
     let missing = fixture.path("missing.yaml")
-    #expect(errorMessage { () throws(ConfigurationError) in
-        try WorkerConfiguration.load(environment: ["APN_WORKER_CONFIG": missing])
-    } == "APN_WORKER_CONFIG: cannot read \(missing); check that the file exists and is readable.")
-    #expect(errorMessage { () throws(ConfigurationError) in
-        try WorkerConfiguration.load(overrides: ConfigurationOverrides(configPath: fixture.directory), environment: [:])
-    } == "--config: \(fixture.directory) is a directory; name the config file in it.")
+    #expect(
+        errorMessage { () throws(ConfigurationError) in
+            try WorkerConfiguration.load(environment: ["APN_WORKER_CONFIG": missing])
+        } == "APN_WORKER_CONFIG: cannot read \(missing); check that the file exists and is readable.")
+    #expect(
+        errorMessage { () throws(ConfigurationError) in
+            try WorkerConfiguration.load(overrides: ConfigurationOverrides(configPath: fixture.directory), environment: [:])
+        } == "--config: \(fixture.directory) is a directory; name the config file in it.")
 }
 
 @Test func kafkaPropertiesMergeFileEnvironmentAndFlags() throws {
     let fixture = try Fixture()
-    let yaml = fixture.minimalYAML(extra: """
-        kafka:
-          bootstrapServers: "127.0.0.1:9092"
-          properties:
-            security.protocol: PLAINTEXT
-            linger.ms: 10
-            compression.type: lz4
-            enable.auto.commit: no
-        """).replacingOccurrences(of: "kafka:\n  bootstrapServers: \"127.0.0.1:9092\"\nredis:", with: "redis:")
+    let yaml = fixture.minimalYAML(
+        extra: """
+            kafka:
+              bootstrapServers: "127.0.0.1:9092"
+              properties:
+                security.protocol: PLAINTEXT
+                linger.ms: 10
+                compression.type: lz4
+                enable.auto.commit: no
+            """
+    ).replacingOccurrences(of: "kafka:\n  bootstrapServers: \"127.0.0.1:9092\"\nredis:", with: "redis:")
     let environment = [
         "APN_WORKER_KAFKA_PROPERTY_SECURITY_PROTOCOL": "SSL",
         "APN_WORKER_KAFKA_PROPERTY_SSL_CA_LOCATION": "/etc/ca.pem",
@@ -463,30 +474,35 @@ private func parseError(
     ]
     let overrides = ConfigurationOverrides(kafkaProperties: ["linger.ms=30", "client.id=a=b", "acks="])
     let config = try parse(yaml, overrides: overrides, environment: environment)
-    #expect(config.kafka.properties == [
-        "security.protocol": "SSL",
-        "ssl.ca.location": "/etc/ca.pem",
-        "linger.ms": "30",
-        "compression.type": "lz4",
-        "enable.auto.commit": "false",
-        "client.id": "a=b",
-        "acks": "",
-    ])
+    #expect(
+        config.kafka.properties == [
+            "security.protocol": "SSL",
+            "ssl.ca.location": "/etc/ca.pem",
+            "linger.ms": "30",
+            "compression.type": "lz4",
+            "enable.auto.commit": "false",
+            "client.id": "a=b",
+            "acks": "",
+        ])
     #expect(config.warnings.isEmpty)
 
-    #expect(parseError(fixture.minimalYAML(), overrides: ConfigurationOverrides(kafkaProperties: ["novalue"]))
-        == "--kafka-property must be written name=value (for example security.protocol=SSL), not \"novalue\".")
-    #expect(parseError(fixture.minimalYAML(), environment: ["APN_WORKER_KAFKA_PROPERTY_": "x"])
-        == "APN_WORKER_KAFKA_PROPERTY_ needs a librdkafka property name after the prefix, for example "
-        + "APN_WORKER_KAFKA_PROPERTY_SECURITY_PROTOCOL=SSL.")
-    #expect(parseError(fixture.minimalYAML(), overrides: ConfigurationOverrides(kafkaProperties: ["group.id=x"]))
-        == "--kafka-property group.id: set kafka.groupId (APN_WORKER_KAFKA_GROUP_ID, --group) instead of the "
-        + "librdkafka property group.id.")
+    #expect(
+        parseError(fixture.minimalYAML(), overrides: ConfigurationOverrides(kafkaProperties: ["novalue"]))
+            == "--kafka-property must be written name=value (for example security.protocol=SSL), not \"novalue\".")
+    #expect(
+        parseError(fixture.minimalYAML(), environment: ["APN_WORKER_KAFKA_PROPERTY_": "x"])
+            == "APN_WORKER_KAFKA_PROPERTY_ needs a librdkafka property name after the prefix, for example "
+            + "APN_WORKER_KAFKA_PROPERTY_SECURITY_PROTOCOL=SSL.")
+    #expect(
+        parseError(fixture.minimalYAML(), overrides: ConfigurationOverrides(kafkaProperties: ["group.id=x"]))
+            == "--kafka-property group.id: set kafka.groupId (APN_WORKER_KAFKA_GROUP_ID, --group) instead of the "
+            + "librdkafka property group.id.")
     let nested = fixture.minimalYAML(extra: "worker: {}").replacingOccurrences(
         of: "  bootstrapServers: \"127.0.0.1:9092\"",
         with: "  bootstrapServers: \"127.0.0.1:9092\"\n  properties:\n    security:\n      protocol: SSL")
-    #expect(parseError(nested) == "kafka.properties.security must be a string, number or boolean (librdkafka "
-        + "properties are name: value pairs with dotted names), not a mapping.")
+    #expect(
+        parseError(nested) == "kafka.properties.security must be a string, number or boolean (librdkafka "
+            + "properties are name: value pairs with dotted names), not a mapping.")
 }
 
 // MARK: - Errors
@@ -494,37 +510,45 @@ private func parseError(
 @Test func unknownKeysNameTheirPath() throws {
     let fixture = try Fixture()
     let typoInEnvironment = fixture.minimalYAML().replacingOccurrences(of: "certificate:", with: "certfile:")
-    #expect(parseError(typoInEnvironment) == "apps.com.example.app.environments.production.certfile: unknown "
-        + "setting; known settings here are certificate, key, pfx, passphrase, passphraseFile, ca, "
-        + "verifyServer, gateway, feedback, signingKey, keyId, teamId.")
-    #expect(parseError(fixture.minimalYAML(extra: "wroker:\n  id: x")) == "wroker: unknown setting; known "
-        + "settings here are worker, kafka, redis, limits, apps.")
-    #expect(parseError(fixture.minimalYAML(extra: "worker:\n  batchsize: 5")) == "worker.batchsize: unknown "
-        + "setting; known settings here are id, batchSize, batchWindowMs, maxInFlight, resultFlushMs, resultBatchSize, "
-        + "shutdownTimeoutSeconds, logLevel, logFormat, dedupeTTLSeconds, statusAddress.")
+    #expect(
+        parseError(typoInEnvironment) == "apps.com.example.app.environments.production.certfile: unknown "
+            + "setting; known settings here are certificate, key, pfx, passphrase, passphraseFile, ca, "
+            + "verifyServer, gateway, feedback, signingKey, keyId, teamId.")
+    #expect(
+        parseError(fixture.minimalYAML(extra: "wroker:\n  id: x")) == "wroker: unknown setting; known "
+            + "settings here are worker, kafka, redis, limits, apps.")
+    #expect(
+        parseError(fixture.minimalYAML(extra: "worker:\n  batchsize: 5")) == "worker.batchsize: unknown "
+            + "setting; known settings here are id, batchSize, batchWindowMs, maxInFlight, resultFlushMs, resultBatchSize, "
+            + "shutdownTimeoutSeconds, logLevel, logFormat, dedupeTTLSeconds, statusAddress.")
     let badEnvironment = fixture.minimalYAML().replacingOccurrences(of: "production:", with: "prod:")
-    #expect(parseError(badEnvironment) == "apps.com.example.app.environments.prod: unknown setting; known "
-        + "settings here are production, sandbox.")
-    #expect(parseError(fixture.minimalYAML(app: "    pool: 3")) == "apps.com.example.app.pool: unknown "
-        + "setting; known settings here are bundleId, defaultEnvironment, transport, poolSize, cacheMaxCount, "
-        + "cacheMaxBytes, confirmationWindowMs, resendOnUnknown, connectRetryLimit, appPerSecond, devicePerHour, "
-        + "feedbackIntervalSeconds, environments.")
+    #expect(
+        parseError(badEnvironment) == "apps.com.example.app.environments.prod: unknown setting; known "
+            + "settings here are production, sandbox.")
+    #expect(
+        parseError(fixture.minimalYAML(app: "    pool: 3")) == "apps.com.example.app.pool: unknown "
+            + "setting; known settings here are bundleId, defaultEnvironment, transport, poolSize, cacheMaxCount, "
+            + "cacheMaxBytes, confirmationWindowMs, resendOnUnknown, connectRetryLimit, appPerSecond, devicePerHour, "
+            + "feedbackIntervalSeconds, environments.")
     #expect(parseError(fixture.minimalYAML(extra: "redis:\n  host: x")) != nil)  // redis set twice
 }
 
 @Test func duplicateKeysAreRejected() throws {
     let fixture = try Fixture()
-    #expect(parseError(fixture.minimalYAML(extra: "limits:\n  appPerSecond: 1\n  appPerSecond: 2"))
-        == "config file /tmp/config.yaml: line 14, column 3: limits.appPerSecond is set twice; keep one.")
-    #expect(parseError("{\"limits\": {\"a\": 1, \"a\": 2}}", path: "/tmp/c.json")
-        == "config file /tmp/c.json: line 1, column 21: duplicate member name \"a\" in an object.")
+    #expect(
+        parseError(fixture.minimalYAML(extra: "limits:\n  appPerSecond: 1\n  appPerSecond: 2"))
+            == "config file /tmp/config.yaml: line 14, column 3: limits.appPerSecond is set twice; keep one.")
+    #expect(
+        parseError("{\"limits\": {\"a\": 1, \"a\": 2}}", path: "/tmp/c.json")
+            == "config file /tmp/c.json: line 1, column 21: duplicate member name \"a\" in an object.")
 }
 
 @Test func missingRequiredSettingsSayWhereToSetThem() throws {
     let fixture = try Fixture()
     let noKafka = fixture.minimalYAML().replacingOccurrences(of: "  bootstrapServers: \"127.0.0.1:9092\"", with: "")
-    #expect(parseError(noKafka) == "kafka.bootstrapServers is required: set it in the config file, "
-        + "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS or --brokers.")
+    #expect(
+        parseError(noKafka) == "kafka.bootstrapServers is required: set it in the config file, "
+            + "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS or --brokers.")
     // An explicit null is the same as leaving the setting out.
     let nullKafka = fixture.minimalYAML().replacingOccurrences(of: "\"127.0.0.1:9092\"", with: "null")
     #expect(parseError(nullKafka)?.hasPrefix("kafka.bootstrapServers is required") == true)
@@ -536,62 +560,83 @@ private func parseError(
     let environment = [
         "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS": "k:9092", "APN_WORKER_REDIS_URL": "redis://r",
     ]
-    #expect(errorMessage { () throws(ConfigurationError) in
-        try WorkerConfiguration.load(environment: environment)
-    } == "apps is required: give a config file that lists at least one app under apps with --config or "
-        + "APN_WORKER_CONFIG (apps cannot be set through environment variables or flags).")
-    #expect(errorMessage { () throws(ConfigurationError) in
-        try WorkerConfiguration.load(environment: [:])
-    } == "kafka.bootstrapServers is required: set it in the config file, APN_WORKER_KAFKA_BOOTSTRAP_SERVERS or --brokers.")
+    #expect(
+        errorMessage { () throws(ConfigurationError) in
+            try WorkerConfiguration.load(environment: environment)
+        } == "apps is required: give a config file that lists at least one app under apps with --config or "
+            + "APN_WORKER_CONFIG (apps cannot be set through environment variables or flags).")
+    #expect(
+        errorMessage { () throws(ConfigurationError) in
+            try WorkerConfiguration.load(environment: [:])
+        } == "kafka.bootstrapServers is required: set it in the config file, APN_WORKER_KAFKA_BOOTSTRAP_SERVERS or --brokers.")
 
     let noApps = "kafka:\n  bootstrapServers: k\nredis:\n  url: redis://r\n"
-    #expect(parseError(noApps) == "apps is required: list at least one app under apps in the config file "
-        + "/tmp/config.yaml (apps cannot be set through environment variables or flags).")
+    #expect(
+        parseError(noApps) == "apps is required: list at least one app under apps in the config file "
+            + "/tmp/config.yaml (apps cannot be set through environment variables or flags).")
     #expect(parseError(noApps + "apps: {}\n") == "apps must list at least one app, keyed by the app name that jobs use.")
-    #expect(parseError(noApps + "apps:\n  a:\n    poolSize: 2\n")
-        == "apps.a.environments must configure at least one of production and sandbox in the config file.")
-    #expect(parseError(noApps + "apps:\n  a:\n    environments:\n      sandbox:\n")
-        == "apps.a.environments.sandbox needs credentials: set certificate and key (PEM files) or pfx "
-        + "(a PKCS#12 file) in the config file.")
+    #expect(
+        parseError(noApps + "apps:\n  a:\n    poolSize: 2\n")
+            == "apps.a.environments must configure at least one of production and sandbox in the config file.")
+    #expect(
+        parseError(noApps + "apps:\n  a:\n    environments:\n      sandbox:\n")
+            == "apps.a.environments.sandbox needs credentials: set certificate and key (PEM files) or pfx "
+            + "(a PKCS#12 file) in the config file.")
     let noKey = fixture.minimalYAML().replacingOccurrences(of: "key: \(fixture.path("key.pem"))", with: "")
-    #expect(parseError(noKey) == "apps.com.example.app.environments.production.key is required with "
-        + "certificate: set it in the config file to the PEM private key file.")
+    #expect(
+        parseError(noKey) == "apps.com.example.app.environments.production.key is required with "
+            + "certificate: set it in the config file to the PEM private key file.")
 }
 
 @Test func numbersOutOfRangeOrMalformed() throws {
     let fixture = try Fixture()
     let yaml = fixture.minimalYAML()
-    #expect(parseError(yaml, environment: ["APN_WORKER_BATCH_SIZE": "abc"])
-        == "APN_WORKER_BATCH_SIZE must be a whole number from 1 to 100000, not \"abc\".")
-    #expect(parseError(yaml, environment: ["APN_WORKER_BATCH_SIZE": "100001"])
-        == "APN_WORKER_BATCH_SIZE must be a whole number from 1 to 100000, not \"100001\".")
-    #expect(parseError(yaml, overrides: ConfigurationOverrides(maxInFlight: 0))
-        == "--max-in-flight must be a whole number from 1 to 1000000, not 0.")
-    #expect(parseError(yaml, overrides: ConfigurationOverrides(shutdownTimeoutSeconds: 3601))
-        == "--shutdown-timeout must be a whole number from 1 to 3600, not 3601.")
-    #expect(parseError(fixture.minimalYAML(extra: "worker:\n  resultFlushMs: 0"))
-        == "worker.resultFlushMs must be a whole number from 1 to 10000, not 0.")
-    #expect(parseError(fixture.minimalYAML(extra: "worker:\n  batchWindowMs: -1"))
-        == "worker.batchWindowMs must be a whole number from 0 to 10000, not -1.")
-    #expect(parseError(fixture.minimalYAML(extra: "worker:\n  dedupeTTLSeconds: 59"))
-        == "worker.dedupeTTLSeconds must be a whole number from 60 to 31536000, not 59.")
-    #expect(parseError(fixture.minimalYAML(extra: "worker:\n  batchSize: 2.5"))
-        == "worker.batchSize must be a whole number from 1 to 100000, not 2.5.")
-    #expect(parseError(fixture.minimalYAML(extra: "worker:\n  batchSize: [1]"))
-        == "worker.batchSize must be a whole number from 1 to 100000, not a list.")
-    #expect(parseError(fixture.minimalYAML(extra: "worker:\n  batchSize: 99999999999999999999999"))
-        == "worker.batchSize must be a whole number from 1 to 100000, not 99999999999999999999999.")
-    #expect(parseError(fixture.minimalYAML(app: "    poolSize: 65"))
-        == "apps.com.example.app.poolSize must be a whole number from 1 to 64, not 65.")
-    #expect(parseError(fixture.minimalYAML(app: "    cacheMaxBytes: 4095"))
-        == "apps.com.example.app.cacheMaxBytes must be a whole number of at least 4096, not 4095.")
-    #expect(parseError(fixture.minimalYAML(app: "    feedbackIntervalSeconds: 86401"))
-        == "apps.com.example.app.feedbackIntervalSeconds must be 0 (no feedback polling) or a whole number "
-        + "from 1 to 86400, not 86401.")
-    #expect(parseError(fixture.minimalYAML(app: "    appPerSecond: -1"))
-        == "apps.com.example.app.appPerSecond must be 0 (unlimited) or a larger whole number, not -1.")
-    #expect(parseError(yaml, environment: ["APN_WORKER_LIMITS_DEVICE_PER_HOUR": "1e3"])
-        == "APN_WORKER_LIMITS_DEVICE_PER_HOUR must be 0 (unlimited) or a larger whole number, not \"1e3\".")
+    #expect(
+        parseError(yaml, environment: ["APN_WORKER_BATCH_SIZE": "abc"])
+            == "APN_WORKER_BATCH_SIZE must be a whole number from 1 to 100000, not \"abc\".")
+    #expect(
+        parseError(yaml, environment: ["APN_WORKER_BATCH_SIZE": "100001"])
+            == "APN_WORKER_BATCH_SIZE must be a whole number from 1 to 100000, not \"100001\".")
+    #expect(
+        parseError(yaml, overrides: ConfigurationOverrides(maxInFlight: 0))
+            == "--max-in-flight must be a whole number from 1 to 1000000, not 0.")
+    #expect(
+        parseError(yaml, overrides: ConfigurationOverrides(shutdownTimeoutSeconds: 3601))
+            == "--shutdown-timeout must be a whole number from 1 to 3600, not 3601.")
+    #expect(
+        parseError(fixture.minimalYAML(extra: "worker:\n  resultFlushMs: 0"))
+            == "worker.resultFlushMs must be a whole number from 1 to 10000, not 0.")
+    #expect(
+        parseError(fixture.minimalYAML(extra: "worker:\n  batchWindowMs: -1"))
+            == "worker.batchWindowMs must be a whole number from 0 to 10000, not -1.")
+    #expect(
+        parseError(fixture.minimalYAML(extra: "worker:\n  dedupeTTLSeconds: 59"))
+            == "worker.dedupeTTLSeconds must be a whole number from 60 to 31536000, not 59.")
+    #expect(
+        parseError(fixture.minimalYAML(extra: "worker:\n  batchSize: 2.5"))
+            == "worker.batchSize must be a whole number from 1 to 100000, not 2.5.")
+    #expect(
+        parseError(fixture.minimalYAML(extra: "worker:\n  batchSize: [1]"))
+            == "worker.batchSize must be a whole number from 1 to 100000, not a list.")
+    #expect(
+        parseError(fixture.minimalYAML(extra: "worker:\n  batchSize: 99999999999999999999999"))
+            == "worker.batchSize must be a whole number from 1 to 100000, not 99999999999999999999999.")
+    #expect(
+        parseError(fixture.minimalYAML(app: "    poolSize: 65"))
+            == "apps.com.example.app.poolSize must be a whole number from 1 to 64, not 65.")
+    #expect(
+        parseError(fixture.minimalYAML(app: "    cacheMaxBytes: 4095"))
+            == "apps.com.example.app.cacheMaxBytes must be a whole number of at least 4096, not 4095.")
+    #expect(
+        parseError(fixture.minimalYAML(app: "    feedbackIntervalSeconds: 86401"))
+            == "apps.com.example.app.feedbackIntervalSeconds must be 0 (no feedback polling) or a whole number "
+            + "from 1 to 86400, not 86401.")
+    #expect(
+        parseError(fixture.minimalYAML(app: "    appPerSecond: -1"))
+            == "apps.com.example.app.appPerSecond must be 0 (unlimited) or a larger whole number, not -1.")
+    #expect(
+        parseError(yaml, environment: ["APN_WORKER_LIMITS_DEVICE_PER_HOUR": "1e3"])
+            == "APN_WORKER_LIMITS_DEVICE_PER_HOUR must be 0 (unlimited) or a larger whole number, not \"1e3\".")
 
     // Written the YAML ways, and quoted, whole numbers are accepted.
     let forms = try parse(fixture.minimalYAML(extra: "worker:\n  batchSize: 1_000\n  maxInFlight: 0x10\n  resultBatchSize: \"30\""))
@@ -603,35 +648,46 @@ private func parseError(
 @Test func otherValueErrors() throws {
     let fixture = try Fixture()
     let yaml = fixture.minimalYAML()
-    #expect(parseError(yaml, environment: ["APN_WORKER_LOG_LEVEL": "verbose"])
-        == "APN_WORKER_LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical, not \"verbose\".")
-    #expect(parseError(yaml, overrides: ConfigurationOverrides(logFormat: "xml"))
-        == "--log-format must be json or text, not \"xml\".")
-    #expect(parseError(fixture.minimalYAML(app: "    transport: spdy"))
-        == "apps.com.example.app.transport must be binary or http2, not \"spdy\".")
-    #expect(parseError(fixture.minimalYAML(app: "    resendOnUnknown: maybe"))
-        == "apps.com.example.app.resendOnUnknown must be true or false, not \"maybe\".")
-    #expect(parseError(yaml, overrides: ConfigurationOverrides(workerId: "has space"))
-        == "--worker-id must be 1 to 64 characters of letters, digits, '.', '_' and '-', not \"has space\".")
-    #expect(parseError(yaml, environment: ["APN_WORKER_KAFKA_RESULTS_TOPIC": "bad/topic"])
-        == "APN_WORKER_KAFKA_RESULTS_TOPIC must be a Kafka topic name of 1 to 249 letters, digits, '.', '_' "
-        + "and '-', not \"bad/topic\".")
-    #expect(parseError(fixture.minimalYAML(extra: "worker: [1, 2]"))
-        == "worker must be a mapping of settings, not a list.")
+    #expect(
+        parseError(yaml, environment: ["APN_WORKER_LOG_LEVEL": "verbose"])
+            == "APN_WORKER_LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical, not \"verbose\".")
+    #expect(
+        parseError(yaml, overrides: ConfigurationOverrides(logFormat: "xml"))
+            == "--log-format must be json or text, not \"xml\".")
+    #expect(
+        parseError(fixture.minimalYAML(app: "    transport: spdy"))
+            == "apps.com.example.app.transport must be binary or http2, not \"spdy\".")
+    #expect(
+        parseError(fixture.minimalYAML(app: "    resendOnUnknown: maybe"))
+            == "apps.com.example.app.resendOnUnknown must be true or false, not \"maybe\".")
+    #expect(
+        parseError(yaml, overrides: ConfigurationOverrides(workerId: "has space"))
+            == "--worker-id must be 1 to 64 characters of letters, digits, '.', '_' and '-', not \"has space\".")
+    #expect(
+        parseError(yaml, environment: ["APN_WORKER_KAFKA_RESULTS_TOPIC": "bad/topic"])
+            == "APN_WORKER_KAFKA_RESULTS_TOPIC must be a Kafka topic name of 1 to 249 letters, digits, '.', '_' "
+            + "and '-', not \"bad/topic\".")
+    #expect(
+        parseError(fixture.minimalYAML(extra: "worker: [1, 2]"))
+            == "worker must be a mapping of settings, not a list.")
     // A variable for a setting in that section does not hide the file's mistake.
-    #expect(parseError(fixture.minimalYAML(extra: "worker: [1, 2]"), environment: ["APN_WORKER_ID": "w"])
-        == "worker must be a mapping of settings, not a list.")
+    #expect(
+        parseError(fixture.minimalYAML(extra: "worker: [1, 2]"), environment: ["APN_WORKER_ID": "w"])
+            == "worker must be a mapping of settings, not a list.")
     // Variables and flags fill in a section the file leaves out, and say where a bad value came from.
     #expect(try parse(fixture.minimalYAML(), environment: ["APN_WORKER_LIMITS_APP_PER_SECOND": " 4 "]).limits.appPerSecond == 4)
-    #expect(parseError(fixture.minimalYAML(extra: "worker:\n  batchSize: 5"), overrides: ConfigurationOverrides(batchSize: -2))
-        == "--batch-size must be a whole number from 1 to 100000, not -2.")
-    #expect(parseError("- a\n- b\n")
-        == "config file /tmp/config.yaml: the top level must be a mapping of settings (worker, kafka, redis, "
-        + "limits, apps), not a list.")
+    #expect(
+        parseError(fixture.minimalYAML(extra: "worker:\n  batchSize: 5"), overrides: ConfigurationOverrides(batchSize: -2))
+            == "--batch-size must be a whole number from 1 to 100000, not -2.")
+    #expect(
+        parseError("- a\n- b\n")
+            == "config file /tmp/config.yaml: the top level must be a mapping of settings (worker, kafka, redis, "
+            + "limits, apps), not a list.")
     let badGateway = fixture.minimalYAML().replacingOccurrences(
         of: "key: \(fixture.path("key.pem"))", with: "key: \(fixture.path("key.pem"))\n        gateway: host:99999")
-    #expect(parseError(badGateway) == "apps.com.example.app.environments.production.gateway must be host:port "
-        + "with a port from 1 to 65535 (an IPv6 address in brackets), not \"host:99999\".")
+    #expect(
+        parseError(badGateway) == "apps.com.example.app.environments.production.gateway must be host:port "
+            + "with a port from 1 to 65535 (an IPv6 address in brackets), not \"host:99999\".")
 }
 
 @Test func redisURLs() throws {
@@ -645,26 +701,31 @@ private func parseError(
     #expect(try redis("redis://:pw@h:1/15").database == 15)
     #expect(try redis("redis://:url@h", password: "flag").password == "flag")
     #expect(try redis("redis://u@h", password: "p").username == "u")
-    #expect(parseError(yaml, overrides: ConfigurationOverrides(redisURL: "rediss://h"))
-        == "--redis: TLS to Redis is not supported by the linked hiredis 0.14; connect through a TLS proxy "
-        + "(for example stunnel) and use redis:// to it.")
-    #expect(parseError(yaml, overrides: ConfigurationOverrides(redisURL: "redis://:secret@h:0"))
-        == "--redis must be a Redis URL of the form redis://[[user]:password@]host[:port][/db], not "
-        + "\"redis://:***@h:0\" (the port must be from 1 to 65535).")
-    #expect(parseError(yaml, environment: ["APN_WORKER_REDIS_URL": "http://h"])
-        == "APN_WORKER_REDIS_URL must be a Redis URL of the form redis://[[user]:password@]host[:port][/db], "
-        + "not \"http://h\" (the scheme must be redis://).")
-    #expect(parseError(yaml, overrides: ConfigurationOverrides(redisURL: "redis://u@h"))
-        == "--redis names the user \"u\" but no password is set: add it to the URL or set redis.password, "
-        + "APN_WORKER_REDIS_PASSWORD or --redis-password.")
+    #expect(
+        parseError(yaml, overrides: ConfigurationOverrides(redisURL: "rediss://h"))
+            == "--redis: TLS to Redis is not supported by the linked hiredis 0.14; connect through a TLS proxy "
+            + "(for example stunnel) and use redis:// to it.")
+    #expect(
+        parseError(yaml, overrides: ConfigurationOverrides(redisURL: "redis://:secret@h:0"))
+            == "--redis must be a Redis URL of the form redis://[[user]:password@]host[:port][/db], not "
+            + "\"redis://:***@h:0\" (the port must be from 1 to 65535).")
+    #expect(
+        parseError(yaml, environment: ["APN_WORKER_REDIS_URL": "http://h"])
+            == "APN_WORKER_REDIS_URL must be a Redis URL of the form redis://[[user]:password@]host[:port][/db], "
+            + "not \"http://h\" (the scheme must be redis://).")
+    #expect(
+        parseError(yaml, overrides: ConfigurationOverrides(redisURL: "redis://u@h"))
+            == "--redis names the user \"u\" but no password is set: add it to the URL or set redis.password, "
+            + "APN_WORKER_REDIS_PASSWORD or --redis-password.")
 }
 
 @Test func redisTLSIsRefused() throws {
     let fixture = try Fixture()
     let yaml = fixture.minimalYAML().replacingOccurrences(
         of: "  url: \"redis://127.0.0.1:6379/0\"", with: "  url: \"redis://127.0.0.1:6379/0\"\n  tls: true")
-    #expect(parseError(yaml) == "redis.tls: TLS to Redis is not supported by the linked hiredis 0.14; connect "
-        + "through a TLS proxy (for example stunnel) and use redis:// to it.")
+    #expect(
+        parseError(yaml) == "redis.tls: TLS to Redis is not supported by the linked hiredis 0.14; connect "
+            + "through a TLS proxy (for example stunnel) and use redis:// to it.")
     let off = yaml.replacingOccurrences(of: "tls: true", with: "tls: false")
     #expect(try parse(off).redis.host == "127.0.0.1")
 }
@@ -674,28 +735,33 @@ private func parseError(
 @Test func credentialFilesMustExist() throws {
     let fixture = try Fixture()
     let missing = fixture.minimalYAML().replacingOccurrences(of: fixture.path("cert.pem"), with: "/x/cert.pem")
-    #expect(parseError(missing) == "apps.com.example.app.environments.production.certificate: cannot read "
-        + "/x/cert.pem; check that the file exists and is readable.")
+    #expect(
+        parseError(missing) == "apps.com.example.app.environments.production.certificate: cannot read "
+            + "/x/cert.pem; check that the file exists and is readable.")
     let relative = fixture.minimalYAML().replacingOccurrences(of: fixture.path("key.pem"), with: "nope.pem")
-    #expect(parseError(relative, path: fixture.path("c.yaml")) == "apps.com.example.app.environments.production.key: "
-        + "cannot read \(fixture.path("nope.pem")); check that the file exists and is readable.")
+    #expect(
+        parseError(relative, path: fixture.path("c.yaml")) == "apps.com.example.app.environments.production.key: "
+            + "cannot read \(fixture.path("nope.pem")); check that the file exists and is readable.")
     let directory = fixture.minimalYAML().replacingOccurrences(of: fixture.path("key.pem"), with: fixture.directory)
-    #expect(parseError(directory) == "apps.com.example.app.environments.production.key: \(fixture.directory) "
-        + "is a directory; name a file.")
+    #expect(
+        parseError(directory) == "apps.com.example.app.environments.production.key: \(fixture.directory) "
+            + "is a directory; name a file.")
     let ca = fixture.minimalYAML().replacingOccurrences(
         of: "key: \(fixture.path("key.pem"))", with: "key: \(fixture.path("key.pem"))\n        ca: ../missing-ca.pem")
     let expectedCA = URL(fileURLWithPath: fixture.directory).deletingLastPathComponent()
         .appendingPathComponent("missing-ca.pem").path
-    #expect(parseError(ca, path: fixture.path("c.yaml")) == "apps.com.example.app.environments.production.ca: "
-        + "cannot read \(expectedCA); check that the file exists and is readable.")
+    #expect(
+        parseError(ca, path: fixture.path("c.yaml")) == "apps.com.example.app.environments.production.ca: "
+            + "cannot read \(expectedCA); check that the file exists and is readable.")
 }
 
 @Test func pfxCannotBeCombinedWithCertificate() throws {
     let fixture = try Fixture()
     let yaml = fixture.minimalYAML().replacingOccurrences(
         of: "key: \(fixture.path("key.pem"))", with: "key: \(fixture.path("key.pem"))\n        pfx: app.p12")
-    #expect(parseError(yaml, path: fixture.path("c.yaml")) == "apps.com.example.app.environments.production.pfx "
-        + "cannot be used together with certificate and key; set either pfx or certificate and key.")
+    #expect(
+        parseError(yaml, path: fixture.path("c.yaml")) == "apps.com.example.app.environments.production.pfx "
+            + "cannot be used together with certificate and key; set either pfx or certificate and key.")
 }
 
 @Test func passphraseFileIsReadAndTrimmed() throws {
@@ -714,14 +780,17 @@ private func parseError(
     let literal = try parse(environment("passphrase: 0123"), path: path)
     #expect(literal.apps["com.example.app"]?.environments[.production]?.passphrase == "0123")
 
-    #expect(parseError(environment("passphraseFile: empty.txt"), path: path)
-        == "apps.com.example.app.environments.production.passphraseFile: \(fixture.path("empty.txt")) is empty; "
-        + "it must hold the passphrase.")
-    #expect(parseError(environment("passphraseFile: gone.txt"), path: path)
-        == "apps.com.example.app.environments.production.passphraseFile: cannot read \(fixture.path("gone.txt")); "
-        + "check that the file exists and is readable.")
-    #expect(parseError(environment("passphrase: a\n        passphraseFile: passphrase.txt"), path: path)
-        == "apps.com.example.app.environments.production.passphrase and passphraseFile cannot both be set; keep one.")
+    #expect(
+        parseError(environment("passphraseFile: empty.txt"), path: path)
+            == "apps.com.example.app.environments.production.passphraseFile: \(fixture.path("empty.txt")) is empty; "
+            + "it must hold the passphrase.")
+    #expect(
+        parseError(environment("passphraseFile: gone.txt"), path: path)
+            == "apps.com.example.app.environments.production.passphraseFile: cannot read \(fixture.path("gone.txt")); "
+            + "check that the file exists and is readable.")
+    #expect(
+        parseError(environment("passphrase: a\n        passphraseFile: passphrase.txt"), path: path)
+            == "apps.com.example.app.environments.production.passphrase and passphraseFile cannot both be set; keep one.")
 }
 
 // MARK: - Environments
@@ -769,16 +838,18 @@ private func parseError(
     #expect(try app("sandbox: {pfx: app.p12}")?.defaultEnvironment == .sandbox)
     #expect(try app("production: {pfx: app.p12}")?.defaultEnvironment == .production)
     #expect(try app("sandbox: {pfx: app.p12}, production: {pfx: app.p12}")?.defaultEnvironment == .production)
-    #expect(try app("sandbox: {pfx: app.p12}, production: {pfx: app.p12}", "defaultEnvironment: sandbox")?
-        .defaultEnvironment == .sandbox)
+    #expect(
+        try app("sandbox: {pfx: app.p12}, production: {pfx: app.p12}", "defaultEnvironment: sandbox")?
+            .defaultEnvironment == .sandbox)
     var message: String?
     do {
         _ = try app("sandbox: {pfx: app.p12}", "defaultEnvironment: production")
     } catch {
         message = error.message
     }
-    #expect(message == "apps.a.defaultEnvironment is production, but apps.a.environments has no production "
-        + "entry; configure it or choose sandbox.")
+    #expect(
+        message == "apps.a.defaultEnvironment is production, but apps.a.environments has no production "
+            + "entry; configure it or choose sandbox.")
     #expect(throws: ConfigurationError.self) { try app("sandbox: {pfx: app.p12}", "defaultEnvironment: staging") }
 }
 
@@ -791,12 +862,15 @@ private func parseError(
     #expect(message.hasSuffix("."))
 
     let json = "{\n  \"kafka\": {\"bootstrapServers\": \"k\",}\n}"
-    #expect(parseError(json, path: "/etc/apn-worker.json")
-        == "config file /etc/apn-worker.json: line 2, column 37: expected a string member name after ','.")
-    #expect(parseError("{\"a\": tru}", path: "/c.json")
-        == "config file /c.json: line 1, column 7: invalid literal; expected 'true'.")
-    #expect(parseError("", path: "/c.json")
-        == "config file /c.json: line 1, column 1: unexpected end of input; expected a value.")
+    #expect(
+        parseError(json, path: "/etc/apn-worker.json")
+            == "config file /etc/apn-worker.json: line 2, column 37: expected a string member name after ','.")
+    #expect(
+        parseError("{\"a\": tru}", path: "/c.json")
+            == "config file /c.json: line 1, column 7: invalid literal; expected 'true'.")
+    #expect(
+        parseError("", path: "/c.json")
+            == "config file /c.json: line 1, column 1: unexpected end of input; expected a value.")
 
     // An empty YAML file is an empty configuration.
     #expect(parseError("")?.hasPrefix("kafka.bootstrapServers is required") == true)
@@ -857,11 +931,13 @@ private func parseError(
     let fixture = try Fixture()
     let path = fixture.path("latin1.yaml")
     _ = FileManager.default.createFile(atPath: path, contents: Data([0x61, 0x3A, 0x20, 0xE9, 0x0A]))
-    #expect(errorMessage { () throws(ConfigurationError) in
-        try WorkerConfiguration.load(overrides: ConfigurationOverrides(configPath: path), environment: [:])
-    } == "config file \(path) is not UTF-8 text; save it as UTF-8.")
-    #expect(parseError("a: 1\n---\nb: 2\n") == "config file /tmp/config.yaml: line 2, column 1: a second YAML "
-        + "document starts here, but a config file holds only one.")
+    #expect(
+        errorMessage { () throws(ConfigurationError) in
+            try WorkerConfiguration.load(overrides: ConfigurationOverrides(configPath: path), environment: [:])
+        } == "config file \(path) is not UTF-8 text; save it as UTF-8.")
+    #expect(
+        parseError("a: 1\n---\nb: 2\n") == "config file /tmp/config.yaml: line 2, column 1: a second YAML "
+            + "document starts here, but a config file holds only one.")
     #expect(parseError("\tkafka: 1\n")?.hasSuffix("; YAML cannot be indented with tabs.") == true)
 }
 
@@ -885,11 +961,13 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
 @Test func http2AppsTakeATokenAndDefaultToTheProviderAPI() throws {
     let fixture = try Fixture()
     fixture.write("AuthKey.p8", "-----BEGIN PRIVATE KEY-----\n")
-    let yaml = http2YAML(fixture, environment: """
-              signingKey: \(fixture.path("AuthKey.p8"))
-              keyId: ABCDE12345
-              teamId: TEAM123456
-    """)
+    let yaml = http2YAML(
+        fixture,
+        environment: """
+                      signingKey: \(fixture.path("AuthKey.p8"))
+                      keyId: ABCDE12345
+                      teamId: TEAM123456
+            """)
     let config = try parse(yaml)
     let app = try #require(config.apps["com.example.app"])
     #expect(app.transport == .http2)
@@ -903,30 +981,55 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     fixture.write("AuthKey.p8", "-----BEGIN PRIVATE KEY-----\n")
     let key = fixture.path("AuthKey.p8")
     let path = "apps.com.example.app.environments.production"
-    #expect(parseError(http2YAML(fixture, transport: "binary", environment: """
-              signingKey: \(key)
-              keyId: ABCDE12345
-              teamId: TEAM123456
-    """)) == "\(path).signingKey needs transport http2: the binary protocol authenticates with a certificate only; set the app's transport to http2 or use certificate and key.")
-    #expect(parseError(http2YAML(fixture, environment: """
-              signingKey: \(key)
-              teamId: TEAM123456
-    """)) == "\(path).keyId is required with signingKey: set it to the key's 10-character key ID.")
-    #expect(parseError(http2YAML(fixture, environment: """
-              signingKey: \(key)
-              keyId: ABCDE12345
-              teamId: TEAM
-    """)) == "\(path).teamId must be 10 letters or digits, not \"TEAM\".")
-    #expect(parseError(http2YAML(fixture, environment: """
-              signingKey: \(key)
-              keyId: ABCDE12345
-              teamId: TEAM123456
-              certificate: \(fixture.path("cert.pem"))
-              key: \(fixture.path("key.pem"))
-    """)) == "\(path).signingKey cannot be used together with certificate, key or pfx; choose token or certificate authentication.")
-    #expect(parseError(http2YAML(fixture, environment: """
-              verifyServer: false
-    """)) == "\(path) needs credentials: set certificate and key (PEM files) or pfx (a PKCS#12 file), or signingKey, keyId and teamId, in the config file.")
+    #expect(
+        parseError(
+            http2YAML(
+                fixture, transport: "binary",
+                environment: """
+                              signingKey: \(key)
+                              keyId: ABCDE12345
+                              teamId: TEAM123456
+                    """))
+            == "\(path).signingKey needs transport http2: the binary protocol authenticates with a certificate only; set the app's transport to http2 or use certificate and key."
+    )
+    #expect(
+        parseError(
+            http2YAML(
+                fixture,
+                environment: """
+                              signingKey: \(key)
+                              teamId: TEAM123456
+                    """)) == "\(path).keyId is required with signingKey: set it to the key's 10-character key ID.")
+    #expect(
+        parseError(
+            http2YAML(
+                fixture,
+                environment: """
+                              signingKey: \(key)
+                              keyId: ABCDE12345
+                              teamId: TEAM
+                    """)) == "\(path).teamId must be 10 letters or digits, not \"TEAM\".")
+    #expect(
+        parseError(
+            http2YAML(
+                fixture,
+                environment: """
+                              signingKey: \(key)
+                              keyId: ABCDE12345
+                              teamId: TEAM123456
+                              certificate: \(fixture.path("cert.pem"))
+                              key: \(fixture.path("key.pem"))
+                    """))
+            == "\(path).signingKey cannot be used together with certificate, key or pfx; choose token or certificate authentication.")
+    #expect(
+        parseError(
+            http2YAML(
+                fixture,
+                environment: """
+                              verifyServer: false
+                    """))
+            == "\(path) needs credentials: set certificate and key (PEM files) or pfx (a PKCS#12 file), or signingKey, keyId and teamId, in the config file."
+    )
 }
 
 // MARK: - Healing settings
@@ -965,12 +1068,14 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
         \u{FEFF}{"kafka": {"bootstrapServers": "k"}, "redis": {"url": "redis://r"}, "zeta": 1, "alpha": 2,
          "apps": {"a": {"environments": {"sandbox": {"pfx": "\(fixture.path("app.p12"))"}}}}}
         """
-    #expect(parseError(json, path: "/c.json")
-        == "alpha: unknown setting; known settings here are worker, kafka, redis, limits, apps.")
+    #expect(
+        parseError(json, path: "/c.json")
+            == "alpha: unknown setting; known settings here are worker, kafka, redis, limits, apps.")
     let valid = json.replacingOccurrences(of: "\"zeta\": 1, \"alpha\": 2,", with: "")
     #expect(try parse(valid, path: "/c.json").apps["a"]?.defaultEnvironment == .sandbox)
     #expect(try parse(valid, path: "/c.conf").apps["a"]?.defaultEnvironment == .sandbox)
     // Columns count characters, not bytes.
-    #expect(parseError("{\"é\": x}", path: "/c.json")
-        == "config file /c.json: line 1, column 7: unexpected character 'x'; expected a value.")
+    #expect(
+        parseError("{\"é\": x}", path: "/c.json")
+            == "config file /c.json: line 1, column 7: unexpected character 'x'; expected a value.")
 }

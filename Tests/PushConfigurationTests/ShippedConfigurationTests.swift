@@ -1,8 +1,7 @@
 import Foundation
+import PushConfiguration
 import PushTestSupport
 import Testing
-
-import PushConfiguration
 
 /// The configurations shipped in `deploy/` load with the worker's own loader, with their
 /// credential paths pointed at placeholder files.
@@ -64,7 +63,8 @@ import PushConfiguration
         var environment: [String: String] = [:]
         for line in lines where line.hasPrefix("  APN_WORKER_") {
             let parts = line.dropFirst(2).split(separator: ":", maxSplits: 1)
-            environment[String(parts[0])] = parts[1].trimmingCharacters(in: .whitespaces).trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+            environment[String(parts[0])] = parts[1].trimmingCharacters(in: .whitespaces).trimmingCharacters(
+                in: CharacterSet(charactersIn: "\""))
         }
         #expect(Set(environment.keys) == ["APN_WORKER_KAFKA_BOOTSTRAP_SERVERS", "APN_WORKER_REDIS_URL"])
         environment["APN_WORKER_ID"] = "apn-worker-7d9c5-x2x8q"

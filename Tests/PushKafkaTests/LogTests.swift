@@ -1,6 +1,7 @@
 import Logging
-@testable import PushKafka
 import Testing
+
+@testable import PushKafka
 
 /// A log handler that passes every record on to a stream, for checking what librdkafka logged.
 struct RecordingLogHandler: LogHandler {

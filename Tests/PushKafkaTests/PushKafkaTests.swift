@@ -9,8 +9,9 @@ struct PushKafkaTests {
         try cluster.createTopic(topic, partitions: 4)
         let producer = try KafkaProducer(configuration: producerConfiguration(cluster))
         let outgoing = (0..<1000).map { i in
-            KafkaOutgoingMessage(topic: topic, key: bytes("key-\(i)"), value: bytes("value-\(i)"),
-                                 headers: [KafkaHeader("index", bytes("\(i)")), KafkaHeader("empty", [])])
+            KafkaOutgoingMessage(
+                topic: topic, key: bytes("key-\(i)"), value: bytes("value-\(i)"),
+                headers: [KafkaHeader("index", bytes("\(i)")), KafkaHeader("empty", [])])
         }
 
         let reports = try await producer.send(outgoing).map { try $0.get() }
@@ -114,8 +115,9 @@ struct PushKafkaTests {
             let revoked = events.all.compactMap { if case .revoked(let partitions) = $0 { partitions } else { nil } }
             #expect(hook.all == revoked, "onRevoke is called once per revocation, before it is reported")
         }
-        #expect(eventsB.all.contains { if case .assigned(let partitions) = $0 { !Set(partitions).isDisjoint(with: finalA) } else { false } },
-                "B was incrementally assigned A's former partitions")
+        #expect(
+            eventsB.all.contains { if case .assigned(let partitions) = $0 { !Set(partitions).isDisjoint(with: finalA) } else { false } },
+            "B was incrementally assigned A's former partitions")
     }
 
     /// What librdkafka 2.0.2's mock cluster does with static membership (`group.instance.id`),

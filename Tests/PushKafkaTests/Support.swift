@@ -30,9 +30,11 @@ func consumerConfiguration(_ cluster: EmbeddedKafkaCluster, group: String) -> Ka
 
 /// Repeats `attempt` (which should itself wait, e.g. by polling) until it returns true.
 /// Records an issue and throws if `deadline` passes first.
-func eventually(_ condition: Comment, within deadline: Duration = .seconds(60),
-                sourceLocation: SourceLocation = #_sourceLocation,
-                _ attempt: () async throws -> Bool) async throws {
+func eventually(
+    _ condition: Comment, within deadline: Duration = .seconds(60),
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ attempt: () async throws -> Bool
+) async throws {
     let end = ContinuousClock.now + deadline
     while ContinuousClock.now < end {
         if try await attempt() { return }

@@ -1,5 +1,5 @@
-import PushTestSupport
 import PushRedis
+import PushTestSupport
 import Testing
 
 @Suite("AUTH and SELECT", .timeLimit(.minutes(2)))
@@ -10,9 +10,10 @@ struct AuthTests {
             let redis = try await RedisConnection.connect(server.configuration(password: "s3cret"))
             #expect(try await redis.send(["PING"]) == .simpleString("PONG"))
 
-            let wrong = try #require(await redisError {
-                try await RedisConnection.connect(server.configuration(password: "wrong"))
-            })
+            let wrong = try #require(
+                await redisError {
+                    try await RedisConnection.connect(server.configuration(password: "wrong"))
+                })
             #expect(wrong.code == .authentication)
             #expect(wrong.message.hasPrefix("Redis at 127.0.0.1:\(server.port) rejected the credentials for user 'default'"))
             #expect(wrong.message.contains("Check the configured username and password"))
@@ -35,9 +36,10 @@ struct AuthTests {
             let worker = try await RedisConnection.connect(server.configuration(password: "w0rker", username: "apn-worker"))
             #expect(try await worker.send(["ACL", "WHOAMI"]).string == "apn-worker")
 
-            let wrong = try #require(await redisError {
-                try await RedisConnection.connect(server.configuration(password: "nope", username: "apn-worker"))
-            })
+            let wrong = try #require(
+                await redisError {
+                    try await RedisConnection.connect(server.configuration(password: "nope", username: "apn-worker"))
+                })
             #expect(wrong.code == .authentication)
             #expect(wrong.message.contains("user 'apn-worker'"))
         }
@@ -58,9 +60,10 @@ struct AuthTests {
                 RedisConfiguration(url: "redis://:s3cret@127.0.0.1:\(server.port)/3"))
             #expect(try await viaURL.send(["GET", "token"]).string == "three")
 
-            let outOfRange = try #require(await redisError {
-                try await RedisConnection.connect(server.configuration(password: "s3cret", database: 99))
-            })
+            let outOfRange = try #require(
+                await redisError {
+                    try await RedisConnection.connect(server.configuration(password: "s3cret", database: 99))
+                })
             #expect(outOfRange.code == .server("ERR"))
             #expect(outOfRange.message.contains("SELECT 99"))
             #expect(outOfRange.message.contains("out of range"))

@@ -1,6 +1,6 @@
-import PushTestSupport
 import Foundation
 import PushRedis
+import PushTestSupport
 import Testing
 
 @Suite("Commands", .timeLimit(.minutes(2)))
@@ -114,9 +114,10 @@ struct CommandTests {
     @Test("Connecting to a port nobody listens on fails with a clear .connection error")
     func connectionRefused() async throws {
         let port = try RedisServerProcess.freePort()
-        let error = try #require(await redisError {
-            try await RedisConnection.connect(RedisConfiguration(host: "127.0.0.1", port: port))
-        })
+        let error = try #require(
+            await redisError {
+                try await RedisConnection.connect(RedisConfiguration(host: "127.0.0.1", port: port))
+            })
         #expect(error.code == .connection)
         #expect(error.message == "cannot connect to Redis at 127.0.0.1:\(port): Connection refused")
         #expect(error.detail == "hiredis REDIS_ERR_IO: Connection refused")
@@ -124,21 +125,24 @@ struct CommandTests {
 
     @Test("An invalid configuration is rejected before any I/O")
     func invalidConfiguration() async throws {
-        let badPort = try #require(await redisError {
-            try await RedisConnection.connect(RedisConfiguration(port: 0))
-        })
+        let badPort = try #require(
+            await redisError {
+                try await RedisConnection.connect(RedisConfiguration(port: 0))
+            })
         #expect(badPort.code == .invalidConfiguration)
         #expect(badPort.message.contains("port 0"))
 
-        let userOnly = try #require(await redisError {
-            try await RedisConnection.connect(RedisConfiguration(username: "worker"))
-        })
+        let userOnly = try #require(
+            await redisError {
+                try await RedisConnection.connect(RedisConfiguration(username: "worker"))
+            })
         #expect(userOnly.code == .invalidConfiguration)
         #expect(userOnly.message.contains("password"))
 
-        let zeroTimeout = try #require(await redisError {
-            try await RedisConnection.connect(RedisConfiguration(commandTimeout: .zero))
-        })
+        let zeroTimeout = try #require(
+            await redisError {
+                try await RedisConnection.connect(RedisConfiguration(commandTimeout: .zero))
+            })
         #expect(zeroTimeout.code == .invalidConfiguration)
     }
 
@@ -151,13 +155,17 @@ struct CommandTests {
             let eight = try await redis.send(["EVAL", "return {{{{{{{{1}}}}}}}}", "0"])
             var depth = 0
             var value = eight
-            while let inner = value.array?.first { depth += 1; value = inner }
+            while let inner = value.array?.first {
+                depth += 1
+                value = inner
+            }
             #expect(depth == 8)
             #expect(value == .integer(1))
 
-            let error = try #require(await redisError {
-                try await redis.send(["EVAL", "return {{{{{{{{{1}}}}}}}}}", "0"])
-            })
+            let error = try #require(
+                await redisError {
+                    try await redis.send(["EVAL", "return {{{{{{{{{1}}}}}}}}}", "0"])
+                })
             #expect(error.code == .protocol)
             #expect(error.detail == "hiredis REDIS_ERR_PROTOCOL: No support for nested multi bulk replies with depth > 7")
             #expect(!(await redis.isConnected))

@@ -1,5 +1,5 @@
-import PushTestSupport
 import PushRedis
+import PushTestSupport
 import Testing
 
 @Suite("Failures, timeouts and reconnect", .timeLimit(.minutes(2)))

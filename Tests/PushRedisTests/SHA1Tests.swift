@@ -1,16 +1,18 @@
-import PushTestSupport
 import PushRedis
+import PushTestSupport
 import Testing
 
 @Suite("SHA-1 of script sources", .timeLimit(.minutes(2)))
 struct SHA1Tests {
-    @Test("Known vectors (FIPS 180 and common test strings)", arguments: [
-        ("", "da39a3ee5e6b4b0d3255bfef95601890afd80709"),
-        ("abc", "a9993e364706816aba3e25717850c26c9cd0d89d"),
-        ("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", "84983e441c3bd26ebaae4aa1f95129e5e54670f1"),
-        ("The quick brown fox jumps over the lazy dog", "2fd4e1c67a2d28fced849ee1bb76e7391b93eb12"),
-        ("return 1", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"),
-    ])
+    @Test(
+        "Known vectors (FIPS 180 and common test strings)",
+        arguments: [
+            ("", "da39a3ee5e6b4b0d3255bfef95601890afd80709"),
+            ("abc", "a9993e364706816aba3e25717850c26c9cd0d89d"),
+            ("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", "84983e441c3bd26ebaae4aa1f95129e5e54670f1"),
+            ("The quick brown fox jumps over the lazy dog", "2fd4e1c67a2d28fced849ee1bb76e7391b93eb12"),
+            ("return 1", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"),
+        ])
     func vectors(input: String, expected: String) {
         #expect(RedisScript(input).sha1 == expected)
     }

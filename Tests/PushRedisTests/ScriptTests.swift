@@ -1,9 +1,10 @@
-import PushTestSupport
 import PushRedis
+import PushTestSupport
 import Testing
 
 /// SET NX + EXPIRE: takes a lock for ARGV[1] for ARGV[2] seconds; 1 if taken, 0 if held.
-let lockScript = RedisScript("""
+let lockScript = RedisScript(
+    """
     if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
       redis.call('EXPIRE', KEYS[1], ARGV[2])
       return 1
@@ -62,7 +63,9 @@ struct ScriptTests {
         try await withRedisServer { server in
             let redis = try await RedisConnection.connect(server.configuration())
             let before = redis.roundTrips
-            let replies = try await redis.pipeline([lockScript.evalshaCommand(keys: ["k"], args: ["v", "5"]), ["PING"].map { Array($0.utf8) }])
+            let replies = try await redis.pipeline([
+                lockScript.evalshaCommand(keys: ["k"], args: ["v", "5"]), ["PING"].map { Array($0.utf8) },
+            ])
             #expect(redis.roundTrips - before == 1)
             #expect(replies[0].errorMessage?.hasPrefix("NOSCRIPT") == true)
             #expect(replies[1] == .simpleString("PONG"))

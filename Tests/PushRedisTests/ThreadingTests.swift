@@ -1,5 +1,5 @@
-import PushTestSupport
 import PushRedis
+import PushTestSupport
 import Testing
 
 @Suite("Threading and lifetime", .timeLimit(.minutes(2)))

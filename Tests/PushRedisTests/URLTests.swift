@@ -1,5 +1,5 @@
-import PushTestSupport
 import PushRedis
+import PushTestSupport
 import Testing
 
 @Suite("redis:// URLs", .timeLimit(.minutes(2)))
@@ -43,26 +43,28 @@ struct URLTests {
         #expect(timeouts.commandTimeout == .milliseconds(250))
     }
 
-    @Test("Malformed URLs give a clear message", arguments: [
-        ("127.0.0.1:6379", "missing scheme"),
-        ("http://127.0.0.1:6379", "unsupported scheme 'http'"),
-        ("unix:///tmp/redis.sock", "unix sockets are not supported"),
-        ("redis://", "missing host"),
-        ("redis://:6379", "missing host"),
-        ("redis://host:", "port '' is not a number in 1...65535"),
-        ("redis://host:port", "port 'port' is not a number in 1...65535"),
-        ("redis://host:70000", "port '70000' is not a number in 1...65535"),
-        ("redis://host:6379/abc", "database 'abc' is not a non-negative integer"),
-        ("redis://host:6379/-1", "database '-1' is not a non-negative integer"),
-        ("redis://host:6379/1/2", "database '1/2' is not a non-negative integer"),
-        ("redis://user@host", "credentials must be written user:password@ or :password@"),
-        ("redis://user:@host", "the password is empty"),
-        ("redis://u:bad%zz@host", "bad percent-encoding"),
-        ("redis://::1:6379", "an IPv6 host must be written in brackets"),
-        ("redis://[::1:6379", "unclosed '['"),
-        ("redis://host:6379?db=1", "query parameters and fragments are not supported"),
-        ("redis://ho st:6379", "contains whitespace"),
-    ])
+    @Test(
+        "Malformed URLs give a clear message",
+        arguments: [
+            ("127.0.0.1:6379", "missing scheme"),
+            ("http://127.0.0.1:6379", "unsupported scheme 'http'"),
+            ("unix:///tmp/redis.sock", "unix sockets are not supported"),
+            ("redis://", "missing host"),
+            ("redis://:6379", "missing host"),
+            ("redis://host:", "port '' is not a number in 1...65535"),
+            ("redis://host:port", "port 'port' is not a number in 1...65535"),
+            ("redis://host:70000", "port '70000' is not a number in 1...65535"),
+            ("redis://host:6379/abc", "database 'abc' is not a non-negative integer"),
+            ("redis://host:6379/-1", "database '-1' is not a non-negative integer"),
+            ("redis://host:6379/1/2", "database '1/2' is not a non-negative integer"),
+            ("redis://user@host", "credentials must be written user:password@ or :password@"),
+            ("redis://user:@host", "the password is empty"),
+            ("redis://u:bad%zz@host", "bad percent-encoding"),
+            ("redis://::1:6379", "an IPv6 host must be written in brackets"),
+            ("redis://[::1:6379", "unclosed '['"),
+            ("redis://host:6379?db=1", "query parameters and fragments are not supported"),
+            ("redis://ho st:6379", "contains whitespace"),
+        ])
     func malformed(url: String, reason: String) {
         do {
             _ = try RedisConfiguration(url: url)
@@ -111,13 +113,15 @@ struct URLTests {
         #expect(throws: RedisError.self) { try RedisConfiguration(url: "redis://u@h") }
     }
 
-    @Test("RedisURL names the problem and masks the password", arguments: [
-        ("redis://:pw@h:0", RedisURL.Problem.badPort("0"), "redis://:***@h:0"),
-        ("http://h", .unsupportedScheme("http"), "http://h"),
-        ("REDISS://h", .tls, "REDISS://h"),
-        ("redis://secret@h/x", .badDatabase("x"), "redis://:***@h/x"),
-        ("redis://h%:1", .invalidHostCharacter("h%"), "redis://h%:1"),
-    ])
+    @Test(
+        "RedisURL names the problem and masks the password",
+        arguments: [
+            ("redis://:pw@h:0", RedisURL.Problem.badPort("0"), "redis://:***@h:0"),
+            ("http://h", .unsupportedScheme("http"), "http://h"),
+            ("REDISS://h", .tls, "REDISS://h"),
+            ("redis://secret@h/x", .badDatabase("x"), "redis://:***@h/x"),
+            ("redis://h%:1", .invalidHostCharacter("h%"), "redis://h%:1"),
+        ])
     func problems(url: String, problem: RedisURL.Problem, shown: String) {
         #expect(throws: RedisURL.ParseError(problem: problem, redactedURL: shown)) { try RedisURL(parsing: url) }
     }

@@ -11,8 +11,10 @@ public final class ChildProcess: @unchecked Sendable {
 
     /// Starts `executable`. With `stderrFile`, standard error goes to that file (for chatty
     /// processes whose log would otherwise fill the pipe); `environment` adds variables.
-    public init(_ executable: String, _ arguments: [String], stderrFile: String? = nil,
-                environment: [String: String] = [:]) throws {
+    public init(
+        _ executable: String, _ arguments: [String], stderrFile: String? = nil,
+        environment: [String: String] = [:]
+    ) throws {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         process.standardOutput = stdoutPipe

@@ -59,7 +59,9 @@ public enum HostileJobs {
 
     /// A valid job: one token, a short alert.
     public static func valid(index: Int, app: String = defaultApp, alert: String? = nil) -> [UInt8] {
-        Array(#"{"id":"\#(jobId(.valid, index))","app":"\#(app)","token":"\#(token(index))","alert":"\#(alert ?? "Hello \(index)")","badge":1}"#.utf8)
+        Array(
+            #"{"id":"\#(jobId(.valid, index))","app":"\#(app)","token":"\#(token(index))","alert":"\#(alert ?? "Hello \(index)")","badge":1}"#
+                .utf8)
     }
 
     /// Message number `index` of `kind`. The same (kind, index, seed) always gives the same bytes.
@@ -104,14 +106,17 @@ public enum HostileJobs {
                 : text(#"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","payload":{"k":1,"k":2},"alert":"a"}"#)
         case .deepNesting:
             let depth = 5000
-            return text(#"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","alert":"Hi","payload":{"deep":"#
-                + String(repeating: "[", count: depth) + String(repeating: "]", count: depth) + "}}")
+            return text(
+                #"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","alert":"Hi","payload":{"deep":"#
+                    + String(repeating: "[", count: depth) + String(repeating: "]", count: depth) + "}}")
         case .bigAlert:
             // Words of mixed scripts, so the cut lands among multi-byte characters and spaces.
             let words = ["push", "notification", "größe", "übermäßig", "日本語", "emoji👍🏽", "flag🇩🇪", "tab\\t"]
             var alert = ""
             while alert.utf8.count < 200_000 { alert += words[Int.random(in: 0..<words.count, using: &rng)] + " " }
-            return text(#"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","alert":{"title":"Big","body":"\#(alert)"},"truncateAtWordEnd":\#(index % 2 == 0)}"#)
+            return text(
+                #"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","alert":{"title":"Big","body":"\#(alert)"},"truncateAtWordEnd":\#(index % 2 == 0)}"#
+            )
         case .tooManyTokens:
             let tokens = (0...10_000).map { "\"" + Self.token($0, salt: UInt64(index)) + "\"" }.joined(separator: ",")
             return text(#"{"id":"\#(id)","app":"\#(app)","tokens":[\#(tokens)],"alert":"Hi"}"#)
@@ -124,9 +129,13 @@ public enum HostileJobs {
         case .trailingGarbage:
             return valid(index: index, app: app) + text(["x", "}", " {}", ",", "\u{0}", "]"][index % 6])
         case .notANumber:
-            return text(#"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","alert":"Hi","badge":\#(["NaN", "Infinity", "-Infinity", "1e999"][index % 4])}"#)
+            return text(
+                #"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","alert":"Hi","badge":\#(["NaN", "Infinity", "-Infinity", "1e999"][index % 4])}"#
+            )
         case .nonHexToken:
-            return text(#"{"id":"\#(id)","app":"\#(app)","token":"\#(["zz" + token.dropFirst(2), "abc", "", "0x" + token][index % 4])","alert":"Hi"}"#)
+            return text(
+                #"{"id":"\#(id)","app":"\#(app)","token":"\#(["zz" + token.dropFirst(2), "abc", "", "0x" + token][index % 4])","alert":"Hi"}"#
+            )
         case .emptyObject:
             return text("{}")
         case .hugeStrings:
@@ -145,7 +154,9 @@ public enum HostileJobs {
     }
 
     /// `count` messages cycling through `kinds` (kind i % kinds.count), each with its kind.
-    public static func mixed(count: Int, kinds: [Kind] = Kind.allCases, seed: UInt64 = 1, app: String = defaultApp)
+    public static func mixed(
+        count: Int, kinds: [Kind] = Kind.allCases, seed: UInt64 = 1, app: String = defaultApp
+    )
         -> [(kind: Kind, index: Int, bytes: [UInt8])]
     {
         (0..<count).map { i in

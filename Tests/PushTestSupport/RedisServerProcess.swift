@@ -62,10 +62,11 @@ public final class RedisServerProcess: @unchecked Sendable {
 
     /// Starts (or restarts) the server on `port` and waits until it answers PING.
     public func start() async throws {
-        let arguments = [
-            "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--dir", directory.path, "--logfile", logURL.path,
-        ] + extraArguments
+        let arguments =
+            [
+                "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", directory.path, "--logfile", logURL.path,
+            ] + extraArguments
         let url = URL(fileURLWithPath: Self.executable)
         let process = try await offPool {
             let process = Process()
@@ -191,4 +192,3 @@ public func offPool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) asy
         }
     }
 }
-

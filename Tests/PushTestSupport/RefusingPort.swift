@@ -1,7 +1,8 @@
+import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
-import Foundation
 
 /// A port on 127.0.0.1 that refuses connections while this value lives: its socket is bound
 /// but never listens, so no server started by a concurrent test can take the port (a port

@@ -1,5 +1,6 @@
 import APNSCore
 import APNSHTTP2Core
+
 @testable import PushWorker
 
 /// What must hold for any message the job parser is given, and for any alert the payload
@@ -18,21 +19,26 @@ public enum JobInvariants {
             if (try? JSONValue.parse(result.serialized())) == nil { problems.append("a result is not valid JSON") }
         }
         let outcome = parser.parse(bytes)
-        if bytes.count > parser.maxMessageBytes, case .unreadable = outcome {} else if bytes.count > parser.maxMessageBytes {
+        if bytes.count > parser.maxMessageBytes, case .unreadable = outcome {
+        } else if bytes.count > parser.maxMessageBytes {
             problems.append("a message over the size limit was not rejected as unreadable")
         }
         switch outcome {
         case .unreadable(let jobId, let app, let reason):
             if reason.isEmpty { problems.append("an unreadable message has no reason") }
-            result(WorkerResult(kind: .invalidJob, resultId: "r", jobId: jobId, app: app, status: .invalidJob, reason: reason,
-                                topic: "apn.requests", partition: 0, offset: 0, worker: "w", at: 0))
+            result(
+                WorkerResult(
+                    kind: .invalidJob, resultId: "r", jobId: jobId, app: app, status: .invalidJob, reason: reason,
+                    topic: "apn.requests", partition: 0, offset: 0, worker: "w", at: 0))
         case .rejected(let jobId, let app, let tokens, let reason):
             if reason.isEmpty { problems.append("a rejected job has no reason") }
             if tokens.isEmpty || tokens.count > parser.maxTokens { problems.append("a rejected job has \(tokens.count) tokens") }
             if jobId.isEmpty || jobId.utf8.count > 256 { problems.append("a rejected job has an id of \(jobId.utf8.count) bytes") }
             for token in tokens.prefix(3) {
-                result(WorkerResult(kind: .transmissionError, resultId: "r", jobId: jobId, app: app, token: token, status: .invalidJob,
-                                    reason: reason, attempts: 0, possibleDuplicate: false, worker: "w", at: 0))
+                result(
+                    WorkerResult(
+                        kind: .transmissionError, resultId: "r", jobId: jobId, app: app, token: token, status: .invalidJob,
+                        reason: reason, attempts: 0, possibleDuplicate: false, worker: "w", at: 0))
             }
         case .job(let job):
             if job.tokens.isEmpty || job.tokens.count > parser.maxTokens { problems.append("a job has \(job.tokens.count) tokens") }
@@ -45,13 +51,16 @@ public enum JobInvariants {
                 if case .object = try? JSONValue.parse(job.payload) {} else { problems.append("the payload is not a JSON object") }
             }
             for token in job.tokens.prefix(3) {
-                let reason: String? = switch token {
-                case .malformed(_, let reason): reason
-                case .valid: job.payloadError ?? "app \"\(job.app.abbreviated())\" is not configured"
-                }
-                result(WorkerResult(kind: .transmissionError, resultId: "r", jobId: job.id, app: job.app, environment: job.environment,
-                                    token: token.text, status: .invalidJob, reason: reason, attempts: 0, possibleDuplicate: false,
-                                    worker: "w", at: 0))
+                let reason: String? =
+                    switch token {
+                    case .malformed(_, let reason): reason
+                    case .valid: job.payloadError ?? "app \"\(job.app.abbreviated())\" is not configured"
+                    }
+                result(
+                    WorkerResult(
+                        kind: .transmissionError, resultId: "r", jobId: job.id, app: job.app, environment: job.environment,
+                        token: token.text, status: .invalidJob, reason: reason, attempts: 0, possibleDuplicate: false,
+                        worker: "w", at: 0))
             }
         }
         return problems

@@ -3,6 +3,7 @@ import Foundation
 import PushTestSupport
 import PushWorkerFuzzing
 import Testing
+
 @testable import PushWorker
 
 /// The job parser and payload builder on bad, oversized and random input: seeded, so that a
@@ -45,27 +46,49 @@ import Testing
             let outcome = parser.parse(bytes)
             switch file.kind {
             case .valid, .bigAlert:
-                guard case .job(let job) = outcome, job.payloadError == nil else { Issue.record("\(file.name): \(outcome)"); continue }
-                if file.kind == .bigAlert { #expect(job.payload.count <= parser.payloadLimit && job.payload.count > parser.payloadLimit - 32) }
+                guard case .job(let job) = outcome, job.payloadError == nil else {
+                    Issue.record("\(file.name): \(outcome)")
+                    continue
+                }
+                if file.kind == .bigAlert {
+                    #expect(job.payload.count <= parser.payloadLimit && job.payload.count > parser.payloadLimit - 32)
+                }
             case .flippedBytes:
                 break  // A flipped byte may land where it changes nothing.
             case .nonHexToken:
-                guard case .job(let job) = outcome, case .malformed = job.tokens[0] else { Issue.record("\(file.name): \(outcome)"); continue }
+                guard case .job(let job) = outcome, case .malformed = job.tokens[0] else {
+                    Issue.record("\(file.name): \(outcome)")
+                    continue
+                }
             case .oneMiB:
-                guard case .job(let job) = outcome, job.payloadError != nil else { Issue.record("\(file.name): \(outcome)"); continue }
+                guard case .job(let job) = outcome, job.payloadError != nil else {
+                    Issue.record("\(file.name): \(outcome)")
+                    continue
+                }
             case .tooManyTokens:
-                guard case .unreadable(let jobId, _, let reason) = outcome else { Issue.record("\(file.name): \(outcome)"); continue }
+                guard case .unreadable(let jobId, _, let reason) = outcome else {
+                    Issue.record("\(file.name): \(outcome)")
+                    continue
+                }
                 #expect(jobId == HostileJobs.jobId(.tooManyTokens, file.index))
                 #expect(reason.contains("10001 entries, over the limit of 10000"))
             case .deepNesting:
-                guard case .unreadable(_, _, let reason) = outcome else { Issue.record("\(file.name): \(outcome)"); continue }
+                guard case .unreadable(_, _, let reason) = outcome else {
+                    Issue.record("\(file.name): \(outcome)")
+                    continue
+                }
                 #expect(reason.contains("nested more than 64 levels deep"))
             case .overLimit:
-                guard case .unreadable(_, _, let reason) = outcome else { Issue.record("\(file.name): \(outcome)"); continue }
+                guard case .unreadable(_, _, let reason) = outcome else {
+                    Issue.record("\(file.name): \(outcome)")
+                    continue
+                }
                 #expect(reason.contains("over the 1048576-byte limit"))
             default:
-                if case .job(let job) = outcome, job.payloadError == nil, job.tokens.contains(where: { if case .valid = $0 { true } else { false } }),
-                   file.kind != .hugeStrings {
+                if case .job(let job) = outcome, job.payloadError == nil,
+                    job.tokens.contains(where: { if case .valid = $0 { true } else { false } }),
+                    file.kind != .hugeStrings
+                {
                     Issue.record("\(file.name) was accepted: \(job)")
                 }
             }
@@ -75,7 +98,8 @@ import Testing
     @Test("Thousands of seeded mutations of valid jobs meet the invariants")
     func seededMutations() {
         var rng = SeededGenerator(seed: 16)
-        let alphabet = Array(#"{}[]":,\ 0123456789-+.eEtrufalsn"#.utf8) + [0x00, 0x1F, 0x7F, 0x80, 0xBF, 0xC3, 0xE2, 0xED, 0xF0, 0xF4, 0xFF]
+        let alphabet =
+            Array(#"{}[]":,\ 0123456789-+.eEtrufalsn"#.utf8) + [0x00, 0x1F, 0x7F, 0x80, 0xBF, 0xC3, 0xE2, 0xED, 0xF0, 0xF4, 0xFF]
         var checked = 0
         for index in 0..<3000 {
             var bytes = HostileJobs.valid(index: index, alert: index % 3 == 0 ? "Grüße 👍🏽 \\n tab\\t" : nil)
@@ -101,7 +125,10 @@ import Testing
     @Test("Seeded alert bodies of every script are trimmed to the limit, as late as possible, never inside a character")
     func seededTrimming() {
         var rng = SeededGenerator(seed: 1616)
-        let pieces = ["a", "word ", " ", "\t", "\n", "\"", "\\", "\u{1}", "é", "e\u{301}", "日本", "👍🏽", "👨‍👩‍👧", "🇩🇪", "\r\n", "\u{2028}", "   ", "x\u{300}\u{301}\u{302}"]
+        let pieces = [
+            "a", "word ", " ", "\t", "\n", "\"", "\\", "\u{1}", "é", "e\u{301}", "日本", "👍🏽", "👨‍👩‍👧", "🇩🇪", "\r\n", "\u{2028}", "   ",
+            "x\u{300}\u{301}\u{302}",
+        ]
         for round in 0..<400 {
             var body = ""
             let parts = Int.random(in: 0...(round % 10 == 0 ? 3000 : 300), using: &rng)
@@ -119,9 +146,10 @@ import Testing
     @Test("A result made from a job's text stays small, however long the text")
     func resultsAreBounded() throws {
         let long = String(repeating: "z", count: 600_000)
-        let result = WorkerResult(kind: .transmissionError, resultId: "r", jobId: String(repeating: "j", count: 256), app: long,
-                                  environment: long, token: long, status: .invalidJob, reason: "app \"\(long)\" is not configured",
-                                  attempts: 0, possibleDuplicate: false, worker: "w1", at: 1)
+        let result = WorkerResult(
+            kind: .transmissionError, resultId: "r", jobId: String(repeating: "j", count: 256), app: long,
+            environment: long, token: long, status: .invalidJob, reason: "app \"\(long)\" is not configured",
+            attempts: 0, possibleDuplicate: false, worker: "w1", at: 1)
         let value = result.serialized()
         #expect(value.count < 3000)
         #expect(try #require(result.key).count <= WorkerResult.maxEchoBytes + 20)
@@ -130,8 +158,9 @@ import Testing
         #expect(parsed["reason"]?.stringValue?.hasSuffix("bytes)") == true)
         // Text within the limits is kept as it is.
         let token = String(repeating: "ab", count: 100)
-        let plain = WorkerResult(kind: .transmissionError, resultId: "r", jobId: "j", app: "a", token: token, status: .malformedToken,
-                                 reason: "r", attempts: 0, possibleDuplicate: false, worker: "w1", at: 1)
+        let plain = WorkerResult(
+            kind: .transmissionError, resultId: "r", jobId: "j", app: "a", token: token, status: .malformedToken,
+            reason: "r", attempts: 0, possibleDuplicate: false, worker: "w1", at: 1)
         #expect(try JSONValue.parse(plain.serialized())["token"]?.stringValue == token)
     }
 
@@ -140,7 +169,10 @@ import Testing
         // Not one of these tokens is hex: decoding them would have named a token, not the count.
         let tokens = (0...10_000).map { "\"not-hex-\($0)\"" }.joined(separator: ",")
         let outcome = JobParser().parse(Array(#"{"id":"many","app":"a","tokens":[\#(tokens)],"alert":"x"}"#.utf8))
-        guard case .unreadable(let jobId, let app, let reason) = outcome else { Issue.record("\(outcome)"); return }
+        guard case .unreadable(let jobId, let app, let reason) = outcome else {
+            Issue.record("\(outcome)")
+            return
+        }
         #expect(jobId == "many" && app == "a")
         #expect(reason == "\"tokens\" has 10001 entries, over the limit of 10000 per job; split the job")
     }
@@ -152,21 +184,32 @@ import Testing
             let inner = String(repeating: "[", count: depth - 2) + String(repeating: "]", count: depth - 2)
             return Array(#"{"id":"d","app":"a","token":"\#(HostileJobs.token(1))","alert":"x","payload":{"k":\#(inner)}}"#.utf8)
         }
-        guard case .job = JobParser().parse(job(depth: 64)) else { Issue.record("64 levels were not accepted"); return }
-        guard case .unreadable(_, _, let reason) = JobParser().parse(job(depth: 65)) else { Issue.record("65 levels were accepted"); return }
+        guard case .job = JobParser().parse(job(depth: 64)) else {
+            Issue.record("64 levels were not accepted")
+            return
+        }
+        guard case .unreadable(_, _, let reason) = JobParser().parse(job(depth: 65)) else {
+            Issue.record("65 levels were accepted")
+            return
+        }
         #expect(reason.contains("arrays and objects are nested more than 64 levels deep"))
     }
 
     @Test("Names quoted in sentences are cut to 64 bytes with their length")
     func longNamesAreAbbreviatedInReasons() {
         let long = String(repeating: "k", count: 100_000)
-        guard case .rejected(_, _, _, let reason) = JobParser().parse(Array(#"{"id":"u","app":"a","token":"\#(HostileJobs.token(1))","\#(long)":1}"#.utf8)) else {
-            Issue.record("not rejected"); return
+        guard
+            case .rejected(_, _, _, let reason) = JobParser().parse(
+                Array(#"{"id":"u","app":"a","token":"\#(HostileJobs.token(1))","\#(long)":1}"#.utf8))
+        else {
+            Issue.record("not rejected")
+            return
         }
         #expect(reason.contains(String(repeating: "k", count: 64) + "… (100000 bytes)"))
         #expect(reason.utf8.count < 300)
         guard case .unreadable(_, _, let duplicate) = JobParser().parse(Array(#"{"\#(long)":1,"\#(long)":2}"#.utf8)) else {
-            Issue.record("not unreadable"); return
+            Issue.record("not unreadable")
+            return
         }
         #expect(duplicate.utf8.count < 300)
     }

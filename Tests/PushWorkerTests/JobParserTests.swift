@@ -1,5 +1,6 @@
 import APNSCore
 import Testing
+
 @testable import PushWorker
 
 @Suite struct JobParserTests {
@@ -9,8 +10,13 @@ import Testing
     func parse(_ text: String) -> JobParseResult { parser.parse(Array(text.utf8)) }
 
     @Test func validJobWithConvenienceFields() throws {
-        let result = parse(#"{"id":"j1","app":"a","token":"\#(token)","alert":"Hi","badge":3,"sound":"default","expiry":"30m","priority":5,"env":"sandbox","registeredAt":1700000000,"payload":{"k":1}}"#)
-        guard case .job(let job) = result else { Issue.record("not a job: \(result)"); return }
+        let result = parse(
+            #"{"id":"j1","app":"a","token":"\#(token)","alert":"Hi","badge":3,"sound":"default","expiry":"30m","priority":5,"env":"sandbox","registeredAt":1700000000,"payload":{"k":1}}"#
+        )
+        guard case .job(let job) = result else {
+            Issue.record("not a job: \(result)")
+            return
+        }
         #expect(job.id == "j1")
         #expect(job.app == "a")
         #expect(job.environment == "sandbox")
@@ -39,7 +45,8 @@ import Testing
             Issue.record("not a job")
         }
         for bad in [#""0s""#, "0", "-5", #""soon""#, #""1700000000""#, "1.5", "true"] {
-            guard case .rejected(_, _, _, let reason) = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"x","staleAfter":\#(bad)}"#) else {
+            guard case .rejected(_, _, _, let reason) = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"x","staleAfter":\#(bad)}"#)
+            else {
                 Issue.record("staleAfter \(bad) was accepted")
                 continue
             }
@@ -48,8 +55,13 @@ import Testing
     }
 
     @Test func apsDictionaryIsInterpretedAndFieldsOverrideIt() {
-        let result = parse(#"{"id":"j","app":"a","token":"\#(token)","aps":{"alert":{"title":"T","body":"B"},"badge":1,"content-available":1,"x-custom":"y"},"badge":2}"#)
-        guard case .job(let job) = result else { Issue.record("not a job: \(result)"); return }
+        let result = parse(
+            #"{"id":"j","app":"a","token":"\#(token)","aps":{"alert":{"title":"T","body":"B"},"badge":1,"content-available":1,"x-custom":"y"},"badge":2}"#
+        )
+        guard case .job(let job) = result else {
+            Issue.record("not a job: \(result)")
+            return
+        }
         #expect(job.notification.alert == .fields(APNSAlertFields(title: "T", body: "B")))
         #expect(job.notification.badge == 2)
         #expect(job.notification.contentAvailable)
@@ -58,9 +70,15 @@ import Testing
 
     @Test func tokensAreDeduplicatedAndMalformedOnesKept() {
         let result = parse(#"{"id":"j","app":"a","tokens":["\#(token)","\#(token.uppercased())","zz"],"alert":"x"}"#)
-        guard case .job(let job) = result else { Issue.record("not a job: \(result)"); return }
+        guard case .job(let job) = result else {
+            Issue.record("not a job: \(result)")
+            return
+        }
         #expect(job.tokens.count == 2)
-        guard case .malformed(let text, let reason) = job.tokens[1] else { Issue.record("expected malformed"); return }
+        guard case .malformed(let text, let reason) = job.tokens[1] else {
+            Issue.record("expected malformed")
+            return
+        }
         #expect(text == "zz")
         #expect(reason.contains("hex"))
     }
@@ -76,7 +94,10 @@ import Testing
         (#"{"id":"j","app":"a","tokens":[1]}"#, "not a string"),
     ])
     func unreadableMessages(text: String, fragment: String) {
-        guard case .unreadable(_, _, let reason) = parse(text) else { Issue.record("expected unreadable for \(text)"); return }
+        guard case .unreadable(_, _, let reason) = parse(text) else {
+            Issue.record("expected unreadable for \(text)")
+            return
+        }
         #expect(reason.contains(fragment), "\(reason)")
     }
 
@@ -91,7 +112,10 @@ import Testing
     ])
     func rejectedJobsNameTheField(field: String, fragment: String) {
         let text = #"{"id":"j","app":"a","token":"\#(token)",\#(field)}"#
-        guard case .rejected(let id, _, let tokens, let reason) = parse(text) else { Issue.record("expected rejected for \(text)"); return }
+        guard case .rejected(let id, _, let tokens, let reason) = parse(text) else {
+            Issue.record("expected rejected for \(text)")
+            return
+        }
         #expect(id == "j")
         #expect(tokens == [token])
         #expect(reason.contains(fragment), "\(reason)")
@@ -99,7 +123,8 @@ import Testing
 
     @Test func missingAppIsRejectedPerToken() {
         guard case .rejected(_, let app, let tokens, let reason) = parse(#"{"id":"j","token":"\#(token)","alert":"x"}"#) else {
-            Issue.record("expected rejected"); return
+            Issue.record("expected rejected")
+            return
         }
         #expect(app == nil)
         #expect(tokens == [token])
@@ -109,7 +134,8 @@ import Testing
     @Test func longAlertIsTrimmedToFit() {
         let body = String(repeating: "word ", count: 1000)
         guard case .job(let job) = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"\#(body)","truncateAtWordEnd":true}"#) else {
-            Issue.record("expected job"); return
+            Issue.record("expected job")
+            return
         }
         #expect(job.payloadError == nil)
         #expect(((try? job.notification.payload())?.count ?? 9999) <= 2048)
@@ -118,7 +144,8 @@ import Testing
     @Test func payloadThatCannotFitIsAnError() {
         let big = String(repeating: "x", count: 3000)
         guard case .job(let job) = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"hi","payload":{"blob":"\#(big)"}}"#) else {
-            Issue.record("expected job"); return
+            Issue.record("expected job")
+            return
         }
         #expect(job.payloadError?.contains("2048") == true)
     }
@@ -134,9 +161,13 @@ import Testing
         var parser = JobParser()
         parser.http2Apps = ["h2"]
         let big = String(repeating: "x", count: 3000)
-        let text = #"{"id":"j","app":"h2","token":"\#(token)","alert":"hi","priority":1,"pushType":"alert","collapseId":"c-1","payload":{"blob":"\#(big)"}}"#
+        let text =
+            #"{"id":"j","app":"h2","token":"\#(token)","alert":"hi","priority":1,"pushType":"alert","collapseId":"c-1","payload":{"blob":"\#(big)"}}"#
         let parsed = parser.parse(Array(text.utf8))
-        guard case .job(let job) = parsed else { Issue.record("expected job: \(parsed)"); return }
+        guard case .job(let job) = parsed else {
+            Issue.record("expected job: \(parsed)")
+            return
+        }
         #expect(job.payloadError == nil)
         #expect(job.payload.count > 3000)
         #expect(job.notification.pushType == "alert")
@@ -145,19 +176,30 @@ import Testing
 
         // The same job for a binary app is over its 2048-byte limit, and priority 1 is HTTP/2 only.
         let binary = text.replacingOccurrences(of: #""app":"h2""#, with: #""app":"bin""#)
-        guard case .job(let other) = parser.parse(Array(binary.utf8)) else { Issue.record("expected job"); return }
+        guard case .job(let other) = parser.parse(Array(binary.utf8)) else {
+            Issue.record("expected job")
+            return
+        }
         #expect(other.payloadError != nil)
 
         let voip = String(repeating: "v", count: 4500)
         let call = #"{"id":"v","app":"h2","token":"\#(token)","alert":"call","pushType":"voip","payload":{"blob":"\#(voip)"}}"#
-        guard case .job(let callJob) = parser.parse(Array(call.utf8)) else { Issue.record("expected job"); return }
+        guard case .job(let callJob) = parser.parse(Array(call.utf8)) else {
+            Issue.record("expected job")
+            return
+        }
         #expect(callJob.payloadError == nil)
     }
 
     @Test func badPushTypeOrCollapseIdIsRejectedWithTheField() {
-        for (field, fragment) in [(#""pushType":"fax""#, "pushType"), (#""collapseId":"\#(String(repeating: "c", count: 65))""#, "collapseId")] {
+        for (field, fragment) in [
+            (#""pushType":"fax""#, "pushType"), (#""collapseId":"\#(String(repeating: "c", count: 65))""#, "collapseId"),
+        ] {
             let result = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"x",\#(field)}"#)
-            guard case .rejected(_, _, _, let reason) = result else { Issue.record("expected rejection: \(result)"); continue }
+            guard case .rejected(_, _, _, let reason) = result else {
+                Issue.record("expected rejection: \(result)")
+                continue
+            }
             #expect(reason.contains(fragment), "\(reason)")
         }
     }
@@ -165,18 +207,23 @@ import Testing
 
 @Suite struct WorkerResultTests {
     @Test func serializesEveryFieldAsValidJSONInOrder() throws {
-        let result = WorkerResult(kind: .transmissionError, resultId: "r", jobId: "j\"1", app: "a", environment: "production",
-                                  token: "ab", status: .invalidToken, reason: "Invalid token", attempts: 2,
-                                  possibleDuplicate: false, worker: "w", at: 1700000000000)
+        let result = WorkerResult(
+            kind: .transmissionError, resultId: "r", jobId: "j\"1", app: "a", environment: "production",
+            token: "ab", status: .invalidToken, reason: "Invalid token", attempts: 2,
+            possibleDuplicate: false, worker: "w", at: 1700000000000)
         let text = String(decoding: result.serialized(), as: UTF8.self)
-        #expect(text == #"{"type":"transmissionError","resultId":"r","jobId":"j\"1","app":"a","env":"production","token":"ab","status":8,"statusName":"invalidToken","reason":"Invalid token","attempts":2,"possibleDuplicate":false,"worker":"w","at":1700000000000}"#)
+        #expect(
+            text
+                == #"{"type":"transmissionError","resultId":"r","jobId":"j\"1","app":"a","env":"production","token":"ab","status":8,"statusName":"invalidToken","reason":"Invalid token","attempts":2,"possibleDuplicate":false,"worker":"w","at":1700000000000}"#
+        )
         let parsed = try JSONValue.parse(result.serialized())
         #expect(parsed["jobId"] == "j\"1")
     }
 
     @Test func invalidJobCarriesWhereTheMessageWas() throws {
-        let result = WorkerResult(kind: .invalidJob, resultId: "r", status: .invalidJob, reason: "bad", topic: "apn.requests",
-                                  partition: 3, offset: 42, worker: "w", at: 1)
+        let result = WorkerResult(
+            kind: .invalidJob, resultId: "r", status: .invalidJob, reason: "bad", topic: "apn.requests",
+            partition: 3, offset: 42, worker: "w", at: 1)
         let parsed = try JSONValue.parse(result.serialized())
         #expect(parsed["partition"] == .int(3))
         #expect(parsed["offset"] == .int(42))

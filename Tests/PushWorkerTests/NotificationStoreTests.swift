@@ -9,8 +9,9 @@ import Testing
 /// crash finds there.
 @Suite struct NotificationStoreTests {
     private func request(_ resultId: String, offset: Int64) -> NotificationStore.ClaimRequest {
-        .init(resultId: resultId, partition: 3, offset: offset, app: "com.example.app", environment: "production",
-              token: String(repeating: "ab", count: 32), registeredAt: nil, appPerSecond: 0, devicePerHour: 0)
+        .init(
+            resultId: resultId, partition: 3, offset: offset, app: "com.example.app", environment: "production",
+            token: String(repeating: "ab", count: 32), registeredAt: nil, appPerSecond: 0, devicePerHour: 0)
     }
 
     private func withStore(_ body: (NotificationStore) async throws -> Void) async throws {
@@ -64,19 +65,28 @@ import Testing
         try await withStore { store in
             let result = Array(#"{"type":"transmissionError","status":410}"#.utf8)
             let feedback = Array(#"{"type":"feedback","timestamp":1700000000}"#.utf8)
-            #expect(try await store.claim(topic: "apn.requests", [request("r1", offset: 7), request("r2", offset: 8)],
-                                          ttlSeconds: 60, nowMilliseconds: 1_000) == [.send, .send])
+            #expect(
+                try await store.claim(
+                    topic: "apn.requests", [request("r1", offset: 7), request("r2", offset: 8)],
+                    ttlSeconds: 60, nowMilliseconds: 1_000) == [.send, .send])
             try await store.write(
-                records: [.init(resultId: "r1", topic: "apn.requests", partition: 3, offset: 7, result: result, feedback: feedback),
-                          .init(resultId: "r2", topic: "apn.requests", partition: 3, offset: 8, result: Array(#"{"type":"transmitted"}"#.utf8))],
+                records: [
+                    .init(resultId: "r1", topic: "apn.requests", partition: 3, offset: 7, result: result, feedback: feedback),
+                    .init(resultId: "r2", topic: "apn.requests", partition: 3, offset: 8, result: Array(#"{"type":"transmitted"}"#.utf8)),
+                ],
                 unregistered: [], released: [], ttlSeconds: 60)
             // The same messages consumed again (after a crash before the commit).
-            let again = try await store.claim(topic: "apn.requests", [request("r1", offset: 7), request("r2", offset: 8)],
-                                              ttlSeconds: 60, nowMilliseconds: 2_000)
-            #expect(again == [.recorded(result: result, feedback: feedback),
-                              .recorded(result: Array(#"{"type":"transmitted"}"#.utf8), feedback: nil)])
+            let again = try await store.claim(
+                topic: "apn.requests", [request("r1", offset: 7), request("r2", offset: 8)],
+                ttlSeconds: 60, nowMilliseconds: 2_000)
+            #expect(
+                again == [
+                    .recorded(result: result, feedback: feedback),
+                    .recorded(result: Array(#"{"type":"transmitted"}"#.utf8), feedback: nil),
+                ])
             // Another message with the same notification is a duplicate job.
-            #expect(try await store.claim(topic: "apn.requests", [request("r1", offset: 9)], ttlSeconds: 60, nowMilliseconds: 3_000)
+            #expect(
+                try await store.claim(topic: "apn.requests", [request("r1", offset: 9)], ttlSeconds: 60, nowMilliseconds: 3_000)
                     == [.duplicate])
         }
     }
@@ -84,23 +94,30 @@ import Testing
     @Test func aRecordedOutcomeBeforeItsPartitionsWrittenPositionNeedsNoResultAgain() async throws {
         try await withStore { store in
             let result = Array(#"{"type":"transmitted"}"#.utf8)
-            #expect(try await store.claim(topic: "apn.requests", [request("r1", offset: 7), request("r2", offset: 8)],
-                                          ttlSeconds: 60, nowMilliseconds: 1_000) == [.send, .send])
+            #expect(
+                try await store.claim(
+                    topic: "apn.requests", [request("r1", offset: 7), request("r2", offset: 8)],
+                    ttlSeconds: 60, nowMilliseconds: 1_000) == [.send, .send])
             // Both recorded; every result before offset 8 of partition 3 is written.
             try await store.write(
-                records: [.init(resultId: "r1", topic: "apn.requests", partition: 3, offset: 7, result: result),
-                          .init(resultId: "r2", topic: "apn.requests", partition: 3, offset: 8, result: result)],
+                records: [
+                    .init(resultId: "r1", topic: "apn.requests", partition: 3, offset: 7, result: result),
+                    .init(resultId: "r2", topic: "apn.requests", partition: 3, offset: 8, result: result),
+                ],
                 unregistered: [], released: [],
                 positions: [TopicPartitionOffset(topic: "apn.requests", partition: 3, offset: 8)], ttlSeconds: 60)
             // Consumed again by the partition's next owner: the first needs nothing, the second's
             // result may not have been written yet, so it is produced again.
-            let again = try await store.claim(topic: "apn.requests", [request("r1", offset: 7), request("r2", offset: 8)],
-                                              ttlSeconds: 60, nowMilliseconds: 2_000)
+            let again = try await store.claim(
+                topic: "apn.requests", [request("r1", offset: 7), request("r2", offset: 8)],
+                ttlSeconds: 60, nowMilliseconds: 2_000)
             #expect(again == [.written, .recorded(result: result, feedback: nil)])
             // A new owner that starts behind it does not move the position back.
-            try await store.write(records: [], unregistered: [], released: [],
-                                  positions: [TopicPartitionOffset(topic: "apn.requests", partition: 3, offset: 2)], ttlSeconds: 60)
-            #expect(try await store.claim(topic: "apn.requests", [request("r1", offset: 7)], ttlSeconds: 60, nowMilliseconds: 3_000)
+            try await store.write(
+                records: [], unregistered: [], released: [],
+                positions: [TopicPartitionOffset(topic: "apn.requests", partition: 3, offset: 2)], ttlSeconds: 60)
+            #expect(
+                try await store.claim(topic: "apn.requests", [request("r1", offset: 7)], ttlSeconds: 60, nowMilliseconds: 3_000)
                     == [.written])
         }
     }

@@ -1,5 +1,6 @@
 import PushKafka
 import Testing
+
 @testable import PushWorker
 
 @Suite struct OffsetTrackerTests {

@@ -2,9 +2,10 @@ import APNSBinary
 import APNSCore
 import APNSSimulator
 import Foundation
-@testable import PushKafka
 import PushRedis
 import Testing
+
+@testable import PushKafka
 @testable import PushWorker
 
 /// The worker's stages, each on its own and without I/O: what intake makes of messages, what
@@ -21,19 +22,24 @@ import Testing
             certificate: .data(Array(certificates.client.certificatePEM.utf8)),
             key: .data(Array(certificates.client.keyPEM.utf8)), environment: .production)
         let binary = APNSBinaryConfiguration(host: "127.0.0.1", port: 1, credentials: credentials)
-        return ["a": AppOptions(defaultEnvironment: .production,
-                                environments: [.production: EnvironmentOptions(transport: .binary(binary))])]
+        return [
+            "a": AppOptions(
+                defaultEnvironment: .production,
+                environments: [.production: EnvironmentOptions(transport: .binary(binary))])
+        ]
     }
 
     func intake() throws -> IntakeStage {
-        let options = WorkerOptions(workerId: "w1", kafka: KafkaConfiguration(), groupId: "g",
-                                    redis: RedisConfiguration(), apps: try Self.apps())
+        let options = WorkerOptions(
+            workerId: "w1", kafka: KafkaConfiguration(), groupId: "g",
+            redis: RedisConfiguration(), apps: try Self.apps())
         return IntakeStage(options: options, factory: factory, logger: .init(label: "test"))
     }
 
     static func message(_ text: String, offset: Int64, partition: Int32 = 0) -> KafkaMessage {
-        KafkaMessage(topic: "apn.requests", partition: partition, offset: offset, key: nil, value: Array(text.utf8), headers: [],
-                     timestamp: 1_700_000_000_000)
+        KafkaMessage(
+            topic: "apn.requests", partition: partition, offset: offset, key: nil, value: Array(text.utf8), headers: [],
+            timestamp: 1_700_000_000_000)
     }
 
     func parse(_ messages: [KafkaMessage], epoch: UInt64 = 0) async throws -> IntakeStage.Chunk {
@@ -61,12 +67,14 @@ import Testing
     // MARK: Intake
 
     @Test func intakeTurnsTokensIntoCandidatesAndBadInputIntoResults() async throws {
-        let chunk = try await parse([
-            Self.message(#"{"id":"j1","app":"a","tokens":["\#(Self.token)","\#(Self.otherToken)"],"alert":"hi","staleAfter":"10s"}"#, offset: 7),
-            Self.message("not json", offset: 8),
-            Self.message(#"{"id":"j2","app":"nope","token":"\#(Self.token)","alert":"hi"}"#, offset: 9),
-            Self.message(#"{"id":"j3","app":"a","tokens":["zz","\#(Self.token)"],"alert":"hi"}"#, offset: 10),
-        ], epoch: 3)
+        let chunk = try await parse(
+            [
+                Self.message(
+                    #"{"id":"j1","app":"a","tokens":["\#(Self.token)","\#(Self.otherToken)"],"alert":"hi","staleAfter":"10s"}"#, offset: 7),
+                Self.message("not json", offset: 8),
+                Self.message(#"{"id":"j2","app":"nope","token":"\#(Self.token)","alert":"hi"}"#, offset: 9),
+                Self.message(#"{"id":"j3","app":"a","tokens":["zz","\#(Self.token)"],"alert":"hi"}"#, offset: 10),
+            ], epoch: 3)
         #expect(chunk.messages == 4)
         #expect(chunk.registrations.map(\.0.offset) == [7, 8, 9, 10])
         #expect(chunk.registrations.map(\.1) == [2, 1, 1, 2])
@@ -100,10 +108,12 @@ import Testing
 
     @Test func claimPlanActsOnEveryDecision() async throws {
         let cs = try await candidates(9)
-        let plan = ClaimStage.plan(cs, [
-            .send, .resend, .recorded(result: Array("{\"r\":1}".utf8), feedback: Array("{\"f\":1}".utf8)), .written, .duplicate,
-            .busy, .throttled, .unregistered(since: 1_600_000_000), .rateLimited,
-        ], factory: factory, now: 42)
+        let plan = ClaimStage.plan(
+            cs,
+            [
+                .send, .resend, .recorded(result: Array("{\"r\":1}".utf8), feedback: Array("{\"f\":1}".utf8)), .written, .duplicate,
+                .busy, .throttled, .unregistered(since: 1_600_000_000), .rateLimited,
+            ], factory: factory, now: 42)
         #expect(plan.sends.count == 1)
         #expect(plan.sends[0].key == PoolKey(app: "a", environment: .production))
         #expect(plan.sends[0].notifications.map(\.candidate.tokenHex) == [cs[0].tokenHex, cs[1].tokenHex])
@@ -116,7 +126,10 @@ import Testing
         #expect(plan.statistics.alreadyWritten == 1)
         #expect(plan.statistics.duplicates == 1)
         #expect(plan.results.count == 3)
-        guard case .reemitted(_, let id, let messages) = plan.results[0] else { Issue.record("not re-emitted"); return }
+        guard case .reemitted(_, let id, let messages) = plan.results[0] else {
+            Issue.record("not re-emitted")
+            return
+        }
         #expect(id == cs[2].resultId)
         #expect(messages.map { String(decoding: $0.value, as: UTF8.self) } == ["{\"r\":1}", "{\"f\":1}"])
         let decided = plan.results.dropFirst().map(Self.value(of:))
@@ -147,8 +160,11 @@ import Testing
         #expect(first["type"] as? String == "transmitted")
         #expect(first["possibleDuplicate"] as? Bool == true)
         guard case .delivered(let invalid) = items[1], case .released(_, let released) = items[2],
-              case .delivered(let unregistered) = items[3]
-        else { Issue.record("unexpected items \(items)"); return }
+            case .delivered(let unregistered) = items[3]
+        else {
+            Issue.record("unexpected items \(items)")
+            return
+        }
         #expect(invalid.unregister?.since == 1_700_000_000)
         #expect(invalid.feedback == nil)
         #expect(released == cs[2].resultId)
@@ -162,7 +178,10 @@ import Testing
     @Test func inFlightLimitMakesIntakeWaitUntilThereIsRoom() async {
         let limit = InFlightLimit(maximum: 2)
         limit.add(2)
-        let waiter = Task { await limit.waitForRoom(); return limit.inFlight }
+        let waiter = Task {
+            await limit.waitForRoom()
+            return limit.inFlight
+        }
         limit.remove(1)
         #expect(await waiter.value == 1)
         // Parked notifications have a bound of their own: other apps go on meanwhile.
@@ -190,5 +209,52 @@ import Testing
         let waiter = Task { await limit.waitForRoom() }
         limit.close()
         await waiter.value
+    }
+}
+
+/// The result and feedback stages' plans: what a batch asks of Redis and Kafka.
+@Suite(.timeLimit(.minutes(1))) struct ResultAndFeedbackStageTests {
+    let factory = ResultFactory(worker: "w1", now: { 1_700_000_000_123 })
+
+    @Test func aBatchRecordsOutcomesProducesResultsAndReleasesClaims() throws {
+        let ref = MessageRef(partition: TopicPartition(topic: "apn.requests", partition: 3), offset: 9)
+        let message = ResultMessage(key: Array("k".utf8), value: Array("{\"r\":1}".utf8))
+        let feedback = ResultMessage(key: Array("k".utf8), value: Array("{\"f\":1}".utf8))
+        var gone = RecordedResult(ref: ref, resultId: "d", result: message, feedback: feedback)
+        gone.unregister = Unregistration(app: "a", environment: "production", token: "ab", since: 1_650_000_000)
+        let plan = ResultStage.plan(
+            [
+                .rejected(ref, message), .reemitted(ref, resultId: "r", [message, feedback]),
+                .decided(RecordedResult(ref: ref, resultId: "c", result: message)), .delivered(gone), .released(ref, resultId: "x"),
+            ], topic: "apn.results")
+        #expect(plan.records.map(\.resultId) == ["c", "d"])
+        #expect(plan.records[1].feedback == feedback.value)
+        #expect(plan.records.allSatisfy { $0.partition == 3 && $0.offset == 9 && $0.topic == "apn.requests" })
+        #expect(plan.unregistered.map(\.token) == ["ab"])
+        #expect(plan.unregistered.map(\.since) == [1_650_000_000])
+        #expect(plan.released == ["x"])
+        // Every result once, the 410's feedback result with it; nothing for the released claim.
+        #expect(
+            plan.messages.map { String(decoding: $0.value, as: UTF8.self) }
+                == ["{\"r\":1}", "{\"r\":1}", "{\"f\":1}", "{\"r\":1}", "{\"r\":1}", "{\"f\":1}"])
+        #expect(plan.messages.allSatisfy { $0.topic == "apn.results" })
+        #expect(plan.settled == ["c", "d", "x"])
+        #expect(plan.results == 4)
+    }
+
+    @Test func feedbackTuplesBecomeUnregisteredTokensAndFeedbackResults() throws {
+        let token = try DeviceToken(hex: String(repeating: "ab", count: 32))
+        let (unregistered, messages) = FeedbackStage.results(
+            of: [(token, 1_600_000_000)], app: "a", environment: "production", topic: "apn.results", factory: factory)
+        #expect(unregistered.map(\.token) == [token.hex])
+        #expect(unregistered.map(\.since) == [1_600_000_000])
+        #expect(messages.count == 1)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(messages[0].value)) as? [String: Any])
+        #expect(json["type"] as? String == "feedback")
+        #expect(json["timestamp"] as? Int == 1_600_000_000)
+        #expect(json["at"] as? Int == 1_700_000_000_123)
+        #expect(
+            json["resultId"] as? String
+                == WorkerResult.feedbackId(app: "a", environment: "production", token: token.hex, timestamp: 1_600_000_000))
     }
 }

@@ -66,9 +66,10 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         machineConfig.confirmationWindow = configuration.confirmationWindow.timeAmount
         machineConfig.resendOnUnknown = configuration.resendOnUnknown
         machineConfig.connectionRetryLimit = configuration.connectionRetryLimit
-        self.state = Mutex(State(
-            machine: PoolStateMachine(configuration: machineConfig),
-            admission: APNSAdmission(maxPending: configuration.maxPending)))
+        self.state = Mutex(
+            State(
+                machine: PoolStateMachine(configuration: machineConfig),
+                admission: APNSAdmission(maxPending: configuration.maxPending)))
     }
 
     // MARK: Public API
@@ -401,7 +402,9 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
     fileprivate func received(_ response: ErrorResponse, id: Int) {
         logger.debug(
             "error response",
-            metadata: ["apns.connection": "\(id)", "apns.status": "\(response.status.rawValue)", "apns.identifier": "\(response.identifier)"]
+            metadata: [
+                "apns.connection": "\(id)", "apns.status": "\(response.status.rawValue)", "apns.identifier": "\(response.identifier)",
+            ]
         )
         step { $0.machine.errorResponse(id: id, response, now: .now()) }
     }

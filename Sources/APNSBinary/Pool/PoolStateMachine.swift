@@ -349,7 +349,8 @@ struct PoolStateMachine {
             if accepted > 0 { growInflightLimit(by: accepted) }
             let sentAt = entries[index].sentAt
             if sentAt != .distantFuture && now - sentAt > .nanoseconds(confirmationWindow.nanoseconds / 2) {
-                widenWindow(to: now - sentAt + (now - sentAt), because: "an error response took \((now - sentAt).nanoseconds / 1_000_000) ms")
+                widenWindow(
+                    to: now - sentAt + (now - sentAt), because: "an error response took \((now - sentAt).nanoseconds / 1_000_000) ms")
             }
         } else {
             let pending = entries.compactMap(\.pending)
@@ -397,7 +398,8 @@ struct PoolStateMachine {
                         emitFailure(
                             item,
                             status: .indeterminate,
-                            message: "connection \(id) closed without an error packet (\(reason)); the gateway may or may not have accepted it"
+                            message:
+                                "connection \(id) closed without an error packet (\(reason)); the gateway may or may not have accepted it"
                         )
                     }
                 }
@@ -495,7 +497,8 @@ struct PoolStateMachine {
         }
 
         if lifecycle == .draining && queue.isEmpty {
-            for (id, c) in connections where c.phase == .ready && !c.pumpScheduled && !c.probeSent
+            for (id, c) in connections
+            where c.phase == .ready && !c.pumpScheduled && !c.probeSent
                 && c.cache.contains(where: { $0.pending != nil })
             {
                 connections[id]?.pumpScheduled = true
@@ -582,8 +585,11 @@ struct PoolStateMachine {
         for item in queue {
             if let staleAt = item.staleAt, staleAt <= now {
                 if item.possibleDuplicate {
-                    emitFailure(item, status: .indeterminate,
-                                message: "went stale while the gateway was unreachable; an earlier attempt on a connection that closed without an error packet may have delivered it")
+                    emitFailure(
+                        item, status: .indeterminate,
+                        message:
+                            "went stale while the gateway was unreachable; an earlier attempt on a connection that closed without an error packet may have delivered it"
+                    )
                 } else {
                     emitFailure(item, status: .expired, message: "went stale while the gateway was unreachable; not sent")
                 }
@@ -638,31 +644,33 @@ struct PoolStateMachine {
     }
 
     private mutating func emitTransmitted(_ item: PendingNotification) {
-        events.append(outcome:
-            .transmitted(
-                APNSDeliveryOutcome(
-                    tag: item.tag,
-                    token: item.token,
-                    status: nil,
-                    attempts: item.attempts,
-                    possibleDuplicate: item.possibleDuplicate
+        events.append(
+            outcome:
+                .transmitted(
+                    APNSDeliveryOutcome(
+                        tag: item.tag,
+                        token: item.token,
+                        status: nil,
+                        attempts: item.attempts,
+                        possibleDuplicate: item.possibleDuplicate
+                    )
                 )
-            )
         )
     }
 
     private mutating func emitFailure(_ item: PendingNotification, status: APNSStatus, message: String?) {
-        events.append(outcome:
-            .transmissionError(
-                APNSDeliveryOutcome(
-                    tag: item.tag,
-                    token: item.token,
-                    status: status,
-                    message: message,
-                    attempts: item.attempts,
-                    possibleDuplicate: item.possibleDuplicate
+        events.append(
+            outcome:
+                .transmissionError(
+                    APNSDeliveryOutcome(
+                        tag: item.tag,
+                        token: item.token,
+                        status: status,
+                        message: message,
+                        attempts: item.attempts,
+                        possibleDuplicate: item.possibleDuplicate
+                    )
                 )
-            )
         )
     }
 

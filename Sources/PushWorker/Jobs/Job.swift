@@ -111,7 +111,8 @@ public struct JobParser: Sendable {
 
     public func parse(_ bytes: [UInt8]) -> JobParseResult {
         guard bytes.count <= maxMessageBytes else {
-            return .unreadable(jobId: nil, app: nil,
+            return .unreadable(
+                jobId: nil, app: nil,
                 reason: "the message is \(bytes.count) bytes, over the \(maxMessageBytes)-byte limit for a job")
         }
         let document: JSONValue
@@ -121,7 +122,9 @@ public struct JobParser: Sendable {
             return .unreadable(jobId: nil, app: nil, reason: "the message is not valid JSON: \(error.message)")
         }
         guard case .object(let members) = document else {
-            return .unreadable(jobId: nil, app: nil, reason: "the message is JSON but not an object; a job is a JSON object with id, app and token or tokens")
+            return .unreadable(
+                jobId: nil, app: nil,
+                reason: "the message is JSON but not an object; a job is a JSON object with id, app and token or tokens")
         }
         let fields = Fields(members)
         let app = fields.app?.stringValue
@@ -147,7 +150,9 @@ public struct JobParser: Sendable {
                 return .unreadable(jobId: id, app: app, reason: "\"tokens\" must be a non-empty array of hex strings")
             }
             guard items.count <= maxTokens else {
-                return .unreadable(jobId: id, app: app, reason: "\"tokens\" has \(items.count) entries, over the limit of \(maxTokens) per job; split the job")
+                return .unreadable(
+                    jobId: id, app: app,
+                    reason: "\"tokens\" has \(items.count) entries, over the limit of \(maxTokens) per job; split the job")
             }
             var texts: [String] = []
             texts.reserveCapacity(items.count)
@@ -179,8 +184,10 @@ public struct JobParser: Sendable {
         }
 
         guard let app else {
-            return reject(fields.app == nil ? "the job has no \"app\"; name one of the configured apps"
-                                            : "\"app\" must be a string naming a configured app")
+            return reject(
+                fields.app == nil
+                    ? "the job has no \"app\"; name one of the configured apps"
+                    : "\"app\" must be a string naming a configured app")
         }
         if let unknown = fields.unknown.min() {
             return reject("the job has an unknown field \"\(unknown.abbreviated())\"; see docs/jobs.md for the fields a job may have")
@@ -193,7 +200,9 @@ public struct JobParser: Sendable {
         }
         // §1.3: the payload must fit; trim the alert body if it does not.
         let http2 = http2Apps.contains(app)
-        let limit = !http2 ? payloadLimit
+        let limit =
+            !http2
+            ? payloadLimit
             : job.notification.pushType == APNSPushType.voip.rawValue ? APNSPushType.voipPayloadLimit : APNSPushType.regularPayloadLimit
         do {
             job.payload = try job.notification.validatedPayload(limit: limit, allowLowPriority: http2)
@@ -230,7 +239,9 @@ public struct JobParser: Sendable {
         if let v = fields.pushType {
             let text = try string(v, "pushType")
             guard APNSPushType(rawValue: text) != nil else {
-                throw JobFieldError("\"pushType\" must be one of \(APNSPushType.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(text.abbreviated())\"")
+                throw JobFieldError(
+                    "\"pushType\" must be one of \(APNSPushType.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(text.abbreviated())\""
+                )
             }
             n.pushType = text
         }
@@ -345,7 +356,9 @@ public struct JobParser: Sendable {
             case "action-loc-key": fields.actionLocKey = try string(item, path)
             case "action": fields.action = try string(item, path)
             default:
-                throw JobFieldError("\"\(path)\" is not an alert field; use title, subtitle, body, launch-image, loc-key, loc-args, title-loc-key, title-loc-args, subtitle-loc-key, subtitle-loc-args, action-loc-key or action")
+                throw JobFieldError(
+                    "\"\(path)\" is not an alert field; use title, subtitle, body, launch-image, loc-key, loc-args, title-loc-key, title-loc-args, subtitle-loc-key, subtitle-loc-args, action-loc-key or action"
+                )
             }
         }
         return .fields(fields)

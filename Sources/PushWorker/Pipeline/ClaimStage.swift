@@ -63,9 +63,11 @@ final class ClaimStage: Sendable {
     let signals: AsyncStream<Signal>
     let signalsIn: AsyncStream<Signal>.Continuation
 
-    init(store: NotificationStore, results: ResultStage, delivery: DeliveryStage, localClaims: LocalClaims,
-         control: PipelineControl, limit: InFlightLimit, factory: ResultFactory, options: WorkerOptions,
-         signals: (AsyncStream<Signal>, AsyncStream<Signal>.Continuation), logger: Logger) {
+    init(
+        store: NotificationStore, results: ResultStage, delivery: DeliveryStage, localClaims: LocalClaims,
+        control: PipelineControl, limit: InFlightLimit, factory: ResultFactory, options: WorkerOptions,
+        signals: (AsyncStream<Signal>, AsyncStream<Signal>.Continuation), logger: Logger
+    ) {
         self.store = store
         self.results = results
         self.delivery = delivery
@@ -99,8 +101,9 @@ final class ClaimStage: Sendable {
                     return Self.unpark(&s) { $0.poolKey == key }
                 }
                 limit.parked(-back.count)
-                logger.notice("Gateway reachable again: parked notifications go out",
-                              metadata: ["app": "\(key.app)", "env": "\(key.environment)", "parked": "\(back.count)"])
+                logger.notice(
+                    "Gateway reachable again: parked notifications go out",
+                    metadata: ["app": "\(key.app)", "env": "\(key.environment)", "parked": "\(back.count)"])
                 await claim(back)
             case .sweepStale:
                 expireStaleParked()
@@ -230,8 +233,9 @@ final class ClaimStage: Sendable {
             if control.setRedisDown(false) { logger.notice("Redis answers again") }
         } catch {
             if !control.setRedisDown(true) {
-                logger.error("Cannot claim notifications in Redis; holding them until it answers",
-                             metadata: ["error": "\(error.message)", "notifications": "\(ready.count)"])
+                logger.error(
+                    "Cannot claim notifications in Redis; holding them until it answers",
+                    metadata: ["error": "\(error.message)", "notifications": "\(ready.count)"])
             }
             try? await store.redis.reconnect()
             hold(ready, for: .milliseconds(500))
@@ -252,8 +256,10 @@ final class ClaimStage: Sendable {
         var statistics = WorkerStatistics()
     }
 
-    static func plan(_ candidates: [Candidate], _ decisions: [NotificationStore.ClaimDecision], factory: ResultFactory,
-                     now: Int64) -> Plan {
+    static func plan(
+        _ candidates: [Candidate], _ decisions: [NotificationStore.ClaimDecision], factory: ResultFactory,
+        now: Int64
+    ) -> Plan {
         var plan = Plan()
         var runIndex: [PoolKey: Int] = [:]
         for (c, decision) in zip(candidates, decisions) {
@@ -283,14 +289,16 @@ final class ClaimStage: Sendable {
             case .throttled:
                 plan.throttled.append(c)
             case .unregistered(let since):
-                plan.results.append(factory.decided(
-                    c, status: .unregistered,
-                    reason: "Apple reported this token unregistered at \(since), after the job's registeredAt (or the job has none)",
-                    at: now))
+                plan.results.append(
+                    factory.decided(
+                        c, status: .unregistered,
+                        reason: "Apple reported this token unregistered at \(since), after the job's registeredAt (or the job has none)",
+                        at: now))
             case .rateLimited:
-                plan.results.append(factory.decided(
-                    c, status: .rateLimited, reason: "the device reached its limit of \(c.job.devicePerHour) notifications per hour",
-                    at: now))
+                plan.results.append(
+                    factory.decided(
+                        c, status: .rateLimited, reason: "the device reached its limit of \(c.job.devicePerHour) notifications per hour",
+                        at: now))
             }
         }
         return plan
@@ -359,10 +367,12 @@ final class ClaimStage: Sendable {
         guard !stale.isEmpty else { return }
         limit.parked(-stale.count)
         logger.warning("Notifications went stale while their gateway was unreachable", metadata: ["count": "\(stale.count)"])
-        results.submit(stale.map {
-            factory.decided($0, status: .expired, reason: "the job's staleAfter passed while the gateway was unreachable; not sent",
-                            at: now)
-        })
+        results.submit(
+            stale.map {
+                factory.decided(
+                    $0, status: .expired, reason: "the job's staleAfter passed while the gateway was unreachable; not sent",
+                    at: now)
+            })
     }
 
     // MARK: Revocation and shutdown

@@ -29,8 +29,10 @@ final class DeliveryStage: Sendable {
     private let opened: AsyncStream<(PoolKey, any APNSDeliveryClient)>
     private let openedIn: AsyncStream<(PoolKey, any APNSDeliveryClient)>.Continuation
 
-    init(apps: [String: AppOptions], results: ResultStage, claimSignals: AsyncStream<ClaimStage.Signal>.Continuation,
-         factory: ResultFactory, control: PipelineControl, logger: Logger) {
+    init(
+        apps: [String: AppOptions], results: ResultStage, claimSignals: AsyncStream<ClaimStage.Signal>.Continuation,
+        factory: ResultFactory, control: PipelineControl, logger: Logger
+    ) {
         self.apps = apps
         self.results = results
         self.claimSignals = claimSignals
@@ -102,8 +104,12 @@ final class DeliveryStage: Sendable {
             return (created, true)
         }
         if isNew {
-            logger.info("Opened a delivery pool", metadata: ["gateway": "\(transport.endpoint)", "transport": "\(transport.name)",
-                                                              "connections": "\(connections)"])
+            logger.info(
+                "Opened a delivery pool",
+                metadata: [
+                    "gateway": "\(transport.endpoint)", "transport": "\(transport.name)",
+                    "connections": "\(connections)",
+                ])
         }
         return client
     }
@@ -123,8 +129,10 @@ final class DeliveryStage: Sendable {
 
     /// The results of a batch of events whose contexts were looked up; no I/O. Returns how many
     /// `feedback` results (HTTP/2 410s) are among them.
-    static func results(of events: [APNSDeliveryEvent], contexts: [SentContext?],
-                        factory: ResultFactory) -> (items: [ResultItem], feedback: Int) {
+    static func results(
+        of events: [APNSDeliveryEvent], contexts: [SentContext?],
+        factory: ResultFactory
+    ) -> (items: [ResultItem], feedback: Int) {
         var items: [ResultItem] = []
         items.reserveCapacity(events.count)
         var feedback = 0
@@ -150,7 +158,8 @@ final class DeliveryStage: Sendable {
         case .disconnected(let connection, let reason):
             logger.info("Gateway connection closed", metadata: ["app": "\(app)", "connection": "\(connection)", "reason": "\(reason)"])
         case .timeout(let connection, let reason):
-            logger.warning("Gateway connection timed out", metadata: ["app": "\(app)", "connection": "\(connection)", "reason": "\(reason)"])
+            logger.warning(
+                "Gateway connection timed out", metadata: ["app": "\(app)", "connection": "\(connection)", "reason": "\(reason)"])
         case .socketError(let connection, let error):
             logger.warning("Gateway socket error", metadata: ["app": "\(app)", "connection": "\(connection)", "error": "\(error)"])
         case .error(let error):
@@ -158,8 +167,9 @@ final class DeliveryStage: Sendable {
         case .unavailable(let reason):
             state.withLock { _ = $0.unavailable.insert(key) }
             claimSignals.yield(.unavailable(key))
-            logger.warning("Gateway unreachable: this app's new notifications wait until it answers; other apps go on",
-                           metadata: ["app": "\(app)", "env": "\(key.environment)", "reason": "\(reason)"])
+            logger.warning(
+                "Gateway unreachable: this app's new notifications wait until it answers; other apps go on",
+                metadata: ["app": "\(app)", "env": "\(key.environment)", "reason": "\(reason)"])
         case .available:
             state.withLock { _ = $0.unavailable.remove(key) }
             claimSignals.yield(.available(key))

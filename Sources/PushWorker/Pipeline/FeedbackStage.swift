@@ -32,18 +32,34 @@ struct FeedbackStage: Sendable {
         }
     }
 
+    /// The unregistered tokens to store and the `feedback` results to produce for what the
+    /// service read (token, UNIX seconds); no I/O.
+    static func results(
+        of tuples: [(token: DeviceToken, timestamp: Int64)], app: String, environment: String, topic: String,
+        factory: ResultFactory
+    ) -> (
+        unregistered: [(app: String, environment: String, token: String, since: Int64)],
+        messages: [KafkaOutgoingMessage]
+    ) {
+        let now = factory.now()
+        let unregistered = tuples.map { (app: app, environment: environment, token: $0.token.hex, since: $0.timestamp) }
+        let messages = tuples.map { tuple in
+            let message = factory.feedback(app: app, environment: environment, token: tuple.token.hex, timestamp: tuple.timestamp, at: now)
+            return KafkaOutgoingMessage(topic: topic, key: message.key, value: message.value)
+        }
+        return (unregistered, messages)
+    }
+
     private func poll() async throws {
         let client = try APNSFeedbackClient(configuration: configuration, logger: logger)
         let tuples = try await client.fetch()
         guard !tuples.isEmpty else { return }
         let env = environment.rawValue
-        let now = factory.now()
-        try await store.write(records: [], unregistered: tuples.map { (app, env, $0.token.hex, Int64($0.timestamp)) },
-                              released: [], ttlSeconds: options.dedupeTTLSeconds)
-        var pending = tuples.map { tuple in
-            let message = factory.feedback(app: app, environment: env, token: tuple.token.hex, timestamp: Int64(tuple.timestamp), at: now)
-            return KafkaOutgoingMessage(topic: options.resultsTopic, key: message.key, value: message.value)
-        }
+        let (unregistered, messages) = Self.results(
+            of: tuples.map { ($0.token, Int64($0.timestamp)) }, app: app, environment: env, topic: options.resultsTopic,
+            factory: factory)
+        try await store.write(records: [], unregistered: unregistered, released: [], ttlSeconds: options.dedupeTTLSeconds)
+        var pending = messages
         while !pending.isEmpty {
             let reports = try await producer.send(pending)
             pending = zip(pending, reports).compactMap { message, report in

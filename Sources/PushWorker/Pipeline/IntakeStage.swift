@@ -26,9 +26,10 @@ struct IntakeStage: Sendable {
 
     init(options: WorkerOptions, factory: ResultFactory, logger: Logger) {
         var parser = JobParser()
-        parser.http2Apps = Set(options.apps.filter { _, app in
-            app.environments.values.contains { if case .http2 = $0.transport { true } else { false } }
-        }.keys)
+        parser.http2Apps = Set(
+            options.apps.filter { _, app in
+                app.environments.values.contains { if case .http2 = $0.transport { true } else { false } }
+            }.keys)
         self.parser = parser
         self.apps = options.apps
         self.factory = factory
@@ -68,15 +69,19 @@ struct IntakeStage: Sendable {
         case .rejected(let jobId, let app, let tokens, let reason):
             logger.warning("Rejected job \(jobId) at \(place): \(reason).")
             for token in tokens {
-                chunk.results.append(factory.rejected(ref, jobId: jobId, app: app, environment: nil, token: token,
-                                                      status: .invalidJob, reason: reason, at: now))
+                chunk.results.append(
+                    factory.rejected(
+                        ref, jobId: jobId, app: app, environment: nil, token: token,
+                        status: .invalidJob, reason: reason, at: now))
             }
         case .job(let job):
             func reject(_ reason: String, environment: String?) {
                 logger.warning("Rejected job \(job.id) at \(place): \(reason).")
                 for token in job.tokens {
-                    chunk.results.append(factory.rejected(ref, jobId: job.id, app: job.app, environment: environment,
-                                                          token: token.text, status: .invalidJob, reason: reason, at: now))
+                    chunk.results.append(
+                        factory.rejected(
+                            ref, jobId: job.id, app: job.app, environment: environment,
+                            token: token.text, status: .invalidJob, reason: reason, at: now))
                 }
             }
             guard let app = apps[job.app] else {
@@ -93,17 +98,22 @@ struct IntakeStage: Sendable {
             for token in job.tokens {
                 switch token {
                 case .malformed(let text, let reason):
-                    chunk.results.append(factory.rejected(ref, jobId: job.id, app: job.app, environment: environment.rawValue,
-                                                          token: text, status: .malformedToken, reason: reason, at: now))
+                    chunk.results.append(
+                        factory.rejected(
+                            ref, jobId: job.id, app: job.app, environment: environment.rawValue,
+                            token: text, status: .malformedToken, reason: reason, at: now))
                 case .valid(let deviceToken):
                     let hex = deviceToken.hex
                     if let payloadError = job.payloadError {
-                        chunk.results.append(factory.rejected(ref, jobId: job.id, app: job.app, environment: environment.rawValue,
-                                                              token: hex, status: .invalidPayload, reason: payloadError, at: now))
+                        chunk.results.append(
+                            factory.rejected(
+                                ref, jobId: job.id, app: job.app, environment: environment.rawValue,
+                                token: hex, status: .invalidPayload, reason: payloadError, at: now))
                     } else {
-                        chunk.candidates.append(Candidate(
-                            ref: ref, job: shared, token: deviceToken, tokenHex: hex,
-                            resultId: WorkerResult.notificationId(jobId: job.id, token: hex), epoch: epoch))
+                        chunk.candidates.append(
+                            Candidate(
+                                ref: ref, job: shared, token: deviceToken, tokenHex: hex,
+                                resultId: WorkerResult.notificationId(jobId: job.id, token: hex), epoch: epoch))
                     }
                 }
             }
@@ -118,8 +128,10 @@ struct IntakeStage: Sendable {
     /// Consumes until the worker stops: waits for room, polls a batch, parses it and hands it on.
     /// While Redis is unreachable the assigned partitions are paused and polling goes on, so the
     /// group keeps this member.
-    func run(consumer: KafkaConsumer, batchSize: Int, window: Duration, control: PipelineControl, limit: InFlightLimit,
-             results: ResultStage, claims: ClaimStage) async throws {
+    func run(
+        consumer: KafkaConsumer, batchSize: Int, window: Duration, control: PipelineControl, limit: InFlightLimit,
+        results: ResultStage, claims: ClaimStage
+    ) async throws {
         var paused = false
         while true {
             await limit.waitForRoom()

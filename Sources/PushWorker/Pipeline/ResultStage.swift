@@ -44,8 +44,10 @@ final class ResultStage: Sendable {
     private let options: WorkerOptions
     private let logger: Logger
 
-    init(store: NotificationStore, producer: KafkaProducer, consumer: KafkaConsumer, localClaims: LocalClaims,
-         limit: InFlightLimit, control: PipelineControl, options: WorkerOptions, logger: Logger) {
+    init(
+        store: NotificationStore, producer: KafkaProducer, consumer: KafkaConsumer, localClaims: LocalClaims,
+        limit: InFlightLimit, control: PipelineControl, options: WorkerOptions, logger: Logger
+    ) {
         self.store = store
         self.producer = producer
         self.consumer = consumer
@@ -141,66 +143,87 @@ final class ResultStage: Sendable {
         }
     }
 
+    /// What one batch asks of Redis and Kafka; no I/O.
+    struct WritePlan {
+        var records: [NotificationStore.Record] = []
+        var unregistered: [(app: String, environment: String, token: String, since: Int64)] = []
+        /// Claims to delete: notifications never written to a gateway.
+        var released: [String] = []
+        var messages: [KafkaOutgoingMessage] = []
+        /// The result ids whose claims this process holds until the batch is written.
+        var settled: [String] = []
+        /// Results produced (a released claim produces none).
+        var results = 0
+    }
+
+    static func plan(_ batch: [ResultItem], topic: String) -> WritePlan {
+        var plan = WritePlan()
+        plan.messages.reserveCapacity(batch.count)
+        func produce(_ message: ResultMessage) {
+            plan.messages.append(KafkaOutgoingMessage(topic: topic, key: message.key, value: message.value))
+        }
+        for item in batch {
+            switch item {
+            case .rejected(_, let message):
+                produce(message)
+            case .reemitted(_, _, let list):
+                list.forEach(produce)
+            case .released(_, let id):
+                plan.released.append(id)
+                plan.settled.append(id)
+            case .decided(let r), .delivered(let r):
+                plan.records.append(
+                    .init(
+                        resultId: r.resultId, topic: r.ref.partition.topic, partition: r.ref.partition.partition,
+                        offset: r.ref.offset, result: r.result.value, feedback: r.feedback?.value))
+                if let u = r.unregister { plan.unregistered.append((u.app, u.environment, u.token, u.since)) }
+                produce(r.result)
+                if let feedback = r.feedback { produce(feedback) }
+                plan.settled.append(r.resultId)
+            }
+            if case .released = item {} else { plan.results += 1 }
+        }
+        return plan
+    }
+
     /// Records outcomes in Redis, produces the results, then marks them written. Retries until
     /// both stores accept them: nothing is dropped (unless the worker is cancelled: then their
     /// messages are not committed, so they are consumed again).
     private func write(_ batch: [ResultItem], positions: Bool) async {
         guard positions || !batch.isEmpty else { return }
-        var records: [NotificationStore.Record] = []
-        var unregistered: [(app: String, environment: String, token: String, since: Int64)] = []
-        var released: [String] = []
-        var messages: [KafkaOutgoingMessage] = []
-        messages.reserveCapacity(batch.count)
-        func produce(_ message: ResultMessage) {
-            messages.append(KafkaOutgoingMessage(topic: options.resultsTopic, key: message.key, value: message.value))
-        }
-        for item in batch {
-            switch item {
-            case .rejected(_, let message): produce(message)
-            case .reemitted(_, _, let list): list.forEach(produce)
-            case .released(_, let id): released.append(id)
-            case .decided(let r), .delivered(let r):
-                records.append(.init(resultId: r.resultId, topic: r.ref.partition.topic, partition: r.ref.partition.partition,
-                                     offset: r.ref.offset, result: r.result.value, feedback: r.feedback?.value))
-                if let u = r.unregister { unregistered.append((u.app, u.environment, u.token, u.since)) }
-                produce(r.result)
-                if let feedback = r.feedback { produce(feedback) }
-            }
-        }
+        let plan = Self.plan(batch, topic: options.resultsTopic)
         // The written positions reached by earlier batches go with this one.
         let marks = state.withLock { $0.pendingMarks() }
-        guard await record(records, unregistered: unregistered, released: released, marks: marks, count: batch.count),
-              await produceAll(messages)
+        guard
+            await record(plan.records, unregistered: plan.unregistered, released: plan.released, marks: marks, count: batch.count),
+            await produceAll(plan.messages)
         else { return }
-        var forgotten: [String] = []
         state.withLock { s in
             for mark in marks { s.writtenMarks[mark.topicPartition] = max(s.writtenMarks[mark.topicPartition] ?? -1, mark.offset) }
             for item in batch {
                 let ref = item.ref
-                switch item {
-                case .decided(let r), .delivered(let r): forgotten.append(r.resultId)
-                case .released(_, let id): forgotten.append(id)
-                case .rejected, .reemitted: break
-                }
+                // A released notification's message is not complete: it is consumed again.
                 if case .released = item {} else { s.tracker.complete(ref.partition, offset: ref.offset) }
                 let left = (s.active[ref.partition] ?? 1) - 1
                 s.active[ref.partition] = left > 0 ? left : nil
             }
         }
-        let results = batch.count { if case .released = $0 { false } else { true } }
-        control.count { $0.results += results }
-        localClaims.forget(forgotten)
+        control.count { $0.results += plan.results }
+        localClaims.forget(plan.settled)
         limit.remove(batch.count)
         control.madeProgress()
     }
 
-    private func record(_ records: [NotificationStore.Record], unregistered: [(app: String, environment: String, token: String, since: Int64)],
-                        released: [String], marks: [TopicPartitionOffset], count: Int) async -> Bool {
+    private func record(
+        _ records: [NotificationStore.Record], unregistered: [(app: String, environment: String, token: String, since: Int64)],
+        released: [String], marks: [TopicPartitionOffset], count: Int
+    ) async -> Bool {
         var delay: Duration = .milliseconds(50)
         while true {
             do {
-                try await store.write(records: records, unregistered: unregistered, released: released, positions: marks,
-                                      ttlSeconds: options.dedupeTTLSeconds)
+                try await store.write(
+                    records: records, unregistered: unregistered, released: released, positions: marks,
+                    ttlSeconds: options.dedupeTTLSeconds)
                 if delay > .milliseconds(50) { control.setRedisDown(false) }
                 return true
             } catch {
@@ -227,8 +250,9 @@ final class ResultStage: Sendable {
                     guard case .failure(let error) = report else { continue }
                     if error.isMessageTooLarge {
                         // Retrying could never write it, and would hold up every result behind it.
-                        logger.error("A result is over the producer's message.max.bytes and is not written; raise kafka.properties.message.max.bytes",
-                                     metadata: ["bytes": "\(message.value.count + (message.key?.count ?? 0))", "error": "\(error)"])
+                        logger.error(
+                            "A result is over the producer's message.max.bytes and is not written; raise kafka.properties.message.max.bytes",
+                            metadata: ["bytes": "\(message.value.count + (message.key?.count ?? 0))", "error": "\(error)"])
                         continue
                     }
                     failed.append(message)
@@ -287,8 +311,9 @@ final class ResultStage: Sendable {
             try await store.write(records: [], unregistered: [], released: [], positions: marks, ttlSeconds: options.dedupeTTLSeconds)
             state.withLock { s in for mark in marks { s.writtenMarks[mark.topicPartition] = mark.offset } }
         } catch {
-            logger.warning("Cannot store the written positions; the next owners may write some results again",
-                           metadata: ["error": "\(error.message)"])
+            logger.warning(
+                "Cannot store the written positions; the next owners may write some results again",
+                metadata: ["error": "\(error.message)"])
         }
     }
 

@@ -65,8 +65,9 @@ extension Worker {
             let deadline = DispatchTime.now() + .milliseconds(Int(options.revokeTimeout / .milliseconds(1)))
             while outstanding() > 0 {
                 if control.progress.wait(timeout: deadline) == .timedOut {
-                    logger.warning("Revoked partitions still had notifications in flight; handing them back",
-                                   metadata: ["partitions": "\(partitions)"])
+                    logger.warning(
+                        "Revoked partitions still had notifications in flight; handing them back",
+                        metadata: ["partitions": "\(partitions)"])
                     break
                 }
             }
@@ -80,7 +81,8 @@ extension Worker {
         while !stages.results.positionsStored(for: selection) {
             stages.results.requestPositions()
             if control.progress.wait(timeout: marksDeadline) == .timedOut {
-                logger.warning("Cannot store the written positions of revoked partitions in time", metadata: ["partitions": "\(partitions)"])
+                logger.warning(
+                    "Cannot store the written positions of revoked partitions in time", metadata: ["partitions": "\(partitions)"])
                 break
             }
         }

@@ -100,13 +100,16 @@ public final class Worker: Service, Sendable {
 
         let factory = ResultFactory(worker: options.workerId)
         let localClaims = LocalClaims()
-        let results = ResultStage(store: store, producer: producer, consumer: consumer, localClaims: localClaims, limit: limit,
-                                  control: control, options: options, logger: logger)
+        let results = ResultStage(
+            store: store, producer: producer, consumer: consumer, localClaims: localClaims, limit: limit,
+            control: control, options: options, logger: logger)
         let signals = AsyncStream<ClaimStage.Signal>.makeStream()
-        let delivery = DeliveryStage(apps: options.apps, results: results, claimSignals: signals.continuation, factory: factory,
-                                     control: control, logger: logger)
-        let claims = ClaimStage(store: claimStore, results: results, delivery: delivery, localClaims: localClaims, control: control,
-                                limit: limit, factory: factory, options: options, signals: signals, logger: logger)
+        let delivery = DeliveryStage(
+            apps: options.apps, results: results, claimSignals: signals.continuation, factory: factory,
+            control: control, logger: logger)
+        let claims = ClaimStage(
+            store: claimStore, results: results, delivery: delivery, localClaims: localClaims, control: control,
+            limit: limit, factory: factory, options: options, signals: signals, logger: logger)
         let intake = IntakeStage(options: options, factory: factory, logger: logger)
         stages.withLock { $0 = Stages(consumer: consumer, claims: claims, delivery: delivery, results: results) }
         logger.info("Worker started", metadata: ["owner": "\(owner)", "group": "\(options.groupId)", "topic": "\(options.requestsTopic)"])
@@ -131,8 +134,9 @@ public final class Worker: Service, Sendable {
 
             var failure: (any Error)? = nil
             do {
-                try await intake.run(consumer: consumer, batchSize: options.batchSize, window: options.batchWindow, control: control,
-                                     limit: limit, results: results, claims: claims)
+                try await intake.run(
+                    consumer: consumer, batchSize: options.batchSize, window: options.batchWindow, control: control,
+                    limit: limit, results: results, claims: claims)
             } catch {
                 failure = error
                 logger.error("Consumption failed; shutting down", metadata: ["error": "\(error)"])
@@ -158,8 +162,9 @@ public final class Worker: Service, Sendable {
         options.apps.flatMap { name, app in
             app.environments.compactMap { environment, env in
                 env.feedback.map {
-                    FeedbackStage(app: name, environment: environment, configuration: $0, interval: env.feedbackInterval, store: store,
-                                  producer: producer, factory: factory, control: control, options: options, logger: logger)
+                    FeedbackStage(
+                        app: name, environment: environment, configuration: $0, interval: env.feedbackInterval, store: store,
+                        producer: producer, factory: factory, control: control, options: options, logger: logger)
                 }
             }
         }
@@ -174,8 +179,12 @@ public final class Worker: Service, Sendable {
                 try await NotificationStore(redis: connection, prefix: options.redisKeyPrefix, owner: owner).prepare()
                 return connection
             } catch {
-                logger.warning("Redis is unreachable; retrying", metadata: ["endpoint": "\(options.redis.endpoint)",
-                                                                             "purpose": "\(purpose)", "error": "\(error.message)"])
+                logger.warning(
+                    "Redis is unreachable; retrying",
+                    metadata: [
+                        "endpoint": "\(options.redis.endpoint)",
+                        "purpose": "\(purpose)", "error": "\(error.message)",
+                    ])
                 try? await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(2))
             }
@@ -186,8 +195,10 @@ public final class Worker: Service, Sendable {
 
     /// Stop consuming, finish what was sent, write results, store positions, commit, and leave the
     /// group when the consumer is not a service of its own (which leaves once the worker returned).
-    private func drain(consumer: KafkaConsumer, claims: ClaimStage, delivery: DeliveryStage, results: ResultStage,
-                       closing: Bool) async {
+    private func drain(
+        consumer: KafkaConsumer, claims: ClaimStage, delivery: DeliveryStage, results: ResultStage,
+        closing: Bool
+    ) async {
         let deadline = ContinuousClock.now + options.shutdownTimeout
         // Held and parked notifications are not claimed: hand them back.
         claims.handBack(unclaimedToo: true) { _ in true }
@@ -195,15 +206,18 @@ public final class Worker: Service, Sendable {
         await delivery.shutdown(gracePeriod: max(.seconds(1), deadline - .now))
         // Wait for the writer to write what the pools reported.
         if !(await limit.waitUntilEmpty(deadline: max(deadline, .now + .milliseconds(100)))) {
-            logger.warning("Shutdown timeout reached with notifications in flight; their messages will be consumed again",
-                           metadata: ["inFlight": "\(limit.inFlight)"])
+            logger.warning(
+                "Shutdown timeout reached with notifications in flight; their messages will be consumed again",
+                metadata: ["inFlight": "\(limit.inFlight)"])
         }
         // The written positions of everything finished, before the partitions are handed on.
         await results.storePositions()
         results.commit()
         await finishJoining(consumer)
         guard closing else { return }
-        do { try await consumer.close() } catch { logger.warning("Cannot leave the consumer group cleanly", metadata: ["error": "\(error)"]) }
+        do { try await consumer.close() } catch {
+            logger.warning("Cannot leave the consumer group cleanly", metadata: ["error": "\(error)"])
+        }
     }
 
     // MARK: Liveness

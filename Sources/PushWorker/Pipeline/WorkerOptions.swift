@@ -49,8 +49,10 @@ public struct WorkerOptions: Sendable {
     /// Bound for a graceful shutdown.
     public var shutdownTimeout: Duration = .seconds(30)
 
-    public init(workerId: String, kafka: KafkaConfiguration, groupId: String, requestsTopic: String = "apn.requests",
-                resultsTopic: String = "apn.results", redis: RedisConfiguration, apps: [String: AppOptions]) {
+    public init(
+        workerId: String, kafka: KafkaConfiguration, groupId: String, requestsTopic: String = "apn.requests",
+        resultsTopic: String = "apn.results", redis: RedisConfiguration, apps: [String: AppOptions]
+    ) {
         self.workerId = workerId
         self.kafka = kafka
         self.groupId = groupId

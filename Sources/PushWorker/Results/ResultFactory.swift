@@ -26,8 +26,10 @@ struct ResultFactory: Sendable {
 
     /// A `transmissionError` for a notification that cannot be sent as given (rejected job,
     /// malformed token, invalid payload): produced, not recorded.
-    func rejected(_ ref: MessageRef, jobId: String, app: String?, environment: String?, token: String,
-                  status: APNSStatus, reason: String, at: Int64) -> ResultItem {
+    func rejected(
+        _ ref: MessageRef, jobId: String, app: String?, environment: String?, token: String,
+        status: APNSStatus, reason: String, at: Int64
+    ) -> ResultItem {
         let result = WorkerResult(
             kind: .transmissionError, resultId: WorkerResult.notificationId(jobId: jobId, token: token), jobId: jobId,
             app: app, environment: environment, token: token, status: status, reason: reason, attempts: 0,
@@ -42,7 +44,8 @@ struct ResultFactory: Sendable {
             kind: .transmissionError, resultId: c.resultId, jobId: c.job.jobId, app: c.job.app,
             environment: c.job.environment.rawValue, token: c.tokenHex, status: status, reason: reason, attempts: 0,
             possibleDuplicate: false, worker: worker, at: at)
-        return .decided(RecordedResult(ref: c.ref, resultId: c.resultId, result: ResultMessage(key: result.key, value: result.serialized())))
+        return .decided(
+            RecordedResult(ref: c.ref, resultId: c.resultId, result: ResultMessage(key: result.key, value: result.serialized())))
     }
 
     /// The result of a pool's outcome. A binary status 8 or an HTTP/2 410 also stores the token

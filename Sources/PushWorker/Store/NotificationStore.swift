@@ -68,7 +68,8 @@ final class NotificationStore: Sendable {
         self.owner = owner
     }
 
-    static let claimScript = RedisScript(#"""
+    static let claimScript = RedisScript(
+        #"""
         -- ARGV: owner, topic, ttl seconds, now ms, key prefix, number of apps A, then 4 per app:
         -- app, env, app limit/s, device limit/h; then 5 per notification:
         -- resultId, '<partition>|<offset>', app number (1...A), token, registeredAt ('' = none).
@@ -149,7 +150,9 @@ final class NotificationStore: Sendable {
     }
 
     /// Claims notifications of messages of `topic`, in one round trip.
-    func claim(topic: String, _ requests: [ClaimRequest], ttlSeconds: Int, nowMilliseconds: Int64) async throws(RedisError) -> [ClaimDecision] {
+    func claim(
+        topic: String, _ requests: [ClaimRequest], ttlSeconds: Int, nowMilliseconds: Int64
+    ) async throws(RedisError) -> [ClaimDecision] {
         guard !requests.isEmpty else { return [] }
         // Each (app, environment, limits) once, numbered from 1 in the order first seen.
         struct AppKey: Hashable {
@@ -175,13 +178,17 @@ final class NotificationStore: Sendable {
             } else {
                 number = appNumbers.count + 1
                 appNumbers[key] = number
-                appArgs += [Array(r.app.utf8), Array(r.environment.utf8), Array(String(r.appPerSecond).utf8), Array(String(r.devicePerHour).utf8)]
+                appArgs += [
+                    Array(r.app.utf8), Array(r.environment.utf8), Array(String(r.appPerSecond).utf8), Array(String(r.devicePerHour).utf8),
+                ]
             }
             numbers.append(number)
             last = (key, number)
         }
-        var args: [[UInt8]] = [Array(owner.utf8), Array(topic.utf8), Array(String(ttlSeconds).utf8),
-                               Array(String(nowMilliseconds).utf8), Array(prefix.utf8), Array(String(appNumbers.count).utf8)]
+        var args: [[UInt8]] = [
+            Array(owner.utf8), Array(topic.utf8), Array(String(ttlSeconds).utf8),
+            Array(String(nowMilliseconds).utf8), Array(prefix.utf8), Array(String(appNumbers.count).utf8),
+        ]
         args.reserveCapacity(args.count + appArgs.count + requests.count * 5)
         args += appArgs
         for (r, number) in zip(requests, numbers) {
@@ -215,7 +222,9 @@ final class NotificationStore: Sendable {
             case UInt8(ascii: "R"): return .resend
             case UInt8(ascii: "E"):
                 let recorded = bytes.dropFirst()
-                guard let newline = recorded.firstIndex(of: UInt8(ascii: "\n")) else { return .recorded(result: Array(recorded), feedback: nil) }
+                guard let newline = recorded.firstIndex(of: UInt8(ascii: "\n")) else {
+                    return .recorded(result: Array(recorded), feedback: nil)
+                }
                 return .recorded(result: Array(recorded[..<newline]), feedback: Array(recorded[(newline + 1)...]))
             case UInt8(ascii: "P"): return .written
             case UInt8(ascii: "X"): return .duplicate
@@ -241,8 +250,10 @@ final class NotificationStore: Sendable {
 
     /// Records outcomes, unregistered tokens, released claims and written positions (see
     /// `pw:` above), in one round trip.
-    func write(records: [Record], unregistered: [(app: String, environment: String, token: String, since: Int64)],
-               released: [String], positions: [TopicPartitionOffset] = [], ttlSeconds: Int) async throws(RedisError) {
+    func write(
+        records: [Record], unregistered: [(app: String, environment: String, token: String, since: Int64)],
+        released: [String], positions: [TopicPartitionOffset] = [], ttlSeconds: Int
+    ) async throws(RedisError) {
         var commands: [[[UInt8]]] = []
         commands.reserveCapacity(records.count + unregistered.count + released.count + positions.count)
         let ttl = Array(String(ttlSeconds).utf8)
@@ -265,8 +276,10 @@ final class NotificationStore: Sendable {
             commands.append([set, keyPrefix + record.resultId.utf8, value, ex, ttl])
         }
         for entry in unregistered {
-            commands.append([Array("HSET".utf8), Array("\(prefix)u:\(entry.app):\(entry.environment)".utf8),
-                             Array(entry.token.utf8), Array(String(entry.since).utf8)])
+            commands.append([
+                Array("HSET".utf8), Array("\(prefix)u:\(entry.app):\(entry.environment)".utf8),
+                Array(entry.token.utf8), Array(String(entry.since).utf8),
+            ])
         }
         for resultId in released {
             commands.append([Array("DEL".utf8), Array("\(prefix)n:\(resultId)".utf8)])
@@ -289,7 +302,8 @@ final class NotificationStore: Sendable {
 
     /// KEYS: written positions; ARGV: ttl, then one offset per key. Sets each key to its offset
     /// unless it already holds a later one.
-    static let advancePositionsScript = Array(#"""
+    static let advancePositionsScript = Array(
+        #"""
         for i, key in ipairs(KEYS) do
           local offset = tonumber(ARGV[i + 1])
           if offset > tonumber(redis.call('GET', key) or '-1') then redis.call('SET', key, ARGV[i + 1], 'EX', ARGV[1]) end
