@@ -27,6 +27,8 @@ public final class Worker: Service, Sendable {
     /// The Kafka clients, made once (``services()`` or ``run()``), and whether their own
     /// services close them.
     let kafka = Mutex<(producer: KafkaProducer, consumer: KafkaConsumer, asServices: Bool)?>(nil)
+    /// The Redis connections' service, once ``services()`` handed it out.
+    let redis = Mutex<WorkerRedis?>(nil)
 
     struct Stages: Sendable {
         var consumer: KafkaConsumer
@@ -45,15 +47,23 @@ public final class Worker: Service, Sendable {
         self.limit = InFlightLimit(maximum: options.maxInFlight)
     }
 
-    /// The services of one worker, in the order a `ServiceGroup` starts them: the Kafka producer,
-    /// the Kafka consumer, the worker. A graceful shutdown stops them in reverse: the worker
-    /// finishes what it sent, writes the results and stores its offsets; then the consumer leaves
-    /// the group (committing what the worker stored); then the producer flushes and closes.
+    /// The services of one worker, in the order a `ServiceGroup` starts them: its Redis
+    /// connections, the Kafka producer, the Kafka consumer, the worker. A graceful shutdown stops
+    /// them in reverse: the worker finishes what it sent, writes the results and stores its
+    /// offsets; then the consumer leaves the group (committing what the worker stored); then the
+    /// producer flushes and closes; then the Redis connections close. (Run alone, ``run()`` makes
+    /// and closes all of them itself.)
     ///
     /// - Throws: a ``WorkerError`` when the Kafka clients cannot be set up.
     public func services() throws -> [any Service] {
         let (producer, consumer) = try kafkaClients(asServices: true)
-        return [producer, consumer, self]
+        let redis = self.redis.withLock { redis in
+            if let redis { return redis }
+            let made = WorkerRedis(options: options, owner: owner, logger: logger)
+            redis = made
+            return made
+        }
+        return [redis, producer, consumer, self]
     }
 
     /// The Kafka clients, made on first use.
@@ -91,8 +101,15 @@ public final class Worker: Service, Sendable {
     }
 
     private func runStages() async throws {
-        let claimRedis = await connectRedis(purpose: "claims")
-        let stateRedis = await connectRedis(purpose: "state")
+        let redisService = redis.withLock { $0 }
+        let connections: WorkerRedis.Connections?
+        if let redisService {
+            connections = await redisService.connections()
+        } else {
+            connections = await WorkerRedis.connect(options: options, owner: owner, logger: logger)
+        }
+        // Stopped (or cancelled) before Redis answered: nothing was consumed.
+        guard let claimRedis = connections?.claims, let stateRedis = connections?.state else { return }
         let claimStore = NotificationStore(redis: claimRedis, prefix: options.redisKeyPrefix, owner: owner)
         let store = NotificationStore(redis: stateRedis, prefix: options.redisKeyPrefix, owner: owner)
         let (producer, consumer) = try kafkaClients(asServices: false)
@@ -153,8 +170,10 @@ public final class Worker: Service, Sendable {
         control.count { $0.redisRoundTrips = claimRedis.roundTrips + stateRedis.roundTrips }
         if closesClients { await producer.close(timeout: .seconds(10)) }
         do { try await store.retire() } catch { logger.notice("Cannot remove the liveness key", metadata: ["error": "\(error)"]) }
-        await claimRedis.close()
-        await stateRedis.close()
+        if redisService == nil {
+            await claimRedis.close()
+            await stateRedis.close()
+        }
         logger.info("Worker stopped", metadata: ["statistics": "\(statistics)"])
     }
 
@@ -166,27 +185,6 @@ public final class Worker: Service, Sendable {
                         app: name, environment: environment, configuration: $0, interval: env.feedbackInterval, store: store,
                         producer: producer, factory: factory, control: control, options: options, logger: logger)
                 }
-            }
-        }
-    }
-
-    /// Connects, retrying until Redis answers (nothing can be sent without dedupe).
-    private func connectRedis(purpose: String) async -> RedisConnection {
-        var delay: Duration = .milliseconds(100)
-        while true {
-            do {
-                let connection = try await RedisConnection.connect(options.redis)
-                try await NotificationStore(redis: connection, prefix: options.redisKeyPrefix, owner: owner).prepare()
-                return connection
-            } catch {
-                logger.warning(
-                    "Redis is unreachable; retrying",
-                    metadata: [
-                        "endpoint": "\(options.redis.endpoint)",
-                        "purpose": "\(purpose)", "error": "\(error.message)",
-                    ])
-                try? await Task.sleep(for: delay)
-                delay = min(delay * 2, .seconds(2))
             }
         }
     }

@@ -1,0 +1,72 @@
+import Logging
+import PushRedis
+import ServiceLifecycle
+import Synchronization
+
+/// The worker's two Redis connections as a service of its group: one for claims, one for the
+/// rest (records, written positions, liveness, feedback), so that a claim round trip never waits
+/// behind a record pipeline. It connects (retrying until Redis answers: nothing can be sent
+/// without dedupe), hands the connections to the worker, and closes them once the group has
+/// shut the worker down.
+final class WorkerRedis: Service, Sendable {
+    struct Connections: Sendable {
+        var claims: RedisConnection
+        var state: RedisConnection
+    }
+
+    private let options: WorkerOptions
+    private let owner: String
+    private let logger: Logger
+    private let connected: AsyncStream<Connections>
+    private let connectedIn: AsyncStream<Connections>.Continuation
+
+    init(options: WorkerOptions, owner: String, logger: Logger) {
+        self.options = options
+        self.owner = owner
+        self.logger = logger
+        (connected, connectedIn) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+    }
+
+    func run() async throws {
+        defer { connectedIn.finish() }
+        guard let connections = await Self.connect(options: options, owner: owner, logger: logger) else { return }
+        connectedIn.yield(connections)
+        try? await gracefulShutdown()
+        await connections.claims.close()
+        await connections.state.close()
+    }
+
+    /// The connections once ``run()`` made them; `nil` if it ended first (cancelled). One caller.
+    func connections() async -> Connections? {
+        for await connections in connected { return connections }
+        return nil
+    }
+
+    /// Both connections, each retried until Redis answers; `nil` when cancelled meanwhile.
+    static func connect(options: WorkerOptions, owner: String, logger: Logger) async -> Connections? {
+        guard let claims = await connect(purpose: "claims", options: options, owner: owner, logger: logger) else { return nil }
+        guard let state = await connect(purpose: "state", options: options, owner: owner, logger: logger) else {
+            await claims.close()
+            return nil
+        }
+        return Connections(claims: claims, state: state)
+    }
+
+    private static func connect(purpose: String, options: WorkerOptions, owner: String, logger: Logger) async -> RedisConnection? {
+        var delay: Duration = .milliseconds(100)
+        while !Task.isCancelled {
+            do {
+                let connection = try await RedisConnection.connect(options.redis)
+                try await NotificationStore(redis: connection, prefix: options.redisKeyPrefix, owner: owner).prepare()
+                return connection
+            } catch {
+                logger.warning(
+                    "Redis is unreachable; retrying",
+                    metadata: ["endpoint": "\(options.redis.endpoint)", "purpose": "\(purpose)", "error": "\(error.message)"])
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(2))
+            }
+        }
+        return nil
+    }
+}
