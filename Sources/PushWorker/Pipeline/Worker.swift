@@ -1,4 +1,3 @@
-import AsyncAlgorithms
 import Logging
 import PushKafka
 import PushRedis
