@@ -114,9 +114,16 @@ let package = Package(
         ),
 
         // MARK: The worker
+        // `apn-worker run`'s configuration: file (YAML or JSON), environment and flags, validated
+        // once into the model the worker runs with.
+        .target(
+            name: "PushConfiguration",
+            dependencies: ["APNSCore", "PushRedis", .product(name: "Yams", package: "Yams")]
+        ),
         .target(
             name: "PushWorker",
             dependencies: [
+                "PushConfiguration",
                 "APNSCore",
                 "APNSBinary",
                 "APNSHTTP2",
@@ -130,21 +137,7 @@ let package = Package(
                 .product(name: "AsyncAlgorithms", package: "swift-async-algorithms"),
             ]
         ),
-        // `apn-worker run`'s configuration: file (YAML or JSON), environment and flags, validated
-        // once into the options the worker runs with.
-        .target(
-            name: "PushConfiguration",
-            dependencies: [
-                "PushWorker",
-                "APNSCore",
-                "APNSBinary",
-                "APNSHTTP2",
-                "APNSHTTP2Core",
-                "PushKafka",
-                "PushRedis",
-                .product(name: "Yams", package: "Yams"),
-            ]
-        ),
+
         .executableTarget(
             name: "apn-worker",
             dependencies: [
@@ -203,7 +196,8 @@ let package = Package(
         .testTarget(
             name: "PushWorkerTests",
             dependencies: [
-                "PushWorker", "APNSCore", "APNSBinary", "APNSSimulator", "PushKafka", "PushRedis", "PushTestSupport",
+                "PushWorker", "PushConfiguration", "APNSCore", "APNSBinary", "APNSSimulator", "PushKafka", "PushRedis",
+                "PushTestSupport",
                 "PushWorkerFuzzing",
             ]
         ),

@@ -1,3 +1,4 @@
+import APNSCore
 import Foundation
 import PushRedis
 
@@ -325,11 +326,11 @@ struct ConfigurationBuilder {
         try section.read("transport", into: &transport)
         // Environments next: the default environment depends on them.
         let environmentsSection = try section.section("environments")
-        let environmentNames = WorkerConfiguration.APNSEnvironmentName.allCases.map(\.rawValue)
+        let environmentNames = ["production", "sandbox"]
         try environmentsSection.checkKnown(environmentNames)
-        var environments: [WorkerConfiguration.APNSEnvironmentName: WorkerConfiguration.AppEnvironment] = [:]
+        var environments: [APNSEnvironment: WorkerConfiguration.AppEnvironment] = [:]
         for entry in environmentsSection.entries {
-            guard let environmentName = WorkerConfiguration.APNSEnvironmentName(rawValue: entry.key) else { continue }
+            guard let environmentName = APNSEnvironment(rawValue: entry.key) else { continue }
             environments[environmentName] = try buildEnvironment(
                 environmentName, section: environmentsSection.section(entry.key), transport: transport)
         }
@@ -338,14 +339,14 @@ struct ConfigurationBuilder {
                 "\(environmentsSection.path) must configure at least one of production and sandbox in the config file.")
         }
 
-        let defaultEnvironment: WorkerConfiguration.APNSEnvironmentName
+        let defaultEnvironment: APNSEnvironment
         if let value = section.value("defaultEnvironment") {
             defaultEnvironment = try SettingParsing.choice(value)
             if environments[defaultEnvironment] == nil {
                 throw ConfigurationError(
                     "\(value.label) is \(defaultEnvironment.rawValue), but \(environmentsSection.path) "
                         + "has no \(defaultEnvironment.rawValue) entry; configure it or choose "
-                        + "\(environments.keys.sorted().map(\.rawValue).joined(separator: " or ")).")
+                        + "\(environments.keys.map(\.rawValue).sorted().joined(separator: " or ")).")
             }
         } else if environments.count == 1, let only = environments.keys.first {
             defaultEnvironment = only
@@ -383,7 +384,7 @@ struct ConfigurationBuilder {
     }
 
     private func buildEnvironment(
-        _ name: WorkerConfiguration.APNSEnvironmentName, section: ConfigSection, transport: WorkerConfiguration.Transport
+        _ name: APNSEnvironment, section: ConfigSection, transport: WorkerConfiguration.Transport
     ) throws(ConfigurationError) -> WorkerConfiguration.AppEnvironment {
         try section.checkKnown([
             "certificate", "key", "pfx", "passphrase", "passphraseFile", "ca", "verifyServer", "gateway", "feedback",

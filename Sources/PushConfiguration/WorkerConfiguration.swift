@@ -1,3 +1,4 @@
+import APNSCore
 import Foundation
 import PushRedis
 
@@ -66,6 +67,9 @@ extension WorkerConfiguration {
         public var dedupeTTL: Duration
         /// Reserved for a future status endpoint; read but not used.
         public var statusAddress: String?
+
+        /// ``dedupeTTL`` in whole seconds, as Redis takes it.
+        public var dedupeTTLSeconds: Int { Int(dedupeTTL.components.seconds) }
 
         public static let defaultBatchSize = 500
         public static let defaultBatchWindow: Duration = .milliseconds(10)
@@ -196,38 +200,6 @@ extension WorkerConfiguration {
         case http2
     }
 
-    /// Apple's two push environments.
-    public enum APNSEnvironmentName: String, Sendable, Hashable, CaseIterable, Comparable {
-        case production
-        case sandbox
-
-        public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
-
-        /// Apple's binary-interface gateway for this environment.
-        public var defaultGateway: HostPort {
-            switch self {
-            case .production: HostPort(host: "gateway.push.apple.com", port: 2195)
-            case .sandbox: HostPort(host: "gateway.sandbox.push.apple.com", port: 2195)
-            }
-        }
-
-        /// Apple's feedback service for this environment.
-        /// The HTTP/2 provider API (§3.1).
-        public var defaultHTTP2Gateway: HostPort {
-            switch self {
-            case .production: HostPort(host: "api.push.apple.com", port: 443)
-            case .sandbox: HostPort(host: "api.sandbox.push.apple.com", port: 443)
-            }
-        }
-
-        public var defaultFeedback: HostPort {
-            switch self {
-            case .production: HostPort(host: "feedback.push.apple.com", port: 2196)
-            case .sandbox: HostPort(host: "feedback.sandbox.push.apple.com", port: 2196)
-            }
-        }
-    }
-
     /// A host name (or IP address, IPv6 without brackets) and a TCP port.
     public struct HostPort: Sendable, Hashable, CustomStringConvertible {
         public var host: String
@@ -251,7 +223,7 @@ extension WorkerConfiguration {
         /// The bundle id (APNs topic); defaults to ``name``.
         public var bundleId: String
         /// The environment used for jobs that do not name one.
-        public var defaultEnvironment: APNSEnvironmentName
+        public var defaultEnvironment: APNSEnvironment
         /// Wire protocol.
         public var transport: Transport
         /// Connections per environment, 1...64.
@@ -277,7 +249,7 @@ extension WorkerConfiguration {
         /// Time between feedback-service polls (`feedbackIntervalSeconds`); zero turns polling off.
         public var feedbackInterval: Duration
         /// The configured environments: at least one.
-        public var environments: [APNSEnvironmentName: AppEnvironment]
+        public var environments: [APNSEnvironment: AppEnvironment]
 
         public static let defaultPoolSize = 4
         public static let defaultCacheMaxCount = 50_000
@@ -288,7 +260,7 @@ extension WorkerConfiguration {
         public init(
             name: String,
             bundleId: String,
-            defaultEnvironment: APNSEnvironmentName,
+            defaultEnvironment: APNSEnvironment,
             transport: Transport = .binary,
             poolSize: Int = App.defaultPoolSize,
             cacheMaxCount: Int = App.defaultCacheMaxCount,
@@ -298,7 +270,7 @@ extension WorkerConfiguration {
             appPerSecond: Int = 0,
             devicePerHour: Int = 0,
             feedbackInterval: Duration = App.defaultFeedbackInterval,
-            environments: [APNSEnvironmentName: AppEnvironment]
+            environments: [APNSEnvironment: AppEnvironment]
         ) {
             self.name = name
             self.bundleId = bundleId
@@ -337,7 +309,7 @@ extension WorkerConfiguration {
     /// contents are not checked here.
     public struct AppEnvironment: Sendable, Hashable {
         /// Which environment this is.
-        public var name: APNSEnvironmentName
+        public var name: APNSEnvironment
         /// The client certificate and key.
         public var credentials: Credentials
         /// The passphrase of the key or PKCS#12 file: `passphrase`, or the contents of
@@ -353,7 +325,7 @@ extension WorkerConfiguration {
         public var feedback: HostPort
 
         public init(
-            name: APNSEnvironmentName, credentials: Credentials, passphrase: String? = nil,
+            name: APNSEnvironment, credentials: Credentials, passphrase: String? = nil,
             ca: String? = nil, verifyServer: Bool = true, gateway: HostPort? = nil,
             feedback: HostPort? = nil
         ) {
@@ -382,6 +354,32 @@ extension WorkerConfiguration {
         public var pfx: String? {
             if case .pkcs12(let path) = credentials { return path }
             return nil
+        }
+    }
+}
+
+extension APNSEnvironment {
+    /// Apple's binary-interface gateway for this environment.
+    public var defaultGateway: WorkerConfiguration.HostPort {
+        switch self {
+        case .production: .init(host: "gateway.push.apple.com", port: 2195)
+        case .sandbox: .init(host: "gateway.sandbox.push.apple.com", port: 2195)
+        }
+    }
+
+    /// The HTTP/2 provider API (§3.1).
+    public var defaultHTTP2Gateway: WorkerConfiguration.HostPort {
+        switch self {
+        case .production: .init(host: "api.push.apple.com", port: 443)
+        case .sandbox: .init(host: "api.sandbox.push.apple.com", port: 443)
+        }
+    }
+
+    /// Apple's feedback service for this environment.
+    public var defaultFeedback: WorkerConfiguration.HostPort {
+        switch self {
+        case .production: .init(host: "feedback.push.apple.com", port: 2196)
+        case .sandbox: .init(host: "feedback.sandbox.push.apple.com", port: 2196)
         }
     }
 }

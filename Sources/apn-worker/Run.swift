@@ -50,7 +50,6 @@ struct Run: AsyncParsableCommand {
 
     func run() async throws {
         let configuration: WorkerConfiguration
-        var options: WorkerOptions
         do {
             configuration = try WorkerConfiguration.load(
                 overrides: ConfigurationOverrides(
@@ -59,7 +58,6 @@ struct Run: AsyncParsableCommand {
                     redisURL: redis, redisPassword: redisPassword, batchSize: batchSize, maxInFlight: maxInFlight,
                     logLevel: logLevel, logFormat: logFormat, shutdownTimeoutSeconds: shutdownTimeout),
                 environment: ProcessInfo.processInfo.environment)
-            options = try configuration.makeOptions()
         } catch {
             printError(error.message)
             throw ExitCode(2)
@@ -74,12 +72,17 @@ struct Run: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "apn-worker")
-        options.kafka.logger = Logger(label: KafkaConfiguration.loggerLabel)
+        let worker: Worker
+        do {
+            worker = try Worker(configuration: configuration, logger: logger)
+        } catch {
+            printError(error.message)
+            throw ExitCode(2)
+        }
         for warning in configuration.warnings { logger.warning("\(warning)") }
 
         // The worker and its Kafka clients are services of one group that SIGTERM or SIGINT
         // shuts down gracefully, the worker first.
-        let worker = Worker(options: options, logger: logger)
         let services: [any Service]
         do {
             services = try worker.services()
@@ -87,7 +90,9 @@ struct Run: AsyncParsableCommand {
             printError("\(error)")
             throw ExitCode(1)
         }
-        let ready = jsonLine([("event", "ready"), ("worker", .string(options.workerId)), ("group", .string(options.groupId))])
+        let ready = jsonLine([
+            ("event", "ready"), ("worker", .string(configuration.worker.id)), ("group", .string(configuration.kafka.groupId)),
+        ])
         do {
             try await runUntilTerminated(services, logger: logger) {
                 print(ready)
@@ -100,7 +105,7 @@ struct Run: AsyncParsableCommand {
         let statistics = worker.statistics
         print(
             jsonLine([
-                ("event", "stopped"), ("worker", .string(options.workerId)),
+                ("event", "stopped"), ("worker", .string(configuration.worker.id)),
                 ("messages", .int(Int64(statistics.messages))),
                 ("notifications", .int(Int64(statistics.notifications))),
                 ("results", .int(Int64(statistics.results))),

@@ -210,7 +210,7 @@ private func parseError(
     #expect(other.bundleId == "other")
     #expect(other.defaultEnvironment == .sandbox)
     #expect(other.appPerSecond == 100)
-    #expect(other.environments.keys.sorted() == [.sandbox])
+    #expect(Array(other.environments.keys) == [.sandbox])
 }
 
 @Test func jsonFile() throws {

@@ -2,6 +2,7 @@ import APNSBinary
 import APNSCore
 import APNSSimulator
 import Foundation
+import PushConfiguration
 import PushRedis
 import Testing
 
@@ -16,24 +17,14 @@ import Testing
     static let otherToken = String(repeating: "cd", count: 32)
     let factory = ResultFactory(worker: "w1", now: { 1_700_000_000_123 })
 
-    static func apps() throws -> [String: AppOptions] {
-        let certificates = try TestCertificates()
-        let credentials = try APNSCredentials(
-            certificate: .data(Array(certificates.client.certificatePEM.utf8)),
-            key: .data(Array(certificates.client.keyPEM.utf8)), environment: .production)
-        let binary = APNSBinaryConfiguration(host: "127.0.0.1", port: 1, credentials: credentials)
-        return [
-            "a": AppOptions(
-                defaultEnvironment: .production,
-                environments: [.production: EnvironmentOptions(transport: .binary(binary))])
-        ]
-    }
-
     func intake() throws -> IntakeStage {
-        let options = WorkerOptions(
-            workerId: "w1", kafka: KafkaConfiguration(), groupId: "g",
-            redis: RedisConfiguration(), apps: try Self.apps())
-        return IntakeStage(options: options, factory: factory, logger: .init(label: "test"))
+        let app = WorkerConfiguration.App(
+            name: "a", bundleId: "a", defaultEnvironment: .production,
+            environments: [.production: .init(name: .production, credentials: .pem(certificate: "/c.pem", key: "/k.pem"))])
+        let configuration = WorkerConfiguration(
+            worker: .init(id: "w1"), kafka: .init(bootstrapServers: "127.0.0.1:9092"), redis: RedisConfiguration(),
+            limits: .init(), apps: ["a": app])
+        return IntakeStage(configuration: configuration, factory: factory, logger: .init(label: "test"))
     }
 
     static func message(_ text: String, offset: Int64, partition: Int32 = 0) -> KafkaMessage {

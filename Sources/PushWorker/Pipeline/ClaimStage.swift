@@ -1,6 +1,7 @@
 import APNSCore
 import AsyncAlgorithms
 import Logging
+import PushConfiguration
 import PushKafka
 import Synchronization
 
@@ -65,7 +66,7 @@ final class ClaimStage: Sendable {
 
     init(
         store: NotificationStore, results: ResultStage, delivery: DeliveryStage, localClaims: LocalClaims,
-        control: PipelineControl, limit: InFlightLimit, factory: ResultFactory, options: WorkerOptions,
+        control: PipelineControl, limit: InFlightLimit, factory: ResultFactory, configuration: WorkerConfiguration,
         signals: (AsyncStream<Signal>, AsyncStream<Signal>.Continuation), logger: Logger
     ) {
         self.store = store
@@ -76,9 +77,9 @@ final class ClaimStage: Sendable {
         self.limit = limit
         self.factory = factory
         self.logger = logger
-        self.topic = options.requestsTopic
-        self.dedupeTTLSeconds = options.dedupeTTLSeconds
-        self.maxChunk = max(options.batchSize, 5000)
+        self.topic = configuration.kafka.requestsTopic
+        self.dedupeTTLSeconds = configuration.worker.dedupeTTLSeconds
+        self.maxChunk = max(configuration.worker.batchSize, 5000)
         (wakeUps, wakeUpsIn) = AsyncStream.makeStream()
         (self.signals, self.signalsIn) = signals
     }

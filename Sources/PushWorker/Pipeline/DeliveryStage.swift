@@ -19,7 +19,7 @@ final class DeliveryStage: Sendable {
     }
 
     private let state = Mutex(State())
-    private let apps: [String: AppOptions]
+    private let pools: [PoolKey: PoolSettings]
     private let results: ResultStage
     private let claimSignals: AsyncStream<ClaimStage.Signal>.Continuation
     private let factory: ResultFactory
@@ -30,10 +30,10 @@ final class DeliveryStage: Sendable {
     private let openedIn: AsyncStream<(PoolKey, any APNSDeliveryClient)>.Continuation
 
     init(
-        apps: [String: AppOptions], results: ResultStage, claimSignals: AsyncStream<ClaimStage.Signal>.Continuation,
+        pools: [PoolKey: PoolSettings], results: ResultStage, claimSignals: AsyncStream<ClaimStage.Signal>.Continuation,
         factory: ResultFactory, control: PipelineControl, logger: Logger
     ) {
-        self.apps = apps
+        self.pools = pools
         self.results = results
         self.claimSignals = claimSignals
         self.factory = factory
@@ -79,7 +79,7 @@ final class DeliveryStage: Sendable {
         }) {
             return client
         }
-        guard let transport = apps[key.app]?.environments[key.environment]?.transport else {
+        guard let transport = pools[key]?.transport else {
             throw WorkerError("app \(key.app) has no \(key.environment) environment")
         }
         var logger = self.logger

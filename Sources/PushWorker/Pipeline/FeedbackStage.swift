@@ -15,7 +15,8 @@ struct FeedbackStage: Sendable {
     var producer: KafkaProducer
     var factory: ResultFactory
     var control: PipelineControl
-    var options: WorkerOptions
+    var resultsTopic: String
+    var dedupeTTLSeconds: Int
     var logger: Logger
 
     func run() async {
@@ -56,9 +57,9 @@ struct FeedbackStage: Sendable {
         guard !tuples.isEmpty else { return }
         let env = environment.rawValue
         let (unregistered, messages) = Self.results(
-            of: tuples.map { ($0.token, Int64($0.timestamp)) }, app: app, environment: env, topic: options.resultsTopic,
+            of: tuples.map { ($0.token, Int64($0.timestamp)) }, app: app, environment: env, topic: resultsTopic,
             factory: factory)
-        try await store.write(records: [], unregistered: unregistered, released: [], ttlSeconds: options.dedupeTTLSeconds)
+        try await store.write(records: [], unregistered: unregistered, released: [], ttlSeconds: dedupeTTLSeconds)
         var pending = messages
         while !pending.isEmpty {
             let reports = try await producer.send(pending)

@@ -1,5 +1,6 @@
 import APNSCore
 import Logging
+import PushConfiguration
 import PushKafka
 
 /// The first stage: Kafka messages in, jobs parsed, notifications out to the claim stage and
@@ -20,18 +21,16 @@ struct IntakeStage: Sendable {
     static let handOverInterval: Duration = .milliseconds(20)
 
     let parser: JobParser
-    let apps: [String: AppOptions]
+    let apps: [String: WorkerConfiguration.App]
     let factory: ResultFactory
     let logger: Logger
 
-    init(options: WorkerOptions, factory: ResultFactory, logger: Logger) {
+    init(configuration: WorkerConfiguration, factory: ResultFactory, logger: Logger) {
         var parser = JobParser()
         parser.http2Apps = Set(
-            options.apps.filter { _, app in
-                app.environments.values.contains { if case .http2 = $0.transport { true } else { false } }
-            }.keys)
+            configuration.apps.filter { $0.value.transport == .http2 }.keys)
         self.parser = parser
-        self.apps = options.apps
+        self.apps = configuration.apps
         self.factory = factory
         self.logger = logger
     }

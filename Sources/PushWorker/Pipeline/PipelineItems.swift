@@ -1,4 +1,5 @@
 import APNSCore
+import PushConfiguration
 import PushKafka
 
 // The values that travel between the worker's stages (see `docs/architecture.md`).
@@ -27,7 +28,7 @@ final class SharedJob: Sendable {
     let appPerSecond: Int
     let devicePerHour: Int
 
-    init(_ job: Job, environment: APNSEnvironment, app options: AppOptions, producedAt: Int64) {
+    init(_ job: Job, environment: APNSEnvironment, app settings: WorkerConfiguration.App, producedAt: Int64) {
         jobId = job.id
         app = job.app
         self.environment = environment
@@ -36,8 +37,8 @@ final class SharedJob: Sendable {
             producedAt + $0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000
         }
         content = APNSSubmission.Content(notification: job.notification, payload: job.payload, staleAt: staleAt)
-        appPerSecond = options.appPerSecond
-        devicePerHour = options.devicePerHour
+        appPerSecond = settings.appPerSecond
+        devicePerHour = settings.devicePerHour
     }
 
     var poolKey: PoolKey { PoolKey(app: app, environment: environment) }

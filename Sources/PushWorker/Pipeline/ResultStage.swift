@@ -1,4 +1,5 @@
 import Logging
+import PushConfiguration
 import PushKafka
 import Synchronization
 
@@ -41,12 +42,12 @@ final class ResultStage: Sendable {
     private let localClaims: LocalClaims
     private let limit: InFlightLimit
     private let control: PipelineControl
-    private let options: WorkerOptions
+    private let configuration: WorkerConfiguration
     private let logger: Logger
 
     init(
         store: NotificationStore, producer: KafkaProducer, consumer: KafkaConsumer, localClaims: LocalClaims,
-        limit: InFlightLimit, control: PipelineControl, options: WorkerOptions, logger: Logger
+        limit: InFlightLimit, control: PipelineControl, configuration: WorkerConfiguration, logger: Logger
     ) {
         self.store = store
         self.producer = producer
@@ -54,7 +55,7 @@ final class ResultStage: Sendable {
         self.localClaims = localClaims
         self.limit = limit
         self.control = control
-        self.options = options
+        self.configuration = configuration
         self.logger = logger
         (doorbell, doorbellIn) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
     }
@@ -123,7 +124,7 @@ final class ResultStage: Sendable {
         while true {
             let (batch, commit, positions) = state.withLock { s in
                 defer { (s.commitNeeded, s.positionsRequested) = (false, false) }
-                let count = min(s.waiting.count, options.resultBatchSize)
+                let count = min(s.waiting.count, configuration.worker.resultBatchSize)
                 let batch = Array(s.waiting.prefix(count))
                 s.waiting.removeFirst(count)
                 return (batch, s.commitNeeded, s.positionsRequested)
@@ -136,8 +137,8 @@ final class ResultStage: Sendable {
             await write(batch, positions: positions)
             if commit || !batch.isEmpty { self.commit() }
             // Gather a fuller batch next time when this one was small.
-            if batch.count < options.resultBatchSize {
-                try? await Task.sleep(until: lastFlush + options.resultFlushInterval)
+            if batch.count < configuration.worker.resultBatchSize {
+                try? await Task.sleep(until: lastFlush + configuration.worker.resultFlushInterval)
             }
             lastFlush = .now
         }
@@ -191,7 +192,7 @@ final class ResultStage: Sendable {
     /// messages are not committed, so they are consumed again).
     private func write(_ batch: [ResultItem], positions: Bool) async {
         guard positions || !batch.isEmpty else { return }
-        let plan = Self.plan(batch, topic: options.resultsTopic)
+        let plan = Self.plan(batch, topic: configuration.kafka.resultsTopic)
         // The written positions reached by earlier batches go with this one.
         let marks = state.withLock { $0.pendingMarks() }
         guard
@@ -223,7 +224,7 @@ final class ResultStage: Sendable {
             do {
                 try await store.write(
                     records: records, unregistered: unregistered, released: released, positions: marks,
-                    ttlSeconds: options.dedupeTTLSeconds)
+                    ttlSeconds: configuration.worker.dedupeTTLSeconds)
                 if delay > .milliseconds(50) { control.setRedisDown(false) }
                 return true
             } catch {
@@ -308,7 +309,8 @@ final class ResultStage: Sendable {
         let marks = state.withLock { $0.pendingMarks() }
         guard !marks.isEmpty else { return }
         do {
-            try await store.write(records: [], unregistered: [], released: [], positions: marks, ttlSeconds: options.dedupeTTLSeconds)
+            try await store.write(
+                records: [], unregistered: [], released: [], positions: marks, ttlSeconds: configuration.worker.dedupeTTLSeconds)
             state.withLock { s in for mark in marks { s.writtenMarks[mark.topicPartition] = mark.offset } }
         } catch {
             logger.warning(

@@ -1,24 +1,29 @@
 import Dispatch
 import Foundation
+import Logging
+import PushConfiguration
 import PushKafka
 
 /// The worker's Kafka clients and what happens when partitions are taken away
 /// (`docs/architecture.md`, "Healing").
 extension Worker {
     func makeKafkaClients() throws -> (KafkaProducer, KafkaConsumer) {
-        var kafka = options.kafka
+        var kafka = KafkaConfiguration(configuration.kafka.properties)
+        kafka.properties["bootstrap.servers"] = configuration.kafka.bootstrapServers
+        kafka.properties["client.id"] = kafka.properties["client.id"] ?? "apn-worker-\(configuration.worker.id)"
+        kafka.logger = Logger(label: KafkaConfiguration.loggerLabel)
         // Requests go out at once instead of waiting for the previous segment's ACK (Nagle):
         // a result's latency includes an acknowledged produce.
         kafka.properties["socket.nagle.disable"] = kafka.properties["socket.nagle.disable"] ?? "true"
         var producerConfig = kafka
         producerConfig.properties["linger.ms"] = producerConfig.properties["linger.ms"] ?? "2"
         var consumerConfig = kafka
-        consumerConfig.properties["group.id"] = options.groupId
+        consumerConfig.properties["group.id"] = configuration.kafka.groupId
         // A member that dies is noticed within 10 s (librdkafka's own default is 45 s), and a
         // rebalance reaches the members within a second.
         consumerConfig.properties["session.timeout.ms"] = consumerConfig.properties["session.timeout.ms"] ?? "10000"
         consumerConfig.properties["heartbeat.interval.ms"] = consumerConfig.properties["heartbeat.interval.ms"] ?? "1000"
-        if let instance = options.groupInstanceId {
+        if let instance = configuration.kafka.groupInstanceId {
             // Static membership: a restarted worker with the same id takes its partitions back
             // within the session timeout, without a rebalance.
             consumerConfig.properties["group.instance.id"] = instance
@@ -33,10 +38,10 @@ extension Worker {
             let consumer = try KafkaConsumer(configuration: consumerConfig) { [self] partitions in
                 handleRevoke(partitions)
             }
-            try consumer.subscribe(topics: [options.requestsTopic])
+            try consumer.subscribe(topics: [configuration.kafka.requestsTopic])
             return (producer, consumer)
         } catch {
-            throw WorkerError("cannot set up Kafka at \(options.kafka.bootstrapServers ?? "?"): \(error)")
+            throw WorkerError("cannot set up Kafka at \(configuration.kafka.bootstrapServers): \(error)")
         }
     }
 
@@ -62,7 +67,7 @@ extension Worker {
         let before = outstanding()
         logger.info("Partitions revoked", metadata: ["partitions": "\(partitions)", "inFlight": "\(before)"])
         if before > 0 {
-            let deadline = DispatchTime.now() + .milliseconds(Int(options.revokeTimeout / .milliseconds(1)))
+            let deadline = DispatchTime.now() + .milliseconds(Int(Worker.revokeTimeout / .milliseconds(1)))
             while outstanding() > 0 {
                 if control.progress.wait(timeout: deadline) == .timedOut {
                     logger.warning(
@@ -96,7 +101,7 @@ extension Worker {
         let offsets = stages.results.positions(in: selection)
         guard !offsets.isEmpty else { return }
         _ = try? stages.consumer.store(offsets)
-        let deadline = ContinuousClock.now + options.revokeCommitTimeout
+        let deadline = ContinuousClock.now + Worker.revokeCommitTimeout
         var delay: Duration = .milliseconds(50)
         while true {
             do {
@@ -123,7 +128,7 @@ extension Worker {
     /// the join (whatever it is assigned stays paused; nothing is processed) and then leaves.
     func finishJoining(_ consumer: KafkaConsumer) async {
         guard !consumer.hasJoined else { return }
-        let deadline = ContinuousClock.now + options.joinWaitOnStop
+        let deadline = ContinuousClock.now + Worker.joinWaitOnStop
         logger.info("Stopping before the first assignment: finishing the join so as to leave the group cleanly")
         while ContinuousClock.now < deadline, !consumer.hasJoined {
             // Drives the join. A message fetched meanwhile is not processed: no offset is stored

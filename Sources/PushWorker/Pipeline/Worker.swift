@@ -1,4 +1,5 @@
 import Logging
+import PushConfiguration
 import PushKafka
 import PushRedis
 import ServiceLifecycle
@@ -13,7 +14,9 @@ import Synchronization
 /// produce, offsets); ``FeedbackStage`` polls the feedback service. A `Service`: a graceful
 /// shutdown of its `ServiceGroup` stops it as ``stop()`` does.
 public final class Worker: Service, Sendable {
-    public let options: WorkerOptions
+    public let configuration: WorkerConfiguration
+    /// Every (app, environment)'s pool settings, credentials loaded.
+    let pools: [PoolKey: PoolSettings]
     let logger: Logger
     /// This incarnation: the worker id plus a random suffix, so a restarted worker with the same
     /// id does not mistake the claims of its dead predecessor for its own.
@@ -36,14 +39,33 @@ public final class Worker: Service, Sendable {
         var results: ResultStage
     }
 
-    public init(options: WorkerOptions, logger: Logger = Logger(label: "apn-worker")) {
-        self.options = options
+    /// Prefix of every Redis key.
+    static let redisKeyPrefix = "apn:"
+    /// A worker incarnation whose liveness key is older than this counts as dead and its claims
+    /// are taken over.
+    static let livenessTTL: Duration = .seconds(5)
+    /// How long a revoked partition's in-flight notifications may take to finish before the
+    /// partition is handed back anyway.
+    static let revokeTimeout: Duration = .seconds(20)
+    /// How long a worker stopped before its first assignment waits for its join to finish, so
+    /// that it can leave the group cleanly.
+    static let joinWaitOnStop: Duration = .seconds(15)
+    /// How long the commit of revoked partitions is retried while the coordinator is busy.
+    static let revokeCommitTimeout: Duration = .seconds(1)
+
+    /// A worker for a loaded configuration (``WorkerConfiguration/load(overrides:environment:hostname:pid:)``).
+    ///
+    /// - Throws: a ``ConfigurationError`` naming the setting when an app's credentials cannot be
+    ///   loaded (a file that is not a certificate or key, a wrong passphrase, a bad signing key).
+    public init(configuration: WorkerConfiguration, logger: Logger = Logger(label: "apn-worker")) throws(ConfigurationError) {
+        self.configuration = configuration
+        self.pools = try PoolSettings.all(for: configuration)
         var logger = logger
-        logger[metadataKey: "worker"] = "\(options.workerId)"
+        logger[metadataKey: "worker"] = "\(configuration.worker.id)"
         self.logger = logger
         let suffix = (0..<6).map { _ in "0123456789abcdefghijklmnopqrstuvwxyz".randomElement()! }
-        self.owner = "\(options.workerId)#\(String(suffix))"
-        self.limit = InFlightLimit(maximum: options.maxInFlight)
+        self.owner = "\(configuration.worker.id)#\(String(suffix))"
+        self.limit = InFlightLimit(maximum: configuration.worker.maxInFlight)
     }
 
     /// The services of one worker, in the order a `ServiceGroup` starts them: its Redis
@@ -58,7 +80,7 @@ public final class Worker: Service, Sendable {
         let (producer, consumer) = try kafkaClients(asServices: true)
         let redis = self.redis.withLock { redis in
             if let redis { return redis }
-            let made = WorkerRedis(options: options, owner: owner, logger: logger)
+            let made = WorkerRedis(configuration: configuration, owner: owner, logger: logger)
             redis = made
             return made
         }
@@ -105,30 +127,32 @@ public final class Worker: Service, Sendable {
         if let redisService {
             connections = await redisService.connections()
         } else {
-            connections = await WorkerRedis.connect(options: options, owner: owner, logger: logger)
+            connections = await WorkerRedis.connect(configuration: configuration, owner: owner, logger: logger)
         }
         // Stopped (or cancelled) before Redis answered: nothing was consumed.
         guard let claimRedis = connections?.claims, let stateRedis = connections?.state else { return }
-        let claimStore = NotificationStore(redis: claimRedis, prefix: options.redisKeyPrefix, owner: owner)
-        let store = NotificationStore(redis: stateRedis, prefix: options.redisKeyPrefix, owner: owner)
+        let claimStore = NotificationStore(redis: claimRedis, prefix: Worker.redisKeyPrefix, owner: owner)
+        let store = NotificationStore(redis: stateRedis, prefix: Worker.redisKeyPrefix, owner: owner)
         let (producer, consumer) = try kafkaClients(asServices: false)
         let closesClients = !(kafka.withLock { $0?.asServices } ?? false)
 
-        let factory = ResultFactory(worker: options.workerId)
+        let factory = ResultFactory(worker: configuration.worker.id)
         let localClaims = LocalClaims()
         let results = ResultStage(
             store: store, producer: producer, consumer: consumer, localClaims: localClaims, limit: limit,
-            control: control, options: options, logger: logger)
+            control: control, configuration: configuration, logger: logger)
         let signals = AsyncStream<ClaimStage.Signal>.makeStream()
         let delivery = DeliveryStage(
-            apps: options.apps, results: results, claimSignals: signals.continuation, factory: factory,
+            pools: pools, results: results, claimSignals: signals.continuation, factory: factory,
             control: control, logger: logger)
         let claims = ClaimStage(
             store: claimStore, results: results, delivery: delivery, localClaims: localClaims, control: control,
-            limit: limit, factory: factory, options: options, signals: signals, logger: logger)
-        let intake = IntakeStage(options: options, factory: factory, logger: logger)
+            limit: limit, factory: factory, configuration: configuration, signals: signals, logger: logger)
+        let intake = IntakeStage(configuration: configuration, factory: factory, logger: logger)
         stages.withLock { $0 = Stages(consumer: consumer, claims: claims, delivery: delivery, results: results) }
-        logger.info("Worker started", metadata: ["owner": "\(owner)", "group": "\(options.groupId)", "topic": "\(options.requestsTopic)"])
+        logger.info(
+            "Worker started",
+            metadata: ["owner": "\(owner)", "group": "\(configuration.kafka.groupId)", "topic": "\(configuration.kafka.requestsTopic)"])
 
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.heartbeat(store) }
@@ -151,7 +175,8 @@ public final class Worker: Service, Sendable {
             var failure: (any Error)? = nil
             do {
                 try await intake.run(
-                    consumer: consumer, batchSize: options.batchSize, window: options.batchWindow, control: control,
+                    consumer: consumer, batchSize: configuration.worker.batchSize, window: configuration.worker.batchWindow,
+                    control: control,
                     limit: limit, results: results, claims: claims)
             } catch {
                 failure = error
@@ -177,13 +202,12 @@ public final class Worker: Service, Sendable {
     }
 
     private func feedbackStages(store: NotificationStore, producer: KafkaProducer, factory: ResultFactory) -> [FeedbackStage] {
-        options.apps.flatMap { name, app in
-            app.environments.compactMap { environment, env in
-                env.feedback.map {
-                    FeedbackStage(
-                        app: name, environment: environment, configuration: $0, interval: env.feedbackInterval, store: store,
-                        producer: producer, factory: factory, control: control, options: options, logger: logger)
-                }
+        pools.compactMap { key, pool in
+            pool.feedback.map {
+                FeedbackStage(
+                    app: key.app, environment: key.environment, configuration: $0, interval: pool.feedbackInterval, store: store,
+                    producer: producer, factory: factory, control: control, resultsTopic: configuration.kafka.resultsTopic,
+                    dedupeTTLSeconds: configuration.worker.dedupeTTLSeconds, logger: logger)
             }
         }
     }
@@ -196,7 +220,7 @@ public final class Worker: Service, Sendable {
         consumer: KafkaConsumer, claims: ClaimStage, delivery: DeliveryStage, results: ResultStage,
         closing: Bool
     ) async {
-        let deadline = ContinuousClock.now + options.shutdownTimeout
+        let deadline = ContinuousClock.now + configuration.worker.shutdownTimeout
         // Held and parked notifications are not claimed: hand them back.
         claims.handBack(unclaimedToo: true) { _ in true }
         logger.info("Draining", metadata: ["inFlight": "\(limit.inFlight)", "pools": "\(delivery.poolCount)"])
@@ -220,7 +244,7 @@ public final class Worker: Service, Sendable {
     // MARK: Liveness
 
     private func heartbeat(_ store: NotificationStore) async {
-        let ttl = Int(options.livenessTTL / .milliseconds(1))
+        let ttl = Int(Worker.livenessTTL / .milliseconds(1))
         while !Task.isCancelled {
             do {
                 try await store.heartbeat(ttlMilliseconds: ttl)
@@ -230,7 +254,7 @@ public final class Worker: Service, Sendable {
                 control.setRedisDown(true)
                 try? await store.redis.reconnect()
             }
-            do { try await Task.sleep(for: options.livenessTTL / 5) } catch { return }
+            do { try await Task.sleep(for: Worker.livenessTTL / 5) } catch { return }
         }
     }
 }

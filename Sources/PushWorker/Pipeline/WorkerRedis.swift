@@ -1,4 +1,5 @@
 import Logging
+import PushConfiguration
 import PushRedis
 import ServiceLifecycle
 import Synchronization
@@ -14,14 +15,14 @@ final class WorkerRedis: Service, Sendable {
         var state: RedisConnection
     }
 
-    private let options: WorkerOptions
+    private let configuration: WorkerConfiguration
     private let owner: String
     private let logger: Logger
     private let connected: AsyncStream<Connections>
     private let connectedIn: AsyncStream<Connections>.Continuation
 
-    init(options: WorkerOptions, owner: String, logger: Logger) {
-        self.options = options
+    init(configuration: WorkerConfiguration, owner: String, logger: Logger) {
+        self.configuration = configuration
         self.owner = owner
         self.logger = logger
         (connected, connectedIn) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
@@ -29,7 +30,7 @@ final class WorkerRedis: Service, Sendable {
 
     func run() async throws {
         defer { connectedIn.finish() }
-        guard let connections = await Self.connect(options: options, owner: owner, logger: logger) else { return }
+        guard let connections = await Self.connect(configuration: configuration, owner: owner, logger: logger) else { return }
         connectedIn.yield(connections)
         try? await gracefulShutdown()
         await connections.claims.close()
@@ -43,26 +44,28 @@ final class WorkerRedis: Service, Sendable {
     }
 
     /// Both connections, each retried until Redis answers; `nil` when cancelled meanwhile.
-    static func connect(options: WorkerOptions, owner: String, logger: Logger) async -> Connections? {
-        guard let claims = await connect(purpose: "claims", options: options, owner: owner, logger: logger) else { return nil }
-        guard let state = await connect(purpose: "state", options: options, owner: owner, logger: logger) else {
+    static func connect(configuration: WorkerConfiguration, owner: String, logger: Logger) async -> Connections? {
+        guard let claims = await connect(purpose: "claims", configuration: configuration, owner: owner, logger: logger) else { return nil }
+        guard let state = await connect(purpose: "state", configuration: configuration, owner: owner, logger: logger) else {
             await claims.close()
             return nil
         }
         return Connections(claims: claims, state: state)
     }
 
-    private static func connect(purpose: String, options: WorkerOptions, owner: String, logger: Logger) async -> RedisConnection? {
+    private static func connect(
+        purpose: String, configuration: WorkerConfiguration, owner: String, logger: Logger
+    ) async -> RedisConnection? {
         var delay: Duration = .milliseconds(100)
         while !Task.isCancelled {
             do {
-                let connection = try await RedisConnection.connect(options.redis)
-                try await NotificationStore(redis: connection, prefix: options.redisKeyPrefix, owner: owner).prepare()
+                let connection = try await RedisConnection.connect(configuration.redis)
+                try await NotificationStore(redis: connection, prefix: Worker.redisKeyPrefix, owner: owner).prepare()
                 return connection
             } catch {
                 logger.warning(
                     "Redis is unreachable; retrying",
-                    metadata: ["endpoint": "\(options.redis.endpoint)", "purpose": "\(purpose)", "error": "\(error.message)"])
+                    metadata: ["endpoint": "\(configuration.redis.endpoint)", "purpose": "\(purpose)", "error": "\(error.message)"])
                 try? await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(2))
             }

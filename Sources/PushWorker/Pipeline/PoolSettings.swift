@@ -1,0 +1,123 @@
+import APNSBinary
+import APNSCore
+import APNSHTTP2
+import APNSHTTP2Core
+import PushConfiguration
+
+/// Which API a pool speaks, with its settings.
+enum DeliveryTransport: Sendable {
+    /// The legacy binary protocol (§1).
+    case binary(APNSBinaryConfiguration)
+    /// The HTTP/2 provider API (§3).
+    case http2(APNSHTTP2Configuration)
+
+    /// `host:port` of the gateway, for logs.
+    var endpoint: String {
+        switch self {
+        case .binary(let c): "\(c.host):\(c.port)"
+        case .http2(let c): "\(c.host):\(c.port)"
+        }
+    }
+
+    var name: String {
+        switch self {
+        case .binary: "binary"
+        case .http2: "http2"
+        }
+    }
+}
+
+/// How the worker reaches Apple for one app in one environment: the settings of its delivery
+/// pool and of its feedback polling, made from the app's configuration when the worker is made,
+/// with the credentials loaded.
+struct PoolSettings: Sendable {
+    var transport: DeliveryTransport
+    /// The feedback service; `nil` when polling is off or the transport has none (HTTP/2
+    /// answers 410 instead, §3.4).
+    var feedback: APNSFeedbackClient.Configuration?
+    var feedbackInterval: Duration
+
+    /// The settings of every configured (app, environment). Fails with a sentence naming the
+    /// setting when a credential cannot be loaded.
+    static func all(for configuration: WorkerConfiguration) throws(ConfigurationError) -> [PoolKey: PoolSettings] {
+        var pools: [PoolKey: PoolSettings] = [:]
+        for (name, app) in configuration.apps.sorted(by: { $0.key < $1.key }) {
+            for (environment, settings) in app.environments.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+                pools[PoolKey(app: name, environment: environment)] = try PoolSettings(
+                    app: app, environment: settings, maxPending: configuration.worker.maxInFlight)
+            }
+        }
+        return pools
+    }
+
+    init(
+        app: WorkerConfiguration.App, environment env: WorkerConfiguration.AppEnvironment, maxPending: Int
+    ) throws(ConfigurationError) {
+        let path = "apps.\(app.name).environments.\(env.name.rawValue)"
+        let ca = env.ca.map { [CredentialSource.file($0)] }
+        func certificate() throws(ConfigurationError) -> APNSCredentials {
+            do throws(APNSError) {
+                switch env.credentials {
+                case .pem(let certificate, let key):
+                    return try APNSCredentials(
+                        certificate: .file(certificate), key: .file(key), passphrase: env.passphrase, ca: ca, environment: env.name)
+                case .pkcs12(let pfx):
+                    return try APNSCredentials(pkcs12: .file(pfx), passphrase: env.passphrase, ca: ca, environment: env.name)
+                case .token:
+                    throw APNSError(.invalidConfiguration, "token authentication needs transport http2")
+                }
+            } catch {
+                throw ConfigurationError("\(path): \(error.message).")
+            }
+        }
+        func validated(_ validate: () throws(APNSError) -> Void) throws(ConfigurationError) {
+            do throws(APNSError) { try validate() } catch { throw ConfigurationError("apps.\(app.name): \(error.message).") }
+        }
+        let retryLimit = app.connectRetryLimit == 0 ? nil : app.connectRetryLimit
+        feedback = nil
+        feedbackInterval = app.feedbackInterval
+        switch app.transport {
+        case .binary:
+            let credentials = try certificate()
+            var gateway = APNSBinaryConfiguration(host: env.gateway.host, port: env.gateway.port, credentials: credentials)
+            gateway.verifyServer = env.verifyServer
+            gateway.maxConnections = app.poolSize
+            gateway.cacheMaxCount = app.cacheMaxCount
+            gateway.cacheMaxBytes = app.cacheMaxBytes
+            gateway.confirmationWindow = app.confirmationWindow
+            gateway.resendOnUnknown = app.resendOnUnknown
+            gateway.connectionRetryLimit = retryLimit
+            gateway.maxPending = max(1, min(gateway.maxPending, maxPending))
+            try validated(gateway.validate)
+            transport = .binary(gateway)
+            if app.feedbackInterval > .zero {
+                var feedback = APNSFeedbackClient.Configuration(host: env.feedback.host, port: env.feedback.port, credentials: credentials)
+                feedback.verifyServer = env.verifyServer
+                self.feedback = feedback
+            }
+        case .http2:
+            let authentication: APNSHTTP2Configuration.Authentication
+            if case .token(let signingKey, let keyId, let teamId) = env.credentials {
+                do {
+                    let key = try APNSSigningKey(keyID: keyId, file: signingKey)
+                    authentication = .token(try APNSTokenProvider(signingKey: key, teamID: teamId))
+                } catch {
+                    throw ConfigurationError("\(path): \(error.message).")
+                }
+            } else {
+                authentication = .certificate(try certificate())
+            }
+            var gateway = APNSHTTP2Configuration(
+                host: env.gateway.host, port: env.gateway.port, authentication: authentication, topic: app.bundleId)
+            if case .token = authentication, let ca {
+                do { try gateway.trust(ca) } catch { throw ConfigurationError("\(path).ca: \(error.message).") }
+            }
+            gateway.verifyServer = env.verifyServer
+            gateway.maxConnections = app.poolSize
+            gateway.maxPending = max(1, min(gateway.maxPending, maxPending))
+            gateway.connectionRetryLimit = retryLimit
+            try validated(gateway.validate)
+            transport = .http2(gateway)
+        }
+    }
+}
