@@ -77,6 +77,29 @@ struct WorkerCommandTests {
         #expect(result.stderr.split(separator: "\n").count == 1, "one sentence: \(result.stderr)")
     }
 
+    @Test("run refuses credentials that cannot be loaded with a sentence naming the app environment and exit code 2")
+    func runRefusesUnloadableCredentials() async throws {
+        let directory = try Paths.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        for name in ["cert.pem", "key.pem"] {
+            _ = FileManager.default.createFile(atPath: directory + "/" + name, contents: Data("not a PEM file\n".utf8))
+        }
+        let config = directory + "/worker.yaml"
+        let text = """
+            kafka: {bootstrapServers: "127.0.0.1:1"}
+            redis: {url: "redis://127.0.0.1:1"}
+            apps:
+              com.example.app:
+                environments:
+                  production: {certificate: cert.pem, key: key.pem}
+            """
+        _ = FileManager.default.createFile(atPath: config, contents: Data(text.utf8))
+        let result = try await run(Paths.executable, ["run", "--config", config])
+        #expect(result.status == 2)
+        #expect(result.stderr.hasPrefix("apn-worker: apps.com.example.app.environments.production: "), "\(result.stderr)")
+        #expect(result.stderr.split(separator: "\n").count == 1, "one sentence: \(result.stderr)")
+    }
+
     @Test("run's standard error is JSON lines only, librdkafka's own lines included")
     func librdkafkaLinesAreJSONLogLines() async throws {
         // session.timeout.ms in the stack's config is a consumer property: the producer's
