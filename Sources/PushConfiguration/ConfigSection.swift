@@ -51,6 +51,12 @@ struct ConfigSection {
         return entry.value
     }
 
+    /// Whether `key` is written with the value `null` (as opposed to left out).
+    func isNull(_ key: String) -> Bool {
+        guard let entry = entries.first(where: { $0.key == key }), case .null = entry.value else { return false }
+        return true
+    }
+
     /// The value of `key` as a ``SettingValue`` labelled with the variable or flag that set
     /// it, else its dotted path.
     func value(_ key: String) -> SettingValue? {

@@ -84,8 +84,11 @@ struct ConfigurationBuilder {
         try file.read("logLevel", into: &worker.logLevel)
         try file.read("logFormat", into: &worker.logFormat)
         try file.read("dedupeTTLSeconds", .from(60, to: 31_536_000), .seconds(1), into: &worker.dedupeTTL)
-        if let value = file.value("statusAddress") {
-            worker.statusAddress = try SettingParsing.string(value)
+        if file.isNull("statusAddress") {
+            worker.statusAddress = nil
+        } else if let value = file.value("statusAddress") {
+            let off = try SettingParsing.string(value).trimmingCharacters(in: .whitespaces).lowercased() == "off"
+            worker.statusAddress = off ? nil : try SettingParsing.hostPort(value, defaultPort: 9400, allowPortZero: true)
         }
         return worker
     }

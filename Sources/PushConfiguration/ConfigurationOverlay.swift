@@ -20,6 +20,7 @@ enum ConfigurationOverlay {
         Setting(section: "worker", key: "logLevel", variable: "APN_WORKER_LOG_LEVEL", flag: "--log-level"),
         Setting(section: "worker", key: "logFormat", variable: "APN_WORKER_LOG_FORMAT", flag: "--log-format"),
         Setting(section: "worker", key: "dedupeTTLSeconds", variable: "APN_WORKER_DEDUPE_TTL_SECONDS"),
+        Setting(section: "worker", key: "statusAddress", variable: "APN_WORKER_STATUS_ADDRESS", flag: "--status-address"),
         Setting(section: "kafka", key: "bootstrapServers", variable: "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS", flag: "--brokers"),
         Setting(section: "kafka", key: "groupId", variable: "APN_WORKER_KAFKA_GROUP_ID", flag: "--group"),
         Setting(section: "kafka", key: "groupInstanceId", variable: "APN_WORKER_INSTANCE_ID"),
@@ -84,6 +85,7 @@ extension ConfigurationOverrides {
         add("--batch-size", batchSize)
         add("--max-in-flight", maxInFlight)
         add("--shutdown-timeout", shutdownTimeoutSeconds)
+        add("--status-address", statusAddress)
         add("--log-level", logLevel)
         add("--log-format", logFormat)
         add("--brokers", brokers)

@@ -29,6 +29,8 @@ public struct ConfigurationOverrides: Sendable, Hashable {
     public var logFormat: String?
     /// `--shutdown-timeout`, in seconds.
     public var shutdownTimeoutSeconds: Int?
+    /// `--status-address HOST:PORT`, or `off`.
+    public var statusAddress: String?
 
     /// No flags given.
     public init() {
@@ -50,7 +52,8 @@ public struct ConfigurationOverrides: Sendable, Hashable {
         maxInFlight: Int? = nil,
         logLevel: String? = nil,
         logFormat: String? = nil,
-        shutdownTimeoutSeconds: Int? = nil
+        shutdownTimeoutSeconds: Int? = nil,
+        statusAddress: String? = nil
     ) {
         self.configPath = configPath
         self.workerId = workerId
@@ -66,5 +69,6 @@ public struct ConfigurationOverrides: Sendable, Hashable {
         self.logLevel = logLevel
         self.logFormat = logFormat
         self.shutdownTimeoutSeconds = shutdownTimeoutSeconds
+        self.statusAddress = statusAddress
     }
 }

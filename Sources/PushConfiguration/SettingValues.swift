@@ -100,11 +100,13 @@ enum SettingParsing {
     }
 
     /// `host[:port]` (IPv6 hosts in brackets); the port defaults to `defaultPort`.
-    static func hostPort(_ value: SettingValue, defaultPort: Int) throws(ConfigurationError) -> WorkerConfiguration.HostPort {
+    static func hostPort(
+        _ value: SettingValue, defaultPort: Int, allowPortZero: Bool = false
+    ) throws(ConfigurationError) -> WorkerConfiguration.HostPort {
         let text = try string(value)
         func invalid() -> ConfigurationError {
             ConfigurationError(
-                "\(value.label) must be host:port with a port from 1 to 65535 "
+                "\(value.label) must be host:port with a port from \(allowPortZero ? 0 : 1) to 65535 "
                     + "(an IPv6 address in brackets), not \(value.shown).")
         }
         var host: Substring
@@ -129,7 +131,7 @@ enum SettingParsing {
         var port = defaultPort
         if let portText {
             guard let number = decimalInteger(String(portText)), portText.first != "+",
-                portText.first != "-", (1...65535).contains(number)
+                portText.first != "-", ((allowPortZero ? 0 : 1)...65535).contains(number)
             else { throw invalid() }
             port = number
         }

@@ -65,8 +65,9 @@ extension WorkerConfiguration {
         public var logFormat: LogFormat
         /// How long a job id is remembered to drop duplicates, 60...31536000 s (`dedupeTTLSeconds`).
         public var dedupeTTL: Duration
-        /// Reserved for a future status endpoint; read but not used.
-        public var statusAddress: String?
+        /// Where the status server listens (`/metrics`, `/health/live`, `/health/ready`,
+        /// `/status`); `nil` turns it off. Port 0 picks a free port.
+        public var statusAddress: HostPort?
 
         /// ``dedupeTTL`` in whole seconds, as Redis takes it.
         public var dedupeTTLSeconds: Int { Int(dedupeTTL.components.seconds) }
@@ -78,6 +79,7 @@ extension WorkerConfiguration {
         public static let defaultResultBatchSize = 2_000
         public static let defaultShutdownTimeout: Duration = .seconds(30)
         public static let defaultDedupeTTL: Duration = .seconds(86_400)
+        public static let defaultStatusAddress: HostPort? = HostPort(host: "0.0.0.0", port: 9400)
 
         public init(
             id: String,
@@ -90,7 +92,7 @@ extension WorkerConfiguration {
             logLevel: LogLevel = .info,
             logFormat: LogFormat = .json,
             dedupeTTL: Duration = Worker.defaultDedupeTTL,
-            statusAddress: String? = nil
+            statusAddress: HostPort? = Worker.defaultStatusAddress
         ) {
             self.id = id
             self.batchSize = batchSize

@@ -47,6 +47,7 @@ public final class KafkaConsumer: Sendable {
         let clientContext = Unmanaged.passRetained(ClientContext(logger: configuration.clientLogger, consumer: context))
         rd_kafka_conf_set_opaque(conf, clientContext.toOpaque())
         rd_kafka_conf_set_rebalance_cb(conf, rebalanceCallback)
+        rd_kafka_conf_set_offset_commit_cb(conf, offsetCommitCallback)
         let rk: OpaquePointer
         do {
             rk = try makeClient(RD_KAFKA_CONSUMER, conf)
@@ -176,6 +177,30 @@ public final class KafkaConsumer: Sendable {
         }
     }
 
+    /// The low watermark (the oldest offset kept) and the high watermark (the offset the next
+    /// message will get) of each of `partitions`, asked of the partitions' leaders. A partition
+    /// whose leader does not answer within `timeout` is left out.
+    public func watermarks(
+        _ partitions: [TopicPartition], timeout: Duration = .seconds(2)
+    ) async throws(KafkaError) -> [TopicPartition: (low: Int64, high: Int64)] {
+        let (client, context) = (client, context)
+        return try await offsetQueue.run { () throws(KafkaError) in
+            guard !context.isClosed else { throw .closed("KafkaConsumer") }
+            var marks: [TopicPartition: (low: Int64, high: Int64)] = [:]
+            for partition in partitions {
+                var low: Int64 = 0
+                var high: Int64 = 0
+                let err = rd_kafka_query_watermark_offsets(
+                    client.pointer, partition.topic, partition.partition, &low, &high, timeout.timeoutMilliseconds)
+                if err == RD_KAFKA_RESP_ERR_NO_ERROR { marks[partition] = (low, high) }
+            }
+            return marks
+        }
+    }
+
+    /// Counts of what happened to this member since it was made.
+    public var statistics: KafkaConsumerStatistics { context.statistics }
+
     /// True once this member completed a join of the group (its first assignment arrived, even
     /// an empty one): from then on `close()` can leave the group with a LeaveGroup.
     public var hasJoined: Bool { context.hasJoined }
@@ -227,8 +252,17 @@ final class ConsumerContext: Sendable {
     let events: AsyncStream<KafkaRebalanceEvent>.Continuation
     private let state = Mutex<(closed: Bool, pendingError: KafkaError?)>((false, nil))
     private let joined = Atomic<Bool>(false)
+    private let counts = Mutex(KafkaConsumerStatistics())
 
     var hasJoined: Bool { joined.load(ordering: .relaxed) }
+    var statistics: KafkaConsumerStatistics { counts.withLock { $0 } }
+
+    /// Counts an offset commit's outcome; runs on the poll thread. A commit with nothing to
+    /// commit is neither.
+    func committed(_ err: rd_kafka_resp_err_t) {
+        guard err != RD_KAFKA_RESP_ERR__NO_OFFSET else { return }
+        counts.withLock { err == RD_KAFKA_RESP_ERR_NO_ERROR ? ($0.commits += 1) : ($0.commitFailures += 1) }
+    }
 
     init(onRevoke: @escaping @Sendable ([TopicPartition]) -> Void, events: AsyncStream<KafkaRebalanceEvent>.Continuation) {
         self.onRevoke = onRevoke
@@ -277,11 +311,17 @@ final class ConsumerContext: Sendable {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
             joined.store(true, ordering: .relaxed)
             let ok = cooperative ? check(rd_kafka_incremental_assign(rk, list)) : check(rd_kafka_assign(rk, list))
-            if ok && !partitions.isEmpty { events.yield(.assigned(partitions)) }
+            if ok && !partitions.isEmpty {
+                counts.withLock { $0.assignments += 1 }
+                events.yield(.assigned(partitions))
+            }
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
             if !partitions.isEmpty { onRevoke(partitions) }
             let ok = cooperative ? check(rd_kafka_incremental_unassign(rk, list)) : check(rd_kafka_assign(rk, nil))
-            if ok && !partitions.isEmpty { events.yield(.revoked(partitions)) }
+            if ok && !partitions.isEmpty {
+                counts.withLock { $0.revocations += 1 }
+                events.yield(.revoked(partitions))
+            }
         default:
             setPendingError(KafkaError(err, context: "Rebalance failed"))
             _ = rd_kafka_assign(rk, nil)
@@ -294,6 +334,13 @@ private let rebalanceCallback: @convention(c) (OpaquePointer?, rd_kafka_resp_err
     guard let rk, let list, let opaque else { return }
     Unmanaged<ClientContext>.fromOpaque(opaque).takeUnretainedValue().consumer?.rebalance(rk, err, list)
 }
+
+private let offsetCommitCallback: @convention(c) (OpaquePointer?, rd_kafka_resp_err_t, CPartitionList?, UnsafeMutableRawPointer?) -> Void =
+    {
+        _, err, _, opaque in
+        guard let opaque else { return }
+        Unmanaged<ClientContext>.fromOpaque(opaque).takeUnretainedValue().consumer?.committed(err)
+    }
 
 private func consumerError(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> KafkaError {
     let text = String(cString: rd_kafka_message_errstr(message))

@@ -136,3 +136,17 @@ func checkPartitionErrors(_ list: UnsafePointer<rd_kafka_topic_partition_list_t>
         throw KafkaError(err, context: "\(operation) \(entry.topicPartition)")
     }
 }
+
+/// Counts of what happened to a ``KafkaConsumer`` since it was made.
+public struct KafkaConsumerStatistics: Sendable, Hashable {
+    /// Rebalances that gave this member partitions.
+    public var assignments = 0
+    /// Rebalances that took partitions away.
+    public var revocations = 0
+    /// Offset commits the group coordinator accepted (automatic ones included).
+    public var commits = 0
+    /// Offset commits that failed.
+    public var commitFailures = 0
+
+    public init() {}
+}

@@ -120,7 +120,9 @@ final class LocalStack: @unchecked Sendable {
         }
 
         configPath = directory + "/worker.yaml"
-        let worker = options.worker.sorted { $0.key < $1.key }.map { "  \($0.key): \($0.value)\n" }.joined()
+        // Each worker's status server on a free port, unless the options say otherwise.
+        let worker = options.worker.merging(["statusAddress": "\"127.0.0.1:0\""]) { given, _ in given }
+            .sorted { $0.key < $1.key }.map { "  \($0.key): \($0.value)\n" }.joined()
         let app = options.app.sorted { $0.key < $1.key }.map { "    \($0.key): \($0.value)\n" }.joined()
         try """
         kafka:

@@ -47,6 +47,8 @@ struct Run: AsyncParsableCommand {
     var logFormat: String?
     @Option(help: "Seconds a graceful shutdown may take.")
     var shutdownTimeout: Int?
+    @Option(help: "Where the status server listens (host:port), or off.")
+    var statusAddress: String?
 
     func run() async throws {
         let configuration: WorkerConfiguration
@@ -56,7 +58,8 @@ struct Run: AsyncParsableCommand {
                     configPath: config, workerId: workerId, brokers: brokers, group: group,
                     requestsTopic: requestsTopic, resultsTopic: resultsTopic, kafkaProperties: kafkaProperties,
                     redisURL: redis, redisPassword: redisPassword, batchSize: batchSize, maxInFlight: maxInFlight,
-                    logLevel: logLevel, logFormat: logFormat, shutdownTimeoutSeconds: shutdownTimeout),
+                    logLevel: logLevel, logFormat: logFormat, shutdownTimeoutSeconds: shutdownTimeout,
+                    statusAddress: statusAddress),
                 environment: ProcessInfo.processInfo.environment)
         } catch {
             printError(error.message)

@@ -124,6 +124,7 @@ final class WorkerStack: @unchecked Sendable {
         worker:
           logFormat: json
           logLevel: info
+          statusAddress: "127.0.0.1:0"
           shutdownTimeoutSeconds: 20
         limits:
           devicePerHour: \(devicePerHour)

@@ -294,7 +294,7 @@ private func parseError(
     #expect(config.worker.logLevel == .info)
     #expect(config.worker.logFormat == .json)
     #expect(config.worker.dedupeTTL == .seconds(86400))
-    #expect(config.worker.statusAddress == nil)
+    #expect(config.worker.statusAddress == .init(host: "0.0.0.0", port: 9400))
     #expect(config.kafka.groupId == "apn-worker")
     #expect(config.kafka.requestsTopic == "apn.requests")
     #expect(config.kafka.resultsTopic == "apn.results")
@@ -1078,4 +1078,21 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     #expect(
         parseError("{\"é\": x}", path: "/c.json")
             == "config file /c.json: line 1, column 7: unexpected character 'x'; expected a value.")
+}
+
+@Test func statusAddressIsOnByDefaultAndTurnedOffByNullOrOff() throws {
+    let fixture = try Fixture()
+    func address(_ extra: String, environment: [String: String] = [:], flag: String? = nil) throws -> WorkerConfiguration.HostPort? {
+        try parse(
+            fixture.minimalYAML(extra: extra), overrides: ConfigurationOverrides(statusAddress: flag), environment: environment
+        ).worker.statusAddress
+    }
+    #expect(try address("") == .init(host: "0.0.0.0", port: 9400))
+    #expect(try address("worker:\n  statusAddress: null") == nil)
+    #expect(try address("worker:\n  statusAddress: \"127.0.0.1:0\"") == .init(host: "127.0.0.1", port: 0))
+    #expect(try address("worker:\n  statusAddress: \"[::1]\"") == .init(host: "::1", port: 9400))
+    #expect(try address("", environment: ["APN_WORKER_STATUS_ADDRESS": "off"]) == nil)
+    #expect(try address("worker:\n  statusAddress: null", flag: "10.0.0.1:9500") == .init(host: "10.0.0.1", port: 9500))
+    let error = parseError(fixture.minimalYAML(), overrides: ConfigurationOverrides(statusAddress: "host:99999"))
+    #expect(error == "--status-address must be host:port with a port from 0 to 65535 (an IPv6 address in brackets), not \"host:99999\".")
 }

@@ -43,7 +43,7 @@ public enum MetricCatalogue {
         "Notifications not sent again because Redis already held their claim or result.")
     public static let rateLimited = MetricDescription(
         "apn_worker_rate_limited_total", .counter, labels: ["app", "scope"],
-        "Notifications held back (scope app) or refused with status 516 (scope device) by a rate limit.")
+        "Notifications held back (scope app) or refused with status 520 (scope device) by a rate limit.")
     public static let unregisteredSkipped = MetricDescription(
         "apn_worker_unregistered_skipped_total", .counter, labels: ["app"],
         "Notifications not sent because Apple reported the token unregistered (status 519).")
@@ -51,7 +51,7 @@ public enum MetricCatalogue {
     // Delivery
     public static let notifications = MetricDescription(
         "apn_worker_notifications_total", .counter, labels: ["app", "env", "transport", "type", "status"],
-        "Results by outcome: type transmitted, transmissionError or feedback; status is the result's statusName.")
+        "Results by outcome: type transmitted, transmissionError, feedback or invalidJob; status is the result's statusName.")
     public static let deliveryAttempts = MetricDescription(
         "apn_worker_delivery_attempts_total", .counter, labels: poolLabels, "Notifications written to Apple, resends included.")
     public static let retransmissions = MetricDescription(

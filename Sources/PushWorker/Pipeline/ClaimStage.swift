@@ -255,6 +255,19 @@ final class ClaimStage: Sendable {
         var busy: [Candidate] = []
         var throttled: [Candidate] = []
         var statistics = WorkerStatistics()
+        var decisions = Decisions()
+    }
+
+    /// Per app, the notifications a claim round trip kept from being sent, for the metrics.
+    struct Decisions: Sendable {
+        /// Already claimed, sent or written elsewhere.
+        var duplicates: [String: Int] = [:]
+        /// Over the app's rate: held back for the next second.
+        var throttled: [String: Int] = [:]
+        /// Over the device's hourly limit: failed with status 516.
+        var deviceLimited: [String: Int] = [:]
+        /// Reported unregistered by Apple: failed with status 519.
+        var unregistered: [String: Int] = [:]
     }
 
     static func plan(
@@ -275,6 +288,7 @@ final class ClaimStage: Sendable {
                 }
                 if decision == .resend { plan.statistics.takenOver += 1 }
             case .recorded(let value, let feedback):
+                plan.decisions.duplicates[c.job.app, default: 0] += 1
                 var messages = [ResultMessage(key: Array(c.tokenHex.utf8), value: value)]
                 if let feedback { messages.append(ResultMessage(key: Array(c.tokenHex.utf8), value: feedback)) }
                 plan.results.append(.reemitted(c.ref, resultId: c.resultId, messages))
@@ -282,20 +296,25 @@ final class ClaimStage: Sendable {
             case .duplicate:
                 plan.completed.append(c.ref)
                 plan.statistics.duplicates += 1
+                plan.decisions.duplicates[c.job.app, default: 0] += 1
             case .written:
                 plan.completed.append(c.ref)
                 plan.statistics.alreadyWritten += 1
+                plan.decisions.duplicates[c.job.app, default: 0] += 1
             case .busy:
                 plan.busy.append(c)
             case .throttled:
                 plan.throttled.append(c)
+                plan.decisions.throttled[c.job.app, default: 0] += 1
             case .unregistered(let since):
+                plan.decisions.unregistered[c.job.app, default: 0] += 1
                 plan.results.append(
                     factory.decided(
                         c, status: .unregistered,
                         reason: "Apple reported this token unregistered at \(since), after the job's registeredAt (or the job has none)",
                         at: now))
             case .rateLimited:
+                plan.decisions.deviceLimited[c.job.app, default: 0] += 1
                 plan.results.append(
                     factory.decided(
                         c, status: .rateLimited, reason: "the device reached its limit of \(c.job.devicePerHour) notifications per hour",
@@ -312,6 +331,7 @@ final class ClaimStage: Sendable {
             s.duplicates += plan.statistics.duplicates
             s.alreadyWritten += plan.statistics.alreadyWritten
         }
+        control.metrics.claimed(plan.decisions)
         for run in plan.sends {
             localClaims.claim(run.notifications.map(\.candidate))
             results.activate(run.notifications.map(\.candidate.ref.partition))

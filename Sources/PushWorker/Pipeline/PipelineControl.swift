@@ -4,7 +4,7 @@ import Synchronization
 
 /// What every stage of one worker shares besides its queues: whether the worker is stopping,
 /// whether Redis answers, the revocation epochs, the signal a revocation waits on, and the
-/// counters.
+/// counters and metrics.
 final class PipelineControl: Sendable {
     private struct State {
         var stopping = false
@@ -21,6 +21,11 @@ final class PipelineControl: Sendable {
     /// librdkafka's poll thread, synchronously).
     let progress = DispatchSemaphore(value: 0)
     private let revoking = Atomic<Bool>(false)
+    let metrics: WorkerMetrics
+
+    init(metrics: WorkerMetrics = WorkerMetrics()) {
+        self.metrics = metrics
+    }
 
     var isStopping: Bool { state.withLock { $0.stopping } }
     func stop() { state.withLock { $0.stopping = true } }

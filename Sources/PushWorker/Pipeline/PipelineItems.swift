@@ -22,6 +22,8 @@ final class SharedJob: Sendable {
     let app: String
     let environment: APNSEnvironment
     let registeredAt: Int64?
+    /// The Kafka timestamp of the job's message (UNIX ms).
+    let producedAt: Int64
     /// The notification and its payload, handed to the pool by reference.
     let content: APNSSubmission.Content
     /// The app's rate limits (0: none), looked up once per job.
@@ -33,6 +35,7 @@ final class SharedJob: Sendable {
         app = job.app
         self.environment = environment
         registeredAt = job.registeredAt
+        self.producedAt = producedAt
         let staleAt = job.staleAfter.map {
             producedAt + $0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000
         }
@@ -79,6 +82,21 @@ struct SentContext: Sendable {
 struct ResultMessage: Sendable {
     var key: [UInt8]?
     var value: [UInt8]
+    /// What the metrics count it as; `nil` for a stored result produced again (the metrics
+    /// read it from the value).
+    var metric: ResultMetric? = nil
+}
+
+/// What a result counts as in the metrics.
+struct ResultMetric: Sendable, Hashable {
+    var kind: WorkerResult.Kind
+    /// The result's `statusName`; empty for results without one.
+    var status: String
+    var app: String?
+    var environment: String?
+    /// The Kafka timestamp (UNIX ms) of the job's message, for the end-to-end latency.
+    var since: Int64?
+    var possibleDuplicate = false
 }
 
 /// A token to store as unregistered (binary status 8, HTTP/2 410, the feedback service).

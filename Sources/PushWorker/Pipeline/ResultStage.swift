@@ -26,6 +26,10 @@ final class ResultStage: Sendable {
         var commitNeeded = false
         /// A revocation waits for the written positions of its partitions.
         var positionsRequested = false
+        /// When the writer last started or finished an attempt to write (liveness).
+        var lastAttempt = ContinuousClock.now
+        /// Results taken by the writer and not yet written.
+        var writing = 0
 
         /// Written positions that moved since they were last stored.
         func pendingMarks() -> [TopicPartitionOffset] {
@@ -43,6 +47,8 @@ final class ResultStage: Sendable {
     private let limit: InFlightLimit
     private let control: PipelineControl
     private let configuration: WorkerConfiguration
+    /// Each configured app's transport, for the metrics' labels.
+    private let transports: [String: String]
     private let logger: Logger
 
     init(
@@ -56,6 +62,7 @@ final class ResultStage: Sendable {
         self.limit = limit
         self.control = control
         self.configuration = configuration
+        self.transports = configuration.apps.mapValues(\.transport.rawValue)
         self.logger = logger
         (doorbell, doorbellIn) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
     }
@@ -89,6 +96,7 @@ final class ResultStage: Sendable {
         guard !items.isEmpty else { return }
         ring { s in
             for item in items where !item.fromPool { s.active[item.ref.partition, default: 0] += 1 }
+            if s.waiting.isEmpty && s.writing == 0 { s.lastAttempt = .now }
             s.waiting += items
         }
     }
@@ -112,6 +120,17 @@ final class ResultStage: Sendable {
         doorbellIn.yield()
     }
 
+    /// How long the writer has gone without an attempt to write while results wait, when that
+    /// is longer than `limit`: it is stuck. `nil` otherwise.
+    func stuck(for limit: Duration) -> Duration? {
+        state.withLock { s in
+            let idle = ContinuousClock.now - s.lastAttempt
+            return (s.waiting.count + s.writing > 0 && idle > limit) ? idle : nil
+        }
+    }
+
+    private func attempted() { state.withLock { $0.lastAttempt = .now } }
+
     // MARK: The writer
 
     func run() async {
@@ -127,6 +146,7 @@ final class ResultStage: Sendable {
                 let count = min(s.waiting.count, configuration.worker.resultBatchSize)
                 let batch = Array(s.waiting.prefix(count))
                 s.waiting.removeFirst(count)
+                s.writing = count
                 return (batch, s.commitNeeded, s.positionsRequested)
             }
             guard !batch.isEmpty || commit || positions else {
@@ -134,7 +154,12 @@ final class ResultStage: Sendable {
                 if await rings.next() == nil { return }
                 continue
             }
+            attempted()
             await write(batch, positions: positions)
+            state.withLock { s in
+                s.writing = 0
+                s.lastAttempt = .now
+            }
             if commit || !batch.isEmpty { self.commit() }
             // Gather a fuller batch next time when this one was small.
             if batch.count < configuration.worker.resultBatchSize {
@@ -155,6 +180,9 @@ final class ResultStage: Sendable {
         var settled: [String] = []
         /// Results produced (a released claim produces none).
         var results = 0
+        /// What each message counts as in the metrics (a stored result produced again is read
+        /// back from its value).
+        var metrics: [ResultMetric] = []
     }
 
     static func plan(_ batch: [ResultItem], topic: String) -> WritePlan {
@@ -162,6 +190,7 @@ final class ResultStage: Sendable {
         plan.messages.reserveCapacity(batch.count)
         func produce(_ message: ResultMessage) {
             plan.messages.append(KafkaOutgoingMessage(topic: topic, key: message.key, value: message.value))
+            if let metric = message.metric ?? ResultMetric(parsing: message.value) { plan.metrics.append(metric) }
         }
         for item in batch {
             switch item {
@@ -210,6 +239,7 @@ final class ResultStage: Sendable {
             }
         }
         control.count { $0.results += plan.results }
+        control.metrics.produced(plan.metrics, transports: transports, now: ResultFactory.nowMilliseconds())
         localClaims.forget(plan.settled)
         limit.remove(batch.count)
         control.madeProgress()
@@ -231,6 +261,7 @@ final class ResultStage: Sendable {
                 if Task.isCancelled { return false }
                 logger.error("Cannot record outcomes in Redis; retrying", metadata: ["error": "\(error.message)", "results": "\(count)"])
                 control.setRedisDown(true)
+                attempted()
                 try? await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(2))
                 try? await store.redis.reconnect()
@@ -249,6 +280,7 @@ final class ResultStage: Sendable {
                 var retriable: KafkaError?
                 for (message, report) in zip(pending, reports) {
                     guard case .failure(let error) = report else { continue }
+                    control.metrics.increment(MetricCatalogue.produceErrors)
                     if error.isMessageTooLarge {
                         // Retrying could never write it, and would hold up every result behind it.
                         logger.error(
@@ -264,9 +296,11 @@ final class ResultStage: Sendable {
                 }
             } catch {
                 logger.error("Cannot write results to Kafka; retrying", metadata: ["error": "\(error)"])
+                control.metrics.increment(MetricCatalogue.produceErrors, by: pending.count)
                 failed = pending
             }
             pending = failed
+            attempted()
             if !pending.isEmpty {
                 try? await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(2))

@@ -21,7 +21,7 @@ public final class Worker: Service, Sendable {
     /// This incarnation: the worker id plus a random suffix, so a restarted worker with the same
     /// id does not mistake the claims of its dead predecessor for its own.
     let owner: String
-    let control = PipelineControl()
+    let control: PipelineControl
     let limit: InFlightLimit
     /// The stages once ``run()`` built them, for the revocation callback (the consumer may close
     /// after the worker returns).
@@ -37,7 +37,11 @@ public final class Worker: Service, Sendable {
         var claims: ClaimStage
         var delivery: DeliveryStage
         var results: ResultStage
+        var redis: [RedisConnection]
     }
+    /// What the status server and the metrics read (see `Worker+Status.swift`).
+    let observed = Mutex(Observed())
+    let started = ContinuousClock.now
 
     /// Prefix of every Redis key.
     static let redisKeyPrefix = "apn:"
@@ -57,8 +61,11 @@ public final class Worker: Service, Sendable {
     ///
     /// - Throws: a ``ConfigurationError`` naming the setting when an app's credentials cannot be
     ///   loaded (a file that is not a certificate or key, a wrong passphrase, a bad signing key).
-    public init(configuration: WorkerConfiguration, logger: Logger = Logger(label: "apn-worker")) throws(ConfigurationError) {
+    public init(
+        configuration: WorkerConfiguration, metrics: WorkerMetrics = WorkerMetrics(), logger: Logger = Logger(label: "apn-worker")
+    ) throws(ConfigurationError) {
         self.configuration = configuration
+        self.control = PipelineControl(metrics: metrics)
         self.pools = try PoolSettings.all(for: configuration)
         var logger = logger
         logger[metadataKey: "worker"] = "\(configuration.worker.id)"
@@ -149,13 +156,16 @@ public final class Worker: Service, Sendable {
             store: claimStore, results: results, delivery: delivery, localClaims: localClaims, control: control,
             limit: limit, factory: factory, configuration: configuration, signals: signals, logger: logger)
         let intake = IntakeStage(configuration: configuration, factory: factory, logger: logger)
-        stages.withLock { $0 = Stages(consumer: consumer, claims: claims, delivery: delivery, results: results) }
+        stages.withLock {
+            $0 = Stages(consumer: consumer, claims: claims, delivery: delivery, results: results, redis: [claimRedis, stateRedis])
+        }
         logger.info(
             "Worker started",
             metadata: ["owner": "\(owner)", "group": "\(configuration.kafka.groupId)", "topic": "\(configuration.kafka.requestsTopic)"])
 
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.heartbeat(store) }
+            group.addTask { await self.trackLag(consumer) }
             group.addTask { await results.run() }
             group.addTask { await claims.run() }
             group.addTask { await claims.runTimers() }

@@ -21,7 +21,7 @@ struct ResultFactory: Sendable {
             resultId: WorkerResult.invalidJobId(topic: ref.partition.topic, partition: ref.partition.partition, offset: ref.offset),
             jobId: jobId, app: app, status: .invalidJob, reason: reason, topic: ref.partition.topic,
             partition: ref.partition.partition, offset: ref.offset, worker: worker, at: at)
-        return .rejected(ref, ResultMessage(key: result.key, value: result.serialized()))
+        return .rejected(ref, result.message())
     }
 
     /// A `transmissionError` for a notification that cannot be sent as given (rejected job,
@@ -34,7 +34,7 @@ struct ResultFactory: Sendable {
             kind: .transmissionError, resultId: WorkerResult.notificationId(jobId: jobId, token: token), jobId: jobId,
             app: app, environment: environment, token: token, status: status, reason: reason, attempts: 0,
             possibleDuplicate: false, worker: worker, at: at)
-        return .rejected(ref, ResultMessage(key: result.key, value: result.serialized()))
+        return .rejected(ref, result.message())
     }
 
     /// A final `transmissionError` decided without sending (unregistered, rate-limited, expired):
@@ -44,8 +44,7 @@ struct ResultFactory: Sendable {
             kind: .transmissionError, resultId: c.resultId, jobId: c.job.jobId, app: c.job.app,
             environment: c.job.environment.rawValue, token: c.tokenHex, status: status, reason: reason, attempts: 0,
             possibleDuplicate: false, worker: worker, at: at)
-        return .decided(
-            RecordedResult(ref: c.ref, resultId: c.resultId, result: ResultMessage(key: result.key, value: result.serialized())))
+        return .decided(RecordedResult(ref: c.ref, resultId: c.resultId, result: result.message(since: c.job.producedAt)))
     }
 
     /// The result of a pool's outcome. A binary status 8 or an HTTP/2 410 also stores the token
@@ -59,7 +58,7 @@ struct ResultFactory: Sendable {
             app: c.job.app, environment: env, token: c.tokenHex, status: outcome.status,
             reason: outcome.status.map { outcome.reason ?? outcome.message ?? $0.reason },
             attempts: outcome.attempts, possibleDuplicate: outcome.possibleDuplicate || context.takeover, worker: worker, at: at)
-        var record = RecordedResult(ref: c.ref, resultId: c.resultId, result: ResultMessage(key: result.key, value: result.serialized()))
+        var record = RecordedResult(ref: c.ref, resultId: c.resultId, result: result.message(since: c.job.producedAt))
         if outcome.status == .invalidToken {
             // Binary status 8 (§1.4).
             record.unregister = Unregistration(app: c.job.app, environment: env, token: c.tokenHex, since: at / 1000)
@@ -78,6 +77,6 @@ struct ResultFactory: Sendable {
         let result = WorkerResult(
             kind: .feedback, resultId: WorkerResult.feedbackId(app: app, environment: environment, token: token, timestamp: timestamp),
             app: app, environment: environment, token: token, timestamp: timestamp, worker: worker, at: at)
-        return ResultMessage(key: result.key, value: result.serialized())
+        return result.message()
     }
 }

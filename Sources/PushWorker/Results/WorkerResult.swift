@@ -38,6 +38,15 @@ public struct WorkerResult: Sendable, Hashable {
     public static let maxReasonBytes = 1024
 
     /// The Kafka key: the token (per-device ordering), or the job id for an invalid job.
+    /// The message for `apn.results`, with what the metrics count it as.
+    func message(since: Int64? = nil) -> ResultMessage {
+        ResultMessage(
+            key: key, value: serialized(),
+            metric: ResultMetric(
+                kind: kind, status: status?.name ?? "", app: app, environment: environment, since: since,
+                possibleDuplicate: possibleDuplicate ?? false))
+    }
+
     public var key: [UInt8]? {
         if let token { return Array(token.abbreviated(toBytes: Self.maxEchoBytes).utf8) }
         if let jobId { return Array(jobId.abbreviated(toBytes: Self.maxEchoBytes).utf8) }

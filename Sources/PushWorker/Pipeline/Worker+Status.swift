@@ -1,0 +1,131 @@
+import APNSCore
+import PushKafka
+import PushRedis
+import Synchronization
+
+/// Whether a worker is healthy, and why not.
+public struct WorkerHealth: Sendable, Hashable {
+    /// `nil` when healthy; otherwise a short sentence for the probe's answer.
+    public var problem: String?
+
+    public var isHealthy: Bool { problem == nil }
+
+    public static let healthy = WorkerHealth(problem: nil)
+}
+
+/// One assigned partition of the requests topic and how far behind it is.
+public struct PartitionLag: Sendable, Hashable {
+    public var partition: TopicPartition
+    /// Messages between the high watermark and the group's committed offset; `nil` until known.
+    public var lag: Int64?
+}
+
+/// What `/status` shows of a worker.
+public struct WorkerSnapshot: Sendable {
+    public var worker: String
+    public var group: String
+    public var uptime: Duration
+    public var readiness: WorkerHealth
+    public var liveness: WorkerHealth
+    public var inFlight: Int
+    public var redisUp: Bool
+    public var partitions: [PartitionLag]
+}
+
+extension Worker {
+    /// What the worker learnt about itself in the background (lag), for the status server.
+    struct Observed: Sendable {
+        var lag: [TopicPartition: Int64] = [:]
+        /// Partitions whose lag gauge is exported, to remove the ones no longer assigned.
+        var exported: Set<TopicPartition> = []
+    }
+
+    /// How often the lag of the assigned partitions is measured.
+    static let lagInterval: Duration = .seconds(2)
+    /// How long the result writer may go without trying to write pending results before the
+    /// worker counts as stuck.
+    static let stuckAfter: Duration = .seconds(60)
+
+    /// Ready while the worker is a consuming member of its group with Redis reachable: not
+    /// before its first assignment, not while Redis is down, not once it is stopping.
+    public var readiness: WorkerHealth {
+        if control.isStopping { return WorkerHealth(problem: "shutting down") }
+        guard let consumer = stages.withLock({ $0?.consumer }) else { return WorkerHealth(problem: "starting") }
+        if control.isRedisDown { return WorkerHealth(problem: "redis unreachable") }
+        if !consumer.hasJoined { return WorkerHealth(problem: "waiting for the first partition assignment") }
+        return .healthy
+    }
+
+    /// Live while the worker's loops make progress: the result writer has results waiting and
+    /// has not tried to write them for ``stuckAfter``, it is stuck (a Redis or Kafka outage
+    /// does not count: the writer keeps retrying).
+    public var liveness: WorkerHealth {
+        guard let results = stages.withLock({ $0?.results }) else { return .healthy }
+        if let stuck = results.stuck(for: Self.stuckAfter) {
+            return WorkerHealth(problem: "the result writer has not written for \(stuck.components.seconds) s with results pending")
+        }
+        return .healthy
+    }
+
+    /// The worker as `/status` shows it.
+    public var snapshot: WorkerSnapshot {
+        let (stages, lag) = (self.stages.withLock { $0 }, observed.withLock { $0.lag })
+        let assigned = (try? stages?.consumer.assignment()) ?? []
+        return WorkerSnapshot(
+            worker: configuration.worker.id, group: configuration.kafka.groupId, uptime: .now - started, readiness: readiness,
+            liveness: liveness, inFlight: limit.inFlight, redisUp: stages != nil && !control.isRedisDown,
+            partitions: assigned.sorted { ($0.topic, $0.partition) < ($1.topic, $1.partition) }.map {
+                PartitionLag(partition: $0, lag: lag[$0])
+            })
+    }
+
+    /// Brings the metrics that are read rather than counted up to date; the status server calls
+    /// it before each scrape.
+    public func updateMetrics() {
+        let metrics = control.metrics
+        let statistics = control.statistics
+        metrics.advance(MetricCatalogue.messagesConsumed, to: statistics.messages)
+        metrics.set(MetricCatalogue.inFlight, to: limit.inFlight)
+        metrics.set(MetricCatalogue.ready, to: readiness.isHealthy ? 1 : 0)
+        guard let stages = stages.withLock({ $0 }) else { return }
+        metrics.set(MetricCatalogue.redisUp, to: control.isRedisDown ? 0 : 1)
+        metrics.advance(MetricCatalogue.redisRoundTrips, to: stages.redis.reduce(0) { $0 + $1.roundTrips })
+        let kafka = stages.consumer.statistics
+        metrics.advance(MetricCatalogue.offsetsCommitted, to: kafka.commits)
+        metrics.advance(MetricCatalogue.rebalances, ["assign"], to: kafka.assignments)
+        metrics.advance(MetricCatalogue.rebalances, ["revoke"], to: kafka.revocations)
+        let assigned = Set((try? stages.consumer.assignment()) ?? [])
+        metrics.set(MetricCatalogue.assignedPartitions, to: assigned.count)
+        let (lag, gone) = observed.withLock { o in
+            let lag = o.lag.filter { assigned.contains($0.key) }
+            let gone = o.exported.subtracting(lag.keys)
+            o.exported = Set(lag.keys)
+            return (lag, gone)
+        }
+        for partition in gone { metrics.remove(MetricCatalogue.consumerLag, [partition.topic, "\(partition.partition)"]) }
+        for (partition, value) in lag {
+            metrics.set(MetricCatalogue.consumerLag, [partition.topic, "\(partition.partition)"], to: Int(value))
+        }
+    }
+
+    /// Measures the lag of the assigned partitions every ``lagInterval``: the high watermark
+    /// minus the group's committed offset (or the low watermark, when nothing is committed).
+    func trackLag(_ consumer: KafkaConsumer) async {
+        while !Task.isCancelled {
+            if let assigned = try? consumer.assignment(), !assigned.isEmpty,
+                let marks = try? await consumer.watermarks(assigned),
+                let committed = try? await consumer.committed(assigned, timeout: .seconds(2))
+            {
+                let positions = Dictionary(committed.map { ($0.topicPartition, $0.offset) }, uniquingKeysWith: max)
+                let lag = marks.mapValues { $0 }.reduce(into: [TopicPartition: Int64]()) { lag, entry in
+                    let position = positions[entry.key] ?? entry.value.low
+                    lag[entry.key] = max(0, entry.value.high - position)
+                }
+                observed.withLock { $0.lag = lag }
+            } else if (try? consumer.assignment())?.isEmpty ?? false {
+                observed.withLock { $0.lag = [:] }
+            }
+            do { try await Task.sleep(for: Self.lagInterval) } catch { return }
+        }
+    }
+}
