@@ -4,6 +4,9 @@
 APN_WORKER_DEBIAN_PACKAGES=(librdkafka-dev libhiredis-dev libssl-dev redis-server openssl pkg-config)
 # Also needed by the tests: Python with venv, for the independent HTTP/2 peer (Tests/Peers).
 APN_WORKER_TEST_DEBIAN_PACKAGES=(python3 python3-venv)
+# And `kubectl kustomize`, to render deploy/k8s (MonitoringFilesTests): Debian's kubectl, unless a
+# kubectl or kustomize is already on PATH.
+APN_WORKER_TEST_KUBECTL_PACKAGE=kubernetes-client
 
 # Installs whichever of the packages above is missing (Debian/Ubuntu), and puts Swift on PATH.
 ensure_dependencies() {
@@ -16,6 +19,9 @@ ensure_dependencies() {
             missing+=("$pkg")
         fi
     done
+    if [[ "${1:-}" == "--tests" ]] && ! command -v kubectl >/dev/null 2>&1 && ! command -v kustomize >/dev/null 2>&1; then
+        missing+=("$APN_WORKER_TEST_KUBECTL_PACKAGE")
+    fi
     if ((${#missing[@]} > 0)); then
         echo "==> installing missing packages: ${missing[*]}" >&2
         local sudo=""
