@@ -204,7 +204,7 @@ let package = Package(
             name: "PushWorkerTests",
             dependencies: [
                 "PushWorker", "APNSCore", "APNSBinary", "APNSSimulator", "PushKafka", "PushRedis", "PushTestSupport",
-                "PushWorkerFuzzing",
+                "PushWorkerFuzzing", .product(name: "Yams", package: "Yams"),
             ]
         ),
         .testTarget(name: "PushConfigurationTests", dependencies: ["PushConfiguration", "PushTestSupport"]),
