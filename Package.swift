@@ -199,8 +199,7 @@ let package = Package(
             name: "PushWorkerTests",
             dependencies: [
                 "PushWorker", "PushConfiguration", "APNSCore", "APNSBinary", "APNSSimulator", "PushKafka", "PushRedis",
-                "PushTestSupport",
-                "PushWorkerFuzzing",
+                "PushTestSupport", "PushWorkerFuzzing", .product(name: "Yams", package: "Yams"),
             ]
         ),
         .testTarget(name: "PushConfigurationTests", dependencies: ["PushConfiguration", "PushTestSupport"]),

@@ -4,6 +4,9 @@
 APN_WORKER_DEBIAN_PACKAGES=(librdkafka-dev libhiredis-dev libssl-dev redis-server openssl pkg-config)
 # Also needed by the tests: Python with venv, for the independent HTTP/2 peer (Tests/Peers).
 APN_WORKER_TEST_DEBIAN_PACKAGES=(python3 python3-venv)
+# And `kubectl kustomize`, to render deploy/k8s (MonitoringFilesTests): Debian's kubectl, unless a
+# kubectl or kustomize is already on PATH.
+APN_WORKER_TEST_KUBECTL_PACKAGE=kubernetes-client
 
 # Installs whichever of the packages above is missing (Debian/Ubuntu), and puts Swift on PATH.
 ensure_dependencies() {
@@ -16,6 +19,9 @@ ensure_dependencies() {
             missing+=("$pkg")
         fi
     done
+    if [[ "${1:-}" == "--tests" ]] && ! command -v kubectl >/dev/null 2>&1 && ! command -v kustomize >/dev/null 2>&1; then
+        missing+=("$APN_WORKER_TEST_KUBECTL_PACKAGE")
+    fi
     if ((${#missing[@]} > 0)); then
         echo "==> installing missing packages: ${missing[*]}" >&2
         local sudo=""
@@ -23,6 +29,7 @@ ensure_dependencies() {
         $sudo apt-get update -qq
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
+    if [[ "${1:-}" == "--tests" ]]; then ensure_promtool; fi
     if ! command -v swift >/dev/null 2>&1; then
         if [[ -x /opt/swift/usr/bin/swift ]]; then
             export PATH="/opt/swift/usr/bin:$PATH"
@@ -31,6 +38,28 @@ ensure_dependencies() {
             exit 1
         fi
     fi
+}
+
+# promtool, which checks and unit-tests deploy/prometheus (MonitoringFilesTests): unless one is on
+# PATH, it is taken from Debian's prometheus package, unpacked into .build/tools (installing the
+# package would also install and start a Prometheus server).
+ensure_promtool() {
+    local target
+    target="$(project_root)/.build/tools/promtool"
+    if command -v promtool >/dev/null 2>&1 || [[ -x "$target" ]]; then return; fi
+    echo "==> unpacking promtool from Debian's prometheus package into .build/tools" >&2
+    local scratch
+    scratch=$(mktemp -d)
+    if ! (cd "$scratch" && apt-get download -qq prometheus 2>/dev/null); then
+        local sudo=""
+        if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+        $sudo apt-get update -qq
+        (cd "$scratch" && apt-get download -qq prometheus)
+    fi
+    dpkg-deb -x "$scratch"/prometheus_*.deb "$scratch/unpacked"
+    mkdir -p "$(dirname "$target")"
+    cp "$scratch/unpacked/usr/bin/promtool" "$target"
+    rm -rf "$scratch"
 }
 
 # One build configuration for tests, demo and benchmarks, so they share one build: optimised
