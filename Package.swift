@@ -173,6 +173,7 @@ let package = Package(
                 "APNSHTTP2Core",
                 "PushKafka",
                 "PushRedis",
+                "PushStatus",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
