@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "PushConfiguration", targets: ["PushConfiguration"]),
         .library(name: "APNSHTTP2Core", targets: ["APNSHTTP2Core"]),
         .library(name: "APNSHTTP2", targets: ["APNSHTTP2"]),
+        .library(name: "PushStatus", targets: ["PushStatus"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -29,6 +30,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-async-algorithms.git", from: "1.1.4"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
         // MARK: C libraries (one thin layer each)
@@ -140,6 +142,19 @@ let package = Package(
             ]
         ),
 
+        // The status server (`/metrics`, `/health/live`, `/health/ready`, `/status`), the process
+        // metrics and the client of `apn-worker status`; `apn-worker run` serves the worker through it.
+        .target(
+            name: "PushStatus",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ]
+        ),
         .executableTarget(
             name: "apn-worker",
             dependencies: [
@@ -152,6 +167,7 @@ let package = Package(
                 "APNSHTTP2Core",
                 "PushKafka",
                 "PushRedis",
+                "PushStatus",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -200,6 +216,21 @@ let package = Package(
             dependencies: [
                 "PushWorker", "PushConfiguration", "APNSCore", "APNSBinary", "APNSSimulator", "PushKafka", "PushRedis",
                 "PushTestSupport", "PushWorkerFuzzing", .product(name: "Yams", package: "Yams"),
+            ]
+        ),
+        .testTarget(
+            name: "PushStatusTests",
+            dependencies: [
+                "PushStatus",
+                "PushWorker",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
         .testTarget(name: "PushConfigurationTests", dependencies: ["PushConfiguration", "PushTestSupport"]),

@@ -9,7 +9,7 @@ struct APNWorker: AsyncParsableCommand {
         subcommands: [
             Run.self, Send.self, Demo.self, KafkaEmbedded.self, Push.self, Feedback.self, Simulate.self, BenchWorker.self,
             BenchFailover.self,
-            BenchHostile.self,
+            BenchHostile.self, StatusCommand.self,
         ]
     )
 }

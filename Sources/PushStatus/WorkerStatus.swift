@@ -1,0 +1,138 @@
+/// The JSON document of `GET /status`: who the worker is, whether it is ready, and the state of
+/// its partitions, pools and Redis connection.
+///
+/// Optional fields are written as `null` rather than left out, so every document has the same
+/// keys; a reader also accepts a missing key as `null`.
+public struct WorkerStatus: Codable, Sendable, Hashable {
+    /// The worker's id (`worker.id`, by default the host name).
+    public var worker: String
+    /// The Kafka consumer group.
+    public var group: String
+    /// Seconds since the worker started.
+    public var uptimeSeconds: Double
+    /// Whether `GET /health/ready` answers 200.
+    public var ready: Bool
+    /// Why the worker is not ready; `nil` while it is.
+    public var readyReason: String?
+    /// Notifications claimed or parsed without a written result.
+    public var inFlight: Int
+    public var redis: Redis
+    /// The partitions of the requests topic assigned to this worker.
+    public var partitions: [Partition]
+    /// One entry per app, environment and transport.
+    public var pools: [Pool]
+
+    public init(
+        worker: String, group: String, uptimeSeconds: Double, ready: Bool, readyReason: String? = nil, inFlight: Int,
+        redis: Redis, partitions: [Partition] = [], pools: [Pool] = []
+    ) {
+        self.worker = worker
+        self.group = group
+        self.uptimeSeconds = uptimeSeconds
+        self.ready = ready
+        self.readyReason = readyReason
+        self.inFlight = inFlight
+        self.redis = redis
+        self.partitions = partitions
+        self.pools = pools
+    }
+
+    /// The worker's Redis connection: `{"state": "up"}` or `{"state": "down"}`.
+    public struct Redis: Codable, Sendable, Hashable {
+        public enum State: String, Codable, Sendable, Hashable {
+            case up
+            case down
+        }
+
+        public var state: State
+
+        public init(state: State) {
+            self.state = state
+        }
+    }
+
+    /// One assigned partition and how far this worker is behind its end.
+    public struct Partition: Codable, Sendable, Hashable {
+        public var topic: String
+        public var partition: Int
+        /// Messages between the partition's high watermark and the worker's position; `nil`
+        /// until it is known.
+        public var lag: Int?
+
+        public init(topic: String, partition: Int, lag: Int? = nil) {
+            self.topic = topic
+            self.partition = partition
+            self.lag = lag
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(topic, forKey: .topic)
+            try container.encode(partition, forKey: .partition)
+            try container.encode(lag, forKey: .lag)
+        }
+    }
+
+    /// The connections of one app's pool to one APNs environment over one transport.
+    public struct Pool: Codable, Sendable, Hashable {
+        public var app: String
+        /// `production` or `sandbox`.
+        public var env: String
+        /// `binary` or `http2`.
+        public var transport: String
+        /// Connections established.
+        public var open: Int
+        /// Connections being established (TCP, TLS, HTTP/2 preface).
+        public var connecting: Int
+        /// Connection slots waiting out a reconnect back-off.
+        public var backingOff: Int
+        /// Notifications held in the sent cache for retransmission (binary pools); `nil` where it
+        /// does not apply.
+        public var cachedNotifications: Int?
+        /// Bytes held in the sent cache (binary pools); `nil` where it does not apply.
+        public var cachedBytes: Int?
+        /// HTTP/2 streams open to Apple (HTTP/2 pools); `nil` where it does not apply.
+        public var streamsInUse: Int?
+
+        public init(
+            app: String, env: String, transport: String, open: Int, connecting: Int, backingOff: Int,
+            cachedNotifications: Int? = nil, cachedBytes: Int? = nil, streamsInUse: Int? = nil
+        ) {
+            self.app = app
+            self.env = env
+            self.transport = transport
+            self.open = open
+            self.connecting = connecting
+            self.backingOff = backingOff
+            self.cachedNotifications = cachedNotifications
+            self.cachedBytes = cachedBytes
+            self.streamsInUse = streamsInUse
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(app, forKey: .app)
+            try container.encode(env, forKey: .env)
+            try container.encode(transport, forKey: .transport)
+            try container.encode(open, forKey: .open)
+            try container.encode(connecting, forKey: .connecting)
+            try container.encode(backingOff, forKey: .backingOff)
+            try container.encode(cachedNotifications, forKey: .cachedNotifications)
+            try container.encode(cachedBytes, forKey: .cachedBytes)
+            try container.encode(streamsInUse, forKey: .streamsInUse)
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(worker, forKey: .worker)
+        try container.encode(group, forKey: .group)
+        try container.encode(uptimeSeconds, forKey: .uptimeSeconds)
+        try container.encode(ready, forKey: .ready)
+        try container.encode(readyReason, forKey: .readyReason)
+        try container.encode(inFlight, forKey: .inFlight)
+        try container.encode(redis, forKey: .redis)
+        try container.encode(partitions, forKey: .partitions)
+        try container.encode(pools, forKey: .pools)
+    }
+}

@@ -1,0 +1,145 @@
+import Logging
+import NIOCore
+import NIOPosix
+import Prometheus
+import PushStatus
+import ServiceLifecycle
+import ServiceLifecycleTestKit
+import Synchronization
+import Testing
+
+/// A `StatusProvider` whose answers a test sets.
+final class FakeStatusProvider: StatusProvider {
+    struct State {
+        var liveness = HealthCheck.ok
+        var readiness = HealthCheck.ok
+        var status = WorkerStatus.sample
+    }
+
+    let state = Mutex(State())
+
+    func liveness() -> HealthCheck { state.withLock { $0.liveness } }
+    func readiness() -> HealthCheck { state.withLock { $0.readiness } }
+    func status() -> WorkerStatus { state.withLock { $0.status } }
+}
+
+/// Counts calls of the `beforeScrape` hook.
+final class CallCounter: Sendable {
+    private let count = Atomic<Int>(0)
+    func increment() { count.add(1, ordering: .relaxed) }
+    var value: Int { count.load(ordering: .relaxed) }
+}
+
+let testLogger: Logger = {
+    var logger = Logger(label: "PushStatusTests", factory: { _ in SwiftLogNoOpLogHandler() })
+    logger.logLevel = .critical
+    return logger
+}()
+
+/// Runs a status server on 127.0.0.1 with a free port for `body`, then shuts it down gracefully
+/// and waits until `run()` has returned.
+func withStatusServer<Result>(
+    configuration: StatusServer.Configuration = .init(host: "127.0.0.1", port: 0),
+    registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry(),
+    provider: FakeStatusProvider = FakeStatusProvider(),
+    beforeScrape: (@Sendable () -> Void)? = nil,
+    _ body: (_ server: StatusServer, _ client: StatusClient) async throws -> Result
+) async throws -> Result {
+    try await testGracefulShutdown { trigger in
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            let server = StatusServer(
+                configuration: configuration, registry: registry, provider: provider, beforeScrape: beforeScrape, logger: testLogger)
+            group.addTask { try await server.run() }
+            do {
+                let port = try await server.listeningPort()
+                let result = try await body(server, StatusClient(host: "127.0.0.1", port: port, timeout: .seconds(10)))
+                trigger.triggerGracefulShutdown()
+                try await group.waitForAll()
+                return result
+            } catch {
+                group.cancelAll()
+                throw error
+            }
+        }
+    }
+}
+
+/// Fails with a message if `body` has not finished within `seconds` (a guard against a test
+/// hanging, not a measurement).
+func withDeadline<Result: Sendable>(
+    seconds: Int64 = 10, _ what: String, _ body: @escaping @Sendable () async throws -> Result
+) async throws -> Result {
+    try await withThrowingTaskGroup(of: Result?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: .seconds(seconds))
+            return nil
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next(), let result = first else {
+            throw DeadlineExceeded(what: what, seconds: seconds)
+        }
+        return result
+    }
+}
+
+struct DeadlineExceeded: Error, CustomStringConvertible {
+    var what: String
+    var seconds: Int64
+    var description: String { "\(what) did not happen within \(seconds) s" }
+}
+
+/// A TCP connection that sends raw bytes, for requests an HTTP client would not send.
+struct RawConnection {
+    /// What the server sent before it closed the connection, and how the connection ended.
+    struct Outcome {
+        var received: String
+        /// The connection ended by a reset or a failed write rather than an orderly close.
+        var reset: Bool
+    }
+
+    /// Connects, sends `chunks` (calling `pace` between them, if given), then reads until the
+    /// server closes the connection. Write failures (the server closed first) end the sending.
+    static func exchange(
+        port: Int, chunks: [[UInt8]], pace: (@Sendable () async throws -> Void)? = nil
+    ) async throws -> Outcome {
+        let channel = try await connect(port: port)
+        return try await channel.executeThenClose { inbound, outbound in
+            var reset = false
+            do {
+                for (index, chunk) in chunks.enumerated() {
+                    if index > 0, let pace {
+                        try await pace()
+                    }
+                    try await outbound.write(ByteBuffer(bytes: chunk))
+                }
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                reset = true
+            }
+            var received = ByteBuffer()
+            do {
+                for try await var chunk in inbound {
+                    received.writeBuffer(&chunk)
+                }
+            } catch {
+                reset = true
+            }
+            return Outcome(received: String(buffer: received), reset: reset)
+        }
+    }
+
+    static func connect(port: Int) async throws -> NIOAsyncChannel<ByteBuffer, ByteBuffer> {
+        try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .connect(host: "127.0.0.1", port: port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
+                }
+            }
+    }
+}
+
+extension String {
+    var bytes: [UInt8] { Array(utf8) }
+}
