@@ -169,6 +169,8 @@ let package = Package(
                 "PushRedis",
                 "PushStatus",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -237,7 +239,7 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "APNSCore", "APNSBinary", "APNSHTTP2Core", "APNSSimulator", "PushKafka", "PushRedis", "PushWorker",
+                "APNSCore", "APNSBinary", "APNSHTTP2Core", "APNSSimulator", "PushKafka", "PushRedis", "PushWorker", "PushStatus",
                 "PushTestSupport", .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),

@@ -1,8 +1,12 @@
+import APNSCore
 import ArgumentParser
+import CoreMetrics
 import Foundation
 import Logging
+import Prometheus
 import PushConfiguration
 import PushKafka
+import PushStatus
 import PushWorker
 import ServiceLifecycle
 
@@ -75,30 +79,57 @@ struct Run: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "apn-worker")
+        // Metrics go to the status server's registry; without a status server, nowhere.
+        let registry = PrometheusCollectorRegistry()
+        let metrics =
+            configuration.worker.statusAddress == nil
+            ? WorkerMetrics(factory: NOOPMetricsHandler.instance) : WorkerMetrics(factory: PrometheusMetricsFactory(registry: registry))
         let worker: Worker
         do {
-            worker = try Worker(configuration: configuration, logger: logger)
+            worker = try Worker(configuration: configuration, metrics: metrics, logger: logger)
         } catch {
             printError(error.message)
             throw ExitCode(2)
         }
         for warning in configuration.warnings { logger.warning("\(warning)") }
 
-        // The worker and its Kafka clients are services of one group that SIGTERM or SIGINT
-        // shuts down gracefully, the worker first.
-        let services: [any Service]
+        // The status server, the worker and its Kafka clients and Redis connections are services
+        // of one group that SIGTERM or SIGINT shuts down gracefully in reverse order: the worker
+        // first, the status server last (readiness answers 503 while the worker drains).
+        var services: [any Service]
         do {
             services = try worker.services()
         } catch {
             printError("\(error)")
             throw ExitCode(1)
         }
-        let ready = jsonLine([
+        var server: StatusServer?
+        if let address = configuration.worker.statusAddress {
+            let process = ProcessMetrics(registry: registry)
+            let made = StatusServer(
+                configuration: .init(host: address.host, port: address.port), registry: registry,
+                provider: WorkerStatusProvider(worker: worker),
+                beforeScrape: {
+                    process.update()
+                    worker.updateMetrics()
+                }, logger: logger)
+            services.insert(made, at: 0)
+            server = made
+        }
+        let fields: [(String, JSONValue)] = [
             ("event", "ready"), ("worker", .string(configuration.worker.id)), ("group", .string(configuration.kafka.groupId)),
-        ])
+        ]
         do {
-            try await runUntilTerminated(services, logger: logger) {
-                print(ready)
+            try await runUntilTerminated(services, logger: logger) { [fields, server] in
+                var fields = fields
+                if let server {
+                    // Announced once it listens; a server that cannot bind stops the group instead.
+                    guard let address = try? await server.listeningAddress() else { return }
+                    let host = address.ipAddress ?? "?"
+                    fields.append(
+                        ("status", .string(host.contains(":") ? "[\(host)]:\(address.port ?? 0)" : "\(host):\(address.port ?? 0)")))
+                }
+                print(jsonLine(fields))
                 fflush(nil)
             }
         } catch {

@@ -88,7 +88,7 @@ func unblockTerminationSignals() {
 /// process at once): a command announces that it is ready there.
 func runUntilTerminated(
     _ services: [any Service], logger: Logger,
-    whenStarted: @escaping @Sendable () -> Void = {}
+    whenStarted: @escaping @Sendable () async -> Void = {}
 ) async throws {
     unblockTerminationSignals()
     let all: [any Service] = [Announcement(whenStarted: whenStarted)] + services
@@ -107,10 +107,10 @@ func waitForTerminationSignal(whenTrapped: @escaping @Sendable () -> Void) async
 /// The first service of a group: runs a closure when the group starts its services (after it
 /// trapped its signals), then waits for the group's graceful shutdown.
 private struct Announcement: Service {
-    var whenStarted: @Sendable () -> Void
+    var whenStarted: @Sendable () async -> Void
 
     func run() async throws {
-        whenStarted()
+        await whenStarted()
         try? await gracefulShutdown()
     }
 }

@@ -6,6 +6,7 @@ import Crypto
 import Foundation
 import PushKafka
 import PushRedis
+import PushStatus
 import PushTestSupport
 import Testing
 
@@ -25,6 +26,8 @@ final class WorkerStack: @unchecked Sendable {
     let configPath: String
     let groupId = "e2e-\(UUID().uuidString.prefix(8))"
     private(set) var workers: [String: ChildProcess] = [:]
+    /// Each running worker's status server, from its ready line.
+    private(set) var statusServers: [String: StatusClient] = [:]
     private var producedPerPartition: [Int32: Int64] = [:]
     private var produced = 0
     private let producer: KafkaProducer
@@ -158,11 +161,17 @@ final class WorkerStack: @unchecked Sendable {
         guard let line, line.contains("\"ready\"") else {
             throw ServerError("worker \(id) did not start: \(line ?? "no output"); log: \(log(of: id))")
         }
+        if let address = (try? JSONValue.parse(line))?["status"]?.stringValue, let colon = address.lastIndex(of: ":"),
+            let port = Int(address[address.index(after: colon)...])
+        {
+            statusServers[id] = StatusClient(host: String(address[..<colon]), port: port)
+        }
         return process
     }
 
     /// Kills a worker with SIGKILL, as a crash would.
     func killWorker(_ id: String) async {
+        statusServers[id] = nil
         guard let process = workers.removeValue(forKey: id) else { return }
         process.signal(SIGKILL)
         _ = await process.finish()
@@ -171,6 +180,7 @@ final class WorkerStack: @unchecked Sendable {
     /// Stops a worker with SIGTERM and returns its exit status.
     @discardableResult
     func stopWorker(_ id: String) async -> Int32 {
+        statusServers[id] = nil
         guard let process = workers.removeValue(forKey: id) else { return -1 }
         process.signal(SIGTERM)
         return await process.finish().status

@@ -1,0 +1,163 @@
+import APNSCore
+import Foundation
+import PushStatus
+import PushTestSupport
+import Testing
+
+/// A running worker's status server, scraped over HTTP as Prometheus and Kubernetes do.
+@Suite("Status server end to end", .serialized, .timeLimit(.minutes(4)))
+struct StatusEndToEndTests {
+    /// The samples of a Prometheus text exposition: series (name and labels) → value.
+    static func samples(_ text: String) -> [(name: String, labels: [String: String], value: Double)] {
+        text.split(separator: "\n").compactMap { line in
+            guard !line.hasPrefix("#"), let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...])
+            else { return nil }
+            let series = line[..<space]
+            guard let open = series.firstIndex(of: "{") else { return (String(series), [:], value) }
+            var labels: [String: String] = [:]
+            // Label values written by the worker never contain `",` or escapes.
+            for pair in series[series.index(after: open)..<series.index(before: series.endIndex)].split(separator: "\",") {
+                let parts = pair.split(separator: "=", maxSplits: 1)
+                guard parts.count == 2 else { continue }
+                labels[String(parts[0])] = parts[1].trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+            }
+            return (String(series[..<open]), labels, value)
+        }
+    }
+
+    /// The sum of every series of `name` whose labels include `matching`.
+    static func total(_ name: String, _ matching: [String: String] = [:], in text: String) -> Double {
+        samples(text).filter { sample in
+            sample.name == name && matching.allSatisfy { key, value in sample.labels[key] == value }
+        }.reduce(0) { $0 + $1.value }
+    }
+
+    /// Polls `body` every 100 ms until it returns true or `timeout` passes; returns whether it did.
+    static func eventually(within timeout: Duration, _ body: () async -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if await body() { return true }
+            try? await Task.sleep(for: .milliseconds(100))
+        }
+        return await body()
+    }
+
+    @Test("After N jobs the worker's counters equal the results read back from apn.results, per outcome and status")
+    func countersMatchResults() async throws {
+        let bad = Set((0..<600).filter { $0 % 50 == 7 }.map { DeviceToken.numbered($0) })
+        let stack = try await WorkerStack.start(badTokens: bad)
+        do {
+            try await stack.startWorker("w1")
+            let server = try #require(stack.statusServers["w1"])
+            var messages = (0..<600).map { WorkerStack.job(id: "metrics-\($0)", tokens: [.numbered($0)]) }
+            messages += (0..<20).map { _ in Array("{not json".utf8) }
+            messages += (0..<10).map { Array(#"{"id":"bad-\#($0)","app":"\#(WorkerStack.app)","token":"12zz","alert":"x"}"#.utf8) }
+            try await stack.produce(messages)
+            let results = try await stack.readResults { $0.count >= messages.count }
+            #expect(results.count == messages.count)
+
+            var expected: [String: Int] = [:]
+            for result in results {
+                expected["\(result["type"]?.stringValue ?? "")/\(result["statusName"]?.stringValue ?? "")", default: 0] += 1
+            }
+            #expect(expected["transmitted/"] == 600 - bad.count)
+            #expect(expected["transmissionError/invalidToken"] == bad.count)
+            // The counters are raised once a batch is acknowledged, just after its results can be read.
+            var scraped = ""
+            let agree = await Self.eventually(within: .seconds(10)) {
+                scraped = (try? await server.get("/metrics").text) ?? ""
+                return expected.allSatisfy { key, count in
+                    let parts = key.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+                    return Self.total("apn_worker_notifications_total", ["type": parts[0], "status": parts[1]], in: scraped)
+                        == Double(count)
+                } && Self.total("apn_worker_notifications_total", in: scraped) == Double(results.count)
+            }
+            #expect(agree, "results \(expected); metrics:\n\(scraped.split(separator: "\n").filter { $0.contains("notifications_total") })")
+            #expect(Self.total("apn_worker_results_produced_total", in: scraped) == Double(results.count))
+            #expect(Self.total("apn_worker_invalid_jobs_total", in: scraped) == 20)
+            #expect(Self.total("apn_worker_messages_consumed_total", in: scraped) == Double(messages.count))
+            #expect(Self.total("apn_worker_end_to_end_latency_seconds_count", in: scraped) == 600)
+            #expect(
+                Self.total(
+                    "apn_worker_notifications_total", ["app": WorkerStack.app, "env": "production", "transport": "binary"], in: scraped)
+                    == 610)
+            #expect(Self.total("apn_worker_assigned_partitions", in: scraped) == 12)
+            #expect(Self.total("process_resident_memory_bytes", in: scraped) > 0)
+            #expect(Self.total("apn_worker_redis_round_trips_total", in: scraped) > 0)
+            #expect(try await stack.waitForAllCommitted())
+            let committed = await Self.eventually(within: .seconds(10)) {
+                Self.total("apn_worker_offsets_committed_total", in: (try? await server.get("/metrics").text) ?? "") > 0
+            }
+            #expect(committed)
+            let status = try await server.status()
+            #expect(status.worker == "w1" && status.ready && status.partitions.count == 12 && status.redis.state == .up)
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
+        }
+        await stack.shutdown()
+    }
+
+    @Test(
+        "Redis killed: readiness 503 within 5 s and lag rises to what was produced; Redis back: 200 and lag 0; liveness 200 throughout; SIGTERM: 503 before the worker is gone"
+    )
+    func readinessLivenessAndLag() async throws {
+        let stack = try await WorkerStack.start()
+        do {
+            try await stack.startWorker("w1")
+            let server = try #require(stack.statusServers["w1"])
+            func ready() async -> (Int, String)? {
+                guard let response = try? await server.get("/health/ready") else { return nil }
+                return (Int(response.status.code), response.text)
+            }
+            func live() async -> Int? { (try? await server.get("/health/live")).map { Int($0.status.code) } }
+            func lag() async -> Double {
+                Self.total("apn_worker_consumer_lag", in: (try? await server.get("/metrics").text) ?? "")
+            }
+            #expect(await Self.eventually(within: .seconds(30)) { await ready()?.0 == 200 })
+            try await stack.produce((0..<200).map { WorkerStack.job(id: "before-\($0)", tokens: [.numbered($0)]) })
+            try await stack.readResults { $0.count >= 200 }
+            #expect(try await stack.waitForAllCommitted())
+            #expect(await Self.eventually(within: .seconds(10)) { await lag() == 0 })
+
+            await stack.redis.stop()
+            let stopped = ContinuousClock.now
+            #expect(await Self.eventually(within: .seconds(5)) { await ready()?.0 == 503 })
+            #expect(ContinuousClock.now - stopped <= .seconds(5))
+            let body = await ready()?.1
+            #expect(body == #"{"ready":false,"reason":"redis unreachable"}"# + "\n", "\(body ?? "no answer")")
+            #expect(await live() == 200)
+            try await stack.produce((0..<300).map { WorkerStack.job(id: "during-\($0)", tokens: [.numbered(1000 + $0)]) })
+            let lagRose = await Self.eventually(within: .seconds(20)) { await lag() == 300 }
+            #expect(lagRose)
+            #expect(await live() == 200)
+
+            try await stack.redis.start()
+            let restarted = ContinuousClock.now
+            #expect(await Self.eventually(within: .seconds(5)) { await ready()?.0 == 200 })
+            #expect(ContinuousClock.now - restarted <= .seconds(5))
+            try await stack.readResults(timeout: .seconds(60)) { $0.count >= 500 }
+            let lagFell = await Self.eventually(within: .seconds(20)) { await lag() == 0 }
+            #expect(lagFell)
+            #expect(await live() == 200)
+
+            // SIGTERM with notifications awaiting confirmation: readiness answers 503 while the
+            // worker drains, before it leaves the group and exits.
+            try await stack.produce((0..<200).map { WorkerStack.job(id: "after-\($0)", tokens: [.numbered(2000 + $0)]) })
+            try await stack.readResults(timeout: .seconds(60)) { $0.count >= 550 }
+            let process = try #require(stack.workers["w1"])
+            process.signal(SIGTERM)
+            var sawShuttingDown = false
+            _ = await Self.eventually(within: .seconds(10)) {
+                guard let (code, body) = await ready() else { return true }
+                if code == 503 && body.contains("shutting down") { sawShuttingDown = true }
+                return sawShuttingDown
+            }
+            #expect(sawShuttingDown)
+            #expect(await stack.stopWorker("w1") == 0)
+            #expect(stack.log(of: "w1").contains("Worker stopped"))
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
+        }
+        await stack.shutdown()
+    }
+}
