@@ -43,6 +43,8 @@ struct BenchWorker: AsyncParsableCommand {
             "Produce every job before the worker starts and time from its first result to its last (throughput without the load generator competing for CPU; latencies then include queueing)."
     )
     var preproduce = false
+    @Option(help: "The worker's status server and metrics: on (as deployed) or off.")
+    var status = "on"
 
     func run() async throws {
         try await reportingFailures {
@@ -58,6 +60,10 @@ struct BenchWorker: AsyncParsableCommand {
                 "poolSize": "\(poolSize)", "confirmationWindowMs": "\(windowMs)",
                 "cacheMaxCount": "\(max(50_000, maxInFlight))", "feedbackIntervalSeconds": "0",
             ]
+            guard status == "on" || status == "off" else {
+                throw UsageFailure(message: "--status must be on or off, not \(status)")
+            }
+            if status == "off" { options.worker["statusAddress"] = "null" }
             guard transport == "binary" || transport == "http2" else {
                 throw UsageFailure(message: "--transport must be binary or http2, not \(transport)")
             }
@@ -212,7 +218,7 @@ struct BenchWorker: AsyncParsableCommand {
                     ])
                 ),
                 ("simulatorAccepted", .int(Int64(stack.simulator.statistics.accepted + (stack.http2Simulator?.statistics.accepted ?? 0)))),
-                ("transport", .string(transport)),
+                ("transport", .string(transport)), ("status", .string(status)),
             ]))
         if received.count < total { throw ExitCode(1) }
     }

@@ -160,4 +160,19 @@ struct StatusEndToEndTests {
         }
         await stack.shutdown()
     }
+
+    @Test("A status port that is taken stops the worker with exit code 1 and a sentence naming the address")
+    func takenStatusPortStopsTheWorker() async throws {
+        let stack = try await WorkerStack.start()
+        let taken = try RefusingPort()
+        let process = try ChildProcess(
+            Paths.executable, ["run", "--config", stack.configPath, "--status-address", "127.0.0.1:\(taken.port)"],
+            stderrFile: "\(stack.directory)/taken.log")
+        let result = await process.finish()
+        let log = (try? String(contentsOfFile: "\(stack.directory)/taken.log", encoding: .utf8)) ?? ""
+        #expect(result.status == 1)
+        #expect(!result.stdout.contains("\"ready\""))
+        #expect(log.contains("127.0.0.1:\(taken.port)"), "\(log.suffix(2000))")
+        await stack.shutdown()
+    }
 }

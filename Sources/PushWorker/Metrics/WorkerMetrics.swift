@@ -30,10 +30,13 @@ public final class WorkerMetrics: Sendable {
 
     private let factory: any MetricsFactory
     private let state = Mutex(State())
+    /// False for swift-metrics' no-op factory: the stages then skip counting altogether.
+    let isEnabled: Bool
 
     /// Metrics made by `factory`; by default the one `MetricsSystem.bootstrap` installed.
     public init(factory: any MetricsFactory = MetricsSystem.factory) {
         self.factory = factory
+        self.isEnabled = !(factory is NOOPMetricsHandler)
     }
 
     /// Adds `amount` to a counter.
@@ -107,28 +110,45 @@ extension WorkerMetrics {
     /// `transports` maps each configured app to its transport; any other app name (a job's
     /// unknown app) is counted under an empty `app`, so that labels stay bounded.
     func produced(_ results: [ResultMetric], transports: [String: String], now: Int64) {
-        var outcomes: [[String]: Int] = [:]
-        var duplicates: [[String]: Int] = [:]
-        var latencies: [[String]: [Int64]] = [:]
+        guard isEnabled else { return }
+        // Counted by the values as they are, labelled once per distinct value.
+        struct Outcome: Hashable {
+            var app: String?
+            var environment: String?
+            var kind: WorkerResult.Kind
+            var status: String
+        }
+        struct Pool: Hashable {
+            var app: String?
+            var environment: String?
+        }
+        var outcomes: [Outcome: Int] = [:]
+        var duplicates: [Pool: Int] = [:]
+        var latencies: [Pool: [Int64]] = [:]
         var invalid = 0
         for result in results {
-            let app = result.app.flatMap { transports[$0] == nil ? nil : $0 } ?? ""
-            let environment = result.environment.flatMap { $0 == "production" || $0 == "sandbox" ? $0 : nil } ?? ""
-            let pool = [app, environment, transports[app] ?? ""]
-            outcomes[pool + [result.kind.rawValue, result.status], default: 0] += 1
+            outcomes[Outcome(app: result.app, environment: result.environment, kind: result.kind, status: result.status), default: 0] += 1
             if result.kind == .invalidJob { invalid += 1 }
-            if result.possibleDuplicate { duplicates[pool, default: 0] += 1 }
-            if let since = result.since { latencies[pool, default: []].append(now - since) }
+            if result.possibleDuplicate { duplicates[Pool(app: result.app, environment: result.environment), default: 0] += 1 }
+            if let since = result.since { latencies[Pool(app: result.app, environment: result.environment), default: []].append(now - since) }
         }
-        for (labels, count) in outcomes { increment(MetricCatalogue.notifications, labels, by: count) }
-        for (labels, count) in duplicates { increment(MetricCatalogue.possibleDuplicates, labels, by: count) }
-        for (labels, values) in latencies { observe(MetricCatalogue.endToEndLatency, labels, milliseconds: values) }
+        func labels(_ app: String?, _ environment: String?) -> [String] {
+            let app = app.flatMap { transports[$0] == nil ? nil : $0 } ?? ""
+            let environment = environment.flatMap { $0 == "production" || $0 == "sandbox" ? $0 : nil } ?? ""
+            return [app, environment, transports[app] ?? ""]
+        }
+        for (o, count) in outcomes {
+            increment(MetricCatalogue.notifications, labels(o.app, o.environment) + [o.kind.rawValue, o.status], by: count)
+        }
+        for (p, count) in duplicates { increment(MetricCatalogue.possibleDuplicates, labels(p.app, p.environment), by: count) }
+        for (p, values) in latencies { observe(MetricCatalogue.endToEndLatency, labels(p.app, p.environment), milliseconds: values) }
         increment(MetricCatalogue.invalidJobs, by: invalid)
         increment(MetricCatalogue.resultsProduced, by: results.count)
     }
 
     /// Counts what one claim round trip decided for notifications it did not send.
     func claimed(_ decisions: ClaimStage.Decisions) {
+        guard isEnabled else { return }
         for (app, count) in decisions.duplicates { increment(MetricCatalogue.duplicatesSuppressed, [app], by: count) }
         for (app, count) in decisions.throttled { increment(MetricCatalogue.rateLimited, [app, "app"], by: count) }
         for (app, count) in decisions.deviceLimited { increment(MetricCatalogue.rateLimited, [app, "device"], by: count) }
