@@ -84,6 +84,7 @@ struct StatusEndToEndTests {
             #expect(Self.total("apn_worker_assigned_partitions", in: scraped) == 12)
             #expect(Self.total("process_resident_memory_bytes", in: scraped) > 0)
             #expect(Self.total("apn_worker_redis_round_trips_total", in: scraped) > 0)
+            #expect(Self.total("apn_worker_redis_latency_seconds_count", in: scraped) > 0)
             #expect(try await stack.waitForAllCommitted())
             let committed = await Self.eventually(within: .seconds(10)) {
                 Self.total("apn_worker_offsets_committed_total", in: (try? await server.get("/metrics").text) ?? "") > 0

@@ -130,7 +130,9 @@ extension WorkerMetrics {
             outcomes[Outcome(app: result.app, environment: result.environment, kind: result.kind, status: result.status), default: 0] += 1
             if result.kind == .invalidJob { invalid += 1 }
             if result.possibleDuplicate { duplicates[Pool(app: result.app, environment: result.environment), default: 0] += 1 }
-            if let since = result.since { latencies[Pool(app: result.app, environment: result.environment), default: []].append(now - since) }
+            if let since = result.since {
+                latencies[Pool(app: result.app, environment: result.environment), default: []].append(now - since)
+            }
         }
         func labels(_ app: String?, _ environment: String?) -> [String] {
             let app = app.flatMap { transports[$0] == nil ? nil : $0 } ?? ""

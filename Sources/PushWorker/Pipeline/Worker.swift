@@ -138,8 +138,8 @@ public final class Worker: Service, Sendable {
         }
         // Stopped (or cancelled) before Redis answered: nothing was consumed.
         guard let claimRedis = connections?.claims, let stateRedis = connections?.state else { return }
-        let claimStore = NotificationStore(redis: claimRedis, prefix: Worker.redisKeyPrefix, owner: owner)
-        let store = NotificationStore(redis: stateRedis, prefix: Worker.redisKeyPrefix, owner: owner)
+        let claimStore = NotificationStore(redis: claimRedis, prefix: Worker.redisKeyPrefix, owner: owner, metrics: control.metrics)
+        let store = NotificationStore(redis: stateRedis, prefix: Worker.redisKeyPrefix, owner: owner, metrics: control.metrics)
         let (producer, consumer) = try kafkaClients(asServices: false)
         let closesClients = !(kafka.withLock { $0?.asServices } ?? false)
 
@@ -261,6 +261,7 @@ public final class Worker: Service, Sendable {
                 control.setRedisDown(false)
             } catch {
                 logger.warning("Cannot refresh the liveness key", metadata: ["error": "\(error.message)"])
+                control.metrics.increment(MetricCatalogue.redisErrors)
                 control.setRedisDown(true)
                 try? await store.redis.reconnect()
             }

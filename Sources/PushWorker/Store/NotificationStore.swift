@@ -61,11 +61,28 @@ final class NotificationStore: Sendable {
     let redis: RedisConnection
     let prefix: String
     let owner: String
+    /// Where the claim and write round trips report their latency and failures.
+    let metrics: WorkerMetrics?
 
-    init(redis: RedisConnection, prefix: String, owner: String) {
+    init(redis: RedisConnection, prefix: String, owner: String, metrics: WorkerMetrics? = nil) {
         self.redis = redis
         self.prefix = prefix
         self.owner = owner
+        self.metrics = metrics
+    }
+
+    /// Runs one round trip, reporting its latency, or its failure, to the metrics.
+    private func measured<T>(_ body: () async throws(RedisError) -> T) async throws(RedisError) -> T {
+        guard let metrics, metrics.isEnabled else { return try await body() }
+        let start = ContinuousClock.now
+        do {
+            let value = try await body()
+            metrics.observe(MetricCatalogue.redisLatency, [], .now - start)
+            return value
+        } catch {
+            metrics.increment(MetricCatalogue.redisErrors)
+            throw error
+        }
     }
 
     static let claimScript = RedisScript(
@@ -209,7 +226,7 @@ final class NotificationStore: Sendable {
                 args.append([])
             }
         }
-        let reply = try await redis.evalsha(Self.claimScript, keys: [], args: args)
+        let reply = try await measured { () throws(RedisError) in try await redis.evalsha(Self.claimScript, keys: [], args: args) }
         guard let items = reply.array, items.count == requests.count else {
             throw RedisError(.protocol, "the claim script answered \(reply) for \(requests.count) notifications")
         }
@@ -294,7 +311,7 @@ final class NotificationStore: Sendable {
             commands.append(command)
         }
         guard !commands.isEmpty else { return }
-        let replies = try await redis.pipeline(commands)
+        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
         if let failure = replies.first(where: { $0.errorMessage != nil }) {
             throw RedisError(.server("ERR"), "Redis refused a state update: \(failure.errorMessage ?? "")")
         }
