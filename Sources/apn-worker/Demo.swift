@@ -5,6 +5,7 @@ import ArgumentParser
 import Foundation
 import PushKafka
 import PushRedis
+import PushStatus
 
 /// `apn-worker demo`: the whole pipeline on one machine.
 struct Demo: AsyncParsableCommand {
@@ -89,6 +90,8 @@ struct Demo: AsyncParsableCommand {
             workerProcesses.append(try stack.startWorker(id: "demo-\(index)"))
         }
         say("Workers              \(workers) (logs in \(stack.directory)\(keep ? "" : ", removed at the end; --keep keeps them"))")
+        let statusServers = workerProcesses.compactMap { stack.statusAddress(of: $0) }
+        say("Status servers       \(statusServers.map { "http://\($0)/status" }.joined(separator: ", "))")
 
         // Jobs: most valid, one in 20 produced twice, 1% malformed in assorted ways.
         let app = LocalStack.app
@@ -166,6 +169,9 @@ struct Demo: AsyncParsableCommand {
             }
         }
         try? await reader.close()
+        // The workers' own count, read from their /metrics before they stop.
+        let metrics = await Self.scrape(
+            statusServers, until: { $0.total("apn_worker_results_produced_total") >= Double(seen.count + copies) })
         for process in workerProcesses { _ = stack.stopWorker(process) }
         let accepted = stack.simulator.statistics.accepted + (stack.http2Simulator?.statistics.accepted ?? 0)
 
@@ -183,11 +189,45 @@ struct Demo: AsyncParsableCommand {
             "  duplicate jobs        \(duplicates) produced twice; the simulator accepted \(accepted) notifications for \(byType["transmitted"] ?? 0) transmitted results"
         )
         if copies > 0 { say("  repeated results      \(copies) (same resultId; consumers drop them)") }
+        if let metrics {
+            let counted = byType.keys.sorted().map { type in
+                "\(type) \(Int(metrics.total("apn_worker_notifications_total", ["type": type])))"
+            }
+            let agree =
+                copies == 0
+                && byType.allSatisfy { type, count in metrics.total("apn_worker_notifications_total", ["type": type]) == Double(count) }
+            say(
+                "  the workers' /metrics \(counted.joined(separator: ", ")); "
+                    + "\(Int(metrics.total("apn_worker_messages_consumed_total"))) messages consumed, "
+                    + "\(Int(metrics.total("apn_worker_possible_duplicates_total"))) possible duplicates"
+                    + (agree ? " (the same as the results read back)" : ""))
+        }
         let complete = seen.count >= expected
         say(
             complete
                 ? "Every notification, malformed message and feedback entry has its result."
                 : "Missing results: \(expected - min(seen.count, expected)); see the worker logs (rerun with --keep)")
         if !complete { throw ExitCode(1) }
+    }
+
+    /// The sum of the workers' `/metrics`, read until `done` holds for it (the counters are raised
+    /// just after a batch of results is acknowledged) or five seconds pass; `nil` if none answers.
+    private static func scrape(_ addresses: [String], until done: (MetricSamples) -> Bool) async -> MetricSamples? {
+        let clients = addresses.compactMap { address -> StatusClient? in
+            guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]) else { return nil }
+            return StatusClient(host: String(address[..<colon]), port: port)
+        }
+        let deadline = ContinuousClock.now + .seconds(5)
+        var last: MetricSamples?
+        repeat {
+            var texts: [String] = []
+            for client in clients {
+                if let text = try? await client.get("/metrics").text { texts.append(text) }
+            }
+            if !texts.isEmpty { last = MetricSamples(parsing: texts.joined(separator: "\n")) }
+            if let last, done(last) { return last }
+            try? await Task.sleep(for: .milliseconds(200))
+        } while ContinuousClock.now < deadline
+        return last
     }
 }

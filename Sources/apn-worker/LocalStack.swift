@@ -218,8 +218,16 @@ final class LocalStack: @unchecked Sendable {
         }
         workerOutputs[process.processIdentifier] = reader
         workerLogs[process.processIdentifier] = log
+        if let address = (try? JSONValue.parse(line))?["status"]?.stringValue {
+            statusAddresses[process.processIdentifier] = address
+        }
         return process
     }
+
+    private var statusAddresses: [Int32: String] = [:]
+
+    /// The `host:port` a worker's status server listens on, from its ready line.
+    func statusAddress(of process: Process) -> String? { statusAddresses[process.processIdentifier] }
 
     private var workerLogs: [Int32: String] = [:]
 

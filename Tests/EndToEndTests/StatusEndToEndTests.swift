@@ -7,29 +7,9 @@ import Testing
 /// A running worker's status server, scraped over HTTP as Prometheus and Kubernetes do.
 @Suite("Status server end to end", .serialized, .timeLimit(.minutes(4)))
 struct StatusEndToEndTests {
-    /// The samples of a Prometheus text exposition: series (name and labels) → value.
-    static func samples(_ text: String) -> [(name: String, labels: [String: String], value: Double)] {
-        text.split(separator: "\n").compactMap { line in
-            guard !line.hasPrefix("#"), let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...])
-            else { return nil }
-            let series = line[..<space]
-            guard let open = series.firstIndex(of: "{") else { return (String(series), [:], value) }
-            var labels: [String: String] = [:]
-            // Label values written by the worker never contain `",` or escapes.
-            for pair in series[series.index(after: open)..<series.index(before: series.endIndex)].split(separator: "\",") {
-                let parts = pair.split(separator: "=", maxSplits: 1)
-                guard parts.count == 2 else { continue }
-                labels[String(parts[0])] = parts[1].trimmingCharacters(in: CharacterSet(charactersIn: "\""))
-            }
-            return (String(series[..<open]), labels, value)
-        }
-    }
-
     /// The sum of every series of `name` whose labels include `matching`.
     static func total(_ name: String, _ matching: [String: String] = [:], in text: String) -> Double {
-        samples(text).filter { sample in
-            sample.name == name && matching.allSatisfy { key, value in sample.labels[key] == value }
-        }.reduce(0) { $0 + $1.value }
+        MetricSamples(parsing: text).total(name, matching)
     }
 
     /// Polls `body` every 100 ms until it returns true or `timeout` passes; returns whether it did.

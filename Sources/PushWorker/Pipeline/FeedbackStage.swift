@@ -66,9 +66,14 @@ struct FeedbackStage: Sendable {
             pending = zip(pending, reports).compactMap { message, report in
                 if case .failure = report { message } else { nil }
             }
+            control.metrics.increment(MetricCatalogue.produceErrors, by: pending.count)
             if !pending.isEmpty { try await Task.sleep(for: .milliseconds(200)) }
         }
         control.count { $0.feedback += tuples.count }
+        control.metrics.increment(MetricCatalogue.feedbackTokens, [app, env], by: tuples.count)
+        control.metrics.produced(
+            Array(repeating: ResultMetric(kind: .feedback, status: "", app: app, environment: env), count: tuples.count),
+            transports: [app: "binary"], now: factory.now())
         logger.info("Feedback read", metadata: ["app": "\(app)", "env": "\(env)", "tokens": "\(tuples.count)"])
     }
 }
