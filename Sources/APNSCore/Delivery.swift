@@ -180,6 +180,10 @@ public protocol APNSDeliveryClient: AnyObject, Sendable {
     var events: APNSDeliveryEvents { get }
     /// Stops taking notifications, finishes the ones accepted, closes every connection.
     func shutdown(gracePeriod: Duration?) async
+    /// The pool's connections, what it holds and its counters (``APNSPoolSnapshot``), read
+    /// under the client's lock from state the client keeps anyway. Callable from any thread;
+    /// it allocates nothing (the counters' dictionaries are shared, copy on write).
+    func snapshot() -> APNSPoolSnapshot
 }
 
 extension APNSDeliveryClient {
