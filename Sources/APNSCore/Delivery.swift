@@ -74,6 +74,12 @@ public struct APNSDeliveryOutcome: Sendable, Hashable {
     /// True when an earlier attempt was on a connection that closed without an error packet, so
     /// Apple may have accepted the notification more than once.
     public var possibleDuplicate: Bool
+    /// When the notification was last written to a gateway connection (binary: when the
+    /// kernel took the frame; HTTP/2: when its request went to the connection's frame layer);
+    /// `nil` when it never was. The time from here to the outcome is the delivery latency:
+    /// until the confirmation window passed or the error packet came (binary), or until the
+    /// answer (HTTP/2).
+    public var writtenAt: ContinuousClock.Instant? = nil
 
     public var isTransmitted: Bool { status == nil }
 
@@ -174,6 +180,10 @@ public protocol APNSDeliveryClient: AnyObject, Sendable {
     var events: APNSDeliveryEvents { get }
     /// Stops taking notifications, finishes the ones accepted, closes every connection.
     func shutdown(gracePeriod: Duration?) async
+    /// The pool's connections, what it holds and its counters (``APNSPoolSnapshot``), read
+    /// under the client's lock from state the client keeps anyway. Callable from any thread;
+    /// it allocates nothing (the counters' dictionaries are shared, copy on write).
+    func snapshot() -> APNSPoolSnapshot
 }
 
 extension APNSDeliveryClient {

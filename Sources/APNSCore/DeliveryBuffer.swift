@@ -83,6 +83,8 @@ package struct APNSAdmission<Batch: Sendable>: Sendable {
 
     package let maxPending: Int
     package private(set) var admitted = 0
+    /// Batches that had to wait for room, since the client was made.
+    package private(set) var waits = 0
     private var waiters = Deque<Waiter>()
     /// Batches waiting for room.
     package var waiting: Int { waiters.count }
@@ -111,6 +113,7 @@ package struct APNSAdmission<Batch: Sendable>: Sendable {
             admittedBatches.append(batch)
             submittersToResume.append(continuation)
         } else {
+            waits += 1
             waiters.append(Waiter(id: id, batch: batch, count: count, continuation: continuation))
         }
         return true

@@ -212,6 +212,16 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         public var droppedConnectionEvents: Int
     }
 
+    /// The pool's connections, streams, queue and counters (see ``APNSPoolSnapshot``), read
+    /// under the client's lock.
+    public func snapshot() -> APNSPoolSnapshot {
+        state.withLock { s in
+            var snapshot = s.machine.snapshot()
+            snapshot.backpressureWaits = s.admission.waits
+            return snapshot
+        }
+    }
+
     public var statistics: Statistics {
         state.withLock { s in
             let m = s.machine
@@ -296,8 +306,8 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         step { $0.machine.updateStreamLimit(id: id, limit: limit) }
     }
 
-    func goAway(id: Int, reason: String) {
-        step { $0.machine.goAway(id: id, reason: reason) }
+    func goAway(id: Int, reason: String, received: Bool = true) {
+        step { $0.machine.goAway(id: id, reason: reason, received: received) }
     }
 
     func closeIfIdle(id: Int) -> Bool {
@@ -343,11 +353,15 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         }
     }
 
-    func connectionClosed(id: Int, results: [StreamResult], wasReady: Bool, reason: String) {
+    func connectionClosed(
+        id: Int, results: [StreamResult], wasReady: Bool, reason: String,
+        failure: APNSPoolSnapshot.ConnectFailure = .other, cause: APNSPoolSnapshot.CloseReason? = nil
+    ) {
         step { s in
             s.channels[id] = nil
             s.handlers[id] = nil
-            return s.machine.connectionClosed(id: id, results: results, wasReady: wasReady, reason: reason)
+            return s.machine.connectionClosed(
+                id: id, results: results, wasReady: wasReady, reason: reason, failure: failure, cause: cause)
         }
     }
 
@@ -439,7 +453,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                 }
                 // TLS, ALPN and the server's SETTINGS must arrive in time.
                 channel.eventLoop.scheduleTask(in: connectTimeout) { [self] in
-                    let pending = state.withLock { $0.machine.isConnecting(id: id) }
+                    let pending = state.withLock { $0.machine.connectTimedOut(id: id) }
                     if pending {
                         channel.close(promise: nil)
                     }
@@ -448,7 +462,8 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                 logger.debug("HTTP/2 connect failed", metadata: ["apns.connection": "\(id)", "error": "\(error)"])
                 connectionClosed(
                     id: id, results: [], wasReady: false,
-                    reason: "cannot connect to \(configuration.host):\(configuration.port): \(error)")
+                    reason: "cannot connect to \(configuration.host):\(configuration.port): \(error)",
+                    failure: APNSPoolSnapshot.ConnectFailure(connectError: error))
             }
         }
     }

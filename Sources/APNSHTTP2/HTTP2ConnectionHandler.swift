@@ -15,6 +15,13 @@ enum StreamResult: Sendable {
     /// No answer, and the server may have processed it: reset with another code, or the
     /// connection closed.
     case unknown(QueuedRequest, reason: String)
+
+    /// The request the stream carried.
+    var request: QueuedRequest {
+        switch self {
+        case .answered(let request, _, _, _), .unprocessed(let request), .unknown(let request, _): request
+        }
+    }
 }
 
 /// One HTTP/2 connection to APNs, at the frame level: ``HTTP2FrameCodec`` below it and no
@@ -52,6 +59,10 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
     private var pingSentAt: NIODeadline?
     private var tick: RepeatedTask?
     private var closeReason: String?
+    /// Why the connection failed before it got ready, once that is known.
+    private var failure: APNSPoolSnapshot.ConnectFailure?
+    /// Why the handler closed an open connection itself (a PING left unanswered).
+    private var cause: APNSPoolSnapshot.CloseReason?
     /// Set while the handler is inside `channelRead`/`channelReadComplete`, so a pump
     /// requested meanwhile is folded into the flush at the end of the burst.
     private var inReadBurst = false
@@ -100,7 +111,7 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
         streams.removeAll()
         let pending = results + unanswered
         results.removeAll()
-        client.connectionClosed(id: id, results: pending, wasReady: ready, reason: reason)
+        client.connectionClosed(id: id, results: pending, wasReady: ready, reason: reason, failure: failure ?? .other, cause: cause)
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -120,12 +131,14 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
             }
         } else if let event = event as? TLSUserEvent, case .handshakeCompleted(let negotiated) = event, negotiated != "h2" {
             // §3.1: APNs speaks HTTP/2 only.
+            failure = failure ?? .tls
             close(context: context, reason: "the server did not agree to HTTP/2 (ALPN h2; it chose \(negotiated ?? "nothing"))")
         }
         context.fireUserInboundEventTriggered(event)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if !ready && failure == nil { failure = APNSPoolSnapshot.ConnectFailure(connectError: error) }
         client.connectionError(id: id, error: "\(error)")
         close(context: context, reason: "connection error: \(error)")
     }
@@ -248,17 +261,20 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
             return
         }
         lastStreamActivity = .now()
+        let writtenAt = ContinuousClock.now
         for request in work.requests {
             let streamID = nextStreamID
             nextStreamID += 2
             var request = request
             request.attempts += 1
+            request.writes += 1
+            request.writtenAt = writtenAt
             codec.writeRequest(request, streamID: streamID, authority: authority, authorization: work.authorization)
             streams[streamID] = OpenStream(request: request)
         }
         context.flush()
         if nextStreamID >= Self.streamIDLimit {
-            client.goAway(id: id, reason: "stream ids are nearly used up")
+            client.goAway(id: id, reason: "stream ids are nearly used up", received: false)
         }
     }
 
@@ -270,6 +286,7 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
         if let sentAt = pingSentAt {
             if now - sentAt >= pingTimeout {
                 // §3.5: the health check failed.
+                cause = .other
                 close(context: context, reason: "no PING answer within \(pingTimeout)")
             }
             return

@@ -56,6 +56,13 @@ struct HTTP2PoolStateMachine {
         var tokenGuard = APNSConnectionTokenGuard()
         var currentToken: APNSProviderToken?
         var closeRequested = false
+        /// The server's first SETTINGS arrived: the connection counts as open until it closes.
+        var established = false
+        /// Why it is closing, once the pool knows (a GOAWAY, the idle timeout, a shutdown, a
+        /// replacement); `nil` while it does not.
+        var closeReason: APNSPoolSnapshot.CloseReason?
+        /// Set when the connect timed out before the connection got ready.
+        var timedOut = false
     }
 
     enum Action: Equatable {
@@ -96,6 +103,10 @@ struct HTTP2PoolStateMachine {
     private(set) var stopping = false
     private(set) var abandoning = false
     private(set) var finished = false
+    /// The monotonic counters of ``snapshot()``; its gauges stay zero here.
+    private(set) var counters = APNSPoolSnapshot()
+    /// The provider's token last handed to a connection, to count new ones.
+    private var lastOfferedToken: APNSProviderToken?
     // Statistics.
     private(set) var written = 0
     private(set) var retried = 0
@@ -111,6 +122,24 @@ struct HTTP2PoolStateMachine {
     }
 
     var inFlight: Int { connections.values.reduce(0) { $0 + $1.open } }
+
+    /// The pool now: ``counters`` with the gauges filled in; its cost grows with the number of
+    /// connections only.
+    func snapshot() -> APNSPoolSnapshot {
+        var snapshot = counters
+        var streams = 0
+        var live = 0
+        for connection in connections.values {
+            if connection.established { snapshot.open += 1 } else { snapshot.connecting += 1 }
+            if connection.phase != .draining { live += 1 }
+            streams += connection.open
+        }
+        // A reconnect waits for its back-off: the slots it would fill are backing off.
+        if reconnectTimerArmed { snapshot.backingOff = max(0, configuration.maxConnections - live) }
+        snapshot.streamsInUse = streams
+        snapshot.queued = queue.count + delayed.count
+        return snapshot
+    }
 
     // MARK: Inputs from the callers
 
@@ -145,7 +174,10 @@ struct HTTP2PoolStateMachine {
         guard !finished else { return actions }
         abandoning = true
         failAll(status: .shutDown, message: "not sent: \(reason)")
-        for id in connections.keys.sorted() where connections[id]?.attached == true {
+        for id in connections.keys.sorted() {
+            guard var connection = connections[id], connection.attached else { continue }
+            connection.closeReason = connection.closeReason ?? .shutdown
+            connections[id] = connection
             actions.append(.close(id: id))
         }
         checkFinished(&actions)
@@ -170,10 +202,22 @@ struct HTTP2PoolStateMachine {
         connections[id]?.phase == .connecting
     }
 
+    /// The connect timeout of `id` passed: true (and the failure is a timeout) when it is still
+    /// waiting for TLS, ALPN or the server's SETTINGS and must be closed.
+    mutating func connectTimedOut(id: Int) -> Bool {
+        guard isConnecting(id: id) else { return false }
+        connections[id]?.timedOut = true
+        return true
+    }
+
     /// The server's first SETTINGS arrived on `id`, with its stream limit if it sent one.
     mutating func connectionReady(id: Int, initialLimit: Int?) -> [Action] {
         var actions: [Action] = []
         guard var connection = connections[id] else { return actions }
+        if !connection.established {
+            connection.established = true
+            counters.connectionsOpened += 1
+        }
         connection.phase = connection.phase == .connecting ? .ready : connection.phase
         if let initialLimit {
             connection.limit = clampLimit(initialLimit)
@@ -204,11 +248,13 @@ struct HTTP2PoolStateMachine {
         return actions
     }
 
-    /// `id` takes no new streams (GOAWAY, or its stream ids run out): it drains.
-    mutating func goAway(id: Int, reason: String) -> [Action] {
+    /// `id` takes no new streams: it drains. `received` when the server sent GOAWAY, false when
+    /// its stream ids run out.
+    mutating func goAway(id: Int, reason: String, received: Bool = true) -> [Action] {
         var actions: [Action] = []
         guard var connection = connections[id] else { return actions }
         if connection.phase != .draining { goAways += 1 }
+        connection.closeReason = connection.closeReason ?? (received ? .goaway : .other)
         connection.phase = .draining
         connections[id] = connection
         logger.info("HTTP/2 connection draining", metadata: ["apns.connection": "\(id)", "reason": "\(reason)"])
@@ -221,6 +267,7 @@ struct HTTP2PoolStateMachine {
         guard var connection = connections[id], connection.open == 0, queue.isEmpty else { return false }
         connection.phase = .draining
         connection.closeRequested = true
+        connection.closeReason = connection.closeReason ?? .idle
         connections[id] = connection
         return true
     }
@@ -265,12 +312,21 @@ struct HTTP2PoolStateMachine {
     }
 
     /// Connection `id` closed, with the streams it left; `wasReady` when it ever got ready.
-    mutating func connectionClosed(id: Int, results: [StreamResult], wasReady: Bool, reason: String) -> [Action] {
+    /// `failure` is why a connection that never got ready failed (unless its connect timed
+    /// out); `cause` is why the connection handler closed an open one itself, if it did.
+    mutating func connectionClosed(
+        id: Int, results: [StreamResult], wasReady: Bool, reason: String,
+        failure: APNSPoolSnapshot.ConnectFailure = .other, cause: APNSPoolSnapshot.CloseReason? = nil
+    ) -> [Action] {
         var actions: [Action] = []
         let connection = connections.removeValue(forKey: id)
         for result in results { settle(result, connection: id, &actions) }
         events.append(connectionEvent: .disconnected(connection: id, reason: reason))
+        if let connection, connection.established {
+            counters.count(connection.closeReason ?? cause ?? .silentClose)
+        }
         if !wasReady && connection?.closeRequested != true {
+            counters.count(connection?.timedOut == true ? .timeout : failure)
             connectFailed(id: id, reason: reason)
         }
         dispatch(&actions)
@@ -368,6 +424,10 @@ struct HTTP2PoolStateMachine {
                 failAll(status: .connectionFailed, message: "cannot sign a provider token: \(error.message)")
                 return Work()
             }
+            if offered != lastOfferedToken {
+                lastOfferedToken = offered
+                counters.providerTokenRefreshes += 1
+            }
             switch connection.tokenGuard.token(offered: offered, now: provider.now) {
             case .use(let token):
                 connection.currentToken = token
@@ -375,6 +435,7 @@ struct HTTP2PoolStateMachine {
             case .reconnect:
                 connection.phase = .draining
                 connection.closeRequested = connection.open == 0
+                connection.closeReason = connection.closeReason ?? .other
                 connections[id] = connection
                 dispatch(&actions)
                 return Work(close: connection.open == 0)
@@ -425,8 +486,12 @@ struct HTTP2PoolStateMachine {
     // MARK: Settling
 
     private mutating func settle(_ result: StreamResult, connection id: Int, _ actions: inout [Action]) {
+        // Every stream ends here once: the write it was is counted now.
+        counters.writes += 1
+        if result.request.writes > 1 { counters.retransmissions += 1 }
         switch result {
         case .answered(let request, let status, let headers, let body):
+            if status == 429 { counters.tooManyRequests += 1 }
             if status == 200 {
                 events.append(outcome: .transmitted(request.outcome(status: nil)))
                 return
@@ -477,8 +542,10 @@ struct HTTP2PoolStateMachine {
                     "apns.connection": "\(id)", "refresh": "\(refresh.map { "\($0)" } ?? "failed")",
                 ])
         }
-        if failure.replaceConnection {
-            connections[id]?.phase = .draining
+        if failure.replaceConnection, var connection = connections[id] {
+            connection.phase = .draining
+            connection.closeReason = connection.closeReason ?? .other
+            connections[id] = connection
         }
         guard request.retries < request.retryLimit else {
             report(request, failure, gaveUp: true)
@@ -565,6 +632,7 @@ struct HTTP2PoolStateMachine {
             // One not yet connected closes once it is (``channelAttached(id:)``).
             guard var connection = connections[id], !connection.closeRequested, connection.attached else { continue }
             connection.closeRequested = true
+            connection.closeReason = connection.closeReason ?? .shutdown
             connections[id] = connection
             actions.append(.close(id: id))
         }

@@ -19,8 +19,12 @@ package struct QueuedRequest: Sendable {
     var retryLimit: Int
     /// When it goes stale (milliseconds since the epoch); see ``APNSSubmission/Content/staleAt``.
     var staleAt: Int64? = nil
-    /// Writes to a connection.
+    /// Writes to a connection (less the ones the server certainly did not process).
     var attempts = 0
+    /// Writes to a connection, all of them.
+    var writes = 0
+    /// When it was last written; see ``APNSDeliveryOutcome/writtenAt``.
+    var writtenAt: ContinuousClock.Instant?
     /// Retries spent (429, 5xx, a reason that asks for a new connection).
     var retries = 0
     /// An earlier attempt was on a stream the server may have processed without answering.
@@ -34,6 +38,7 @@ package struct QueuedRequest: Sendable {
         outcome.reason = reason
         outcome.apnsID = apnsID
         outcome.unregisteredAt = unregisteredAt
+        outcome.writtenAt = writtenAt
         return outcome
     }
 }

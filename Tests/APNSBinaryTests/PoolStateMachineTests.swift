@@ -40,13 +40,20 @@ private func outcomes(_ machine: inout PoolStateMachine) -> [APNSDeliveryOutcome
 }
 
 private let t0 = NIODeadline.uptimeNanoseconds(1_000_000_000)
+/// The `ContinuousClock` instant of `t0`.
+private let i0 = ContinuousClock.now
+
+/// `now` on the `ContinuousClock`, as the client reads both when a write completes.
+private func instant(_ now: NIODeadline) -> ContinuousClock.Instant {
+    i0 + .nanoseconds((now - t0).nanoseconds)
+}
 
 extension PoolStateMachine {
     /// Takes a batch and reports it written at `now`, as the client does once the kernel has it.
     mutating func send(id: Int, now: NIODeadline) -> (batch: [(UInt32, PendingNotification?)], actions: [Action]) {
         var (batch, actions) = takeBatch(id: id)
         if let last = batch.last {
-            actions += written(id: id, through: last.0, now: now)
+            actions += written(id: id, through: last.0, now: now, instant: instant(now))
         }
         return (batch, actions)
     }
@@ -370,4 +377,152 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
     _ = fast.send(id: f, now: t0)
     _ = fast.errorResponse(id: f, ErrorResponse(status: .invalidToken, identifier: 2), now: t0 + .milliseconds(100))
     #expect(fast.confirmationWindow == .milliseconds(400))
+}
+
+// MARK: Snapshot
+
+@Test func snapshotCountsConnectionsWritesAndTheSentCache() {
+    var m = PoolStateMachine(configuration: config())
+    #expect(
+        m.snapshot()
+            == {
+                var s = APNSPoolSnapshot()
+                s.cachedNotifications = 0
+                s.cachedBytes = 0
+                return s
+            }())
+    _ = m.enqueue((0..<10).map { item($0) })
+    var s = m.snapshot()
+    #expect(s.connecting == 1 && s.open == 0 && s.queued == 10 && s.connectionsOpened == 0)
+    let id = m.connections.keys.first!
+    _ = m.connectionEstablished(id: id)
+    _ = m.send(id: id, now: t0)
+    s = m.snapshot()
+    #expect(s.open == 1 && s.connecting == 0 && s.connectionsOpened == 1)
+    #expect(s.writes == 10 && s.retransmissions == 0 && s.queued == 0)
+    #expect(s.cachedNotifications == 10 && s.cachedBytes == 10 * item(0).wireSize)
+    #expect(s.streamsInUse == nil && s.providerTokenRefreshes == 0 && s.tooManyRequests == 0)
+    _ = m.timerFired(id: id, now: t0 + .seconds(1))
+    s = m.snapshot()
+    #expect(s.cachedNotifications == 0 && s.cachedBytes == 0)
+    #expect(s.writes == 10)
+}
+
+@Test func anErrorResponseCountsItsCloseAndTheResendsAsRetransmissions() {
+    var m = PoolStateMachine(configuration: config())
+    let id = connected(&m, items: 10)
+    _ = m.send(id: id, now: t0)
+    let actions = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 4), now: t0)
+    // Closing, not yet closed: still open.
+    #expect(m.snapshot().open == 1)
+    _ = m.connectionClosed(id: id, reason: "error response, status 8")
+    var s = m.snapshot()
+    #expect(s.connectionsClosed == [.errorResponse: 1])
+    #expect(s.queued == 6)
+    guard case .connect(let next, _) = actions.first(where: { if case .connect = $0 { true } else { false } }) else {
+        Issue.record("expected a connect in \(actions)")
+        return
+    }
+    _ = m.connectionEstablished(id: next)
+    _ = m.send(id: next, now: t0 + .milliseconds(10))
+    s = m.snapshot()
+    #expect(s.writes == 16 && s.retransmissions == 6)
+    #expect(s.connectionsOpened == 2 && s.open == 1)
+}
+
+@Test func closesAreCountedByWhyTheyHappened() {
+    var m = PoolStateMachine(
+        configuration: config {
+            $0.maxConnections = 3
+            $0.batchMaxCount = 2
+        })
+    let actions = m.enqueue((0..<6).map { item($0) })
+    let ids = actions.compactMap { if case .connect(let id, _) = $0 { id } else { nil } }
+    #expect(ids.count == 3)
+    for id in ids { _ = m.connectionEstablished(id: id) }
+    for id in ids { _ = m.send(id: id, now: t0) }
+    for id in ids { _ = m.timerFired(id: id, now: t0 + .seconds(1)) }
+    // The gateway ends the first; the client's handler gives up on the second (a write that
+    // did not complete); the third goes idle.
+    _ = m.connectionClosed(id: ids[0], reason: "closed by the gateway without an error packet")
+    _ = m.connectionClosed(id: ids[1], reason: "the gateway stopped reading", cause: .other)
+    let idle = m.idleTimeout(id: ids[2])
+    #expect(idle)
+    _ = m.connectionClosed(id: ids[2], reason: "idle timeout")
+    let s = m.snapshot()
+    #expect(s.connectionsClosed == [.silentClose: 1, .other: 1, .idle: 1])
+    #expect(s.open == 0 && s.connectionsOpened == 3)
+}
+
+@Test func aShutdownCountsItsClosesAsShutdownEvenWhenAProbeEndsThem() {
+    var m = PoolStateMachine(
+        configuration: config {
+            $0.maxConnections = 2
+            $0.batchMaxCount = 2
+        })
+    let actions = m.enqueue((0..<4).map { item($0) })
+    let ids = actions.compactMap { if case .connect(let id, _) = $0 { id } else { nil } }
+    #expect(ids.count == 2)
+    for id in ids { _ = m.connectionEstablished(id: id) }
+    // The first connection's notifications are confirmed, the second's wait for the probe.
+    for id in ids { _ = m.send(id: id, now: t0) }
+    _ = m.timerFired(id: ids[0], now: t0 + .seconds(1))
+    #expect(m.queue.isEmpty)
+    // Nothing closes before everything is confirmed.
+    var closing = m.beginShutdown()
+    #expect(!closing.contains { if case .close = $0 { true } else { false } })
+    let (probe, _) = m.send(id: ids[1], now: t0 + .milliseconds(10))
+    #expect(probe.count == 1 && probe.last?.1 == nil)
+    #expect(m.unconfirmedCount == 3 && m.snapshot().cachedNotifications == 2)
+    closing = m.errorResponse(id: ids[1], ErrorResponse(status: .missingPayload, identifier: probe[0].0), now: t0 + .milliseconds(10))
+    #expect(closing.contains(.close(id: ids[1])) && closing.contains(.close(id: ids[0])))
+    _ = m.connectionClosed(id: ids[0], reason: "closed")
+    _ = m.connectionClosed(id: ids[1], reason: "closed")
+    #expect(m.snapshot().connectionsClosed == [.shutdown: 2])
+    #expect(m.lifecycle == .finished)
+}
+
+@Test func failedConnectsAreCountedByKindAndTheBackOffShows() {
+    var m = PoolStateMachine(configuration: config { $0.connectionRetryLimit = nil })
+    var actions = m.enqueue([item(0)])
+    for failure in [APNSPoolSnapshot.ConnectFailure.refused, .tls, .timeout, .refused] {
+        guard case .connect(let id, let delay) = actions.first(where: { if case .connect = $0 { true } else { false } }) else {
+            Issue.record("expected a connect in \(actions)")
+            return
+        }
+        if delay > .zero {
+            #expect(m.snapshot().backingOff == 1 && m.snapshot().connecting == 0)
+            _ = m.beginConnect(id: id)
+        }
+        #expect(m.snapshot().connecting == 1)
+        actions = m.connectFailed(id: id, reason: "failed", failure: failure)
+    }
+    let s = m.snapshot()
+    #expect(s.connectFailures == [.refused: 2, .tls: 1, .timeout: 1])
+    #expect(s.connectionsOpened == 0 && s.connectionsClosed.isEmpty && s.writes == 0)
+    #expect(s.backingOff == 1 && s.queued == 1)
+    // A timed-out connect is reported as a timeout, the others as socket errors.
+    #expect(m.events.filter { if case .timeout = $0 { true } else { false } }.count == 1)
+}
+
+@Test func outcomesCarryWhenTheNotificationWasLastWritten() {
+    var m = PoolStateMachine(configuration: config())
+    m.reject(item(99), status: .invalidPayload, message: "too big")
+    let id = connected(&m, items: 4)
+    _ = m.send(id: id, now: t0)
+    // Identifier 2 is tag 1: tag 0 was accepted, tags 2 and 3 are written again.
+    _ = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 2), now: t0 + .milliseconds(5))
+    var got = outcomes(&m)
+    #expect(got.count == 3)
+    #expect(got.first { $0.tag == 99 }?.writtenAt == nil)
+    #expect(got.first { $0.tag == 0 }.map { $0.isTransmitted && $0.writtenAt == instant(t0) } == true)
+    #expect(got.first { $0.tag == 1 }.map { $0.status == .invalidToken && $0.writtenAt == instant(t0) } == true)
+    _ = m.connectionClosed(id: id, reason: "error response")
+    let next = m.connections.keys.first!
+    _ = m.connectionEstablished(id: next)
+    _ = m.send(id: next, now: t0 + .milliseconds(20))
+    _ = m.timerFired(id: next, now: t0 + .seconds(2))
+    got = outcomes(&m)
+    #expect(got.map(\.tag) == [2, 3])
+    #expect(got.allSatisfy { $0.writtenAt == instant(t0 + .milliseconds(20)) && $0.attempts == 2 })
 }

@@ -79,6 +79,7 @@ private final class Parked: Sendable {
     let accepted3 = a.admit("C", count: 1, id: 3, continuation: parked.take(3))  // fits, but B was first
     #expect(accepted3)
     #expect(a.popAdmitted() == nil && a.admitted == 6)
+    #expect(a.waits == 2)  // B and C
 
     a.release(1)  // 5 + 6 > 10: B still waits
     #expect(a.popAdmitted() == nil)
@@ -99,6 +100,7 @@ private final class Parked: Sendable {
 
     let accepted5 = a.admit("E", count: 1, id: 5, continuation: parked.take(5))  // waits
     #expect(accepted5)
+    #expect(a.waits == 4)  // B, C, D, E
     let stopped = a.stop()
     #expect(stopped.map(\.batch) == ["E"])
     for waiter in stopped { waiter.continuation.resume(throwing: APNSError(.shutDown, "stopped")) }
@@ -181,6 +183,15 @@ private final class EchoClient: APNSBufferedDeliveryClient {
 
     var waiting: Int { state.withLock { $0.admission.waiting } }
 
+    func snapshot() -> APNSPoolSnapshot {
+        state.withLock { s in
+            var snapshot = APNSPoolSnapshot()
+            snapshot.queued = s.pool.count
+            snapshot.backpressureWaits = s.admission.waits
+            return snapshot
+        }
+    }
+
     func start() {}
 
     func send(_ submissions: [APNSSubmission]) async throws {
@@ -226,6 +237,7 @@ private func submissions(_ tags: Range<Int>) -> [APNSSubmission] {
     #expect(first?.compactMap(\.outcome).map(\.tag) == [0, 1])
     try await second.value
     #expect(client.waiting == 0)
+    #expect(client.snapshot().backpressureWaits == 1)
 
     // A sender that waits can be cancelled: its notifications are never admitted.
     let cancelled = Task { try await client.send(submissions(6..<10)) }

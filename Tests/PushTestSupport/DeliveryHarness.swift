@@ -66,6 +66,28 @@ public enum DeliveryHarness {
         }
     }
 
+    public struct ConditionNotMet: Error, CustomStringConvertible {
+        public var condition: String
+        public var last: APNSPoolSnapshot
+        public var description: String { "the pool never reached \(condition); last snapshot: \(last)" }
+    }
+
+    /// Takes snapshots of `client` every few milliseconds until one satisfies `condition`, and
+    /// returns it; throws ``ConditionNotMet`` (with the last one) after `limit`.
+    @discardableResult
+    public static func snapshot(
+        of client: some APNSDeliveryClient, _ condition: String, within limit: Duration = .seconds(30),
+        where satisfied: (APNSPoolSnapshot) -> Bool
+    ) async throws -> APNSPoolSnapshot {
+        let deadline = ContinuousClock.now + limit
+        while true {
+            let snapshot = client.snapshot()
+            if satisfied(snapshot) { return snapshot }
+            guard ContinuousClock.now < deadline else { throw ConditionNotMet(condition: condition, last: snapshot) }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
     /// Device token number `i`: 32 bytes of `fill`, the last eight `i` in big-endian order.
     public static func token(_ i: Int, fill: UInt8) -> DeviceToken {
         var bytes = [UInt8](repeating: fill, count: 32)

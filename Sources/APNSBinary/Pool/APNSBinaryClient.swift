@@ -171,6 +171,16 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         public var droppedConnectionEvents: Int
     }
 
+    /// The pool's connections, sent caches, queue and counters (see ``APNSPoolSnapshot``), read
+    /// under the client's lock.
+    public func snapshot() -> APNSPoolSnapshot {
+        state.withLock { s in
+            var snapshot = s.machine.snapshot()
+            snapshot.backpressureWaits = s.admission.waits
+            return snapshot
+        }
+    }
+
     public var statistics: Statistics {
         state.withLock { s in
             Statistics(
@@ -325,7 +335,11 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
             }
         bootstrap.connect(host: host, port: configuration.port).whenFailure { [self] error in
             logger.debug("connect failed", metadata: ["apns.connection": "\(id)", "error": "\(error)"])
-            step { $0.machine.connectFailed(id: id, reason: "cannot connect to \(host):\(configuration.port): \(error)") }
+            step {
+                $0.machine.connectFailed(
+                    id: id, reason: "cannot connect to \(host):\(configuration.port): \(error)",
+                    failure: APNSPoolSnapshot.ConnectFailure(connectError: error))
+            }
         }
     }
 
@@ -383,7 +397,8 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         channel.writeAndFlush(buffer).whenComplete { [self] result in
             stalled.cancel()
             if case .success = result {
-                step { $0.machine.written(id: id, through: lastIdentifier, now: .now()) }
+                let instant = ContinuousClock.now
+                step { $0.machine.written(id: id, through: lastIdentifier, now: .now(), instant: instant) }
             }
         }
     }
@@ -409,13 +424,18 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         step { $0.machine.errorResponse(id: id, response, now: .now()) }
     }
 
-    fileprivate func channelInactive(id: Int, reason: String, established: Bool, timedOut: Bool) {
+    /// Connection `id` closed: before its handshake completed because of `failure`, or after
+    /// it, closed by its handler for `cause` (`nil` when the handler did not close it itself).
+    fileprivate func channelInactive(
+        id: Int, reason: String, established: Bool, failure: APNSPoolSnapshot.ConnectFailure,
+        cause: APNSPoolSnapshot.CloseReason?
+    ) {
         step { state in
             state.channels[id] = nil
             if !established {
-                return state.machine.connectFailed(id: id, reason: reason, timedOut: timedOut)
+                return state.machine.connectFailed(id: id, reason: reason, failure: failure)
             }
-            return state.machine.connectionClosed(id: id, reason: reason)
+            return state.machine.connectionClosed(id: id, reason: reason, cause: cause)
         }
     }
 
@@ -452,7 +472,10 @@ private final class GatewayConnectionHandler: ChannelInboundHandler {
     private let id: Int
     private let handshakeTimeout: TimeAmount
     private var established = false
-    private var timedOut = false
+    /// Why the handshake did not complete, once that is known.
+    private var failure: APNSPoolSnapshot.ConnectFailure?
+    /// Why the handler closed an open connection itself.
+    private var cause: APNSPoolSnapshot.CloseReason?
     private var stalledReported = false
     private var timeoutTask: Scheduled<Void>?
     private var closeReason = "closed by the gateway without an error packet"
@@ -469,7 +492,7 @@ private final class GatewayConnectionHandler: ChannelInboundHandler {
         timeoutTask = context.eventLoop.scheduleTask(in: handshakeTimeout) {
             let (handler, context) = loopBound.value
             guard !handler.established else { return }
-            handler.timedOut = true
+            handler.failure = handler.failure ?? .timeout
             handler.closeReason = "TLS handshake did not complete in time"
             context.close(promise: nil)
         }
@@ -485,6 +508,7 @@ private final class GatewayConnectionHandler: ChannelInboundHandler {
             // Every flush has its own timer; the first to fire closes the connection.
             guard !stalledReported else { return }
             stalledReported = true
+            cause = .other
             closeReason = "the gateway stopped reading: a write did not complete within \(stalled.after)"
             client.writeTimedOut(id: id, reason: closeReason)
             context.close(promise: nil)
@@ -506,6 +530,7 @@ private final class GatewayConnectionHandler: ChannelInboundHandler {
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         closeReason = "\(error)"
+        if !established && failure == nil { failure = APNSPoolSnapshot.ConnectFailure(connectError: error) }
         context.close(promise: nil)
     }
 
@@ -516,7 +541,7 @@ private final class GatewayConnectionHandler: ChannelInboundHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         timeoutTask?.cancel()
-        client.channelInactive(id: id, reason: closeReason, established: established, timedOut: timedOut)
+        client.channelInactive(id: id, reason: closeReason, established: established, failure: failure ?? .other, cause: cause)
         context.fireChannelInactive()
     }
 }

@@ -16,6 +16,8 @@ package struct PendingNotification: Sendable {
     var attempts: Int = 0
     /// Set once an attempt ended on a connection that closed without an error packet.
     var possibleDuplicate = false
+    /// When its frame was last handed to the kernel; see ``APNSDeliveryOutcome/writtenAt``.
+    var writtenAt: ContinuousClock.Instant? = nil
 
     /// Bytes of its command-2 frame: 29 + token + payload (§1.2: 61 + n for a 32-byte token).
     var wireSize: Int { 29 + token.bytes.count + payload.count }
@@ -79,6 +81,9 @@ struct PoolStateMachine {
         var productive = false
         var probeSent = false
         var timerArmed = false
+        /// Why the client is closing it, once the client has decided to (or the error packet that
+        /// ends it arrived); `nil` while nobody has.
+        var closeReason: APNSPoolSnapshot.CloseReason?
 
         /// Position of `identifier` in the cache. Identifiers are consecutive (mod 2³²) from the
         /// front of the cache because entries are only ever removed from the front or all at once.
@@ -135,8 +140,9 @@ struct PoolStateMachine {
     private(set) var confirmationWindow: TimeAmount
     static let maximumWindow = TimeAmount.seconds(60)
 
-    // Counters for summaries.
-    private(set) var retransmitted = 0
+    /// The monotonic counters of ``snapshot()``; its gauges stay zero here.
+    private(set) var counters = APNSPoolSnapshot()
+    var retransmitted: Int { counters.retransmissions }
 
     init(configuration: Configuration) {
         self.configuration = configuration
@@ -157,6 +163,29 @@ struct PoolStateMachine {
         connections.values.reduce(0) { count, c in
             c.phase == .failed || c.phase == .closing ? count : count + 1
         }
+    }
+
+    /// The pool now: ``counters`` with the gauges filled in. Its cost grows with the number of
+    /// connections, not with what they hold (except during a shutdown, when the probes are
+    /// left out of ``APNSPoolSnapshot/cachedNotifications``).
+    func snapshot() -> APNSPoolSnapshot {
+        var snapshot = counters
+        var cached = 0
+        var bytes = 0
+        for c in connections.values {
+            switch c.phase {
+            case .scheduled: snapshot.backingOff += 1
+            case .connecting: snapshot.connecting += 1
+            case .ready, .failed, .closing: snapshot.open += 1
+            }
+            cached += c.cache.count
+            if c.probeSent { cached -= c.cache.reduce(0) { $1.pending == nil ? $0 + 1 : $0 } }
+            bytes += c.cacheBytes
+        }
+        snapshot.cachedNotifications = cached
+        snapshot.cachedBytes = bytes
+        snapshot.queued = queue.count
+        return snapshot
     }
 
     private var isDrained: Bool {
@@ -204,6 +233,7 @@ struct PoolStateMachine {
         guard var c = connections[id], c.phase == .connecting else { return actions }
         c.phase = .ready
         connections[id] = c
+        counters.connectionsOpened += 1
         emitConnectionEvent(.connected(connection: id))
         if reportedUnavailable {
             reportedUnavailable = false
@@ -213,11 +243,13 @@ struct PoolStateMachine {
         return actions
     }
 
-    /// Connection `id` could not be established.
-    mutating func connectFailed(id: Int, reason: String, timedOut: Bool = false) -> [Action] {
+    /// Connection `id` could not be established, because of `failure`.
+    mutating func connectFailed(id: Int, reason: String, failure: APNSPoolSnapshot.ConnectFailure = .other) -> [Action] {
         var actions: [Action] = []
         guard connections.removeValue(forKey: id) != nil else { return actions }
-        emitConnectionEvent(timedOut ? .timeout(connection: id, reason: reason) : .socketError(connection: id, error: reason))
+        counters.count(failure)
+        emitConnectionEvent(
+            failure == .timeout ? .timeout(connection: id, reason: reason) : .socketError(connection: id, error: reason))
         recordFailure(reason)
         dispatch(into: &actions)
         return actions
@@ -245,7 +277,8 @@ struct PoolStateMachine {
             queue.removeFirst()
             var item = next
             item.attempts += 1
-            if item.attempts > 1 { retransmitted += 1 }
+            counters.writes += 1
+            if item.attempts > 1 { counters.retransmissions += 1 }
             let identifier = c.nextIdentifier
             c.nextIdentifier &+= 1
             c.cache.append(CacheEntry(identifier: identifier, pending: item, sentAt: .distantFuture, bytes: size))
@@ -268,9 +301,12 @@ struct PoolStateMachine {
     }
 
     /// The batch of connection `id` ending with `lastIdentifier` was handed to the kernel at
-    /// `now`: its confirmation window starts. Counting from here rather than from the pump keeps
-    /// time spent in the client's own buffers out of the window.
-    mutating func written(id: Int, through lastIdentifier: UInt32, now: NIODeadline) -> [Action] {
+    /// `now` (`instant` on the `ContinuousClock`, which outcomes report): its confirmation window
+    /// starts. Counting from here rather than from the pump keeps time spent in the client's own
+    /// buffers out of the window.
+    mutating func written(
+        id: Int, through lastIdentifier: UInt32, now: NIODeadline, instant: ContinuousClock.Instant
+    ) -> [Action] {
         var actions: [Action] = []
         guard var c = connections.removeValue(forKey: id) else { return actions }
         guard let last = c.index(of: lastIdentifier) else {
@@ -280,6 +316,7 @@ struct PoolStateMachine {
         var index = last
         while index >= 0, c.cache[index].sentAt == .distantFuture {
             c.cache[index].sentAt = now
+            c.cache[index].pending?.writtenAt = instant
             index -= 1
         }
         if !c.timerArmed, let first = c.cache.first, first.sentAt != .distantFuture {
@@ -326,6 +363,9 @@ struct PoolStateMachine {
         var actions: [Action] = []
         guard var c = connections[id], c.phase == .ready || c.phase == .closing else { return actions }
         c.phase = .failed
+        // The answer to the shutdown probe ends a connection the client is closing anyway.
+        let probe = c.index(of: response.identifier).map { c.cache[$0].pending == nil } ?? false
+        c.closeReason = probe ? .shutdown : .errorResponse
         let entries = Array(c.cache)
         c.cache.removeAll()
         c.cacheBytes = 0
@@ -375,16 +415,21 @@ struct PoolStateMachine {
     }
 
     /// Connection `id` closed (for any reason, after it was established or while connecting).
-    mutating func connectionClosed(id: Int, reason: String) -> [Action] {
+    /// `cause` is why, when the client's connection handler closed it itself (a write that did
+    /// not complete); otherwise the reason the pool recorded, or a silent close.
+    mutating func connectionClosed(id: Int, reason: String, cause: APNSPoolSnapshot.CloseReason? = nil) -> [Action] {
         var actions: [Action] = []
         guard let c = connections.removeValue(forKey: id) else { return actions }
         switch c.phase {
         case .scheduled, .connecting:
+            counters.count(APNSPoolSnapshot.ConnectFailure.other)
             emitConnectionEvent(.socketError(connection: id, error: reason))
             recordFailure(reason)
         case .failed:
+            counters.count(c.closeReason ?? .errorResponse)
             emitConnectionEvent(.disconnected(connection: id, reason: reason))
         case .ready, .closing:
+            counters.count(c.closeReason ?? cause ?? .silentClose)
             emitConnectionEvent(.disconnected(connection: id, reason: reason))
             // Closed without an error packet: whatever is unconfirmed is in an unknown state (§6.2).
             let unknown = c.cache.compactMap(\.pending)
@@ -435,6 +480,7 @@ struct PoolStateMachine {
             liveConnectionCount > configuration.minConnections
         else { return false }
         c.phase = .closing
+        c.closeReason = .idle
         connections[id] = c
         emitConnectionEvent(.timeout(connection: id, reason: "idle"))
         return true
@@ -530,6 +576,7 @@ struct PoolStateMachine {
                 case .ready:
                     if c.cache.isEmpty {
                         connections[id]?.phase = .closing
+                        connections[id]?.closeReason = .shutdown
                         actions.append(.close(id: id))
                     }
                 case .scheduled:
@@ -644,34 +691,28 @@ struct PoolStateMachine {
     }
 
     private mutating func emitTransmitted(_ item: PendingNotification) {
-        events.append(
-            outcome:
-                .transmitted(
-                    APNSDeliveryOutcome(
-                        tag: item.tag,
-                        token: item.token,
-                        status: nil,
-                        attempts: item.attempts,
-                        possibleDuplicate: item.possibleDuplicate
-                    )
-                )
+        var outcome = APNSDeliveryOutcome(
+            tag: item.tag,
+            token: item.token,
+            status: nil,
+            attempts: item.attempts,
+            possibleDuplicate: item.possibleDuplicate
         )
+        outcome.writtenAt = item.writtenAt
+        events.append(outcome: .transmitted(outcome))
     }
 
     private mutating func emitFailure(_ item: PendingNotification, status: APNSStatus, message: String?) {
-        events.append(
-            outcome:
-                .transmissionError(
-                    APNSDeliveryOutcome(
-                        tag: item.tag,
-                        token: item.token,
-                        status: status,
-                        message: message,
-                        attempts: item.attempts,
-                        possibleDuplicate: item.possibleDuplicate
-                    )
-                )
+        var outcome = APNSDeliveryOutcome(
+            tag: item.tag,
+            token: item.token,
+            status: status,
+            message: message,
+            attempts: item.attempts,
+            possibleDuplicate: item.possibleDuplicate
         )
+        outcome.writtenAt = item.writtenAt
+        events.append(outcome: .transmissionError(outcome))
     }
 
     private mutating func emitConnectionEvent(_ event: APNSDeliveryEvent, force: Bool = false) {

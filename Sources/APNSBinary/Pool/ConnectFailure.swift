@@ -1,0 +1,39 @@
+import APNSCore
+import NIOCore
+import NIOPosix
+import NIOSSL
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// The HTTP/2 client reads the same errors the same way (APNSHTTP2's ConnectFailure.swift):
+// APNSCore, the module both share, does not depend on NIO's socket layer.
+extension APNSPoolSnapshot.ConnectFailure {
+    /// The kind of a failed connect, from the error the bootstrap or the TLS handler reported.
+    init(connectError error: any Error) {
+        switch error {
+        case is NIOSSLError, is BoringSSLError, is NIOSSLExtraError:
+            self = .tls
+        case let error as ChannelError:
+            if case .connectTimeout = error { self = .timeout } else { self = .other }
+        case let error as NIOConnectionError:
+            let errors = error.connectionErrors.map(\.error)
+            if errors.contains(where: { ($0 as? IOError)?.errnoCode == ECONNREFUSED }) {
+                self = .refused
+            } else if errors.contains(where: { if case ChannelError.connectTimeout = $0 { true } else { false } }) {
+                self = .timeout
+            } else {
+                self = .other
+            }
+        case let error as IOError where error.errnoCode == ECONNREFUSED:
+            self = .refused
+        default:
+            self = .other
+        }
+    }
+}
