@@ -18,6 +18,13 @@ struct WorkerStatusProvider: StatusProvider {
             redis: .init(state: snapshot.redisUp ? .up : .down),
             partitions: snapshot.partitions.map {
                 .init(topic: $0.partition.topic, partition: Int($0.partition.partition), lag: $0.lag.map { Int($0) })
+            },
+            pools: snapshot.pools.map {
+                .init(
+                    app: $0.app, env: $0.environment.rawValue, transport: $0.transport, open: $0.snapshot.open,
+                    connecting: $0.snapshot.connecting, backingOff: $0.snapshot.backingOff,
+                    cachedNotifications: $0.snapshot.cachedNotifications, cachedBytes: $0.snapshot.cachedBytes,
+                    streamsInUse: $0.snapshot.streamsInUse)
             })
     }
 

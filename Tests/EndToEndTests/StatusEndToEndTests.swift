@@ -70,8 +70,20 @@ struct StatusEndToEndTests {
                 Self.total("apn_worker_offsets_committed_total", in: (try? await server.get("/metrics").text) ?? "") > 0
             }
             #expect(committed)
+            // The pool, read at scrape time.
+            let binary = ["app": WorkerStack.app, "env": "production", "transport": "binary"]
+            #expect(Self.total("apn_worker_delivery_attempts_total", binary, in: scraped) >= 600)
+            #expect(Self.total("apn_worker_retransmissions_total", binary, in: scraped) >= 0)
+            #expect(Self.total("apn_worker_connections_opened_total", binary, in: scraped) >= 1)
+            #expect(
+                Self.total("apn_worker_connections_closed_total", binary.merging(["reason": "errorResponse"]) { $1 }, in: scraped)
+                    == Double(bad.count))
+            #expect(Self.total("apn_worker_pool_connections", binary.merging(["state": "open"]) { $1 }, in: scraped) >= 1)
+            #expect(Self.total("apn_worker_delivery_latency_seconds_count", binary, in: scraped) == 600)
             let status = try await server.status()
             #expect(status.worker == "w1" && status.ready && status.partitions.count == 12 && status.redis.state == .up)
+            #expect(status.pools.count == 1 && status.pools.first?.transport == "binary" && (status.pools.first?.open ?? 0) >= 1)
+            #expect(status.pools.first?.cachedNotifications != nil && status.pools.first?.streamsInUse == nil)
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
         }

@@ -75,7 +75,7 @@ public enum MetricCatalogue {
         "Failed connects to Apple by reason: tls, refused, timeout, other.")
     public static let connectionsClosed = MetricDescription(
         "apn_worker_connections_closed_total", .counter, labels: poolLabels + ["reason"],
-        "Connections closed by reason: errorResponse, silentClose, goaway, idle, shutdown.")
+        "Connections closed by reason: errorResponse, silentClose, goaway, idle, shutdown, other.")
     public static let sentCacheNotifications = MetricDescription(
         "apn_worker_sent_cache_notifications", .gauge, labels: ["app", "env"],
         "Notifications held in a binary pool's sent cache for retransmission.")

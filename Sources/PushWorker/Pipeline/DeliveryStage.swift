@@ -42,6 +42,13 @@ final class DeliveryStage: Sendable {
         (opened, openedIn) = AsyncStream.makeStream()
     }
 
+    /// Each open pool's state and counters, with its transport.
+    func snapshots() -> [(key: PoolKey, transport: String, snapshot: APNSPoolSnapshot)] {
+        let open = state.withLock { $0.pools }
+        return open.map { key, client in (key, pools[key]?.transport.name ?? "", client.snapshot()) }
+            .sorted { ($0.key.app, $0.key.environment.rawValue) < ($1.key.app, $1.key.environment.rawValue) }
+    }
+
     /// Reads the events of every pool, each in a child task, until the pools are shut down.
     func run() async {
         await withDiscardingTaskGroup { group in
@@ -122,6 +129,15 @@ final class DeliveryStage: Sendable {
             }
             let (items, feedback) = Self.results(of: events, contexts: contexts, factory: factory)
             if feedback > 0 { control.count { $0.feedback += feedback } }
+            if control.metrics.isEnabled {
+                let now = ContinuousClock.now
+                var latencies: [Duration] = []
+                for event in events {
+                    if let writtenAt = event.outcome?.writtenAt { latencies.append(now - writtenAt) }
+                }
+                let labels = [key.app, key.environment.rawValue, pools[key]?.transport.name ?? ""]
+                for latency in latencies { control.metrics.observe(MetricCatalogue.deliveryLatency, labels, latency) }
+            }
             results.submit(items)
             for event in events where event.outcome == nil { report(event, key: key) }
         }

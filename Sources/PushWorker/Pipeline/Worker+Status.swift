@@ -30,6 +30,16 @@ public struct WorkerSnapshot: Sendable {
     public var inFlight: Int
     public var redisUp: Bool
     public var partitions: [PartitionLag]
+    /// Each open delivery pool: its app, environment, transport and state.
+    public var pools: [PoolState]
+}
+
+/// One delivery pool as `/status` shows it.
+public struct PoolState: Sendable {
+    public var app: String
+    public var environment: APNSEnvironment
+    public var transport: String
+    public var snapshot: APNSPoolSnapshot
 }
 
 extension Worker {
@@ -76,6 +86,9 @@ extension Worker {
             liveness: liveness, inFlight: limit.inFlight, redisUp: stages != nil && !control.isRedisDown,
             partitions: assigned.sorted { ($0.topic, $0.partition) < ($1.topic, $1.partition) }.map {
                 PartitionLag(partition: $0, lag: lag[$0])
+            },
+            pools: (stages?.delivery.snapshots() ?? []).map {
+                PoolState(app: $0.key.app, environment: $0.key.environment, transport: $0.transport, snapshot: $0.snapshot)
             })
     }
 
@@ -94,6 +107,9 @@ extension Worker {
         metrics.advance(MetricCatalogue.offsetsCommitted, to: kafka.commits)
         metrics.advance(MetricCatalogue.rebalances, ["assign"], to: kafka.assignments)
         metrics.advance(MetricCatalogue.rebalances, ["revoke"], to: kafka.revocations)
+        for pool in stages.delivery.snapshots() {
+            update(pool.snapshot, of: [pool.key.app, pool.key.environment.rawValue, pool.transport])
+        }
         let assigned = Set((try? stages.consumer.assignment()) ?? [])
         metrics.set(MetricCatalogue.assignedPartitions, to: assigned.count)
         let (lag, gone) = observed.withLock { o in
@@ -105,6 +121,31 @@ extension Worker {
         for partition in gone { metrics.remove(MetricCatalogue.consumerLag, [partition.topic, "\(partition.partition)"]) }
         for (partition, value) in lag {
             metrics.set(MetricCatalogue.consumerLag, [partition.topic, "\(partition.partition)"], to: Int(value))
+        }
+    }
+
+    /// One pool's gauges and counters; `labels` are its app, environment and transport.
+    private func update(_ pool: APNSPoolSnapshot, of labels: [String]) {
+        let metrics = control.metrics
+        let appEnvironment = Array(labels.prefix(2))
+        metrics.set(MetricCatalogue.poolConnections, labels + ["open"], to: pool.open)
+        metrics.set(MetricCatalogue.poolConnections, labels + ["connecting"], to: pool.connecting)
+        metrics.set(MetricCatalogue.poolConnections, labels + ["backoff"], to: pool.backingOff)
+        if let cached = pool.cachedNotifications { metrics.set(MetricCatalogue.sentCacheNotifications, appEnvironment, to: cached) }
+        if let streams = pool.streamsInUse { metrics.set(MetricCatalogue.http2StreamsInUse, appEnvironment, to: streams) }
+        metrics.advance(MetricCatalogue.connectionsOpened, labels, to: pool.connectionsOpened)
+        for (reason, count) in pool.connectFailures {
+            metrics.advance(MetricCatalogue.connectFailures, labels + [reason.rawValue], to: count)
+        }
+        for (reason, count) in pool.connectionsClosed {
+            metrics.advance(MetricCatalogue.connectionsClosed, labels + [reason.rawValue], to: count)
+        }
+        metrics.advance(MetricCatalogue.deliveryAttempts, labels, to: pool.writes)
+        metrics.advance(MetricCatalogue.retransmissions, labels, to: pool.retransmissions)
+        metrics.advance(MetricCatalogue.backpressureWaits, labels, to: pool.backpressureWaits)
+        if labels[2] == "http2" {
+            metrics.advance(MetricCatalogue.providerTokenRefreshes, appEnvironment, to: pool.providerTokenRefreshes)
+            metrics.advance(MetricCatalogue.tooManyRequests, appEnvironment, to: pool.tooManyRequests)
         }
     }
 
