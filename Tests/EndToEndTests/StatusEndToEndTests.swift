@@ -32,8 +32,20 @@ struct StatusEndToEndTests {
             var messages = (0..<600).map { WorkerStack.job(id: "metrics-\($0)", tokens: [.numbered($0)]) }
             messages += (0..<20).map { _ in Array("{not json".utf8) }
             messages += (0..<10).map { Array(#"{"id":"bad-\#($0)","app":"\#(WorkerStack.app)","token":"12zz","alert":"x"}"#.utf8) }
+            // 1,000 scrapes over 50 connections while the jobs are delivered.
+            async let scrapes: Int = withTaskGroup(of: Int.self) { group in
+                for _ in 0..<50 {
+                    group.addTask {
+                        var answered = 0
+                        for _ in 0..<20 where (try? await server.get("/metrics"))?.status == .ok { answered += 1 }
+                        return answered
+                    }
+                }
+                return await group.reduce(0, +)
+            }
             try await stack.produce(messages)
             let results = try await stack.readResults { $0.count >= messages.count }
+            #expect(await scrapes == 1000)
             #expect(results.count == messages.count)
 
             var expected: [String: Int] = [:]

@@ -165,7 +165,7 @@ public final class Worker: Service, Sendable {
 
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.heartbeat(store) }
-            group.addTask { await self.trackLag(consumer) }
+            if control.metrics.isEnabled { group.addTask { await self.trackLag(consumer) } }
             group.addTask { await results.run() }
             group.addTask { await claims.run() }
             group.addTask { await claims.runTimers() }
