@@ -134,7 +134,7 @@ struct SnapshotTests {
     @Test("streams in use while the server takes its time to answer")
     func streamsInUse() async throws {
         let simulator = try await ClientHarness.simulator { $0.responseDelay = .milliseconds(500) }
-        let client = try ClientHarness.certificateClient(port: simulator.port)
+        let client = try ClientHarness.certificateClient(port: simulator.port) { $0.maxConnections = 1 }
         let count = 40
         try await client.send(ClientHarness.submissions(0..<count))
         let s = try await DeliveryHarness.snapshot(of: client, "\(count) streams open") { $0.streamsInUse == count }
