@@ -133,7 +133,8 @@ struct SnapshotTests {
 
     @Test("streams in use while the server takes its time to answer")
     func streamsInUse() async throws {
-        let simulator = try await ClientHarness.simulator { $0.responseDelay = .milliseconds(500) }
+        // Long enough for a poll on a busy machine to see every stream open.
+        let simulator = try await ClientHarness.simulator { $0.responseDelay = .seconds(3) }
         let client = try ClientHarness.certificateClient(port: simulator.port) { $0.maxConnections = 1 }
         let count = 40
         try await client.send(ClientHarness.submissions(0..<count))
