@@ -72,8 +72,9 @@ public struct APNSPoolSnapshot: Sendable, Equatable {
     public var retransmissions = 0
     /// Times `send` waited for room because the client held `maxPending` notifications.
     public var backpressureWaits = 0
-    /// HTTP/2 with provider tokens: distinct provider tokens (JWTs) the client took into use,
-    /// the first one included; each was signed for it unless its provider is shared.
+    /// HTTP/2 with provider tokens: new provider tokens (JWTs) the client's provider handed it,
+    /// the first one included. The provider signs each once, so with a provider of its own
+    /// this is the tokens signed for the client; a provider shared by clients counts in each.
     public var providerTokenRefreshes = 0
     /// HTTP/2: answers with status 429 (`TooManyRequests`, `TooManyProviderTokenUpdates`).
     public var tooManyRequests = 0

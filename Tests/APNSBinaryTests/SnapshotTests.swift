@@ -22,7 +22,7 @@ import Testing
             $0.maxConnections = 2
             $0.confirmationWindow = .milliseconds(200)
         }
-        let count = 2_000
+        let count = 500
         let before = ContinuousClock.now
         let run = try await Harness.run(client, Self.submissions(0..<count), shutdown: false)
         let after = ContinuousClock.now
@@ -44,7 +44,9 @@ import Testing
 
     @Test func anErrorPacketCountsItsCloseAndTheNotificationsWrittenAgain() async throws {
         let simulator = try await Harness.simulator { $0.badTokens = [Harness.token(5)] }
-        let client = try Harness.client(simulator) { $0.confirmationWindow = .milliseconds(200) }
+        // A window long enough for the error packet on a busy machine: nothing is confirmed by
+        // time before it arrives.
+        let client = try Harness.client(simulator) { $0.confirmationWindow = .seconds(3) }
         let run = try await Harness.run(client, Self.submissions(0..<20), shutdown: false)
         #expect(run.outcomes[5]?.status == .invalidToken)
         let s = try await DeliveryHarness.snapshot(of: client, "the failed connection closed") {
@@ -63,22 +65,22 @@ import Testing
         await simulator.stop()
     }
 
-    @Test func connectionsTheGatewayDropsWithoutAnErrorPacketAreSilentCloses() async throws {
-        let simulator = try await Harness.simulator { $0.dropEvery = 100 }
+    @Test func aConnectionTheGatewayDropsWithoutAnErrorPacketIsASilentClose() async throws {
+        let simulator = try await Harness.simulator { $0.dropEvery = 50 }
+        // Nothing is confirmed by time before the gateway hangs up after 50; without resending,
+        // all 80 are reported indeterminate at once.
         let client = try Harness.client(simulator) {
-            $0.confirmationWindow = .milliseconds(100)
-            $0.connectionRetryLimit = 50
+            $0.confirmationWindow = .seconds(5)
+            $0.resendOnUnknown = false
         }
-        let count = 250
+        let count = 80
         let run = try await Harness.run(client, Self.submissions(0..<count), shutdown: false)
-        #expect(run.outcomes.count == count && run.outcomes.values.allSatisfy { $0.isTransmitted })
-        let drops = simulator.statistics.silentDrops
-        #expect(drops > 0)
-        let s = try await DeliveryHarness.snapshot(of: client, "\(drops) silent closes") {
-            $0.connectionsClosed[.silentClose] == drops
-        }
-        #expect(s.connectionsClosed == [.silentClose: drops])
-        #expect(s.retransmissions > 0 && s.writes - s.retransmissions == count)
+        #expect(run.outcomes.count == count)
+        #expect(run.outcomes.values.allSatisfy { $0.status == .indeterminate && $0.possibleDuplicate && $0.writtenAt != nil })
+        #expect(simulator.statistics.silentDrops == 1)
+        let s = try await DeliveryHarness.snapshot(of: client, "one silent close") { $0.connectionsClosed[.silentClose] == 1 }
+        #expect(s.connectionsClosed == [.silentClose: 1])
+        #expect(s.writes == count && s.retransmissions == 0 && s.cachedNotifications == 0)
         await client.shutdown()
         await simulator.stop()
     }
@@ -163,17 +165,17 @@ import Testing
             $0.maxPending = 8
             $0.confirmationWindow = .milliseconds(50)
         }
-        var submissions = Self.submissions(0..<200)
+        var submissions = Self.submissions(0..<100)
         var big = Harness.notification(String(repeating: "x", count: 3000))
         big.truncateAtWordEnd = false
         submissions[0] = APNSSubmission(tag: 0, token: Harness.token(0), notification: big)
         let run = try await Harness.run(client, submissions)
-        #expect(run.outcomes.count == 200)
+        #expect(run.outcomes.count == 100)
         #expect(run.outcomes[0]?.status == .invalidPayload && run.outcomes[0]?.writtenAt == nil)
-        #expect(run.outcomes.values.filter { $0.writtenAt != nil }.count == 199)
+        #expect(run.outcomes.values.filter { $0.writtenAt != nil }.count == 99)
         let waits = client.snapshot().backpressureWaits
         // Admitted in chunks of maxPending: every chunk after the first may have waited once.
-        #expect(waits >= 1 && waits <= 200 / 8)
+        #expect(waits >= 1 && waits <= 100 / 8)
         await simulator.stop()
     }
 }
