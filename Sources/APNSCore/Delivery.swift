@@ -78,8 +78,9 @@ public struct APNSDeliveryOutcome: Sendable, Hashable {
     /// kernel took the frame; HTTP/2: when its request went to the connection's frame layer);
     /// `nil` when it never was. The time from here to the outcome is the delivery latency:
     /// until the confirmation window passed or the error packet came (binary), or until the
-    /// answer (HTTP/2).
-    public var writtenAt: ContinuousClock.Instant? = nil
+    /// answer (HTTP/2). Nanoseconds of the monotonic clock (`DispatchTime.now().uptimeNanoseconds`,
+    /// which `NIODeadline` also counts), a plain integer so that outcomes stay cheap to copy.
+    public var writtenAt: UInt64? = nil
 
     public var isTransmitted: Bool { status == nil }
 

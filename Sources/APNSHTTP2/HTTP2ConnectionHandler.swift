@@ -261,7 +261,7 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
             return
         }
         lastStreamActivity = .now()
-        let writtenAt = ContinuousClock.now
+        let writtenAt = lastStreamActivity.uptimeNanoseconds
         for request in work.requests {
             let streamID = nextStreamID
             nextStreamID += 2

@@ -24,7 +24,7 @@ package struct QueuedRequest: Sendable {
     /// Writes to a connection, all of them.
     var writes = 0
     /// When it was last written; see ``APNSDeliveryOutcome/writtenAt``.
-    var writtenAt: ContinuousClock.Instant?
+    var writtenAt: UInt64?
     /// Retries spent (429, 5xx, a reason that asks for a new connection).
     var retries = 0
     /// An earlier attempt was on a stream the server may have processed without answering.

@@ -40,20 +40,15 @@ private func outcomes(_ machine: inout PoolStateMachine) -> [APNSDeliveryOutcome
 }
 
 private let t0 = NIODeadline.uptimeNanoseconds(1_000_000_000)
-/// The `ContinuousClock` instant of `t0`.
-private let i0 = ContinuousClock.now
-
-/// `now` on the `ContinuousClock`, as the client reads both when a write completes.
-private func instant(_ now: NIODeadline) -> ContinuousClock.Instant {
-    i0 + .nanoseconds((now - t0).nanoseconds)
-}
+/// The write time an outcome reports for a write at `now`.
+private func instant(_ now: NIODeadline) -> UInt64 { now.uptimeNanoseconds }
 
 extension PoolStateMachine {
     /// Takes a batch and reports it written at `now`, as the client does once the kernel has it.
     mutating func send(id: Int, now: NIODeadline) -> (batch: [(UInt32, PendingNotification?)], actions: [Action]) {
         var (batch, actions) = takeBatch(id: id)
         if let last = batch.last {
-            actions += written(id: id, through: last.0, now: now, instant: instant(now))
+            actions += written(id: id, through: last.0, now: now)
         }
         return (batch, actions)
     }

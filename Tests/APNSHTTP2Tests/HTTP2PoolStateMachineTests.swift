@@ -50,7 +50,7 @@ import Testing
     }
 
     /// What the handler does with work: each request is written once more (at `instant`).
-    static func written(_ work: Machine.Work, at instant: ContinuousClock.Instant? = nil) -> [QueuedRequest] {
+    static func written(_ work: Machine.Work, at instant: UInt64? = nil) -> [QueuedRequest] {
         work.requests.map { request in
             var request = request
             request.attempts += 1
@@ -496,8 +496,8 @@ extension HTTP2PoolStateMachineTests {
             attempts: 0, possibleDuplicate: false)
         _ = m.enqueue([], rejected: [rejected])
         let id = ready(&m, count: 2, limit: 10)
-        let first = ContinuousClock.now
-        let second = first + .milliseconds(7)
+        let first: UInt64 = 1_000_000_000
+        let second = first + 7_000_000
         let sent = Self.written(m.takeWork(id: id, free: true).work, at: first)
         let resent = Self.written(
             m.streamsFinished(id: id, results: [Self.answer(sent[0], 200), .unprocessed(sent[1])], free: true).work, at: second)

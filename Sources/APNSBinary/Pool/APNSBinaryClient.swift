@@ -397,8 +397,7 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         channel.writeAndFlush(buffer).whenComplete { [self] result in
             stalled.cancel()
             if case .success = result {
-                let instant = ContinuousClock.now
-                step { $0.machine.written(id: id, through: lastIdentifier, now: .now(), instant: instant) }
+                step { $0.machine.written(id: id, through: lastIdentifier, now: .now()) }
             }
         }
     }

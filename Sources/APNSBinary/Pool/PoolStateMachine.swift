@@ -17,7 +17,7 @@ package struct PendingNotification: Sendable {
     /// Set once an attempt ended on a connection that closed without an error packet.
     var possibleDuplicate = false
     /// When its frame was last handed to the kernel; see ``APNSDeliveryOutcome/writtenAt``.
-    var writtenAt: ContinuousClock.Instant? = nil
+    var writtenAt: UInt64? = nil
 
     /// Bytes of its command-2 frame: 29 + token + payload (§1.2: 61 + n for a 32-byte token).
     var wireSize: Int { 29 + token.bytes.count + payload.count }
@@ -305,7 +305,7 @@ struct PoolStateMachine {
     /// starts. Counting from here rather than from the pump keeps time spent in the client's own
     /// buffers out of the window.
     mutating func written(
-        id: Int, through lastIdentifier: UInt32, now: NIODeadline, instant: ContinuousClock.Instant
+        id: Int, through lastIdentifier: UInt32, now: NIODeadline
     ) -> [Action] {
         var actions: [Action] = []
         guard var c = connections.removeValue(forKey: id) else { return actions }
@@ -316,7 +316,7 @@ struct PoolStateMachine {
         var index = last
         while index >= 0, c.cache[index].sentAt == .distantFuture {
             c.cache[index].sentAt = now
-            c.cache[index].pending?.writtenAt = instant
+            c.cache[index].pending?.writtenAt = now.uptimeNanoseconds
             index -= 1
         }
         if !c.timerArmed, let first = c.cache.first, first.sentAt != .distantFuture {

@@ -1,6 +1,7 @@
 import APNSBinary
 import APNSCore
 import APNSHTTP2
+import Dispatch
 import Logging
 import PushKafka
 import Synchronization
@@ -130,10 +131,10 @@ final class DeliveryStage: Sendable {
             let (items, feedback) = Self.results(of: events, contexts: contexts, factory: factory)
             if feedback > 0 { control.count { $0.feedback += feedback } }
             if control.metrics.isEnabled {
-                let now = ContinuousClock.now
+                let now = DispatchTime.now().uptimeNanoseconds
                 var latencies: [Duration] = []
                 for event in events {
-                    if let writtenAt = event.outcome?.writtenAt { latencies.append(now - writtenAt) }
+                    if let writtenAt = event.outcome?.writtenAt, now >= writtenAt { latencies.append(.nanoseconds(now - writtenAt)) }
                 }
                 let labels = [key.app, key.environment.rawValue, pools[key]?.transport.name ?? ""]
                 for latency in latencies { control.metrics.observe(MetricCatalogue.deliveryLatency, labels, latency) }

@@ -188,6 +188,7 @@ final class ResultStage: Sendable {
     static func plan(_ batch: [ResultItem], topic: String) -> WritePlan {
         var plan = WritePlan()
         plan.messages.reserveCapacity(batch.count)
+        plan.metrics.reserveCapacity(batch.count)
         func produce(_ message: ResultMessage) {
             plan.messages.append(KafkaOutgoingMessage(topic: topic, key: message.key, value: message.value))
             if let metric = message.metric ?? ResultMetric(parsing: message.value) { plan.metrics.append(metric) }
