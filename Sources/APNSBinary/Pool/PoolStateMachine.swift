@@ -2,27 +2,6 @@ import APNSCore
 import DequeModule
 import NIOCore
 
-/// A notification compiled for the binary gateway, as it sits in the queue or a sent cache.
-package struct PendingNotification: Sendable {
-    var tag: UInt64
-    var token: DeviceToken
-    var payload: [UInt8]
-    var expiry: UInt32
-    var priority: UInt8
-    var retryLimit: Int?
-    /// When it goes stale (milliseconds since the epoch); see ``APNSSubmission/Content/staleAt``.
-    var staleAt: Int64? = nil
-    /// How often it has been written to a connection.
-    var attempts: Int = 0
-    /// Set once an attempt ended on a connection that closed without an error packet.
-    var possibleDuplicate = false
-    /// When its frame was last handed to the kernel; see ``APNSDeliveryOutcome/writtenAt``.
-    var writtenAt: UInt64? = nil
-
-    /// Bytes of its command-2 frame: 29 + token + payload (§1.2: 61 + n for a 32-byte token).
-    var wireSize: Int { 29 + token.bytes.count + payload.count }
-}
-
 /// The delivery logic of the binary connection pool, as a value with no I/O.
 ///
 /// It owns the queue of notifications waiting for a connection, each connection's sent cache
@@ -163,29 +142,6 @@ struct PoolStateMachine {
         connections.values.reduce(0) { count, c in
             c.phase == .failed || c.phase == .closing ? count : count + 1
         }
-    }
-
-    /// The pool now: ``counters`` with the gauges filled in. Its cost grows with the number of
-    /// connections, not with what they hold (except during a shutdown, when the probes are
-    /// left out of ``APNSPoolSnapshot/cachedNotifications``).
-    func snapshot() -> APNSPoolSnapshot {
-        var snapshot = counters
-        var cached = 0
-        var bytes = 0
-        for c in connections.values {
-            switch c.phase {
-            case .scheduled: snapshot.backingOff += 1
-            case .connecting: snapshot.connecting += 1
-            case .ready, .failed, .closing: snapshot.open += 1
-            }
-            cached += c.cache.count
-            if c.probeSent { cached -= c.cache.reduce(0) { $1.pending == nil ? $0 + 1 : $0 } }
-            bytes += c.cacheBytes
-        }
-        snapshot.cachedNotifications = cached
-        snapshot.cachedBytes = bytes
-        snapshot.queued = queue.count
-        return snapshot
     }
 
     private var isDrained: Bool {

@@ -1,0 +1,22 @@
+import APNSCore
+
+/// A notification compiled for the binary gateway, as it sits in the queue or a sent cache.
+package struct PendingNotification: Sendable {
+    var tag: UInt64
+    var token: DeviceToken
+    var payload: [UInt8]
+    var expiry: UInt32
+    var priority: UInt8
+    var retryLimit: Int?
+    /// When it goes stale (milliseconds since the epoch); see ``APNSSubmission/Content/staleAt``.
+    var staleAt: Int64? = nil
+    /// How often it has been written to a connection.
+    var attempts: Int = 0
+    /// Set once an attempt ended on a connection that closed without an error packet.
+    var possibleDuplicate = false
+    /// When its frame was last handed to the kernel; see ``APNSDeliveryOutcome/writtenAt``.
+    var writtenAt: UInt64? = nil
+
+    /// Bytes of its command-2 frame: 29 + token + payload (§1.2: 61 + n for a 32-byte token).
+    var wireSize: Int { 29 + token.bytes.count + payload.count }
+}
