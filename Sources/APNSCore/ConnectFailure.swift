@@ -1,4 +1,3 @@
-import APNSCore
 import NIOCore
 import NIOPosix
 import NIOSSL
@@ -11,11 +10,10 @@ import Musl
 import Darwin
 #endif
 
-// The binary client reads the same errors the same way (APNSBinary's ConnectFailure.swift):
-// APNSCore, the module both share, does not depend on NIO's socket layer.
 extension APNSPoolSnapshot.ConnectFailure {
-    /// The kind of a failed connect, from the error the bootstrap or the TLS handler reported.
-    init(connectError error: any Error) {
+    /// The kind of a failed connect, from the error the bootstrap or the TLS handler reported;
+    /// both delivery clients read their connect errors through it.
+    package init(connectError error: any Error) {
         switch error {
         case is NIOSSLError, is BoringSSLError, is NIOSSLExtraError:
             self = .tls
