@@ -114,13 +114,13 @@ extension WorkerMetrics {
         // Counted by the values as they are, labelled once per distinct value.
         struct Outcome: Hashable {
             var app: String?
-            var environment: String?
+            var environment: APNSEnvironment?
             var kind: WorkerResult.Kind
-            var status: String
+            var status: APNSStatus?
         }
         struct Pool: Hashable {
             var app: String?
-            var environment: String?
+            var environment: APNSEnvironment?
         }
         var outcomes: [Outcome: Int] = [:]
         var duplicates: [Pool: Int] = [:]
@@ -130,17 +130,16 @@ extension WorkerMetrics {
             outcomes[Outcome(app: result.app, environment: result.environment, kind: result.kind, status: result.status), default: 0] += 1
             if result.kind == .invalidJob { invalid += 1 }
             if result.possibleDuplicate { duplicates[Pool(app: result.app, environment: result.environment), default: 0] += 1 }
-            if let since = result.since {
-                latencies[Pool(app: result.app, environment: result.environment), default: []].append(now - since)
+            if result.since > 0 {
+                latencies[Pool(app: result.app, environment: result.environment), default: []].append(now - result.since)
             }
         }
-        func labels(_ app: String?, _ environment: String?) -> [String] {
+        func labels(_ app: String?, _ environment: APNSEnvironment?) -> [String] {
             let app = app.flatMap { transports[$0] == nil ? nil : $0 } ?? ""
-            let environment = environment.flatMap { $0 == "production" || $0 == "sandbox" ? $0 : nil } ?? ""
-            return [app, environment, transports[app] ?? ""]
+            return [app, environment?.rawValue ?? "", transports[app] ?? ""]
         }
         for (o, count) in outcomes {
-            increment(MetricCatalogue.notifications, labels(o.app, o.environment) + [o.kind.rawValue, o.status], by: count)
+            increment(MetricCatalogue.notifications, labels(o.app, o.environment) + [o.kind.rawValue, o.status?.name ?? ""], by: count)
         }
         for (p, count) in duplicates { increment(MetricCatalogue.possibleDuplicates, labels(p.app, p.environment), by: count) }
         for (p, values) in latencies { observe(MetricCatalogue.endToEndLatency, labels(p.app, p.environment), milliseconds: values) }
@@ -159,13 +158,15 @@ extension WorkerMetrics {
 }
 
 extension ResultMetric {
-    /// What a stored result counts as, read from its JSON (`type`, `statusName`, `app`, `env`,
+    /// What a stored result counts as, read from its JSON (`type`, `status`, `app`, `env`,
     /// `possibleDuplicate`); `nil` when it is not a result.
     init?(parsing value: [UInt8]) {
         guard let json = try? JSONValue.parse(value), let kind = json["type"]?.stringValue.flatMap(WorkerResult.Kind.init)
         else { return nil }
+        var status: APNSStatus?
+        if case .int(let code)? = json["status"] { status = APNSStatus(rawValue: Int(code)) }
         self.init(
-            kind: kind, status: json["statusName"]?.stringValue ?? "", app: json["app"]?.stringValue,
-            environment: json["env"]?.stringValue, since: nil, possibleDuplicate: json["possibleDuplicate"] == .bool(true))
+            kind: kind, possibleDuplicate: json["possibleDuplicate"] == .bool(true),
+            environment: json["env"]?.stringValue.flatMap(APNSEnvironment.init), status: status, app: json["app"]?.stringValue)
     }
 }

@@ -72,7 +72,7 @@ struct FeedbackStage: Sendable {
         control.count { $0.feedback += tuples.count }
         control.metrics.increment(MetricCatalogue.feedbackTokens, [app, env], by: tuples.count)
         control.metrics.produced(
-            Array(repeating: ResultMetric(kind: .feedback, status: "", app: app, environment: env), count: tuples.count),
+            Array(repeating: ResultMetric(kind: .feedback, environment: environment, app: app), count: tuples.count),
             transports: [app: "binary"], now: factory.now())
         logger.info("Feedback read", metadata: ["app": "\(app)", "env": "\(env)", "tokens": "\(tuples.count)"])
     }

@@ -87,16 +87,18 @@ struct ResultMessage: Sendable {
     var metric: ResultMetric? = nil
 }
 
-/// What a result counts as in the metrics.
+/// What a result counts as in the metrics. Small, with one reference (the app's name): result
+/// items are copied from stage to stage, each with one or two of these.
 struct ResultMetric: Sendable, Hashable {
     var kind: WorkerResult.Kind
-    /// The result's `statusName`; empty for results without one.
-    var status: String
-    var app: String?
-    var environment: String?
-    /// The Kafka timestamp (UNIX ms) of the job's message, for the end-to-end latency.
-    var since: Int64?
     var possibleDuplicate = false
+    var environment: APNSEnvironment?
+    /// The result's status (its `statusName` is the label); `nil` for results without one.
+    var status: APNSStatus?
+    var app: String?
+    /// The Kafka timestamp (UNIX ms) of the job's message, for the end-to-end latency; 0 when
+    /// the result did not come from a claimed notification.
+    var since: Int64 = 0
 }
 
 /// A token to store as unregistered (binary status 8, HTTP/2 410, the feedback service).

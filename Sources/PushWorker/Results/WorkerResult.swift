@@ -43,8 +43,8 @@ public struct WorkerResult: Sendable, Hashable {
         ResultMessage(
             key: key, value: serialized(),
             metric: ResultMetric(
-                kind: kind, status: status?.name ?? "", app: app, environment: environment, since: since,
-                possibleDuplicate: possibleDuplicate ?? false))
+                kind: kind, possibleDuplicate: possibleDuplicate ?? false, environment: environment.flatMap(APNSEnvironment.init),
+                status: status, app: app, since: since ?? 0))
     }
 
     public var key: [UInt8]? {
