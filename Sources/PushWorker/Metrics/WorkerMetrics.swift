@@ -64,10 +64,16 @@ public final class WorkerMetrics: Sendable {
         timer.recordNanoseconds(max(0, seconds * 1_000_000_000 + attoseconds / 1_000_000_000))
     }
 
-    /// Records several observations of one histogram.
+    /// Records several observations of one histogram, looking its series up once.
     func observe(_ metric: MetricDescription, _ labels: [String] = [], milliseconds values: [Int64]) {
         guard !values.isEmpty, case .timer(let timer) = handle(metric, labels) else { return }
         for value in values { timer.recordNanoseconds(max(0, value) * 1_000_000) }
+    }
+
+    /// Records several observations of one histogram, in nanoseconds, looking its series up once.
+    func observe(_ metric: MetricDescription, _ labels: [String] = [], nanoseconds values: [Int64]) {
+        guard !values.isEmpty, case .timer(let timer) = handle(metric, labels) else { return }
+        for value in values { timer.recordNanoseconds(max(0, value)) }
     }
 
     /// Sets a gauge.
@@ -126,14 +132,30 @@ extension WorkerMetrics {
         var duplicates: [Pool: Int] = [:]
         var latencies: [Pool: [Int64]] = [:]
         var invalid = 0
-        for result in results {
-            outcomes[Outcome(app: result.app, environment: result.environment, kind: result.kind, status: result.status), default: 0] += 1
-            if result.kind == .invalidJob { invalid += 1 }
-            if result.possibleDuplicate { duplicates[Pool(app: result.app, environment: result.environment), default: 0] += 1 }
-            if result.since > 0 {
-                latencies[Pool(app: result.app, environment: result.environment), default: []].append(now - result.since)
+        // Results of one batch mostly share their outcome: runs are counted, and hashed once.
+        var run: (outcome: Outcome, count: Int)?
+        var runLatencies: [Int64] = []
+        func endRun() {
+            guard let (outcome, count) = run else { return }
+            outcomes[outcome, default: 0] += count
+            if !runLatencies.isEmpty {
+                latencies[Pool(app: outcome.app, environment: outcome.environment), default: []].append(contentsOf: runLatencies)
+                runLatencies.removeAll(keepingCapacity: true)
             }
         }
+        for result in results {
+            let outcome = Outcome(app: result.app, environment: result.environment, kind: result.kind, status: result.status)
+            if run?.outcome == outcome {
+                run!.count += 1
+            } else {
+                endRun()
+                run = (outcome, 1)
+            }
+            if result.kind == .invalidJob { invalid += 1 }
+            if result.possibleDuplicate { duplicates[Pool(app: result.app, environment: result.environment), default: 0] += 1 }
+            if result.since > 0 { runLatencies.append(now - result.since) }
+        }
+        endRun()
         func labels(_ app: String?, _ environment: APNSEnvironment?) -> [String] {
             let app = app.flatMap { transports[$0] == nil ? nil : $0 } ?? ""
             return [app, environment?.rawValue ?? "", transports[app] ?? ""]

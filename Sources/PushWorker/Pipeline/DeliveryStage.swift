@@ -132,12 +132,13 @@ final class DeliveryStage: Sendable {
             if feedback > 0 { control.count { $0.feedback += feedback } }
             if control.metrics.isEnabled {
                 let now = DispatchTime.now().uptimeNanoseconds
-                var latencies: [Duration] = []
+                var latencies: [Int64] = []
+                latencies.reserveCapacity(events.count)
                 for event in events {
-                    if let writtenAt = event.outcome?.writtenAt, now >= writtenAt { latencies.append(.nanoseconds(now - writtenAt)) }
+                    if let writtenAt = event.outcome?.writtenAt, now >= writtenAt { latencies.append(Int64(now - writtenAt)) }
                 }
                 let labels = [key.app, key.environment.rawValue, pools[key]?.transport.name ?? ""]
-                for latency in latencies { control.metrics.observe(MetricCatalogue.deliveryLatency, labels, latency) }
+                control.metrics.observe(MetricCatalogue.deliveryLatency, labels, nanoseconds: latencies)
             }
             results.submit(items)
             for event in events where event.outcome == nil { report(event, key: key) }
