@@ -39,6 +39,7 @@ import Testing
             #expect(payload(job(#""sound":{"name":"a.caf"}"#, http2: http2)) == #"{"aps":{"sound":"a.caf"}}"#)
             #expect(payload(job(#""sound":{"name":"a.caf","critical":0}"#, http2: http2)) == #"{"aps":{"sound":"a.caf"}}"#)
             #expect(payload(job(#""sound":{"name":"a.caf","critical":false}"#, http2: http2)) == #"{"aps":{"sound":"a.caf"}}"#)
+            #expect(payload(job(#""sound":{"name":"a.caf","critical":0.0}"#, http2: http2)) == #"{"aps":{"sound":"a.caf"}}"#)
             #expect(
                 payload(job(#""sound":{"name":"a.caf","critical":1,"volume":0.5}"#, http2: http2))
                     == #"{"aps":{"sound":{"critical":1,"name":"a.caf","volume":0.5}}}"#)

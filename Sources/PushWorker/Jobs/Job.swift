@@ -431,11 +431,12 @@ public struct JobParser: Sendable {
             switch key {
             case "name": break
             case "critical":
-                switch item {
-                case .bool(let flag): critical = flag
-                case .int(1): critical = true
-                case .int(0): critical = false
-                default: throw JobFieldError("\"\(name).critical\" must be 1 or true (a critical alert), or 0 or false")
+                if let flag = item.boolValue {
+                    critical = flag
+                } else if let number = item.intValue, number == 0 || number == 1 {
+                    critical = number == 1
+                } else {
+                    throw JobFieldError("\"\(name).critical\" must be 1 or true (a critical alert), or 0 or false")
                 }
             case "volume":
                 guard let level = item.doubleValue, (0...1).contains(level) else {
