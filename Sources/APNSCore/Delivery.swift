@@ -6,6 +6,9 @@ import Foundation
 public struct APNSSubmission: Sendable {
     public var tag: UInt64
     public var token: DeviceToken
+    /// HTTP/2: the `apns-id` to send (a canonical lower-case UUID, §3.3); `nil` lets the client
+    /// make one. Ignored by the binary API.
+    public var apnsID: String? = nil
     /// The notification and its payload, by reference: the submissions of one notification to
     /// many tokens share one ``Content`` instead of copying every field per token.
     public var content: Content
@@ -66,6 +69,8 @@ public struct APNSDeliveryOutcome: Sendable, Hashable {
     public var reason: String? = nil
     /// The `apns-id` the notification was last sent with (HTTP/2).
     public var apnsID: String? = nil
+    /// The `apns-unique-id` APNs answered with (HTTP/2; the development environment only, §3.4).
+    public var apnsUniqueID: String? = nil
     /// For HTTP/2 status 410: when APNs last confirmed the token invalid, in milliseconds since
     /// the epoch (§3.4). The token should not be used again unless registered after this time.
     public var unregisteredAt: Int64? = nil

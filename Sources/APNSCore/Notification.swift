@@ -49,6 +49,10 @@ public struct APNSNotification: Sendable, Hashable {
     public var pushType: String? = nil
     /// HTTP/2 only: `apns-collapse-id` (§3.3, at most 64 bytes).
     public var collapseId: String? = nil
+    /// HTTP/2 only: the bundle ID of the `apns-topic` (§3.3), to which the push type's suffix is
+    /// added; `nil` uses the client's configured topic. Lets one token-authenticated client
+    /// serve several apps of a team.
+    public var topic: String? = nil
 
     public init() {}
 

@@ -139,7 +139,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                         path: submission.token.bytes.withUnsafeBufferPointer { DeviceToken.lowercaseHex($0, prefix: "/3/device/") },
                         body: body,
                         pushType: t.pushType, topic: t.topic, priority: t.priority, expiration: t.expiration,
-                        collapseID: t.collapseID, apnsID: apnsIDs.next(),
+                        collapseID: t.collapseID, apnsID: submission.apnsID ?? apnsIDs.next(),
                         retryLimit: t.retryLimit, staleAt: submission.content.staleAt))
             case .failure(let error):
                 batch.rejected.append(
@@ -256,7 +256,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
             }
             topic = mdmTopic
         } else {
-            topic = pushType.topic(bundleID: configuration.topic)
+            topic = pushType.topic(bundleID: notification.topic ?? configuration.topic)
         }
         let authentication: APNSAuthentication
         switch configuration.authentication {

@@ -493,7 +493,8 @@ struct HTTP2PoolStateMachine {
         case .answered(let request, let status, let headers, let body):
             if status == 429 { counters.tooManyRequests += 1 }
             if status == 200 {
-                events.append(outcome: .transmitted(request.outcome(status: nil)))
+                // §3.4: apns-unique-id in the development environment only.
+                events.append(outcome: .transmitted(request.outcome(status: nil, uniqueID: headers.first(name: "apns-unique-id"))))
                 return
             }
             let response = APNSHTTP2Response(
@@ -501,9 +502,9 @@ struct HTTP2PoolStateMachine {
             let failure = APNSHTTP2Failure(status: status, reason: response.reason, timestamp: response.errorBody?.timestamp)
             switch response.outcome {
             case .delivered:
-                events.append(outcome: .transmitted(request.outcome(status: nil)))
+                events.append(outcome: .transmitted(request.outcome(status: nil, uniqueID: response.apnsUniqueID)))
             case .deviceTokenInvalid(let failure), .rejected(let failure):
-                report(request, failure)
+                report(request, failure, uniqueID: response.apnsUniqueID)
             case .retry:
                 retry(request, failure, connection: id, &actions)
             }
@@ -567,7 +568,7 @@ struct HTTP2PoolStateMachine {
         }
     }
 
-    private mutating func report(_ request: QueuedRequest, _ failure: APNSHTTP2Failure, gaveUp: Bool = false) {
+    private mutating func report(_ request: QueuedRequest, _ failure: APNSHTTP2Failure, gaveUp: Bool = false, uniqueID: String? = nil) {
         let meaning = failure.reason?.entry?.meaning ?? APNSStatus(rawValue: failure.status).reason
         let message = gaveUp ? "\(meaning); gave up after \(request.retries) retries" : meaning
         let unregisteredAt =
@@ -577,7 +578,7 @@ struct HTTP2PoolStateMachine {
             outcome: .transmissionError(
                 request.outcome(
                     status: APNSStatus(rawValue: failure.status), message: message,
-                    reason: failure.reason?.rawValue, unregisteredAt: unregisteredAt)))
+                    reason: failure.reason?.rawValue, unregisteredAt: unregisteredAt, uniqueID: uniqueID)))
     }
 
     /// While no connection is open: fails the queued requests whose `staleAt` has passed.

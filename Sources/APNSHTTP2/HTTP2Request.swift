@@ -32,11 +32,14 @@ package struct QueuedRequest: Sendable {
     /// The last failure, reported if the notification is given up.
     var lastFailure: APNSHTTP2Failure?
 
-    func outcome(status: APNSStatus?, message: String? = nil, reason: String? = nil, unregisteredAt: Int64? = nil) -> APNSDeliveryOutcome {
+    func outcome(
+        status: APNSStatus?, message: String? = nil, reason: String? = nil, unregisteredAt: Int64? = nil, uniqueID: String? = nil
+    ) -> APNSDeliveryOutcome {
         var outcome = APNSDeliveryOutcome(
             tag: tag, token: token, status: status, message: message, attempts: attempts, possibleDuplicate: possibleDuplicate)
         outcome.reason = reason
         outcome.apnsID = apnsID
+        outcome.apnsUniqueID = uniqueID
         outcome.unregisteredAt = unregisteredAt
         outcome.writtenAt = writtenAt
         return outcome
@@ -46,7 +49,7 @@ package struct QueuedRequest: Sendable {
 extension APNSNotification {
     /// The push type for the HTTP/2 API: the notification's own, or `mdm` for MDM,
     /// `background` for a content-available-only notification, else `alert` (§3.3, §5).
-    func resolvedPushType() throws(APNSError) -> APNSPushType {
+    public func resolvedPushType() throws(APNSError) -> APNSPushType {
         if let raw = pushType {
             guard let type = APNSPushType(rawValue: raw) else {
                 let known = APNSPushType.allCases.map(\.rawValue).joined(separator: ", ")

@@ -321,7 +321,7 @@ struct ConfigurationBuilder {
         try section.checkKnown([
             "bundleId", "defaultEnvironment", "transport", "poolSize", "cacheMaxCount", "cacheMaxBytes",
             "confirmationWindowMs", "resendOnUnknown", "connectRetryLimit", "appPerSecond", "devicePerHour",
-            "feedbackIntervalSeconds", "environments",
+            "feedbackIntervalSeconds", "environments", "topics", "dryRun",
         ])
 
         // The transport first: the environments' defaults depend on it.
@@ -383,6 +383,7 @@ struct ConfigurationBuilder {
             IntegerRule(
                 range: 0...86_400, wording: "0 (no feedback polling) or a whole number from 1 to 86400"
             ), .seconds(1), into: &app.feedbackInterval)
+        try readJobSettings(section, into: &app)
         return app
     }
 

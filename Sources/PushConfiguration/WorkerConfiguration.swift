@@ -252,6 +252,16 @@ extension WorkerConfiguration {
         public var feedbackInterval: Duration
         /// The configured environments: at least one.
         public var environments: [APNSEnvironment: AppEnvironment]
+        /// `http2` with token authentication: the bundle IDs a job may name in `topic`, served by
+        /// the app's one pool and provider token. The ``bundleId`` is always allowed; `topics`
+        /// defaults to it alone.
+        public var topics: [String] = []
+        /// Every job of the app is a dry run: parsed, claimed and rate-counted, never written to
+        /// Apple, answered with `dryRun` results.
+        public var dryRun = false
+
+        /// Whether a job may name `topic`: the bundle ID or one of ``topics``.
+        public func allowsTopic(_ topic: String) -> Bool { topic == bundleId || topics.contains(topic) }
 
         public static let defaultPoolSize = 4
         public static let defaultCacheMaxCount = 50_000

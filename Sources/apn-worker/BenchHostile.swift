@@ -113,7 +113,7 @@ struct BenchHostile: AsyncParsableCommand {
             for message in messages {
                 switch parser.parse(message) {
                 case .job(let job): outcome = job.payloadError == nil ? "job, payload \(job.payload.count) bytes" : "job, payload error"
-                case .rejected(_, _, let tokens, _): outcome = "rejected, \(tokens.count) results"
+                case .rejected(_, _, let tokens, _, _): outcome = "rejected, \(tokens.count) results"
                 case .unreadable: outcome = "unreadable, 1 result"
                 }
             }
@@ -186,7 +186,7 @@ struct BenchHostile: AsyncParsableCommand {
                 let results =
                     switch parser.parse(bytes) {
                     case .job(let job): job.tokens.count
-                    case .rejected(_, _, let tokens, _): tokens.count
+                    case .rejected(_, _, let tokens, _, _): tokens.count
                     case .unreadable: 1
                     }
                 return (id, bytes, results)

@@ -508,3 +508,27 @@ extension HTTP2PoolStateMachineTests {
         #expect(got[1]?.writtenAt == second)
     }
 }
+
+extension HTTP2PoolStateMachineTests {
+    @Test("Outcomes carry the apns-id sent and the apns-unique-id the server answered with (sandbox, §3.4)")
+    func outcomesCarryTheIdsOfTheAnswer() {
+        var m = machine()
+        let id = ready(&m, count: 3, limit: 10)
+        let written = Self.written(m.takeWork(id: id, free: true).work)
+        func answered(_ request: QueuedRequest, _ status: Int, unique: String?, body: String = "") -> StreamResult {
+            var headers = HPACKHeaders([(":status", "\(status)"), ("apns-id", request.apnsID)])
+            if let unique { headers.add(name: "apns-unique-id", value: unique) }
+            return .answered(request, status: status, headers: headers, body: Array(body.utf8))
+        }
+        _ = m.streamsFinished(
+            id: id,
+            results: [
+                answered(written[0], 200, unique: "u-0"), answered(written[1], 200, unique: nil),
+                answered(written[2], 400, unique: "u-2", body: #"{"reason":"BadDeviceToken"}"#),
+            ], free: true)
+        let outcomes = Dictionary(uniqueKeysWithValues: Self.outcomes(&m).map { ($0.tag, $0) })
+        #expect(outcomes[0]?.apnsID == "id-0" && outcomes[0]?.apnsUniqueID == "u-0")
+        #expect(outcomes[1]?.apnsID == "id-1" && outcomes[1]?.apnsUniqueID == nil)
+        #expect(outcomes[2]?.status == .badRequest && outcomes[2]?.apnsID == "id-2" && outcomes[2]?.apnsUniqueID == "u-2")
+    }
+}

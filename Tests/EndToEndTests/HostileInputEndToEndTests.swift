@@ -48,7 +48,7 @@ struct HostileInputEndToEndTests {
                 switch parser.parse(message.bytes) {
                 case .unreadable:
                     expected.append((message.kind, report, report, []))
-                case .rejected(let jobId, _, let tokens, _):
+                case .rejected(let jobId, _, let tokens, _, _):
                     expected.append((message.kind, report, nil, Set(tokens.map { WorkerResult.notificationId(jobId: jobId, token: $0) })))
                 case .job(let job):
                     expected.append(

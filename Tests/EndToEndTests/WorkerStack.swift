@@ -58,12 +58,17 @@ final class WorkerStack: @unchecked Sendable {
     /// authentication to an ``APNSHTTP2Simulator`` that answers 400 `BadDeviceToken` for
     /// `http2.badTokens` and 410 `Unregistered` for `http2.unregistered`; with
     /// `http2CertificateAuth`, by client certificate instead of a provider token.
-    /// `kafkaProperties` are added to the workers' librdkafka properties.
+    /// `kafkaProperties` are added to the workers' librdkafka properties. `appSettings` and
+    /// `http2AppSettings` are further setting lines of each app (`dryRun: true`); with
+    /// `http2Sandbox` the HTTP/2 app's one environment is `sandbox` (whose answers carry
+    /// `apns-unique-id`); with `binaryRecord` the binary simulator writes a line per accepted
+    /// notification (see ``binaryRecord()``).
     static func start(
         badTokens: Set<DeviceToken> = [], feedback: [FeedbackTuple] = [],
         confirmationWindowMs: Int = 200, devicePerHour: Int = 0, appPerSecond: Int = 0,
         http2: (badTokens: Set<DeviceToken>, unregistered: [DeviceToken: Date])? = nil,
-        http2CertificateAuth: Bool = false, kafkaProperties: [String: String] = [:]
+        http2CertificateAuth: Bool = false, kafkaProperties: [String: String] = [:],
+        appSettings: [String] = [], http2AppSettings: [String] = [], http2Sandbox: Bool = false, binaryRecord: Bool = false
     ) async throws -> WorkerStack {
         let directory = try Paths.temporaryDirectory()
         let kafka = try EmbeddedKafkaCluster(brokers: 1)
@@ -77,6 +82,7 @@ final class WorkerStack: @unchecked Sendable {
             clientCAPEM: certificates.ca.certificatePEM)
         configuration.badTokens = badTokens
         configuration.feedback = feedback
+        if binaryRecord { configuration.recordPath = directory + "/binary-record.jsonl" }
         let simulator = try await APNSSimulator.start(configuration: configuration)
         var http2Simulator: APNSHTTP2Simulator?
         var http2Config = ""
@@ -99,15 +105,16 @@ final class WorkerStack: @unchecked Sendable {
             config.maxConcurrentStreams = 100
             config.badTokens = http2.badTokens
             config.unregistered = http2.unregistered
+            if http2Sandbox { config.environment = .sandbox }
             let started = try await APNSHTTP2Simulator.start(configuration: config)
             http2Simulator = started
             http2Config = """
 
                   \(http2App):
                     transport: http2
-                    poolSize: 2
+                    poolSize: 2\(http2AppSettings.map { "\n    \($0)" }.joined())
                     environments:
-                      production:
+                      \(http2Sandbox ? "sandbox" : "production"):
                         \(credentials)
                         ca: \(directory)/certs/ca.pem
                         gateway: 127.0.0.1:\(started.port)
@@ -136,7 +143,7 @@ final class WorkerStack: @unchecked Sendable {
           \(app):
             poolSize: 2
             confirmationWindowMs: \(confirmationWindowMs)
-            feedbackIntervalSeconds: \(feedback.isEmpty ? 0 : 1)
+            feedbackIntervalSeconds: \(feedback.isEmpty ? 0 : 1)\(appSettings.map { "\n    \($0)" }.joined())
             environments:
               production:
                 certificate: \(directory)/certs/client.pem
@@ -184,6 +191,13 @@ final class WorkerStack: @unchecked Sendable {
         guard let process = workers.removeValue(forKey: id) else { return -1 }
         process.signal(SIGTERM)
         return await process.finish().status
+    }
+
+    /// The binary simulator's record of accepted notifications (`binaryRecord`), one object per
+    /// notification; complete once the simulator stopped.
+    func binaryRecord() -> [[String: JSONValue]] {
+        let text = (try? String(contentsOfFile: directory + "/binary-record.jsonl", encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap { (try? JSONValue.parse(String($0)))?.objectValue }
     }
 
     func log(of id: String) -> String {

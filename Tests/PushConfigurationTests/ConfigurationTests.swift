@@ -529,7 +529,7 @@ private func parseError(
         parseError(fixture.minimalYAML(app: "    pool: 3")) == "apps.com.example.app.pool: unknown "
             + "setting; known settings here are bundleId, defaultEnvironment, transport, poolSize, cacheMaxCount, "
             + "cacheMaxBytes, confirmationWindowMs, resendOnUnknown, connectRetryLimit, appPerSecond, devicePerHour, "
-            + "feedbackIntervalSeconds, environments.")
+            + "feedbackIntervalSeconds, environments, topics, dryRun.")
     #expect(parseError(fixture.minimalYAML(extra: "redis:\n  host: x")) != nil)  // redis set twice
 }
 
@@ -1095,4 +1095,52 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     #expect(try address("worker:\n  statusAddress: null", flag: "10.0.0.1:9500") == .init(host: "10.0.0.1", port: 9500))
     let error = parseError(fixture.minimalYAML(), overrides: ConfigurationOverrides(statusAddress: "host:99999"))
     #expect(error == "--status-address must be host:port with a port from 0 to 65535 (an IPv6 address in brackets), not \"host:99999\".")
+}
+
+// MARK: - Job settings (topics, dryRun)
+
+@Test func topicsAndDryRunPerApp() throws {
+    let fixture = try Fixture()
+    let key = fixture.write("AuthKey.p8", "-----BEGIN PRIVATE KEY-----\n")
+    let yaml = """
+        kafka:
+          bootstrapServers: "127.0.0.1:9092"
+        redis:
+          url: "redis://127.0.0.1:6379/0"
+        apps:
+          team:
+            bundleId: com.example.a
+            transport: http2
+            dryRun: true
+            topics: [com.example.a, com.example.b, com.example.b]
+            environments:
+              production:
+                signingKey: \(key)
+                keyId: ABCDE12345
+                teamId: TEAM123456
+          plain:
+            environments:
+              production:
+                certificate: \(fixture.path("cert.pem"))
+                key: \(fixture.path("key.pem"))
+        """
+    let configuration = try parse(yaml)
+    #expect(configuration.apps["team"]?.topics == ["com.example.a", "com.example.b"])
+    #expect(configuration.apps["team"]?.dryRun == true)
+    #expect(configuration.apps["plain"]?.topics == ["plain"])
+    #expect(configuration.apps["plain"]?.dryRun == false)
+    #expect(configuration.apps["team"]?.allowsTopic("com.example.b") == true)
+    #expect(configuration.apps["team"]?.allowsTopic("com.example.c") == false)
+}
+
+@Test func topicsOnABinaryAppOrNotAListAreRefused() throws {
+    let fixture = try Fixture()
+    #expect(
+        parseError(fixture.minimalYAML(app: "    topics: [com.example.app, com.example.other]"))
+            == "apps.com.example.app.topics needs transport http2 with signingKey: the binary protocol sends to the certificate's one "
+            + "topic (bundleId com.example.app); remove topics or set the app's transport to http2.")
+    #expect(
+        parseError(fixture.minimalYAML(app: "    topics: com.example.app"))
+            == "apps.com.example.app.topics must be a list of bundle IDs, not \"com.example.app\".")
+    #expect(parseError(fixture.minimalYAML(app: "    topics: [com.example.app]")) == nil)
 }

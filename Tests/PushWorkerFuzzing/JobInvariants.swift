@@ -6,17 +6,23 @@ import APNSHTTP2Core
 /// What must hold for any message the job parser is given, and for any alert the payload
 /// builder trims; shared by the seeded fuzz tests and the libFuzzer target (`scripts/fuzz`).
 public enum JobInvariants {
-    /// The largest result (key and value) the worker may make for one notification or message.
+    /// The largest result (key and value) the worker may make for one notification or message,
+    /// besides the job's `metadata` (at most `JobParser.maxMetadataBytes`), which it repeats.
     public static let maxResultBytes = 4096
 
     /// Parses `bytes` as the worker does and returns what is wrong with the outcome and with the
     /// results the worker would write for it; empty when nothing is.
     public static func violations(ofMessage bytes: [UInt8], parser: JobParser = JobParser()) -> [String] {
         var problems: [String] = []
+        var metadata: [UInt8]? = nil
         func result(_ result: WorkerResult) {
+            var result = result
+            result.metadata = metadata
+            let limit = maxResultBytes + (metadata?.count ?? 0)
             let size = result.serialized().count + (result.key?.count ?? 0)
-            if size > maxResultBytes { problems.append("a \(result.kind.rawValue) result is \(size) bytes, over \(maxResultBytes)") }
+            if size > limit { problems.append("a \(result.kind.rawValue) result is \(size) bytes, over \(limit)") }
             if (try? JSONValue.parse(result.serialized())) == nil { problems.append("a result is not valid JSON") }
+            if (metadata?.count ?? 0) > JobParser.maxMetadataBytes { problems.append("metadata over \(JobParser.maxMetadataBytes) bytes") }
         }
         let outcome = parser.parse(bytes)
         if bytes.count > parser.maxMessageBytes, case .unreadable = outcome {
@@ -24,13 +30,15 @@ public enum JobInvariants {
             problems.append("a message over the size limit was not rejected as unreadable")
         }
         switch outcome {
-        case .unreadable(let jobId, let app, let reason):
+        case .unreadable(let jobId, let app, let reason, let kept):
+            metadata = kept
             if reason.isEmpty { problems.append("an unreadable message has no reason") }
             result(
                 WorkerResult(
                     kind: .invalidJob, resultId: "r", jobId: jobId, app: app, status: .invalidJob, reason: reason,
                     topic: "apn.requests", partition: 0, offset: 0, worker: "w", at: 0))
-        case .rejected(let jobId, let app, let tokens, let reason):
+        case .rejected(let jobId, let app, let tokens, let reason, let kept):
+            metadata = kept
             if reason.isEmpty { problems.append("a rejected job has no reason") }
             if tokens.isEmpty || tokens.count > parser.maxTokens { problems.append("a rejected job has \(tokens.count) tokens") }
             if jobId.isEmpty || jobId.utf8.count > 256 { problems.append("a rejected job has an id of \(jobId.utf8.count) bytes") }
@@ -41,6 +49,7 @@ public enum JobInvariants {
                         reason: reason, attempts: 0, possibleDuplicate: false, worker: "w", at: 0))
             }
         case .job(let job):
+            metadata = job.metadata
             if job.tokens.isEmpty || job.tokens.count > parser.maxTokens { problems.append("a job has \(job.tokens.count) tokens") }
             if job.id.isEmpty || job.id.utf8.count > 256 { problems.append("a job has an id of \(job.id.utf8.count) bytes") }
             if let error = job.payloadError {

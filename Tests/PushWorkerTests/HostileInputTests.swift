@@ -66,20 +66,20 @@ import Testing
                     continue
                 }
             case .tooManyTokens:
-                guard case .unreadable(let jobId, _, let reason) = outcome else {
+                guard case .unreadable(let jobId, _, let reason, _) = outcome else {
                     Issue.record("\(file.name): \(outcome)")
                     continue
                 }
                 #expect(jobId == HostileJobs.jobId(.tooManyTokens, file.index))
                 #expect(reason.contains("10001 entries, over the limit of 10000"))
             case .deepNesting:
-                guard case .unreadable(_, _, let reason) = outcome else {
+                guard case .unreadable(_, _, let reason, _) = outcome else {
                     Issue.record("\(file.name): \(outcome)")
                     continue
                 }
                 #expect(reason.contains("nested more than 64 levels deep"))
             case .overLimit:
-                guard case .unreadable(_, _, let reason) = outcome else {
+                guard case .unreadable(_, _, let reason, _) = outcome else {
                     Issue.record("\(file.name): \(outcome)")
                     continue
                 }
@@ -169,7 +169,7 @@ import Testing
         // Not one of these tokens is hex: decoding them would have named a token, not the count.
         let tokens = (0...10_000).map { "\"not-hex-\($0)\"" }.joined(separator: ",")
         let outcome = JobParser().parse(Array(#"{"id":"many","app":"a","tokens":[\#(tokens)],"alert":"x"}"#.utf8))
-        guard case .unreadable(let jobId, let app, let reason) = outcome else {
+        guard case .unreadable(let jobId, let app, let reason, _) = outcome else {
             Issue.record("\(outcome)")
             return
         }
@@ -188,7 +188,7 @@ import Testing
             Issue.record("64 levels were not accepted")
             return
         }
-        guard case .unreadable(_, _, let reason) = JobParser().parse(job(depth: 65)) else {
+        guard case .unreadable(_, _, let reason, _) = JobParser().parse(job(depth: 65)) else {
             Issue.record("65 levels were accepted")
             return
         }
@@ -199,7 +199,7 @@ import Testing
     func longNamesAreAbbreviatedInReasons() {
         let long = String(repeating: "k", count: 100_000)
         guard
-            case .rejected(_, _, _, let reason) = JobParser().parse(
+            case .rejected(_, _, _, let reason, _) = JobParser().parse(
                 Array(#"{"id":"u","app":"a","token":"\#(HostileJobs.token(1))","\#(long)":1}"#.utf8))
         else {
             Issue.record("not rejected")
@@ -207,7 +207,7 @@ import Testing
         }
         #expect(reason.contains(String(repeating: "k", count: 64) + "… (100000 bytes)"))
         #expect(reason.utf8.count < 300)
-        guard case .unreadable(_, _, let duplicate) = JobParser().parse(Array(#"{"\#(long)":1,"\#(long)":2}"#.utf8)) else {
+        guard case .unreadable(_, _, let duplicate, _) = JobParser().parse(Array(#"{"\#(long)":1,"\#(long)":2}"#.utf8)) else {
             Issue.record("not unreadable")
             return
         }

@@ -45,7 +45,9 @@ import Testing
             Issue.record("not a job")
         }
         for bad in [#""0s""#, "0", "-5", #""soon""#, #""1700000000""#, "1.5", "true"] {
-            guard case .rejected(_, _, _, let reason) = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"x","staleAfter":\#(bad)}"#)
+            guard
+                case .rejected(_, _, _, let reason, _) = parse(
+                    #"{"id":"j","app":"a","token":"\#(token)","alert":"x","staleAfter":\#(bad)}"#)
             else {
                 Issue.record("staleAfter \(bad) was accepted")
                 continue
@@ -94,7 +96,7 @@ import Testing
         (#"{"id":"j","app":"a","tokens":[1]}"#, "not a string"),
     ])
     func unreadableMessages(text: String, fragment: String) {
-        guard case .unreadable(_, _, let reason) = parse(text) else {
+        guard case .unreadable(_, _, let reason, _) = parse(text) else {
             Issue.record("expected unreadable for \(text)")
             return
         }
@@ -112,7 +114,7 @@ import Testing
     ])
     func rejectedJobsNameTheField(field: String, fragment: String) {
         let text = #"{"id":"j","app":"a","token":"\#(token)",\#(field)}"#
-        guard case .rejected(let id, _, let tokens, let reason) = parse(text) else {
+        guard case .rejected(let id, _, let tokens, let reason, _) = parse(text) else {
             Issue.record("expected rejected for \(text)")
             return
         }
@@ -122,7 +124,7 @@ import Testing
     }
 
     @Test func missingAppIsRejectedPerToken() {
-        guard case .rejected(_, let app, let tokens, let reason) = parse(#"{"id":"j","token":"\#(token)","alert":"x"}"#) else {
+        guard case .rejected(_, let app, let tokens, let reason, _) = parse(#"{"id":"j","token":"\#(token)","alert":"x"}"#) else {
             Issue.record("expected rejected")
             return
         }
@@ -196,7 +198,7 @@ import Testing
             (#""pushType":"fax""#, "pushType"), (#""collapseId":"\#(String(repeating: "c", count: 65))""#, "collapseId"),
         ] {
             let result = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"x",\#(field)}"#)
-            guard case .rejected(_, _, _, let reason) = result else {
+            guard case .rejected(_, _, _, let reason, _) = result else {
                 Issue.record("expected rejection: \(result)")
                 continue
             }

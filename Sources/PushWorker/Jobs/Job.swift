@@ -1,5 +1,7 @@
 import APNSCore
 import APNSHTTP2Core
+import Crypto
+import Foundation
 
 /// One job from `apn.requests`, validated (see `docs/jobs.md` and `docs/schemas/job.schema.json`).
 ///
@@ -27,6 +29,17 @@ public struct Job: Sendable, Hashable {
     public var payloadError: String?
     /// The validated payload (after any trimming), built once for all tokens.
     public var payload: [UInt8] = []
+    /// The job's `metadata` object as compact JSON (keys sorted), serialized once: every result
+    /// of the job carries these bytes as they are.
+    public var metadata: [UInt8]? = nil
+    /// HTTP/2 apps: the `apns-id` the job asked for, as a canonical lower-case UUID. A job with
+    /// one token sends it as it is; with several, each token gets ``JobAPNSID/derived(from:token:)``.
+    public var apnsId: String? = nil
+    /// HTTP/2 apps: the bundle ID to send to instead of the app's `bundleId`; one of the app's
+    /// `topics` (checked against the configuration when the job is taken in).
+    public var topic: String? = nil
+    /// Everything but the write to Apple: results of type `dryRun` instead.
+    public var dryRun = false
 }
 
 /// A token of a job: parsed, or kept as text with the reason it is malformed.
@@ -48,9 +61,11 @@ public enum JobParseResult: Sendable, Hashable {
     /// A valid job (some tokens may still be malformed).
     case job(Job)
     /// Readable id and tokens but an invalid job: every token gets an `invalidJob` error result.
-    case rejected(jobId: String, app: String?, tokens: [String], reason: String)
-    /// Not even the id and tokens could be read: one `invalidJob` result for the message.
-    case unreadable(jobId: String?, app: String?, reason: String)
+    /// `metadata` is the job's `metadata` (compact JSON) when it could be read.
+    case rejected(jobId: String, app: String?, tokens: [String], reason: String, metadata: [UInt8]?)
+    /// Not even the id and tokens could be read: one `invalidJob` result for the message, with the
+    /// job's `metadata` when the message is an object whose `metadata` could be read.
+    case unreadable(jobId: String?, app: String?, reason: String, metadata: [UInt8]?)
 }
 
 /// Parses and validates job messages (`docs/jobs.md`).
@@ -59,6 +74,8 @@ public struct JobParser: Sendable {
     public var maxMessageBytes = 1 << 20
     /// Most tokens in one job.
     public var maxTokens = 10_000
+    /// The most bytes a job's `metadata` may take, serialized compactly.
+    public static let maxMetadataBytes = 4096
     /// The payload limit the notification must fit, after trimming the alert body (§1.3).
     public var payloadLimit = APNSNotification.binaryPayloadLimit
     /// Apps delivered over HTTP/2: their payloads may be 4096 bytes (5120 for VoIP) and use
@@ -73,6 +90,7 @@ public struct JobParser: Sendable {
         var id, app, token, tokens, aps, alert, badge, sound, contentAvailable, mutableContent: JSONValue?
         var category, threadId, urlArgs, mdm, payload, expiry, priority, truncateAtWordEnd, env: JSONValue?
         var registeredAt, retryLimit, pushType, collapseId, staleAfter: JSONValue?
+        var metadata, apnsId, topic, dryRun: JSONValue?
         /// Member names that are not job fields.
         var unknown: [String] = []
 
@@ -103,6 +121,10 @@ public struct JobParser: Sendable {
                 case "pushType": pushType = value
                 case "collapseId": collapseId = value
                 case "staleAfter": staleAfter = value
+                case "metadata": metadata = value
+                case "apnsId": apnsId = value
+                case "topic": topic = value
+                case "dryRun": dryRun = value
                 default: unknown.append(key)
                 }
             }
@@ -113,52 +135,62 @@ public struct JobParser: Sendable {
         guard bytes.count <= maxMessageBytes else {
             return .unreadable(
                 jobId: nil, app: nil,
-                reason: "the message is \(bytes.count) bytes, over the \(maxMessageBytes)-byte limit for a job")
+                reason: "the message is \(bytes.count) bytes, over the \(maxMessageBytes)-byte limit for a job", metadata: nil)
         }
         let document: JSONValue
         do {
             document = try JSONValue.parse(bytes)
         } catch {
-            return .unreadable(jobId: nil, app: nil, reason: "the message is not valid JSON: \(error.message)")
+            return .unreadable(jobId: nil, app: nil, reason: "the message is not valid JSON: \(error.message)", metadata: nil)
         }
         guard case .object(let members) = document else {
             return .unreadable(
                 jobId: nil, app: nil,
-                reason: "the message is JSON but not an object; a job is a JSON object with id, app and token or tokens")
+                reason: "the message is JSON but not an object; a job is a JSON object with id, app and token or tokens", metadata: nil)
         }
         let fields = Fields(members)
         let app = fields.app?.stringValue
+        // Read first, so that every result of the job can carry it, the rejections included.
+        var metadata: [UInt8]? = nil
+        var metadataError: String? = nil
+        if let value = fields.metadata {
+            switch Self.metadata(value) {
+            case .success(let bytes): metadata = bytes
+            case .failure(let error): metadataError = error.message
+            }
+        }
+        func unreadable(_ jobId: String?, _ reason: String) -> JobParseResult {
+            .unreadable(jobId: jobId, app: app, reason: reason, metadata: metadata)
+        }
         guard let idValue = fields.id else {
-            return .unreadable(jobId: nil, app: app, reason: "the job has no \"id\"; every job needs a string id, its idempotency key")
+            return unreadable(nil, "the job has no \"id\"; every job needs a string id, its idempotency key")
         }
         guard let id = idValue.stringValue, !id.isEmpty, id.utf8.count <= 256 else {
-            return .unreadable(jobId: nil, app: app, reason: "the job's \"id\" must be a string of 1 to 256 bytes")
+            return unreadable(nil, "the job's \"id\" must be a string of 1 to 256 bytes")
         }
         let rawTokens: [String]
         switch (fields.token, fields.tokens) {
         case (nil, nil):
-            return .unreadable(jobId: id, app: app, reason: "the job has neither \"token\" nor \"tokens\"")
+            return unreadable(id, "the job has neither \"token\" nor \"tokens\"")
         case (.some, .some):
-            return .unreadable(jobId: id, app: app, reason: "the job has both \"token\" and \"tokens\"; give one of them")
+            return unreadable(id, "the job has both \"token\" and \"tokens\"; give one of them")
         case (.some(let single), nil):
             guard let text = single.stringValue else {
-                return .unreadable(jobId: id, app: app, reason: "\"token\" must be a hex string")
+                return unreadable(id, "\"token\" must be a hex string")
             }
             rawTokens = [text]
         case (nil, .some(let many)):
             guard let items = many.arrayValue, !items.isEmpty else {
-                return .unreadable(jobId: id, app: app, reason: "\"tokens\" must be a non-empty array of hex strings")
+                return unreadable(id, "\"tokens\" must be a non-empty array of hex strings")
             }
             guard items.count <= maxTokens else {
-                return .unreadable(
-                    jobId: id, app: app,
-                    reason: "\"tokens\" has \(items.count) entries, over the limit of \(maxTokens) per job; split the job")
+                return unreadable(id, "\"tokens\" has \(items.count) entries, over the limit of \(maxTokens) per job; split the job")
             }
             var texts: [String] = []
             texts.reserveCapacity(items.count)
             for (index, item) in items.enumerated() {
                 guard let text = item.stringValue else {
-                    return .unreadable(jobId: id, app: app, reason: "tokens[\(index)] is not a string; tokens are hex strings")
+                    return unreadable(id, "tokens[\(index)] is not a string; tokens are hex strings")
                 }
                 texts.append(text)
             }
@@ -180,7 +212,7 @@ public struct JobParser: Sendable {
         }
         let tokenTexts = tokens.map(\.text)
         func reject(_ reason: String) -> JobParseResult {
-            .rejected(jobId: id, app: app, tokens: tokenTexts, reason: reason)
+            .rejected(jobId: id, app: app, tokens: tokenTexts, reason: reason, metadata: metadata)
         }
 
         guard let app else {
@@ -192,7 +224,9 @@ public struct JobParser: Sendable {
         if let unknown = fields.unknown.min() {
             return reject("the job has an unknown field \"\(unknown.abbreviated())\"; see docs/jobs.md for the fields a job may have")
         }
+        if let metadataError { return reject(metadataError) }
         var job = Job(id: id, app: app, environment: nil, tokens: tokens, notification: APNSNotification())
+        job.metadata = metadata
         do throws(JobFieldError) {
             try fill(&job, from: fields)
         } catch {
@@ -264,11 +298,13 @@ public struct JobParser: Sendable {
         if let v = fields.expiry {
             switch v {
             case .int(let seconds):
-                guard seconds >= 0, seconds <= Int64(UInt32.max) else {
-                    throw JobFieldError("\"expiry\" must be a UNIX time from 0 to \(UInt32.max), not \(seconds)")
-                }
+                try Self.checkAbsoluteExpiry(seconds, written: "\(seconds)")
                 n.expiry = seconds == 0 ? .immediately : .at(unixSeconds: UInt32(seconds))
             case .string(let text):
+                let digits = text.trimmingCharacters(in: .whitespaces)
+                if !digits.isEmpty, digits.utf8.allSatisfy({ $0 &- UInt8(ascii: "0") < 10 }) {
+                    try Self.checkAbsoluteExpiry(Int64(digits) ?? .max, written: "\"\(digits.abbreviated())\"")
+                }
                 do { n.expiry = try APNSExpiry(parsing: text) } catch { throw JobFieldError(error.message) }
             default:
                 throw JobFieldError("\"expiry\" must be a UNIX time in seconds or a string such as \"30m\" or \"1d\"")
@@ -294,6 +330,24 @@ public struct JobParser: Sendable {
             }
             job.registeredAt = seconds
         }
+        if let v = fields.apnsId {
+            guard let text = v.stringValue, let id = JobAPNSID.canonical(text) else {
+                throw JobFieldError(
+                    "\"apnsId\" must be a UUID string such as \"123e4567-e89b-12d3-a456-426614174000\" (8-4-4-4-12 hex digits)")
+            }
+            job.apnsId = id
+        }
+        if let v = fields.topic {
+            let text = try string(v, "topic")
+            do {
+                try APNSHTTP2Request.validate(topic: text)
+            } catch {
+                throw JobFieldError("\"topic\": \(error.message)")
+            }
+            job.topic = text
+            n.topic = text
+        }
+        if let v = fields.dryRun { job.dryRun = try bool(v, "dryRun") }
         if let v = fields.staleAfter {
             let sentence = "\"staleAfter\" must be a positive number of seconds or a string such as \"90s\", \"10m\" or \"1h\""
             switch v {
@@ -364,14 +418,76 @@ public struct JobParser: Sendable {
         return .fields(fields)
     }
 
+    /// A sound name, or `{"name", "critical", "volume"}`: critical only with `critical` 1 or
+    /// `true` (§5); any other key is an error.
     private func sound(_ value: JSONValue, _ name: String) throws(JobFieldError) -> APNSSound {
         if let text = value.stringValue { return .named(text) }
         guard let dict = value.objectValue, let soundName = dict["name"]?.stringValue else {
             throw JobFieldError("\"\(name)\" must be a sound name or an object with name, critical and volume")
         }
-        let volume = dict["volume"]?.doubleValue ?? 1
-        guard (0...1).contains(volume) else { throw JobFieldError("\"\(name).volume\" must be from 0 to 1") }
-        return .critical(name: soundName, volume: volume)
+        var critical = false
+        var volume: Double? = nil
+        for (key, item) in dict {
+            switch key {
+            case "name": break
+            case "critical":
+                if let flag = item.boolValue {
+                    critical = flag
+                } else if let number = item.intValue, number == 0 || number == 1 {
+                    critical = number == 1
+                } else {
+                    throw JobFieldError("\"\(name).critical\" must be 1 or true (a critical alert), or 0 or false")
+                }
+            case "volume":
+                guard let level = item.doubleValue, (0...1).contains(level) else {
+                    throw JobFieldError("\"\(name).volume\" must be a number from 0 to 1")
+                }
+                volume = level
+            default:
+                throw JobFieldError("\"\(name).\(key.abbreviated())\" is not a sound field; a sound object has name, critical and volume")
+            }
+        }
+        if critical { return .critical(name: soundName, volume: volume ?? 1) }
+        guard volume == nil else {
+            throw JobFieldError(
+                "\"\(name).volume\" applies to critical alerts only; add \"critical\": 1, or leave volume out for a regular sound")
+        }
+        return .named(soundName)
+    }
+
+    /// A numeric `expiry` is an absolute UNIX time in seconds. Numbers that can only be a
+    /// mistake are refused with the form to use: below 10^9 (before September 2001: most likely
+    /// a relative time, in seconds or milliseconds as apnagent counts it) or UNIX milliseconds.
+    static func checkAbsoluteExpiry(_ seconds: Int64, written: String) throws(JobFieldError) {
+        let forms =
+            "give an absolute UNIX time in seconds (such as 1732233600), or a time relative to sending as a string such as \"30m\", \"6h\" or \"1d\""
+        if seconds < 0 || seconds > Int64(UInt32.max) {
+            if seconds >= 1_000_000_000_000 && seconds < 10_000_000_000_000 {
+                throw JobFieldError(
+                    "\"expiry\" \(written) looks like UNIX milliseconds; expiry counts seconds: \(forms)")
+            }
+            throw JobFieldError("\"expiry\" must be from 0 to \(UInt32.max), not \(written); \(forms)")
+        }
+        if seconds != 0 && seconds < 1_000_000_000 {
+            throw JobFieldError(
+                "\"expiry\" \(written) is not a plausible UNIX time (it is before September 2001); a number means an absolute UNIX time in seconds: \(forms), or 0 to not store it"
+            )
+        }
+    }
+
+    /// The job's `metadata`: a JSON object of at most ``maxMetadataBytes`` serialized compactly.
+    static func metadata(_ value: JSONValue) -> Result<[UInt8], JobFieldError> {
+        guard case .object = value else {
+            return .failure(JobFieldError("\"metadata\" must be a JSON object; it is copied into every result of the job"))
+        }
+        let bytes = value.serialized()
+        guard bytes.count <= maxMetadataBytes else {
+            return .failure(
+                JobFieldError(
+                    "\"metadata\" is \(bytes.count) bytes as compact JSON, over the limit of \(maxMetadataBytes); keep only what a consumer needs to route the results"
+                ))
+        }
+        return .success(bytes)
     }
 
     private func string(_ value: JSONValue, _ name: String) throws(JobFieldError) -> String {
@@ -412,4 +528,32 @@ public struct JobParser: Sendable {
 struct JobFieldError: Error {
     var message: String
     init(_ message: String) { self.message = message }
+}
+
+/// The `apns-id` of a job's notifications when the job gives `apnsId` (HTTP/2 apps).
+public enum JobAPNSID {
+    /// `text` as a canonical lower-case UUID (8-4-4-4-12 hex digits), or `nil` if it is not one.
+    public static func canonical(_ text: String) -> String? {
+        guard text.utf8.count == 36, let uuid = UUID(uuidString: text) else { return nil }
+        return uuid.uuidString.lowercased()
+    }
+
+    /// The id for `token` (lower-case hex) in a job of several tokens: the name-based UUID of
+    /// RFC 9562 §5.5 (version 5, SHA-1) with the job's `apnsId` as namespace and the token's
+    /// hex digits as name — Python's `uuid.uuid5(uuid.UUID(apnsId), token)`.
+    public static func derived(from apnsId: String, token: String) -> String {
+        guard let namespace = UUID(uuidString: apnsId) else { return apnsId }
+        var hasher = Insecure.SHA1()
+        withUnsafeBytes(of: namespace.uuid) { hasher.update(bufferPointer: $0) }
+        hasher.update(data: Array(token.utf8))
+        var bytes = Array(hasher.finalize().prefix(16))
+        bytes[6] = (bytes[6] & 0x0F) | 0x50
+        bytes[8] = (bytes[8] & 0x3F) | 0x80
+        let uuid = UUID(
+            uuid: (
+                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10],
+                bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
+            ))
+        return uuid.uuidString.lowercased()
+    }
 }

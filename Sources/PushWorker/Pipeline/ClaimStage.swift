@@ -211,7 +211,8 @@ final class ClaimStage: Sendable {
             guard !s.unavailable.isEmpty else { return 0 }
             let before = ready.count
             ready.removeAll { c in
-                guard s.unavailable.contains(c.poolKey) else { return false }
+                // A dry run writes nothing to the gateway: it need not wait for it.
+                guard !c.job.dryRun, s.unavailable.contains(c.poolKey) else { return false }
                 s.parked[c.poolKey, default: []].append(c)
                 return true
             }
@@ -278,6 +279,9 @@ final class ClaimStage: Sendable {
         var runIndex: [PoolKey: Int] = [:]
         for (c, decision) in zip(candidates, decisions) {
             switch decision {
+            case .send where c.job.dryRun, .resend where c.job.dryRun:
+                // Claimed and counted like a real notification; answered instead of sent.
+                plan.results.append(factory.dryRun(c, at: now))
             case .send, .resend:
                 let sent = SentContext(candidate: c, takeover: decision == .resend)
                 if let index = runIndex[c.poolKey] {

@@ -62,13 +62,18 @@ final class DeliveryStage: Sendable {
     /// Hands claimed notifications to their pool. A pool that cannot take them (shutting down,
     /// cannot be built) releases their claims: their messages are consumed again.
     func submit(_ notifications: [SentContext], to key: PoolKey) async {
-        let submissions = state.withLock { s in
+        var submissions = state.withLock { s in
             notifications.map { context in
                 let tag = s.nextTag
                 s.nextTag += 1
                 s.sent[tag] = context
                 return APNSSubmission(tag: tag, token: context.candidate.token, content: context.candidate.job.content)
             }
+        }
+        // Jobs that give `apnsId`: the id per token, derived outside the lock.
+        for index in submissions.indices where notifications[index].candidate.job.apnsId != nil {
+            let candidate = notifications[index].candidate
+            submissions[index].apnsID = candidate.job.apnsID(for: candidate.tokenHex)
         }
         do {
             try await pool(for: key).send(submissions)

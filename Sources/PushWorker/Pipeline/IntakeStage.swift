@@ -1,4 +1,6 @@
 import APNSCore
+import APNSHTTP2
+import APNSHTTP2Core
 import Logging
 import PushConfiguration
 import PushKafka
@@ -62,16 +64,16 @@ struct IntakeStage: Sendable {
     private func parse(_ message: KafkaMessage, ref: MessageRef, epoch: UInt64, now: Int64, into chunk: inout Chunk) {
         var place: String { "\(message.topic)[\(message.partition)]@\(message.offset)" }
         switch parser.parse(message.value) {
-        case .unreadable(let jobId, let app, let reason):
+        case .unreadable(let jobId, let app, let reason, let metadata):
             logger.warning("Rejected message \(place): \(reason).")
-            chunk.results.append(factory.invalidJob(ref, jobId: jobId, app: app, reason: reason, at: now))
-        case .rejected(let jobId, let app, let tokens, let reason):
+            chunk.results.append(factory.invalidJob(ref, jobId: jobId, app: app, reason: reason, metadata: metadata, at: now))
+        case .rejected(let jobId, let app, let tokens, let reason, let metadata):
             logger.warning("Rejected job \(jobId) at \(place): \(reason).")
             for token in tokens {
                 chunk.results.append(
                     factory.rejected(
                         ref, jobId: jobId, app: app, environment: nil, token: token,
-                        status: .invalidJob, reason: reason, at: now))
+                        status: .invalidJob, reason: reason, metadata: metadata, at: now))
             }
         case .job(let job):
             func reject(_ reason: String, environment: String?) {
@@ -80,7 +82,7 @@ struct IntakeStage: Sendable {
                     chunk.results.append(
                         factory.rejected(
                             ref, jobId: job.id, app: job.app, environment: environment,
-                            token: token.text, status: .invalidJob, reason: reason, at: now))
+                            token: token.text, status: .invalidJob, reason: reason, metadata: job.metadata, at: now))
                 }
             }
             guard let app = apps[job.app] else {
@@ -93,6 +95,15 @@ struct IntakeStage: Sendable {
                 reject("app \"\(job.app)\" has no \(environment) environment configured", environment: environment.rawValue)
                 return
             }
+            if let reason = Self.refusal(of: job, app: app, environment: environment) {
+                reject(reason, environment: environment.rawValue)
+                return
+            }
+            var job = job
+            if job.payloadError == nil, job.dryRun || app.dryRun, app.transport == .http2 {
+                // What the HTTP/2 client checks before it sends (§3.3, §5), which a dry run never reaches.
+                job.payloadError = Self.http2Problem(of: job.notification, app: app, environment: environment)
+            }
             let shared = SharedJob(job, environment: environment, app: app, producedAt: message.timestamp ?? now)
             for token in job.tokens {
                 switch token {
@@ -100,25 +111,69 @@ struct IntakeStage: Sendable {
                     chunk.results.append(
                         factory.rejected(
                             ref, jobId: job.id, app: job.app, environment: environment.rawValue,
-                            token: text, status: .malformedToken, reason: reason, at: now))
+                            token: text, status: .malformedToken, reason: reason, metadata: job.metadata, at: now))
                 case .valid(let deviceToken):
                     let hex = deviceToken.hex
                     if let payloadError = job.payloadError {
                         chunk.results.append(
                             factory.rejected(
                                 ref, jobId: job.id, app: job.app, environment: environment.rawValue,
-                                token: hex, status: .invalidPayload, reason: payloadError, at: now))
+                                token: hex, status: .invalidPayload, reason: payloadError, metadata: job.metadata, at: now))
                     } else {
                         chunk.candidates.append(
                             Candidate(
                                 ref: ref, job: shared, token: deviceToken, tokenHex: hex,
-                                resultId: WorkerResult.notificationId(jobId: job.id, token: hex), epoch: epoch))
+                                resultId: shared.dryRun
+                                    ? WorkerResult.dryRunId(jobId: job.id, token: hex)
+                                    : WorkerResult.notificationId(jobId: job.id, token: hex),
+                                epoch: epoch))
                     }
                 }
             }
             if let payloadError = job.payloadError {
                 logger.warning("Job \(job.id) at \(place) cannot be sent: \(payloadError).")
             }
+        }
+    }
+
+    /// Why a job's HTTP/2 fields cannot be served by its app and environment, or `nil`:
+    /// `apnsId` needs an HTTP/2 app; a `topic` other than the bundle ID needs an HTTP/2 app with
+    /// token authentication that lists it in `topics`.
+    static func refusal(of job: Job, app: WorkerConfiguration.App, environment: APNSEnvironment) -> String? {
+        if job.apnsId != nil && app.transport != .http2 {
+            return "\"apnsId\" is for HTTP/2 apps; app \"\(app.name)\" uses the binary protocol, which has no apns-id"
+        }
+        guard let topic = job.topic, topic != app.bundleId else { return nil }
+        if app.transport != .http2 {
+            return "\"topic\" \"\(topic.abbreviated())\" is not app \"\(app.name)\"'s bundle ID \(app.bundleId); the binary protocol "
+                + "sends to its certificate's one topic"
+        }
+        guard case .token = app.environments[environment]?.credentials else {
+            return "\"topic\" \"\(topic.abbreviated())\" is not app \"\(app.name)\"'s bundle ID \(app.bundleId); other topics need "
+                + "token authentication (signingKey), and its \(environment) environment authenticates with a certificate"
+        }
+        guard app.allowsTopic(topic) else {
+            return "\"topic\" \"\(topic.abbreviated())\" is not one of app \"\(app.name)\"'s topics "
+                + "(\(([app.bundleId] + app.topics.filter { $0 != app.bundleId }).joined(separator: ", "))); add it to apps.\(app.name).topics"
+        }
+        return nil
+    }
+
+    /// The request rules an HTTP/2 client applies to a notification before sending it (push type,
+    /// its priority and authentication, MDM), as the sentence it would fail with; `nil` if none.
+    static func http2Problem(of notification: APNSNotification, app: WorkerConfiguration.App, environment: APNSEnvironment) -> String? {
+        do throws(APNSError) {
+            let pushType = try notification.resolvedPushType()
+            var token = false
+            if case .token = app.environments[environment]?.credentials { token = true }
+            if pushType.requiresTokenAuthentication && !token {
+                return "push type \(pushType.rawValue) works only with token authentication; configure a signing key for this app"
+            }
+            try pushType.validate(priority: notification.priority)
+            try APNSHTTP2Request.validateContent(of: notification, pushType: pushType)
+            return nil
+        } catch {
+            return error.message
         }
     }
 

@@ -29,6 +29,13 @@ final class SharedJob: Sendable {
     /// The app's rate limits (0: none), looked up once per job.
     let appPerSecond: Int
     let devicePerHour: Int
+    /// The job's `metadata` as compact JSON, repeated in each of its results.
+    let metadata: [UInt8]?
+    /// The job's `apnsId`, and whether each token gets one derived from it (several tokens).
+    let apnsId: String?
+    let derivesAPNSIDs: Bool
+    /// The job or its app asks for a dry run: `dryRun` results instead of sending.
+    let dryRun: Bool
 
     init(_ job: Job, environment: APNSEnvironment, app settings: WorkerConfiguration.App, producedAt: Int64) {
         jobId = job.id
@@ -42,6 +49,17 @@ final class SharedJob: Sendable {
         content = APNSSubmission.Content(notification: job.notification, payload: job.payload, staleAt: staleAt)
         appPerSecond = settings.appPerSecond
         devicePerHour = settings.devicePerHour
+        metadata = job.metadata
+        apnsId = job.apnsId
+        derivesAPNSIDs = job.tokens.count > 1
+        dryRun = job.dryRun || settings.dryRun
+    }
+
+    /// The `apns-id` to send to `token` (lower-case hex): the job's `apnsId` for a job of one
+    /// token, one derived from it per token otherwise, `nil` (the client makes one) without it.
+    func apnsID(for token: String) -> String? {
+        guard let apnsId else { return nil }
+        return derivesAPNSIDs ? JobAPNSID.derived(from: apnsId, token: token) : apnsId
     }
 
     var poolKey: PoolKey { PoolKey(app: app, environment: environment) }

@@ -15,12 +15,13 @@ struct ResultFactory: Sendable {
     }
 
     /// `invalidJob` for a message that is not a job at all.
-    func invalidJob(_ ref: MessageRef, jobId: String?, app: String?, reason: String, at: Int64) -> ResultItem {
-        let result = WorkerResult(
+    func invalidJob(_ ref: MessageRef, jobId: String?, app: String?, reason: String, metadata: [UInt8]? = nil, at: Int64) -> ResultItem {
+        var result = WorkerResult(
             kind: .invalidJob,
             resultId: WorkerResult.invalidJobId(topic: ref.partition.topic, partition: ref.partition.partition, offset: ref.offset),
             jobId: jobId, app: app, status: .invalidJob, reason: reason, topic: ref.partition.topic,
             partition: ref.partition.partition, offset: ref.offset, worker: worker, at: at)
+        result.metadata = metadata
         return .rejected(ref, result.message())
     }
 
@@ -28,22 +29,24 @@ struct ResultFactory: Sendable {
     /// malformed token, invalid payload): produced, not recorded.
     func rejected(
         _ ref: MessageRef, jobId: String, app: String?, environment: String?, token: String,
-        status: APNSStatus, reason: String, at: Int64
+        status: APNSStatus, reason: String, metadata: [UInt8]? = nil, at: Int64
     ) -> ResultItem {
-        let result = WorkerResult(
+        var result = WorkerResult(
             kind: .transmissionError, resultId: WorkerResult.notificationId(jobId: jobId, token: token), jobId: jobId,
             app: app, environment: environment, token: token, status: status, reason: reason, attempts: 0,
             possibleDuplicate: false, worker: worker, at: at)
+        result.metadata = metadata
         return .rejected(ref, result.message())
     }
 
     /// A final `transmissionError` decided without sending (unregistered, rate-limited, expired):
     /// recorded, then produced.
     func decided(_ c: Candidate, status: APNSStatus, reason: String, at: Int64) -> ResultItem {
-        let result = WorkerResult(
+        var result = WorkerResult(
             kind: .transmissionError, resultId: c.resultId, jobId: c.job.jobId, app: c.job.app,
             environment: c.job.environment.rawValue, token: c.tokenHex, status: status, reason: reason, attempts: 0,
             possibleDuplicate: false, worker: worker, at: at)
+        result.metadata = c.job.metadata
         return .decided(RecordedResult(ref: c.ref, resultId: c.resultId, result: result.message(since: c.job.producedAt)))
     }
 
@@ -53,11 +56,14 @@ struct ResultFactory: Sendable {
         let c = context.candidate
         let env = c.job.environment.rawValue
         let at = now()
-        let result = WorkerResult(
+        var result = WorkerResult(
             kind: outcome.isTransmitted ? .transmitted : .transmissionError, resultId: c.resultId, jobId: c.job.jobId,
             app: c.job.app, environment: env, token: c.tokenHex, status: outcome.status,
             reason: outcome.status.map { outcome.reason ?? outcome.message ?? $0.reason },
             attempts: outcome.attempts, possibleDuplicate: outcome.possibleDuplicate || context.takeover, worker: worker, at: at)
+        result.apnsId = outcome.apnsID
+        result.apnsUniqueId = outcome.apnsUniqueID
+        result.metadata = c.job.metadata
         var record = RecordedResult(ref: c.ref, resultId: c.resultId, result: result.message(since: c.job.producedAt))
         if outcome.status == .invalidToken {
             // Binary status 8 (§1.4).
@@ -70,6 +76,17 @@ struct ResultFactory: Sendable {
             record.feedback = feedback(app: c.job.app, environment: env, token: c.tokenHex, timestamp: since, at: at)
         }
         return .delivered(record)
+    }
+
+    /// A `dryRun` result: the notification was claimed (and counted against the rate limits) but
+    /// not written to Apple. Recorded, then produced, like a decided outcome.
+    func dryRun(_ c: Candidate, at: Int64) -> ResultItem {
+        var result = WorkerResult(
+            kind: .dryRun, resultId: c.resultId, jobId: c.job.jobId, app: c.job.app, environment: c.job.environment.rawValue,
+            token: c.tokenHex, worker: worker, at: at)
+        result.payloadBytes = c.job.content.payload?.count ?? 0
+        result.metadata = c.job.metadata
+        return .decided(RecordedResult(ref: c.ref, resultId: c.resultId, result: result.message(since: c.job.producedAt)))
     }
 
     /// A `feedback` result: the token was reported unregistered at `timestamp` (UNIX seconds).

@@ -8,6 +8,8 @@ public struct WorkerResult: Sendable, Hashable {
         case transmissionError
         case feedback
         case invalidJob
+        /// A notification of a dry run: everything but the write to Apple was done.
+        case dryRun
     }
 
     public var kind: Kind
@@ -26,6 +28,14 @@ public struct WorkerResult: Sendable, Hashable {
     public var topic: String?
     public var partition: Int32?
     public var offset: Int64?
+    /// HTTP/2: the `apns-id` the notification was sent with, and the `apns-unique-id` APNs
+    /// answered with (development environment only).
+    public var apnsId: String?
+    public var apnsUniqueId: String?
+    /// dryRun: the size of the payload that would have been sent.
+    public var payloadBytes: Int?
+    /// The job's `metadata` as compact JSON, written into the result as it is.
+    public var metadata: [UInt8]?
     public var worker: String
     /// UNIX milliseconds when the result was made.
     public var at: Int64
@@ -59,7 +69,7 @@ public struct WorkerResult: Sendable, Hashable {
     /// result over the producer's `message.max.bytes` could never be written).
     public func serialized() -> [UInt8] {
         var out: [UInt8] = []
-        out.reserveCapacity(320)
+        out.reserveCapacity(320 + (metadata?.count ?? 0))
         out.append(UInt8(ascii: "{"))
         func key(_ name: StaticString) {
             if out.count > 1 { out.append(UInt8(ascii: ",")) }
@@ -94,10 +104,18 @@ public struct WorkerResult: Sendable, Hashable {
             key("possibleDuplicate")
             out.append(contentsOf: (possibleDuplicate ? "true" : "false").utf8)
         }
+        string("apnsId", apnsId)
+        string("apnsUniqueId", apnsUniqueId)
+        integer("payloadBytes", payloadBytes.map(Int64.init))
         integer("timestamp", timestamp)
         string("topic", topic)
         integer("partition", partition.map(Int64.init))
         integer("offset", offset)
+        if let metadata {
+            // Compact JSON of an object, made by the job parser: written as it is.
+            key("metadata")
+            out.append(contentsOf: metadata)
+        }
         string("worker", worker)
         integer("at", at)
         out.append(UInt8(ascii: "}"))
@@ -109,6 +127,11 @@ public struct WorkerResult: Sendable, Hashable {
     /// `n\n<jobId>\n<token>`: the same for every copy of a notification's result.
     public static func notificationId(jobId: String, token: String) -> String {
         digest("n\n\(jobId)\n\(token)")
+    }
+
+    /// `d\n<jobId>\n<token>`: a dry run's notification, apart from a real one of the same job id.
+    public static func dryRunId(jobId: String, token: String) -> String {
+        digest("d\n\(jobId)\n\(token)")
     }
 
     /// `f\n<app>\n<env>\n<token>\n<timestamp>`.

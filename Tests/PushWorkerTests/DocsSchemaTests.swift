@@ -1,0 +1,19 @@
+import Foundation
+import PushTestSupport
+import Testing
+
+/// The JSON examples of `docs/jobs.md` and `docs/results.md` against the JSON Schemas in
+/// `docs/schemas`, checked by an implementation the project did not write (Python's
+/// `jsonschema`, draft 2020-12) through `Tests/Peers/validate_doc_examples.py`.
+@Suite struct DocsSchemaTests {
+    @Test func everyJSONExampleInJobsAndResultsMatchesItsSchema() async throws {
+        let script = Paths.root + "/Tests/Peers/validate_doc_examples.py"
+        let child = try ChildProcess("/usr/bin/env", ["python3", script, Paths.root])
+        let (status, stdout, stderr) = await child.finish()
+        let lines = stdout.split(separator: "\n")
+        #expect(status == 0, "\(stdout)\(stderr)")
+        #expect(lines.contains { $0.hasPrefix("ok docs/jobs.md") }, "\(stdout)")
+        #expect(lines.contains { $0.hasPrefix("ok docs/results.md") }, "\(stdout)")
+        #expect(!lines.contains { $0.hasPrefix("FAIL") }, "\(stdout)")
+    }
+}
