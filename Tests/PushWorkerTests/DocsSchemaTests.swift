@@ -8,7 +8,9 @@ import Testing
 @Suite struct DocsSchemaTests {
     @Test func everyJSONExampleInJobsAndResultsMatchesItsSchema() async throws {
         let script = Paths.root + "/Tests/Peers/validate_doc_examples.py"
-        let child = try ChildProcess("/usr/bin/env", ["python3", script, Paths.root])
+        // The test peers' virtualenv (scripts/lib/install-h2-peer.sh) has jsonschema.
+        let python = ProcessInfo.processInfo.environment["APN_WORKER_H2_PEER_PYTHON"].flatMap { $0.isEmpty ? nil : $0 } ?? "python3"
+        let child = try ChildProcess("/usr/bin/env", [python, script, Paths.root])
         let (status, stdout, stderr) = await child.finish()
         let lines = stdout.split(separator: "\n")
         #expect(status == 0, "\(stdout)\(stderr)")
