@@ -352,13 +352,16 @@ extension WorkerConfiguration {
     /// File paths are absolute: a relative path in the config file is taken relative to the
     /// directory of the config file. Each file existed and was readable when loaded, and each
     /// environment variable named was set; the contents are not checked here.
-    public struct AppEnvironment: Sendable, Hashable {
+    ///
+    /// Printed or dumped, it shows where its credentials came from and whether a passphrase is
+    /// set, never the credentials or the passphrase.
+    public struct AppEnvironment: Sendable, Hashable, CustomReflectable {
         /// Which environment this is.
         public var name: APNSEnvironment
         /// The client certificate and key.
         public var credentials: Credentials
-        /// The passphrase of the key or PKCS#12 file: `passphrase`, or the contents of
-        /// `passphraseFile` without trailing line breaks.
+        /// The passphrase of the key or PKCS#12 file: `passphrase`, the contents of
+        /// `passphraseFile` without trailing line breaks, or the value of `passphraseEnv`.
         public var passphrase: String?
         /// A PEM CA bundle that signs the gateway's certificate; `nil` uses the system's roots.
         public var ca: String?
@@ -381,6 +384,15 @@ extension WorkerConfiguration {
             self.verifyServer = verifyServer
             self.gateway = gateway ?? name.defaultGateway
             self.feedback = feedback ?? name.defaultFeedback
+        }
+
+        public var customMirror: Mirror {
+            Mirror(
+                self,
+                children: [
+                    "name": name, "credentials": credentials, "passphrase": passphrase == nil ? "none" : "(set, not shown)",
+                    "ca": ca as Any, "verifyServer": verifyServer, "gateway": gateway, "feedback": feedback,
+                ], displayStyle: .struct)
         }
 
         /// The PEM certificate file, when ``credentials`` is `.pem` from a file.

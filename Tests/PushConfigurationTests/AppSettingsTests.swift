@@ -233,17 +233,20 @@ import Testing
                 == "\(path).pfx cannot be used together with certificate and key; set either pfx or certificate and key.")
     }
 
-    @Test("A configuration printed, reflected or dumped shows where a credential came from, never the credential")
+    @Test("A configuration printed, reflected or dumped shows where a credential came from, never the credential or passphrase")
     func credentialsAreNeverPrinted() throws {
         let files = try Files()
         let config = try Self.parse(
-            Self.yaml(credentials: Self.block("certificatePem", Self.certificate) + "\nkeyPemEnv: APNS_KEY", files: files),
-            environment: ["APNS_KEY": Self.secretKey])
+            Self.yaml(
+                credentials: Self.block("certificatePem", Self.certificate) + "\nkeyPemEnv: APNS_KEY\npassphraseEnv: APNS_PASS",
+                files: files),
+            environment: ["APNS_KEY": Self.secretKey, "APNS_PASS": "PASSPHRASESECRET"])
         var dumped = ""
         dump(config, to: &dumped)
         for text in [String(describing: config), String(reflecting: config), dumped, "\(config.apps)"] {
             #expect(!text.contains("TOPSECRETKEYMATERIAL"))
             #expect(!text.contains("PUBLICCERTIFICATE"))
+            #expect(!text.contains("PASSPHRASESECRET"))
         }
         #expect(String(describing: config).contains("from APNS_KEY (\(Self.environmentPath).keyPemEnv)"))
     }
