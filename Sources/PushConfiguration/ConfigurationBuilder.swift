@@ -646,6 +646,22 @@ struct ConfigurationBuilder {
         return (name, Array(text.utf8))
     }
 
+    /// The variables the apps' `…Env` settings name.
+    private func credentialVariables() -> Set<String> {
+        var names = Set<String>()
+        guard let apps = try? root.section("apps") else { return names }
+        for app in apps.entries {
+            guard let environments = try? apps.section(app.key).section("environments") else { continue }
+            for environment in environments.entries {
+                guard let section = try? environments.section(environment.key) else { continue }
+                for entry in section.entries where entry.key.hasSuffix("Env") {
+                    if case .scalar(let scalar) = entry.value { names.insert(scalar.text.trimmingCharacters(in: .whitespaces)) }
+                }
+            }
+        }
+        return names
+    }
+
     // MARK: - Files
 
     /// The absolute path of a file setting, checked to be a readable file. Relative paths are
@@ -698,11 +714,13 @@ struct ConfigurationBuilder {
         ConfigurationError("\(path) is required: set it in the config file, \(variable) or \(flag).")
     }
 
-    /// Warns about `APN_WORKER_*` variables that are not settings (most likely misspelt).
+    /// Warns about `APN_WORKER_*` variables that are not settings (most likely misspelt) and
+    /// that no credential setting (`…Env`) names.
     private mutating func collectUnknownVariables() {
+        let named = credentialVariables()
         for name in environment.keys.sorted()
         where name.hasPrefix(Self.environmentPrefix) && !name.hasPrefix(Self.kafkaPropertyPrefix)
-            && !Self.knownVariables.contains(name)
+            && !Self.knownVariables.contains(name) && !named.contains(name)
         {
             warnings.append("\(name) is not a setting of apn-worker run; it was ignored.")
         }

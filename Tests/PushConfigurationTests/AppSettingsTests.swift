@@ -202,6 +202,15 @@ import Testing
                     keyId: "ABCDE12345", teamId: "TEAM123456"))
     }
 
+    @Test("A variable named by a credential setting is not warned about, even with the APN_WORKER_ prefix")
+    func namedVariablesAreNotUnknownSettings() throws {
+        let files = try Files()
+        let config = try Self.parse(
+            Self.yaml(credentials: "certificate: \(files.path("cert.pem"))\nkeyPemEnv: APN_WORKER_APNS_KEY", files: files),
+            environment: ["APN_WORKER_APNS_KEY": Self.secretKey, "APN_WORKER_TYPO": "1"])
+        #expect(config.warnings == ["APN_WORKER_TYPO is not a setting of apn-worker run; it was ignored."])
+    }
+
     @Test("Two sources for one credential, an unset variable, a value that is not a variable name or not base64: one sentence each")
     func credentialSourceErrors() throws {
         let files = try Files()
