@@ -467,13 +467,11 @@ struct ConfigurationBuilder {
                 "passphrase", "passphraseFile", "passphraseEnv", "ca", "verifyServer", "gateway", "feedback", "keyId", "teamId",
             ])
 
-        let (certificateKeys, keyKeys, pfxKeys, signingKeyKeys) =
-            (Self.credentialKeys[0], Self.credentialKeys[1], Self.credentialKeys[2], Self.credentialKeys[3])
-        let certificate = try credential(certificateKeys, in: section)
-        let key = try credential(keyKeys, in: section)
-        let pfx = try credential(pfxKeys, in: section)
+        let certificate = try credential(Self.certificateKeys, in: section)
+        let key = try credential(Self.keyKeys, in: section)
+        let pfx = try credential(Self.pfxKeys, in: section)
         let credentials: WorkerConfiguration.Credentials
-        if let signingKey = try credential(signingKeyKeys, in: section) {
+        if let signingKey = try credential(Self.signingKeyKeys, in: section) {
             // §4: token authentication, HTTP/2 only.
             guard transport == .http2 else {
                 throw ConfigurationError(
@@ -572,13 +570,15 @@ struct ConfigurationBuilder {
         var base64 = false
     }
 
-    /// The certificate, its key, a PKCS#12 bundle and a `.p8` signing key, in that order.
-    private static let credentialKeys = [
-        CredentialKeys(file: "certificate", inline: "certificatePem", variable: "certificatePemEnv", what: "the PEM certificate"),
-        CredentialKeys(file: "key", inline: "keyPem", variable: "keyPemEnv", what: "the PEM private key"),
-        CredentialKeys(file: "pfx", inline: "pkcs12Base64", variable: "pkcs12Base64Env", what: "the PKCS#12 bundle", base64: true),
-        CredentialKeys(file: "signingKey", inline: "signingKeyPem", variable: "signingKeyPemEnv", what: "the .p8 signing key"),
-    ]
+    private static let certificateKeys = CredentialKeys(
+        file: "certificate", inline: "certificatePem", variable: "certificatePemEnv", what: "the PEM certificate")
+    private static let keyKeys = CredentialKeys(file: "key", inline: "keyPem", variable: "keyPemEnv", what: "the PEM private key")
+    private static let pfxKeys = CredentialKeys(
+        file: "pfx", inline: "pkcs12Base64", variable: "pkcs12Base64Env", what: "the PKCS#12 bundle", base64: true)
+    private static let signingKeyKeys = CredentialKeys(
+        file: "signingKey", inline: "signingKeyPem", variable: "signingKeyPemEnv", what: "the .p8 signing key")
+    /// Every credential's settings, in the order unknown-setting messages list them.
+    private static let credentialKeys = [certificateKeys, keyKeys, pfxKeys, signingKeyKeys]
 
     /// Which one of `keys` is set, with its value; an error naming both when more than one is.
     private static func oneOf(
