@@ -24,13 +24,18 @@ public enum APNSEnvironment: String, Sendable, Hashable, CaseIterable, CustomStr
 }
 
 /// Where a PEM or PKCS#12 document comes from.
-public enum CredentialSource: Sendable, Hashable {
+///
+/// Printing a source (`description`, `debugDescription`, `dump`) shows its ``label`` only,
+/// never the bytes: a credential given as data stays out of logs and messages.
+public enum CredentialSource: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     case file(String)
-    case data([UInt8])
+    /// The document itself; `label` says where it came from in messages (for example the
+    /// setting or environment variable that held it).
+    case data([UInt8], label: String = "(inline data)")
 
     func load(what: String) throws(APNSError) -> [UInt8] {
         switch self {
-        case .data(let bytes):
+        case .data(let bytes, _):
             return bytes
         case .file(let path):
             guard let data = FileManager.default.contents(atPath: path) else {
@@ -40,12 +45,17 @@ public enum CredentialSource: Sendable, Hashable {
         }
     }
 
-    var label: String {
+    /// The file's path, or the data's label: what messages name.
+    public var label: String {
         switch self {
         case .file(let path): path
-        case .data: "(inline data)"
+        case .data(_, let label): label
         }
     }
+
+    public var description: String { label }
+    public var debugDescription: String { label }
+    public var customMirror: Mirror { Mirror(self, children: [], displayStyle: .enum) }
 }
 
 /// A client certificate chain and its private key, checked when loaded, plus the CA list used

@@ -90,7 +90,8 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
 
     // MARK: Public API
 
-    /// Opens one connection ahead of the first notification.
+    /// Opens the warm connections ahead of the first notification:
+    /// ``APNSHTTP2Configuration/minConnections``, and at least one.
     public func start() {
         step { $0.machine.start() }
     }

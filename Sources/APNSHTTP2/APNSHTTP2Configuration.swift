@@ -32,6 +32,9 @@ public struct APNSHTTP2Configuration: Sendable {
 
     /// Most connections to the server at once.
     public var maxConnections = 2
+    /// Connections kept open even with nothing to send: ``APNSHTTP2Client/start()`` opens them
+    /// (and at least one), the idle timeout leaves them open, and a closed one is replaced.
+    public var minConnections = 0
     /// Most concurrent streams per connection, whatever the server allows; the server's
     /// `SETTINGS_MAX_CONCURRENT_STREAMS` is followed below it, including drops to 1 (§3.2, §6.8).
     public var maxStreamsPerConnection = 1000
@@ -88,7 +91,17 @@ public struct APNSHTTP2Configuration: Sendable {
         } catch {
             throw bad("topic: \(error.message)")
         }
+        if let mdmTopic {
+            do {
+                try APNSHTTP2Request.validate(topic: mdmTopic)
+            } catch {
+                throw bad("mdmTopic: \(error.message)")
+            }
+        }
         guard maxConnections >= 1 else { throw bad("maxConnections must be at least 1, not \(maxConnections)") }
+        guard (0...maxConnections).contains(minConnections) else {
+            throw bad("minConnections must be between 0 and maxConnections (\(maxConnections)), not \(minConnections)")
+        }
         guard maxStreamsPerConnection >= 1 else {
             throw bad("maxStreamsPerConnection must be at least 1, not \(maxStreamsPerConnection)")
         }

@@ -14,6 +14,8 @@ import NIOCore
 struct HTTP2PoolStateMachine {
     struct Configuration {
         var maxConnections = 1
+        /// Connections kept open while there is nothing to send.
+        var minConnections = 0
         var maxStreamsPerConnection = 1000
         /// Writes of one request after which a stream left unanswered is not tried again.
         var maxAttempts = 5
@@ -143,10 +145,13 @@ struct HTTP2PoolStateMachine {
 
     // MARK: Inputs from the callers
 
-    /// Opens one connection ahead of the first notification.
+    /// Opens the warm connections ahead of the first notification: `minConnections`, and at
+    /// least one.
     mutating func start() -> [Action] {
         var actions: [Action] = []
-        if connections.isEmpty && !stopping { openConnection(&actions) }
+        guard !stopping else { return actions }
+        let live = connections.values.filter { $0.phase != .draining }.count
+        for _ in live..<max(live, max(1, configuration.minConnections)) { openConnection(&actions) }
         return actions
     }
 
@@ -264,7 +269,10 @@ struct HTTP2PoolStateMachine {
 
     /// `id` has been idle for the idle timeout: true when it may close (nothing open or waiting).
     mutating func closeIfIdle(id: Int) -> Bool {
-        guard var connection = connections[id], connection.open == 0, queue.isEmpty else { return false }
+        let live = connections.values.filter { $0.phase != .draining }.count
+        guard var connection = connections[id], connection.open == 0, queue.isEmpty,
+            stopping || connection.phase == .draining || live > configuration.minConnections
+        else { return false }
         connection.phase = .draining
         connection.closeRequested = true
         connection.closeReason = connection.closeReason ?? .idle
@@ -365,20 +373,22 @@ struct HTTP2PoolStateMachine {
 
     // MARK: Scheduling
 
-    /// Opens connections while there is work and room, and wakes connections with free streams.
+    /// Opens connections while there is work and room (and keeps `minConnections` open while
+    /// there is none), and wakes connections with free streams.
     private mutating func dispatch(_ actions: inout [Action]) {
-        guard !queue.isEmpty else { return }
+        let wanted = !queue.isEmpty ? configuration.maxConnections : stopping ? 0 : configuration.minConnections
         let live = connections.values.filter { $0.phase != .draining }.count
-        if live < configuration.maxConnections {
+        if live < wanted {
             if let at = reconnectAt, at > configuration.clock() {
                 if !reconnectTimerArmed {
                     reconnectTimerArmed = true
                     actions.append(.armReconnectTimer(at))
                 }
             } else {
-                for _ in live..<configuration.maxConnections { openConnection(&actions) }
+                for _ in live..<wanted { openConnection(&actions) }
             }
         }
+        guard !queue.isEmpty else { return }
         var waiting = queue.count
         for id in connections.keys.sorted() where waiting > 0 {
             guard var connection = connections[id], connection.phase == .ready, !connection.wakeScheduled,
@@ -656,7 +666,8 @@ extension HTTP2PoolStateMachine.Configuration {
     /// The pool's part of a client's configuration.
     init(_ client: APNSHTTP2Configuration) {
         self.init(
-            maxConnections: client.maxConnections, maxStreamsPerConnection: client.maxStreamsPerConnection,
+            maxConnections: client.maxConnections, minConnections: client.minConnections,
+            maxStreamsPerConnection: client.maxStreamsPerConnection,
             maxAttempts: client.maxAttempts, connectionRetryLimit: client.connectionRetryLimit,
             reconnectBaseDelay: client.reconnectBaseDelay, reconnectMaxDelay: client.reconnectMaxDelay,
             retryBaseDelay: client.retryBaseDelay, retryMaxDelay: client.retryMaxDelay,

@@ -42,8 +42,8 @@ public struct APNSSigningKey: Sendable {
                     "cannot read the signing key file \(path): it does not exist or is not readable")
             }
             try self.init(keyID: keyID, pemBytes: Array(data), label: path)
-        case .data(let bytes):
-            try self.init(keyID: keyID, pemBytes: bytes, label: "(inline data)")
+        case .data(let bytes, let label):
+            try self.init(keyID: keyID, pemBytes: bytes, label: label)
         }
     }
 

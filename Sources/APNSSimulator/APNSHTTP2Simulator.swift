@@ -159,6 +159,8 @@ public final class APNSHTTP2Simulator: Sendable {
         public var topic: String?
         public var pushType: String?
         public var priority: Int?
+        /// `apns-expiration` as sent (UNIX seconds; 0: do not store), `nil` when absent.
+        public var expiration: Int? = nil
         public var payloadLength: Int
         public var authorization: Authorization
     }
@@ -329,6 +331,11 @@ public final class APNSHTTP2Simulator: Sendable {
     /// ``Configuration/acceptedListLimit``).
     public var accepted: [Accepted] {
         state.withLock { $0.accepted }
+    }
+
+    /// Connections open now.
+    public var openConnections: Int {
+        state.withLock { $0.connections.count }
     }
 
     public var statistics: Statistics {

@@ -61,6 +61,8 @@ public final class APNSSimulator: Sendable {
         public var identifier: UInt32?
         public var token: DeviceToken
         public var payloadLength: Int
+        /// The frame's expiry (UNIX seconds; 0: do not store), when its command carries one.
+        public var expiry: UInt32? = nil
     }
 
     /// Counters since start.
@@ -76,6 +78,8 @@ public final class APNSSimulator: Sendable {
 
     struct State {
         var acceptedByToken: [DeviceToken: Int] = [:]
+        var expiryByToken: [DeviceToken: UInt32] = [:]
+        var open = 0
         var statistics = Statistics()
         var feedback: [FeedbackTuple]
         var badTokens: Set<DeviceToken>
@@ -200,6 +204,16 @@ public final class APNSSimulator: Sendable {
         state.withLock { $0.statistics }
     }
 
+    /// The expiry of the last notification accepted for each token, when its frame carried one.
+    public var expiryByToken: [DeviceToken: UInt32] {
+        state.withLock { $0.expiryByToken }
+    }
+
+    /// Gateway connections open now.
+    public var openConnections: Int {
+        state.withLock { $0.open }
+    }
+
     /// Replaces the feedback list served on the next feedback connection.
     public func setFeedback(_ tuples: [FeedbackTuple]) {
         state.withLock { $0.feedback = tuples }
@@ -215,6 +229,7 @@ public final class APNSSimulator: Sendable {
     func newConnection() -> Int {
         state.withLock { s in
             s.statistics.connections += 1
+            s.open += 1
             defer { s.nextConnection += 1 }
             return s.nextConnection
         }
@@ -241,6 +256,7 @@ public final class APNSSimulator: Sendable {
         state.withLock { s in
             for a in accepted {
                 s.acceptedByToken[a.token, default: 0] += 1
+                if let expiry = a.expiry { s.expiryByToken[a.token] = expiry }
             }
             s.statistics.accepted += accepted.count
             if recordFile != nil {
@@ -269,6 +285,10 @@ public final class APNSSimulator: Sendable {
             return s.recordBuffer
         }
         if !bytes.isEmpty { recordFile.write(Data(bytes)) }
+    }
+
+    func connectionClosed() {
+        state.withLock { $0.open -= 1 }
     }
 
     func count(_ update: (inout Statistics) -> Void) {
@@ -345,7 +365,8 @@ private final class GatewayHandler: ChannelInboundHandler {
                     connection: connection,
                     identifier: frame.identifier,
                     token: token,
-                    payloadLength: frame.payload!.readableBytes
+                    payloadLength: frame.payload!.readableBytes,
+                    expiry: frame.expiry
                 )
             )
             acceptedOnConnection += 1
@@ -368,6 +389,7 @@ private final class GatewayHandler: ChannelInboundHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         flushAccepted()
+        simulator.connectionClosed()
         context.fireChannelInactive()
     }
 

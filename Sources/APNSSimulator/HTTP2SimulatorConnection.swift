@@ -346,6 +346,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
                 topic: head.topic,
                 pushType: head.pushType,
                 priority: checked.priority,
+                expiration: head.expiration.flatMap { Int($0) },
                 payloadLength: stream.bodyLength,
                 authorization: authorization))
     }

@@ -318,11 +318,12 @@ struct ConfigurationBuilder {
         name: String, section: ConfigSection, limits: WorkerConfiguration.Limits
     ) throws(ConfigurationError) -> WorkerConfiguration.App {
         typealias App = WorkerConfiguration.App
-        try section.checkKnown([
-            "bundleId", "defaultEnvironment", "transport", "poolSize", "cacheMaxCount", "cacheMaxBytes",
-            "confirmationWindowMs", "resendOnUnknown", "connectRetryLimit", "appPerSecond", "devicePerHour",
-            "feedbackIntervalSeconds", "environments", "topics", "dryRun",
-        ])
+        try section.checkKnown(
+            [
+                "bundleId", "defaultEnvironment", "transport", "poolSize", "cacheMaxCount", "cacheMaxBytes",
+                "confirmationWindowMs", "resendOnUnknown", "connectRetryLimit", "appPerSecond", "devicePerHour",
+                "feedbackIntervalSeconds", "mdmTopic", "defaultExpiry", "topics", "dryRun",
+            ] + Self.connectionKeys + ["environments"])
 
         // The transport first: the environments' defaults depend on it.
         var transport = WorkerConfiguration.Transport.binary
@@ -357,11 +358,23 @@ struct ConfigurationBuilder {
             defaultEnvironment = .production
         }
 
-        var app = App(name: name, bundleId: name, defaultEnvironment: defaultEnvironment, environments: environments)
+        var app = App(
+            name: name, bundleId: name, defaultEnvironment: defaultEnvironment, transport: transport, environments: environments)
         if let value = section.value("bundleId") {
             app.bundleId = try SettingParsing.string(value).trimmingCharacters(in: .whitespaces)
         }
-        app.transport = transport
+        if let value = section.value("mdmTopic") {
+            let topic = try SettingParsing.string(value)
+            guard !topic.contains(where: \.isWhitespace) else {
+                throw ConfigurationError(
+                    "\(value.label) must be the topic of the MDM push certificate (com.apple.mgmt.External.<UUID>), "
+                        + "without white space, not \(value.shown).")
+            }
+            app.mdmTopic = topic
+        }
+        if let value = section.value("defaultExpiry") {
+            app.defaultExpiry = try Self.defaultExpiry(value)
+        }
         try section.read("poolSize", .from(1, to: 64), into: &app.poolSize)
         try section.read("cacheMaxCount", .atLeast(1), into: &app.cacheMaxCount)
         try section.read("cacheMaxBytes", .atLeast(4096), into: &app.cacheMaxBytes)
@@ -384,22 +397,82 @@ struct ConfigurationBuilder {
                 range: 0...86_400, wording: "0 (no feedback polling) or a whole number from 1 to 86400"
             ), .seconds(1), into: &app.feedbackInterval)
         try readJobSettings(section, into: &app)
+        try readConnection(section, into: &app)
         return app
+    }
+
+    /// An app's `defaultExpiry`: `0` (do not store) or a whole number of s, m, h, d or w.
+    private static func defaultExpiry(_ value: SettingValue) throws(ConfigurationError) -> APNSExpiry {
+        let text = try SettingParsing.string(value)
+        switch try? APNSExpiry(parsing: text) {
+        case .immediately?: return .immediately
+        case .after(let duration)? where duration > .zero: return .after(duration)
+        default:
+            throw ConfigurationError(
+                "\(value.label) must be 0 (do not store) or a time counted from sending: a whole number followed by "
+                    + "s, m, h, d or w such as \"1h\" or \"1d\", not \(value.shown).")
+        }
+    }
+
+    // MARK: - Connection settings
+
+    /// An app's connection settings (``WorkerConfiguration/App/Connection``).
+    private static let connectionKeys = [
+        "minConnections", "connectTimeoutMs", "writeTimeoutMs", "idleTimeoutMs", "reconnectBaseDelayMs", "reconnectMaxDelayMs",
+        "retryLimit", "retryBaseDelayMs", "retryMaxDelayMs",
+    ]
+
+    /// Reads the connection settings, then checks that each lower bound is at most its upper bound.
+    private func readConnection(_ section: ConfigSection, into app: inout WorkerConfiguration.App) throws(ConfigurationError) {
+        // The times in milliseconds; idleTimeoutMs also takes 0 (never close), below.
+        let times: [(String, WritableKeyPath<WorkerConfiguration.App.Connection, Duration>)] = [
+            ("connectTimeoutMs", \.connectTimeout), ("writeTimeoutMs", \.writeTimeout),
+            ("reconnectBaseDelayMs", \.reconnectBaseDelay), ("reconnectMaxDelayMs", \.reconnectMaxDelay),
+            ("retryBaseDelayMs", \.retryBaseDelay), ("retryMaxDelayMs", \.retryMaxDelay),
+        ]
+        for (key, path) in times {
+            try section.read(key, .from(1, to: 3_600_000), .milliseconds(1), into: &app.connection[keyPath: path])
+        }
+        if let value = section.value("idleTimeoutMs") {
+            let milliseconds = try SettingParsing.integer(
+                value,
+                IntegerRule(range: 0...86_400_000, wording: "0 (never close an idle connection) or a whole number from 1 to 86400000"))
+            app.connection.idleTimeout = milliseconds == 0 ? nil : .milliseconds(milliseconds)
+        }
+        try section.read("minConnections", .from(0, to: 64), into: &app.connection.minConnections)
+        try section.read("retryLimit", .from(0, to: 1_000), into: &app.connection.retryLimit)
+        let pairs: [(low: String, high: String, lowValue: Int, highValue: Int)] = [
+            ("minConnections", "poolSize", app.connection.minConnections, app.poolSize),
+            (
+                "reconnectBaseDelayMs", "reconnectMaxDelayMs", Self.ms(app.connection.reconnectBaseDelay),
+                Self.ms(app.connection.reconnectMaxDelay)
+            ),
+            ("retryBaseDelayMs", "retryMaxDelayMs", Self.ms(app.connection.retryBaseDelay), Self.ms(app.connection.retryMaxDelay)),
+        ]
+        for pair in pairs where pair.lowValue > pair.highValue {
+            throw ConfigurationError(
+                "\(section.label(pair.low)) (\(pair.lowValue)) must not be more than \(pair.high) (\(pair.highValue)); "
+                    + "lower \(pair.low) or raise \(pair.high).")
+        }
+    }
+
+    private static func ms(_ duration: Duration) -> Int {
+        Int(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
     }
 
     private func buildEnvironment(
         _ name: APNSEnvironment, section: ConfigSection, transport: WorkerConfiguration.Transport
     ) throws(ConfigurationError) -> WorkerConfiguration.AppEnvironment {
-        try section.checkKnown([
-            "certificate", "key", "pfx", "passphrase", "passphraseFile", "ca", "verifyServer", "gateway", "feedback",
-            "signingKey", "keyId", "teamId",
-        ])
+        try section.checkKnown(
+            Self.credentialKeys.flatMap { [$0.file, $0.inline, $0.variable] } + [
+                "passphrase", "passphraseFile", "passphraseEnv", "ca", "verifyServer", "gateway", "feedback", "keyId", "teamId",
+            ])
 
-        let certificate = section.value("certificate")
-        let key = section.value("key")
-        let pfx = section.value("pfx")
+        let certificate = try credential(Self.certificateKeys, in: section)
+        let key = try credential(Self.keyKeys, in: section)
+        let pfx = try credential(Self.pfxKeys, in: section)
         let credentials: WorkerConfiguration.Credentials
-        if let signingKey = section.value("signingKey") {
+        if let signingKey = try credential(Self.signingKeyKeys, in: section) {
             // §4: token authentication, HTTP/2 only.
             guard transport == .http2 else {
                 throw ConfigurationError(
@@ -425,15 +498,17 @@ struct ConfigurationBuilder {
             where text.count != 10 || !text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) {
                 throw ConfigurationError("\(label) must be 10 letters or digits, not \"\(text)\".")
             }
-            credentials = .token(signingKey: try readableFile(signingKey), keyId: keyIdText, teamId: teamIdText)
+            credentials = .token(signingKey: signingKey, keyId: keyIdText, teamId: teamIdText)
         } else if let keyId = section.value("keyId") ?? section.value("teamId") {
-            throw ConfigurationError("\(keyId.label) is only used with signingKey; set signingKey to the .p8 key file.")
+            throw ConfigurationError(
+                "\(keyId.label) is only used with signingKey; set signingKey to the .p8 key file (or signingKeyPem or "
+                    + "signingKeyPemEnv).")
         } else {
             switch (certificate, key, pfx) {
             case (let certificate?, let key?, nil):
-                credentials = .pem(certificate: try readableFile(certificate), key: try readableFile(key))
+                credentials = .pem(certificate: certificate, key: key)
             case (nil, nil, let pfx?):
-                credentials = .pkcs12(try readableFile(pfx))
+                credentials = .pkcs12(pfx)
             case (_, _, .some):
                 throw ConfigurationError(
                     "\(section.label("pfx")) cannot be used together with certificate and key; "
@@ -441,29 +516,29 @@ struct ConfigurationBuilder {
             case (.some, nil, nil):
                 throw ConfigurationError(
                     "\(section.label("key")) is required with certificate: set it in the config file to the "
-                        + "PEM private key file.")
+                        + "PEM private key file (or give the key with keyPem or keyPemEnv).")
             case (nil, .some, nil):
                 throw ConfigurationError(
                     "\(section.label("certificate")) is required with key: set it in the config file to the "
-                        + "PEM certificate file.")
+                        + "PEM certificate file (or give the certificate with certificatePem or certificatePemEnv).")
             case (nil, nil, nil):
                 throw ConfigurationError(
                     "\(section.path) needs credentials: set certificate and key (PEM files) or pfx "
                         + "(a PKCS#12 file)" + (transport == .http2 ? ", or signingKey, keyId and teamId," : "")
-                        + " in the config file.")
+                        + " in the config file (each can also be given inline or from an environment variable; "
+                        + "see docs/configuration.md).")
             }
         }
 
         var passphrase: String?
-        switch (section.value("passphrase"), section.value("passphraseFile")) {
-        case (.some, .some):
-            throw ConfigurationError(
-                "\(section.label("passphrase")) and passphraseFile cannot both be set; keep one.")
-        case (let value?, nil):
+        switch try Self.oneOf(["passphrase", "passphraseFile", "passphraseEnv"], in: section, what: "the passphrase") {
+        case ("passphrase", let value)?:
             passphrase = try SettingParsing.string(value, allowEmpty: true)
-        case (nil, let value?):
+        case ("passphraseFile", let value)?:
             passphrase = try readPassphrase(value)
-        case (nil, nil):
+        case (_, let value)?:
+            passphrase = String(decoding: try variable(value).value, as: UTF8.self)
+        case nil:
             passphrase = nil
         }
 
@@ -482,6 +557,110 @@ struct ConfigurationBuilder {
             environment.feedback = try SettingParsing.hostPort(value, defaultPort: name.defaultFeedback.port)
         }
         return environment
+    }
+
+    // MARK: - Credentials
+
+    /// The three settings that can give one credential: a file, the text itself, or an
+    /// environment variable holding the text. PKCS#12 text is base64.
+    private struct CredentialKeys {
+        var file: String
+        var inline: String
+        var variable: String
+        var what: String
+        var base64 = false
+    }
+
+    private static let certificateKeys = CredentialKeys(
+        file: "certificate", inline: "certificatePem", variable: "certificatePemEnv", what: "the PEM certificate")
+    private static let keyKeys = CredentialKeys(file: "key", inline: "keyPem", variable: "keyPemEnv", what: "the PEM private key")
+    private static let pfxKeys = CredentialKeys(
+        file: "pfx", inline: "pkcs12Base64", variable: "pkcs12Base64Env", what: "the PKCS#12 bundle", base64: true)
+    private static let signingKeyKeys = CredentialKeys(
+        file: "signingKey", inline: "signingKeyPem", variable: "signingKeyPemEnv", what: "the .p8 signing key")
+    /// Every credential's settings, in the order unknown-setting messages list them.
+    private static let credentialKeys = [certificateKeys, keyKeys, pfxKeys, signingKeyKeys]
+
+    /// Which one of `keys` is set, with its value; an error naming both when more than one is.
+    private static func oneOf(
+        _ keys: [String], in section: ConfigSection, what: String
+    ) throws(ConfigurationError) -> (key: String, value: SettingValue)? {
+        let given = keys.compactMap { key in section.value(key).map { (key, $0) } }
+        if given.count > 1 {
+            throw ConfigurationError(
+                "\(section.label(given[0].0)) and \(given[1].0) cannot both be set; give \(what) one way only: "
+                    + keys.dropLast().joined(separator: ", ") + " or " + keys[keys.count - 1] + ".")
+        }
+        return given.first
+    }
+
+    /// A credential from its file, its inline text or its environment variable; `nil` when none
+    /// is set. Inline and environment values are held as data labelled with where they came from,
+    /// so that messages name the setting and never show the secret.
+    private func credential(_ keys: CredentialKeys, in section: ConfigSection) throws(ConfigurationError) -> CredentialSource? {
+        guard let (key, value) = try Self.oneOf([keys.file, keys.inline, keys.variable], in: section, what: keys.what) else {
+            return nil
+        }
+        let text: [UInt8]
+        let label: String
+        var variableName: String?
+        switch key {
+        case keys.file:
+            return .file(try readableFile(value))
+        case keys.inline:
+            text = Array(try SettingParsing.string(value).utf8)
+            label = "given in \(value.label)"
+        default:
+            let name: String
+            (name, text) = try variable(value)
+            label = "from \(name) (\(value.label))"
+            variableName = name
+        }
+        guard keys.base64 else { return .data(text, label: label) }
+        let compact = text.filter { !($0 == 0x20 || (0x09...0x0D).contains($0)) }
+        guard let decoded = Data(base64Encoded: Data(compact)), !decoded.isEmpty else {
+            throw ConfigurationError(
+                "\(value.label) must give \(keys.what) in base64 (for example the output of base64 -w0 app.p12); "
+                    + "\(variableName.map { "the value of \($0)" } ?? "the value") is not base64 and is not shown.")
+        }
+        return .data(Array(decoded), label: label)
+    }
+
+    /// The value of the environment variable a `…Env` setting names. The name is checked before
+    /// anything is said about it, and a value that is not a variable name is never repeated: it
+    /// may be the secret itself, set there by mistake.
+    private func variable(_ value: SettingValue) throws(ConfigurationError) -> (name: String, value: [UInt8]) {
+        let name = try SettingParsing.string(value).trimmingCharacters(in: .whitespaces)
+        let valid =
+            name.unicodeScalars.count <= 255 && name.first.map { !$0.isNumber } == true
+            && name.unicodeScalars.allSatisfy { $0.isASCII && ($0 == "_" || CharacterSet.alphanumerics.contains($0)) }
+        guard valid else {
+            throw ConfigurationError(
+                "\(value.label) must name an environment variable (letters, digits and _, such as APNS_KEY); "
+                    + "what is set there is not a name, and is not shown in case it is the secret itself.")
+        }
+        guard let text = environment[name], !text.isEmpty else {
+            throw ConfigurationError(
+                "\(value.label) names the environment variable \(name), which is not set or is empty; set it to the "
+                    + "credential, or give the credential another way.")
+        }
+        return (name, Array(text.utf8))
+    }
+
+    /// The variables the apps' `…Env` settings name.
+    private func credentialVariables() -> Set<String> {
+        var names = Set<String>()
+        guard let apps = try? root.section("apps") else { return names }
+        for app in apps.entries {
+            guard let environments = try? apps.section(app.key).section("environments") else { continue }
+            for environment in environments.entries {
+                guard let section = try? environments.section(environment.key) else { continue }
+                for entry in section.entries where entry.key.hasSuffix("Env") {
+                    if case .scalar(let scalar) = entry.value { names.insert(scalar.text.trimmingCharacters(in: .whitespaces)) }
+                }
+            }
+        }
+        return names
     }
 
     // MARK: - Files
@@ -536,11 +715,13 @@ struct ConfigurationBuilder {
         ConfigurationError("\(path) is required: set it in the config file, \(variable) or \(flag).")
     }
 
-    /// Warns about `APN_WORKER_*` variables that are not settings (most likely misspelt).
+    /// Warns about `APN_WORKER_*` variables that are not settings (most likely misspelt) and
+    /// that no credential setting (`…Env`) names.
     private mutating func collectUnknownVariables() {
+        let named = credentialVariables()
         for name in environment.keys.sorted()
         where name.hasPrefix(Self.environmentPrefix) && !name.hasPrefix(Self.kafkaPropertyPrefix)
-            && !Self.knownVariables.contains(name)
+            && !Self.knownVariables.contains(name) && !named.contains(name)
         {
             warnings.append("\(name) is not a setting of apn-worker run; it was ignored.")
         }

@@ -250,6 +250,15 @@ extension WorkerConfiguration {
         public var devicePerHour: Int
         /// Time between feedback-service polls (`feedbackIntervalSeconds`); zero turns polling off.
         public var feedbackInterval: Duration
+        /// HTTP/2 only: the `apns-topic` of MDM notifications, the topic of the MDM push
+        /// certificate (`com.apple.mgmt.External.<UUID>`); `nil`: MDM jobs for the app are invalid.
+        public var mdmTopic: String?
+        /// The expiry of jobs that give none (`defaultExpiry`): ``APNSExpiry/immediately`` (0: do
+        /// not store, the default) or ``APNSExpiry/after(_:)``, counted from when a notification
+        /// is sent.
+        public var defaultExpiry = APNSExpiry.immediately
+        /// How the app's connections are opened, kept and retried.
+        public var connection = Connection()
         /// The configured environments: at least one.
         public var environments: [APNSEnvironment: AppEnvironment]
         /// `http2` with token authentication: the bundle IDs a job may name in `topic`, served by
@@ -297,35 +306,72 @@ extension WorkerConfiguration {
             self.devicePerHour = devicePerHour
             self.feedbackInterval = feedbackInterval
             self.environments = environments
+            if transport == .http2 { connection.idleTimeout = Connection.defaultHTTP2IdleTimeout }
         }
 
         /// The settings of the environment used for jobs that name none.
         public var defaultEnvironmentSettings: AppEnvironment? { environments[defaultEnvironment] }
+
+        /// An app's connection settings; the defaults are the delivery clients' own.
+        public struct Connection: Sendable, Hashable {
+            /// Connections per environment opened when the worker starts and kept open while
+            /// idle, 0...``App/poolSize``.
+            public var minConnections = 0
+            /// TCP connect plus TLS handshake (`connectTimeoutMs`).
+            public var connectTimeout: Duration = .seconds(10)
+            /// Binary only: a connection whose written frames do not leave within this long is
+            /// closed (`writeTimeoutMs`).
+            public var writeTimeout: Duration = .seconds(30)
+            /// A connection with nothing to do for this long is closed (`idleTimeoutMs`); `nil`
+            /// keeps it open. Default: `nil` for binary apps, 300 s for HTTP/2 apps.
+            public var idleTimeout: Duration?
+            /// First delay before reconnecting after a failed connect, doubled per failure
+            /// (`reconnectBaseDelayMs`)...
+            public var reconnectBaseDelay: Duration = .milliseconds(100)
+            /// ...up to this (`reconnectMaxDelayMs`).
+            public var reconnectMaxDelay: Duration = .seconds(5)
+            /// HTTP/2 only: retries of a notification answered 429 or 5xx, for jobs without
+            /// `retryLimit`.
+            public var retryLimit = 3
+            /// HTTP/2 only: first delay before such a retry, doubled per retry (`retryBaseDelayMs`)...
+            public var retryBaseDelay: Duration = .seconds(1)
+            /// ...up to this (`retryMaxDelayMs`).
+            public var retryMaxDelay: Duration = .seconds(60)
+
+            public static let defaultHTTP2IdleTimeout: Duration = .seconds(300)
+
+            public init() {}
+        }
     }
 
-    /// Where an app's client certificate and key come from.
+    /// Where an app's client certificate and key come from: each document a file, text given
+    /// in the config file, or the value of an environment variable (a ``CredentialSource`` whose
+    /// data is never printed, only its label).
     public enum Credentials: Sendable, Hashable {
-        /// A PEM certificate (chain) file and a PEM private key file.
-        case pem(certificate: String, key: String)
-        /// A PKCS#12 file holding both.
-        case pkcs12(String)
-        /// HTTP/2 only: a provider-token signing key (`.p8` file), its 10-character key ID and
-        /// the 10-character team ID (§4).
-        case token(signingKey: String, keyId: String, teamId: String)
+        /// A PEM certificate (chain) and a PEM private key.
+        case pem(certificate: CredentialSource, key: CredentialSource)
+        /// A PKCS#12 bundle holding both.
+        case pkcs12(CredentialSource)
+        /// HTTP/2 only: a provider-token signing key (`.p8`), its 10-character key ID and the
+        /// 10-character team ID (§4).
+        case token(signingKey: CredentialSource, keyId: String, teamId: String)
     }
 
     /// How one app connects to one of Apple's environments.
     ///
     /// File paths are absolute: a relative path in the config file is taken relative to the
-    /// directory of the config file. Each file existed and was readable when loaded; its
-    /// contents are not checked here.
-    public struct AppEnvironment: Sendable, Hashable {
+    /// directory of the config file. Each file existed and was readable when loaded, and each
+    /// environment variable named was set; the contents are not checked here.
+    ///
+    /// Printed or dumped, it shows where its credentials came from and whether a passphrase is
+    /// set, never the credentials or the passphrase.
+    public struct AppEnvironment: Sendable, Hashable, CustomReflectable {
         /// Which environment this is.
         public var name: APNSEnvironment
         /// The client certificate and key.
         public var credentials: Credentials
-        /// The passphrase of the key or PKCS#12 file: `passphrase`, or the contents of
-        /// `passphraseFile` without trailing line breaks.
+        /// The passphrase of the key or PKCS#12 file: `passphrase`, the contents of
+        /// `passphraseFile` without trailing line breaks, or the value of `passphraseEnv`.
         public var passphrase: String?
         /// A PEM CA bundle that signs the gateway's certificate; `nil` uses the system's roots.
         public var ca: String?
@@ -350,21 +396,30 @@ extension WorkerConfiguration {
             self.feedback = feedback ?? name.defaultFeedback
         }
 
-        /// The PEM certificate file, when ``credentials`` is `.pem`.
+        public var customMirror: Mirror {
+            Mirror(
+                self,
+                children: [
+                    "name": name, "credentials": credentials, "passphrase": passphrase == nil ? "none" : "(set, not shown)",
+                    "ca": ca as Any, "verifyServer": verifyServer, "gateway": gateway, "feedback": feedback,
+                ], displayStyle: .struct)
+        }
+
+        /// The PEM certificate file, when ``credentials`` is `.pem` from a file.
         public var certificate: String? {
-            if case .pem(let certificate, _) = credentials { return certificate }
+            if case .pem(.file(let certificate), _) = credentials { return certificate }
             return nil
         }
 
-        /// The PEM private key file, when ``credentials`` is `.pem`.
+        /// The PEM private key file, when ``credentials`` is `.pem` from a file.
         public var key: String? {
-            if case .pem(_, let key) = credentials { return key }
+            if case .pem(_, .file(let key)) = credentials { return key }
             return nil
         }
 
-        /// The PKCS#12 file, when ``credentials`` is `.pkcs12`.
+        /// The PKCS#12 file, when ``credentials`` is `.pkcs12` from a file.
         public var pfx: String? {
-            if case .pkcs12(let path) = credentials { return path }
+            if case .pkcs12(.file(let path)) = credentials { return path }
             return nil
         }
     }

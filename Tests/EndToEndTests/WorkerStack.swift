@@ -157,12 +157,12 @@ final class WorkerStack: @unchecked Sendable {
         return stack
     }
 
-    /// Starts `apn-worker run` and waits for its ready line.
+    /// Starts `apn-worker run` (with `environment` added to its variables) and waits for its ready line.
     @discardableResult
-    func startWorker(_ id: String) async throws -> ChildProcess {
+    func startWorker(_ id: String, environment: [String: String] = [:]) async throws -> ChildProcess {
         let process = try ChildProcess(
             Paths.executable, ["run", "--config", configPath, "--worker-id", id, "--group", groupId],
-            stderrFile: "\(directory)/\(id)-\(workers.count).log")
+            stderrFile: "\(directory)/\(id)-\(workers.count).log", environment: environment)
         workers[id] = process
         let line = await process.readLine()
         guard let line, line.contains("\"ready\"") else {

@@ -190,7 +190,7 @@ private func parseError(
     #expect(app.feedbackInterval == .zero)
 
     let production = try #require(app.environments[.production])
-    #expect(production.credentials == .pem(certificate: fixture.path("cert.pem"), key: fixture.path("key.pem")))
+    #expect(production.credentials == .pem(certificate: .file(fixture.path("cert.pem")), key: .file(fixture.path("key.pem"))))
     #expect(production.certificate == fixture.path("cert.pem"))
     #expect(production.pfx == nil)
     #expect(production.passphrase == "hunter2")
@@ -200,7 +200,7 @@ private func parseError(
     #expect(production.feedback == .init(host: "fb.example.com", port: 3001))
 
     let sandbox = try #require(app.environments[.sandbox])
-    #expect(sandbox.credentials == .pkcs12(fixture.path("app.p12")))
+    #expect(sandbox.credentials == .pkcs12(.file(fixture.path("app.p12"))))
     #expect(sandbox.passphrase == "s3cret pass")
     #expect(sandbox.verifyServer)
     #expect(sandbox.ca == nil)
@@ -512,8 +512,9 @@ private func parseError(
     let typoInEnvironment = fixture.minimalYAML().replacingOccurrences(of: "certificate:", with: "certfile:")
     #expect(
         parseError(typoInEnvironment) == "apps.com.example.app.environments.production.certfile: unknown "
-            + "setting; known settings here are certificate, key, pfx, passphrase, passphraseFile, ca, "
-            + "verifyServer, gateway, feedback, signingKey, keyId, teamId.")
+            + "setting; known settings here are certificate, certificatePem, certificatePemEnv, key, keyPem, keyPemEnv, "
+            + "pfx, pkcs12Base64, pkcs12Base64Env, signingKey, signingKeyPem, signingKeyPemEnv, passphrase, passphraseFile, "
+            + "passphraseEnv, ca, verifyServer, gateway, feedback, keyId, teamId.")
     #expect(
         parseError(fixture.minimalYAML(extra: "wroker:\n  id: x")) == "wroker: unknown setting; known "
             + "settings here are worker, kafka, redis, limits, apps.")
@@ -529,7 +530,9 @@ private func parseError(
         parseError(fixture.minimalYAML(app: "    pool: 3")) == "apps.com.example.app.pool: unknown "
             + "setting; known settings here are bundleId, defaultEnvironment, transport, poolSize, cacheMaxCount, "
             + "cacheMaxBytes, confirmationWindowMs, resendOnUnknown, connectRetryLimit, appPerSecond, devicePerHour, "
-            + "feedbackIntervalSeconds, environments, topics, dryRun.")
+            + "feedbackIntervalSeconds, mdmTopic, defaultExpiry, topics, dryRun, minConnections, connectTimeoutMs, writeTimeoutMs, "
+            + "idleTimeoutMs, reconnectBaseDelayMs, reconnectMaxDelayMs, retryLimit, retryBaseDelayMs, retryMaxDelayMs, "
+            + "environments.")
     #expect(parseError(fixture.minimalYAML(extra: "redis:\n  host: x")) != nil)  // redis set twice
 }
 
@@ -581,11 +584,12 @@ private func parseError(
     #expect(
         parseError(noApps + "apps:\n  a:\n    environments:\n      sandbox:\n")
             == "apps.a.environments.sandbox needs credentials: set certificate and key (PEM files) or pfx "
-            + "(a PKCS#12 file) in the config file.")
+            + "(a PKCS#12 file) in the config file (each can also be given inline or from an environment variable; "
+            + "see docs/configuration.md).")
     let noKey = fixture.minimalYAML().replacingOccurrences(of: "key: \(fixture.path("key.pem"))", with: "")
     #expect(
         parseError(noKey) == "apps.com.example.app.environments.production.key is required with "
-            + "certificate: set it in the config file to the PEM private key file.")
+            + "certificate: set it in the config file to the PEM private key file (or give the key with keyPem or keyPemEnv).")
 }
 
 @Test func numbersOutOfRangeOrMalformed() throws {
@@ -790,7 +794,8 @@ private func parseError(
             + "check that the file exists and is readable.")
     #expect(
         parseError(environment("passphrase: a\n        passphraseFile: passphrase.txt"), path: path)
-            == "apps.com.example.app.environments.production.passphrase and passphraseFile cannot both be set; keep one.")
+            == "apps.com.example.app.environments.production.passphrase and passphraseFile cannot both be set; "
+            + "give the passphrase one way only: passphrase, passphraseFile or passphraseEnv.")
 }
 
 // MARK: - Environments
@@ -972,7 +977,7 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     let app = try #require(config.apps["com.example.app"])
     #expect(app.transport == .http2)
     let production = try #require(app.environments[.production])
-    #expect(production.credentials == .token(signingKey: fixture.path("AuthKey.p8"), keyId: "ABCDE12345", teamId: "TEAM123456"))
+    #expect(production.credentials == .token(signingKey: .file(fixture.path("AuthKey.p8")), keyId: "ABCDE12345", teamId: "TEAM123456"))
     #expect(production.gateway == WorkerConfiguration.HostPort(host: "api.push.apple.com", port: 443))
 }
 
@@ -1028,7 +1033,7 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
                 environment: """
                               verifyServer: false
                     """))
-            == "\(path) needs credentials: set certificate and key (PEM files) or pfx (a PKCS#12 file), or signingKey, keyId and teamId, in the config file."
+            == "\(path) needs credentials: set certificate and key (PEM files) or pfx (a PKCS#12 file), or signingKey, keyId and teamId, in the config file (each can also be given inline or from an environment variable; see docs/configuration.md)."
     )
 }
 

@@ -20,7 +20,7 @@ import Testing
     func intake() throws -> IntakeStage {
         let app = WorkerConfiguration.App(
             name: "a", bundleId: "a", defaultEnvironment: .production,
-            environments: [.production: .init(name: .production, credentials: .pem(certificate: "/c.pem", key: "/k.pem"))])
+            environments: [.production: .init(name: .production, credentials: .pem(certificate: .file("/c.pem"), key: .file("/k.pem")))])
         let configuration = WorkerConfiguration(
             worker: .init(id: "w1"), kafka: .init(bootstrapServers: "127.0.0.1:9092"), redis: RedisConfiguration(),
             limits: .init(), apps: ["a": app])

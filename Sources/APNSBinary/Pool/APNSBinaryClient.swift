@@ -66,6 +66,8 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         machineConfig.confirmationWindow = configuration.confirmationWindow.timeAmount
         machineConfig.resendOnUnknown = configuration.resendOnUnknown
         machineConfig.connectionRetryLimit = configuration.connectionRetryLimit
+        machineConfig.reconnectBaseDelay = configuration.reconnectBaseDelay
+        machineConfig.reconnectMaxDelay = configuration.reconnectMaxDelay
         self.state = Mutex(
             State(
                 machine: PoolStateMachine(configuration: machineConfig),

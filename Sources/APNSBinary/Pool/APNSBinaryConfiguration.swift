@@ -59,8 +59,12 @@ public struct APNSBinaryConfiguration: Sendable {
     public var resendOnUnknown = true
     /// Connection failures in a row after which queued notifications fail with
     /// ``APNSStatus/connectionFailed`` instead of waiting; `nil`: they wait, and the client
-    /// keeps reconnecting with back-off capped at 5 s (``APNSReconnectBackoff``).
+    /// keeps reconnecting with back-off (``APNSReconnectBackoff``).
     public var connectionRetryLimit: Int? = 10
+    /// First delay before reconnecting after a failed connection; doubled per failure.
+    public var reconnectBaseDelay: Duration = .milliseconds(100)
+    /// Longest delay before reconnecting.
+    public var reconnectMaxDelay: Duration = .seconds(5)
     /// Payload size limit (§1.3).
     public var payloadLimit = 2048
     /// Resends allowed per notification when the notification sets no `retryLimit` (`nil`: unlimited).
@@ -97,6 +101,9 @@ public struct APNSBinaryConfiguration: Sendable {
         guard writeTimeout > .zero else { throw bad("writeTimeout must be positive") }
         if let connectionRetryLimit, connectionRetryLimit < 1 {
             throw bad("connectionRetryLimit must be at least 1 (or unset to keep waiting), not \(connectionRetryLimit)")
+        }
+        guard reconnectBaseDelay >= .zero, reconnectMaxDelay >= reconnectBaseDelay else {
+            throw bad("reconnectBaseDelay must be zero or more and at most reconnectMaxDelay")
         }
         guard (1...65535).contains(payloadLimit) else {
             throw bad("payloadLimit must be between 1 and 65535, not \(payloadLimit)")

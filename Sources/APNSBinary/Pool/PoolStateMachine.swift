@@ -22,6 +22,8 @@ struct PoolStateMachine {
         var resendOnUnknown = true
         /// Failures in a row after which queued notifications fail; `nil`: they wait.
         var connectionRetryLimit: Int? = 10
+        var reconnectBaseDelay: Duration = .milliseconds(100)
+        var reconnectMaxDelay: Duration = .seconds(5)
         /// Wall-clock milliseconds since the epoch, for stale notifications.
         var now: @Sendable () -> Int64 = APNSReconnectBackoff.nowMilliseconds
         /// Connection-level events (not outcomes) kept for the consumer before new ones are dropped.
@@ -551,7 +553,9 @@ struct PoolStateMachine {
     /// Exponential back-off for the next connect after `consecutiveFailures` failures; the client
     /// applies jitter when it executes the delay.
     private func backoffDelay() -> TimeAmount {
-        APNSReconnectBackoff.delay(afterFailures: consecutiveFailures).timeAmount
+        APNSReconnectBackoff.delay(
+            afterFailures: consecutiveFailures, base: configuration.reconnectBaseDelay, maximum: configuration.reconnectMaxDelay
+        ).timeAmount
     }
 
     // MARK: Helpers

@@ -81,6 +81,9 @@ public struct JobParser: Sendable {
     /// Apps delivered over HTTP/2: their payloads may be 4096 bytes (5120 for VoIP) and use
     /// priority 1 (§1.3, §3.3).
     public var http2Apps: Set<String> = []
+    /// The expiry of a job without `expiry`, by app (`apps.<name>.defaultExpiry`); an app not
+    /// listed keeps 0, do not store.
+    public var defaultExpiry: [String: APNSExpiry] = [:]
 
     public init() {}
 
@@ -232,6 +235,7 @@ public struct JobParser: Sendable {
         } catch {
             return reject(error.message)
         }
+        if fields.expiry == nil, let expiry = defaultExpiry[app] { job.notification.expiry = expiry }
         // §1.3: the payload must fit; trim the alert body if it does not.
         let http2 = http2Apps.contains(app)
         let limit =

@@ -50,8 +50,18 @@ final class DeliveryStage: Sendable {
             .sorted { ($0.key.app, $0.key.environment.rawValue) < ($1.key.app, $1.key.environment.rawValue) }
     }
 
-    /// Reads the events of every pool, each in a child task, until the pools are shut down.
+    /// Opens the pools of the apps that keep connections open (`minConnections`) and starts
+    /// them, then reads the events of every pool, each in a child task, until the pools are
+    /// shut down.
     func run() async {
+        for key in pools.keys.sorted(by: { ($0.app, $0.environment.rawValue) < ($1.app, $1.environment.rawValue) })
+        where pools[key]?.transport.minConnections ?? 0 > 0 {
+            do {
+                try pool(for: key).start()
+            } catch {
+                logger.error("Cannot open the \(key.app) \(key.environment) pool", metadata: ["error": "\(error)"])
+            }
+        }
         await withDiscardingTaskGroup { group in
             for await (key, client) in opened {
                 group.addTask { await self.readEvents(of: client, key: key) }

@@ -31,6 +31,7 @@ struct IntakeStage: Sendable {
         var parser = JobParser()
         parser.http2Apps = Set(
             configuration.apps.filter { $0.value.transport == .http2 }.keys)
+        parser.defaultExpiry = configuration.apps.compactMapValues { $0.defaultExpiry == .immediately ? nil : $0.defaultExpiry }
         self.parser = parser
         self.apps = configuration.apps
         self.factory = factory
@@ -93,6 +94,14 @@ struct IntakeStage: Sendable {
             let environment = job.environment.flatMap(APNSEnvironment.init(rawValue:)) ?? app.defaultEnvironment
             guard app.environments[environment] != nil else {
                 reject("app \"\(job.app)\" has no \(environment) environment configured", environment: environment.rawValue)
+                return
+            }
+            // §3.3: an MDM notification's apns-topic is the MDM certificate's, which only the app's configuration knows.
+            if job.notification.mdm != nil && app.transport == .http2 && app.mdmTopic == nil {
+                reject(
+                    "app \"\(job.app)\" sends over HTTP/2 and has no mdmTopic: set apps.\(job.app).mdmTopic to the topic of the "
+                        + "MDM push certificate (com.apple.mgmt.External.<UUID>) to send MDM notifications",
+                    environment: environment.rawValue)
                 return
             }
             if let reason = Self.refusal(of: job, app: app, environment: environment) {

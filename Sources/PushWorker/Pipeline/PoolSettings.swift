@@ -25,6 +25,14 @@ enum DeliveryTransport: Sendable {
         case .http2: "http2"
         }
     }
+
+    /// Connections opened when the worker starts and kept open while idle.
+    var minConnections: Int {
+        switch self {
+        case .binary(let c): c.minConnections
+        case .http2(let c): c.minConnections
+        }
+    }
 }
 
 /// How the worker reaches Apple for one app in one environment: the settings of its delivery
@@ -60,9 +68,9 @@ struct PoolSettings: Sendable {
                 switch env.credentials {
                 case .pem(let certificate, let key):
                     return try APNSCredentials(
-                        certificate: .file(certificate), key: .file(key), passphrase: env.passphrase, ca: ca, environment: env.name)
+                        certificate: certificate, key: key, passphrase: env.passphrase, ca: ca, environment: env.name)
                 case .pkcs12(let pfx):
-                    return try APNSCredentials(pkcs12: .file(pfx), passphrase: env.passphrase, ca: ca, environment: env.name)
+                    return try APNSCredentials(pkcs12: pfx, passphrase: env.passphrase, ca: ca, environment: env.name)
                 case .token:
                     throw APNSError(.invalidConfiguration, "token authentication needs transport http2")
                 }
@@ -74,6 +82,7 @@ struct PoolSettings: Sendable {
             do throws(APNSError) { try validate() } catch { throw ConfigurationError("apps.\(app.name): \(error.message).") }
         }
         let retryLimit = app.connectRetryLimit == 0 ? nil : app.connectRetryLimit
+        let connection = app.connection
         feedback = nil
         feedbackInterval = app.feedbackInterval
         switch app.transport {
@@ -88,6 +97,12 @@ struct PoolSettings: Sendable {
             gateway.resendOnUnknown = app.resendOnUnknown
             gateway.connectionRetryLimit = retryLimit
             gateway.maxPending = max(1, min(gateway.maxPending, maxPending))
+            gateway.minConnections = connection.minConnections
+            gateway.connectTimeout = connection.connectTimeout
+            gateway.writeTimeout = connection.writeTimeout
+            gateway.idleTimeout = connection.idleTimeout
+            gateway.reconnectBaseDelay = connection.reconnectBaseDelay
+            gateway.reconnectMaxDelay = connection.reconnectMaxDelay
             try validated(gateway.validate)
             transport = .binary(gateway)
             if app.feedbackInterval > .zero {
@@ -99,7 +114,7 @@ struct PoolSettings: Sendable {
             let authentication: APNSHTTP2Configuration.Authentication
             if case .token(let signingKey, let keyId, let teamId) = env.credentials {
                 do {
-                    let key = try APNSSigningKey(keyID: keyId, file: signingKey)
+                    let key = try APNSSigningKey(keyID: keyId, source: signingKey)
                     authentication = .token(try APNSTokenProvider(signingKey: key, teamID: teamId))
                 } catch {
                     throw ConfigurationError("\(path): \(error.message).")
@@ -116,6 +131,15 @@ struct PoolSettings: Sendable {
             gateway.maxConnections = app.poolSize
             gateway.maxPending = max(1, min(gateway.maxPending, maxPending))
             gateway.connectionRetryLimit = retryLimit
+            gateway.mdmTopic = app.mdmTopic
+            gateway.minConnections = connection.minConnections
+            gateway.connectTimeout = connection.connectTimeout
+            gateway.idleTimeout = connection.idleTimeout
+            gateway.reconnectBaseDelay = connection.reconnectBaseDelay
+            gateway.reconnectMaxDelay = connection.reconnectMaxDelay
+            gateway.defaultRetryLimit = connection.retryLimit
+            gateway.retryBaseDelay = connection.retryBaseDelay
+            gateway.retryMaxDelay = connection.retryMaxDelay
             try validated(gateway.validate)
             transport = .http2(gateway)
         }
