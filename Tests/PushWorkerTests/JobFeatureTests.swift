@@ -142,7 +142,9 @@ import Testing
         -> WorkerConfiguration.App
     {
         let credentials: WorkerConfiguration.Credentials =
-            token ? .token(signingKey: "/k.p8", keyId: "ABCDE12345", teamId: "TEAM123456") : .pem(certificate: "/c.pem", key: "/k.pem")
+            token
+            ? .token(signingKey: .file("/k.p8"), keyId: "ABCDE12345", teamId: "TEAM123456")
+            : .pem(certificate: .file("/c.pem"), key: .file("/k.pem"))
         var app = WorkerConfiguration.App(
             name: "a", bundleId: "com.example.a", defaultEnvironment: .production, transport: transport,
             environments: [.production: .init(name: .production, credentials: credentials)])
