@@ -27,6 +27,8 @@ public struct Job: Sendable, Hashable {
     public var payloadError: String?
     /// The validated payload (after any trimming), built once for all tokens.
     public var payload: [UInt8] = []
+    /// Whether a `jobSummary` result is written once every token has its result.
+    public var summary = false
 }
 
 /// A token of a job: parsed, or kept as text with the reason it is malformed.
@@ -73,6 +75,7 @@ public struct JobParser: Sendable {
         var id, app, token, tokens, aps, alert, badge, sound, contentAvailable, mutableContent: JSONValue?
         var category, threadId, urlArgs, mdm, payload, expiry, priority, truncateAtWordEnd, env: JSONValue?
         var registeredAt, retryLimit, pushType, collapseId, staleAfter: JSONValue?
+        var summary: JSONValue?
         /// Member names that are not job fields.
         var unknown: [String] = []
 
@@ -103,6 +106,7 @@ public struct JobParser: Sendable {
                 case "pushType": pushType = value
                 case "collapseId": collapseId = value
                 case "staleAfter": staleAfter = value
+                case "summary": summary = value
                 default: unknown.append(key)
                 }
             }
@@ -309,6 +313,7 @@ public struct JobParser: Sendable {
                 throw JobFieldError(sentence)
             }
         }
+        if let v = fields.summary { job.summary = try bool(v, "summary") }
         job.notification = n
     }
 

@@ -14,6 +14,8 @@ struct IntakeStage: Sendable {
         var results: [ResultItem] = []
         var candidates: [Candidate] = []
         var messages = 0
+        /// The messages whose jobs asked for a summary (each registered with one result more).
+        var summaries: [(MessageRef, PendingSummary)] = []
     }
 
     /// How long parsing may go on before what is parsed is handed on, so the results of a
@@ -53,8 +55,16 @@ struct IntakeStage: Sendable {
             chunk.messages += 1
             let ref = MessageRef(partition: TopicPartition(topic: message.topic, partition: message.partition), offset: message.offset)
             let before = chunk.results.count + chunk.candidates.count
+            let summaries = chunk.summaries.count
             parse(message, ref: ref, epoch: epoch, now: now, into: &chunk)
-            chunk.registrations.append((ref, chunk.results.count + chunk.candidates.count - before))
+            let results = chunk.results.count + chunk.candidates.count - before
+            if chunk.summaries.count > summaries {
+                // The job asked for a summary: one result more, the summary's place.
+                chunk.summaries[summaries].1.remaining = results
+                chunk.registrations.append((ref, results + 1))
+            } else {
+                chunk.registrations.append((ref, results))
+            }
         }
         await handOver(chunk)
     }
@@ -74,7 +84,11 @@ struct IntakeStage: Sendable {
                         status: .invalidJob, reason: reason, at: now))
             }
         case .job(let job):
+            func expectSummary(environment: String?) {
+                if job.summary { chunk.summaries.append((ref, PendingSummary(job: job, environment: environment, ref: ref))) }
+            }
             func reject(_ reason: String, environment: String?) {
+                expectSummary(environment: environment)
                 logger.warning("Rejected job \(job.id) at \(place): \(reason).")
                 for token in job.tokens {
                     chunk.results.append(
@@ -94,6 +108,7 @@ struct IntakeStage: Sendable {
                 return
             }
             let shared = SharedJob(job, environment: environment, app: app, producedAt: message.timestamp ?? now)
+            expectSummary(environment: environment.rawValue)
             for token in job.tokens {
                 switch token {
                 case .malformed(let text, let reason):
@@ -156,6 +171,7 @@ struct IntakeStage: Sendable {
             if messages.isEmpty { continue }
             await parse(messages, epoch: control.epoch) { chunk in
                 results.register(chunk.registrations)
+                results.registerSummaries(chunk.summaries)
                 control.count { s in
                     s.messages += chunk.messages
                     s.notifications += chunk.candidates.count

@@ -121,6 +121,11 @@ public struct WorkerResult: Sendable, Hashable {
         digest("i\n\(topic)\n\(partition)\n\(offset)")
     }
 
+    /// `s\n<jobId>`: a job's `jobSummary`.
+    public static func summaryId(jobId: String) -> String {
+        digest("s\n\(jobId)")
+    }
+
     private static func digest(_ text: String) -> String {
         var text = text
         let hash = text.withUTF8 { SHA256.hash(data: UnsafeRawBufferPointer($0)) }
