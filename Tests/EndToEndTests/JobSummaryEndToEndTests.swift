@@ -153,4 +153,36 @@ struct JobSummaryEndToEndTests {
         }
         await stack.shutdown()
     }
+
+    @Test("A worker stopped with SIGTERM mid-job hands its jobs over: one summary each, and it stops without waiting out its timeout")
+    func aStoppedWorkersJobsGetOneSummaryEach() async throws {
+        // 500 notifications per second per app: at the stop, most of them wait unclaimed, and go
+        // back with their messages.
+        let stack = try await WorkerStack.start(appPerSecond: 500)
+        do {
+            try await stack.startWorker("w1")
+            try await stack.startWorker("w2")
+            let jobs = (0..<4).map { j in ("stopped-\(j)", (0..<1000).map { DeviceToken.numbered($0, salt: 60 + j) }) }
+            try await stack.produce(jobs.map { Self.job(id: $0.0, tokens: $0.1.map(\.hex)) })
+            try await stack.readResults { $0.count >= 500 }
+            #expect(await stack.stopWorker("w1") == 0)
+            // Every summary place it held was settled or given back: nothing kept it waiting.
+            #expect(!stack.log(of: "w1").contains("Shutdown timeout reached"), "\(stack.log(of: "w1"))")
+            let results = try await stack.readResults(timeout: .seconds(120)) { results in
+                jobs.allSatisfy { !Self.summaries(results, of: $0.0).isEmpty }
+            }
+            #expect(try await stack.waitForAllCommitted())
+            for (id, tokens) in jobs {
+                let summaries = Self.summaries(stack.results, of: id)
+                #expect(summaries.count == 1, "\(id): \(summaries)")
+                #expect(summaries.first?["tokens"] == .int(1000) && summaries.first?["counts"]?["transmitted"] == .int(1000))
+                #expect(summaries.first?["possibleDuplicate"] == .bool(false))
+                let perToken = Self.tokenResults(results, of: id)
+                #expect(tokens.allSatisfy { perToken[$0.hex]?["type"] == "transmitted" }, "\(id): a token has no result")
+            }
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))\nw2: \(stack.log(of: "w2"))")
+        }
+        await stack.shutdown()
+    }
 }
