@@ -14,7 +14,9 @@ import PushRedis
 /// - `s:{…}:m`: who writes the summary: `P|<owner>|<topic>|<partition>|<offset>` while a worker
 ///   does, for the message it came from, then `D` once it is written.
 ///
-/// All of them expire with the dedupe TTL, like the notification records.
+/// All of them expire with the dedupe TTL, like the notification records. Besides them, the
+/// script reads the writer's liveness key (`w:<owner>`), as the claim script does: on a Redis
+/// Cluster that key is in another slot, and both scripts would check it the same other way.
 extension NotificationStore {
     /// One token result of a job that asked for a summary, as the summary counts it.
     struct SummaryOutcome: Sendable, Hashable {
