@@ -197,10 +197,14 @@ final class ClaimStage: Sendable {
         let revokedAt = control.revocations()
         if !revokedAt.isEmpty {
             let before = candidates.count
-            let stale = candidates.filter { c in revokedAt[c.ref.partition].map { c.epoch < $0 } ?? false }
-            candidates.removeAll { c in revokedAt[c.ref.partition].map { c.epoch < $0 } ?? false }
+            var stale: [MessageRef] = []
+            candidates.removeAll { c in
+                guard revokedAt[c.ref.partition].map({ c.epoch < $0 }) ?? false else { return false }
+                stale.append(c.ref)
+                return true
+            }
             limit.remove(before - candidates.count)
-            results.dropSummaries(of: stale.map(\.ref))
+            results.dropSummaries(of: stale)
         }
         // A notification this process still has in flight for the same message waits for it.
         var ready: [Candidate] = []

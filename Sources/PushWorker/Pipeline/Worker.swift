@@ -8,10 +8,11 @@ import Synchronization
 /// One member of the `apn-worker` consumer group: jobs in from Kafka, dedupe and rates in Redis,
 /// delivery through one pool per (app, environment), one result per notification out.
 ///
-/// A coordinator over five stages (see `docs/architecture.md`), each a child task of ``run()``:
+/// A coordinator over six stages (see `docs/architecture.md`), each a child task of ``run()``:
 /// ``IntakeStage`` (Kafka messages → notifications) → ``ClaimStage`` (Redis dedupe, rates,
 /// unregistered tokens) → ``DeliveryStage`` (pools and their events) → ``ResultStage`` (record,
-/// produce, offsets); ``FeedbackStage`` polls the feedback service. A `Service`: a graceful
+/// produce, offsets) → ``SummaryStage`` (job summaries, for jobs that ask for one);
+/// ``FeedbackStage`` polls the feedback service. A `Service`: a graceful
 /// shutdown of its `ServiceGroup` stops it as ``stop()`` does.
 public final class Worker: Service, Sendable {
     public let configuration: WorkerConfiguration
