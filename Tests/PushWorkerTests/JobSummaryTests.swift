@@ -255,4 +255,28 @@ import Testing
             #expect(summary.firstAt == 0 && summary.lastAt == 5_000)
         }
     }
+
+    @Test func checksInOneRoundTripAreDecidedInOrderAlsoAfterTheScriptCacheWasFlushed() async throws {
+        try await withStores { a, _ in
+            // A server that forgot the script (a restart): the pipeline is sent again with EVAL.
+            _ = try await a.redis.send(["SCRIPT", "FLUSH"])
+            let decisions = try await a.checkSummaries(
+                [
+                    check("one", offset: 1, tokens: 2, [Self.sent(0, at: 1)]),
+                    check("one", offset: 2, tokens: 2, [Self.sent(1, at: 2)]),
+                    check("two", offset: 3, tokens: 1, [Self.failed(0, .invalidToken, at: 3)]),
+                    check("two", offset: 4, tokens: 1, []),
+                ], ttlSeconds: 60)
+            #expect(decisions.count == 4)
+            #expect(decisions[0] == .notYours)
+            guard case .write(let one) = decisions[1], case .write(let two) = decisions[2] else {
+                Issue.record("\(decisions)")
+                return
+            }
+            #expect(one.jobId == "one" && one.transmitted == 2 && !one.possibleDuplicate)
+            #expect(two.jobId == "two" && two.failed == 1 && two.failedTokens.map(\.status) == [.invalidToken])
+            // The copy of job "two" leaves it to the message that writes it.
+            #expect(decisions[3] == .notYours)
+        }
+    }
 }

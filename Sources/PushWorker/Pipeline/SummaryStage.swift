@@ -82,9 +82,9 @@ struct TokenResult: Sendable {
 
 /// Writes job summaries (`docs/results.md`, "jobSummary"): for each message whose token results
 /// are all written, counts them into the job's summary in Redis
-/// (``NotificationStore/checkSummary(_:ttlSeconds:)``); when that makes the job complete and no
-/// other worker is writing it, produces the summary, marks it written, and then lets the
-/// message's offset go (``ResultStage/complete(_:)``).
+/// (``NotificationStore/checkSummaries(_:ttlSeconds:)``, one round trip for all that are ready);
+/// when that makes the job complete and no other worker is writing it, produces the summary,
+/// marks it written, and then lets the message's offset go (``ResultStage/complete(_:)``).
 ///
 /// What waits here is bounded by `maxInFlight`: each message's summary place was counted in
 /// ``InFlightLimit`` when it was registered. A summary that a live worker is writing for the same
@@ -187,11 +187,10 @@ final class SummaryStage: Sendable {
         var settled: [MessageRef] = []
         var held: [Waiting] = []
         var summaries: [(ref: MessageRef, summary: JobSummary)] = []
-        for item in batch {
-            guard
-                let decision = await retrying({ () throws(RedisError) in try await store.checkSummary(item.pending.check, ttlSeconds: ttl) }
-                )
-            else { return }
+        let checks = batch.map(\.pending.check)
+        guard let decisions = await retrying({ () throws(RedisError) in try await store.checkSummaries(checks, ttlSeconds: ttl) })
+        else { return }
+        for (item, decision) in zip(batch, decisions) {
             switch decision {
             case .notYours, .written:
                 settled.append(item.ref)

@@ -126,6 +126,43 @@ extension NotificationStore {
     /// writes the summary now, in one round trip. Counting is idempotent per token, so a message
     /// consumed again counts nothing twice.
     func checkSummary(_ check: SummaryCheck, ttlSeconds: Int) async throws(RedisError) -> SummaryDecision {
+        try await checkSummaries([check], ttlSeconds: ttlSeconds)[0]
+    }
+
+    /// ``checkSummary(_:ttlSeconds:)`` for several messages in one round trip, in order (two
+    /// messages of one job are decided as if one after the other). Running a check twice decides
+    /// the same, so the pipeline may be resent after `NOSCRIPT`.
+    func checkSummaries(_ checks: [SummaryCheck], ttlSeconds: Int) async throws(RedisError) -> [SummaryDecision] {
+        guard !checks.isEmpty else { return [] }
+        let commands = checks.map { check in
+            Self.summaryScript.evalshaCommand(
+                keys: Self.summaryKeys(prefix: prefix, jobId: check.jobId), args: arguments(check, ttlSeconds))
+        }
+        let replies = try await redis.pipeline(commands, scripts: [Self.summaryScript])
+        guard replies.count == checks.count else {
+            throw RedisError(.protocol, "the summary script answered \(replies.count) times for \(checks.count) checks")
+        }
+        return try zip(checks, replies).map { check, reply throws(RedisError) in
+            if let message = reply.errorMessage { throw RedisError(.server("ERR"), "the summary script failed: \(message)") }
+            guard let items = reply.array, let code = items.first?.string else {
+                throw RedisError(.protocol, "the summary script answered \(reply)")
+            }
+            switch code {
+            case "N": return .notYours
+            case "D": return .written
+            case "W": return .busy
+            case "S":
+                guard items.count == 4, let fields = items[2].array, let failed = items[3].array else {
+                    throw RedisError(.protocol, "the summary script answered \(reply)")
+                }
+                return .write(Self.summary(jobId: check.jobId, takeover: items[1].string == "1", fields: fields, failed: failed))
+            default:
+                throw RedisError(.protocol, "the summary script answered \(reply)")
+            }
+        }
+    }
+
+    private func arguments(_ check: SummaryCheck, _ ttlSeconds: Int) -> [[UInt8]] {
         var args: [[UInt8]] = [
             Array(owner.utf8), Array("\(check.topic)|\(check.partition)|\(check.offset)".utf8), Array(String(ttlSeconds).utf8),
             Array(check.fingerprint.utf8), Array(String(check.tokens).utf8), Array(String(JobSummary.maxFailedTokens).utf8),
@@ -148,23 +185,7 @@ extension NotificationStore {
             args.append(at)
             args.append(outcome.status == nil ? [] : Array(outcome.token.utf8))
         }
-        let keys = Self.summaryKeys(prefix: prefix, jobId: check.jobId)
-        let reply = try await redis.evalsha(Self.summaryScript, keys: keys, args: args)
-        guard let items = reply.array, let code = items.first?.string else {
-            throw RedisError(.protocol, "the summary script answered \(reply)")
-        }
-        switch code {
-        case "N": return .notYours
-        case "D": return .written
-        case "W": return .busy
-        case "S":
-            guard items.count == 4, let fields = items[2].array, let failed = items[3].array else {
-                throw RedisError(.protocol, "the summary script answered \(reply)")
-            }
-            return .write(Self.summary(jobId: check.jobId, takeover: items[1].string == "1", fields: fields, failed: failed))
-        default:
-            throw RedisError(.protocol, "the summary script answered \(reply)")
-        }
+        return args
     }
 
     /// The summary from the counters' fields and the failed-token list.
