@@ -126,6 +126,21 @@ import Testing
         #expect(summary.resultId != WorkerResult.notificationId(jobId: "briefing", token: ""))
     }
 
+    @Test func failedTokensThatWouldMakeTheSummaryTooLargeAreOnlyCounted() throws {
+        // 1,000 malformed tokens of 256 control characters: 1,536 bytes each once escaped.
+        let text = String(repeating: "\u{1}", count: 256)
+        let summary = JobSummary(
+            jobId: "hostile", tokens: 1_000, transmitted: 0, failed: 1_000, statuses: [.init(status: .malformedToken, count: 1_000)],
+            failedTokens: Array(repeating: .init(token: text, status: .malformedToken), count: 1_000), failedTokensOmitted: 7,
+            firstAt: 1, lastAt: 2, possibleDuplicate: false, worker: "w1", at: 3)
+        let bytes = summary.serialized()
+        #expect(bytes.count < 600_000)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
+        let listed = (json["failedTokens"] as? [Any])?.count ?? 0
+        #expect(listed > 0 && listed < 1_000)
+        #expect(json["failedTokensOmitted"] as? Int == 7 + 1_000 - listed)
+    }
+
     // MARK: Redis
 
     private func withStores(_ body: (NotificationStore, NotificationStore) async throws -> Void) async throws {

@@ -18,6 +18,9 @@ public struct JobSummary: Sendable, Hashable {
 
     /// The most failed tokens a summary lists; the others are only counted.
     public static let maxFailedTokens = 1_000
+    /// The most bytes the failed-token list may take: a malformed token is repeated as the job
+    /// gave it (cut to 256 bytes, but escaped in JSON), and a summary must fit a Kafka message.
+    public static let maxFailedTokensBytes = 500_000
 
     public var jobId: String
     public var app: String?
@@ -48,8 +51,9 @@ public struct JobSummary: Sendable, Hashable {
     /// The Kafka key: the job id.
     public var key: [UInt8] { Array(jobId.abbreviated(toBytes: WorkerResult.maxEchoBytes).utf8) }
 
-    /// The JSON value written to Kafka, keys in a fixed order. At most 1,000 failed tokens of at
-    /// most 256 bytes each: under 300 KB.
+    /// The JSON value written to Kafka, keys in a fixed order. Failed tokens that would take the
+    /// list past ``maxFailedTokensBytes`` are left out and counted in `failedTokensOmitted`, so a
+    /// summary stays under 600 KB whatever the job held.
     public func serialized() -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(400 + failedTokens.count * 110)
@@ -93,16 +97,24 @@ public struct JobSummary: Sendable, Hashable {
         out.append(UInt8(ascii: "]"))
         key("failedTokens")
         out.append(UInt8(ascii: "["))
-        for (index, entry) in failedTokens.enumerated() {
-            if index > 0 { out.append(UInt8(ascii: ",")) }
+        let listStart = out.count
+        var listed = 0
+        for entry in failedTokens {
+            let entryStart = out.count
+            if listed > 0 { out.append(UInt8(ascii: ",")) }
             out.append(UInt8(ascii: "{"))
             string("token", entry.token)
             integer("status", Int64(entry.status.rawValue))
             string("statusName", entry.status.name)
             out.append(UInt8(ascii: "}"))
+            if out.count - listStart > Self.maxFailedTokensBytes {
+                out.removeSubrange(entryStart...)
+                break
+            }
+            listed += 1
         }
         out.append(UInt8(ascii: "]"))
-        integer("failedTokensOmitted", Int64(failedTokensOmitted))
+        integer("failedTokensOmitted", Int64(failedTokensOmitted + failedTokens.count - listed))
         integer("firstAt", firstAt)
         integer("lastAt", lastAt)
         key("possibleDuplicate")
