@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Create (if needed) a virtualenv holding the PyPI packages the independent
-# HTTP/2 test peer (h2_peer.py) needs, and jsonschema, which checks the docs' examples
-# against docs/schemas (validate_doc_examples.py), and print the venv's python path.
+# HTTP/2 test peer (h2_peer.py) needs, and print the venv's python path.
 #
 # Usage: install-peer.sh VENV_DIR        e.g. install-peer.sh .build/h2-peer-venv
 # Last line of output: absolute path of VENV_DIR/bin/python.
@@ -14,7 +13,7 @@ fi
 venv="$1"
 py="$venv/bin/python"
 
-if [ -x "$py" ] && "$py" -c "import h2, cryptography, jsonschema" >/dev/null 2>&1; then
+if [ -x "$py" ] && "$py" -c "import h2, cryptography" >/dev/null 2>&1; then
     echo "$(cd "$venv" && pwd)/bin/python"
     exit 0
 fi
@@ -29,6 +28,6 @@ if [ ! -x "$py" ]; then
     fi
 fi
 
-"$py" -m pip install --quiet --disable-pip-version-check "h2>=4.1,<5" "cryptography>=41" "jsonschema>=4.18,<5"
-"$py" -c "import h2, cryptography, jsonschema"
+"$py" -m pip install --quiet --disable-pip-version-check "h2>=4.1,<5" "cryptography>=41"
+"$py" -c "import h2, cryptography"
 echo "$(cd "$venv" && pwd)/bin/python"
