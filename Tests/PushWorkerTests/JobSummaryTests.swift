@@ -97,6 +97,9 @@ import Testing
         #expect(transmitted.status == nil && transmitted.at == 5 && transmitted.token.isEmpty)
         let feedback = factory.feedback(app: "a", environment: "production", token: Self.token, timestamp: 1, at: 2)
         #expect(TokenResult(parsing: feedback.value) == nil)
+        // A token result of another type counts under its type.
+        let other = try #require(TokenResult(parsing: Array(#"{"type":"rehearsed","resultId":"r","token":"ab","at":7}"#.utf8)))
+        #expect(other.otherType == "rehearsed" && other.status == nil && other.at == 7)
     }
 
     // MARK: The result
@@ -254,6 +257,21 @@ import Testing
                 return
             }
             #expect(summary.tokens == 2 && summary.transmitted == 2)
+        }
+    }
+
+    @Test func tokenResultsOfAnotherTypeAreCountedUnderTheirType() async throws {
+        try await withStores { a, _ in
+            let outcomes: [NotificationStore.SummaryOutcome] = [
+                .init(index: 0, status: nil, otherType: "rehearsed", token: "", at: 1), Self.sent(1, at: 2),
+            ]
+            guard case .write(let summary) = try await a.checkSummary(check(offset: 1, tokens: 2, outcomes), ttlSeconds: 60) else {
+                Issue.record("not written")
+                return
+            }
+            #expect(summary.otherCounts == ["rehearsed": 1] && summary.transmitted == 1 && summary.failed == 0)
+            let json = try #require(try JSONSerialization.jsonObject(with: Data(summary.serialized())) as? [String: Any])
+            #expect(json["counts"] as? [String: Int] == ["transmitted": 1, "transmissionError": 0, "rehearsed": 1])
         }
     }
 

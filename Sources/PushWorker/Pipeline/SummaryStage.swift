@@ -49,30 +49,36 @@ struct PendingSummary: Sendable {
     mutating func count(_ result: TokenResult?) {
         remaining -= 1
         guard let result, let place = places[result.resultId] else { return }
-        check.outcomes.append(.init(index: place, status: result.status, token: result.token, at: result.at))
+        check.outcomes.append(.init(index: place, status: result.status, otherType: result.otherType, token: result.token, at: result.at))
     }
 }
 
 /// What a job summary needs of one token's result, read from the result as written.
 struct TokenResult: Sendable {
     var resultId: String
-    /// `nil` for `transmitted`.
+    /// The status of a `transmissionError`; `nil` for any other type.
     var status: APNSStatus?
+    /// The type when it is neither `transmitted` nor `transmissionError`.
+    var otherType: String?
     var token: String
     var at: Int64
 
-    /// A serialized `transmitted` or `transmissionError` result; `nil` for anything else.
+    /// A serialized result of a token; `nil` for results of other things (`feedback`,
+    /// `invalidJob`, `jobSummary`) and for what cannot be read.
     init?(parsing value: [UInt8]) {
-        guard let json = try? JSONValue.parse(value), let resultId = json["resultId"]?.stringValue, let at = json["at"]?.intValue
+        guard let json = try? JSONValue.parse(value), let resultId = json["resultId"]?.stringValue, let at = json["at"]?.intValue,
+            let type = json["type"]?.stringValue
         else { return nil }
-        switch json["type"]?.stringValue {
+        switch type {
         case "transmitted":
-            status = nil
+            (status, otherType) = (nil, nil)
         case "transmissionError":
             guard let code = json["status"]?.intValue else { return nil }
-            status = APNSStatus(rawValue: Int(code))
-        default:
+            (status, otherType) = (APNSStatus(rawValue: Int(code)), nil)
+        case "feedback", "invalidJob", "jobSummary":
             return nil
+        default:
+            (status, otherType) = (nil, type)
         }
         self.resultId = resultId
         self.token = status == nil ? "" : json["token"]?.stringValue ?? ""

@@ -31,6 +31,8 @@ public struct JobSummary: Sendable, Hashable {
     public var transmitted: Int
     /// Token results of type `transmissionError`.
     public var failed: Int
+    /// Token results of any other type, by type.
+    public var otherCounts: [String: Int] = [:]
     /// `transmissionError` results by status, in increasing status order.
     public var statuses: [StatusCount]
     /// Up to ``maxFailedTokens`` of the failed tokens, in the order their results were counted.
@@ -57,11 +59,16 @@ public struct JobSummary: Sendable, Hashable {
     public func serialized() -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(400 + failedTokens.count * 110)
-        func key(_ name: StaticString) {
+        func key(_ name: StaticString, dynamic: String? = nil) {
             if out.last != UInt8(ascii: "{") { out.append(UInt8(ascii: ",")) }
-            out.append(UInt8(ascii: "\""))
-            name.withUTF8Buffer { out.append(contentsOf: $0) }
-            out += [UInt8(ascii: "\""), UInt8(ascii: ":")]
+            if let dynamic {
+                JSONValue.string(dynamic.abbreviated(toBytes: WorkerResult.maxEchoBytes)).write(into: &out)
+            } else {
+                out.append(UInt8(ascii: "\""))
+                name.withUTF8Buffer { out.append(contentsOf: $0) }
+                out.append(UInt8(ascii: "\""))
+            }
+            out.append(UInt8(ascii: ":"))
         }
         func string(_ name: StaticString, _ value: String?) {
             guard let value else { return }
@@ -83,6 +90,10 @@ public struct JobSummary: Sendable, Hashable {
         out.append(UInt8(ascii: "{"))
         integer("transmitted", Int64(transmitted))
         integer("transmissionError", Int64(failed))
+        for (type, count) in otherCounts.sorted(by: { $0.key < $1.key }) {
+            key("", dynamic: type)
+            DecimalText.append(Int64(count), to: &out)
+        }
         out.append(UInt8(ascii: "}"))
         key("statuses")
         out.append(UInt8(ascii: "["))

@@ -7,7 +7,8 @@ import PushRedis
 /// (the tag is a digest of the job id rather than the id itself, since an id may contain braces):
 /// - `s:{…}`: a hash: the job's fingerprint (`fp`, a digest of its token list) and token count
 ///   (`total`), the results counted (`done`), counts by type and status (`t`: transmitted,
-///   `s<status>`: failed with that status), the failed tokens left out of the list (`omitted`),
+///   `s<status>`: failed with that status, `k<type>`: any other type of token result), the failed
+///   tokens left out of the list (`omitted`),
 ///   and the first and last `at`;
 /// - `s:{…}:b`: a bitmap, one bit per token (by its place in the job): counted already;
 /// - `s:{…}:f`: a list of the first 1,000 failed tokens, `<status>|<token>`;
@@ -22,8 +23,10 @@ extension NotificationStore {
     struct SummaryOutcome: Sendable, Hashable {
         /// The token's place in the job (its tokens in order, each once).
         var index: Int
-        /// `nil` for `transmitted`.
+        /// The status of a `transmissionError`; `nil` for any other type.
         var status: APNSStatus?
+        /// The result's type when it is neither `transmitted` nor `transmissionError`.
+        var otherType: String? = nil
         /// The token as its result gives it (kept for failed tokens only).
         var token: String
         var at: Int64
@@ -67,7 +70,8 @@ extension NotificationStore {
         #"""
         -- KEYS: counters (hash), tokens counted (bitmap), failed tokens (list), writer.
         -- ARGV: owner, '<topic>|<partition>|<offset>', ttl, fingerprint, tokens, most failed tokens
-        -- listed, key prefix; then 4 per token result: index, status ('' = transmitted), at, token.
+        -- listed, key prefix; then 4 per token result: index, what it is ('' = transmitted, a status =
+        -- transmissionError, 'k<type>' = another type), at, token.
         local h, b, f, m = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
         local owner, msg, ttl, fp, total, cap, p = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
         local known = redis.call('HGET', h, 'fp')
@@ -84,7 +88,9 @@ extension NotificationStore {
             done = done + 1
             local status, at = ARGV[i + 1], tonumber(ARGV[i + 2])
             local field = 't'
-            if status ~= '' then
+            if string.sub(status, 1, 1) == 'k' then
+              field = status
+            elseif status ~= '' then
               field = 's' .. status
               if #failed < room then failed[#failed + 1] = status .. '|' .. ARGV[i + 3] else omitted = omitted + 1 end
             end
@@ -177,6 +183,8 @@ extension NotificationStore {
                 var code: [UInt8] = []
                 DecimalText.append(Int64(status.rawValue), to: &code)
                 args.append(code)
+            } else if let type = outcome.otherType {
+                args.append([UInt8(ascii: "k")] + Array(type.utf8))
             } else {
                 args.append([])
             }
@@ -206,6 +214,8 @@ extension NotificationStore {
                 if name.hasPrefix("s"), let status = Int(name.dropFirst()) {
                     statuses[status, default: 0] += Int(value)
                     summary.failed += Int(value)
+                } else if name.hasPrefix("k") {
+                    summary.otherCounts[String(name.dropFirst())] = Int(value)
                 }
             }
         }
