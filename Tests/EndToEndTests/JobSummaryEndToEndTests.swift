@@ -31,7 +31,9 @@ struct JobSummaryEndToEndTests {
         return out
     }
 
-    @Test("A job with a summary gets one jobSummary with its counts, failed tokens and times; a job without gets none")
+    @Test(
+        "A job with a summary gets one jobSummary with its counts, failed tokens and times (also a job for an unknown app); a job without gets none"
+    )
     func aJobWithASummaryGetsOne() async throws {
         let good = (0..<20).map { DeviceToken.numbered($0, salt: 31) }
         let bad = (0..<3).map { DeviceToken.numbered($0, salt: 32) }
@@ -42,8 +44,16 @@ struct JobSummaryEndToEndTests {
             try await stack.startWorker("w1")
             let tokens = good.map(\.hex) + bad.map(\.hex) + ["12zz"]
             let plain = DeviceToken.numbered(99, salt: 31)
-            try await stack.produce([Self.job(id: "plain", tokens: [plain.hex], summary: false), Self.job(id: "summed", tokens: tokens)])
-            let results = try await stack.readResults { !Self.summaries($0, of: "summed").isEmpty }
+            // A job for an app the configuration does not have: every token 517, and its summary.
+            let unknownApp = Array(
+                #"{"id":"elsewhere","app":"com.example.nope","tokens":["\#(good[0].hex)","\#(good[1].hex)"],"alert":"x","summary":true}"#
+                    .utf8)
+            try await stack.produce([
+                Self.job(id: "plain", tokens: [plain.hex], summary: false), Self.job(id: "summed", tokens: tokens), unknownApp,
+            ])
+            let results = try await stack.readResults { results in
+                !Self.summaries(results, of: "summed").isEmpty && !Self.summaries(results, of: "elsewhere").isEmpty
+            }
             let summary = try #require(Self.summaries(results, of: "summed").first)
             #expect(summary["resultId"]?.stringValue == WorkerResult.summaryId(jobId: "summed"))
             #expect(summary["app"]?.stringValue == WorkerStack.app && summary["env"]?.stringValue == "production")
@@ -69,7 +79,12 @@ struct JobSummaryEndToEndTests {
             #expect(try await stack.waitForAllCommitted())
             #expect(Self.summaries(stack.results, of: "summed").count == 1)
             #expect(Self.summaries(stack.results, of: "plain").isEmpty)
-            #expect(stack.results.filter { $0["type"] == "jobSummary" }.count == 1)
+            let elsewhere = Self.summaries(stack.results, of: "elsewhere")
+            #expect(elsewhere.count == 1)
+            #expect(elsewhere.first?["app"] == "com.example.nope" && elsewhere.first?["env"] == nil)
+            #expect(elsewhere.first?["counts"]?["transmissionError"] == .int(2) && elsewhere.first?["counts"]?["transmitted"] == .int(0))
+            #expect(elsewhere.first?["statuses"]?.arrayValue?.map { $0["status"] } == [.int(517)])
+            #expect(stack.results.filter { $0["type"] == "jobSummary" }.count == 2)
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
         }
