@@ -123,19 +123,43 @@ public final class KafkaConsumer: Sendable {
         }
     }
 
-    /// Commits explicit offsets on the calling thread and waits for the coordinator's answer.
-    /// Meant for `onRevoke`, which runs on the poll thread while the revoked partitions still
-    /// belong to this member (the generation is current, so the commit is accepted), before the
-    /// group hands them to another member.
-    public func commitBlocking(_ offsets: [TopicPartitionOffset]) throws(KafkaError) {
+    /// Commits explicit offsets on the calling thread and waits up to `timeout` for the
+    /// coordinator's answer. Meant for `onRevoke`, which runs on the poll thread while the
+    /// revoked partitions still belong to this member (the generation is current, so the commit
+    /// is accepted), before the group hands them to another member.
+    ///
+    /// The wait is bounded because an answer may never come: a commit made in a revoke while
+    /// the consumer is closing can wait on the very rebalance it is part of. Without an answer
+    /// it throws `_TIMED_OUT` (not retriable); the commit may still complete later.
+    public func commitBlocking(_ offsets: [TopicPartitionOffset], timeout: Duration = .seconds(10)) throws(KafkaError) {
         guard !offsets.isEmpty else { return }
         let list = makePartitionList(offsets)
         defer { rd_kafka_topic_partition_list_destroy(list) }
-        let err = rd_kafka_commit(client.pointer, list, 0)
+        // The answer comes as an event on a queue of its own, which is polled with a deadline
+        // (`rd_kafka_commit` with async 0 waits for it however long it takes).
+        guard let queue = rd_kafka_queue_new(client.pointer) else {
+            throw KafkaError(RD_KAFKA_RESP_ERR__FAIL, context: "Cannot commit \(offsets): no queue for the answer")
+        }
+        defer { rd_kafka_queue_destroy(queue) }
+        let err = rd_kafka_commit_queue(client.pointer, list, queue, nil, nil)
         guard err == RD_KAFKA_RESP_ERR_NO_ERROR else {
             throw KafkaError(err, context: "Cannot commit \(offsets)")
         }
-        try checkPartitionErrors(list, "Cannot commit offset for")
+        let milliseconds = Int32(
+            clamping: max(0, timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000))
+        guard let event = rd_kafka_queue_poll(queue, milliseconds) else {
+            throw KafkaError(
+                RD_KAFKA_RESP_ERR__TIMED_OUT, "Cannot commit \(offsets): the coordinator did not answer within \(timeout)",
+                isRetriable: false)
+        }
+        defer { rd_kafka_event_destroy(event) }
+        let result = rd_kafka_event_error(event)
+        guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(result, context: "Cannot commit \(offsets)")
+        }
+        if let committed = rd_kafka_event_topic_partition_list(event) {
+            try checkPartitionErrors(committed, "Cannot commit offset for")
+        }
     }
 
     /// Stores offsets (next offset to read = last processed + 1) for librdkafka's automatic

@@ -40,6 +40,8 @@ public struct Job: Sendable, Hashable {
     public var topic: String? = nil
     /// Everything but the write to Apple: results of type `dryRun` instead.
     public var dryRun = false
+    /// Whether a `jobSummary` result is written once every token has its result.
+    public var summary = false
 }
 
 /// A token of a job: parsed, or kept as text with the reason it is malformed.
@@ -93,7 +95,7 @@ public struct JobParser: Sendable {
         var id, app, token, tokens, aps, alert, badge, sound, contentAvailable, mutableContent: JSONValue?
         var category, threadId, urlArgs, mdm, payload, expiry, priority, truncateAtWordEnd, env: JSONValue?
         var registeredAt, retryLimit, pushType, collapseId, staleAfter: JSONValue?
-        var metadata, apnsId, topic, dryRun: JSONValue?
+        var metadata, apnsId, topic, dryRun, summary: JSONValue?
         /// Member names that are not job fields.
         var unknown: [String] = []
 
@@ -128,6 +130,7 @@ public struct JobParser: Sendable {
                 case "apnsId": apnsId = value
                 case "topic": topic = value
                 case "dryRun": dryRun = value
+                case "summary": summary = value
                 default: unknown.append(key)
                 }
             }
@@ -367,6 +370,7 @@ public struct JobParser: Sendable {
                 throw JobFieldError(sentence)
             }
         }
+        if let v = fields.summary { job.summary = try bool(v, "summary") }
         job.notification = n
     }
 

@@ -189,6 +189,7 @@ final class ClaimStage: Sendable {
         // Stopping: nothing more is claimed; their messages are consumed again.
         if control.isStopping {
             limit.remove(candidates.count)
+            results.dropSummaries(of: candidates.map(\.ref))
             return
         }
         // Parsed before their partition was revoked: handed back (the next owner consumes them).
@@ -196,8 +197,14 @@ final class ClaimStage: Sendable {
         let revokedAt = control.revocations()
         if !revokedAt.isEmpty {
             let before = candidates.count
-            candidates.removeAll { c in revokedAt[c.ref.partition].map { c.epoch < $0 } ?? false }
+            var stale: [MessageRef] = []
+            candidates.removeAll { c in
+                guard revokedAt[c.ref.partition].map({ c.epoch < $0 }) ?? false else { return false }
+                stale.append(c.ref)
+                return true
+            }
             limit.remove(before - candidates.count)
+            results.dropSummaries(of: stale)
         }
         // A notification this process still has in flight for the same message waits for it.
         var ready: [Candidate] = []
@@ -412,20 +419,21 @@ final class ClaimStage: Sendable {
     /// many.
     @discardableResult
     func handBack(unclaimedToo: Bool = false, where match: (TopicPartition) -> Bool) -> Int {
-        let (held, parked) = state.withLock { s -> (Int, Int) in
-            var held = s.held.count { match($0.candidate.ref.partition) }
+        let handedBack = state.withLock { s -> (held: [Candidate], parked: [Candidate]) in
+            var held = s.held.filter { match($0.candidate.ref.partition) }.map(\.candidate)
             s.held.removeAll { match($0.candidate.ref.partition) }
             if unclaimedToo {
                 let dropped = s.unclaimed.filter { match($0.ref.partition) }
                 s.unclaimed.removeAll { match($0.ref.partition) }
                 Self.count(dropped, into: &s.pending, by: -1)
-                held += dropped.count
+                held += dropped
             }
-            let parked = Self.unpark(&s) { match($0.ref.partition) }.count
-            return (held, parked)
+            return (held, Self.unpark(&s) { match($0.ref.partition) })
         }
+        let (held, parked) = (handedBack.held.count, handedBack.parked.count)
         limit.parked(-parked)
         limit.remove(held + parked)
+        results.dropSummaries(of: (handedBack.held + handedBack.parked).map(\.ref))
         return held + parked
     }
 }

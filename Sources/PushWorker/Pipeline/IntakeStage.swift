@@ -16,6 +16,8 @@ struct IntakeStage: Sendable {
         var results: [ResultItem] = []
         var candidates: [Candidate] = []
         var messages = 0
+        /// The messages whose jobs asked for a summary (each registered with one result more).
+        var summaries: [(MessageRef, PendingSummary)] = []
     }
 
     /// How long parsing may go on before what is parsed is handed on, so the results of a
@@ -56,8 +58,16 @@ struct IntakeStage: Sendable {
             chunk.messages += 1
             let ref = MessageRef(partition: TopicPartition(topic: message.topic, partition: message.partition), offset: message.offset)
             let before = chunk.results.count + chunk.candidates.count
+            let summaries = chunk.summaries.count
             parse(message, ref: ref, epoch: epoch, now: now, into: &chunk)
-            chunk.registrations.append((ref, chunk.results.count + chunk.candidates.count - before))
+            let results = chunk.results.count + chunk.candidates.count - before
+            if chunk.summaries.count > summaries {
+                // The job asked for a summary: one result more, the summary's place.
+                chunk.summaries[summaries].1.remaining = results
+                chunk.registrations.append((ref, results + 1))
+            } else {
+                chunk.registrations.append((ref, results))
+            }
         }
         await handOver(chunk)
     }
@@ -77,7 +87,12 @@ struct IntakeStage: Sendable {
                         status: .invalidJob, reason: reason, metadata: metadata, at: now))
             }
         case .job(let job):
-            func reject(_ reason: String, environment: String?) {
+            func expectSummary(environment: String?, dryRun: Bool) {
+                guard job.summary else { return }
+                chunk.summaries.append((ref, PendingSummary(job: job, environment: environment, ref: ref, dryRun: dryRun)))
+            }
+            func reject(_ reason: String, environment: String?, app: WorkerConfiguration.App? = nil) {
+                expectSummary(environment: environment, dryRun: job.dryRun || app?.dryRun == true)
                 logger.warning("Rejected job \(job.id) at \(place): \(reason).")
                 for token in job.tokens {
                     chunk.results.append(
@@ -93,7 +108,7 @@ struct IntakeStage: Sendable {
             }
             let environment = job.environment.flatMap(APNSEnvironment.init(rawValue:)) ?? app.defaultEnvironment
             guard app.environments[environment] != nil else {
-                reject("app \"\(job.app)\" has no \(environment) environment configured", environment: environment.rawValue)
+                reject("app \"\(job.app)\" has no \(environment) environment configured", environment: environment.rawValue, app: app)
                 return
             }
             // §3.3: an MDM notification's apns-topic is the MDM certificate's, which only the app's configuration knows.
@@ -101,11 +116,11 @@ struct IntakeStage: Sendable {
                 reject(
                     "app \"\(job.app)\" sends over HTTP/2 and has no mdmTopic: set apps.\(job.app).mdmTopic to the topic of the "
                         + "MDM push certificate (com.apple.mgmt.External.<UUID>) to send MDM notifications",
-                    environment: environment.rawValue)
+                    environment: environment.rawValue, app: app)
                 return
             }
             if let reason = Self.refusal(of: job, app: app, environment: environment) {
-                reject(reason, environment: environment.rawValue)
+                reject(reason, environment: environment.rawValue, app: app)
                 return
             }
             var job = job
@@ -114,6 +129,7 @@ struct IntakeStage: Sendable {
                 job.payloadError = Self.http2Problem(of: job.notification, app: app, environment: environment)
             }
             let shared = SharedJob(job, environment: environment, app: app, producedAt: message.timestamp ?? now)
+            expectSummary(environment: environment.rawValue, dryRun: shared.dryRun)
             for token in job.tokens {
                 switch token {
                 case .malformed(let text, let reason):
@@ -220,6 +236,7 @@ struct IntakeStage: Sendable {
             if messages.isEmpty { continue }
             await parse(messages, epoch: control.epoch) { chunk in
                 results.register(chunk.registrations)
+                results.registerSummaries(chunk.summaries)
                 control.count { s in
                     s.messages += chunk.messages
                     s.notifications += chunk.candidates.count

@@ -30,6 +30,20 @@ final class ResultStage: Sendable {
         var lastAttempt = ContinuousClock.now
         /// Results taken by the writer and not yet written.
         var writing = 0
+        /// Messages of jobs that asked for a summary, until their token results are all written.
+        var summaries: [MessageRef: PendingSummary] = [:]
+
+        /// Counts token results of messages with a summary; returns the messages whose token
+        /// results are now all written. A result is `nil` for a token settled without one.
+        mutating func countForSummaries(_ counted: [(MessageRef, TokenResult?)]) -> [(MessageRef, PendingSummary)] {
+            var ready: [(MessageRef, PendingSummary)] = []
+            for (ref, result) in counted {
+                guard var pending = summaries.removeValue(forKey: ref) else { continue }
+                pending.count(result)
+                if pending.remaining > 0 { summaries[ref] = pending } else { ready.append((ref, pending)) }
+            }
+            return ready
+        }
 
         /// Written positions that moved since they were last stored.
         func pendingMarks() -> [TopicPartitionOffset] {
@@ -47,13 +61,17 @@ final class ResultStage: Sendable {
     private let limit: InFlightLimit
     private let control: PipelineControl
     private let configuration: WorkerConfiguration
+    /// Where messages go once their token results are all written, when their job asked for a
+    /// summary.
+    private let summaryStage: SummaryStage?
     /// Each configured app's transport, for the metrics' labels.
     private let transports: [String: String]
     private let logger: Logger
 
     init(
         store: NotificationStore, producer: KafkaProducer, consumer: KafkaConsumer, localClaims: LocalClaims,
-        limit: InFlightLimit, control: PipelineControl, configuration: WorkerConfiguration, logger: Logger
+        limit: InFlightLimit, control: PipelineControl, configuration: WorkerConfiguration, summaries: SummaryStage? = nil,
+        logger: Logger
     ) {
         self.store = store
         self.producer = producer
@@ -62,6 +80,7 @@ final class ResultStage: Sendable {
         self.limit = limit
         self.control = control
         self.configuration = configuration
+        self.summaryStage = summaries
         self.transports = configuration.apps.mapValues(\.transport.rawValue)
         self.logger = logger
         (doorbell, doorbellIn) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
@@ -85,6 +104,28 @@ final class ResultStage: Sendable {
         if empty { ring { $0.commitNeeded = true } }
     }
 
+    /// Registers the messages (registered already, with one result more than their token
+    /// results) whose jobs asked for a summary. Each holds its summary's place under
+    /// `maxInFlight` until the summary stage settles it, or until it is dropped (its message is
+    /// then consumed again).
+    func registerSummaries(_ summaries: [(MessageRef, PendingSummary)]) {
+        guard !summaries.isEmpty else { return }
+        let replaced = state.withLock { s in
+            summaries.reduce(0) { count, entry in count + (s.summaries.updateValue(entry.1, forKey: entry.0) == nil ? 0 : 1) }
+        }
+        limit.remove(replaced)
+    }
+
+    /// Forgets the summaries of messages some of whose notifications were handed back unclaimed
+    /// (their messages are consumed again, and their summaries are counted then).
+    func dropSummaries(of refs: [MessageRef]) {
+        guard !refs.isEmpty else { return }
+        let dropped = state.withLock { s in
+            s.summaries.isEmpty ? 0 : Set(refs).reduce(0) { $0 + (s.summaries.removeValue(forKey: $1) == nil ? 0 : 1) }
+        }
+        limit.remove(dropped)
+    }
+
     /// Notifications of these partitions went into a pool.
     func activate(_ partitions: [TopicPartition]) {
         guard !partitions.isEmpty else { return }
@@ -104,9 +145,13 @@ final class ResultStage: Sendable {
     /// Messages consumed again whose notifications need nothing written.
     func complete(_ refs: [MessageRef]) {
         guard !refs.isEmpty else { return }
-        state.withLock { s in for ref in refs { s.tracker.complete(ref.partition, offset: ref.offset) } }
+        let ready = state.withLock { s in
+            for ref in refs { s.tracker.complete(ref.partition, offset: ref.offset) }
+            return s.summaries.isEmpty ? [] : s.countForSummaries(refs.map { ($0, nil) as (MessageRef, TokenResult?) })
+        }
         limit.remove(refs.count)
         ring { $0.commitNeeded = true }
+        summaryStage?.submit(ready)
     }
 
     /// Asks the writer to store the written positions now.
@@ -229,7 +274,16 @@ final class ResultStage: Sendable {
             await record(plan.records, unregistered: plan.unregistered, released: plan.released, marks: marks, count: batch.count),
             await produceAll(plan.messages)
         else { return }
-        state.withLock { s in
+        // The token results of messages whose job asked for a summary, read outside the lock.
+        let summaryRefs = state.withLock { s in s.summaries.isEmpty ? [] : Set(batch.map(\.ref).filter { s.summaries[$0] != nil }) }
+        let counted =
+            summaryRefs.isEmpty
+            ? []
+            : batch.compactMap { item in
+                item.summaryCount.flatMap { ref, value in summaryRefs.contains(ref) ? (ref, value.flatMap(TokenResult.init(parsing:))) : nil
+                }
+            }
+        let (ready, dropped) = state.withLock { s -> ([(MessageRef, PendingSummary)], Int) in
             for mark in marks { s.writtenMarks[mark.topicPartition] = max(s.writtenMarks[mark.topicPartition] ?? -1, mark.offset) }
             for item in batch {
                 let ref = item.ref
@@ -238,7 +292,16 @@ final class ResultStage: Sendable {
                 let left = (s.active[ref.partition] ?? 1) - 1
                 s.active[ref.partition] = left > 0 ? left : nil
             }
+            guard !s.summaries.isEmpty else { return ([], 0) }
+            // A released notification's message is consumed again; its summary waits for that.
+            var dropped = 0
+            for item in batch {
+                if case .released(let ref, _) = item, s.summaries.removeValue(forKey: ref) != nil { dropped += 1 }
+            }
+            return (s.countForSummaries(counted), dropped)
         }
+        limit.remove(dropped)
+        summaryStage?.submit(ready)
         control.count { $0.results += plan.results }
         control.metrics.produced(plan.metrics, transports: transports, now: ResultFactory.nowMilliseconds())
         localClaims.forget(plan.settled)
@@ -364,9 +427,26 @@ final class ResultStage: Sendable {
 
     /// Forgets revoked partitions.
     func remove(_ selection: Set<TopicPartition>) {
-        state.withLock { s in
+        let dropped = state.withLock { s in
             s.tracker.remove(selection)
             for partition in selection { s.writtenMarks.removeValue(forKey: partition) }
+            let before = s.summaries.count
+            if before > 0 { s.summaries = s.summaries.filter { !selection.contains($0.key.partition) } }
+            return before - s.summaries.count
+        }
+        limit.remove(dropped)
+    }
+}
+
+extension ResultItem {
+    /// What a written item counts as for its job's summary: its message and its token's result
+    /// (a released claim counts as nothing: its message is consumed again).
+    var summaryCount: (MessageRef, [UInt8]?)? {
+        switch self {
+        case .rejected(let ref, let message): (ref, message.value)
+        case .reemitted(let ref, _, let messages): (ref, messages.first?.value)
+        case .decided(let r), .delivered(let r): (r.ref, r.result.value)
+        case .released: nil
         }
     }
 }

@@ -63,6 +63,7 @@ extension Worker {
             // partition is handed on without them (their outcome is recorded when the gateway
             // answers; the next owner waits for that claim and produces its result).
             stages.results.active(in: selection) - stages.delivery.stuck(in: selection) + stages.claims.pending(in: selection)
+                + stages.summaries.active(in: selection)
         }
         let before = outstanding()
         logger.info("Partitions revoked", metadata: ["partitions": "\(partitions)", "inFlight": "\(before)"])
@@ -105,7 +106,7 @@ extension Worker {
         var delay: Duration = .milliseconds(50)
         while true {
             do {
-                try stages.consumer.commitBlocking(offsets)
+                try stages.consumer.commitBlocking(offsets, timeout: max(deadline - .now, .milliseconds(500)))
                 stages.results.markCommitted(offsets)
                 logger.debug("Committed revoked partitions", metadata: ["offsets": "\(offsets)"])
                 return

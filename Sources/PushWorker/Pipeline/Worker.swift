@@ -8,10 +8,11 @@ import Synchronization
 /// One member of the `apn-worker` consumer group: jobs in from Kafka, dedupe and rates in Redis,
 /// delivery through one pool per (app, environment), one result per notification out.
 ///
-/// A coordinator over five stages (see `docs/architecture.md`), each a child task of ``run()``:
+/// A coordinator over six stages (see `docs/architecture.md`), each a child task of ``run()``:
 /// ``IntakeStage`` (Kafka messages → notifications) → ``ClaimStage`` (Redis dedupe, rates,
 /// unregistered tokens) → ``DeliveryStage`` (pools and their events) → ``ResultStage`` (record,
-/// produce, offsets); ``FeedbackStage`` polls the feedback service. A `Service`: a graceful
+/// produce, offsets) → ``SummaryStage`` (job summaries, for jobs that ask for one);
+/// ``FeedbackStage`` polls the feedback service. A `Service`: a graceful
 /// shutdown of its `ServiceGroup` stops it as ``stop()`` does.
 public final class Worker: Service, Sendable {
     public let configuration: WorkerConfiguration
@@ -37,6 +38,7 @@ public final class Worker: Service, Sendable {
         var claims: ClaimStage
         var delivery: DeliveryStage
         var results: ResultStage
+        var summaries: SummaryStage
         var redis: [RedisConnection]
     }
     /// What the status server and the metrics read (see `Worker+Status.swift`).
@@ -145,9 +147,11 @@ public final class Worker: Service, Sendable {
 
         let factory = ResultFactory(worker: configuration.worker.id)
         let localClaims = LocalClaims()
+        let summaries = SummaryStage(
+            store: store, producer: producer, control: control, factory: factory, configuration: configuration, logger: logger)
         let results = ResultStage(
             store: store, producer: producer, consumer: consumer, localClaims: localClaims, limit: limit,
-            control: control, configuration: configuration, logger: logger)
+            control: control, configuration: configuration, summaries: summaries, logger: logger)
         let signals = AsyncStream<ClaimStage.Signal>.makeStream()
         let delivery = DeliveryStage(
             pools: pools, results: results, claimSignals: signals.continuation, factory: factory,
@@ -157,7 +161,9 @@ public final class Worker: Service, Sendable {
             limit: limit, factory: factory, configuration: configuration, signals: signals, logger: logger)
         let intake = IntakeStage(configuration: configuration, factory: factory, logger: logger)
         stages.withLock {
-            $0 = Stages(consumer: consumer, claims: claims, delivery: delivery, results: results, redis: [claimRedis, stateRedis])
+            $0 = Stages(
+                consumer: consumer, claims: claims, delivery: delivery, results: results, summaries: summaries,
+                redis: [claimRedis, stateRedis])
         }
         logger.info(
             "Worker started",
@@ -167,6 +173,8 @@ public final class Worker: Service, Sendable {
             group.addTask { await self.heartbeat(store) }
             if control.metrics.isEnabled { group.addTask { await self.trackLag(consumer) } }
             group.addTask { await results.run() }
+            group.addTask { await summaries.run(results: results) }
+            group.addTask { await summaries.runTimers() }
             group.addTask { await claims.run() }
             group.addTask { await claims.runTimers() }
             group.addTask { await claims.runSweeps() }
@@ -196,6 +204,7 @@ public final class Worker: Service, Sendable {
             await drain(consumer: consumer, claims: claims, delivery: delivery, results: results, closing: closesClients)
             claims.finish()
             results.finish()
+            summaries.finish()
             group.cancelAll()
             _ = try? await group.waitForAll()
             if let failure { throw failure }

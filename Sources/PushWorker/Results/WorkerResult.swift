@@ -144,6 +144,12 @@ public struct WorkerResult: Sendable, Hashable {
         digest("i\n\(topic)\n\(partition)\n\(offset)")
     }
 
+    /// `s\n<jobId>`: a job's `jobSummary`; `ds\n<jobId>` for a dry run's, so that a dry run and
+    /// the real job with the same id each get theirs.
+    public static func summaryId(jobId: String, dryRun: Bool = false) -> String {
+        digest(dryRun ? "ds\n\(jobId)" : "s\n\(jobId)")
+    }
+
     private static func digest(_ text: String) -> String {
         var text = text
         let hash = text.withUTF8 { SHA256.hash(data: UnsafeRawBufferPointer($0)) }

@@ -164,6 +164,7 @@ final class NotificationStore: Sendable {
     /// Loads the scripts so that later calls need no `NOSCRIPT` fallback.
     func prepare() async throws(RedisError) {
         _ = try await redis.scriptLoad(Self.claimScript.source)
+        _ = try await redis.scriptLoad(Self.summaryScript.source)
     }
 
     /// Claims notifications of messages of `topic`, in one round trip.
