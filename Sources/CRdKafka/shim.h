@@ -14,4 +14,7 @@ rd_kafka_resp_err_t rd_kafka_mock_topic_create(rd_kafka_mock_cluster_t *mcluster
                                                const char *topic,
                                                int partition_cnt,
                                                int replication_factor);
+rd_kafka_resp_err_t rd_kafka_mock_broker_set_rtt(rd_kafka_mock_cluster_t *mcluster,
+                                                 int32_t broker_id,
+                                                 int rtt_ms);
 #endif

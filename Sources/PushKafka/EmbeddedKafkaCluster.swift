@@ -56,6 +56,15 @@ public final class EmbeddedKafkaCluster: Sendable {
         }
     }
 
+    /// Delays every answer of broker `id` (1-based) by `delay`, as a slow or distant broker
+    /// would; `.zero` restores it. For tests of timeouts.
+    public func setRoundTripTime(broker id: Int32, _ delay: Duration) throws(KafkaError) {
+        let milliseconds = Int32(clamping: delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
+        let err = handles.withLock { handles in handles.map { rd_kafka_mock_broker_set_rtt($0.cluster, id, milliseconds) } }
+        guard let err else { throw KafkaError.closed("EmbeddedKafkaCluster") }
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(err, context: "Cannot set broker \(id)'s round-trip time") }
+    }
+
     /// Stops the brokers and frees the cluster. Idempotent; also done on deinit.
     /// Clients still connected see their connections refused.
     public func shutdown() {

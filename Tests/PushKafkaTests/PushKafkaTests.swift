@@ -67,6 +67,29 @@ struct PushKafkaTests {
         try await second.close()
     }
 
+    @Test func aCommitThatGetsNoAnswerGivesUpAtItsTimeout() async throws {
+        let cluster = try EmbeddedKafkaCluster(brokers: 1)
+        let topic = uniqueName("silent")
+        try cluster.createTopic(topic, partitions: 1)
+        let producer = try KafkaProducer(configuration: producerConfiguration(cluster))
+        for result in try await producer.send([KafkaOutgoingMessage(topic: topic, key: nil, value: bytes("x"))]) {
+            _ = try result.get()
+        }
+        let consumer = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: uniqueName("group")))
+        try consumer.subscribe(topics: [topic])
+        let messages = try await consume(consumer, count: 1)
+        // The coordinator answers a minute late (as one that waits on a rebalance may never do).
+        try cluster.setRoundTripTime(broker: 1, .seconds(60))
+        let started = ContinuousClock.now
+        let error = #expect(throws: KafkaError.self) {
+            try consumer.commitBlocking([messages[0].nextOffset], timeout: .milliseconds(500))
+        }
+        #expect(error?.name == "_TIMED_OUT", "\(String(describing: error))")
+        #expect(ContinuousClock.now - started < .seconds(10), "the commit waited for the late answer")
+        try cluster.setRoundTripTime(broker: 1, .zero)
+        cluster.shutdown()
+    }
+
     @Test func cooperativeRebalanceAcrossTwoMembers() async throws {
         let cluster = try EmbeddedKafkaCluster(brokers: 2)
         let topic = uniqueName("rebalance")
