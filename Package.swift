@@ -51,7 +51,15 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        .target(name: "PushRedis", dependencies: ["CHiredis", .product(name: "Crypto", package: "swift-crypto")]),
+        .target(
+            name: "PushRedis",
+            dependencies: [
+                "CHiredis", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ]
+        ),
 
         // MARK: APNs
         .target(
@@ -213,7 +221,10 @@ let package = Package(
             name: "PushKafkaTests", dependencies: ["PushKafka", .product(name: "Logging", package: "swift-log")]
         ),
         .target(name: "PushTestSupport", dependencies: ["PushRedis", "APNSCore"], path: "Tests/PushTestSupport"),
-        .testTarget(name: "PushRedisTests", dependencies: ["PushRedis", "PushTestSupport"]),
+        .testTarget(
+            name: "PushRedisTests",
+            dependencies: ["PushRedis", "PushTestSupport", "APNSSimulator", .product(name: "NIOCore", package: "swift-nio")]
+        ),
         .target(name: "PushWorkerFuzzing", dependencies: ["PushWorker", "APNSCore", "APNSHTTP2Core"], path: "Tests/PushWorkerFuzzing"),
         .testTarget(
             name: "PushWorkerTests",

@@ -58,20 +58,31 @@ final class WorkerStack: @unchecked Sendable {
     /// authentication to an ``APNSHTTP2Simulator`` that answers 400 `BadDeviceToken` for
     /// `http2.badTokens` and 410 `Unregistered` for `http2.unregistered`; with
     /// `http2CertificateAuth`, by client certificate instead of a provider token.
-    /// `kafkaProperties` are added to the workers' librdkafka properties.
+    /// `kafkaProperties` are added to the workers' librdkafka properties. With `redisTLS`,
+    /// redis-server listens with TLS only and the workers connect with `rediss://`, trusting
+    /// the test CA.
     static func start(
         badTokens: Set<DeviceToken> = [], feedback: [FeedbackTuple] = [],
         confirmationWindowMs: Int = 200, devicePerHour: Int = 0, appPerSecond: Int = 0,
         http2: (badTokens: Set<DeviceToken>, unregistered: [DeviceToken: Date])? = nil,
-        http2CertificateAuth: Bool = false, kafkaProperties: [String: String] = [:]
+        http2CertificateAuth: Bool = false, kafkaProperties: [String: String] = [:], redisTLS: Bool = false
     ) async throws -> WorkerStack {
         let directory = try Paths.temporaryDirectory()
         let kafka = try EmbeddedKafkaCluster(brokers: 1)
         try kafka.createTopic("apn.requests", partitions: 12)
         try kafka.createTopic("apn.results", partitions: 12)
-        let redis = try await RedisServerProcess.start(["--appendonly", "yes", "--appendfsync", "always"])
         let certificates = try TestCertificates()
         try certificates.write(to: directory + "/certs")
+        let certs = directory + "/certs"
+        let redisTLSArguments = [
+            "--tls-cert-file", "\(certs)/server.pem", "--tls-key-file", "\(certs)/server-key.pem",
+            "--tls-ca-cert-file", "\(certs)/ca.pem", "--tls-auth-clients", "no",
+        ]
+        let redis = try await RedisServerProcess.start(
+            ["--appendonly", "yes", "--appendfsync", "always"] + (redisTLS ? redisTLSArguments : []), tls: redisTLS)
+        let redisURL =
+            redisTLS
+            ? "rediss://127.0.0.1:\(redis.port)/0\"\n  caFile: \"\(certs)/ca.pem" : "redis://127.0.0.1:\(redis.port)/0"
         var configuration = APNSSimulator.Configuration(
             certificateChainPEM: certificates.server.certificatePEM, privateKeyPEM: certificates.server.keyPEM,
             clientCAPEM: certificates.ca.certificatePEM)
@@ -121,7 +132,7 @@ final class WorkerStack: @unchecked Sendable {
             session.timeout.ms: "6000"
             heartbeat.interval.ms: "500"
         \(kafkaProperties.sorted { $0.key < $1.key }.map { "    \($0.key): \"\($0.value)\"\n" }.joined())redis:
-          url: "redis://127.0.0.1:\(redis.port)/0"
+          url: "\(redisURL)"
           connectTimeoutMs: 500
           commandTimeoutMs: 2000
         worker:
