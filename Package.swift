@@ -266,3 +266,9 @@ if ProcessInfo.processInfo.environment["APN_WORKER_FUZZ"] != nil {
     package.products.append(.executable(name: "job-fuzzer", targets: ["JobFuzzer"]))
     package.targets.append(.executableTarget(name: "JobFuzzer", dependencies: ["PushWorkerFuzzing"], path: "Tests/Fuzz/JobFuzzer"))
 }
+
+// The Redis transport benchmark (hiredis socket against SwiftNIO, plain TCP), only when
+// scripts/bench-redis-transport asks for it: a release build of PushRedis and a small main.
+if ProcessInfo.processInfo.environment["APN_WORKER_REDIS_BENCH"] != nil {
+    package.targets.append(.executableTarget(name: "RedisTransportBench", dependencies: ["PushRedis"], path: "Tests/RedisTransportBench"))
+}

@@ -31,7 +31,7 @@ public final class RedisConnection: Sendable {
     /// Which transport carries the connection: hiredis' blocking socket on a dedicated
     /// thread, or SwiftNIO. TLS needs SwiftNIO; without TLS the socket is the default (see
     /// docs/architecture.md for the measurements behind that choice).
-    enum Transport {
+    @_spi(Benchmark) public enum Transport: Sendable {
         case socket
         case nio
     }
@@ -64,7 +64,8 @@ public final class RedisConnection: Sendable {
 
     /// ``connect(_:)`` over a chosen transport (TLS always takes SwiftNIO); for benchmarks
     /// and tests that compare the two.
-    static func connect(_ configuration: RedisConfiguration, transport: Transport) async throws(RedisError) -> RedisConnection {
+    @_spi(Benchmark)
+    public static func connect(_ configuration: RedisConfiguration, transport: Transport) async throws(RedisError) -> RedisConnection {
         let connection = RedisConnection(configuration: configuration, transport: configuration.tls == nil ? transport : .nio)
         try await connection.open()
         return connection
