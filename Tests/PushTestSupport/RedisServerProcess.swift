@@ -114,6 +114,11 @@ public final class RedisServerProcess: @unchecked Sendable {
         lock.withLock { self.process = nil }
     }
 
+    /// Whether the server process is running.
+    public var isRunning: Bool {
+        lock.withLock { process?.isRunning ?? false }
+    }
+
     private func killNow() {
         lock.withLock {
             if let process, process.isRunning { _ = sendSignal(process.processIdentifier, SIGKILL) }
