@@ -11,7 +11,8 @@ import Synchronization
 /// Redirections are followed, at most five times per command: `MOVED` (the slot has a new
 /// owner) updates the map, reloads it and resends the command to the owner; `ASK` (the slot
 /// is being migrated and the key is already at the target) resends it to the target after
-/// `ASKING`, without changing the map. A connection error drops that primary's connection,
+/// `ASKING`, without changing the map. `TRYAGAIN` (a multi-key command whose keys are split
+/// between the two nodes of a slot being migrated) is retried every 10 ms, up to 50 times. A connection error drops that primary's connection,
 /// reloads the map (so a promoted replica is found) and is thrown: as with a single
 /// connection, some commands of the pipeline may have run, and the caller retries.
 ///
@@ -26,7 +27,10 @@ public final class RedisCluster: Sendable {
     private let state = Mutex(Topology())
     private let moved = Atomic<Int>(0)
     private let asked = Atomic<Int>(0)
+    private let retried = Atomic<Int>(0)
     private static let maxRedirects = 5
+    /// `TRYAGAIN` retries per pipeline, 10 ms apart: a migration moves a slot's keys within that.
+    private static let maxTryAgain = 50
 
     /// A node's address, as the cluster reports it.
     struct Endpoint: Hashable, Sendable, CustomStringConvertible {
@@ -109,6 +113,7 @@ public final class RedisCluster: Sendable {
         var results = [RedisValue?](repeating: nil, count: commands.count)
         var pending = commands.indices.map { Routed(index: $0, ask: nil) }
         var attempt = 0
+        var tryAgain = 0
         while !pending.isEmpty {
             var groups: [Endpoint: [Routed]] = [:]
             state.withLock { topology in
@@ -130,6 +135,8 @@ public final class RedisCluster: Sendable {
             }
             var next: [Routed] = []
             var moved = false
+            var retryLater = false
+            var redirected = false
             var failure: RedisError?
             for (endpoint, entries, outcome) in await sendParts(groups, commands: commands, scripts: scripts) {
                 switch outcome {
@@ -138,10 +145,19 @@ public final class RedisCluster: Sendable {
                     failure = failure ?? error
                 case .success(let replies):
                     for (entry, reply) in zip(entries, replies) {
+                        if tryAgain < Self.maxTryAgain, reply.errorMessage?.hasPrefix("TRYAGAIN") == true {
+                            // Keys of one multi-key command are split between the two nodes of
+                            // a slot being migrated: route it afresh a little later.
+                            retryLater = true
+                            retried.wrappingAdd(1, ordering: .relaxed)
+                            next.append(Routed(index: entry.index, ask: nil))
+                            continue
+                        }
                         guard attempt < Self.maxRedirects, let redirect = Redirect(reply) else {
                             results[entry.index] = reply
                             continue
                         }
+                        redirected = true
                         let target = Endpoint(host: redirect.host.isEmpty ? endpoint.host : redirect.host, port: redirect.port)
                         if redirect.moved {
                             moved = true
@@ -160,8 +176,12 @@ public final class RedisCluster: Sendable {
                 throw failure
             }
             if moved { try? await refreshSlots() }
+            if retryLater {
+                tryAgain += 1
+                try? await Task.sleep(for: .milliseconds(10))  // back-off while the migration moves keys
+            }
+            if redirected { attempt += 1 }
             pending = next
-            attempt += 1
         }
         return results.map { $0! }
     }
@@ -208,6 +228,9 @@ public final class RedisCluster: Sendable {
 
     /// `ASK` replies followed so far (a slot was being migrated).
     public var askRedirects: Int { asked.load(ordering: .relaxed) }
+
+    /// Commands retried after `TRYAGAIN` so far.
+    public var tryAgainRetries: Int { retried.load(ordering: .relaxed) }
 
     /// The primaries in the slot map, as `host:port`.
     public var primaries: [String] {

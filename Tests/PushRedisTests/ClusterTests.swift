@@ -92,7 +92,7 @@ struct ClusterTests {
         }
     }
 
-    @Test("A slot migrated mid-run (IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE): ASK and MOVED lose no command")
+    @Test("A slot migrated mid-run (IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE): ASK, MOVED and TRYAGAIN lose no command")
     func slotMigration() async throws {
         try await withCluster { process in
             let cluster = try await RedisCluster.connect(seeds: process.seeds)
@@ -115,13 +115,19 @@ struct ClusterTests {
             let sourceConnection = try await RedisConnection.connect(process.configuration(source.index))
             let targetConnection = try await RedisConnection.connect(process.configuration(target.index))
 
-            // Writers: INCR every key, in pipelines, all through the migration.
+            // Writers: INCR every key, and both ends of the key range in one script (keys split
+            // between source and target meet TRYAGAIN), in pipelines, all through the migration.
             let rounds = 300
+            let pair = RedisScript("redis.call('INCR', KEYS[1]); return redis.call('INCR', KEYS[2])")
+            // Loaded up front on every primary: a NOSCRIPT would resend the INCRs of its part too.
+            _ = try await cluster.scriptLoad(pair.source)
             let writer = Task {
                 var failures: [String] = []
                 for _ in 0..<rounds {
                     do {
-                        let replies = try await cluster.pipeline(keys.map { ["INCR", $0] })
+                        let increments = keys.map { [Array("INCR".utf8), Array($0.utf8)] }
+                        let both = pair.evalshaCommand(keys: ["{m}:pair-a", "{m}:pair-b"], args: [])
+                        let replies = try await cluster.pipeline(increments + [both], scripts: [pair])
                         failures += replies.compactMap(\.errorMessage)
                     } catch {
                         failures.append("\(error)")
@@ -138,6 +144,10 @@ struct ClusterTests {
             try await targetConnection.send(["CLUSTER", "SETSLOT", String(slot), "IMPORTING", source.id])
             try await sourceConnection.send(["CLUSTER", "SETSLOT", String(slot), "MIGRATING", target.id])
             let targetPort = String(process.nodes[target.index].port)
+            // One of the script's two keys first: until the other follows, the script meets TRYAGAIN.
+            try await sourceConnection.send(["MIGRATE", "127.0.0.1", targetPort, "", "0", "5000", "KEYS", "{m}:pair-a"])
+            let split = ContinuousClock.now + .seconds(10)
+            while cluster.tryAgainRetries == 0, ContinuousClock.now < split { await Task.yield() }
             var first = true
             while true {
                 let batch = try await sourceConnection.send(["CLUSTER", "GETKEYSINSLOT", String(slot), "5"]).array ?? []
@@ -161,8 +171,9 @@ struct ClusterTests {
             #expect(failures.isEmpty, "\(failures.prefix(5))")
             #expect(cluster.askRedirects > 0)
             #expect(cluster.movedRedirects > 0)
+            #expect(cluster.tryAgainRetries > 0)
             // Every INCR ran exactly once: each key holds the number of rounds, on the target.
-            for key in keys {
+            for key in keys + ["{m}:pair-a", "{m}:pair-b"] {
                 #expect(try await targetConnection.send(["GET", key]).int == Int64(rounds))
             }
             #expect(try await cluster.send(["GET", keys[0]]).int == Int64(rounds))
