@@ -51,7 +51,15 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        .target(name: "PushRedis", dependencies: ["CHiredis", .product(name: "Crypto", package: "swift-crypto")]),
+        .target(
+            name: "PushRedis",
+            dependencies: [
+                "CHiredis", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ]
+        ),
 
         // MARK: APNs
         .target(
@@ -213,7 +221,10 @@ let package = Package(
             name: "PushKafkaTests", dependencies: ["PushKafka", .product(name: "Logging", package: "swift-log")]
         ),
         .target(name: "PushTestSupport", dependencies: ["PushRedis", "APNSCore"], path: "Tests/PushTestSupport"),
-        .testTarget(name: "PushRedisTests", dependencies: ["PushRedis", "PushTestSupport"]),
+        .testTarget(
+            name: "PushRedisTests",
+            dependencies: ["PushRedis", "PushTestSupport", "APNSSimulator", .product(name: "NIOCore", package: "swift-nio")]
+        ),
         .target(name: "PushWorkerFuzzing", dependencies: ["PushWorker", "APNSCore", "APNSHTTP2Core"], path: "Tests/PushWorkerFuzzing"),
         .testTarget(
             name: "PushWorkerTests",
@@ -254,4 +265,10 @@ let package = Package(
 if ProcessInfo.processInfo.environment["APN_WORKER_FUZZ"] != nil {
     package.products.append(.executable(name: "job-fuzzer", targets: ["JobFuzzer"]))
     package.targets.append(.executableTarget(name: "JobFuzzer", dependencies: ["PushWorkerFuzzing"], path: "Tests/Fuzz/JobFuzzer"))
+}
+
+// The Redis transport benchmark (hiredis socket against SwiftNIO, plain TCP), only when
+// scripts/bench-redis-transport asks for it: a release build of PushRedis and a small main.
+if ProcessInfo.processInfo.environment["APN_WORKER_REDIS_BENCH"] != nil {
+    package.targets.append(.executableTarget(name: "RedisTransportBench", dependencies: ["PushRedis"], path: "Tests/RedisTransportBench"))
 }

@@ -23,7 +23,8 @@ public struct TestCertificates: Sendable {
     private let caKey: P256.Signing.PrivateKey
 
     /// Makes a CA, a server certificate and a client certificate valid for both environments.
-    public init(now: Date = Date()) throws {
+    /// The server certificate names `serverDNSNames`, and 127.0.0.1 when `serverLoopbackIP`.
+    public init(now: Date = Date(), serverDNSNames: [String] = ["localhost"], serverLoopbackIP: Bool = true) throws {
         caKey = P256.Signing.PrivateKey()
         let caName = try DistinguishedName { CommonName("apn-worker test CA") }
         let caCert = try Certificate(
@@ -51,15 +52,14 @@ public struct TestCertificates: Sendable {
             notValidBefore: now - 3600,
             notValidAfter: now + 365 * 86400,
             issuer: caName,
-            subject: try DistinguishedName { CommonName("127.0.0.1") },
+            subject: try DistinguishedName { CommonName(serverLoopbackIP ? "127.0.0.1" : serverDNSNames.first ?? "server") },
             signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.notCertificateAuthority)
                 try ExtendedKeyUsage([.serverAuth])
-                SubjectAlternativeNames([
-                    .ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1])),
-                    .dnsName("localhost"),
-                ])
+                SubjectAlternativeNames(
+                    (serverLoopbackIP ? [.ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1]))] : [])
+                        + serverDNSNames.map { .dnsName($0) })
             },
             issuerPrivateKey: .init(caKey)
         )

@@ -47,6 +47,11 @@ struct ConfigurationBuilder {
         let worker = try buildWorker(hostname: hostname, pid: pid)
         let kafka = try buildKafka()
         let redis = try buildRedis()
+        if redis.tls?.verify == false {
+            warnings.append(
+                "redis.tlsVerify is false: the worker accepts any certificate from Redis, so an impostor on the "
+                    + "network could read and change its data; use it only in tests.")
+        }
         let limits = try buildLimits()
         let apps = try buildApps(limits: limits)
         collectUnknownVariables()
@@ -209,11 +214,7 @@ struct ConfigurationBuilder {
 
     private func buildRedis() throws(ConfigurationError) -> WorkerConfiguration.Redis {
         let file = try root.section("redis")
-        try file.checkKnown(["url", "password", "tls", "connectTimeoutMs", "commandTimeoutMs"])
-
-        if let value = file.value("tls"), try SettingParsing.boolean(value) {
-            throw Self.redisTLSUnsupported(value.label)
-        }
+        try file.checkKnown(["url", "password", "connectTimeoutMs", "commandTimeoutMs", "tls"] + Self.redisTLSKeys)
         guard let urlValue = file.value("url") else {
             throw required("redis.url", variable: "APN_WORKER_REDIS_URL", flag: "--redis")
         }
@@ -243,23 +244,49 @@ struct ConfigurationBuilder {
         }
         try file.read("connectTimeoutMs", .from(1, to: 600_000), .milliseconds(1), into: &redis.connectTimeout)
         try file.read("commandTimeoutMs", .from(1, to: 600_000), .milliseconds(1), into: &redis.commandTimeout)
+        redis.tls = try buildRedisTLS(file, urlTLS: parsed.tls, urlLabel: urlValue.label)
         return redis
     }
 
-    /// The TLS refusal, shared by `redis.tls: true` and `rediss://` URLs.
-    private static func redisTLSUnsupported(_ label: String) -> ConfigurationError {
-        ConfigurationError(
-            "\(label): TLS to Redis is not supported by the linked hiredis 0.14; connect through "
-                + "a TLS proxy (for example stunnel) and use redis:// to it.")
+    /// The settings that only apply with TLS.
+    private static let redisTLSKeys = ["caFile", "certFile", "keyFile", "serverName", "tlsVerify"]
+
+    /// TLS is on with a `rediss://` URL or `redis.tls: true`; `redis.tls: false` with a
+    /// `rediss://` URL, or a TLS setting without TLS, is a contradiction and refused.
+    private func buildRedisTLS(_ file: ConfigSection, urlTLS: Bool, urlLabel: String) throws(ConfigurationError) -> RedisTLS? {
+        var on = urlTLS
+        if let value = file.value("tls") {
+            on = try SettingParsing.boolean(value)
+            if urlTLS && !on {
+                throw ConfigurationError("\(value.label) is false but \(urlLabel) is a rediss:// (TLS) URL; remove one of them.")
+            }
+        }
+        guard on else {
+            if let key = Self.redisTLSKeys.first(where: { file.value($0) != nil }) {
+                throw ConfigurationError(
+                    "\(file.value(key)!.label) only applies with TLS: use a rediss:// URL or set redis.tls to true.")
+            }
+            return nil
+        }
+        var tls = RedisTLS()
+        if let value = file.value("caFile") { tls.caFile = try readableFile(value) }
+        if let value = file.value("certFile") { tls.certFile = try readableFile(value) }
+        if let value = file.value("keyFile") { tls.keyFile = try readableFile(value) }
+        if (tls.certFile == nil) != (tls.keyFile == nil) {
+            throw ConfigurationError(
+                "redis.certFile and redis.keyFile go together: set both for a client certificate, or neither.")
+        }
+        if let value = file.value("serverName") { tls.serverName = try SettingParsing.string(value) }
+        try file.read("tlsVerify", into: &tls.verify)
+        return tls
     }
 
     /// A sentence naming the setting for a URL that PushRedis's parser refused.
     private static func redisURLError(_ error: RedisURL.ParseError, label: String) -> ConfigurationError {
         let reason: String
         switch error.problem {
-        case .tls: return redisTLSUnsupported(label)
         case .missingScheme: reason = "the scheme is missing"
-        case .unsupportedScheme: reason = "the scheme must be redis://"
+        case .unsupportedScheme: reason = "the scheme must be redis:// or rediss://"
         case .unixSocket: reason = "unix sockets are not supported"
         case .whitespace: reason = "it contains white space"
         case .queryOrFragment: reason = "query parameters and fragments are not supported"

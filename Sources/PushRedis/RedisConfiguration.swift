@@ -20,6 +20,8 @@ public struct RedisConfiguration: Sendable, Hashable, CustomStringConvertible {
     /// How long any single socket read or write may block. A command that waits on the
     /// server (`BLPOP key 10`) needs a longer command timeout than its own timeout.
     public var commandTimeout: Duration
+    /// TLS settings; `nil` connects without TLS.
+    public var tls: RedisTLS?
 
     /// Creates a configuration; the defaults match a local Redis without a password.
     public init(
@@ -29,7 +31,8 @@ public struct RedisConfiguration: Sendable, Hashable, CustomStringConvertible {
         password: String? = nil,
         database: Int = 0,
         connectTimeout: Duration = .seconds(5),
-        commandTimeout: Duration = .seconds(5)
+        commandTimeout: Duration = .seconds(5),
+        tls: RedisTLS? = nil
     ) {
         self.host = host
         self.port = port
@@ -38,13 +41,15 @@ public struct RedisConfiguration: Sendable, Hashable, CustomStringConvertible {
         self.database = database
         self.connectTimeout = connectTimeout
         self.commandTimeout = commandTimeout
+        self.tls = tls
     }
 
-    /// Parses `redis://[[user]:password@]host[:port][/db]`.
+    /// Parses `redis://[[user]:password@]host[:port][/db]` or the same with `rediss://`.
     ///
     /// The port defaults to 6379 and the database to 0; user and password may be
     /// percent-encoded; an IPv6 host is written in brackets (`redis://[::1]:6379`).
-    /// `rediss://` is rejected because hiredis 0.14 has no TLS. Errors have code
+    /// `rediss://` sets ``tls`` to ``RedisTLS`` defaults (system trust roots, the host as
+    /// server name, verification on). Errors have code
     /// ``RedisError/Code/invalidConfiguration`` and never repeat the password.
     public init(
         url: String,
@@ -68,7 +73,7 @@ public struct RedisConfiguration: Sendable, Hashable, CustomStringConvertible {
         self.init(
             host: parsed.host, port: parsed.port, username: parsed.username,
             password: parsed.password, database: parsed.database,
-            connectTimeout: connectTimeout, commandTimeout: commandTimeout)
+            connectTimeout: connectTimeout, commandTimeout: commandTimeout, tls: parsed.tls ? RedisTLS() : nil)
     }
 
     /// `host:port`, with IPv6 hosts in brackets, as used in error messages.
@@ -80,7 +85,7 @@ public struct RedisConfiguration: Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         var credentials = ""
         if password != nil { credentials = "\(username ?? ""):***@" }
-        return "redis://\(credentials)\(endpoint)/\(database)"
+        return "\(tls == nil ? "redis" : "rediss")://\(credentials)\(endpoint)/\(database)"
     }
 
     /// Checks the values before any connection attempt.
@@ -97,5 +102,11 @@ public struct RedisConfiguration: Sendable, Hashable, CustomStringConvertible {
         }
         if connectTimeout <= .zero { throw invalid("connect timeout \(connectTimeout) must be positive") }
         if commandTimeout <= .zero { throw invalid("command timeout \(commandTimeout) must be positive") }
+        if let tls, (tls.certFile == nil) != (tls.keyFile == nil) {
+            throw invalid("a TLS client certificate needs both a certificate file and a key file")
+        }
+        if let name = tls?.serverName, name.isEmpty || name.utf8.contains(0) {
+            throw invalid("the TLS server name is empty or contains a NUL byte")
+        }
     }
 }

@@ -1,8 +1,11 @@
 /// A connection to one Redis server, safe to share between tasks.
 ///
-/// Every hiredis call for the connection runs on a thread the connection owns (never on
-/// Swift's cooperative pool), one call at a time; concurrent callers are served in turn.
-/// Each call is bounded by ``RedisConfiguration/commandTimeout``.
+/// Without TLS, every hiredis call for the connection runs on a thread the connection owns
+/// (never on Swift's cooperative pool), one call at a time; concurrent callers are served in
+/// turn. With TLS (``RedisConfiguration/tls``) the connection runs on a SwiftNIO event loop
+/// with NIOSSL, hiredis parses the replies, and concurrent callers' commands are pipelined
+/// on the socket in call order. Either way each call is bounded by
+/// ``RedisConfiguration/commandTimeout``.
 ///
 /// After an I/O error, a timeout or a protocol error the socket is closed and the
 /// connection is *broken*: every later call throws ``RedisError/Code/connection`` at once,
@@ -16,25 +19,63 @@
 public final class RedisConnection: Sendable {
     /// The configuration used by ``connect(_:)`` and ``reconnect()``.
     public let configuration: RedisConfiguration
-    private let core: RedisConnectionCore
+    private let core: Core
     private let counter: RoundTripCounter
 
-    private init(configuration: RedisConfiguration) {
+    /// hiredis' own blocking socket on a dedicated thread, or SwiftNIO (for TLS).
+    private enum Core {
+        case socket(RedisConnectionCore)
+        case nio(RedisNIOConnectionCore)
+    }
+
+    /// Which transport carries the connection: hiredis' blocking socket on a dedicated
+    /// thread, or SwiftNIO. TLS needs SwiftNIO; without TLS the socket is the default (see
+    /// docs/architecture.md for the measurements behind that choice).
+    @_spi(Benchmark) public enum Transport: Sendable {
+        case socket
+        case nio
+    }
+
+    private init(configuration: RedisConfiguration, transport: Transport) {
         self.configuration = configuration
         self.counter = RoundTripCounter()
-        self.core = RedisConnectionCore(configuration: configuration, counter: counter)
+        switch transport {
+        case .nio:
+            self.core = .nio(RedisNIOConnectionCore(configuration: configuration, counter: counter))
+        case .socket:
+            self.core = .socket(RedisConnectionCore(configuration: configuration, counter: counter))
+        }
     }
 
     /// Opens a connection: TCP connect within the connect timeout, then `AUTH` and
-    /// `SELECT` as configured (both in one round trip).
+    /// `SELECT` as configured (both in one round trip). With TLS, the handshake (and the
+    /// first round trip, `PING` when there is no `AUTH` or `SELECT`) must also complete
+    /// within the connect timeout, so certificate problems are reported here.
     ///
     /// - Throws: `.invalidConfiguration`, `.connection` ("cannot connect to Redis at
     ///   127.0.0.1:6390: Connection refused"), `.timeout`, `.authentication`, or
-    ///   `.server` when `SELECT` is refused.
+    ///   `.server` when `SELECT` is refused; with TLS, `.connection` with a sentence naming
+    ///   the problem (an untrusted certificate, a certificate for another name, a client
+    ///   certificate the server requires or refuses) and `.invalidConfiguration` for an
+    ///   unreadable certificate or key file.
     public static func connect(_ configuration: RedisConfiguration) async throws(RedisError) -> RedisConnection {
-        let connection = RedisConnection(configuration: configuration)
-        try await connection.core.open()
+        try await connect(configuration, transport: configuration.tls == nil ? .socket : .nio)
+    }
+
+    /// ``connect(_:)`` over a chosen transport (TLS always takes SwiftNIO); for benchmarks
+    /// and tests that compare the two.
+    @_spi(Benchmark)
+    public static func connect(_ configuration: RedisConfiguration, transport: Transport) async throws(RedisError) -> RedisConnection {
+        let connection = RedisConnection(configuration: configuration, transport: configuration.tls == nil ? transport : .nio)
+        try await connection.open()
         return connection
+    }
+
+    private func open() async throws(RedisError) {
+        switch core {
+        case .socket(let core): try await core.open()
+        case .nio(let core): try await core.open()
+        }
     }
 
     /// Socket round trips made so far: one per ``send(_:)``, one per
@@ -47,7 +88,12 @@ public final class RedisConnection: Sendable {
 
     /// Whether the connection is open and not broken.
     public var isConnected: Bool {
-        get async { await core.isConnected }
+        get async {
+            switch core {
+            case .socket(let core): await core.isConnected
+            case .nio(let core): await core.isConnected
+            }
+        }
     }
 
     /// Sends one command made of text arguments (encoded as UTF-8).
@@ -57,7 +103,7 @@ public final class RedisConnection: Sendable {
     ///   `.connection`, `.timeout`, `.protocol` for failures that break the connection.
     @discardableResult
     public func send(_ command: [String]) async throws(RedisError) -> RedisValue {
-        try await core.send(command.map { Array($0.utf8) })
+        try await send(command.map { Array($0.utf8) })
     }
 
     /// Sends one command made of binary-safe arguments.
@@ -66,7 +112,10 @@ public final class RedisConnection: Sendable {
     /// - Throws: as ``send(_:)``.
     @discardableResult
     public func send(_ command: [[UInt8]]) async throws(RedisError) -> RedisValue {
-        try await core.send(command)
+        switch core {
+        case .socket(let core): try await core.send(command)
+        case .nio(let core): try await core.send(command)
+        }
     }
 
     /// Sends all `commands` and reads all their replies in one socket round trip.
@@ -84,17 +133,23 @@ public final class RedisConnection: Sendable {
     /// - Throws: `.connection`, `.timeout`, `.protocol` when the exchange itself fails
     ///   (the connection is then broken); `.invalidCommand` for an empty command.
     public func pipeline(_ commands: [[[UInt8]]], scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue] {
-        try await core.pipeline(commands, scripts: scripts)
+        switch core {
+        case .socket(let core): try await core.pipeline(commands, scripts: scripts)
+        case .nio(let core): try await core.pipeline(commands, scripts: scripts)
+        }
     }
 
     /// ``pipeline(_:scripts:)`` with text arguments.
     public func pipeline(_ commands: [[String]], scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue] {
-        try await core.pipeline(commands.map { $0.map { Array($0.utf8) } }, scripts: scripts)
+        try await pipeline(commands.map { $0.map { Array($0.utf8) } }, scripts: scripts)
     }
 
     /// Loads a Lua script into the server's script cache and returns its SHA-1.
     public func scriptLoad(_ source: String) async throws(RedisError) -> String {
-        try await core.scriptLoad(source)
+        switch core {
+        case .socket(let core): try await core.scriptLoad(source)
+        case .nio(let core): try await core.scriptLoad(source)
+        }
     }
 
     /// Runs `script` with `EVALSHA`; if the server answers `NOSCRIPT`, runs it with `EVAL`
@@ -103,25 +158,31 @@ public final class RedisConnection: Sendable {
     /// - Throws: `.server(prefix)` when the script raises an error.
     @discardableResult
     public func evalsha(_ script: RedisScript, keys: [String] = [], args: [String] = []) async throws(RedisError) -> RedisValue {
-        try await core.evalsha(script, keys: keys.map { Array($0.utf8) }, args: args.map { Array($0.utf8) })
+        try await evalsha(script, keys: keys.map { Array($0.utf8) }, args: args.map { Array($0.utf8) })
     }
 
     /// ``evalsha(_:keys:args:)`` with binary-safe keys and arguments.
     @discardableResult
     public func evalsha(_ script: RedisScript, keys: [[UInt8]], args: [[UInt8]]) async throws(RedisError) -> RedisValue {
-        try await core.evalsha(script, keys: keys, args: args)
+        switch core {
+        case .socket(let core): try await core.evalsha(script, keys: keys, args: args)
+        case .nio(let core): try await core.evalsha(script, keys: keys, args: args)
+        }
     }
 
     /// Drops the current socket (if any) and connects again with ``configuration``,
     /// repeating `AUTH` and `SELECT`. Works on broken and on closed connections. If it
     /// fails, the connection stays broken and the error is thrown.
     public func reconnect() async throws(RedisError) {
-        try await core.open()
+        try await open()
     }
 
     /// Closes the socket. Later calls throw `.connection` until ``reconnect()``.
     /// Dropping the last reference to the connection closes it too.
     public func close() async {
-        await core.close()
+        switch core {
+        case .socket(let core): await core.close()
+        case .nio(let core): await core.close()
+        }
     }
 }

@@ -269,7 +269,7 @@ actor RedisConnectionCore {
         }
         guard let raw else { throw ioError(context, activity: activity) }
         defer { freeReplyObject(raw) }
-        return try Self.copy(raw.assumingMemoryBound(to: redisReply.self))
+        return try RedisValue(hiredisReply: raw.assumingMemoryBound(to: redisReply.self))
     }
 
     /// Appends every command to hiredis' output buffer, then reads one reply per command:
@@ -293,7 +293,7 @@ actor RedisConnectionCore {
                 throw ioError(context, activity: activity)
             }
             defer { freeReplyObject(raw) }
-            replies.append(try Self.copy(raw.assumingMemoryBound(to: redisReply.self)))
+            replies.append(try RedisValue(hiredisReply: raw.assumingMemoryBound(to: redisReply.self)))
         }
         return replies
     }
@@ -365,7 +365,7 @@ actor RedisConnectionCore {
         strings.map { Array($0.utf8) }
     }
 
-    private static func validate(_ command: [[UInt8]]) throws(RedisError) {
+    static func validate(_ command: [[UInt8]]) throws(RedisError) {
         if command.isEmpty {
             throw RedisError(.invalidCommand, "cannot send an empty command: it needs at least the command name")
         }
@@ -375,7 +375,7 @@ actor RedisConnectionCore {
     }
 
     /// The command name for messages (never its arguments, which may hold secrets).
-    private static func name(of command: [[UInt8]]) -> String {
+    static func name(of command: [[UInt8]]) -> String {
         guard let first = command.first, first.count <= 32,
             let text = String(validating: first, as: UTF8.self)
         else { return "a command" }
@@ -391,7 +391,7 @@ actor RedisConnectionCore {
     }
 
     /// The scripts, among `scripts`, that NOSCRIPT replies show to be missing (in order).
-    private static func scriptsToLoad(
+    static func scriptsToLoad(
         replies: [RedisValue], commands: [[[UInt8]]], scripts: [RedisScript]
     ) -> [RedisScript] {
         guard !scripts.isEmpty else { return [] }
@@ -433,39 +433,5 @@ actor RedisConnectionCore {
                 }
             }
         }
-    }
-
-    /// Copies a hiredis reply tree into a RedisValue (the caller frees the reply).
-    private static func copy(_ reply: UnsafePointer<redisReply>) throws(RedisError) -> RedisValue {
-        let r = reply.pointee
-        switch r.type {
-        case REDIS_REPLY_STATUS:
-            return .simpleString(String(decoding: bytes(r), as: UTF8.self))
-        case REDIS_REPLY_ERROR:
-            return .error(String(decoding: bytes(r), as: UTF8.self))
-        case REDIS_REPLY_INTEGER:
-            return .integer(Int64(r.integer))
-        case REDIS_REPLY_NIL:
-            return .bulk(nil)
-        case REDIS_REPLY_STRING:
-            return .bulk(bytes(r))
-        case REDIS_REPLY_ARRAY:
-            var elements: [RedisValue] = []
-            elements.reserveCapacity(r.elements)
-            for index in 0..<r.elements {
-                guard let element = r.element[index] else {
-                    throw RedisError(.protocol, "hiredis returned an array with a missing element \(index)")
-                }
-                elements.append(try copy(element))
-            }
-            return .array(elements)
-        default:
-            throw RedisError(.protocol, "hiredis returned a reply of unknown type \(r.type)")
-        }
-    }
-
-    private static func bytes(_ reply: redisReply) -> [UInt8] {
-        guard let str = reply.str, reply.len > 0 else { return [] }
-        return Array(UnsafeRawBufferPointer(start: str, count: reply.len))
     }
 }

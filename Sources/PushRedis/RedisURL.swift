@@ -1,11 +1,12 @@
-/// The parts of a `redis://[[user]:password@]host[:port][/db]` URL.
+/// The parts of a `redis://[[user]:password@]host[:port][/db]` (or `rediss://`, TLS) URL.
 ///
 /// The one parser of Redis URLs: ``RedisConfiguration/init(url:connectTimeout:commandTimeout:)``
 /// and the worker's `redis.url` setting both use it, each wording its ``Problem``s for its
 /// readers. The port defaults to 6379 and the database to 0; user and password may be
-/// percent-encoded; an IPv6 host is written in brackets (`redis://[::1]:6379`). `rediss://`
-/// is refused because hiredis 0.14 has no TLS.
+/// percent-encoded; an IPv6 host is written in brackets (`redis://[::1]:6379`).
 public struct RedisURL: Sendable, Hashable {
+    /// Whether the scheme is `rediss://` (TLS).
+    public var tls = false
     /// Host name or IP address (IPv6 without brackets).
     public var host: String
     public var port = 6379
@@ -17,15 +18,13 @@ public struct RedisURL: Sendable, Hashable {
     public var database = 0
 
     /// The form of a Redis URL, for messages.
-    public static let form = "redis://[[user]:password@]host[:port][/db]"
+    public static let form = "redis[s]://[[user]:password@]host[:port][/db]"
 
     /// Why a URL is not a Redis URL.
     public enum Problem: Sendable, Hashable {
         case missingScheme
         /// The scheme, lowercased.
         case unsupportedScheme(String)
-        /// `rediss://`.
-        case tls
         /// `unix://`.
         case unixSocket
         case whitespace
@@ -61,7 +60,7 @@ public struct RedisURL: Sendable, Hashable {
         guard let schemeEnd = url.range(of: "://") else { throw fail(.missingScheme) }
         switch url[..<schemeEnd.lowerBound].lowercased() {
         case "redis": break
-        case "rediss": throw fail(.tls)
+        case "rediss": tls = true
         case "unix": throw fail(.unixSocket)
         case let scheme: throw fail(.unsupportedScheme(scheme))
         }
@@ -173,13 +172,6 @@ extension RedisURL.ParseError {
     var redisError: RedisError {
         let reason: String
         switch problem {
-        case .tls:
-            return RedisError(
-                .invalidConfiguration,
-                "TLS (rediss://) is not supported: the system hiredis 0.14 has no TLS. "
-                    + "Run a TLS-terminating proxy such as stunnel next to the service and "
-                    + "connect to it with redis://",
-                detail: "URL '\(redactedURL)'")
         case .missingScheme: reason = "missing scheme; \(Self.expectedForm)"
         case .unsupportedScheme(let scheme): reason = "unsupported scheme '\(scheme)'; \(Self.expectedForm)"
         case .unixSocket: reason = "unix sockets are not supported; use redis://host:port"

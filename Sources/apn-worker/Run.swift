@@ -37,7 +37,7 @@ struct Run: AsyncParsableCommand {
     var resultsTopic: String?
     @Option(name: .customLong("kafka-property"), help: "A librdkafka property, KEY=VALUE (repeatable).")
     var kafkaProperties: [String] = []
-    @Option(help: "Redis URL, redis://[user:password@]host[:port][/db].")
+    @Option(help: "Redis URL, redis://[user:password@]host[:port][/db], or rediss:// for TLS.")
     var redis: String?
     @Option(help: "Redis password (overrides one in the URL).")
     var redisPassword: String?

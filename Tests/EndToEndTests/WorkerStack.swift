@@ -63,20 +63,32 @@ final class WorkerStack: @unchecked Sendable {
     /// `http2Sandbox` the HTTP/2 app's one environment is `sandbox` (whose answers carry
     /// `apns-unique-id`); with `binaryRecord` the binary simulator writes a line per accepted
     /// notification (see ``binaryRecord()``).
+    /// With `redisTLS`, redis-server listens with TLS only and the workers connect with
+    /// `rediss://`, trusting the test CA.
     static func start(
         badTokens: Set<DeviceToken> = [], feedback: [FeedbackTuple] = [],
         confirmationWindowMs: Int = 200, devicePerHour: Int = 0, appPerSecond: Int = 0,
         http2: (badTokens: Set<DeviceToken>, unregistered: [DeviceToken: Date])? = nil,
         http2CertificateAuth: Bool = false, kafkaProperties: [String: String] = [:],
-        appSettings: [String] = [], http2AppSettings: [String] = [], http2Sandbox: Bool = false, binaryRecord: Bool = false
+        appSettings: [String] = [], http2AppSettings: [String] = [], http2Sandbox: Bool = false, binaryRecord: Bool = false,
+        redisTLS: Bool = false
     ) async throws -> WorkerStack {
         let directory = try Paths.temporaryDirectory()
         let kafka = try EmbeddedKafkaCluster(brokers: 1)
         try kafka.createTopic("apn.requests", partitions: 12)
         try kafka.createTopic("apn.results", partitions: 12)
-        let redis = try await RedisServerProcess.start(["--appendonly", "yes", "--appendfsync", "always"])
         let certificates = try TestCertificates()
         try certificates.write(to: directory + "/certs")
+        let certs = directory + "/certs"
+        let redisTLSArguments = [
+            "--tls-cert-file", "\(certs)/server.pem", "--tls-key-file", "\(certs)/server-key.pem",
+            "--tls-ca-cert-file", "\(certs)/ca.pem", "--tls-auth-clients", "no",
+        ]
+        let redis = try await RedisServerProcess.start(
+            ["--appendonly", "yes", "--appendfsync", "always"] + (redisTLS ? redisTLSArguments : []), tls: redisTLS)
+        let redisURL =
+            redisTLS
+            ? "rediss://127.0.0.1:\(redis.port)/0\"\n  caFile: \"\(certs)/ca.pem" : "redis://127.0.0.1:\(redis.port)/0"
         var configuration = APNSSimulator.Configuration(
             certificateChainPEM: certificates.server.certificatePEM, privateKeyPEM: certificates.server.keyPEM,
             clientCAPEM: certificates.ca.certificatePEM)
@@ -128,7 +140,7 @@ final class WorkerStack: @unchecked Sendable {
             session.timeout.ms: "6000"
             heartbeat.interval.ms: "500"
         \(kafkaProperties.sorted { $0.key < $1.key }.map { "    \($0.key): \"\($0.value)\"\n" }.joined())redis:
-          url: "redis://127.0.0.1:\(redis.port)/0"
+          url: "\(redisURL)"
           connectTimeoutMs: 500
           commandTimeoutMs: 2000
         worker:

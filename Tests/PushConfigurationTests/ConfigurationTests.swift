@@ -1,5 +1,6 @@
 import Foundation
 import PushConfiguration
+import PushRedis
 import Testing
 
 /// A temporary directory holding credential files and config files; removed on deinit.
@@ -705,33 +706,64 @@ private func parseError(
     #expect(try redis("redis://:pw@h:1/15").database == 15)
     #expect(try redis("redis://:url@h", password: "flag").password == "flag")
     #expect(try redis("redis://u@h", password: "p").username == "u")
-    #expect(
-        parseError(yaml, overrides: ConfigurationOverrides(redisURL: "rediss://h"))
-            == "--redis: TLS to Redis is not supported by the linked hiredis 0.14; connect through a TLS proxy "
-            + "(for example stunnel) and use redis:// to it.")
+    #expect(try redis("rediss://h").tls == RedisTLS())
+    #expect(try redis("redis://h").tls == nil)
     #expect(
         parseError(yaml, overrides: ConfigurationOverrides(redisURL: "redis://:secret@h:0"))
-            == "--redis must be a Redis URL of the form redis://[[user]:password@]host[:port][/db], not "
+            == "--redis must be a Redis URL of the form redis[s]://[[user]:password@]host[:port][/db], not "
             + "\"redis://:***@h:0\" (the port must be from 1 to 65535).")
     #expect(
         parseError(yaml, environment: ["APN_WORKER_REDIS_URL": "http://h"])
-            == "APN_WORKER_REDIS_URL must be a Redis URL of the form redis://[[user]:password@]host[:port][/db], "
-            + "not \"http://h\" (the scheme must be redis://).")
+            == "APN_WORKER_REDIS_URL must be a Redis URL of the form redis[s]://[[user]:password@]host[:port][/db], "
+            + "not \"http://h\" (the scheme must be redis:// or rediss://).")
     #expect(
         parseError(yaml, overrides: ConfigurationOverrides(redisURL: "redis://u@h"))
             == "--redis names the user \"u\" but no password is set: add it to the URL or set redis.password, "
             + "APN_WORKER_REDIS_PASSWORD or --redis-password.")
 }
 
-@Test func redisTLSIsRefused() throws {
+@Test func redisTLSSettings() throws {
     let fixture = try Fixture()
-    let yaml = fixture.minimalYAML().replacingOccurrences(
-        of: "  url: \"redis://127.0.0.1:6379/0\"", with: "  url: \"redis://127.0.0.1:6379/0\"\n  tls: true")
+    let ca = fixture.write("redis-ca.pem", "ca")
+    let cert = fixture.write("redis-client.pem", "cert")
+    let key = fixture.write("redis-client-key.pem", "key")
+    func yaml(_ url: String, _ lines: String) -> String {
+        fixture.minimalYAML().replacingOccurrences(
+            of: "  url: \"redis://127.0.0.1:6379/0\"", with: "  url: \"\(url)\"\n" + lines)
+    }
+
+    let full = try parse(
+        yaml(
+            "redis://127.0.0.1:6379/0",
+            "  tls: true\n  caFile: \(ca)\n  certFile: \(cert)\n  keyFile: \(key)\n  serverName: redis.internal"))
+    #expect(full.redis.tls == RedisTLS(caFile: ca, certFile: cert, keyFile: key, serverName: "redis.internal"))
+    #expect(full.warnings.isEmpty)
+
+    let rediss = try parse(yaml("rediss://127.0.0.1:6380/0", "  caFile: \(ca)"))
+    #expect(rediss.redis.tls == RedisTLS(caFile: ca))
+
+    let unverified = try parse(yaml("rediss://127.0.0.1:6380/0", "  tlsVerify: false"))
+    #expect(unverified.redis.tls?.verify == false)
     #expect(
-        parseError(yaml) == "redis.tls: TLS to Redis is not supported by the linked hiredis 0.14; connect "
-            + "through a TLS proxy (for example stunnel) and use redis:// to it.")
-    let off = yaml.replacingOccurrences(of: "tls: true", with: "tls: false")
-    #expect(try parse(off).redis.host == "127.0.0.1")
+        unverified.warnings == [
+            "redis.tlsVerify is false: the worker accepts any certificate from Redis, so an impostor on the "
+                + "network could read and change its data; use it only in tests."
+        ])
+
+    #expect(
+        parseError(yaml("redis://127.0.0.1:6379/0", "  caFile: \(ca)"))
+            == "redis.caFile only applies with TLS: use a rediss:// URL or set redis.tls to true.")
+    #expect(
+        parseError(yaml("rediss://127.0.0.1:6380/0", "  tls: false"))
+            == "redis.tls is false but redis.url is a rediss:// (TLS) URL; remove one of them.")
+    #expect(
+        parseError(yaml("rediss://127.0.0.1:6380/0", "  certFile: \(cert)"))
+            == "redis.certFile and redis.keyFile go together: set both for a client certificate, or neither.")
+    #expect(
+        parseError(yaml("rediss://127.0.0.1:6380/0", "  caFile: \(fixture.path("missing.pem"))"))
+            == "redis.caFile: cannot read \(fixture.path("missing.pem")); check that the file exists and is readable.")
+    let off = yaml("redis://127.0.0.1:6379/0", "  tls: false")
+    #expect(try parse(off).redis.tls == nil)
 }
 
 // MARK: - Credentials

@@ -76,17 +76,16 @@ struct URLTests {
         }
     }
 
-    @Test("rediss:// explains that TLS needs a TLS-terminating proxy")
-    func tls() {
-        do {
-            _ = try RedisConfiguration(url: "rediss://:pw@cache.internal:6380")
-            Issue.record("rediss:// was accepted")
-        } catch {
-            #expect(error.code == .invalidConfiguration)
-            #expect(error.message.contains("TLS"))
-            #expect(error.message.contains("hiredis 0.14 has no TLS"))
-            #expect(error.message.contains("stunnel"))
-        }
+    @Test("rediss:// turns on TLS with verification against the system's roots")
+    func tls() throws {
+        let configuration = try RedisConfiguration(url: "rediss://:pw@cache.internal:6380/2")
+        #expect(configuration.tls == RedisTLS())
+        #expect(configuration.tls?.verify == true)
+        #expect(configuration.endpoint == "cache.internal:6380")
+        #expect(configuration.database == 2)
+        #expect(configuration.description == "rediss://:***@cache.internal:6380/2")
+        #expect(try RedisURL(parsing: "REDISS://h").tls)
+        #expect(try RedisConfiguration(url: "redis://h").tls == nil)
     }
 
     @Test("Passwords never appear in errors or descriptions")
@@ -118,7 +117,7 @@ struct URLTests {
         arguments: [
             ("redis://:pw@h:0", RedisURL.Problem.badPort("0"), "redis://:***@h:0"),
             ("http://h", .unsupportedScheme("http"), "http://h"),
-            ("REDISS://h", .tls, "REDISS://h"),
+            ("unix:///tmp/redis.sock", .unixSocket, "unix:///tmp/redis.sock"),
             ("redis://secret@h/x", .badDatabase("x"), "redis://:***@h/x"),
             ("redis://h%:1", .invalidHostCharacter("h%"), "redis://h%:1"),
         ])

@@ -10,21 +10,27 @@ import Darwin
 /// A throw-away `redis-server` on 127.0.0.1 for one test.
 ///
 /// It listens on a port found free by binding a socket to port 0, saves nothing, and is
-/// ready when it answers `PING` (polled against a deadline). Blocking work (process
+/// ready when it answers `PING` (polled against a deadline). A TLS server (``start(_:tls:)``
+/// with `tls: true`) listens on `port` with TLS only (`--port 0 --tls-port <port>`; the
+/// caller passes the certificate arguments) and is ready when `port` accepts connections. Blocking work (process
 /// start/stop, socket probes) runs off Swift's cooperative pool.
 public final class RedisServerProcess: @unchecked Sendable {
     public static let executable = "/usr/bin/redis-server"
 
+    /// The port clients connect to: the TLS port of a TLS server.
     public let port: Int
     public let extraArguments: [String]
+    /// Whether `port` speaks TLS.
+    public let tls: Bool
     private let directory: URL
     // Guarded by `lock`.
     private let lock = NSLock()
     private var process: Process?
 
-    private init(port: Int, extraArguments: [String]) throws {
+    private init(port: Int, extraArguments: [String], tls: Bool) throws {
         self.port = port
         self.extraArguments = extraArguments
+        self.tls = tls
         directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("pushredis-\(port)-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -46,10 +52,10 @@ public final class RedisServerProcess: @unchecked Sendable {
     }
 
     /// Starts a server on a free port; retries with a new port if another process took it.
-    public static func start(_ extraArguments: [String] = []) async throws -> RedisServerProcess {
+    public static func start(_ extraArguments: [String] = [], tls: Bool = false) async throws -> RedisServerProcess {
         var lastError: (any Error)?
         for _ in 0..<3 {
-            let server = try RedisServerProcess(port: try freePort(), extraArguments: extraArguments)
+            let server = try RedisServerProcess(port: try freePort(), extraArguments: extraArguments, tls: tls)
             do {
                 try await server.start()
                 return server
@@ -60,11 +66,13 @@ public final class RedisServerProcess: @unchecked Sendable {
         throw lastError!
     }
 
-    /// Starts (or restarts) the server on `port` and waits until it answers PING.
+    /// Starts (or restarts) the server on `port` and waits until it answers PING (or, with
+    /// TLS, accepts connections).
     public func start() async throws {
+        let ports = tls ? ["--port", "0", "--tls-port", String(port)] : ["--port", String(port)]
         let arguments =
-            [
-                "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            ports + [
+                "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                 "--dir", directory.path, "--logfile", logURL.path,
             ] + extraArguments
         let url = URL(fileURLWithPath: Self.executable)
@@ -86,7 +94,8 @@ public final class RedisServerProcess: @unchecked Sendable {
                 throw ServerError("redis-server on port \(port) exited with status \(process.terminationStatus); log:\n\(log)")
             }
             let port = self.port
-            if try await offPool({ Self.answersPing(port: port) }) { return }
+            let tls = self.tls
+            if try await offPool({ tls ? Self.acceptsConnections(port: port) : Self.answersPing(port: port) }) { return }
             try await Task.sleep(for: .milliseconds(10))  // poll interval, not synchronisation
         }
         killNow()
@@ -103,6 +112,11 @@ public final class RedisServerProcess: @unchecked Sendable {
         if process.isRunning { _ = sendSignal(process.processIdentifier, SIGKILL) }
         _ = try? await offPool { process.waitUntilExit() }
         lock.withLock { self.process = nil }
+    }
+
+    /// Whether the server process is running.
+    public var isRunning: Bool {
+        lock.withLock { process?.isRunning ?? false }
     }
 
     private func killNow() {
@@ -138,6 +152,19 @@ public final class RedisServerProcess: @unchecked Sendable {
         }
         guard named == 0 else { throw ServerError("getsockname() failed: errno \(errno)") }
         return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// Whether a TCP connection to `port` succeeds.
+    public static func acceptsConnections(port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = loopback(port: port)
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        } == 0
     }
 
     /// Connects, sends `PING`, and accepts `+PONG` or `-NOAUTH` (a password-protected server
