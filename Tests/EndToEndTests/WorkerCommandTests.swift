@@ -68,7 +68,7 @@ struct WorkerCommandTests {
     @Test(arguments: [
         (["run", "--config", "/nonexistent/worker.yaml"], "/nonexistent/worker.yaml"),
         (["run", "--redis", "redis://127.0.0.1:6379"], "kafka.bootstrapServers"),
-        (["run", "--brokers", "127.0.0.1:9092", "--redis", "rediss://127.0.0.1:6379"], "TLS"),
+        (["run", "--brokers", "127.0.0.1:9092", "--redis", "ftp://127.0.0.1:6379"], "the scheme must be redis:// or rediss://"),
     ])
     func runConfigurationErrorsNameTheSetting(arguments: [String], fragment: String) async throws {
         let result = try await run(Paths.executable, arguments)
