@@ -207,6 +207,29 @@ struct ConfigFeaturesEndToEndTests {
         }
         await stack.shutdown()
     }
+
+    @Test("An HTTP/2 app's retryLimit decides how often a 429 is retried (with its retry delays shortened)")
+    func retrySettingsDecideHowA429IsRetried() async throws {
+        // Every request is refused: each notification is written once and retried retryLimit times.
+        let stack = try await WorkerStack.start(http2: (badTokens: [], unregistered: [:]), http2Status429Every: 1)
+        do {
+            try stack.addSettings(["retryLimit: 2", "retryBaseDelayMs: 20", "retryMaxDelayMs: 40"], app: Self.http2App)
+            try await stack.startWorker("w1")
+            let tokens = (0..<20).map { DeviceToken.numbered($0, salt: 41) }
+            try await stack.produce([WorkerStack.job(id: "refused", tokens: tokens, app: Self.http2App)])
+            // With the defaults (3 retries, 1 s doubling) this takes 7 s per notification; the
+            // settings make it well under the wait below.
+            _ = try await Self.results(stack, for: tokens.map { ("refused", $0) })
+            let results = tokens.compactMap { stack.resultsById[WorkerResult.notificationId(jobId: "refused", token: $0.hex)] }
+            #expect(results.count == 20)
+            #expect(results.allSatisfy { $0["status"] == .int(429) && $0["attempts"] == .int(3) }, "\(results.first ?? [:])")
+            let http2Simulator = try #require(stack.http2Simulator)
+            #expect(http2Simulator.statistics.tooManyRequests == 60, "429s: \(http2Simulator.statistics.tooManyRequests)")
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
+        }
+        await stack.shutdown()
+    }
 }
 
 extension WorkerStack {

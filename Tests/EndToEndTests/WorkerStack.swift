@@ -64,14 +64,15 @@ final class WorkerStack: @unchecked Sendable {
     /// `apns-unique-id`); with `binaryRecord` the binary simulator writes a line per accepted
     /// notification (see ``binaryRecord()``).
     /// With `redisTLS`, redis-server listens with TLS only and the workers connect with
-    /// `rediss://`, trusting the test CA.
+    /// `rediss://`, trusting the test CA. `http2Status429Every` makes the HTTP/2 simulator answer
+    /// every Nth request with 429 `TooManyRequests`.
     static func start(
         badTokens: Set<DeviceToken> = [], feedback: [FeedbackTuple] = [],
         confirmationWindowMs: Int = 200, devicePerHour: Int = 0, appPerSecond: Int = 0,
         http2: (badTokens: Set<DeviceToken>, unregistered: [DeviceToken: Date])? = nil,
         http2CertificateAuth: Bool = false, kafkaProperties: [String: String] = [:],
         appSettings: [String] = [], http2AppSettings: [String] = [], http2Sandbox: Bool = false, binaryRecord: Bool = false,
-        redisTLS: Bool = false
+        redisTLS: Bool = false, http2Status429Every: Int? = nil
     ) async throws -> WorkerStack {
         let directory = try Paths.temporaryDirectory()
         let kafka = try EmbeddedKafkaCluster(brokers: 1)
@@ -118,6 +119,7 @@ final class WorkerStack: @unchecked Sendable {
             config.badTokens = http2.badTokens
             config.unregistered = http2.unregistered
             if http2Sandbox { config.environment = .sandbox }
+            config.status429Every = http2Status429Every
             let started = try await APNSHTTP2Simulator.start(configuration: config)
             http2Simulator = started
             http2Config = """
