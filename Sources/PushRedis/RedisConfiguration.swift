@@ -110,3 +110,25 @@ public struct RedisConfiguration: Sendable, Hashable, CustomStringConvertible {
         }
     }
 }
+
+extension RedisConfiguration {
+    /// Checks the replies to a connection's handshake — `AUTH` when a password is set, then
+    /// `SELECT` when the database is not 0, in that order — and throws the refusal, if any:
+    /// `.authentication` for rejected credentials, `.server` for a refused `SELECT`.
+    func checkHandshake(_ replies: [RedisValue], target: String) throws(RedisError) {
+        var next = 0
+        if password != nil {
+            if case .error(let line) = replies[next] {
+                throw RedisError(
+                    .authentication,
+                    "\(target) rejected the credentials for user '\(username ?? "default")': \(line). "
+                        + "Check the configured username and password.",
+                    detail: line)
+            }
+            next += 1
+        }
+        if database != 0, case .error(let line) = replies[next] {
+            throw RedisError.server(line, command: "SELECT \(database) on \(target)")
+        }
+    }
+}

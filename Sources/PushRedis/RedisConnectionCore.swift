@@ -141,21 +141,11 @@ actor RedisConnectionCore {
             redisFree(context)
             throw error
         }
-        var next = 0
-        if configuration.password != nil {
-            if case .error(let line) = replies[next] {
-                redisFree(context)
-                throw RedisError(
-                    .authentication,
-                    "\(target) rejected the credentials for user '\(configuration.username ?? "default")': \(line). "
-                        + "Check the configured username and password.",
-                    detail: line)
-            }
-            next += 1
-        }
-        if configuration.database != 0, case .error(let line) = replies[next] {
+        do throws(RedisError) {
+            try configuration.checkHandshake(replies, target: target)
+        } catch {
             redisFree(context)
-            throw RedisError.server(line, command: "SELECT \(configuration.database) on \(target)")
+            throw error
         }
         return context
     }

@@ -121,21 +121,11 @@ actor RedisNIOConnectionCore {
             channel.close(promise: nil)
             throw error
         }
-        var next = 0
-        if configuration.password != nil {
-            if case .error(let line) = replies[next] {
-                channel.close(promise: nil)
-                throw RedisError(
-                    .authentication,
-                    "\(target) rejected the credentials for user '\(configuration.username ?? "default")': \(line). "
-                        + "Check the configured username and password.",
-                    detail: line)
-            }
-            next += 1
-        }
-        if configuration.database != 0, case .error(let line) = replies[next] {
+        do throws(RedisError) {
+            try configuration.checkHandshake(replies, target: target)
+        } catch {
             channel.close(promise: nil)
-            throw RedisError.server(line, command: "SELECT \(configuration.database) on \(target)")
+            throw error
         }
         return live
     }

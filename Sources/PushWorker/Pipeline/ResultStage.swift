@@ -272,7 +272,7 @@ final class ResultStage: Sendable {
         let marks = state.withLock { $0.pendingMarks() }
         guard
             await record(plan.records, unregistered: plan.unregistered, released: plan.released, marks: marks, count: batch.count),
-            await produceAll(plan.messages)
+            await producer.produceAll(plan.messages, what: "result", control: control, logger: logger, attempted: attempted)
         else { return }
         // The token results of messages whose job asked for a summary, read outside the lock.
         let summaryRefs = state.withLock { s in s.summaries.isEmpty ? [] : Set(batch.map(\.ref).filter { s.summaries[$0] != nil }) }
@@ -331,46 +331,6 @@ final class ResultStage: Sendable {
                 try? await store.redis.reconnect()
             }
         }
-    }
-
-    private func produceAll(_ messages: [KafkaOutgoingMessage]) async -> Bool {
-        var pending = messages
-        var delay: Duration = .milliseconds(50)
-        while !pending.isEmpty {
-            if Task.isCancelled { return false }
-            var failed: [KafkaOutgoingMessage] = []
-            do {
-                let reports = try await producer.send(pending)
-                var retriable: KafkaError?
-                for (message, report) in zip(pending, reports) {
-                    guard case .failure(let error) = report else { continue }
-                    control.metrics.increment(MetricCatalogue.produceErrors)
-                    if error.isMessageTooLarge {
-                        // Retrying could never write it, and would hold up every result behind it.
-                        logger.error(
-                            "A result is over the producer's message.max.bytes and is not written; raise kafka.properties.message.max.bytes",
-                            metadata: ["bytes": "\(message.value.count + (message.key?.count ?? 0))", "error": "\(error)"])
-                        continue
-                    }
-                    failed.append(message)
-                    retriable = retriable ?? error
-                }
-                if let retriable {
-                    logger.warning("Results were not written; retrying", metadata: ["results": "\(failed.count)", "error": "\(retriable)"])
-                }
-            } catch {
-                logger.error("Cannot write results to Kafka; retrying", metadata: ["error": "\(error)"])
-                control.metrics.increment(MetricCatalogue.produceErrors, by: pending.count)
-                failed = pending
-            }
-            pending = failed
-            attempted()
-            if !pending.isEmpty {
-                try? await Task.sleep(for: delay)
-                delay = min(delay * 2, .seconds(2))
-            }
-        }
-        return true
     }
 
     /// Hands the offsets of fully written messages to librdkafka, which commits them on its

@@ -224,7 +224,7 @@ final class SummaryStage: Sendable {
             let messages = summaries.map {
                 KafkaOutgoingMessage(topic: configuration.kafka.resultsTopic, key: $0.summary.key, value: $0.summary.serialized())
             }
-            guard await produceAll(messages) else { return }
+            guard await producer.produceAll(messages, what: "job summary", control: control, logger: logger) else { return }
             let summaryIds = summaries.map(\.summary.resultId)
             guard await retrying({ () throws(RedisError) in try await store.markSummariesWritten(summaryIds, ttlSeconds: ttl) }) != nil
             else { return }
@@ -263,34 +263,4 @@ final class SummaryStage: Sendable {
         }
     }
 
-    /// Produces until Kafka has acknowledged every message; `false` when cancelled meanwhile.
-    private func produceAll(_ messages: [KafkaOutgoingMessage]) async -> Bool {
-        var pending = messages
-        var delay: Duration = .milliseconds(50)
-        while !pending.isEmpty {
-            if Task.isCancelled { return false }
-            do {
-                let reports = try await producer.send(pending)
-                pending = zip(pending, reports).compactMap { message, report in
-                    guard case .failure(let error) = report else { return nil }
-                    control.metrics.increment(MetricCatalogue.produceErrors)
-                    if error.isMessageTooLarge {
-                        logger.error(
-                            "A job summary is over the producer's message.max.bytes and is not written; raise kafka.properties.message.max.bytes",
-                            metadata: ["bytes": "\(message.value.count)"])
-                        return nil
-                    }
-                    return message
-                }
-            } catch {
-                logger.error("Cannot write job summaries to Kafka; retrying", metadata: ["error": "\(error)"])
-                control.metrics.increment(MetricCatalogue.produceErrors, by: pending.count)
-            }
-            if !pending.isEmpty {
-                try? await Task.sleep(for: delay)
-                delay = min(delay * 2, .seconds(2))
-            }
-        }
-        return true
-    }
 }
