@@ -51,8 +51,11 @@ struct JobSummaryEndToEndTests {
             try await stack.produce([
                 Self.job(id: "plain", tokens: [plain.hex], summary: false), Self.job(id: "summed", tokens: tokens), unknownApp,
             ])
+            // A summary is written after its job's token results, but it is read from another
+            // partition (its key is the job id): wait for both.
             let results = try await stack.readResults { results in
                 !Self.summaries(results, of: "summed").isEmpty && !Self.summaries(results, of: "elsewhere").isEmpty
+                    && Self.tokenResults(results, of: "summed").count == 24
             }
             let summary = try #require(Self.summaries(results, of: "summed").first)
             #expect(summary["resultId"]?.stringValue == WorkerResult.summaryId(jobId: "summed"))
@@ -141,7 +144,9 @@ struct JobSummaryEndToEndTests {
             try await stack.readResults { !Self.summaries($0, of: "twice").isEmpty }
             // And once more, after the summary was written, with a marker job behind it.
             try await stack.produce([job, Self.job(id: "marker", tokens: [DeviceToken.numbered(500, salt: 33).hex])])
-            let results = try await stack.readResults { !Self.summaries($0, of: "marker").isEmpty }
+            let results = try await stack.readResults {
+                !Self.summaries($0, of: "marker").isEmpty && Self.tokenResults($0, of: "twice").count == 200
+            }
             #expect(try await stack.waitForAllCommitted())
             let summaries = Self.summaries(stack.results, of: "twice")
             #expect(summaries.count == 1, "\(summaries)")
@@ -181,7 +186,8 @@ struct JobSummaryEndToEndTests {
             let killed = try #require(victim)
             await stack.killWorker(killed)
             let results = try await stack.readResults(timeout: .seconds(120)) { results in
-                jobs.allSatisfy { !Self.summaries(results, of: $0.0).isEmpty }
+                // Token results and summaries are read from different partitions: wait for both.
+                jobs.allSatisfy { !Self.summaries(results, of: $0.0).isEmpty && Self.tokenResults(results, of: $0.0).count == $0.1.count }
             }
             for (id, tokens) in jobs {
                 let summaries = Self.summaries(results, of: id)
@@ -224,7 +230,8 @@ struct JobSummaryEndToEndTests {
             // Every summary place it held was settled or given back: nothing kept it waiting.
             #expect(!stack.log(of: "w1").contains("Shutdown timeout reached"), "\(stack.log(of: "w1"))")
             let results = try await stack.readResults(timeout: .seconds(120)) { results in
-                jobs.allSatisfy { !Self.summaries(results, of: $0.0).isEmpty }
+                // Token results and summaries are read from different partitions: wait for both.
+                jobs.allSatisfy { !Self.summaries(results, of: $0.0).isEmpty && Self.tokenResults(results, of: $0.0).count == $0.1.count }
             }
             #expect(try await stack.waitForAllCommitted())
             for (id, tokens) in jobs {
