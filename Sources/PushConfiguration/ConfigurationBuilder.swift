@@ -46,7 +46,7 @@ struct ConfigurationBuilder {
         try root.checkKnown(["worker", "kafka", "redis", "limits", "apps"])
         let worker = try buildWorker(hostname: hostname, pid: pid)
         let kafka = try buildKafka()
-        let redis = try buildRedis()
+        let (redis, cluster, moreSeeds) = try buildRedis()
         if redis.tls?.verify == false {
             warnings.append(
                 "redis.tlsVerify is false: the worker accepts any certificate from Redis, so an impostor on the "
@@ -55,9 +55,12 @@ struct ConfigurationBuilder {
         let limits = try buildLimits()
         let apps = try buildApps(limits: limits)
         collectUnknownVariables()
-        return WorkerConfiguration(
+        var configuration = WorkerConfiguration(
             worker: worker, kafka: kafka, redis: redis, limits: limits, apps: apps,
             configFile: filePath, warnings: warnings)
+        configuration.redisCluster = cluster
+        configuration.redisMoreSeeds = moreSeeds
+        return configuration
     }
 
     // MARK: - worker
@@ -212,24 +215,63 @@ struct ConfigurationBuilder {
 
     // MARK: - redis
 
-    private func buildRedis() throws(ConfigurationError) -> WorkerConfiguration.Redis {
+    /// The first (or only) Redis server, whether it is a Redis Cluster, and the cluster's
+    /// further seed nodes.
+    private func buildRedis() throws(ConfigurationError) -> (WorkerConfiguration.Redis, Bool, [WorkerConfiguration.Redis]) {
         let file = try root.section("redis")
-        try file.checkKnown(["url", "password", "connectTimeoutMs", "commandTimeoutMs", "tls"] + Self.redisTLSKeys)
-        guard let urlValue = file.value("url") else {
+        try file.checkKnown(["url", "urls", "cluster", "password", "connectTimeoutMs", "commandTimeoutMs", "tls"] + Self.redisTLSKeys)
+        var urls: [(text: String, label: String)] = []
+        if let urlValue = file.value("url") {
+            if file.node("urls") != nil {
+                throw ConfigurationError(
+                    "\(urlValue.label) and \(file.label("urls")) are both set: give one server in redis.url, or the seed nodes of a "
+                        + "Redis Cluster in redis.urls.")
+            }
+            urls = [(try SettingParsing.string(urlValue), urlValue.label)]
+        } else if let node = file.node("urls") {
+            let label = file.label("urls")
+            guard case .list(let items) = node, !items.isEmpty else {
+                throw ConfigurationError("\(label) must be a list of redis:// or rediss:// URLs, at least one, not \(node.shown).")
+            }
+            for (index, item) in items.enumerated() {
+                let text = try SettingParsing.string(SettingValue(label: "\(label)[\(index)]", node: item))
+                urls.append((text, "\(label)[\(index)]"))
+            }
+        } else {
             throw required("redis.url", variable: "APN_WORKER_REDIS_URL", flag: "--redis")
         }
-        let url = try SettingParsing.string(urlValue)
-        let parsed: RedisURL
-        do {
-            parsed = try RedisURL(parsing: url.trimmingCharacters(in: .whitespaces))
-        } catch {
-            throw Self.redisURLError(error, label: urlValue.label)
+        var cluster = urls.count > 1
+        if let value = file.value("cluster") {
+            cluster = try SettingParsing.boolean(value)
+            if !cluster && urls.count > 1 {
+                throw ConfigurationError(
+                    "\(value.label) is false but \(file.label("urls")) names \(urls.count) servers; several URLs are the seed nodes "
+                        + "of a Redis Cluster: set redis.cluster to true, or give one URL.")
+            }
+        }
+        var parsed: [RedisURL] = []
+        for url in urls {
+            do {
+                parsed.append(try RedisURL(parsing: url.text.trimmingCharacters(in: .whitespaces)))
+            } catch {
+                throw Self.redisURLError(error, label: url.label)
+            }
+        }
+        let first = parsed[0]
+        for (url, entry) in zip(urls, parsed).dropFirst() where entry.tls != first.tls {
+            throw ConfigurationError(
+                "\(url.label) and \(urls[0].label) differ in TLS (rediss:// against redis://); use one scheme for every seed.")
+        }
+        if cluster, let (url, entry) = zip(urls, parsed).first(where: { $0.1.database != 0 }) {
+            throw ConfigurationError(
+                "\(url.label) selects database \(entry.database), but a Redis Cluster has only database 0: remove /\(entry.database) from the URL."
+            )
         }
 
         // An empty password in the URL (`redis://:@host`) is no password.
         var redis = WorkerConfiguration.Redis(
-            host: parsed.host, port: parsed.port, username: parsed.username,
-            password: parsed.password?.isEmpty == false ? parsed.password : nil, database: parsed.database,
+            host: first.host, port: first.port, username: first.username,
+            password: first.password?.isEmpty == false ? first.password : nil, database: first.database,
             connectTimeout: .seconds(2), commandTimeout: .seconds(5))
         if let value = file.value("password") {
             redis.password = try SettingParsing.string(value, allowEmpty: true)
@@ -239,13 +281,20 @@ struct ConfigurationBuilder {
         }
         if let username = redis.username, redis.password == nil {
             throw ConfigurationError(
-                "\(urlValue.label) names the user \(quoted(username)) but no password is set: add it to the "
+                "\(urls[0].label) names the user \(quoted(username)) but no password is set: add it to the "
                     + "URL or set redis.password, APN_WORKER_REDIS_PASSWORD or --redis-password.")
         }
         try file.read("connectTimeoutMs", .from(1, to: 600_000), .milliseconds(1), into: &redis.connectTimeout)
         try file.read("commandTimeoutMs", .from(1, to: 600_000), .milliseconds(1), into: &redis.commandTimeout)
-        redis.tls = try buildRedisTLS(file, urlTLS: parsed.tls, urlLabel: urlValue.label)
-        return redis
+        redis.tls = try buildRedisTLS(file, urlTLS: first.tls, urlLabel: urls[0].label)
+        // Every seed is reached with the first one's credentials, timeouts and TLS settings.
+        let moreSeeds = parsed.dropFirst().map { entry in
+            var seed = redis
+            seed.host = entry.host
+            seed.port = entry.port
+            return seed
+        }
+        return (redis, cluster, moreSeeds)
     }
 
     /// The settings that only apply with TLS.

@@ -14,8 +14,14 @@ public struct WorkerConfiguration: Sendable, Hashable {
     public var worker: Worker
     /// The Kafka cluster and topics (`kafka.*`).
     public var kafka: Kafka
-    /// The Redis server holding claims, results and rate-limit state (`redis.*`).
+    /// The Redis server holding claims, results and rate-limit state (`redis.*`); with
+    /// ``redisCluster``, the first seed node of the Redis Cluster.
     public var redis: Redis
+    /// Whether Redis is a Redis Cluster (`redis.cluster: true`, or several `redis.urls`).
+    public var redisCluster: Bool = false
+    /// Further seed nodes of the cluster after ``redis`` (the rest of `redis.urls`), each with
+    /// ``redis``'s password, timeouts and TLS settings.
+    public var redisMoreSeeds: [Redis] = []
     /// Default rate limits for apps that set none of their own (`limits.*`).
     public var limits: Limits
     /// The apps this worker sends for, keyed by the app name that jobs use (`apps.*`).
@@ -180,6 +186,9 @@ extension WorkerConfiguration {
     /// `redis.password`, `redis.connectTimeoutMs` (2 s unless set) and `redis.commandTimeoutMs`
     /// (5 s unless set): the connection settings PushRedis takes.
     public typealias Redis = RedisConfiguration
+
+    /// Where the worker finds Redis: ``redis`` then ``redisMoreSeeds``.
+    public var redisSeeds: [Redis] { [redis] + redisMoreSeeds }
 
     /// Default rate limits; 0 means unlimited.
     public struct Limits: Sendable, Hashable {

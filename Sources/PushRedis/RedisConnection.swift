@@ -125,10 +125,9 @@ public final class RedisConnection: Sendable {
     ///
     /// If a reply is `NOSCRIPT` for an `EVALSHA` of one of `scripts` (built with
     /// ``RedisScript/evalshaCommand(keys:args:)``), the connection sends `SCRIPT LOAD` for
-    /// the missing scripts followed by the **whole pipeline again**, once, and returns the
-    /// second set of replies. Every command that succeeded the first time then runs a
-    /// second time, so only combine scripts with commands that are safe to repeat (or
-    /// load the scripts beforehand with ``scriptLoad(_:)``).
+    /// the missing scripts followed by only the commands that answered `NOSCRIPT`, once, in
+    /// a second round trip, and puts their replies in place. A command that answered
+    /// `NOSCRIPT` did not run, so no command runs twice.
     ///
     /// - Throws: `.connection`, `.timeout`, `.protocol` when the exchange itself fails
     ///   (the connection is then broken); `.invalidCommand` for an empty command.

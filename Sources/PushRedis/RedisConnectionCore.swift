@@ -165,29 +165,16 @@ actor RedisConnectionCore {
 
     /// All commands in one round trip; error replies stay in place as `.error` values.
     /// When a reply is `NOSCRIPT` for an `EVALSHA` of one of `scripts`, the scripts are
-    /// loaded and the whole pipeline is sent again, once, in a second round trip.
+    /// loaded and only the commands that answered `NOSCRIPT` are sent again, once, in a second
+    /// round trip (``NoScriptRetry``).
     func pipeline(_ commands: [[[UInt8]]], scripts: [RedisScript]) throws(RedisError) -> [RedisValue] {
         for command in commands { try Self.validate(command) }
         return try withContext { context throws(RedisError) in
             if commands.isEmpty { return [] }
             let activity = "running a pipeline of \(commands.count) commands"
             let replies = try exchange(context, commands, activity: activity)
-            let missing = Self.scriptsToLoad(replies: replies, commands: commands, scripts: scripts)
-            if missing.isEmpty { return replies }
-
-            let retried = try exchange(
-                context, missing.map(\.loadCommand) + commands,
-                activity: activity + " again after SCRIPT LOAD")
-            var results = Array(retried.dropFirst(missing.count))
-            // A script that fails to load (e.g. a Lua syntax error) would only show NOSCRIPT
-            // again; report the load error in those places instead.
-            for (script, load) in zip(missing, retried.prefix(missing.count)) where load.errorMessage != nil {
-                for index in results.indices
-                where results[index].isNoScript && Self.evalshaTarget(commands[index]) == script.sha1 {
-                    results[index] = load
-                }
-            }
-            return results
+            guard let retry = NoScriptRetry(replies: replies, commands: commands, scripts: scripts) else { return replies }
+            return retry.merge(replies, try exchange(context, retry.commands, activity: activity + " again after SCRIPT LOAD"))
         }
     }
 
@@ -380,20 +367,48 @@ actor RedisConnectionCore {
         return String(validating: command[1], as: UTF8.self)?.lowercased()
     }
 
-    /// The scripts, among `scripts`, that NOSCRIPT replies show to be missing (in order).
-    static func scriptsToLoad(
-        replies: [RedisValue], commands: [[[UInt8]]], scripts: [RedisScript]
-    ) -> [RedisScript] {
-        guard !scripts.isEmpty else { return [] }
-        var missing: [RedisScript] = []
-        for (reply, command) in zip(replies, commands) where reply.isNoScript {
-            guard let sha = evalshaTarget(command),
-                let script = scripts.first(where: { $0.sha1 == sha }),
-                !missing.contains(script)
-            else { continue }
-            missing.append(script)
+    /// The second round trip of a pipeline some of whose `EVALSHA`s of known scripts answered
+    /// `NOSCRIPT` (a flushed script cache, a promoted replica): `SCRIPT LOAD` for each missing
+    /// script, then only those commands again. A command that answered `NOSCRIPT` did not run,
+    /// so nothing runs twice.
+    struct NoScriptRetry {
+        /// The loads, then the commands to send again.
+        var commands: [[[UInt8]]]
+        /// The scripts loaded, in the order of their loads.
+        var missing: [RedisScript]
+        /// Where the commands sent again are in the first pipeline, with their script's SHA-1.
+        var indices: [(index: Int, sha1: String)]
+
+        init?(replies: [RedisValue], commands: [[[UInt8]]], scripts: [RedisScript]) {
+            guard !scripts.isEmpty else { return nil }
+            var missing: [RedisScript] = []
+            var indices: [(index: Int, sha1: String)] = []
+            for (index, (reply, command)) in zip(replies, commands).enumerated() where reply.isNoScript {
+                guard let sha = RedisConnectionCore.evalshaTarget(command), let script = scripts.first(where: { $0.sha1 == sha })
+                else { continue }
+                if !missing.contains(script) { missing.append(script) }
+                indices.append((index, sha))
+            }
+            guard !indices.isEmpty else { return nil }
+            self.missing = missing
+            self.indices = indices
+            self.commands = missing.map(\.loadCommand) + indices.map { commands[$0.index] }
         }
-        return missing
+
+        /// The first replies with the second round trip's in place of the `NOSCRIPT`s. A
+        /// script that fails to load (a Lua syntax error) would only answer `NOSCRIPT` again;
+        /// its load error is reported there instead.
+        func merge(_ first: [RedisValue], _ retried: [RedisValue]) -> [RedisValue] {
+            var results = first
+            var failedLoads: [String: RedisValue] = [:]
+            for (script, load) in zip(missing, retried.prefix(missing.count)) where load.errorMessage != nil {
+                failedLoads[script.sha1] = load
+            }
+            for (entry, reply) in zip(indices, retried.dropFirst(missing.count)) {
+                results[entry.index] = reply.isNoScript ? failedLoads[entry.sha1] ?? reply : reply
+            }
+            return results
+        }
     }
 
     /// Calls `body` with hiredis' `argc`/`argv`/`argvlen` for `command`. The arguments are

@@ -185,7 +185,8 @@ actor RedisNIOConnectionCore {
 
     /// All commands in one round trip; error replies stay in place as `.error` values.
     /// When a reply is `NOSCRIPT` for an `EVALSHA` of one of `scripts`, the scripts are
-    /// loaded and the whole pipeline is sent again, once, in a second round trip.
+    /// loaded and only the commands that answered `NOSCRIPT` are sent again, once, in a second
+    /// round trip (``RedisConnectionCore/NoScriptRetry``).
     func pipeline(_ commands: [[[UInt8]]], scripts: [RedisScript]) async throws(RedisError) -> [RedisValue] {
         for command in commands { try RedisConnectionCore.validate(command) }
         if commands.isEmpty {
@@ -194,19 +195,10 @@ actor RedisNIOConnectionCore {
         return try await withChannel { live throws(RedisError) in
             let activity = "running a pipeline of \(commands.count) commands"
             let replies = try await exchange(live, commands, activity: activity)
-            let missing = RedisConnectionCore.scriptsToLoad(replies: replies, commands: commands, scripts: scripts)
-            if missing.isEmpty { return replies }
-
-            let retried = try await exchange(
-                live, missing.map(\.loadCommand) + commands, activity: activity + " again after SCRIPT LOAD")
-            var results = Array(retried.dropFirst(missing.count))
-            for (script, load) in zip(missing, retried.prefix(missing.count)) where load.errorMessage != nil {
-                for index in results.indices
-                where results[index].isNoScript && RedisConnectionCore.evalshaTarget(commands[index]) == script.sha1 {
-                    results[index] = load
-                }
+            guard let retry = RedisConnectionCore.NoScriptRetry(replies: replies, commands: commands, scripts: scripts) else {
+                return replies
             }
-            return results
+            return retry.merge(replies, try await exchange(live, retry.commands, activity: activity + " again after SCRIPT LOAD"))
         }
     }
 

@@ -144,6 +144,7 @@ struct Run: AsyncParsableCommand {
                 ("notifications", .int(Int64(statistics.notifications))),
                 ("results", .int(Int64(statistics.results))),
                 ("redisRoundTrips", .int(Int64(statistics.redisRoundTrips))),
+                ("redisRedirects", .int(Int64(statistics.redisRedirects))),
             ]))
     }
 }

@@ -19,6 +19,8 @@ final class WorkerStack: @unchecked Sendable {
     static let http2App = "com.example.h2"
     let kafka: EmbeddedKafkaCluster
     let redis: RedisServerProcess
+    /// The Redis Cluster the workers use instead of ``redis`` when started with `redisCluster`.
+    private(set) var redisCluster: RedisClusterProcess?
     let simulator: APNSSimulator
     /// The HTTP/2 simulator of ``http2App``.
     private(set) var http2Simulator: APNSHTTP2Simulator?
@@ -65,14 +67,15 @@ final class WorkerStack: @unchecked Sendable {
     /// notification (see ``binaryRecord()``).
     /// With `redisTLS`, redis-server listens with TLS only and the workers connect with
     /// `rediss://`, trusting the test CA. `http2Status429Every` makes the HTTP/2 simulator answer
-    /// every Nth request with 429 `TooManyRequests`.
+    /// every Nth request with 429 `TooManyRequests`. With `redisCluster`, the workers use a
+    /// Redis Cluster of 3 primaries with a replica each (`redis.urls`, every node a seed).
     static func start(
         badTokens: Set<DeviceToken> = [], feedback: [FeedbackTuple] = [],
         confirmationWindowMs: Int = 200, devicePerHour: Int = 0, appPerSecond: Int = 0,
         http2: (badTokens: Set<DeviceToken>, unregistered: [DeviceToken: Date])? = nil,
         http2CertificateAuth: Bool = false, kafkaProperties: [String: String] = [:],
         appSettings: [String] = [], http2AppSettings: [String] = [], http2Sandbox: Bool = false, binaryRecord: Bool = false,
-        redisTLS: Bool = false, http2Status429Every: Int? = nil
+        redisTLS: Bool = false, http2Status429Every: Int? = nil, redisCluster: Bool = false
     ) async throws -> WorkerStack {
         let directory = try Paths.temporaryDirectory()
         let kafka = try EmbeddedKafkaCluster(brokers: 1)
@@ -87,9 +90,15 @@ final class WorkerStack: @unchecked Sendable {
         ]
         let redis = try await RedisServerProcess.start(
             ["--appendonly", "yes", "--appendfsync", "always"] + (redisTLS ? redisTLSArguments : []), tls: redisTLS)
-        let redisURL =
-            redisTLS
-            ? "rediss://127.0.0.1:\(redis.port)/0\"\n  caFile: \"\(certs)/ca.pem" : "redis://127.0.0.1:\(redis.port)/0"
+        let cluster = redisCluster ? try await RedisClusterProcess.start(primaries: 3, replicas: 1) : nil
+        let redisLines =
+            if let cluster {
+                "urls: [\(cluster.nodes.map { "\"redis://127.0.0.1:\($0.port)\"" }.joined(separator: ", "))]"
+            } else if redisTLS {
+                "url: \"rediss://127.0.0.1:\(redis.port)/0\"\n  caFile: \"\(certs)/ca.pem\""
+            } else {
+                "url: \"redis://127.0.0.1:\(redis.port)/0\""
+            }
         var configuration = APNSSimulator.Configuration(
             certificateChainPEM: certificates.server.certificatePEM, privateKeyPEM: certificates.server.keyPEM,
             clientCAPEM: certificates.ca.certificatePEM)
@@ -142,7 +151,7 @@ final class WorkerStack: @unchecked Sendable {
             session.timeout.ms: "6000"
             heartbeat.interval.ms: "500"
         \(kafkaProperties.sorted { $0.key < $1.key }.map { "    \($0.key): \"\($0.value)\"\n" }.joined())redis:
-          url: "\(redisURL)"
+          \(redisLines)
           connectTimeoutMs: 500
           commandTimeoutMs: 2000
         worker:
@@ -168,6 +177,7 @@ final class WorkerStack: @unchecked Sendable {
         """.write(toFile: configPath, atomically: false, encoding: .utf8)
         let stack = try WorkerStack(kafka: kafka, redis: redis, simulator: simulator, directory: directory, configPath: configPath)
         stack.http2Simulator = http2Simulator
+        stack.redisCluster = cluster
         return stack
     }
 
@@ -201,10 +211,18 @@ final class WorkerStack: @unchecked Sendable {
     /// Stops a worker with SIGTERM and returns its exit status.
     @discardableResult
     func stopWorker(_ id: String) async -> Int32 {
+        await stopWorkerReporting(id).status
+    }
+
+    /// Stops a worker with SIGTERM and returns its exit status and its last line on stdout
+    /// (what it did, as `apn-worker run` prints when it stops).
+    func stopWorkerReporting(_ id: String) async -> (status: Int32, report: JSONValue?) {
         statusServers[id] = nil
-        guard let process = workers.removeValue(forKey: id) else { return -1 }
+        guard let process = workers.removeValue(forKey: id) else { return (-1, nil) }
         process.signal(SIGTERM)
-        return await process.finish().status
+        let finished = await process.finish()
+        let last = finished.stdout.split(separator: "\n").last.map(String.init)
+        return (finished.status, last.flatMap { try? JSONValue.parse($0) })
     }
 
     /// The binary simulator's record of accepted notifications (`binaryRecord`), one object per
@@ -228,6 +246,7 @@ final class WorkerStack: @unchecked Sendable {
         await simulator.stop()
         await http2Simulator?.stop()
         await redis.stop()
+        await redisCluster?.stop()
         kafka.shutdown()
         if ProcessInfo.processInfo.environment["KEEP_E2E"] == nil { try? FileManager.default.removeItem(atPath: directory) }
     }

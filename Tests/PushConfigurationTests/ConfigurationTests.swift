@@ -1181,3 +1181,43 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
             == "apps.com.example.app.topics must be a list of bundle IDs, not \"com.example.app\".")
     #expect(parseError(fixture.minimalYAML(app: "    topics: [com.example.app]")) == nil)
 }
+
+@Test("redis.urls and redis.cluster: several seed nodes make a Redis Cluster, each reached with the first one's settings")
+func redisClusterSettings() throws {
+    let fixture = try Fixture()
+    func yaml(_ lines: String) -> String {
+        fixture.minimalYAML().replacingOccurrences(of: "  url: \"redis://127.0.0.1:6379/0\"\n", with: lines)
+    }
+    let seeds = try parse(yaml("  urls: [\"redis://:pw@r1:7000\", \"redis://r2:7001\", \"redis://r3\"]\n  commandTimeoutMs: 900\n"))
+    #expect(seeds.redisCluster)
+    #expect(seeds.redisSeeds.map(\.endpoint) == ["r1:7000", "r2:7001", "r3:6379"])
+    #expect(seeds.redisSeeds.allSatisfy { $0.password == "pw" && $0.commandTimeout == .milliseconds(900) })
+
+    let one = try parse(yaml("  url: \"redis://r1:7000\"\n  cluster: true\n"))
+    #expect(one.redisCluster && one.redisSeeds.map(\.endpoint) == ["r1:7000"])
+    let single = try parse(yaml("  urls: [\"redis://r1:7000/3\"]\n"))
+    #expect(!single.redisCluster && single.redis.database == 3)
+    #expect(try !parse(fixture.minimalYAML()).redisCluster)
+
+    #expect(
+        parseError(yaml("  urls: [\"redis://r1\", \"redis://r2\"]\n  cluster: false\n"))
+            == "redis.cluster is false but redis.urls names 2 servers; several URLs are the seed nodes of a Redis Cluster: "
+            + "set redis.cluster to true, or give one URL.")
+    #expect(
+        parseError(yaml("  url: \"redis://r1\"\n  urls: [\"redis://r2\"]\n"))
+            == "redis.url and redis.urls are both set: give one server in redis.url, or the seed nodes of a Redis Cluster "
+            + "in redis.urls.")
+    #expect(
+        parseError(yaml("  url: \"redis://r1/2\"\n  cluster: true\n"))
+            == "redis.url selects database 2, but a Redis Cluster has only database 0: remove /2 from the URL.")
+    #expect(
+        parseError(yaml("  urls: [\"rediss://r1\", \"redis://r2\"]\n"))
+            == "redis.urls[1] and redis.urls[0] differ in TLS (rediss:// against redis://); use one scheme for every seed.")
+    #expect(
+        parseError(yaml("  urls: \"redis://r1\"\n"))
+            == "redis.urls must be a list of redis:// or rediss:// URLs, at least one, not \"redis://r1\".")
+    #expect(
+        parseError(yaml("  urls: [\"redis://r1\", \"http://r2\"]\n"))
+            == "redis.urls[1] must be a Redis URL of the form redis[s]://[[user]:password@]host[:port][/db], not \"http://r2\" "
+            + "(the scheme must be redis:// or rediss://).")
+}

@@ -68,7 +68,8 @@ struct FailureTests {
             #expect(error.code == .timeout)
             #expect(error.message.contains("did not answer within the command timeout of 0.2 seconds while running BLPOP"))
             #expect(elapsed >= .milliseconds(150))
-            #expect(elapsed < .seconds(2))
+            // Well before BLPOP's own 5 s: the timeout ended the wait (with room for a busy machine).
+            #expect(elapsed < .seconds(4))
 
             let after = try #require(await redisError { try await redis.send(["PING"]) })
             #expect(after.code == .connection)

@@ -24,7 +24,7 @@ struct ScriptTests {
         }
     }
 
-    @Test("Pipelined EVALSHA after SCRIPT FLUSH: NOSCRIPT triggers SCRIPT LOAD and one retry")
+    @Test("Pipelined EVALSHA after SCRIPT FLUSH: NOSCRIPT triggers SCRIPT LOAD and one retry of those EVALSHAs")
     func pipelineAfterFlush() async throws {
         try await withRedisServer { server in
             let redis = try await RedisConnection.connect(server.configuration())
@@ -45,8 +45,11 @@ struct ScriptTests {
             #expect(replies.count == 4)
             #expect(replies[0] == .integer(1))
             #expect(replies[1] == .integer(0))
-            #expect((1...60).contains(replies[2].int ?? -1))
-            #expect(replies[3].string == "worker-a")
+            // TTL and GET ran once, in the first round trip, before the scripts did.
+            #expect(replies[2] == .integer(-2))
+            #expect(replies[3].isNull)
+            #expect((1...60).contains(try await redis.send(["TTL", "lock:device-1"]).int ?? -1))
+            #expect(try await redis.send(["GET", "lock:device-1"]).string == "worker-a")
             #expect(try await redis.send(["SCRIPT", "EXISTS", lockScript.sha1]) == .array([.integer(1)]))
 
             // Now loaded: one round trip, no retry.
@@ -55,6 +58,24 @@ struct ScriptTests {
                 [lockScript.evalshaCommand(keys: ["lock:device-2"], args: ["worker-c", "60"])], scripts: [lockScript])
             #expect(again == [.integer(1)])
             #expect(redis.roundTrips - beforeAgain == 1)
+        }
+    }
+
+    @Test("After NOSCRIPT only the EVALSHAs that answered it are sent again: every other command of the pipeline runs once")
+    func noScriptResendsOnlyTheScripts() async throws {
+        try await withRedisServer { server in
+            let redis = try await RedisConnection.connect(server.configuration())
+            let replies = try await redis.pipeline(
+                [
+                    ["INCR", "counter"].map { Array($0.utf8) },
+                    lockScript.evalshaCommand(keys: ["lock:a"], args: ["worker-a", "60"]),
+                    ["INCR", "counter"].map { Array($0.utf8) },
+                    lockScript.evalshaCommand(keys: ["lock:b"], args: ["worker-a", "60"]),
+                ],
+                scripts: [lockScript])
+            #expect(replies == [.integer(1), .integer(1), .integer(2), .integer(1)])
+            #expect(try await redis.send(["GET", "counter"]).string == "2")
+            #expect(try await redis.send(["GET", "lock:b"]).string == "worker-a")
         }
     }
 

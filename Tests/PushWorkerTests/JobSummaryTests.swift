@@ -146,22 +146,16 @@ import Testing
 
     // MARK: Redis
 
-    private func withStores(_ body: (NotificationStore, NotificationStore) async throws -> Void) async throws {
-        let server = try await RedisServerProcess.start()
-        do {
-            let a = NotificationStore(
-                redis: try await RedisConnection.connect(server.configuration()), prefix: "test:", owner: "worker-a#1")
-            let b = NotificationStore(
-                redis: try await RedisConnection.connect(server.configuration()), prefix: "test:", owner: "worker-b#1")
+    private func withStores(
+        _ backend: StoreBackend = .server, _ body: (NotificationStore, NotificationStore) async throws -> Void
+    ) async throws {
+        try await backend.withClients(2) { clients in
+            let a = NotificationStore(redis: clients[0], prefix: "test:", owner: "worker-a#1")
+            let b = NotificationStore(redis: clients[1], prefix: "test:", owner: "worker-b#1")
+            try await a.prepare()
             try await a.heartbeat(ttlMilliseconds: 60_000)
             try await b.heartbeat(ttlMilliseconds: 60_000)
             try await body(a, b)
-            await a.redis.close()
-            await b.redis.close()
-            await server.stop()
-        } catch {
-            await server.stop()
-            throw error
         }
     }
 
@@ -181,8 +175,9 @@ import Testing
         .init(index: index, status: status, token: String(format: "%064x", index), at: at)
     }
 
-    @Test func theLastMessageOfAJobWritesItsSummaryOnceAndCountsNothingTwice() async throws {
-        try await withStores { a, b in
+    @Test(arguments: StoreBackend.allCases)
+    func theLastMessageOfAJobWritesItsSummaryOnceAndCountsNothingTwice(_ backend: StoreBackend) async throws {
+        try await withStores(backend) { a, b in
             // The job's three tokens are split between two copies of the job (offsets 7 and 9).
             #expect(
                 try await a.checkSummary(check(offset: 7, [Self.sent(0, at: 200), Self.failed(1, .invalidToken, at: 150)]), ttlSeconds: 60)
@@ -225,12 +220,15 @@ import Testing
         }
     }
 
-    @Test func aSummaryWhoseWriterDiedIsTakenOverAndMarkedAPossibleDuplicate() async throws {
-        try await withStores { a, b in
+    @Test(arguments: StoreBackend.allCases)
+    func aSummaryWhoseWriterDiedIsTakenOverAndMarkedAPossibleDuplicate(_ backend: StoreBackend) async throws {
+        try await withStores(backend) { a, b in
             guard case .write = try await a.checkSummary(check(offset: 7, tokens: 1, [Self.sent(0, at: 1)]), ttlSeconds: 60) else {
                 Issue.record("not written")
                 return
             }
+            // While a lives, b (the same message consumed again) waits for it.
+            #expect(try await b.checkSummary(check(offset: 7, tokens: 1, [Self.sent(0, at: 1)]), ttlSeconds: 60) == .busy)
             // a dies before it marks the summary written; its message is consumed again by b.
             _ = try await a.redis.send(["DEL", "test:w:worker-a#1"])
             guard case .write(let summary) = try await b.checkSummary(check(offset: 7, tokens: 1, [Self.sent(0, at: 1)]), ttlSeconds: 60)
@@ -294,7 +292,7 @@ import Testing
 
     @Test func checksInOneRoundTripAreDecidedInOrderAlsoAfterTheScriptCacheWasFlushed() async throws {
         try await withStores { a, _ in
-            // A server that forgot the script (a restart): the pipeline is sent again with EVAL.
+            // A server that forgot the script (a restart): the checks are sent again after SCRIPT LOAD.
             _ = try await a.redis.send(["SCRIPT", "FLUSH"])
             let decisions = try await a.checkSummaries(
                 [

@@ -5,41 +5,74 @@ import Testing
 
 @testable import PushWorker
 
-/// The notification records in a real `redis-server`: what a message consumed again after a
-/// crash finds there.
-@Suite struct NotificationStoreTests {
-    private func request(_ resultId: String, offset: Int64) -> NotificationStore.ClaimRequest {
-        .init(
-            resultId: resultId, partition: 3, offset: offset, app: "com.example.app", environment: "production",
-            token: String(repeating: "ab", count: 32), registeredAt: nil, appPerSecond: 0, devicePerHour: 0)
-    }
+/// Where a store test runs: one `redis-server`, or a Redis Cluster of three primaries.
+enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
+    case server
+    case cluster
+    var testDescription: String { rawValue }
 
-    private func withStore(_ body: (NotificationStore) async throws -> Void) async throws {
-        try await withServer { server in
-            let redis = try await RedisConnection.connect(server.configuration())
-            let store = NotificationStore(redis: redis, prefix: "test:", owner: "worker-1")
-            try await store.prepare()
-            try await body(store)
-            await redis.close()
+    /// Runs `body` with `count` clients of one fresh Redis of this kind, then stops it.
+    func withClients(_ count: Int, _ body: ([RedisClient]) async throws -> Void) async throws {
+        switch self {
+        case .server:
+            let server = try await RedisServerProcess.start()
+            do {
+                var clients: [RedisClient] = []
+                for _ in 0..<count { clients.append(.server(try await RedisConnection.connect(server.configuration()))) }
+                try await body(clients)
+                for client in clients { await client.close() }
+                await server.stop()
+            } catch {
+                await server.stop()
+                throw error
+            }
+        case .cluster:
+            let cluster = try await RedisClusterProcess.start(primaries: 3, replicas: 0)
+            do {
+                var clients: [RedisClient] = []
+                for _ in 0..<count { clients.append(try await RedisClient.connect(seeds: cluster.seeds, cluster: true)) }
+                try await body(clients)
+                for client in clients { await client.close() }
+                await cluster.stop()
+            } catch {
+                await cluster.stop()
+                throw error
+            }
         }
     }
+}
 
-    private func withServer(_ body: (RedisServerProcess) async throws -> Void) async throws {
-        let server = try await RedisServerProcess.start()
-        do {
-            try await body(server)
-            await server.stop()
-        } catch {
-            await server.stop()
-            throw error
+/// The notification records in a real `redis-server` and a real Redis Cluster: what a message
+/// consumed again after a crash finds there, and the claim's rules, the same on both.
+@Suite(.timeLimit(.minutes(3))) struct NotificationStoreTests {
+    private static let token = String(repeating: "ab", count: 32)
+
+    private func request(
+        _ resultId: String, offset: Int64, token: String = Self.token, appPerSecond: Int = 0, devicePerHour: Int = 0,
+        registeredAt: Int64? = nil
+    ) -> NotificationStore.ClaimRequest {
+        .init(
+            resultId: resultId, partition: 3, offset: offset, app: "com.example.app", environment: "production",
+            token: token, registeredAt: registeredAt, appPerSecond: appPerSecond, devicePerHour: devicePerHour)
+    }
+
+    private static func record(_ resultId: String, offset: Int64, _ result: [UInt8], feedback: [UInt8]? = nil) -> NotificationStore.Record {
+        .init(resultId: resultId, token: token, topic: "apn.requests", partition: 3, offset: offset, result: result, feedback: feedback)
+    }
+
+    private func withStore(_ backend: StoreBackend, _ body: (NotificationStore) async throws -> Void) async throws {
+        try await backend.withClients(1) { clients in
+            let store = NotificationStore(redis: clients[0], prefix: "test:", owner: "worker-1")
+            try await store.prepare()
+            try await body(store)
         }
     }
 
     @Test("the feedback lock: one worker at a time polls an app's feedback, until the lock expires")
     func feedbackLockIsExclusiveAndExpires() async throws {
-        try await withServer { server in
-            let a = NotificationStore(redis: try await RedisConnection.connect(server.configuration()), prefix: "test:", owner: "worker-a")
-            let b = NotificationStore(redis: try await RedisConnection.connect(server.configuration()), prefix: "test:", owner: "worker-b")
+        try await StoreBackend.server.withClients(2) { clients in
+            let a = NotificationStore(redis: clients[0], prefix: "test:", owner: "worker-a")
+            let b = NotificationStore(redis: clients[1], prefix: "test:", owner: "worker-b")
             #expect(try await a.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000))
             #expect(try await !b.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000))
             #expect(try await !a.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000))
@@ -56,13 +89,12 @@ import Testing
                 await Task.yield()
             }
             #expect(try await b.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000))
-            await a.redis.close()
-            await b.redis.close()
         }
     }
 
-    @Test func aRecordedOutcomeIsReturnedWithItsFeedbackResult() async throws {
-        try await withStore { store in
+    @Test(arguments: StoreBackend.allCases)
+    func aRecordedOutcomeIsReturnedWithItsFeedbackResult(_ backend: StoreBackend) async throws {
+        try await withStore(backend) { store in
             let result = Array(#"{"type":"transmissionError","status":410}"#.utf8)
             let feedback = Array(#"{"type":"feedback","timestamp":1700000000}"#.utf8)
             #expect(
@@ -71,8 +103,8 @@ import Testing
                     ttlSeconds: 60, nowMilliseconds: 1_000) == [.send, .send])
             try await store.write(
                 records: [
-                    .init(resultId: "r1", topic: "apn.requests", partition: 3, offset: 7, result: result, feedback: feedback),
-                    .init(resultId: "r2", topic: "apn.requests", partition: 3, offset: 8, result: Array(#"{"type":"transmitted"}"#.utf8)),
+                    Self.record("r1", offset: 7, result, feedback: feedback),
+                    Self.record("r2", offset: 8, Array(#"{"type":"transmitted"}"#.utf8)),
                 ],
                 unregistered: [], released: [], ttlSeconds: 60)
             // The same messages consumed again (after a crash before the commit).
@@ -91,8 +123,9 @@ import Testing
         }
     }
 
-    @Test func aRecordedOutcomeBeforeItsPartitionsWrittenPositionNeedsNoResultAgain() async throws {
-        try await withStore { store in
+    @Test(arguments: StoreBackend.allCases)
+    func aRecordedOutcomeBeforeItsPartitionsWrittenPositionNeedsNoResultAgain(_ backend: StoreBackend) async throws {
+        try await withStore(backend) { store in
             let result = Array(#"{"type":"transmitted"}"#.utf8)
             #expect(
                 try await store.claim(
@@ -101,8 +134,8 @@ import Testing
             // Both recorded; every result before offset 8 of partition 3 is written.
             try await store.write(
                 records: [
-                    .init(resultId: "r1", topic: "apn.requests", partition: 3, offset: 7, result: result),
-                    .init(resultId: "r2", topic: "apn.requests", partition: 3, offset: 8, result: result),
+                    Self.record("r1", offset: 7, result),
+                    Self.record("r2", offset: 8, result),
                 ],
                 unregistered: [], released: [],
                 positions: [TopicPartitionOffset(topic: "apn.requests", partition: 3, offset: 8)], ttlSeconds: 60)
@@ -119,6 +152,100 @@ import Testing
             #expect(
                 try await store.claim(topic: "apn.requests", [request("r1", offset: 7)], ttlSeconds: 60, nowMilliseconds: 3_000)
                     == [.written])
+        }
+    }
+
+    @Test(
+        "many tokens in one claim: each notification once, wherever its slot; a released claim can be claimed again",
+        arguments: StoreBackend.allCases)
+    func manyTokensAreClaimedOnceEach(_ backend: StoreBackend) async throws {
+        try await withStore(backend) { store in
+            let tokens = (0..<300).map { String(format: "%064x", $0 * 7919) }
+            let requests = tokens.enumerated().map { request("m\($0)", offset: Int64(100 + $0 / 10), token: $1) }
+            #expect(
+                try await store.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .send })
+            // The same requests again from this worker (a retry after a lost reply): its own claims.
+            #expect(
+                try await store.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .resend })
+            // Another message with the same notifications: duplicates.
+            let copies = tokens.enumerated().map { request("m\($0)", offset: 5_000, token: $1) }
+            #expect(
+                try await store.claim(topic: "apn.requests", copies, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .duplicate }
+            )
+            // Released claims (never sent) are claimed afresh.
+            try await store.write(
+                records: [], unregistered: [], released: tokens.enumerated().map { ("m\($0)", $1) }, ttlSeconds: 60)
+            #expect(
+                try await store.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .send })
+            if backend == .cluster {
+                // The keys are spread over the primaries, each token's keys in one slot.
+                var counts: [Int] = []
+                if case .cluster(let cluster) = store.redis {
+                    for primary in cluster.primaries {
+                        let parts = primary.split(separator: ":")
+                        var configuration = RedisConfiguration(host: String(parts[0]), port: Int(parts[1])!)
+                        configuration.commandTimeout = .seconds(5)
+                        let direct = try await RedisConnection.connect(configuration)
+                        counts.append(Int(try await direct.send(["DBSIZE"]).int ?? 0))
+                        await direct.close()
+                    }
+                }
+                #expect(counts.count == 3 && counts.allSatisfy { $0 > 50 }, "records per primary: \(counts)")
+            }
+        }
+    }
+
+    @Test("the app's rate, the device's hourly limit and the unregistered store decide as on one server", arguments: StoreBackend.allCases)
+    func limitsAndTheUnregisteredStore(_ backend: StoreBackend) async throws {
+        try await withStore(backend) { store in
+            let tokens = (0..<6).map { String(format: "%064x", 1_000 + $0) }
+            // Apple reported tokens[0] unregistered at 1,500; the job registered tokens[1] after that.
+            try await store.write(
+                records: [],
+                unregistered: [("com.example.app", "production", tokens[0], 1_500), ("com.example.app", "production", tokens[1], 1_500)],
+                released: [], ttlSeconds: 60)
+            // 3 per second for the app: the claim takes 3 permits for the first three notifications;
+            // the unregistered one does not use its permit and gives it back, so the app's counter
+            // holds the two sent, and the other three wait for the next second.
+            let first = tokens.enumerated().map {
+                request("a\($0)", offset: 10, token: $1, appPerSecond: 3, registeredAt: $0 == 1 ? 2_000 : nil)
+            }
+            let decisions = try await store.claim(topic: "apn.requests", first, ttlSeconds: 60, nowMilliseconds: 7_000)
+            #expect(decisions == [.unregistered(since: 1_500), .send, .send, .throttled, .throttled, .throttled])
+            #expect(try await store.redis.send(["GET", "test:ra:com.example.app:7"]).string == "2")
+            // The same second has room for one more.
+            let more = try await store.claim(topic: "apn.requests", Array(first[3...]), ttlSeconds: 60, nowMilliseconds: 7_500)
+            #expect(more == [.send, .throttled, .throttled])
+            // The next second has room again.
+            let later = try await store.claim(topic: "apn.requests", Array(first[4...]), ttlSeconds: 60, nowMilliseconds: 8_000)
+            #expect(later == [.send, .send])
+            #expect(try await store.redis.send(["GET", "test:ra:com.example.app:8"]).string == "2")
+            // 2 per hour for a device: the third notification to it in the hour is refused.
+            let device = (0..<3).map { request("d\($0)", offset: 20 + Int64($0), token: tokens[5], devicePerHour: 2) }
+            #expect(
+                try await store.claim(topic: "apn.requests", device, ttlSeconds: 60, nowMilliseconds: 9_000) == [
+                    .send, .send, .rateLimited,
+                ])
+        }
+    }
+
+    @Test(
+        "another worker's claim for the same message waits while it lives, and is taken over once it is gone",
+        arguments: StoreBackend.allCases)
+    func aDeadWorkersClaimIsTakenOver(_ backend: StoreBackend) async throws {
+        try await backend.withClients(2) { clients in
+            let a = NotificationStore(redis: clients[0], prefix: "test:", owner: "worker-a#1")
+            let b = NotificationStore(redis: clients[1], prefix: "test:", owner: "worker-b#1")
+            try await a.prepare()
+            try await a.heartbeat(ttlMilliseconds: 60_000)
+            let requests = (0..<40).map { request("t\($0)", offset: 30, token: String(format: "%064x", 77 * $0)) }
+            #expect(try await a.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .send })
+            #expect(try await b.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .busy })
+            try await a.retire()
+            #expect(try await b.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .resend })
+            // Now b's: a (were it back) waits for b.
+            try await b.heartbeat(ttlMilliseconds: 60_000)
+            #expect(try await a.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .busy })
         }
     }
 }

@@ -150,7 +150,7 @@ import Testing
         let first = Self.value(of: items[0])
         #expect(first["type"] as? String == "transmitted")
         #expect(first["possibleDuplicate"] as? Bool == true)
-        guard case .delivered(let invalid) = items[1], case .released(_, let released) = items[2],
+        guard case .delivered(let invalid) = items[1], case .released(_, let released, let releasedToken) = items[2],
             case .delivered(let unregistered) = items[3]
         else {
             Issue.record("unexpected items \(items)")
@@ -159,6 +159,7 @@ import Testing
         #expect(invalid.unregister?.since == 1_700_000_000)
         #expect(invalid.feedback == nil)
         #expect(released == cs[2].resultId)
+        #expect(releasedToken == cs[2].tokenHex)
         #expect(unregistered.unregister?.since == 1_650_000_000)
         let feedbackResult = try #require(unregistered.feedback)
         #expect(String(decoding: feedbackResult.value, as: UTF8.self).contains("\"type\":\"feedback\""))
@@ -211,19 +212,22 @@ import Testing
         let ref = MessageRef(partition: TopicPartition(topic: "apn.requests", partition: 3), offset: 9)
         let message = ResultMessage(key: Array("k".utf8), value: Array("{\"r\":1}".utf8))
         let feedback = ResultMessage(key: Array("k".utf8), value: Array("{\"f\":1}".utf8))
-        var gone = RecordedResult(ref: ref, resultId: "d", result: message, feedback: feedback)
+        var gone = RecordedResult(ref: ref, resultId: "d", token: "dd", result: message, feedback: feedback)
         gone.unregister = Unregistration(app: "a", environment: "production", token: "ab", since: 1_650_000_000)
         let plan = ResultStage.plan(
             [
                 .rejected(ref, message), .reemitted(ref, resultId: "r", [message, feedback]),
-                .decided(RecordedResult(ref: ref, resultId: "c", result: message)), .delivered(gone), .released(ref, resultId: "x"),
+                .decided(RecordedResult(ref: ref, resultId: "c", token: "cc", result: message)), .delivered(gone),
+                .released(ref, resultId: "x", token: "ee"),
             ], topic: "apn.results")
         #expect(plan.records.map(\.resultId) == ["c", "d"])
         #expect(plan.records[1].feedback == feedback.value)
         #expect(plan.records.allSatisfy { $0.partition == 3 && $0.offset == 9 && $0.topic == "apn.requests" })
         #expect(plan.unregistered.map(\.token) == ["ab"])
         #expect(plan.unregistered.map(\.since) == [1_650_000_000])
-        #expect(plan.released == ["x"])
+        #expect(plan.released.map(\.resultId) == ["x"])
+        #expect(plan.released.map(\.token) == ["ee"])
+        #expect(plan.records.map(\.token) == ["cc", "dd"])
         // Every result once, the 410's feedback result with it; nothing for the released claim.
         #expect(
             plan.messages.map { String(decoding: $0.value, as: UTF8.self) }

@@ -111,6 +111,9 @@ public enum MetricCatalogue {
     // Redis
     public static let redisRoundTrips = MetricDescription(
         "apn_worker_redis_round_trips_total", .counter, "Pipelined round trips to Redis.")
+    public static let redisRedirects = MetricDescription(
+        "apn_worker_redis_redirects_total", .counter,
+        "Redis Cluster MOVED and ASK redirections followed: slots moving between primaries, or a failover.")
     public static let redisLatency = MetricDescription(
         "apn_worker_redis_latency_seconds", .histogram, "Time of one pipelined Redis round trip.")
     public static let redisErrors = MetricDescription(
@@ -136,7 +139,7 @@ public enum MetricCatalogue {
         deliveryAttempts, retransmissions, possibleDuplicates, endToEndLatency, deliveryLatency, poolConnections,
         connectionsOpened, connectFailures, connectionsClosed, sentCacheNotifications, backpressureWaits,
         http2StreamsInUse, providerTokenRefreshes, tooManyRequests, feedbackTokens, inFlight, resultsProduced,
-        produceErrors, offsetsCommitted, rebalances, assignedPartitions, consumerLag, redisRoundTrips, redisLatency,
-        redisErrors, redisUp, ready, processResidentMemory, processCPU, processOpenFiles,
+        produceErrors, offsetsCommitted, rebalances, assignedPartitions, consumerLag, redisRoundTrips, redisRedirects,
+        redisLatency, redisErrors, redisUp, ready, processResidentMemory, processCPU, processOpenFiles,
     ]
 }

@@ -90,7 +90,7 @@ final class DeliveryStage: Sendable {
         } catch {
             logger.error("Cannot hand notifications to the \(key.app) \(key.environment) pool", metadata: ["error": "\(error)"])
             let released = state.withLock { s in submissions.compactMap { s.sent.removeValue(forKey: $0.tag) } }
-            results.submit(released.map { .released($0.candidate.ref, resultId: $0.candidate.resultId) })
+            results.submit(released.map { .released($0.candidate.ref, resultId: $0.candidate.resultId, token: $0.candidate.tokenHex) })
         }
     }
 
@@ -173,7 +173,7 @@ final class DeliveryStage: Sendable {
             guard let outcome = event.outcome, let context else { continue }
             if outcome.status == .shutDown {
                 // Never written: the notification is given back.
-                items.append(.released(context.candidate.ref, resultId: context.candidate.resultId))
+                items.append(.released(context.candidate.ref, resultId: context.candidate.resultId, token: context.candidate.tokenHex))
                 continue
             }
             let item = factory.delivered(outcome, context: context)

@@ -90,11 +90,13 @@ public struct WorkerStatistics: Sendable, CustomStringConvertible {
     public var feedback = 0
     /// Redis round trips of both connections (set when the worker stops).
     public var redisRoundTrips = 0
+    /// Redis Cluster redirections (`MOVED`, `ASK`) both clients followed (set when the worker stops).
+    public var redisRedirects = 0
 
     public var description: String {
         "messages=\(messages) notifications=\(notifications) rejected=\(rejected) results=\(results) "
             + "duplicates=\(duplicates) reemitted=\(reemitted) alreadyWritten=\(alreadyWritten) takenOver=\(takenOver) "
-            + "feedback=\(feedback) redisRoundTrips=\(redisRoundTrips)"
+            + "feedback=\(feedback) redisRoundTrips=\(redisRoundTrips) redisRedirects=\(redisRedirects)"
     }
 }
 

@@ -132,6 +132,8 @@ struct Unregistration: Sendable {
 struct RecordedResult: Sendable {
     var ref: MessageRef
     var resultId: String
+    /// The notification's token (hex), which places its record in Redis.
+    var token: String
     var result: ResultMessage
     /// A second result produced with it (the `feedback` result of an HTTP/2 410).
     var feedback: ResultMessage? = nil
@@ -152,11 +154,11 @@ enum ResultItem: Sendable {
     case delivered(RecordedResult)
     /// A claimed notification that was never written to a gateway: its claim is deleted and its
     /// message is not committed past it, so it is consumed again.
-    case released(MessageRef, resultId: String)
+    case released(MessageRef, resultId: String, token: String)
 
     var ref: MessageRef {
         switch self {
-        case .rejected(let ref, _), .reemitted(let ref, _, _), .released(let ref, _): ref
+        case .rejected(let ref, _), .reemitted(let ref, _, _), .released(let ref, _, _): ref
         case .decided(let r), .delivered(let r): r.ref
         }
     }

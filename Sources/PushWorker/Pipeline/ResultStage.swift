@@ -219,7 +219,7 @@ final class ResultStage: Sendable {
         var records: [NotificationStore.Record] = []
         var unregistered: [(app: String, environment: String, token: String, since: Int64)] = []
         /// Claims to delete: notifications never written to a gateway.
-        var released: [String] = []
+        var released: [(resultId: String, token: String)] = []
         var messages: [KafkaOutgoingMessage] = []
         /// The result ids whose claims this process holds until the batch is written.
         var settled: [String] = []
@@ -244,13 +244,13 @@ final class ResultStage: Sendable {
                 produce(message)
             case .reemitted(_, _, let list):
                 list.forEach(produce)
-            case .released(_, let id):
-                plan.released.append(id)
+            case .released(_, let id, let token):
+                plan.released.append((id, token))
                 plan.settled.append(id)
             case .decided(let r), .delivered(let r):
                 plan.records.append(
                     .init(
-                        resultId: r.resultId, topic: r.ref.partition.topic, partition: r.ref.partition.partition,
+                        resultId: r.resultId, token: r.token, topic: r.ref.partition.topic, partition: r.ref.partition.partition,
                         offset: r.ref.offset, result: r.result.value, feedback: r.feedback?.value))
                 if let u = r.unregister { plan.unregistered.append((u.app, u.environment, u.token, u.since)) }
                 produce(r.result)
@@ -296,7 +296,7 @@ final class ResultStage: Sendable {
             // A released notification's message is consumed again; its summary waits for that.
             var dropped = 0
             for item in batch {
-                if case .released(let ref, _) = item, s.summaries.removeValue(forKey: ref) != nil { dropped += 1 }
+                if case .released(let ref, _, _) = item, s.summaries.removeValue(forKey: ref) != nil { dropped += 1 }
             }
             return (s.countForSummaries(counted), dropped)
         }
@@ -311,7 +311,7 @@ final class ResultStage: Sendable {
 
     private func record(
         _ records: [NotificationStore.Record], unregistered: [(app: String, environment: String, token: String, since: Int64)],
-        released: [String], marks: [TopicPartitionOffset], count: Int
+        released: [(resultId: String, token: String)], marks: [TopicPartitionOffset], count: Int
     ) async -> Bool {
         var delay: Duration = .milliseconds(50)
         while true {

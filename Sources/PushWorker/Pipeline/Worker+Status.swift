@@ -103,6 +103,7 @@ extension Worker {
         guard let stages = stages.withLock({ $0 }) else { return }
         metrics.set(MetricCatalogue.redisUp, to: control.isRedisDown ? 0 : 1)
         metrics.advance(MetricCatalogue.redisRoundTrips, to: stages.redis.reduce(0) { $0 + $1.roundTrips })
+        metrics.advance(MetricCatalogue.redisRedirects, to: stages.redis.reduce(0) { $0 + $1.redirects })
         let kafka = stages.consumer.statistics
         metrics.advance(MetricCatalogue.offsetsCommitted, to: kafka.commits)
         metrics.advance(MetricCatalogue.rebalances, ["assign"], to: kafka.assignments)

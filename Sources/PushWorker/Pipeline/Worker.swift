@@ -39,7 +39,7 @@ public final class Worker: Service, Sendable {
         var delivery: DeliveryStage
         var results: ResultStage
         var summaries: SummaryStage
-        var redis: [RedisConnection]
+        var redis: [RedisClient]
     }
     /// What the status server and the metrics read (see `Worker+Status.swift`).
     let observed = Mutex(Observed())
@@ -210,7 +210,10 @@ public final class Worker: Service, Sendable {
             if let failure { throw failure }
         }
 
-        control.count { $0.redisRoundTrips = claimRedis.roundTrips + stateRedis.roundTrips }
+        control.count {
+            $0.redisRoundTrips = claimRedis.roundTrips + stateRedis.roundTrips
+            $0.redisRedirects = claimRedis.redirects + stateRedis.redirects
+        }
         if closesClients { await producer.close(timeout: .seconds(10)) }
         do { try await store.retire() } catch { logger.notice("Cannot remove the liveness key", metadata: ["error": "\(error)"]) }
         if redisService == nil {

@@ -4,15 +4,16 @@ import PushRedis
 import ServiceLifecycle
 import Synchronization
 
-/// The worker's two Redis connections as a service of its group: one for claims, one for the
+/// The worker's two Redis clients as a service of its group: one for claims, one for the
 /// rest (records, written positions, liveness, feedback), so that a claim round trip never waits
-/// behind a record pipeline. It connects (retrying until Redis answers: nothing can be sent
+/// behind a record pipeline. Each is one connection to a server, or one per primary of a Redis
+/// Cluster (`redis.cluster`). It connects (retrying until Redis answers: nothing can be sent
 /// without dedupe), hands the connections to the worker, and closes them once the group has
 /// shut the worker down.
 final class WorkerRedis: Service, Sendable {
     struct Connections: Sendable {
-        var claims: RedisConnection
-        var state: RedisConnection
+        var claims: RedisClient
+        var state: RedisClient
     }
 
     private let configuration: WorkerConfiguration
@@ -55,13 +56,18 @@ final class WorkerRedis: Service, Sendable {
 
     private static func connect(
         purpose: String, configuration: WorkerConfiguration, owner: String, logger: Logger
-    ) async -> RedisConnection? {
+    ) async -> RedisClient? {
         var delay: Duration = .milliseconds(100)
         while !Task.isCancelled {
-            do {
-                let connection = try await RedisConnection.connect(configuration.redis)
-                try await NotificationStore(redis: connection, prefix: Worker.redisKeyPrefix, owner: owner).prepare()
-                return connection
+            do throws(RedisError) {
+                let client = try await RedisClient.connect(seeds: configuration.redisSeeds, cluster: configuration.redisCluster)
+                do {
+                    try await NotificationStore(redis: client, prefix: Worker.redisKeyPrefix, owner: owner).prepare()
+                } catch {
+                    await client.close()
+                    throw error
+                }
+                return client
             } catch {
                 logger.warning(
                     "Redis is unreachable; retrying",

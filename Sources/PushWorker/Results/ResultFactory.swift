@@ -47,7 +47,8 @@ struct ResultFactory: Sendable {
             environment: c.job.environment.rawValue, token: c.tokenHex, status: status, reason: reason, attempts: 0,
             possibleDuplicate: false, worker: worker, at: at)
         result.metadata = c.job.metadata
-        return .decided(RecordedResult(ref: c.ref, resultId: c.resultId, result: result.message(since: c.job.producedAt)))
+        return .decided(
+            RecordedResult(ref: c.ref, resultId: c.resultId, token: c.tokenHex, result: result.message(since: c.job.producedAt)))
     }
 
     /// The result of a pool's outcome. A binary status 8 or an HTTP/2 410 also stores the token
@@ -64,7 +65,7 @@ struct ResultFactory: Sendable {
         result.apnsId = outcome.apnsID
         result.apnsUniqueId = outcome.apnsUniqueID
         result.metadata = c.job.metadata
-        var record = RecordedResult(ref: c.ref, resultId: c.resultId, result: result.message(since: c.job.producedAt))
+        var record = RecordedResult(ref: c.ref, resultId: c.resultId, token: c.tokenHex, result: result.message(since: c.job.producedAt))
         if outcome.status == .invalidToken {
             // Binary status 8 (§1.4).
             record.unregister = Unregistration(app: c.job.app, environment: env, token: c.tokenHex, since: at / 1000)
@@ -86,7 +87,8 @@ struct ResultFactory: Sendable {
             token: c.tokenHex, worker: worker, at: at)
         result.payloadBytes = c.job.content.payload?.count ?? 0
         result.metadata = c.job.metadata
-        return .decided(RecordedResult(ref: c.ref, resultId: c.resultId, result: result.message(since: c.job.producedAt)))
+        return .decided(
+            RecordedResult(ref: c.ref, resultId: c.resultId, token: c.tokenHex, result: result.message(since: c.job.producedAt)))
     }
 
     /// A `feedback` result: the token was reported unregistered at `timestamp` (UNIX seconds).

@@ -15,9 +15,10 @@ import PushRedis
 /// - `s:{…}:m`: who writes the summary: `P|<owner>|<topic>|<partition>|<offset>` while a worker
 ///   does, for the message it came from, then `D` once it is written.
 ///
-/// All of them expire with the dedupe TTL, like the notification records. Besides them, the
-/// script reads the writer's liveness key (`w:<owner>`), as the claim script does: on a Redis
-/// Cluster that key is in another slot, and both scripts would check it the same other way.
+/// All of them expire with the dedupe TTL, like the notification records. The script touches
+/// no other key, so it runs on a Redis Cluster too: when another worker is writing the summary,
+/// it answers with that worker's name, and ``checkSummaries(_:ttlSeconds:)`` looks up its
+/// liveness key (`w:<owner>`, in another slot) and asks again, naming it dead, if it is gone.
 extension NotificationStore {
     /// One token result of a job that asked for a summary, as the summary counts it.
     struct SummaryOutcome: Sendable, Hashable {
@@ -72,10 +73,10 @@ extension NotificationStore {
         #"""
         -- KEYS: counters (hash), tokens counted (bitmap), failed tokens (list), writer.
         -- ARGV: owner, '<topic>|<partition>|<offset>', ttl, fingerprint, tokens, most failed tokens
-        -- listed, key prefix; then 4 per token result: index, what it is ('' = transmitted, a status =
+        -- listed, a writer known to be dead ('' = none); then 4 per token result: index, what it is ('' = transmitted, a status =
         -- transmissionError, 'k<type>' = another type), at, token.
         local h, b, f, m = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-        local owner, msg, ttl, fp, total, cap, p = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+        local owner, msg, ttl, fp, total, cap, dead = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
         local known = redis.call('HGET', h, 'fp')
         if not known then
           redis.call('HSET', h, 'fp', fp, 'total', ARGV[5], 'done', '0')
@@ -119,11 +120,12 @@ extension NotificationStore {
           local sowner, smsg = string.match(state, '^P|([^|]*)|(.*)$')
           if sowner == owner then
             if smsg ~= msg then return {'N'} end
-          elseif redis.call('EXISTS', p .. 'w:' .. sowner) == 1 then
-            if smsg == msg then return {'W'} end
-            return {'N'}
-          else
+          elseif sowner == dead then
             takeover = '1'
+          else
+            local same = '0'
+            if smsg == msg then same = '1' end
+            return {'O', sowner, same}
           end
         end
         redis.call('SET', m, 'P|' .. owner .. '|' .. msg, 'EX', ttl)
@@ -138,15 +140,47 @@ extension NotificationStore {
     }
 
     /// ``checkSummary(_:ttlSeconds:)`` for several messages in one round trip, in order (two
-    /// messages of one job are decided as if one after the other). Running a check twice decides
-    /// the same, so the pipeline may be resent after `NOSCRIPT`.
+    /// messages of one job are decided as if one after the other); one more when another
+    /// worker is writing a summary, to ask whether it is alive. Running a check twice decides
+    /// the same, so a check may be sent again.
     func checkSummaries(_ checks: [SummaryCheck], ttlSeconds: Int) async throws(RedisError) -> [SummaryDecision] {
         guard !checks.isEmpty else { return [] }
-        let commands = checks.map { check in
-            Self.summaryScript.evalshaCommand(
-                keys: Self.summaryKeys(prefix: prefix, summaryId: check.summaryId), args: arguments(check, ttlSeconds))
+        var decisions = try await runSummaryChecks(checks, dead: checks.map { _ in "" }, ttlSeconds: ttlSeconds)
+        let others = decisions.indices.compactMap { index -> (Int, String, Bool)? in
+            guard case .otherWriter(let owner, let sameMessage) = decisions[index] else { return nil }
+            return (index, owner, sameMessage)
         }
-        let replies = try await redis.pipeline(commands, scripts: [Self.summaryScript])
+        if !others.isEmpty {
+            let dead = try await deadOwners(Set(others.map(\.1)))
+            let takeOver = others.filter { dead.contains($0.1) }
+            if !takeOver.isEmpty {
+                let again = try await runSummaryChecks(takeOver.map { checks[$0.0] }, dead: takeOver.map(\.1), ttlSeconds: ttlSeconds)
+                for (entry, decision) in zip(takeOver, again) { decisions[entry.0] = decision }
+            }
+        }
+        return decisions.map { decision in
+            guard case .otherWriter(_, let sameMessage) = decision else { return decision.final }
+            return sameMessage ? .busy : .notYours
+        }
+    }
+
+    /// What one run of the script said: a decision, or the name of the worker writing it.
+    private enum ScriptAnswer {
+        case decided(SummaryDecision)
+        case otherWriter(owner: String, sameMessage: Bool)
+
+        var final: SummaryDecision {
+            if case .decided(let decision) = self { return decision }
+            return .busy
+        }
+    }
+
+    private func runSummaryChecks(_ checks: [SummaryCheck], dead: [String], ttlSeconds: Int) async throws(RedisError) -> [ScriptAnswer] {
+        let commands = zip(checks, dead).map { check, dead in
+            Self.summaryScript.evalshaCommand(
+                keys: Self.summaryKeys(prefix: prefix, summaryId: check.summaryId), args: arguments(check, dead: dead, ttlSeconds))
+        }
+        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Self.summaryScript]) }
         guard replies.count == checks.count else {
             throw RedisError(.protocol, "the summary script answered \(replies.count) times for \(checks.count) checks")
         }
@@ -156,25 +190,30 @@ extension NotificationStore {
                 throw RedisError(.protocol, "the summary script answered \(reply)")
             }
             switch code {
-            case "N": return .notYours
-            case "D": return .written
-            case "W": return .busy
+            case "N": return .decided(.notYours)
+            case "D": return .decided(.written)
+            case "W": return .decided(.busy)
+            case "O":
+                guard items.count == 3, let owner = items[1].string else {
+                    throw RedisError(.protocol, "the summary script answered \(reply)")
+                }
+                return .otherWriter(owner: owner, sameMessage: items[2].string == "1")
             case "S":
                 guard items.count == 4, let fields = items[2].array, let failed = items[3].array else {
                     throw RedisError(.protocol, "the summary script answered \(reply)")
                 }
-                return .write(Self.summary(jobId: check.jobId, takeover: items[1].string == "1", fields: fields, failed: failed))
+                return .decided(.write(Self.summary(jobId: check.jobId, takeover: items[1].string == "1", fields: fields, failed: failed)))
             default:
                 throw RedisError(.protocol, "the summary script answered \(reply)")
             }
         }
     }
 
-    private func arguments(_ check: SummaryCheck, _ ttlSeconds: Int) -> [[UInt8]] {
+    private func arguments(_ check: SummaryCheck, dead: String, _ ttlSeconds: Int) -> [[UInt8]] {
         var args: [[UInt8]] = [
             Array(owner.utf8), Array("\(check.topic)|\(check.partition)|\(check.offset)".utf8), Array(String(ttlSeconds).utf8),
             Array(check.fingerprint.utf8), Array(String(check.tokens).utf8), Array(String(JobSummary.maxFailedTokens).utf8),
-            Array(prefix.utf8),
+            Array(dead.utf8),
         ]
         args.reserveCapacity(args.count + check.outcomes.count * 4)
         for outcome in check.outcomes {
@@ -242,7 +281,7 @@ extension NotificationStore {
             commands.append([Array("SET".utf8), keys[3], [UInt8(ascii: "D")], Array("EX".utf8), ttl])
             commands.append([Array("DEL".utf8), keys[1], keys[2]])
         }
-        let replies = try await redis.pipeline(commands)
+        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
         if let failure = replies.first(where: { $0.errorMessage != nil }) {
             throw RedisError(.server("ERR"), "Redis refused a summary update: \(failure.errorMessage ?? "")")
         }

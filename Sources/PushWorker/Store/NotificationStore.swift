@@ -3,22 +3,26 @@ import PushKafka
 import PushRedis
 
 /// The worker's state in Redis: one record per notification, worker liveness, rate counters,
-/// the unregistered-token store and the feedback lock. Every call is one round trip, whatever
-/// the number of notifications it covers.
+/// the unregistered-token store and the feedback lock. Each call is one round trip per
+/// server (per primary on a Redis Cluster), whatever the number of notifications it covers;
+/// a claim takes more only when it meets another worker's claim, a recorded outcome, or an
+/// app rate limit.
 ///
-/// Keys (all under ``prefix``):
-/// - `n:<resultId>`: the notification's state, with the dedupe TTL:
+/// Keys (all under ``prefix``; `<T>` is ``tag(token:)``: empty on a server, a hash tag on a
+/// cluster, so that every key of one token shares a slot):
+/// - `n:<T><resultId>`: the notification's state, with the dedupe TTL:
 ///   `P|<owner>|<topic>|<partition>|<offset>` while a worker has it claimed,
 ///   `D|<topic>|<partition>|<offset>|<result JSON>` once its outcome is known, followed by a
 ///   newline and the `feedback` result JSON when the outcome also published one (an HTTP/2 410).
 ///   The serialized results never contain a raw newline, so it separates them.
+/// - `u:<T><app>:<env>`: hash token → UNIX time Apple reported the token unregistered.
+/// - `rd:<T><app>:<token>:<hour>`: the device's count this hour.
 /// - `pw:<topic>:<partition>`: the partition's written position: every result of every message
 ///   before this offset is written to the results topic (the offset the worker commits, kept
 ///   here as well because a commit can fail during a rebalance). A notification recorded by a
 ///   message before it needs no result again.
 /// - `w:<owner>`: present while the worker incarnation `owner` is alive (short TTL, refreshed).
-/// - `u:<app>:<env>`: hash token → UNIX time Apple reported the token unregistered.
-/// - `ra:<app>:<second>`, `rd:<app>:<token>:<hour>`: rate counters.
+/// - `ra:<app>:<second>`: the app's count this second.
 /// - `fl:<app>:<env>`: the feedback-polling lock.
 final class NotificationStore: Sendable {
     /// A notification to claim.
@@ -48,7 +52,8 @@ final class NotificationStore: Sendable {
         case written
         /// Another message carries the same notification (a duplicate job): no send, no result.
         case duplicate
-        /// A live worker has it claimed for this same message: try again later.
+        /// A live worker has it claimed for this same message, or its part of the claim could
+        /// not be run (a cluster slot without a primary): try again later.
         case busy
         /// The app is over its per-second rate: try again next second (not claimed).
         case throttled
@@ -58,13 +63,13 @@ final class NotificationStore: Sendable {
         case rateLimited
     }
 
-    let redis: RedisConnection
+    let redis: RedisClient
     let prefix: String
     let owner: String
     /// Where the claim and write round trips report their latency and failures.
     let metrics: WorkerMetrics?
 
-    init(redis: RedisConnection, prefix: String, owner: String, metrics: WorkerMetrics? = nil) {
+    init(redis: RedisClient, prefix: String, owner: String, metrics: WorkerMetrics? = nil) {
         self.redis = redis
         self.prefix = prefix
         self.owner = owner
@@ -72,7 +77,7 @@ final class NotificationStore: Sendable {
     }
 
     /// Runs one round trip, reporting its latency, or its failure, to the metrics.
-    private func measured<T>(_ body: () async throws(RedisError) -> T) async throws(RedisError) -> T {
+    func measured<T>(_ body: () async throws(RedisError) -> T) async throws(RedisError) -> T {
         guard let metrics, metrics.isEnabled else { return try await body() }
         let start = ContinuousClock.now
         do {
@@ -85,75 +90,78 @@ final class NotificationStore: Sendable {
         }
     }
 
+    // MARK: Keys
+
+    /// The hash tag of a token's keys on a cluster: `{` four hex digits `}`, from a hash of
+    /// the token, so that tokens spread over 16,384 tags whatever they look like. Empty on a
+    /// server, where the keys keep their names from before clusters were supported.
+    func tag(token: String) -> String {
+        guard redis.isCluster else { return "" }
+        var hash: UInt32 = 0x811C_9DC5  // FNV-1a
+        for byte in token.utf8 { hash = (hash ^ UInt32(byte)) &* 0x0100_0193 }
+        let digits = Array("0123456789abcdef".utf8)
+        let value = Int(hash & 0x3FFF)
+        return String(
+            decoding: [
+                UInt8(ascii: "{"), digits[value >> 12], digits[(value >> 8) & 15], digits[(value >> 4) & 15], digits[value & 15],
+                UInt8(ascii: "}"),
+            ], as: UTF8.self)
+    }
+
+    func recordKey(resultId: String, tag: String) -> [UInt8] { Array("\(prefix)n:\(tag)\(resultId)".utf8) }
+
+    func unregisteredKey(app: String, environment: String, tag: String) -> [UInt8] {
+        Array("\(prefix)u:\(tag)\(app):\(environment)".utf8)
+    }
+
+    // MARK: Scripts
+
     static let claimScript = RedisScript(
         #"""
-        -- ARGV: owner, topic, ttl seconds, now ms, key prefix, number of apps A, then 4 per app:
-        -- app, env, app limit/s, device limit/h; then 5 per notification:
-        -- resultId, '<partition>|<offset>', app number (1...A), token, registeredAt ('' = none).
+        -- KEYS: 3 per notification: its record, its app's unregistered tokens, its device counter
+        -- for this hour (one slot on a cluster). ARGV: owner, topic, ttl seconds, owners known to
+        -- be dead (newline-separated), then 5 per notification: '<partition>|<offset>', token,
+        -- registeredAt ('' = none), device limit per hour, '1' if it may be sent this second.
         -- Numbers passed back to Redis stay strings: a Lua number would be formatted per call.
-        local owner, topic, ttl, now, p = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
-        local second = math.floor(now / 1000)
-        local hour = math.floor(now / 3600000)
-        local apps = {}
-        local first = 7 + 4 * tonumber(ARGV[6])
-        for i = 7, first - 1, 4 do
-          local app, env, alim, dlim = ARGV[i], ARGV[i+1], tonumber(ARGV[i+2]), tonumber(ARGV[i+3])
-          apps[#apps + 1] = {app = app, alim = alim, dlim = dlim, ukey = p .. 'u:' .. app .. ':' .. env,
-                             akey = p .. 'ra:' .. app .. ':' .. string.format('%d', second),
-                             dprefix = p .. 'rd:' .. app .. ':', dsuffix = ':' .. string.format('%d', hour)}
-        end
+        local owner, topic, ttl = ARGV[1], ARGV[2], ARGV[3]
+        local dead = {}
+        for w in string.gmatch(ARGV[4], '[^\n]+') do dead[w] = true end
         local claimed = 'P|' .. owner .. '|' .. topic .. '|'
-        local written = {}
         local out = {}
-        for i = first, #ARGV, 5 do
-          local rid, where, a, tok, reg = ARGV[i], ARGV[i+1], apps[tonumber(ARGV[i+2])], ARGV[i+3], ARGV[i+4]
-          local key = p .. 'n:' .. rid
+        for i = 1, #KEYS / 3 do
+          local key, ukey, dkey = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+          local a = 5 * i
+          local where, tok, reg, dlim, permit = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3]), ARGV[a + 4]
           local msg = topic .. '|' .. where
           local state = redis.call('GET', key)
           local code
           if state then
             if string.sub(state, 1, 2) == 'D|' then
               local rest = string.sub(state, 3)
-              if string.sub(rest, 1, #msg + 1) == msg .. '|' then
-                local part, off = string.match(where, '^(%d+)|(%d+)$')
-                if written[part] == nil then
-                  written[part] = tonumber(redis.call('GET', p .. 'pw:' .. topic .. ':' .. part) or '-1')
-                end
-                if tonumber(off) < written[part] then code = 'P' else code = 'E' .. string.sub(rest, #msg + 2) end
-              else
-                code = 'X'
-              end
+              if string.sub(rest, 1, #msg + 1) == msg .. '|' then code = 'E' .. string.sub(rest, #msg + 2) else code = 'X' end
             else
               local sowner, smsg = string.match(state, '^P|([^|]*)|(.*)$')
               if smsg ~= msg then
                 code = 'X'
-              elseif sowner ~= owner and redis.call('EXISTS', p .. 'w:' .. sowner) == 1 then
-                code = 'W'
-              else
+              elseif sowner == owner or dead[sowner] then
                 redis.call('SET', key, claimed .. where, 'EX', ttl)
                 code = 'R'
+              else
+                code = 'O' .. sowner
               end
             end
           else
-            local unreg = redis.call('HGET', a.ukey, tok)
+            local unreg = redis.call('HGET', ukey, tok)
             if unreg and (reg == '' or tonumber(reg) <= tonumber(unreg)) then
               code = 'U' .. unreg
-            end
-            if not code and a.alim > 0 and tonumber(redis.call('GET', a.akey) or '0') >= a.alim then
+            elseif permit ~= '1' then
               code = 'T'
-            end
-            if not code and a.dlim > 0 then
-              local dkey = a.dprefix .. tok .. a.dsuffix
+            elseif dlim > 0 then
               local count = redis.call('INCR', dkey)
               if count == 1 then redis.call('EXPIRE', dkey, '3700') end
-              if count > a.dlim then code = 'L' end
+              if count > dlim then code = 'L' end
             end
-            if not code then
-              if a.alim > 0 then
-                if redis.call('INCR', a.akey) == 1 then redis.call('EXPIRE', a.akey, '2') end
-              end
-              code = 'S'
-            end
+            code = code or 'S'
             if code ~= 'T' then redis.call('SET', key, claimed .. where, 'EX', ttl) end
           end
           out[#out + 1] = code
@@ -161,103 +169,247 @@ final class NotificationStore: Sendable {
         return out
         """#)
 
-    /// Loads the scripts so that later calls need no `NOSCRIPT` fallback.
+    /// KEYS[1]: an app's counter for this second; ARGV: wanted, limit. Takes up to `wanted` of
+    /// what is left of the limit and returns how many it took.
+    static let takePermitsScript = RedisScript(
+        #"""
+        local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+        local n = math.min(tonumber(ARGV[1]), tonumber(ARGV[2]) - used)
+        if n <= 0 then return 0 end
+        if redis.call('INCRBY', KEYS[1], n) == n then redis.call('EXPIRE', KEYS[1], '2') end
+        return n
+        """#)
+
+    /// KEYS[1]: an app's counter for this second; ARGV[1]: permits taken but not used.
+    static let returnPermitsScript = RedisScript(
+        #"""
+        if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('DECRBY', KEYS[1], ARGV[1]) end
+        return 0
+        """#)
+
+    /// KEYS: written positions (one slot on a cluster); ARGV: ttl, then one offset per key.
+    /// Sets each key to its offset unless it already holds a later one.
+    static let advancePositionsScript = RedisScript(
+        #"""
+        for i, key in ipairs(KEYS) do
+          local offset = tonumber(ARGV[i + 1])
+          if offset > tonumber(redis.call('GET', key) or '-1') then redis.call('SET', key, ARGV[i + 1], 'EX', ARGV[1]) end
+        end
+        return 0
+        """#)
+
+    static let scripts = [claimScript, takePermitsScript, returnPermitsScript, advancePositionsScript, summaryScript]
+
+    /// Loads the scripts (on every primary of a cluster) so that later calls meet no `NOSCRIPT`.
     func prepare() async throws(RedisError) {
-        _ = try await redis.scriptLoad(Self.claimScript.source)
-        _ = try await redis.scriptLoad(Self.summaryScript.source)
+        try await redis.load(Self.scripts)
     }
 
-    /// Claims notifications of messages of `topic`, in one round trip.
+    // MARK: Claims
+
+    /// Claims notifications of messages of `topic`: one round trip in the common case (per
+    /// primary on a cluster), one more to take an app rate limit's permits first, and one more
+    /// each when the claim meets another worker's claim (is it alive?), a recorded outcome
+    /// (is its message's result written?), or permits left unused (given back).
     func claim(
         topic: String, _ requests: [ClaimRequest], ttlSeconds: Int, nowMilliseconds: Int64
     ) async throws(RedisError) -> [ClaimDecision] {
         guard !requests.isEmpty else { return [] }
-        // Each (app, environment, limits) once, numbered from 1 in the order first seen.
-        struct AppKey: Hashable {
-            var app: String
-            var environment: String
-            var appPerSecond: Int
-            var devicePerHour: Int
+        let tags = requests.map { tag(token: $0.token) }
+        let hour = String(nowMilliseconds / 3_600_000)
+        let (permits, taken) = try await takePermits(requests, nowMilliseconds: nowMilliseconds)
+        var codes = try await runClaims(
+            topic: topic, requests, Array(requests.indices), tags: tags, hour: hour, permits: permits, dead: [], ttlSeconds: ttlSeconds)
+
+        // Claims of other workers for the same message: taken over if the worker is dead.
+        let others = codes.indices.filter { codes[$0].first == UInt8(ascii: "O") }
+        if !others.isEmpty {
+            let dead = try await deadOwners(Set(others.map { String(decoding: codes[$0].dropFirst(), as: UTF8.self) }))
+            let takeOver = others.filter { dead.contains(String(decoding: codes[$0].dropFirst(), as: UTF8.self)) }
+            if !takeOver.isEmpty {
+                let again = try await runClaims(
+                    topic: topic, requests, takeOver, tags: tags, hour: hour, permits: permits, dead: dead, ttlSeconds: ttlSeconds)
+                for (index, code) in zip(takeOver, again) { codes[index] = code }
+            }
         }
-        var appNumbers: [AppKey: Int] = [:]
-        var appArgs: [[UInt8]] = []
-        var numbers: [Int] = []
-        numbers.reserveCapacity(requests.count)
-        var last: (key: AppKey, number: Int)?
-        for r in requests {
-            let key = AppKey(app: r.app, environment: r.environment, appPerSecond: r.appPerSecond, devicePerHour: r.devicePerHour)
-            if let last, last.key == key {
-                numbers.append(last.number)
+
+        // Outcomes recorded by this same message: is its result written already?
+        var written: [Int32: Int64] = [:]
+        let recorded = Set(codes.indices.filter { codes[$0].first == UInt8(ascii: "E") }.map { requests[$0].partition })
+        if !recorded.isEmpty {
+            let partitions = recorded.sorted()
+            let replies = try await measured { () throws(RedisError) in
+                try await redis.pipeline(partitions.map { [Array("GET".utf8), Array("\(prefix)pw:\(topic):\($0)".utf8)] })
+            }
+            for (partition, reply) in zip(partitions, replies) {
+                if let message = reply.errorMessage { throw RedisError(.server("ERR"), "Redis refused a written position: \(message)") }
+                written[partition] = reply.string.flatMap { Int64($0) } ?? -1
+            }
+        }
+
+        let decisions = try zip(requests, codes).map { request, code throws(RedisError) in
+            try Self.decision(code, offset: request.offset, writtenPosition: written[request.partition] ?? -1)
+        }
+        try await returnUnused(taken, requests: requests, permits: permits, decisions: decisions)
+        return decisions
+    }
+
+    /// The app rate limits' permits for this second: which requests may be sent (all of them
+    /// for apps without a limit), and how many each app's counter gave.
+    private func takePermits(
+        _ requests: [ClaimRequest], nowMilliseconds: Int64
+    ) async throws(RedisError) -> (permits: [Bool], taken: [(app: String, key: [UInt8], count: Int)]) {
+        var wanted: [(app: String, key: [UInt8], limit: Int, requests: [Int])] = []
+        var place: [String: Int] = [:]
+        let second = nowMilliseconds / 1000
+        for (index, r) in requests.enumerated() where r.appPerSecond > 0 {
+            if let at = place[r.app] {
+                wanted[at].requests.append(index)
+            } else {
+                place[r.app] = wanted.count
+                wanted.append((r.app, Array("\(prefix)ra:\(r.app):\(second)".utf8), r.appPerSecond, [index]))
+            }
+        }
+        var permits = [Bool](repeating: true, count: requests.count)
+        guard !wanted.isEmpty else { return (permits, []) }
+        let commands = wanted.map { w in
+            Self.takePermitsScript.evalshaCommand(keys: [w.key], args: [Array(String(w.requests.count).utf8), Array(String(w.limit).utf8)])
+        }
+        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Self.takePermitsScript]) }
+        var taken: [(app: String, key: [UInt8], count: Int)] = []
+        for (w, reply) in zip(wanted, replies) {
+            guard let count = reply.int else {
+                throw RedisError(.protocol, "the app rate script answered \(reply)")
+            }
+            for (n, index) in w.requests.enumerated() { permits[index] = n < Int(count) }
+            if count > 0 { taken.append((w.app, w.key, Int(count))) }
+        }
+        return (permits, taken)
+    }
+
+    /// Gives back the permits of requests that were not sent (already recorded, unregistered,
+    /// over the device limit, another worker's): the app's rate counts what it sent.
+    private func returnUnused(
+        _ taken: [(app: String, key: [UInt8], count: Int)], requests: [ClaimRequest], permits: [Bool], decisions: [ClaimDecision]
+    ) async throws(RedisError) {
+        guard !taken.isEmpty else { return }
+        var used: [String: Int] = [:]
+        for (index, decision) in decisions.enumerated() where permits[index] && requests[index].appPerSecond > 0 && decision == .send {
+            used[requests[index].app, default: 0] += 1
+        }
+        var commands: [[[UInt8]]] = []
+        for t in taken {
+            let unused = t.count - (used[t.app] ?? 0)
+            if unused > 0 { commands.append(Self.returnPermitsScript.evalshaCommand(keys: [t.key], args: [Array(String(unused).utf8)])) }
+        }
+        guard !commands.isEmpty else { return }
+        _ = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Self.returnPermitsScript]) }
+    }
+
+    /// Runs the claim script for the requests at `indices`: one call on a server, one per hash
+    /// slot on a cluster, all in one pipeline. The codes come back in the order of `indices`;
+    /// a call that failed (no primary for its slot) answers `W` (busy) for its requests.
+    private func runClaims(
+        topic: String, _ requests: [ClaimRequest], _ indices: [Int], tags: [String], hour: String, permits: [Bool],
+        dead: Set<String>, ttlSeconds: Int
+    ) async throws(RedisError) -> [[UInt8]] {
+        let groups = redis.groupedBySlot(indices) { recordKey(resultId: requests[$0].resultId, tag: tags[$0]) }
+        let head: [[UInt8]] = [
+            Array(owner.utf8), Array(topic.utf8), Array(String(ttlSeconds).utf8), Array(dead.sorted().joined(separator: "\n").utf8),
+        ]
+        let commands = groups.map { group in
+            var keys: [[UInt8]] = []
+            keys.reserveCapacity(group.count * 3)
+            var args = head
+            args.reserveCapacity(head.count + group.count * 5)
+            for index in group {
+                let r = requests[index]
+                let tag = tags[index]
+                keys.append(recordKey(resultId: r.resultId, tag: tag))
+                keys.append(unregisteredKey(app: r.app, environment: r.environment, tag: tag))
+                keys.append(Array("\(prefix)rd:\(tag)\(r.app):\(r.token):\(hour)".utf8))
+                var place: [UInt8] = []
+                place.reserveCapacity(24)
+                DecimalText.append(Int64(r.partition), to: &place)
+                place.append(UInt8(ascii: "|"))
+                DecimalText.append(r.offset, to: &place)
+                args.append(place)
+                args.append(Array(r.token.utf8))
+                if let registeredAt = r.registeredAt {
+                    var bytes: [UInt8] = []
+                    DecimalText.append(registeredAt, to: &bytes)
+                    args.append(bytes)
+                } else {
+                    args.append([])
+                }
+                args.append(r.devicePerHour == 0 ? [UInt8(ascii: "0")] : Array(String(r.devicePerHour).utf8))
+                args.append([permits[index] ? UInt8(ascii: "1") : UInt8(ascii: "0")])
+            }
+            return Self.claimScript.evalshaCommand(keys: keys, args: args)
+        }
+        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Self.claimScript]) }
+        var codes: [Int: [UInt8]] = [:]
+        for (group, reply) in zip(groups, replies) {
+            if reply.errorMessage != nil && groups.count > 1 {
+                for index in group { codes[index] = [UInt8(ascii: "W")] }
                 continue
             }
-            let number: Int
-            if let known = appNumbers[key] {
-                number = known
-            } else {
-                number = appNumbers.count + 1
-                appNumbers[key] = number
-                appArgs += [
-                    Array(r.app.utf8), Array(r.environment.utf8), Array(String(r.appPerSecond).utf8), Array(String(r.devicePerHour).utf8),
-                ]
+            if let message = reply.errorMessage { throw RedisError(.server("ERR"), "the claim script failed: \(message)") }
+            guard let items = reply.array, items.count == group.count else {
+                throw RedisError(.protocol, "the claim script answered \(reply) for \(group.count) notifications")
             }
-            numbers.append(number)
-            last = (key, number)
-        }
-        var args: [[UInt8]] = [
-            Array(owner.utf8), Array(topic.utf8), Array(String(ttlSeconds).utf8),
-            Array(String(nowMilliseconds).utf8), Array(prefix.utf8), Array(String(appNumbers.count).utf8),
-        ]
-        args.reserveCapacity(args.count + appArgs.count + requests.count * 5)
-        args += appArgs
-        for (r, number) in zip(requests, numbers) {
-            args.append(Array(r.resultId.utf8))
-            var place: [UInt8] = []
-            place.reserveCapacity(24)
-            DecimalText.append(Int64(r.partition), to: &place)
-            place.append(UInt8(ascii: "|"))
-            DecimalText.append(r.offset, to: &place)
-            args.append(place)
-            args.append(number < 10 ? [UInt8(ascii: "0") + UInt8(number)] : Array(String(number).utf8))
-            args.append(Array(r.token.utf8))
-            if let registeredAt = r.registeredAt {
-                var bytes: [UInt8] = []
-                DecimalText.append(registeredAt, to: &bytes)
-                args.append(bytes)
-            } else {
-                args.append([])
+            for (index, item) in zip(group, items) {
+                guard let bytes = item.bytes, !bytes.isEmpty else { throw RedisError(.protocol, "the claim script answered \(item)") }
+                codes[index] = bytes
             }
         }
-        let reply = try await measured { () throws(RedisError) in try await redis.evalsha(Self.claimScript, keys: [], args: args) }
-        guard let items = reply.array, items.count == requests.count else {
-            throw RedisError(.protocol, "the claim script answered \(reply) for \(requests.count) notifications")
+        if codes.count == indices.count, codes.values.allSatisfy({ $0 == [UInt8(ascii: "W")] }) {
+            throw RedisError(.server("ERR"), "the claim script failed: \(replies.compactMap(\.errorMessage).first ?? "")")
         }
-        return try items.map { item throws(RedisError) in
-            guard let bytes = item.bytes, let first = bytes.first else {
-                throw RedisError(.protocol, "the claim script answered \(item)")
+        return indices.map { codes[$0]! }
+    }
+
+    /// The decision a claim script's code stands for.
+    static func decision(_ bytes: [UInt8], offset: Int64, writtenPosition: Int64) throws(RedisError) -> ClaimDecision {
+        switch bytes.first {
+        case UInt8(ascii: "S"): return .send
+        case UInt8(ascii: "R"): return .resend
+        case UInt8(ascii: "E"):
+            if offset < writtenPosition { return .written }
+            let recorded = bytes.dropFirst()
+            guard let newline = recorded.firstIndex(of: UInt8(ascii: "\n")) else {
+                return .recorded(result: Array(recorded), feedback: nil)
             }
-            switch first {
-            case UInt8(ascii: "S"): return .send
-            case UInt8(ascii: "R"): return .resend
-            case UInt8(ascii: "E"):
-                let recorded = bytes.dropFirst()
-                guard let newline = recorded.firstIndex(of: UInt8(ascii: "\n")) else {
-                    return .recorded(result: Array(recorded), feedback: nil)
-                }
-                return .recorded(result: Array(recorded[..<newline]), feedback: Array(recorded[(newline + 1)...]))
-            case UInt8(ascii: "P"): return .written
-            case UInt8(ascii: "X"): return .duplicate
-            case UInt8(ascii: "W"): return .busy
-            case UInt8(ascii: "T"): return .throttled
-            case UInt8(ascii: "L"): return .rateLimited
-            case UInt8(ascii: "U"): return .unregistered(since: Int64(String(decoding: bytes.dropFirst(), as: UTF8.self)) ?? 0)
-            default: throw RedisError(.protocol, "the claim script answered \(item)")
-            }
+            return .recorded(result: Array(recorded[..<newline]), feedback: Array(recorded[(newline + 1)...]))
+        case UInt8(ascii: "X"): return .duplicate
+        case UInt8(ascii: "W"), UInt8(ascii: "O"): return .busy
+        case UInt8(ascii: "T"): return .throttled
+        case UInt8(ascii: "L"): return .rateLimited
+        case UInt8(ascii: "U"): return .unregistered(since: Int64(String(decoding: bytes.dropFirst(), as: UTF8.self)) ?? 0)
+        default: throw RedisError(.protocol, "the claim script answered \(String(decoding: bytes, as: UTF8.self))")
         }
+    }
+
+    /// Which of `owners` (worker incarnations holding claims) are no longer alive: their
+    /// liveness keys are gone. One round trip.
+    func deadOwners(_ owners: Set<String>) async throws(RedisError) -> Set<String> {
+        let list = owners.sorted()
+        let replies = try await measured { () throws(RedisError) in
+            try await redis.pipeline(list.map { [Array("EXISTS".utf8), Array("\(prefix)w:\($0)".utf8)] })
+        }
+        var dead = Set<String>()
+        for (owner, reply) in zip(list, replies) {
+            guard let exists = reply.int else { throw RedisError(.protocol, "Redis answered EXISTS with \(reply)") }
+            if exists == 0 { dead.insert(owner) }
+        }
+        return dead
     }
 
     /// A notification outcome to record before its result is produced.
     struct Record: Sendable {
         var resultId: String
+        /// The notification's token, which places its record (``tag(token:)``).
+        var token: String
         var topic: String
         var partition: Int32
         var offset: Int64
@@ -266,16 +418,16 @@ final class NotificationStore: Sendable {
         var feedback: [UInt8]? = nil
     }
 
-    /// Records outcomes, unregistered tokens, released claims and written positions (see
-    /// `pw:` above), in one round trip.
+    /// Records outcomes, unregistered tokens, released claims (result id and token) and
+    /// written positions (see `pw:` above), in one round trip (per primary on a cluster).
     func write(
         records: [Record], unregistered: [(app: String, environment: String, token: String, since: Int64)],
-        released: [String], positions: [TopicPartitionOffset] = [], ttlSeconds: Int
+        released: [(resultId: String, token: String)], positions: [TopicPartitionOffset] = [], ttlSeconds: Int
     ) async throws(RedisError) {
         var commands: [[[UInt8]]] = []
         commands.reserveCapacity(records.count + unregistered.count + released.count + positions.count)
         let ttl = Array(String(ttlSeconds).utf8)
-        let set = Array("SET".utf8), ex = Array("EX".utf8), keyPrefix = Array("\(prefix)n:".utf8)
+        let set = Array("SET".utf8), ex = Array("EX".utf8)
         for record in records {
             var value: [UInt8] = []
             value.reserveCapacity(record.topic.utf8.count + 24 + record.result.count + (record.feedback.map { $0.count + 1 } ?? 0))
@@ -291,43 +443,33 @@ final class NotificationStore: Sendable {
                 value.append(UInt8(ascii: "\n"))
                 value += feedback
             }
-            commands.append([set, keyPrefix + record.resultId.utf8, value, ex, ttl])
+            commands.append([set, recordKey(resultId: record.resultId, tag: tag(token: record.token)), value, ex, ttl])
         }
         for entry in unregistered {
             commands.append([
-                Array("HSET".utf8), Array("\(prefix)u:\(entry.app):\(entry.environment)".utf8),
+                Array("HSET".utf8), unregisteredKey(app: entry.app, environment: entry.environment, tag: tag(token: entry.token)),
                 Array(entry.token.utf8), Array(String(entry.since).utf8),
             ])
         }
-        for resultId in released {
-            commands.append([Array("DEL".utf8), Array("\(prefix)n:\(resultId)".utf8)])
+        for entry in released {
+            commands.append([Array("DEL".utf8), recordKey(resultId: entry.resultId, tag: tag(token: entry.token))])
         }
-        if !positions.isEmpty {
-            // Only ever forward: a partition's new owner starts behind the position its previous
-            // owner reached, and must not move it back.
-            var command: [[UInt8]] = [Array("EVAL".utf8), Self.advancePositionsScript, Array(String(positions.count).utf8)]
-            for position in positions { command.append(Array("\(prefix)pw:\(position.topic):\(position.partition)".utf8)) }
-            command.append(ttl)
-            for position in positions { command.append(Array(String(position.offset).utf8)) }
-            commands.append(command)
+        // Only ever forward: a partition's new owner starts behind the position its previous
+        // owner reached, and must not move it back.
+        let positionKeys = positions.map { Array("\(prefix)pw:\($0.topic):\($0.partition)".utf8) }
+        for group in redis.groupedBySlot(Array(positions.indices), key: { positionKeys[$0] }) {
+            commands.append(
+                Self.advancePositionsScript.evalshaCommand(
+                    keys: group.map { positionKeys[$0] }, args: [ttl] + group.map { Array(String(positions[$0].offset).utf8) }))
         }
         guard !commands.isEmpty else { return }
-        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
+        let replies = try await measured { () throws(RedisError) in
+            try await redis.pipeline(commands, scripts: [Self.advancePositionsScript])
+        }
         if let failure = replies.first(where: { $0.errorMessage != nil }) {
             throw RedisError(.server("ERR"), "Redis refused a state update: \(failure.errorMessage ?? "")")
         }
     }
-
-    /// KEYS: written positions; ARGV: ttl, then one offset per key. Sets each key to its offset
-    /// unless it already holds a later one.
-    static let advancePositionsScript = Array(
-        #"""
-        for i, key in ipairs(KEYS) do
-          local offset = tonumber(ARGV[i + 1])
-          if offset > tonumber(redis.call('GET', key) or '-1') then redis.call('SET', key, ARGV[i + 1], 'EX', ARGV[1]) end
-        end
-        return 0
-        """#.utf8)
 
     /// Marks this worker incarnation alive for `ttl`.
     func heartbeat(ttlMilliseconds: Int) async throws(RedisError) {
