@@ -7,7 +7,7 @@ struct APNWorker: AsyncParsableCommand {
         commandName: "apn-worker",
         abstract: "Delivers Apple Push Notifications: the Kafka worker, a sender, a feedback reader and an APNs simulator.",
         subcommands: [
-            Run.self, Send.self, Demo.self, KafkaEmbedded.self, Push.self, Feedback.self, Simulate.self, BenchWorker.self,
+            Run.self, Send.self, Demo.self, KafkaEmbedded.self, Push.self, Feedback.self, Simulate.self, BenchWorker.self, BenchScale.self,
             BenchFailover.self,
             BenchHostile.self, StatusCommand.self,
         ]

@@ -16,6 +16,8 @@ final class LocalStack: @unchecked Sendable {
     let directory: String
     let kafka: EmbeddedKafkaCluster
     let redisURL: String
+    /// The seed URLs of the Redis Cluster this stack started (``Options/redisClusterPrimaries``).
+    let redisClusterURLs: [String]
     /// The binary gateway and feedback service (replaced by ``restartGateway()``).
     private(set) var simulator: APNSSimulator
     /// What gateways stopped by ``stopGateway()`` had accepted.
@@ -23,13 +25,16 @@ final class LocalStack: @unchecked Sendable {
     /// The HTTP/2 simulator of ``Options/http2App``, when there is one.
     let http2Simulator: APNSHTTP2Simulator?
     let configPath: String
-    private var redisProcess: Process?
+    private var redisProcesses: [Process] = []
     private(set) var workers: [Process] = []
     private let keepDirectory: Bool
 
     struct Options {
         var redis: String?
         var redisServer = "redis-server"
+        /// Instead of one redis-server: a Redis Cluster of this many primaries (no replicas),
+        /// made with `redis-cli --cluster create`, which the workers use with `redis.urls`.
+        var redisClusterPrimaries = 0
         var badTokens: Set<DeviceToken> = []
         var feedback: [FeedbackTuple] = []
         var errorDelay: Duration = .zero
@@ -62,21 +67,30 @@ final class LocalStack: @unchecked Sendable {
 
         if let redis = options.redis {
             redisURL = redis
+            redisClusterURLs = []
+        } else if options.redisClusterPrimaries > 0 {
+            var urls: [String] = []
+            for _ in 0..<options.redisClusterPrimaries {
+                let port = try freeLoopbackPort()
+                let bus = try freeLoopbackPort()
+                redisProcesses.append(
+                    try Self.startRedis(
+                        options.redisServer, port: port, directory: directory,
+                        extra: [
+                            "--cluster-enabled", "yes", "--cluster-config-file", "nodes-\(port).conf", "--cluster-port", String(bus),
+                        ]))
+                urls.append("redis://127.0.0.1:\(port)")
+                try await Self.waitForRedis(url: urls.last!, process: redisProcesses.last!)
+            }
+            try await Self.createCluster(urls)
+            redisURL = urls[0]
+            redisClusterURLs = urls
         } else {
             let port = try freeLoopbackPort()
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = [
-                options.redisServer, "--port", String(port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", directory,
-            ]
-            process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
-            process.standardError = FileHandle(forWritingAtPath: "/dev/null")
-            do { try process.run() } catch {
-                throw UsageFailure(message: "cannot start \(options.redisServer): \(error); install redis-server or pass --redis URL")
-            }
-            redisProcess = process
+            let process = try Self.startRedis(options.redisServer, port: port, directory: directory, extra: [])
+            redisProcesses = [process]
             redisURL = "redis://127.0.0.1:\(port)/0"
+            redisClusterURLs = []
             try await Self.waitForRedis(url: redisURL, process: process)
         }
 
@@ -130,7 +144,7 @@ final class LocalStack: @unchecked Sendable {
           groupId: apn-local
           properties:
         \(sessionProperties(options.sessionTimeoutMs))\(options.kafkaProperties.sorted { $0.key < $1.key }.map { "    \($0.key): \"\($0.value)\"\n" }.joined())redis:
-          url: "\(redisURL)"
+          \(redisClusterURLs.isEmpty ? "url: \"\(redisURL)\"" : "urls: [\(redisClusterURLs.map { "\"\($0)\"" }.joined(separator: ", "))]\n  cluster: true")
         worker:
           logFormat: json
         \(worker)apps:
@@ -262,8 +276,11 @@ final class LocalStack: @unchecked Sendable {
         return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
-    /// The redis-server this stack started, if any.
-    var redisPID: Int32? { redisProcess?.processIdentifier }
+    /// The redis-server this stack started, if any (the first node of a cluster).
+    var redisPID: Int32? { redisProcesses.first?.processIdentifier }
+
+    /// Every redis-server this stack started.
+    var redisPIDs: [Int32] { redisProcesses.map(\.processIdentifier) }
 
     /// Peak resident memory of a process, in bytes (VmHWM).
     static func peakRSS(of pid: Int32) -> Int? {
@@ -278,9 +295,52 @@ final class LocalStack: @unchecked Sendable {
         for worker in workers where worker.isRunning { kill(worker.processIdentifier, SIGKILL) }
         await simulator.stop()
         await http2Simulator?.stop()
-        if let redisProcess, redisProcess.isRunning { kill(redisProcess.processIdentifier, SIGKILL) }
+        for process in redisProcesses where process.isRunning { kill(process.processIdentifier, SIGKILL) }
         kafka.shutdown()
         if !keepDirectory { try? FileManager.default.removeItem(atPath: directory) }
+    }
+
+    private static func startRedis(_ server: String, port: Int, directory: String, extra: [String]) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments =
+            [server, "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", directory] + extra
+        process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        do { try process.run() } catch {
+            throw UsageFailure(message: "cannot start \(server): \(error); install redis-server or pass --redis URL")
+        }
+        return process
+    }
+
+    /// Joins the nodes into a cluster with `redis-cli --cluster create` and waits until every
+    /// node reports `cluster_state:ok`.
+    private static func createCluster(_ urls: [String]) async throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments =
+            ["timeout", "30", "redis-cli", "--cluster", "create"] + urls.map { String($0.dropFirst("redis://".count)) }
+            + ["--cluster-replicas", "0", "--cluster-yes"]
+        process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw UsageFailure(message: "redis-cli --cluster create failed with status \(process.terminationStatus)")
+        }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            var ok = true
+            for url in urls {
+                let connection = try await RedisConnection.connect(try RedisConfiguration(url: url))
+                let info = (try? await connection.send(["CLUSTER", "INFO"]).string) ?? ""
+                await connection.close()
+                ok = ok && info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:\(urls.count)")
+            }
+            if ok { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw UsageFailure(message: "the Redis Cluster did not reach cluster_state:ok within 30 s")
     }
 
     private static func waitForRedis(url: String, process: Process) async throws {

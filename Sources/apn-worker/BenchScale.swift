@@ -1,0 +1,153 @@
+import APNSCore
+import ArgumentParser
+import Foundation
+import PushKafka
+import PushRedis
+
+/// `apn-worker bench-scale`: the cost of one notification in each component as workers are added.
+struct BenchScale: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench-scale",
+        abstract: "Measure 1, 2, 4... workers sharing one embedded Kafka, Redis Cluster and simulator (see docs/benchmarks.md).",
+        discussion: """
+            For each count in --workers: starts the embedded Kafka (12 partitions), a Redis Cluster of \
+            --primaries redis-server primaries (0: one plain redis-server), the simulator and that many \
+            `apn-worker run`; waits until every worker owns partitions, produces --jobs jobs (one token each) \
+            as fast as it can and reads every result back. Prints one JSON line per count: notifications/s, \
+            and CPU µs per notification of the workers, of Redis (and of each primary), and of this process \
+            (embedded Kafka, simulator, load and reader), measured from the first job produced to the last \
+            result read.
+            """,
+        shouldDisplay: false
+    )
+
+    @Option(help: "Jobs per row.")
+    var jobs = 100_000
+    @Option(help: "Comma-separated numbers of workers, one row each.")
+    var workers = "1,2,4"
+    @Option(help: "Redis Cluster primaries (at least 3); 0 runs one plain redis-server instead.")
+    var primaries = 3
+
+    func run() async throws {
+        try await reportingFailures {
+            let counts = workers.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+            guard !counts.isEmpty, counts.allSatisfy({ (1...12).contains($0) }) else {
+                throw UsageFailure(message: "--workers must be a comma-separated list of counts from 1 to 12, not \(workers)")
+            }
+            guard primaries == 0 || primaries >= 3 else {
+                throw UsageFailure(message: "--primaries must be 0 (one redis-server) or at least 3 (redis-cli needs 3 to make a cluster)")
+            }
+            for count in counts {
+                var options = LocalStack.Options()
+                options.redisClusterPrimaries = primaries
+                options.kafkaProperties = ["fetch.wait.max.ms": "5"]
+                options.worker = [
+                    "logLevel": "warning", "maxInFlight": "100000", "batchSize": "1000", "batchWindowMs": "10", "resultFlushMs": "20",
+                    "statusAddress": "null",
+                ]
+                options.app = ["poolSize": "4", "confirmationWindowMs": "1000", "cacheMaxCount": "100000", "feedbackIntervalSeconds": "0"]
+                try await LocalStack.with(options) { stack in try await measure(stack, workers: count) }
+            }
+        }
+    }
+
+    private func measure(_ stack: LocalStack, workers count: Int) async throws {
+        let producer = try stack.loadProducer()
+        let reader = try stack.resultReader(group: "bench-scale-reader")
+        func job(_ n: Int) -> KafkaOutgoingMessage {
+            let id = "scale-\(n)"
+            let token = String(format: "%064lx", 0x5CA1_0000 + n)
+            let value = #"{"id":"\#(id)","app":"\#(LocalStack.app)","token":"\#(token)","alert":"Scale \#(n)","badge":1}"#
+            return KafkaOutgoingMessage(topic: "apn.requests", key: Array(id.utf8), value: Array(value.utf8))
+        }
+
+        var processes: [Process] = []
+        for index in 0..<count { processes.append(try stack.startWorker(id: "scale-\(index + 1)")) }
+        // Warm up until the group has settled: a round of warm-up jobs (keyed over all
+        // partitions) comes back with results from every worker.
+        let warmDeadline = ContinuousClock.now + .seconds(120)
+        var round = 0
+        var settled = false
+        while !settled, ContinuousClock.now < warmDeadline {
+            round += 1
+            let ids = Set((0..<48).map { "warm-\(round)-\($0)" })
+            _ = try await producer.send(
+                ids.map { id in
+                    let value =
+                        #"{"id":"\#(id)","app":"\#(LocalStack.app)","token":"\#(String(format: "%064lx", 0xA000 + round))","alert":"warm"}"#
+                    return KafkaOutgoingMessage(topic: "apn.requests", key: Array(id.utf8), value: Array(value.utf8))
+                })
+            var seen = Set<String>()
+            var by = Set<String>()
+            let roundDeadline = ContinuousClock.now + .seconds(10)
+            while seen.count < ids.count, ContinuousClock.now < roundDeadline {
+                for message in try await reader.poll(maxMessages: 1000, timeout: .milliseconds(200)) {
+                    guard let result = try? JSONValue.parse(message.value), let id = result["jobId"]?.stringValue, ids.contains(id) else {
+                        continue
+                    }
+                    seen.insert(id)
+                    if let worker = result["worker"]?.stringValue { by.insert(worker) }
+                }
+            }
+            settled = seen.count == ids.count && by.count == count
+        }
+        guard settled else { throw UsageFailure(message: "the \(count) workers did not all deliver warm-up jobs within 120 s") }
+
+        let workerPIDs = processes.map(\.processIdentifier)
+        func cpu(_ pids: [Int32]) -> Double { pids.reduce(0) { $0 + (LocalStack.cpuSeconds(of: $1) ?? 0) } }
+        let before = (workers: cpu(workerPIDs), redis: stack.redisPIDs.map { cpu([$0]) }, own: cpu([getpid()]))
+        let clock = ContinuousClock()
+        let start = clock.now
+        let producing = Task {
+            for chunk in stride(from: 0, to: jobs, by: 10_000) {
+                for report in try await producer.send((chunk..<min(jobs, chunk + 10_000)).map(job)) { _ = try report.get() }
+            }
+        }
+        var received = Set<Int>()
+        var last = start
+        let deadline = clock.now + .seconds(600)
+        while received.count < jobs, clock.now < deadline {
+            for message in try await reader.poll(maxMessages: 10_000, timeout: .milliseconds(100)) {
+                guard let id = (try? JSONValue.parse(message.value))?["jobId"]?.stringValue, id.hasPrefix("scale-"),
+                    let n = Int(id.dropFirst("scale-".count)), n >= 0, received.insert(n).inserted
+                else { continue }
+                last = clock.now
+            }
+        }
+        try await producing.value
+        let after = (workers: cpu(workerPIDs), redis: stack.redisPIDs.map { cpu([$0]) }, own: cpu([getpid()]))
+        var roundTrips = 0
+        var redirects = 0
+        for process in processes {
+            let report = stack.stopWorker(process).flatMap { try? JSONValue.parse($0) }
+            roundTrips += Int(report?["redisRoundTrips"]?.intValue ?? 0)
+            redirects += Int(report?["redisRedirects"]?.intValue ?? 0)
+        }
+        try? await reader.close()
+        await producer.close()
+
+        let n = Double(max(received.count, 1))
+        func micros(_ seconds: Double) -> JSONValue { .double((seconds / n * 1e6 * 10).rounded() / 10) }
+        let redisPerNode = zip(after.redis, before.redis).map { $0 - $1 }
+        let seconds = max((last - start).milliseconds / 1000, 0.001)
+        print(
+            jsonLine([
+                ("workers", .int(Int64(count))),
+                ("redis", .string(primaries == 0 ? "server" : "cluster of \(primaries) primaries")),
+                ("jobs", .int(Int64(jobs))),
+                ("received", .int(Int64(received.count))),
+                ("notificationsPerSecond", .int(Int64(Double(received.count) / seconds))),
+                (
+                    "cpuMicrosPerNotification",
+                    .object([
+                        "workers": micros(after.workers - before.workers), "redis": micros(redisPerNode.reduce(0, +)),
+                        "kafkaSimulatorAndLoad": micros(after.own - before.own),
+                    ])
+                ),
+                ("redisMicrosPerNotificationByNode", .array(redisPerNode.map(micros))),
+                ("redisRoundTripsPer1000", .double((Double(roundTrips) / n * 1000 * 10).rounded() / 10)),
+                ("redisRedirects", .int(Int64(redirects))),
+            ]))
+        if received.count < jobs { throw ExitCode(1) }
+    }
+}
