@@ -3,6 +3,7 @@ import Foundation
 import PushRedis
 import PushTestSupport
 import PushWorker
+import Synchronization
 import Testing
 
 /// `apn-worker run` against a Redis Cluster of real redis-server processes (3 primaries, a
@@ -27,35 +28,47 @@ struct RedisClusterEndToEndTests {
     }
 
     @Test(
-        "3,000 jobs through 2 workers while 2,000 slots move between primaries: one result each, each valid notification accepted once, a repeated job sent once, rejected tokens remembered"
+        "Jobs through 2 workers all the while 2,000 slots move between primaries: one result each, each valid notification accepted once, a repeated job sent once, rejected tokens remembered"
     )
     func slotsMigratedMidRun() async throws {
-        let bad = Set((0..<3_000).filter { $0 % 100 == 13 }.map { DeviceToken.numbered($0, salt: 21) })
+        let bad = Set((0..<20_000).filter { $0 % 100 == 13 }.map { DeviceToken.numbered($0, salt: 21) })
         let stack = try await WorkerStack.start(badTokens: bad, redisCluster: true)
         do {
             let cluster = try #require(stack.redisCluster)
             for id in ["w1", "w2"] { try await stack.startWorker(id) }
-            let jobs = Self.jobs("mig", 0..<3_000, salt: 21)
-            var messages = jobs.map { WorkerStack.job(id: $0.0, tokens: $0.1) }
-            for i in stride(from: 0, to: 3_000, by: 150) { messages.append(messages[i]) }  // repeated jobs: the claim dedupes them
-            try await stack.produce(Array(messages[..<1_500]))
+            var jobs: [(String, [DeviceToken])] = []
+            func wave(_ count: Int) async throws {
+                let next = Self.jobs("mig", jobs.count..<jobs.count + count, salt: 21)
+                jobs += next
+                var messages = next.map { WorkerStack.job(id: $0.0, tokens: $0.1) }
+                messages.append(messages[0])  // a repeated job: the claim dedupes it
+                try await stack.produce(messages)
+            }
+            try await wave(1_000)
             try await stack.readResults { $0.count >= 300 }
 
             // Move 2,000 slots from one primary to another with redis-cli (MIGRATE and
-            // CLUSTER SETSLOT), while the workers claim and record.
+            // CLUSTER SETSLOT), while the workers claim and record: jobs keep coming until the
+            // move is over.
             let primaries = try await Self.primaries(cluster)
             try #require(primaries.count == 3)
+            let done = DoneFlag()
             let reshard = Task {
-                try await RedisClusterProcess.run(
+                defer { done.set() }
+                return try await RedisClusterProcess.run(
                     "/usr/bin/timeout",
                     [
                         "120", "/usr/bin/redis-cli", "--cluster", "reshard", "127.0.0.1:\(cluster.nodes[primaries[0].index].port)",
                         "--cluster-from", primaries[0].id, "--cluster-to", primaries[1].id, "--cluster-slots", "2000", "--cluster-yes",
                     ])
             }
-            try await stack.produce(Array(messages[1_500...]))
+            while !done.isSet, jobs.count < 19_000 {
+                try await wave(200)
+                try await Task.sleep(for: .milliseconds(50))  // pacing the load, not synchronisation
+            }
             let moved = try await reshard.value
             #expect(moved.status == 0, "redis-cli --cluster reshard: \(moved.text.suffix(2000))")
+            try await wave(500)
 
             let expected = WorkerEndToEndTests.expectedIds(jobs)
             let results = try await stack.readResults(timeout: .seconds(120)) { results in
@@ -122,4 +135,11 @@ struct RedisClusterEndToEndTests {
         }
         await stack.shutdown()
     }
+}
+
+/// Set once by one task, read by another.
+private final class DoneFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    func set() { value.store(true, ordering: .releasing) }
+    var isSet: Bool { value.load(ordering: .acquiring) }
 }

@@ -108,7 +108,15 @@ final class NotificationStore: Sendable {
             ], as: UTF8.self)
     }
 
-    func recordKey(resultId: String, tag: String) -> [UInt8] { Array("\(prefix)n:\(tag)\(resultId)".utf8) }
+    func recordKey(resultId: String, tag: String) -> [UInt8] {
+        var key: [UInt8] = []
+        key.reserveCapacity(prefix.utf8.count + 2 + tag.utf8.count + resultId.utf8.count)
+        key += prefix.utf8
+        key += [UInt8(ascii: "n"), UInt8(ascii: ":")]
+        key += tag.utf8
+        key += resultId.utf8
+        return key
+    }
 
     func unregisteredKey(app: String, environment: String, tag: String) -> [UInt8] {
         Array("\(prefix)u:\(tag)\(app):\(environment)".utf8)
@@ -248,7 +256,8 @@ final class NotificationStore: Sendable {
         }
 
         let decisions = try zip(requests, codes).map { request, code throws(RedisError) in
-            try Self.decision(code, offset: request.offset, writtenPosition: written[request.partition] ?? -1)
+            try Self.decision(
+                code, offset: request.offset, writtenPosition: code.first == UInt8(ascii: "E") ? written[request.partition] ?? -1 : -1)
         }
         try await returnUnused(taken, requests: requests, permits: permits, decisions: decisions)
         return decisions
@@ -320,14 +329,25 @@ final class NotificationStore: Sendable {
         let commands = groups.map { group in
             var keys: [[UInt8]] = []
             keys.reserveCapacity(group.count * 3)
+            var lastUnregistered: (app: String, environment: String, tag: String, key: [UInt8])?
             var args = head
             args.reserveCapacity(head.count + group.count * 5)
             for index in group {
                 let r = requests[index]
                 let tag = tags[index]
-                keys.append(recordKey(resultId: r.resultId, tag: tag))
-                keys.append(unregisteredKey(app: r.app, environment: r.environment, tag: tag))
-                keys.append(Array("\(prefix)rd:\(tag)\(r.app):\(r.token):\(hour)".utf8))
+                let record = recordKey(resultId: r.resultId, tag: tag)
+                keys.append(record)
+                // On a server every notification of an app shares its unregistered-token key.
+                if let last = lastUnregistered, last.app == r.app, last.environment == r.environment, last.tag == tag {
+                    keys.append(last.key)
+                } else {
+                    let key = unregisteredKey(app: r.app, environment: r.environment, tag: tag)
+                    lastUnregistered = (r.app, r.environment, tag, key)
+                    keys.append(key)
+                }
+                // Without a device limit the counter is not touched: the record's key stands in
+                // for it (the same slot).
+                keys.append(r.devicePerHour == 0 ? record : Array("\(prefix)rd:\(tag)\(r.app):\(r.token):\(hour)".utf8))
                 var place: [UInt8] = []
                 place.reserveCapacity(24)
                 DecimalText.append(Int64(r.partition), to: &place)
@@ -348,10 +368,12 @@ final class NotificationStore: Sendable {
             return Self.claimScript.evalshaCommand(keys: keys, args: args)
         }
         let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Self.claimScript]) }
-        var codes: [Int: [UInt8]] = [:]
+        var codes = [[UInt8]?](repeating: nil, count: requests.count)
+        var failed = 0
         for (group, reply) in zip(groups, replies) {
             if reply.errorMessage != nil && groups.count > 1 {
                 for index in group { codes[index] = [UInt8(ascii: "W")] }
+                failed += 1
                 continue
             }
             if let message = reply.errorMessage { throw RedisError(.server("ERR"), "the claim script failed: \(message)") }
@@ -363,7 +385,7 @@ final class NotificationStore: Sendable {
                 codes[index] = bytes
             }
         }
-        if codes.count == indices.count, codes.values.allSatisfy({ $0 == [UInt8(ascii: "W")] }) {
+        if failed == groups.count {
             throw RedisError(.server("ERR"), "the claim script failed: \(replies.compactMap(\.errorMessage).first ?? "")")
         }
         return indices.map { codes[$0]! }
