@@ -216,9 +216,10 @@ public struct JobParser: Sendable {
             }
             if rawTokens.count == 1 || seen.insert(entry.text).inserted { tokens.append(entry) }
         }
-        let tokenTexts = tokens.map(\.text)
+        let parsedTokens = tokens
         func reject(_ reason: String) -> JobParseResult {
-            .rejected(jobId: id, app: app, tokens: tokenTexts, reason: reason, metadata: metadata)
+            // The tokens' text only when the job is rejected: each valid token's hex is a new string.
+            .rejected(jobId: id, app: app, tokens: parsedTokens.map(\.text), reason: reason, metadata: metadata)
         }
 
         guard let app else {
