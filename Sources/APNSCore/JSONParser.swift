@@ -97,12 +97,14 @@ private struct JSONParser {
     mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
         try checkDepth(depth)
         pos += 1  // '{'
-        var members: [String: JSONValue] = [:]
         skipWhitespace()
         if peek(UInt8(ascii: "}")) {
             pos += 1
-            return .object(members)
+            return .object([:])
         }
+        // Room for a job's usual members from the start: an empty dictionary grew (and rehashed
+        // every key) three times on the way to a job's five or six members.
+        var members = [String: JSONValue](minimumCapacity: 8)
         while true {
             guard peek(UInt8(ascii: "\"")) else {
                 throw error(
