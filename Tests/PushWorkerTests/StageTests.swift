@@ -97,6 +97,24 @@ import Testing
             .candidates
     }
 
+    @Test func localClaimsHoldAResultIdForItsMessageUntilForgotten() async throws {
+        let cs = try await candidates(2)
+        let claims = LocalClaims()
+        claims.claim([cs[0]])
+        #expect(claims.holds(cs[0].resultId, for: cs[0].ref))
+        #expect(!claims.holds(cs[0].resultId, for: MessageRef(partition: cs[0].ref.partition, offset: 6)))
+        #expect(!claims.holds(cs[1].resultId, for: cs[1].ref))
+        // Ids that are not 32 lower-case hex digits are kept as text, apart from every other id.
+        let upper = cs[0].resultId.uppercased()
+        #expect(!claims.holds(upper, for: cs[0].ref))
+        claims.forget([upper])
+        #expect(claims.holds(cs[0].resultId, for: cs[0].ref))
+        claims.forget([cs[0].resultId])
+        #expect(!claims.holds(cs[0].resultId, for: cs[0].ref))
+        #expect(LocalClaims.Key("x") == LocalClaims.Key("x") && LocalClaims.Key("x") != LocalClaims.Key("y"))
+        #expect(LocalClaims.Key(cs[0].resultId) != LocalClaims.Key(cs[1].resultId))
+    }
+
     @Test func claimPlanActsOnEveryDecision() async throws {
         let cs = try await candidates(9)
         let plan = ClaimStage.plan(
