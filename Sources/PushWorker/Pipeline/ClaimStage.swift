@@ -442,38 +442,36 @@ final class ClaimStage: Sendable {
 /// a copy of the same message's notification consumed meanwhile waits instead of claiming.
 ///
 /// Every notification is looked up, added and removed once, so a result id (32 hex digits) is
-/// kept as its 16 bytes: hashing and comparing two integers instead of a 32-byte string, and no
-/// string to retain and release in the table (the string keys were about 5% of the worker's CPU
-/// in a profile of `bench-worker`).
+/// kept as its 32 bytes in four integers: no string to retain and release in the table, and
+/// comparisons of integers instead of `String`'s (the string keys were about 5% of the worker's
+/// CPU in a profile of `bench-worker`; decoding the hex digits instead cost as much as it saved).
 final class LocalClaims: Sendable {
-    /// A result id: its 128 bits when it is 32 lower-case hex digits (as every id the worker
-    /// makes is), otherwise the text.
+    /// A result id: its UTF-8 bytes when it has 32 (as every id the worker makes has), otherwise
+    /// the text. Two ids are the same key exactly when their bytes are equal.
     struct Key: Hashable {
-        var high: UInt64 = 0
-        var low: UInt64 = 0
+        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
         var text: String? = nil
 
         init(_ resultId: String) {
-            var parsed = false
-            if resultId.utf8.count == 32 {
-                parsed =
-                    resultId.utf8.withContiguousStorageIfAvailable { bytes in
-                        var words: (UInt64, UInt64) = (0, 0)
-                        for i in 0..<32 {
-                            let b = bytes[i]
-                            let digit: UInt8
-                            switch b {
-                            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = b &- UInt8(ascii: "0")
-                            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = b &- UInt8(ascii: "a") &+ 10
-                            default: return false
-                            }
-                            if i < 16 { words.0 = words.0 << 4 | UInt64(digit) } else { words.1 = words.1 << 4 | UInt64(digit) }
-                        }
-                        (high, low) = words
-                        return true
-                    } ?? false
+            let loaded = resultId.utf8.withContiguousStorageIfAvailable { bytes -> (UInt64, UInt64, UInt64, UInt64)? in
+                guard bytes.count == 32 else { return nil }
+                let raw = UnsafeRawBufferPointer(bytes)
+                return (
+                    raw.loadUnaligned(fromByteOffset: 0, as: UInt64.self), raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self),
+                    raw.loadUnaligned(fromByteOffset: 16, as: UInt64.self), raw.loadUnaligned(fromByteOffset: 24, as: UInt64.self)
+                )
             }
-            if !parsed { text = resultId }
+            if let words = loaded ?? nil { self.words = words } else { text = resultId }
+        }
+
+        static func == (a: Key, b: Key) -> Bool { a.words == b.words && a.text == b.text }
+
+        func hash(into hasher: inout Hasher) {
+            hasher.combine(words.0)
+            hasher.combine(words.1)
+            hasher.combine(words.2)
+            hasher.combine(words.3)
+            hasher.combine(text)
         }
     }
 
