@@ -41,6 +41,22 @@ extension JSONValue {
         try parse(string.utf8, maxDepth: maxDepth)
     }
 
+    /// Parses a complete JSON text, by the rules of ``parse(_:maxDepth:)``, whose top level is
+    /// expected to be an object: its members in document order, or `nil` when the text is valid
+    /// JSON but not an object. The same texts are refused, with the same errors.
+    ///
+    /// For messages read member by member (a job): no dictionary is built for the top level, so
+    /// its member names are not hashed. Repeated names are found by comparison (with a set past
+    /// 16 members), as `String` equality, which is what the dictionary's keys used.
+    public static func parseObjectMembers(
+        _ bytes: [UInt8], maxDepth: Int = 64
+    ) throws(JSONParseError) -> [(key: String, value: JSONValue)]? {
+        try bytes.withUnsafeBufferPointer { buffer in
+            var parser = JSONParser(bytes: buffer, maxDepth: maxDepth)
+            return Result { () throws(JSONParseError) -> [(key: String, value: JSONValue)]? in try parser.parseTopLevelMembers() }
+        }.get()
+    }
+
     private static func parseBuffer(
         _ buffer: UnsafeBufferPointer<UInt8>, maxDepth: Int
     ) -> Result<JSONValue, JSONParseError> {
@@ -72,6 +88,70 @@ private struct JSONParser {
         return value
     }
 
+    /// ``JSONValue/parseObjectMembers(_:maxDepth:)``: the members of a top-level object, or
+    /// `nil` (after checking the whole text) when the top level is another value.
+    mutating func parseTopLevelMembers() throws(JSONParseError) -> [(key: String, value: JSONValue)]? {
+        skipWhitespace()
+        guard peek(UInt8(ascii: "{")) else {
+            _ = try parseDocument()
+            return nil
+        }
+        // As parseObject, keeping the members in a list.
+        try checkDepth(1)
+        pos += 1  // '{'
+        var members: [(key: String, value: JSONValue)] = []
+        var names: Set<String>? = nil
+        skipWhitespace()
+        if peek(UInt8(ascii: "}")) {
+            pos += 1
+        } else {
+            members.reserveCapacity(8)
+            parsing: while true {
+                guard peek(UInt8(ascii: "\"")) else {
+                    throw error(
+                        at: pos,
+                        members.isEmpty
+                            ? "expected a string member name or '}'"
+                            : "expected a string member name after ','")
+                }
+                let keyOffset = pos
+                let key = try parseString()
+                skipWhitespace()
+                guard peek(UInt8(ascii: ":")) else { throw error(at: pos, "expected ':' after an object member name") }
+                pos += 1
+                skipWhitespace()
+                let value = try parseValue(depth: 1)
+                let repeated: Bool
+                if names != nil {
+                    repeated = !names!.insert(key).inserted
+                } else {
+                    repeated = members.contains { $0.key == key }
+                    if !repeated && members.count == 15 { names = Set(members.map(\.key) + [key]) }
+                }
+                if repeated {
+                    throw error(at: keyOffset, "duplicate member name \"\(key.abbreviated())\" in an object")
+                }
+                members.append((key, value))
+                skipWhitespace()
+                guard pos < bytes.count else { throw error(at: pos, "unexpected end of input; expected ',' or '}' after an object member") }
+                switch bytes[pos] {
+                case UInt8(ascii: ","):
+                    pos += 1
+                    skipWhitespace()
+                case UInt8(ascii: "}"):
+                    pos += 1
+                    break parsing
+                default: throw error(at: pos, "expected ',' or '}' after an object member")
+                }
+            }
+        }
+        skipWhitespace()
+        if pos != bytes.count {
+            throw error(at: pos, "unexpected \(describe(pos)) after the top-level value")
+        }
+        return members
+    }
+
     // MARK: Values
 
     mutating func parseValue(depth: Int) throws(JSONParseError) -> JSONValue {
@@ -97,12 +177,14 @@ private struct JSONParser {
     mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
         try checkDepth(depth)
         pos += 1  // '{'
-        var members: [String: JSONValue] = [:]
         skipWhitespace()
         if peek(UInt8(ascii: "}")) {
             pos += 1
-            return .object(members)
+            return .object([:])
         }
+        // Room for a job's usual members from the start: an empty dictionary grew (and rehashed
+        // every key) three times on the way to a job's five or six members.
+        var members = [String: JSONValue](minimumCapacity: 8)
         while true {
             guard peek(UInt8(ascii: "\"")) else {
                 throw error(

@@ -58,7 +58,8 @@ extension APNSNotification {
             throw APNSPayloadError(.invalidValue, "relevance score is \(relevanceScore); use a finite number, normally 0 to 1")
         }
 
-        var aps = OrderedObjectWriter()
+        // Each named aps key is written at most once: only additional fields can repeat one.
+        var aps = OrderedObjectWriter(tracksKeys: !additionalAPSFields.isEmpty)
         switch alert {
         case .text(let text):
             aps.add("alert", .string(text))
@@ -102,7 +103,8 @@ extension APNSNotification {
             }
         }
 
-        var top = OrderedObjectWriter()
+        // "aps" and the custom keys (one dictionary's keys, "aps" refused above) cannot repeat.
+        var top = OrderedObjectWriter(tracksKeys: false)
         top.addRaw("aps", aps.finish())
         for key in custom.keys.sorted() { top.add(key, custom[key]!) }
         return top.finish()
@@ -217,8 +219,13 @@ private struct OrderedObjectWriter {
     /// takes over past 16 (a job may carry thousands of custom keys).
     private var keys: [String] = []
     private var keySet: Set<String>? = nil
+    /// Whether repeated keys are looked for. A writer whose keys cannot repeat (fixed names
+    /// written once each, or the keys of one dictionary) skips it: the list of keys was an
+    /// allocation per payload.
+    private let tracksKeys: Bool
 
-    init() {
+    init(tracksKeys: Bool = true) {
+        self.tracksKeys = tracksKeys
         bytes = []
         bytes.reserveCapacity(128)
         bytes.append(UInt8(ascii: "{"))
@@ -238,12 +245,14 @@ private struct OrderedObjectWriter {
     }
 
     private mutating func beginMember(_ key: String) -> Bool {
-        if keySet != nil {
-            guard keySet!.insert(key).inserted else { return false }
-        } else {
-            guard !keys.contains(key) else { return false }
-            keys.append(key)
-            if keys.count == 16 { keySet = Set(keys) }
+        if tracksKeys {
+            if keySet != nil {
+                guard keySet!.insert(key).inserted else { return false }
+            } else {
+                guard !keys.contains(key) else { return false }
+                keys.append(key)
+                if keys.count == 16 { keySet = Set(keys) }
+            }
         }
         if bytes.count > 1 { bytes.append(UInt8(ascii: ",")) }
         JSONValue.writeString(key, into: &bytes)

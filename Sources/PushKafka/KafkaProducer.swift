@@ -98,52 +98,69 @@ public final class KafkaProducer: Sendable {
     }
 
     /// Hands one message to librdkafka (which copies it). Returns the enqueue error, if any.
+    ///
+    /// One is enqueued per result, so the common case allocates nothing: the topic, key and
+    /// value are lent to librdkafka for the call (`RD_KAFKA_MSG_F_COPY`; it always copies the
+    /// key) and the argument list lives on the stack. Only headers are copied into buffers.
     private func enqueue(_ message: KafkaOutgoingMessage, opaque: UnsafeMutableRawPointer) -> KafkaError? {
-        var allocations: [UnsafeMutableRawBufferPointer] = []
-        defer { allocations.forEach { $0.deallocate() } }
-        func copy<C: Collection<UInt8>>(_ bytes: C, nulTerminated: Bool) -> UnsafeMutableRawPointer? {
-            guard nulTerminated || !bytes.isEmpty else { return nil }
-            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count + (nulTerminated ? 1 : 0), alignment: 1)
-            allocations.append(buffer)
-            buffer.copyBytes(from: bytes)
-            if nulTerminated { buffer[bytes.count] = 0 }
-            return buffer.baseAddress
-        }
-
-        return message.topic.withCString { topic in
+        message.topic.withCString { topic in
             message.value.withUnsafeBytes { value in
-                var vus: [rd_kafka_vu_t] = []
-                vus.reserveCapacity(6 + message.headers.count)
-                func append(_ type: rd_kafka_vtype_t, _ set: (inout rd_kafka_vu_t) -> Void) {
-                    var vu = rd_kafka_vu_t()
-                    vu.vtype = type
-                    set(&vu)
-                    vus.append(vu)
-                }
-                append(RD_KAFKA_VTYPE_TOPIC) { $0.u.cstr = topic }
-                append(RD_KAFKA_VTYPE_VALUE) {
-                    $0.u.mem = .init(ptr: UnsafeMutableRawPointer(mutating: value.baseAddress), size: value.count)
-                }
-                append(RD_KAFKA_VTYPE_MSGFLAGS) { $0.u.i = RD_KAFKA_MSG_F_COPY }
-                append(RD_KAFKA_VTYPE_OPAQUE) { $0.u.ptr = opaque }
-                if let partition = message.partition {
-                    append(RD_KAFKA_VTYPE_PARTITION) { $0.u.i32 = partition }
-                }
-                if let key = message.key {
-                    let pointer = copy(key, nulTerminated: false)
-                    append(RD_KAFKA_VTYPE_KEY) { $0.u.mem = .init(ptr: pointer, size: key.count) }
-                }
-                for header in message.headers {
-                    let name = copy(header.key.utf8, nulTerminated: true)
-                    let value = copy(header.value, nulTerminated: false)
-                    append(RD_KAFKA_VTYPE_HEADER) {
-                        $0.u.header = .init(name: name?.assumingMemoryBound(to: CChar.self), val: value, size: header.value.count)
+                withKey(message.key) { key in
+                    withUnsafeTemporaryAllocation(of: rd_kafka_vu_t.self, capacity: 6 + message.headers.count) { vus in
+                        var count = 0
+                        func append(_ type: rd_kafka_vtype_t, _ set: (inout rd_kafka_vu_t) -> Void) {
+                            var vu = rd_kafka_vu_t()
+                            vu.vtype = type
+                            set(&vu)
+                            vus.initializeElement(at: count, to: vu)
+                            count += 1
+                        }
+                        var allocations: [UnsafeMutableRawBufferPointer] = []
+                        defer { allocations.forEach { $0.deallocate() } }
+                        func copy<C: Collection<UInt8>>(_ bytes: C, nulTerminated: Bool) -> UnsafeMutableRawPointer? {
+                            guard nulTerminated || !bytes.isEmpty else { return nil }
+                            let buffer = UnsafeMutableRawBufferPointer.allocate(
+                                byteCount: bytes.count + (nulTerminated ? 1 : 0), alignment: 1)
+                            allocations.append(buffer)
+                            buffer.copyBytes(from: bytes)
+                            if nulTerminated { buffer[bytes.count] = 0 }
+                            return buffer.baseAddress
+                        }
+                        append(RD_KAFKA_VTYPE_TOPIC) { $0.u.cstr = topic }
+                        append(RD_KAFKA_VTYPE_VALUE) {
+                            $0.u.mem = .init(ptr: UnsafeMutableRawPointer(mutating: value.baseAddress), size: value.count)
+                        }
+                        append(RD_KAFKA_VTYPE_MSGFLAGS) { $0.u.i = RD_KAFKA_MSG_F_COPY }
+                        append(RD_KAFKA_VTYPE_OPAQUE) { $0.u.ptr = opaque }
+                        if let partition = message.partition {
+                            append(RD_KAFKA_VTYPE_PARTITION) { $0.u.i32 = partition }
+                        }
+                        if let key {
+                            append(RD_KAFKA_VTYPE_KEY) {
+                                $0.u.mem = .init(ptr: UnsafeMutableRawPointer(mutating: key.baseAddress), size: key.count)
+                            }
+                        }
+                        for header in message.headers {
+                            let name = copy(header.key.utf8, nulTerminated: true)
+                            let value = copy(header.value, nulTerminated: false)
+                            append(RD_KAFKA_VTYPE_HEADER) {
+                                $0.u.header = .init(name: name?.assumingMemoryBound(to: CChar.self), val: value, size: header.value.count)
+                            }
+                        }
+                        defer { vus.baseAddress!.deinitialize(count: count) }
+                        guard let error = rd_kafka_produceva(client.pointer, vus.baseAddress, count) else { return nil }
+                        return KafkaError(consuming: error, context: "Cannot enqueue message for topic '\(message.topic)'")
                     }
                 }
-                guard let error = rd_kafka_produceva(client.pointer, vus, vus.count) else { return nil }
-                return KafkaError(consuming: error, context: "Cannot enqueue message for topic '\(message.topic)'")
             }
         }
+    }
+
+    /// Lends `key`'s bytes: `nil` without a key; an empty key is a null pointer of size 0.
+    private func withKey<R>(_ key: [UInt8]?, _ body: (UnsafeRawBufferPointer?) -> R) -> R {
+        guard let key else { return body(nil) }
+        guard !key.isEmpty else { return body(UnsafeRawBufferPointer(start: nil, count: 0)) }
+        return key.withUnsafeBytes { body($0) }
     }
 }
 

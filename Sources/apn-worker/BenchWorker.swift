@@ -12,7 +12,9 @@ struct BenchWorker: AsyncParsableCommand {
             Starts the embedded Kafka, a redis-server, the simulator and one `apn-worker run`; produces \
             --jobs jobs (one token each) at --rate per second (0: as fast as possible) and reads the results \
             back. Prints one JSON line: notifications/s, latency from produce to the result being readable \
-            in apn.results (p50, p99), Redis round trips per 1,000 notifications, and the worker's peak RSS.
+            in apn.results (p50, p99), Redis round trips per 1,000 notifications, the worker's peak RSS, and \
+            the CPU of the worker, Redis and this process (Kafka, simulator, load) in seconds and in µs per \
+            notification.
             """,
         shouldDisplay: false
     )
@@ -182,6 +184,10 @@ struct BenchWorker: AsyncParsableCommand {
             latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))]
         }
         let seconds = (last - start).milliseconds / 1000
+        // CPU per notification received, to a tenth of a microsecond (0 when none arrived).
+        func micros(_ cpuSeconds: Double) -> JSONValue {
+            .double(received.isEmpty ? 0 : (cpuSeconds * 1e6 / Double(received.count) * 10).rounded() / 10)
+        }
         let notifications = Double(stopped?["notifications"]?.intValue ?? 0)
         let roundTrips = Double(stopped?["redisRoundTrips"]?.intValue ?? 0)
         print(
@@ -215,6 +221,12 @@ struct BenchWorker: AsyncParsableCommand {
                     .object([
                         "worker": .double((workerCPU * 10).rounded() / 10), "redis": .double((redisCPU * 10).rounded() / 10),
                         "kafkaSimulatorAndLoad": .double((ownCPU * 10).rounded() / 10),
+                    ])
+                ),
+                (
+                    "cpuMicrosPerNotification",
+                    .object([
+                        "worker": micros(workerCPU), "redis": micros(redisCPU), "kafkaSimulatorAndLoad": micros(ownCPU),
                     ])
                 ),
                 ("simulatorAccepted", .int(Int64(stack.simulator.statistics.accepted + (stack.http2Simulator?.statistics.accepted ?? 0)))),

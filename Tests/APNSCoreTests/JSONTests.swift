@@ -248,3 +248,39 @@ func rejectsMalformedInput(_ input: Malformed) {
         #expect(String(decoding: bytes, as: UTF8.self) == String(value))
     }
 }
+
+// MARK: - Top-level members
+
+/// `parseObjectMembers` accepts and refuses exactly what `parse` does, with the same errors; an
+/// object's members come in document order, other values give `nil`.
+@Test func objectMembersAgreeWithParse() throws {
+    let many = (0..<20).map { "\"k\($0)\":\($0)" }.joined(separator: ",")
+    let texts = [
+        #"{"id":"j","app":"a","token":"ab","alert":"hi","badge":1}"#, " { } ", #"{"a":{"b":[1,{"c":null}]}}"#,
+        #"{"a":1,"a":2}"#, #"{"a":1,"b":{"a":1,"a":2}}"#, "{\(many),\"k3\":0}", "{\(many),\"k19\":0}", "{\(many)}",
+        "{\"\u{E9}\":1,\"e\u{301}\":2}", #"[1,2]"#, #""text""#, "7", #"{"a":1} x"#, #"{"a":1,}"#, #"{"a" 1}"#, #"{"a":tru}"#,
+        "{", "", #"{"a":"\ud800"}"#, String(repeating: "[", count: 70) + String(repeating: "]", count: 70),
+        "{\"a\":" + String(repeating: "[", count: 64) + String(repeating: "]", count: 64) + "}",
+    ]
+    for text in texts {
+        let bytes = Array(text.utf8)
+        let whole = Result { () throws(JSONParseError) -> JSONValue in try JSONValue.parse(bytes) }
+        let members = Result { () throws(JSONParseError) -> [(key: String, value: JSONValue)]? in
+            try JSONValue.parseObjectMembers(bytes)
+        }
+        switch (whole, members) {
+        case (.success(.object(let dictionary)), .success(let list?)):
+            #expect(list.count == dictionary.count, "\(text)")
+            for (key, value) in list { #expect(dictionary[key] == value, "\(text)") }
+            #expect(
+                list.map(\.key)
+                    == list.map(\.key).sorted { text.range(of: "\"\($0)\"")!.lowerBound < text.range(of: "\"\($1)\"")!.lowerBound })
+        case (.success(let value), .success(nil)):
+            if case .object = value { Issue.record("an object gave nil: \(text)") }
+        case (.failure(let a), .failure(let b)):
+            #expect(a == b, "\(text)")
+        default:
+            Issue.record("parse and parseObjectMembers disagree on \(text): \(whole) against \(members)")
+        }
+    }
+}

@@ -23,6 +23,28 @@ import Testing
         }
     }
 
+    /// The job parser reads a message's top level as a list of members; on every corpus message
+    /// that list agrees with the generic parser's dictionary, or both refuse it with one error.
+    @Test func topLevelMembersAgreeWithTheGenericParserOnTheCorpus() throws {
+        for file in Self.corpusFiles() {
+            let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: "\(Self.corpus)/\(file.name)")))
+            let whole = Result { () throws(JSONParseError) -> JSONValue in try JSONValue.parse(bytes) }
+            let members = Result { () throws(JSONParseError) -> [(key: String, value: JSONValue)]? in
+                try JSONValue.parseObjectMembers(bytes)
+            }
+            switch (whole, members) {
+            case (.success(.object(let dictionary)), .success(let list?)):
+                #expect(Dictionary(list, uniquingKeysWith: { a, _ in a }) == dictionary && list.count == dictionary.count, "\(file.name)")
+            case (.success(let value), .success(nil)):
+                if case .object = value { Issue.record("\(file.name): an object gave nil") }
+            case (.failure(let a), .failure(let b)):
+                #expect(a == b, "\(file.name)")
+            default:
+                Issue.record("\(file.name): the parsers disagree")
+            }
+        }
+    }
+
     @Test("The corpus in Tests/Corpus/jobs is the generator's output (APN_WORKER_WRITE_CORPUS=1 rewrites it)")
     func corpusMatchesTheGenerator() throws {
         let write = ProcessInfo.processInfo.environment["APN_WORKER_WRITE_CORPUS"] != nil

@@ -159,6 +159,14 @@ import Testing
         #expect(a.count == 32)
     }
 
+    /// Result ids are stored in Redis and read by consumers: their bytes must never change.
+    /// Expected values: the first 16 bytes of SHA-256 of `n\nj\n<token>` (Python's hashlib).
+    @Test func resultIdsKeepTheirDigests() {
+        #expect(WorkerResult.notificationId(jobId: "j", token: token) == "00d74a10af6ed3609540a6e65ff8d887")
+        #expect(WorkerResult.dryRunId(jobId: "j", token: token) == "f8941a6f762c924240f22c2ac5b9627e")
+        #expect(WorkerResult.notificationId(jobId: "job-é", token: "zz") == "04e253c057fdaa98ea4739b60d879f0d")
+    }
+
     @Test func http2AppsGetHTTP2LimitsPushTypeAndCollapseId() throws {
         var parser = JobParser()
         parser.http2Apps = ["h2"]

@@ -97,6 +97,27 @@ import Testing
             .candidates
     }
 
+    @Test func localClaimsHoldAResultIdForItsMessageUntilForgotten() async throws {
+        let cs = try await candidates(2)
+        let claims = LocalClaims()
+        claims.claim([cs[0]])
+        #expect(claims.holds(cs[0].resultId, for: cs[0].ref))
+        #expect(!claims.holds(cs[0].resultId, for: MessageRef(partition: cs[0].ref.partition, offset: 6)))
+        #expect(!claims.holds(cs[1].resultId, for: cs[1].ref))
+        // Another id of the same length is another key; ids of other lengths are kept as text.
+        let upper = cs[0].resultId.uppercased()
+        #expect(!claims.holds(upper, for: cs[0].ref))
+        claims.forget([upper, String(cs[0].resultId.dropLast()), cs[0].resultId + "0"])
+        #expect(claims.holds(cs[0].resultId, for: cs[0].ref))
+        claims.claim([cs[1]])
+        #expect(claims.holds(cs[1].resultId, for: cs[1].ref))
+        #expect(!claims.holds(cs[1].resultId, for: MessageRef(partition: cs[1].ref.partition, offset: 6)))
+        claims.forget([cs[0].resultId])
+        #expect(!claims.holds(cs[0].resultId, for: cs[0].ref))
+        #expect(LocalClaims.Key("x") == LocalClaims.Key("x") && LocalClaims.Key("x") != LocalClaims.Key("y"))
+        #expect(LocalClaims.Key(cs[0].resultId) != LocalClaims.Key(cs[1].resultId))
+    }
+
     @Test func claimPlanActsOnEveryDecision() async throws {
         let cs = try await candidates(9)
         let plan = ClaimStage.plan(

@@ -99,7 +99,7 @@ public struct JobParser: Sendable {
         /// Member names that are not job fields.
         var unknown: [String] = []
 
-        init(_ members: [String: JSONValue]) {
+        init(_ members: [(key: String, value: JSONValue)]) {
             for (key, value) in members {
                 switch key {
                 case "id": id = value
@@ -143,13 +143,15 @@ public struct JobParser: Sendable {
                 jobId: nil, app: nil,
                 reason: "the message is \(bytes.count) bytes, over the \(maxMessageBytes)-byte limit for a job", metadata: nil)
         }
-        let document: JSONValue
+        // The top level's members as a list: they are sorted out by name once (``Fields``), so a
+        // dictionary of them hashed every name for nothing.
+        let parsed: [(key: String, value: JSONValue)]?
         do {
-            document = try JSONValue.parse(bytes)
+            parsed = try JSONValue.parseObjectMembers(bytes)
         } catch {
             return .unreadable(jobId: nil, app: nil, reason: "the message is not valid JSON: \(error.message)", metadata: nil)
         }
-        guard case .object(let members) = document else {
+        guard let members = parsed else {
             return .unreadable(
                 jobId: nil, app: nil,
                 reason: "the message is JSON but not an object; a job is a JSON object with id, app and token or tokens", metadata: nil)
@@ -216,9 +218,10 @@ public struct JobParser: Sendable {
             }
             if rawTokens.count == 1 || seen.insert(entry.text).inserted { tokens.append(entry) }
         }
-        let tokenTexts = tokens.map(\.text)
+        let parsedTokens = tokens
         func reject(_ reason: String) -> JobParseResult {
-            .rejected(jobId: id, app: app, tokens: tokenTexts, reason: reason, metadata: metadata)
+            // The tokens' text only when the job is rejected: each valid token's hex is a new string.
+            .rejected(jobId: id, app: app, tokens: parsedTokens.map(\.text), reason: reason, metadata: metadata)
         }
 
         guard let app else {

@@ -1,3 +1,4 @@
+import DequeModule
 import Logging
 import PushConfiguration
 import PushKafka
@@ -20,8 +21,10 @@ final class ResultStage: Sendable {
         /// The written positions stored in Redis (`pw:`), by partition.
         var writtenMarks: [TopicPartition: Int64] = [:]
         var writerExited = false
-        /// What waits for the writer.
-        var waiting: [ResultItem] = []
+        /// What waits for the writer. A deque: the writer takes up to `resultBatchSize` from the
+        /// front of a list that may hold `maxInFlight` items, and an array shifted the rest down
+        /// each time (a profile of `bench-worker` put that copy at 1–3% of the worker's CPU).
+        var waiting = Deque<ResultItem>()
         /// Offsets may have moved without a result (a message with nothing to send, a duplicate).
         var commitNeeded = false
         /// A revocation waits for the written positions of its partitions.
@@ -138,7 +141,7 @@ final class ResultStage: Sendable {
         ring { s in
             for item in items where !item.fromPool { s.active[item.ref.partition, default: 0] += 1 }
             if s.waiting.isEmpty && s.writing == 0 { s.lastAttempt = .now }
-            s.waiting += items
+            s.waiting.append(contentsOf: items)
         }
     }
 
@@ -189,8 +192,10 @@ final class ResultStage: Sendable {
             let (batch, commit, positions) = state.withLock { s in
                 defer { (s.commitNeeded, s.positionsRequested) = (false, false) }
                 let count = min(s.waiting.count, configuration.worker.resultBatchSize)
-                let batch = Array(s.waiting.prefix(count))
-                s.waiting.removeFirst(count)
+                var batch: [ResultItem] = []
+                batch.reserveCapacity(count)
+                // Moved out one by one: no copy of each item and no release of the original.
+                for _ in 0..<count { batch.append(s.waiting.removeFirst()) }
                 s.writing = count
                 return (batch, s.commitNeeded, s.positionsRequested)
             }
