@@ -8,7 +8,7 @@ struct FailureTests {
     func serverStoppedMidUse() async throws {
         try await withRedisServer(["--requirepass", "s3cret"]) { server in
             let redis = try await RedisConnection.connect(
-                server.configuration(password: "s3cret", database: 2, commandTimeout: .seconds(3)))
+                server.configuration(password: "s3cret", database: 2, commandTimeout: .seconds(10)))
             try await redis.send(["SET", "before", "1"])
 
             await server.stop()
@@ -18,7 +18,7 @@ struct FailureTests {
             let lost = try #require(await redisError { try await redis.send(["GET", "before"]) })
             #expect(lost.code == .connection)
             #expect(lost.message.hasPrefix("lost the connection to Redis at 127.0.0.1:\(server.port) while running GET"))
-            #expect(clock.now - start < .seconds(2))  // no hang until the command timeout
+            #expect(clock.now - start < .seconds(5))  // no hang until the 10 s command timeout (room for a busy machine)
             #expect(!(await redis.isConnected))
 
             // A broken connection fails at once, without I/O.
@@ -26,7 +26,7 @@ struct FailureTests {
             let broken = try #require(await redisError { try await redis.pipeline([["PING"]]) })
             #expect(broken.code == .connection)
             #expect(broken.message.contains("call reconnect()"))
-            #expect(clock.now - secondStart < .milliseconds(500))
+            #expect(clock.now - secondStart < .seconds(2))
 
             // Reconnecting while the server is down fails and leaves the connection broken.
             let refused = try #require(await redisError { try await redis.reconnect() })
