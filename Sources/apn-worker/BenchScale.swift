@@ -96,6 +96,8 @@ struct BenchScale: AsyncParsableCommand {
         let workerPIDs = processes.map(\.processIdentifier)
         func cpu(_ pids: [Int32]) -> Double { pids.reduce(0) { $0 + (LocalStack.cpuSeconds(of: $1) ?? 0) } }
         let before = (workers: cpu(workerPIDs), redis: stack.redisPIDs.map { cpu([$0]) }, own: cpu([getpid()]))
+        let redisBytesBefore = try await redisNetworkBytes(stack)
+        var resultBytes = 0
         let clock = ContinuousClock()
         let start = clock.now
         let producing = Task {
@@ -111,11 +113,13 @@ struct BenchScale: AsyncParsableCommand {
                 guard let id = (try? JSONValue.parse(message.value))?["jobId"]?.stringValue, id.hasPrefix("scale-"),
                     let n = Int(id.dropFirst("scale-".count)), n >= 0, received.insert(n).inserted
                 else { continue }
+                resultBytes += message.value.count
                 last = clock.now
             }
         }
         try await producing.value
         let after = (workers: cpu(workerPIDs), redis: stack.redisPIDs.map { cpu([$0]) }, own: cpu([getpid()]))
+        let redisBytesAfter = try await redisNetworkBytes(stack)
         var roundTrips = 0
         var redirects = 0
         for process in processes {
@@ -145,9 +149,35 @@ struct BenchScale: AsyncParsableCommand {
                     ])
                 ),
                 ("redisMicrosPerNotificationByNode", .array(redisPerNode.map(micros))),
+                (
+                    "bytesPerNotification",
+                    .object([
+                        "job": .int(Int64(job(0).value.count)), "result": .int(Int64(resultBytes / max(received.count, 1))),
+                        "redisIn": .int(Int64(Double(redisBytesAfter.in - redisBytesBefore.in) / n)),
+                        "redisOut": .int(Int64(Double(redisBytesAfter.out - redisBytesBefore.out) / n)),
+                    ])
+                ),
                 ("redisRoundTripsPer1000", .double((Double(roundTrips) / n * 1000 * 10).rounded() / 10)),
                 ("redisRedirects", .int(Int64(redirects))),
             ]))
         if received.count < jobs { throw ExitCode(1) }
+    }
+
+    /// Bytes Redis has read and written on its connections so far, summed over its nodes
+    /// (`INFO stats`: `total_net_input_bytes`, `total_net_output_bytes`).
+    private func redisNetworkBytes(_ stack: LocalStack) async throws -> (in: Int, out: Int) {
+        var total = (in: 0, out: 0)
+        for url in stack.redisClusterURLs.isEmpty ? [stack.redisURL] : stack.redisClusterURLs {
+            let connection = try await RedisConnection.connect(try RedisConfiguration(url: url))
+            let info = try await connection.send(["INFO", "stats"]).string ?? ""
+            await connection.close()
+            for line in info.split(whereSeparator: \.isNewline) {
+                let parts = line.split(separator: ":")
+                guard parts.count == 2, let value = Int(parts[1]) else { continue }
+                if parts[0] == "total_net_input_bytes" { total.in += value }
+                if parts[0] == "total_net_output_bytes" { total.out += value }
+            }
+        }
+        return total
     }
 }
