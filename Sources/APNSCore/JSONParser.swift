@@ -106,21 +106,7 @@ private struct JSONParser {
             pos += 1
         } else {
             members.reserveCapacity(8)
-            parsing: while true {
-                guard peek(UInt8(ascii: "\"")) else {
-                    throw error(
-                        at: pos,
-                        members.isEmpty
-                            ? "expected a string member name or '}'"
-                            : "expected a string member name after ','")
-                }
-                let keyOffset = pos
-                let key = try parseString()
-                skipWhitespace()
-                guard peek(UInt8(ascii: ":")) else { throw error(at: pos, "expected ':' after an object member name") }
-                pos += 1
-                skipWhitespace()
-                let value = try parseValue(depth: 1)
+            try parseMembers(depth: 1) { key, value in
                 let repeated: Bool
                 if names != nil {
                     repeated = !names!.insert(key).inserted
@@ -128,21 +114,8 @@ private struct JSONParser {
                     repeated = members.contains { $0.key == key }
                     if !repeated && members.count == 15 { names = Set(members.map(\.key) + [key]) }
                 }
-                if repeated {
-                    throw error(at: keyOffset, "duplicate member name \"\(key.abbreviated())\" in an object")
-                }
-                members.append((key, value))
-                skipWhitespace()
-                guard pos < bytes.count else { throw error(at: pos, "unexpected end of input; expected ',' or '}' after an object member") }
-                switch bytes[pos] {
-                case UInt8(ascii: ","):
-                    pos += 1
-                    skipWhitespace()
-                case UInt8(ascii: "}"):
-                    pos += 1
-                    break parsing
-                default: throw error(at: pos, "expected ',' or '}' after an object member")
-                }
+                if !repeated { members.append((key, value)) }
+                return !repeated
             }
         }
         skipWhitespace()
@@ -185,14 +158,20 @@ private struct JSONParser {
         // Room for a job's usual members from the start: an empty dictionary grew (and rehashed
         // every key) three times on the way to a job's five or six members.
         var members = [String: JSONValue](minimumCapacity: 8)
+        try parseMembers(depth: depth) { key, value in members.updateValue(value, forKey: key) == nil }
+        return .object(members)
+    }
+
+    /// Reads an object's members from the first one (the object is not empty) through its
+    /// closing '}', handing each to `add`, which returns `false` for a repeated name.
+    @inline(__always)
+    mutating func parseMembers(depth: Int, _ add: (String, JSONValue) -> Bool) throws(JSONParseError) {
+        var first = true
         while true {
             guard peek(UInt8(ascii: "\"")) else {
-                throw error(
-                    at: pos,
-                    members.isEmpty
-                        ? "expected a string member name or '}'"
-                        : "expected a string member name after ','")
+                throw error(at: pos, first ? "expected a string member name or '}'" : "expected a string member name after ','")
             }
+            first = false
             let keyOffset = pos
             let key = try parseString()
             skipWhitespace()
@@ -200,7 +179,7 @@ private struct JSONParser {
             pos += 1
             skipWhitespace()
             let value = try parseValue(depth: depth)
-            if members.updateValue(value, forKey: key) != nil {
+            if !add(key, value) {
                 throw error(at: keyOffset, "duplicate member name \"\(key.abbreviated())\" in an object")
             }
             skipWhitespace()
@@ -211,7 +190,7 @@ private struct JSONParser {
                 skipWhitespace()
             case UInt8(ascii: "}"):
                 pos += 1
-                return .object(members)
+                return
             default: throw error(at: pos, "expected ',' or '}' after an object member")
             }
         }

@@ -13,31 +13,27 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
 
     /// Runs `body` with `count` clients of one fresh Redis of this kind, then stops it.
     func withClients(_ count: Int, _ body: ([RedisClient]) async throws -> Void) async throws {
+        let connect: @Sendable () async throws -> RedisClient
+        let stop: @Sendable () async -> Void
         switch self {
         case .server:
             let server = try await RedisServerProcess.start()
-            do {
-                var clients: [RedisClient] = []
-                for _ in 0..<count { clients.append(.server(try await RedisConnection.connect(server.configuration()))) }
-                try await body(clients)
-                for client in clients { await client.close() }
-                await server.stop()
-            } catch {
-                await server.stop()
-                throw error
-            }
+            connect = { .server(try await RedisConnection.connect(server.configuration())) }
+            stop = { await server.stop() }
         case .cluster:
             let cluster = try await RedisClusterProcess.start(primaries: 3, replicas: 0)
-            do {
-                var clients: [RedisClient] = []
-                for _ in 0..<count { clients.append(try await RedisClient.connect(seeds: cluster.seeds, cluster: true)) }
-                try await body(clients)
-                for client in clients { await client.close() }
-                await cluster.stop()
-            } catch {
-                await cluster.stop()
-                throw error
-            }
+            connect = { try await RedisClient.connect(seeds: cluster.seeds, cluster: true) }
+            stop = { await cluster.stop() }
+        }
+        do {
+            var clients: [RedisClient] = []
+            for _ in 0..<count { clients.append(try await connect()) }
+            try await body(clients)
+            for client in clients { await client.close() }
+            await stop()
+        } catch {
+            await stop()
+            throw error
         }
     }
 }
