@@ -192,7 +192,6 @@ extension NotificationStore {
             switch code {
             case "N": return .decided(.notYours)
             case "D": return .decided(.written)
-            case "W": return .decided(.busy)
             case "O":
                 guard items.count == 3, let owner = items[1].string else {
                     throw RedisError(.protocol, "the summary script answered \(reply)")

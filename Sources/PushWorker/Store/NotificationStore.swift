@@ -179,12 +179,14 @@ final class NotificationStore: Sendable {
 
     /// KEYS[1]: an app's counter for this second; ARGV: wanted, limit. Takes up to `wanted` of
     /// what is left of the limit and returns how many it took.
+    /// The counter lives a minute: long enough for every worker, whatever its clock's offset or
+    /// a slow round trip, to find it while its second is current.
     static let takePermitsScript = RedisScript(
         #"""
         local used = tonumber(redis.call('GET', KEYS[1]) or '0')
         local n = math.min(tonumber(ARGV[1]), tonumber(ARGV[2]) - used)
         if n <= 0 then return 0 end
-        if redis.call('INCRBY', KEYS[1], n) == n then redis.call('EXPIRE', KEYS[1], '2') end
+        if redis.call('INCRBY', KEYS[1], n) == n then redis.call('EXPIRE', KEYS[1], '60') end
         return n
         """#)
 
