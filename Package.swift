@@ -44,6 +44,12 @@ let package = Package(
             pkgConfig: "hiredis",
             providers: [.apt(["libhiredis-dev"])]
         ),
+        // The process's allocator (docs/architecture.md#the-allocator): linked in place of glibc's.
+        .systemLibrary(
+            name: "CJemalloc",
+            pkgConfig: "jemalloc",
+            providers: [.apt(["libjemalloc-dev"])]
+        ),
         .target(
             name: "PushKafka",
             dependencies: [
@@ -157,6 +163,7 @@ let package = Package(
         .target(
             name: "PushStatus",
             dependencies: [
+                "CJemalloc",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -11,7 +11,9 @@ import Darwin
 
 /// The process's resident memory, CPU time and open file descriptors, read from Linux's
 /// `/proc/self` and exported as `process_resident_memory_bytes`, `process_cpu_seconds_total`
-/// and `process_open_fds` (the names Prometheus's own clients use).
+/// and `process_open_fds` (the names Prometheus's own clients use), and what its heap holds,
+/// from the allocator, as `process_heap_allocated_bytes` (resident memory well above it is the
+/// allocator's free pages and fragmentation, not live data).
 ///
 /// Call ``update()`` before each scrape (``StatusServer``'s `beforeScrape`). Where there is no
 /// `/proc` (macOS) the metrics stay at 0.
@@ -19,14 +21,16 @@ public final class ProcessMetrics: Sendable {
     public static let residentMemoryName = "process_resident_memory_bytes"
     public static let cpuSecondsName = "process_cpu_seconds_total"
     public static let openFileDescriptorsName = "process_open_fds"
+    public static let heapAllocatedName = "process_heap_allocated_bytes"
 
     private let residentMemory: Gauge
     private let cpuSeconds: Counter
     private let openFileDescriptors: Gauge
+    private let heapAllocated: Gauge
     /// The CPU seconds already added to the counter.
     private let countedCPUSeconds = Mutex<Double>(0)
 
-    /// Registers the three metrics in `registry`.
+    /// Registers the four metrics in `registry`.
     public init(registry: PrometheusCollectorRegistry) {
         residentMemory = registry.makeGauge(
             descriptor: MetricNameDescriptor(
@@ -37,10 +41,17 @@ public final class ProcessMetrics: Sendable {
         openFileDescriptors = registry.makeGauge(
             descriptor: MetricNameDescriptor(
                 namespace: "process", metricName: "open", unitName: "fds", helpText: "Open file descriptors of the process."))
+        heapAllocated = registry.makeGauge(
+            descriptor: MetricNameDescriptor(
+                namespace: "process", metricName: "heap_allocated", unitName: "bytes",
+                helpText: "Bytes the process has allocated on its heap and not freed."))
     }
 
     /// Reads `/proc/self` and sets the metrics. Safe to call from several threads at once.
     public func update() {
+        if let allocated = HeapAllocator.allocatedBytes() {
+            heapAllocated.set(Double(allocated))
+        }
         guard let sample = ProcessSample.current() else { return }
         residentMemory.set(Double(sample.residentMemoryBytes))
         openFileDescriptors.set(Double(sample.openFileDescriptors))

@@ -24,11 +24,15 @@ struct ProcessMetricsTests {
         #expect(ProcessMetrics.residentMemoryName == MetricCatalogue.processResidentMemory.name)
         #expect(ProcessMetrics.cpuSecondsName == MetricCatalogue.processCPU.name)
         #expect(ProcessMetrics.openFileDescriptorsName == MetricCatalogue.processOpenFiles.name)
+        #expect(ProcessMetrics.heapAllocatedName == MetricCatalogue.processHeapAllocated.name)
 
         let registry = PrometheusCollectorRegistry()
         let metrics = ProcessMetrics(registry: registry)
         let before = registry.emitToString()
-        for description in [MetricCatalogue.processResidentMemory, MetricCatalogue.processCPU, MetricCatalogue.processOpenFiles] {
+        for description in [
+            MetricCatalogue.processResidentMemory, MetricCatalogue.processCPU, MetricCatalogue.processOpenFiles,
+            MetricCatalogue.processHeapAllocated,
+        ] {
             #expect(before.contains("# HELP \(description.name) \(description.help)\n"))
             #expect(before.contains("# TYPE \(description.name) \(description.kind.rawValue)\n"))
         }
@@ -50,6 +54,7 @@ struct ProcessMetricsTests {
             }, uniquingKeysWith: { $1 })
         #expect((values["process_resident_memory_bytes"] ?? 0) > Double(1 << 20))
         #expect((values["process_open_fds"] ?? 0) >= 3)
+        #expect((values["process_heap_allocated_bytes"] ?? 0) > Double(1 << 16))
         let cpu = try #require(values["process_cpu_seconds_total"])
         #expect(cpu > 0)
         // The counter follows the kernel's total and never goes back.
@@ -59,5 +64,17 @@ struct ProcessMetricsTests {
             .flatMap { Double($0.split(separator: " ")[1]) }
         #expect((cpuAgain ?? 0) >= cpu)
         #endif
+    }
+
+    @Test func swiftAllocationsAreServedByJemalloc() throws {
+        let version = try #require(HeapAllocator.version, "the process's allocator is not jemalloc")
+        #expect(version.hasPrefix("5."))
+        // 64 MiB allocated by the Swift runtime must show in jemalloc's count: it would not if
+        // glibc's malloc still served the process.
+        let before = try #require(HeapAllocator.allocatedBytes())
+        let block = [UInt8](repeating: 7, count: 64 << 20)
+        let during = try #require(HeapAllocator.allocatedBytes())
+        #expect(during - before >= 60 << 20, "allocated \(before) → \(during)")
+        withExtendedLifetime(block) {}
     }
 }

@@ -1,7 +1,7 @@
 # Shared helpers for the scripts in this folder. Source it; do not run it.
 
 # The Debian packages apn-worker needs at build and test time.
-APN_WORKER_DEBIAN_PACKAGES=(librdkafka-dev libhiredis-dev libssl-dev redis-server openssl pkg-config)
+APN_WORKER_DEBIAN_PACKAGES=(librdkafka-dev libhiredis-dev libjemalloc-dev libssl-dev redis-server openssl pkg-config)
 # Also needed by the tests: Python with venv, for the independent HTTP/2 peer (Tests/Peers).
 APN_WORKER_TEST_DEBIAN_PACKAGES=(python3 python3-venv)
 # And `kubectl kustomize`, to render deploy/k8s (MonitoringFilesTests): Debian's kubectl, unless a

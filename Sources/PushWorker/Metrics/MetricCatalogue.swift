@@ -132,6 +132,8 @@ public enum MetricCatalogue {
         "process_cpu_seconds_total", .counter, "User and system CPU time of the process.")
     public static let processOpenFiles = MetricDescription(
         "process_open_fds", .gauge, "Open file descriptors of the process.")
+    public static let processHeapAllocated = MetricDescription(
+        "process_heap_allocated_bytes", .gauge, "Bytes the process has allocated on its heap and not freed.")
 
     /// Every metric, in the order `docs/operations.md` lists them.
     public static let all: [MetricDescription] = [
@@ -140,6 +142,6 @@ public enum MetricCatalogue {
         connectionsOpened, connectFailures, connectionsClosed, sentCacheNotifications, backpressureWaits,
         http2StreamsInUse, providerTokenRefreshes, tooManyRequests, feedbackTokens, inFlight, resultsProduced,
         produceErrors, offsetsCommitted, rebalances, assignedPartitions, consumerLag, redisRoundTrips, redisRedirects,
-        redisLatency, redisErrors, redisUp, ready, processResidentMemory, processCPU, processOpenFiles,
+        redisLatency, redisErrors, redisUp, ready, processResidentMemory, processCPU, processOpenFiles, processHeapAllocated,
     ]
 }
