@@ -109,9 +109,15 @@ public final class RedisCluster: Sendable {
     ///
     /// - Throws: the first connection, timeout or protocol error of a part.
     public func pipeline(_ commands: [[[UInt8]]], scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue] {
-        for command in commands { try RedisConnectionCore.validate(command) }
+        try await pipeline(try RedisCommands(commands), scripts: scripts)
+    }
+
+    /// ``pipeline(_:scripts:)`` with commands already encoded (``RedisCommands``), each routed
+    /// by its first key.
+    public func pipeline(_ commands: RedisCommands, scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue] {
+        try RedisConnectionCore.validate(commands)
         var results = [RedisValue?](repeating: nil, count: commands.count)
-        var pending = commands.indices.map { Routed(index: $0, ask: nil) }
+        var pending = (0..<commands.count).map { Routed(index: $0, ask: nil) }
         var attempt = 0
         var tryAgain = 0
         while !pending.isEmpty {
@@ -120,7 +126,7 @@ public final class RedisCluster: Sendable {
                 for entry in pending {
                     var endpoint = entry.ask
                     if endpoint == nil {
-                        if let slot = RedisClusterSlot.of(command: commands[entry.index]) {
+                        if let slot = commands.slot(of: entry.index) {
                             endpoint = topology.owner(of: slot)
                         } else {
                             endpoint = topology.primaries.first
@@ -205,8 +211,9 @@ public final class RedisCluster: Sendable {
         let primaries = state.withLock { $0.primaries }
         var groups: [Endpoint: [Routed]] = [:]
         for endpoint in primaries { groups[endpoint] = [Routed(index: 0, ask: nil)] }
-        let load = RedisScript(source)
-        for (endpoint, _, outcome) in await sendParts(groups, commands: [load.loadCommand], scripts: []) {
+        let script = RedisScript(source)
+        let load = try RedisCommands([script.loadCommand])
+        for (endpoint, _, outcome) in await sendParts(groups, commands: load, scripts: []) {
             switch outcome {
             case .failure(let error):
                 drop(endpoint)
@@ -215,7 +222,7 @@ public final class RedisCluster: Sendable {
                 if case .error(let line) = replies[0] { throw RedisError.server(line, command: "SCRIPT LOAD on \(endpoint)") }
             }
         }
-        return load.sha1
+        return script.sha1
     }
 
     /// Socket round trips made by all connections (see ``RedisConnection/roundTrips``).
@@ -316,7 +323,7 @@ public final class RedisCluster: Sendable {
 
     /// Sends each group to its endpoint, all in parallel; `ASK`ed commands go after `ASKING`.
     private func sendParts(
-        _ groups: [Endpoint: [Routed]], commands: [[[UInt8]]], scripts: [RedisScript]
+        _ groups: [Endpoint: [Routed]], commands: RedisCommands, scripts: [RedisScript]
     ) async -> [(Endpoint, [Routed], Result<[RedisValue], RedisError>)] {
         if groups.count == 1, let (endpoint, entries) = groups.first {
             return [(endpoint, entries, await sendPart(endpoint, entries, commands: commands, scripts: scripts))]
@@ -332,15 +339,24 @@ public final class RedisCluster: Sendable {
     }
 
     private func sendPart(
-        _ endpoint: Endpoint, _ entries: [Routed], commands: [[[UInt8]]], scripts: [RedisScript]
+        _ endpoint: Endpoint, _ entries: [Routed], commands: RedisCommands, scripts: [RedisScript]
     ) async -> Result<[RedisValue], RedisError> {
         do throws(RedisError) {
             let connection = try await connection(for: endpoint)
-            var part: [[[UInt8]]] = []
-            part.reserveCapacity(entries.count)
-            for entry in entries {
-                if entry.ask != nil { part.append([Array("ASKING".utf8)]) }
-                part.append(commands[entry.index])
+            var part: RedisCommands
+            if entries.count == commands.count
+                && entries.enumerated().allSatisfy({ $0.offset == $0.element.index && $0.element.ask == nil })
+            {
+                part = commands  // the whole pipeline, as it is
+            } else {
+                part = RedisCommands()
+                for entry in entries {
+                    if entry.ask != nil {
+                        part.begin(argumentCount: 1)
+                        part.append("ASKING")
+                    }
+                    part.append(commands, at: CollectionOfOne(entry.index))
+                }
             }
             let replies = try await connection.pipeline(part, scripts: scripts)
             if part.count == entries.count { return .success(replies) }

@@ -7,15 +7,19 @@ public enum RedisClusterSlot {
 
     /// The slot of `key`.
     public static func of(_ key: some Collection<UInt8>) -> Int {
-        let bytes = Array(key)
-        var hashed = bytes[...]
+        of(ArraySlice(key))
+    }
+
+    /// The slot of `key`.
+    public static func of(_ key: ArraySlice<UInt8>) -> Int {
+        var hashed = key
         // "if the key contains a {... and if there is a } to the right of {, and if there are
         // one or more characters between the first occurrence of { and the first occurrence
         // of } after it, then instead of hashing the key, only what is between is hashed."
-        if let open = bytes.firstIndex(of: UInt8(ascii: "{")),
-            let close = bytes[(open + 1)...].firstIndex(of: UInt8(ascii: "}")), close > open + 1
+        if let open = key.firstIndex(of: UInt8(ascii: "{")),
+            let close = key[(open + 1)...].firstIndex(of: UInt8(ascii: "}")), close > open + 1
         {
-            hashed = bytes[(open + 1)..<close]
+            hashed = key[(open + 1)..<close]
         }
         return Int(crc16(hashed) & 0x3FFF)
     }
@@ -28,6 +32,11 @@ public enum RedisClusterSlot {
     /// The slot a command addresses: its first key, or `nil` for a command without keys
     /// (`PING`, `SCRIPT LOAD`, an `EVALSHA` with no keys), which any primary can answer.
     static func of(command: [[UInt8]]) -> Int? {
+        keyIndex(of: command).map { of(command[$0]) }
+    }
+
+    /// Where a command's first key is among its arguments, `nil` for a command without keys.
+    static func keyIndex(of command: [[UInt8]]) -> Int? {
         guard command.count >= 2 else { return nil }
         let name = command[0]
         if name.count >= 4, name.count <= 10, let text = String(validating: name, as: UTF8.self),
@@ -36,7 +45,7 @@ public enum RedisClusterSlot {
             guard command.count >= 4, let numkeys = Int(String(decoding: command[2], as: UTF8.self)), numkeys > 0 else {
                 return nil
             }
-            return of(command[3])
+            return 3
         }
         if let text = String(validating: name, as: UTF8.self),
             ["PING", "INFO", "SCRIPT", "CLUSTER", "DBSIZE", "ECHO", "CLIENT", "CONFIG", "FLUSHALL", "FLUSHDB", "TIME"]
@@ -44,7 +53,13 @@ public enum RedisClusterSlot {
         {
             return nil
         }
-        return of(command[1])
+        return 1
+    }
+
+    /// Whether a command runs a script by its SHA-1 (`EVALSHA`, `EVALSHA_RO`).
+    static func isEvalsha(_ command: [[UInt8]]) -> Bool {
+        guard command.count >= 2, let name = String(validating: command[0], as: UTF8.self) else { return false }
+        return ["EVALSHA", "EVALSHA_RO"].contains(name.uppercased())
     }
 
     /// CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0, as in Redis' `crc16.c`.

@@ -132,6 +132,11 @@ public final class RedisConnection: Sendable {
     /// - Throws: `.connection`, `.timeout`, `.protocol` when the exchange itself fails
     ///   (the connection is then broken); `.invalidCommand` for an empty command.
     public func pipeline(_ commands: [[[UInt8]]], scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue] {
+        try await pipeline(try RedisCommands(commands), scripts: scripts)
+    }
+
+    /// ``pipeline(_:scripts:)`` with commands already encoded (``RedisCommands``).
+    public func pipeline(_ commands: RedisCommands, scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue] {
         switch core {
         case .socket(let core): try await core.pipeline(commands, scripts: scripts)
         case .nio(let core): try await core.pipeline(commands, scripts: scripts)

@@ -136,7 +136,7 @@ actor RedisConnectionCore {
 
         let replies: [RedisValue]
         do throws(RedisError) {
-            replies = try exchange(context, handshake, activity: "authenticating and selecting the database")
+            replies = try exchange(context, try RedisCommands(handshake), activity: "authenticating and selecting the database")
         } catch {
             redisFree(context)
             throw error
@@ -156,8 +156,9 @@ actor RedisConnectionCore {
     func send(_ command: [[UInt8]]) throws(RedisError) -> RedisValue {
         try Self.validate(command)
         let name = Self.name(of: command)
+        let commands = try RedisCommands([command])
         return try withContext { context throws(RedisError) in
-            let reply = try single(context, command, activity: "running \(name)")
+            let reply = try exchange(context, commands, activity: "running \(name)")[0]
             if case .error(let line) = reply { throw RedisError.server(line, command: name) }
             return reply
         }
@@ -167,8 +168,8 @@ actor RedisConnectionCore {
     /// When a reply is `NOSCRIPT` for an `EVALSHA` of one of `scripts`, the scripts are
     /// loaded and only the commands that answered `NOSCRIPT` are sent again, once, in a second
     /// round trip (``NoScriptRetry``).
-    func pipeline(_ commands: [[[UInt8]]], scripts: [RedisScript]) throws(RedisError) -> [RedisValue] {
-        for command in commands { try Self.validate(command) }
+    func pipeline(_ commands: RedisCommands, scripts: [RedisScript]) throws(RedisError) -> [RedisValue] {
+        try Self.validate(commands)
         return try withContext { context throws(RedisError) in
             if commands.isEmpty { return [] }
             let activity = "running a pipeline of \(commands.count) commands"
@@ -189,13 +190,13 @@ actor RedisConnectionCore {
 
     /// `EVALSHA`, falling back to `EVAL` (which also caches the script) on `NOSCRIPT`.
     func evalsha(_ script: RedisScript, keys: [[UInt8]], args: [[UInt8]]) throws(RedisError) -> RedisValue {
-        try withContext { context throws(RedisError) in
-            var reply = try single(
-                context, script.evalshaCommand(keys: keys, args: args), activity: "running EVALSHA \(script.sha1)")
+        let evalsha = try RedisCommands([script.evalshaCommand(keys: keys, args: args)])
+        return try withContext { context throws(RedisError) in
+            var reply = try exchange(context, evalsha, activity: "running EVALSHA \(script.sha1)")[0]
             if reply.isNoScript {
-                reply = try single(
-                    context, script.evalCommand(keys: keys, args: args),
-                    activity: "running EVAL for script \(script.sha1) after NOSCRIPT")
+                reply = try exchange(
+                    context, try RedisCommands([script.evalCommand(keys: keys, args: args)]),
+                    activity: "running EVAL for script \(script.sha1) after NOSCRIPT")[0]
             }
             if case .error(let line) = reply {
                 throw RedisError.server(line, command: "EVALSHA \(script.sha1)")
@@ -236,34 +237,19 @@ actor RedisConnectionCore {
         }
     }
 
-    /// One request/reply with `redisCommandArgv`.
-    private func single(
-        _ context: UnsafeMutablePointer<redisContext>, _ command: [[UInt8]], activity: String
-    ) throws(RedisError) -> RedisValue {
-        counter.increment()
-        let raw = Self.withArgv(command) { argc, argv, lengths in
-            redisCommandArgv(context, argc, argv, lengths)
-        }
-        guard let raw else { throw ioError(context, activity: activity) }
-        defer { freeReplyObject(raw) }
-        return try RedisValue(hiredisReply: raw.assumingMemoryBound(to: redisReply.self))
-    }
-
-    /// Appends every command to hiredis' output buffer, then reads one reply per command:
-    /// the first `redisGetReply` flushes the buffer, so this is one round trip.
+    /// Appends the encoded commands to hiredis' output buffer, then reads one reply per
+    /// command: the first `redisGetReply` flushes the buffer, so this is one round trip.
     private func exchange(
-        _ context: UnsafeMutablePointer<redisContext>, _ commands: [[[UInt8]]], activity: String
+        _ context: UnsafeMutablePointer<redisContext>, _ commands: RedisCommands, activity: String
     ) throws(RedisError) -> [RedisValue] {
-        for command in commands {
-            let status = Self.withArgv(command) { argc, argv, lengths in
-                redisAppendCommandArgv(context, argc, argv, lengths)
-            }
-            if status != REDIS_OK { throw ioError(context, activity: activity) }
+        let status = commands.bytes.withUnsafeBytes { bytes in
+            redisAppendFormattedCommand(context, bytes.baseAddress!.assumingMemoryBound(to: CChar.self), bytes.count)
         }
+        if status != REDIS_OK { throw ioError(context, activity: activity) }
         counter.increment()
         var replies: [RedisValue] = []
         replies.reserveCapacity(commands.count)
-        for _ in commands {
+        for _ in 0..<commands.count {
             var raw: UnsafeMutableRawPointer?
             let status = redisGetReply(context, &raw)
             guard status == REDIS_OK, let raw else {
@@ -351,6 +337,12 @@ actor RedisConnectionCore {
         }
     }
 
+    static func validate(_ commands: RedisCommands) throws(RedisError) {
+        if !commands.isComplete {
+            throw RedisError(.invalidCommand, "cannot send a command that lacks some of its arguments")
+        }
+    }
+
     /// The command name for messages (never its arguments, which may hold secrets).
     static func name(of command: [[UInt8]]) -> String {
         guard let first = command.first, first.count <= 32,
@@ -359,40 +351,35 @@ actor RedisConnectionCore {
         return text.uppercased()
     }
 
-    /// The SHA-1 an `EVALSHA`/`EVALSHA_RO` command refers to.
-    static func evalshaTarget(_ command: [[UInt8]]) -> String? {
-        guard command.count >= 2, let name = String(validating: command[0], as: UTF8.self),
-            ["EVALSHA", "EVALSHA_RO"].contains(name.uppercased())
-        else { return nil }
-        return String(validating: command[1], as: UTF8.self)?.lowercased()
-    }
-
     /// The second round trip of a pipeline some of whose `EVALSHA`s of known scripts answered
     /// `NOSCRIPT` (a flushed script cache, a promoted replica): `SCRIPT LOAD` for each missing
     /// script, then only those commands again. A command that answered `NOSCRIPT` did not run,
     /// so nothing runs twice.
     struct NoScriptRetry {
         /// The loads, then the commands to send again.
-        var commands: [[[UInt8]]]
+        var commands = RedisCommands()
         /// The scripts loaded, in the order of their loads.
-        var missing: [RedisScript]
+        var missing: [RedisScript] = []
         /// Where the commands sent again are in the first pipeline, with their script's SHA-1.
-        var indices: [(index: Int, sha1: String)]
+        var indices: [(index: Int, sha1: String)] = []
 
-        init?(replies: [RedisValue], commands: [[[UInt8]]], scripts: [RedisScript]) {
+        init?(replies: [RedisValue], commands: RedisCommands, scripts: [RedisScript]) {
             guard !scripts.isEmpty else { return nil }
-            var missing: [RedisScript] = []
-            var indices: [(index: Int, sha1: String)] = []
-            for (index, (reply, command)) in zip(replies, commands).enumerated() where reply.isNoScript {
-                guard let sha = RedisConnectionCore.evalshaTarget(command), let script = scripts.first(where: { $0.sha1 == sha })
-                else { continue }
+            for (index, reply) in replies.enumerated() where reply.isNoScript {
+                guard let target = commands.script(of: index) else { continue }
+                let sha = String(decoding: target, as: UTF8.self).lowercased()
+                guard let script = scripts.first(where: { $0.sha1 == sha }) else { continue }
                 if !missing.contains(script) { missing.append(script) }
                 indices.append((index, sha))
             }
             guard !indices.isEmpty else { return nil }
-            self.missing = missing
-            self.indices = indices
-            self.commands = missing.map(\.loadCommand) + indices.map { commands[$0.index] }
+            for script in missing {
+                self.commands.begin(argumentCount: 3)
+                self.commands.append("SCRIPT")
+                self.commands.append("LOAD")
+                self.commands.append(script.source)
+            }
+            self.commands.append(commands, at: indices.map(\.index))
         }
 
         /// The first replies with the second round trip's in place of the `NOSCRIPT`s. A
@@ -408,35 +395,6 @@ actor RedisConnectionCore {
                 results[entry.index] = reply.isNoScript ? failedLoads[entry.sha1] ?? reply : reply
             }
             return results
-        }
-    }
-
-    /// Calls `body` with hiredis' `argc`/`argv`/`argvlen` for `command`. The arguments are
-    /// copied into one buffer so every pointer stays valid for the duration of the call.
-    private static func withArgv<R>(
-        _ command: [[UInt8]],
-        _ body: (Int32, UnsafeMutablePointer<UnsafePointer<CChar>?>, UnsafePointer<Int>) -> R
-    ) -> R {
-        var buffer: [UInt8] = []
-        buffer.reserveCapacity(command.reduce(1) { $0 + $1.count })
-        var offsets: [Int] = []
-        var lengths: [Int] = []
-        offsets.reserveCapacity(command.count)
-        lengths.reserveCapacity(command.count)
-        for argument in command {
-            offsets.append(buffer.count)
-            lengths.append(argument.count)
-            buffer.append(contentsOf: argument)
-        }
-        buffer.append(0)  // never empty, so the base address is never nil
-        return buffer.withUnsafeBytes { raw in
-            let base = raw.baseAddress!.assumingMemoryBound(to: CChar.self)
-            var argv: [UnsafePointer<CChar>?] = offsets.map { base + $0 }
-            return argv.withUnsafeMutableBufferPointer { argvBuffer in
-                lengths.withUnsafeBufferPointer { lengthBuffer in
-                    body(Int32(command.count), argvBuffer.baseAddress!, lengthBuffer.baseAddress!)
-                }
-            }
         }
     }
 }

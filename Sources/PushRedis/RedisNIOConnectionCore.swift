@@ -116,7 +116,7 @@ actor RedisNIOConnectionCore {
         let replies: [RedisValue]
         do throws(RedisError) {
             replies = try await exchange(
-                live, handshake, activity: "completing the TLS handshake and the first command", connecting: true)
+                live, try RedisCommands(handshake), activity: "completing the TLS handshake and the first command", connecting: true)
         } catch {
             channel.close(promise: nil)
             throw error
@@ -176,8 +176,9 @@ actor RedisNIOConnectionCore {
     func send(_ command: [[UInt8]]) async throws(RedisError) -> RedisValue {
         try RedisConnectionCore.validate(command)
         let name = RedisConnectionCore.name(of: command)
+        let commands = try RedisCommands([command])
         return try await withChannel { live throws(RedisError) in
-            let reply = try await exchange(live, [command], activity: "running \(name)")[0]
+            let reply = try await exchange(live, commands, activity: "running \(name)")[0]
             if case .error(let line) = reply { throw RedisError.server(line, command: name) }
             return reply
         }
@@ -187,8 +188,8 @@ actor RedisNIOConnectionCore {
     /// When a reply is `NOSCRIPT` for an `EVALSHA` of one of `scripts`, the scripts are
     /// loaded and only the commands that answered `NOSCRIPT` are sent again, once, in a second
     /// round trip (``RedisConnectionCore/NoScriptRetry``).
-    func pipeline(_ commands: [[[UInt8]]], scripts: [RedisScript]) async throws(RedisError) -> [RedisValue] {
-        for command in commands { try RedisConnectionCore.validate(command) }
+    func pipeline(_ commands: RedisCommands, scripts: [RedisScript]) async throws(RedisError) -> [RedisValue] {
+        try RedisConnectionCore.validate(commands)
         if commands.isEmpty {
             return try await withChannel { _ throws(RedisError) in [] }
         }
@@ -213,12 +214,13 @@ actor RedisNIOConnectionCore {
 
     /// `EVALSHA`, falling back to `EVAL` (which also caches the script) on `NOSCRIPT`.
     func evalsha(_ script: RedisScript, keys: [[UInt8]], args: [[UInt8]]) async throws(RedisError) -> RedisValue {
-        try await withChannel { live throws(RedisError) in
-            var reply = try await exchange(
-                live, [script.evalshaCommand(keys: keys, args: args)], activity: "running EVALSHA \(script.sha1)")[0]
+        let evalsha = try RedisCommands([script.evalshaCommand(keys: keys, args: args)])
+        let eval = try RedisCommands([script.evalCommand(keys: keys, args: args)])
+        return try await withChannel { live throws(RedisError) in
+            var reply = try await exchange(live, evalsha, activity: "running EVALSHA \(script.sha1)")[0]
             if reply.isNoScript {
                 reply = try await exchange(
-                    live, [script.evalCommand(keys: keys, args: args)],
+                    live, eval,
                     activity: "running EVAL for script \(script.sha1) after NOSCRIPT")[0]
             }
             if case .error(let line) = reply {
@@ -264,11 +266,10 @@ actor RedisNIOConnectionCore {
 
     /// Writes `commands` in one flush and waits for one reply per command.
     private func exchange(
-        _ live: Live, _ commands: [[[UInt8]]], activity: String, connecting: Bool = false
+        _ live: Live, _ commands: RedisCommands, activity: String, connecting: Bool = false
     ) async throws(RedisError) -> [RedisValue] {
         let channel = live.channel
-        var bytes = channel.allocator.buffer(capacity: RESPEncoder.size(of: commands))
-        RESPEncoder.encode(commands, into: &bytes)
+        let bytes = channel.allocator.buffer(bytes: commands.bytes)
         let replies = channel.eventLoop.makePromise(of: [RedisValue].self)
         let written = channel.eventLoop.makePromise(of: Void.self)
         // A write fails when the channel is already closed: the handler never saw the request,

@@ -323,11 +323,4 @@ struct HiredisReplyReaderTests {
         try Array("?what\r\n".utf8).withUnsafeBytes { try reader.feed($0) }
         #expect(throws: RedisError.self) { try reader.next() }
     }
-
-    @Test("The RESP encoder writes what redis-server reads back")
-    func encoder() {
-        var buffer = ByteBufferAllocator().buffer(capacity: 64)
-        RESPEncoder.encode([[Array("SET".utf8), Array("k".utf8), Array("0123456789ab".utf8)]], into: &buffer)
-        #expect(String(buffer: buffer) == "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$12\r\n0123456789ab\r\n")
-    }
 }

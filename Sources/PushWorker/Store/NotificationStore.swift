@@ -92,34 +92,72 @@ final class NotificationStore: Sendable {
 
     // MARK: Keys
 
-    /// The hash tag of a token's keys on a cluster: `{` four hex digits `}`, from a hash of
-    /// the token, so that tokens spread over 16,384 tags whatever they look like. Empty on a
-    /// server, where the keys keep their names from before clusters were supported.
-    func tag(token: String) -> String {
-        guard redis.isCluster else { return "" }
+    /// The hash tag of a token's keys on a cluster: a number below 16,384 from a hash of the
+    /// token, so that tokens spread over 16,384 tags whatever they look like; written into keys
+    /// as `{` four hex digits `}`. `nil` on a server, where the keys keep their names from
+    /// before clusters were supported.
+    func tag(token: String) -> UInt16? {
+        guard redis.isCluster else { return nil }
         var hash: UInt32 = 0x811C_9DC5  // FNV-1a
         for byte in token.utf8 { hash = (hash ^ UInt32(byte)) &* 0x0100_0193 }
-        let digits = Array("0123456789abcdef".utf8)
-        let value = Int(hash & 0x3FFF)
-        return String(
-            decoding: [
-                UInt8(ascii: "{"), digits[value >> 12], digits[(value >> 8) & 15], digits[(value >> 4) & 15], digits[value & 15],
-                UInt8(ascii: "}"),
-            ], as: UTF8.self)
+        return UInt16(hash & 0x3FFF)
     }
 
-    func recordKey(resultId: String, tag: String) -> [UInt8] {
-        var key: [UInt8] = []
-        key.reserveCapacity(prefix.utf8.count + 2 + tag.utf8.count + resultId.utf8.count)
+    /// Appends `{xxxx}` for a tag, nothing without one.
+    static func append(tag: UInt16?, to key: inout [UInt8]) {
+        guard let tag else { return }
+        func digit(_ value: UInt16) -> UInt8 { value < 10 ? UInt8(ascii: "0") + UInt8(value) : UInt8(ascii: "a") + UInt8(value - 10) }
+        key.append(UInt8(ascii: "{"))
+        key.append(digit(tag >> 12))
+        key.append(digit((tag >> 8) & 15))
+        key.append(digit((tag >> 4) & 15))
+        key.append(digit(tag & 15))
+        key.append(UInt8(ascii: "}"))
+    }
+
+    /// `n:<T><resultId>`.
+    func appendRecordKey(resultId: String, tag: UInt16?, to key: inout [UInt8]) {
         key += prefix.utf8
-        key += [UInt8(ascii: "n"), UInt8(ascii: ":")]
-        key += tag.utf8
+        key.append(UInt8(ascii: "n"))
+        key.append(UInt8(ascii: ":"))
+        Self.append(tag: tag, to: &key)
         key += resultId.utf8
+    }
+
+    func recordKey(resultId: String, tag: UInt16?) -> [UInt8] {
+        var key: [UInt8] = []
+        key.reserveCapacity(prefix.utf8.count + 8 + resultId.utf8.count)
+        appendRecordKey(resultId: resultId, tag: tag, to: &key)
         return key
     }
 
-    func unregisteredKey(app: String, environment: String, tag: String) -> [UInt8] {
-        Array("\(prefix)u:\(tag)\(app):\(environment)".utf8)
+    /// `u:<T><app>:<environment>`.
+    func appendUnregisteredKey(app: String, environment: String, tag: UInt16?, to key: inout [UInt8]) {
+        key += prefix.utf8
+        key.append(UInt8(ascii: "u"))
+        key.append(UInt8(ascii: ":"))
+        Self.append(tag: tag, to: &key)
+        key += app.utf8
+        key.append(UInt8(ascii: ":"))
+        key += environment.utf8
+    }
+
+    func unregisteredKey(app: String, environment: String, tag: UInt16?) -> [UInt8] {
+        var key: [UInt8] = []
+        appendUnregisteredKey(app: app, environment: environment, tag: tag, to: &key)
+        return key
+    }
+
+    /// `rd:<T><app>:<token>:<hour>`.
+    func appendDeviceCounterKey(app: String, token: String, hour: Int64, tag: UInt16?, to key: inout [UInt8]) {
+        key += prefix.utf8
+        key += "rd:".utf8
+        Self.append(tag: tag, to: &key)
+        key += app.utf8
+        key.append(UInt8(ascii: ":"))
+        key += token.utf8
+        key.append(UInt8(ascii: ":"))
+        DecimalText.append(hour, to: &key)
     }
 
     // MARK: Scripts
@@ -226,7 +264,7 @@ final class NotificationStore: Sendable {
     ) async throws(RedisError) -> [ClaimDecision] {
         guard !requests.isEmpty else { return [] }
         let tags = requests.map { tag(token: $0.token) }
-        let hour = String(nowMilliseconds / 3_600_000)
+        let hour = nowMilliseconds / 3_600_000
         let (permits, taken) = try await takePermits(requests, nowMilliseconds: nowMilliseconds)
         var codes = try await runClaims(
             topic: topic, requests, Array(requests.indices), tags: tags, hour: hour, permits: permits, dead: [], ttlSeconds: ttlSeconds)
@@ -321,53 +359,47 @@ final class NotificationStore: Sendable {
     /// slot on a cluster, all in one pipeline. The codes come back in the order of `indices`;
     /// a call that failed (no primary for its slot) answers `W` (busy) for its requests.
     private func runClaims(
-        topic: String, _ requests: [ClaimRequest], _ indices: [Int], tags: [String], hour: String, permits: [Bool],
+        topic: String, _ requests: [ClaimRequest], _ indices: [Int], tags: [UInt16?], hour: Int64, permits: [Bool],
         dead: Set<String>, ttlSeconds: Int
     ) async throws(RedisError) -> [[UInt8]] {
         let groups = redis.groupedBySlot(indices) { recordKey(resultId: requests[$0].resultId, tag: tags[$0]) }
-        let head: [[UInt8]] = [
-            Array(owner.utf8), Array(topic.utf8), Array(String(ttlSeconds).utf8), Array(dead.sorted().joined(separator: "\n").utf8),
-        ]
-        let commands = groups.map { group in
-            var keys: [[UInt8]] = []
-            keys.reserveCapacity(group.count * 3)
-            var lastUnregistered: (app: String, environment: String, tag: String, key: [UInt8])?
-            var args = head
-            args.reserveCapacity(head.count + group.count * 5)
+        let deadOwners = dead.sorted().joined(separator: "\n")
+        var commands = RedisCommands(capacity: 256 + indices.count * (3 * prefix.utf8.count + 320))
+        for group in groups {
+            commands.beginEvalsha(Self.claimScript, keyCount: group.count * 3, argumentCount: 4 + group.count * 5)
             for index in group {
                 let r = requests[index]
                 let tag = tags[index]
-                let record = recordKey(resultId: r.resultId, tag: tag)
-                keys.append(record)
-                // On a server every notification of an app shares its unregistered-token key.
-                if let last = lastUnregistered, last.app == r.app, last.environment == r.environment, last.tag == tag {
-                    keys.append(last.key)
+                commands.appendKey { appendRecordKey(resultId: r.resultId, tag: tag, to: &$0) }
+                commands.append { appendUnregisteredKey(app: r.app, environment: r.environment, tag: tag, to: &$0) }
+                if r.devicePerHour == 0 {
+                    // Without a device limit the counter is not touched: the record's key
+                    // stands in for it (the same slot).
+                    commands.append { appendRecordKey(resultId: r.resultId, tag: tag, to: &$0) }
                 } else {
-                    let key = unregisteredKey(app: r.app, environment: r.environment, tag: tag)
-                    lastUnregistered = (r.app, r.environment, tag, key)
-                    keys.append(key)
+                    commands.append { appendDeviceCounterKey(app: r.app, token: r.token, hour: hour, tag: tag, to: &$0) }
                 }
-                // Without a device limit the counter is not touched: the record's key stands in
-                // for it (the same slot).
-                keys.append(r.devicePerHour == 0 ? record : Array("\(prefix)rd:\(tag)\(r.app):\(r.token):\(hour)".utf8))
-                var place: [UInt8] = []
-                place.reserveCapacity(24)
-                DecimalText.append(Int64(r.partition), to: &place)
-                place.append(UInt8(ascii: "|"))
-                DecimalText.append(r.offset, to: &place)
-                args.append(place)
-                args.append(Array(r.token.utf8))
-                if let registeredAt = r.registeredAt {
-                    var bytes: [UInt8] = []
-                    DecimalText.append(registeredAt, to: &bytes)
-                    args.append(bytes)
-                } else {
-                    args.append([])
-                }
-                args.append(r.devicePerHour == 0 ? [UInt8(ascii: "0")] : Array(String(r.devicePerHour).utf8))
-                args.append([permits[index] ? UInt8(ascii: "1") : UInt8(ascii: "0")])
             }
-            return Self.claimScript.evalshaCommand(keys: keys, args: args)
+            commands.append(owner)
+            commands.append(topic)
+            commands.append(Int64(ttlSeconds))
+            commands.append(deadOwners)
+            for index in group {
+                let r = requests[index]
+                commands.append { place in
+                    DecimalText.append(Int64(r.partition), to: &place)
+                    place.append(UInt8(ascii: "|"))
+                    DecimalText.append(r.offset, to: &place)
+                }
+                commands.append(r.token)
+                if let registeredAt = r.registeredAt {
+                    commands.append(registeredAt)
+                } else {
+                    commands.append([UInt8]())
+                }
+                commands.append(Int64(r.devicePerHour))
+                commands.append(Int64(permits[index] ? 1 : 0))
+            }
         }
         let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Self.claimScript]) }
         var codes = [[UInt8]?](repeating: nil, count: requests.count)
@@ -448,43 +480,54 @@ final class NotificationStore: Sendable {
         records: [Record], unregistered: [(app: String, environment: String, token: String, since: Int64)],
         released: [(resultId: String, token: String)], positions: [TopicPartitionOffset] = [], ttlSeconds: Int
     ) async throws(RedisError) {
-        var commands: [[[UInt8]]] = []
-        commands.reserveCapacity(records.count + unregistered.count + released.count + positions.count)
-        let ttl = Array(String(ttlSeconds).utf8)
-        let set = Array("SET".utf8), ex = Array("EX".utf8)
+        var commands = RedisCommands(
+            capacity: records.reduce(256) { $0 + $1.result.count + ($1.feedback?.count ?? 0) + $1.topic.utf8.count + 160 }
+                + (unregistered.count + released.count) * 160 + positions.count * 80)
         for record in records {
-            var value: [UInt8] = []
-            value.reserveCapacity(record.topic.utf8.count + 24 + record.result.count + (record.feedback.map { $0.count + 1 } ?? 0))
-            value += [UInt8(ascii: "D"), UInt8(ascii: "|")]
-            value += record.topic.utf8
-            value.append(UInt8(ascii: "|"))
-            DecimalText.append(Int64(record.partition), to: &value)
-            value.append(UInt8(ascii: "|"))
-            DecimalText.append(record.offset, to: &value)
-            value.append(UInt8(ascii: "|"))
-            value += record.result
-            if let feedback = record.feedback {
-                value.append(UInt8(ascii: "\n"))
-                value += feedback
+            commands.begin(argumentCount: 5)
+            commands.append("SET")
+            let tag = tag(token: record.token)
+            commands.appendKey { appendRecordKey(resultId: record.resultId, tag: tag, to: &$0) }
+            commands.append { value in
+                value.append(UInt8(ascii: "D"))
+                value.append(UInt8(ascii: "|"))
+                value += record.topic.utf8
+                value.append(UInt8(ascii: "|"))
+                DecimalText.append(Int64(record.partition), to: &value)
+                value.append(UInt8(ascii: "|"))
+                DecimalText.append(record.offset, to: &value)
+                value.append(UInt8(ascii: "|"))
+                value += record.result
+                if let feedback = record.feedback {
+                    value.append(UInt8(ascii: "\n"))
+                    value += feedback
+                }
             }
-            commands.append([set, recordKey(resultId: record.resultId, tag: tag(token: record.token)), value, ex, ttl])
+            commands.append("EX")
+            commands.append(Int64(ttlSeconds))
         }
         for entry in unregistered {
-            commands.append([
-                Array("HSET".utf8), unregisteredKey(app: entry.app, environment: entry.environment, tag: tag(token: entry.token)),
-                Array(entry.token.utf8), Array(String(entry.since).utf8),
-            ])
+            commands.begin(argumentCount: 4)
+            commands.append("HSET")
+            let tag = tag(token: entry.token)
+            commands.appendKey { appendUnregisteredKey(app: entry.app, environment: entry.environment, tag: tag, to: &$0) }
+            commands.append(entry.token)
+            commands.append(entry.since)
         }
         for entry in released {
-            commands.append([Array("DEL".utf8), recordKey(resultId: entry.resultId, tag: tag(token: entry.token))])
+            commands.begin(argumentCount: 2)
+            commands.append("DEL")
+            let tag = tag(token: entry.token)
+            commands.appendKey { appendRecordKey(resultId: entry.resultId, tag: tag, to: &$0) }
         }
         // Only ever forward: a partition's new owner starts behind the position its previous
         // owner reached, and must not move it back.
         let positionKeys = positions.map { Array("\(prefix)pw:\($0.topic):\($0.partition)".utf8) }
         for group in redis.groupedBySlot(Array(positions.indices), key: { positionKeys[$0] }) {
-            commands.append(
-                Self.advancePositionsScript.evalshaCommand(
-                    keys: group.map { positionKeys[$0] }, args: [ttl] + group.map { Array(String(positions[$0].offset).utf8) }))
+            commands.beginEvalsha(Self.advancePositionsScript, keyCount: group.count, argumentCount: 1 + group.count)
+            for index in group { commands.appendKey(positionKeys[index]) }
+            commands.append(Int64(ttlSeconds))
+            for index in group { commands.append(positions[index].offset) }
         }
         guard !commands.isEmpty else { return }
         let replies = try await measured { () throws(RedisError) in

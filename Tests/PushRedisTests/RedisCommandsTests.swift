@@ -1,0 +1,98 @@
+import PushTestSupport
+import Testing
+
+@testable import PushRedis
+
+@Suite("RedisCommands: pipelines encoded in place", .timeLimit(.minutes(2)))
+struct RedisCommandsTests {
+    /// The same three commands, built argument by argument.
+    static func built() -> RedisCommands {
+        var commands = RedisCommands()
+        commands.begin(argumentCount: 5)
+        commands.append("SET")
+        commands.appendKey {
+            $0 += "apn:n:".utf8
+            $0 += "{ab}x".utf8
+        }
+        commands.append([0, 13, 10, 255, 36, 42])
+        commands.append("EX")
+        commands.append(Int64(86_400))
+        commands.beginEvalsha(RedisScript("return #KEYS"), keyCount: 2, argumentCount: 1)
+        commands.appendKey(Array("{t}a".utf8))
+        commands.appendKey(Array("{t}b".utf8))
+        commands.append(Int64(-12))
+        commands.begin(argumentCount: 1)
+        commands.append("PING")
+        return commands
+    }
+
+    @Test("The bytes are RESP, the same whether built in place or from argument lists")
+    func encoding() throws {
+        let script = RedisScript("return #KEYS")
+        let lists: [[[UInt8]]] = [
+            [Array("SET".utf8), Array("apn:n:{ab}x".utf8), [0, 13, 10, 255, 36, 42], Array("EX".utf8), Array("86400".utf8)],
+            script.evalshaCommand(keys: [Array("{t}a".utf8), Array("{t}b".utf8)], args: [Array("-12".utf8)]),
+            [Array("PING".utf8)],
+        ]
+        let built = Self.built()
+        let fromLists = try RedisCommands(lists)
+        #expect(built.bytes == fromLists.bytes)
+        #expect(built.count == 3 && fromLists.count == 3)
+        let expected =
+            "*5\r\n$3\r\nSET\r\n$11\r\napn:n:{ab}x\r\n$6\r\n\u{0}\r\n\u{FF}$*\r\n$2\r\nEX\r\n$5\r\n86400\r\n"
+            + "*6\r\n$7\r\nEVALSHA\r\n$40\r\n\(script.sha1)\r\n$1\r\n2\r\n$4\r\n{t}a\r\n$4\r\n{t}b\r\n$3\r\n-12\r\n"
+            + "*1\r\n$4\r\nPING\r\n"
+        // U+FF is two bytes in UTF-8: compare the bytes with 0xFF put in its place.
+        var expectedBytes = Array(expected.utf8)
+        let at = try #require(expectedBytes.firstIndex(of: 0xC3))
+        expectedBytes.replaceSubrange(at...(at + 1), with: [0xFF])
+        #expect(built.bytes == expectedBytes)
+        #expect(throws: RedisError.self) { try RedisCommands([[]]) }
+    }
+
+    @Test("Each command knows its first key's slot and, for EVALSHA, its script")
+    func routing() throws {
+        for commands in [Self.built(), try RedisCommands(Self.lists())] {
+            #expect(commands.slot(of: 0) == RedisClusterSlot.of("ab"))
+            #expect(commands.slot(of: 1) == RedisClusterSlot.of("t"))
+            #expect(commands.slot(of: 2) == nil)
+            #expect(commands.script(of: 0) == nil)
+            #expect(commands.script(of: 1).map { String(decoding: $0, as: UTF8.self) } == RedisScript("return #KEYS").sha1)
+
+            // Copied commands keep their keys and scripts.
+            var part = RedisCommands()
+            part.begin(argumentCount: 1)
+            part.append("ASKING")
+            part.append(commands, at: [1, 0])
+            #expect(part.count == 3)
+            #expect(part.slot(of: 1) == RedisClusterSlot.of("t"))
+            #expect(part.slot(of: 2) == RedisClusterSlot.of("ab"))
+            #expect(part.script(of: 1) == commands.script(of: 1))
+            #expect(part.bytes.count == 16 + commands.bytes.count - 14)  // ASKING in, PING out
+        }
+    }
+
+    static func lists() -> [[[UInt8]]] {
+        [
+            [Array("SET".utf8), Array("apn:n:{ab}x".utf8), [0, 13, 10, 255, 36, 42], Array("EX".utf8), Array("86400".utf8)],
+            RedisScript("return #KEYS").evalshaCommand(keys: [Array("{t}a".utf8), Array("{t}b".utf8)], args: [Array("-12".utf8)]),
+            [Array("PING".utf8)],
+        ]
+    }
+
+    @Test("redis-server runs a built pipeline, on the hiredis socket and over TLS, NOSCRIPT included")
+    func againstRedis() async throws {
+        func check(_ redis: RedisConnection) async throws {
+            let replies = try await redis.pipeline(Self.built(), scripts: [RedisScript("return #KEYS")])
+            // The script was never loaded: NOSCRIPT, loaded, that EVALSHA sent again.
+            #expect(replies == [.simpleString("OK"), .integer(2), .simpleString("PONG")])
+            #expect(try await redis.send(["GET", "apn:n:{ab}x"]) == .bulk([0, 13, 10, 255, 36, 42]))
+            let ttl = try await redis.send(["TTL", "apn:n:{ab}x"])
+            #expect((ttl.int ?? 0) > 86_000)
+        }
+        try await withRedisServer { server in try await check(try await RedisConnection.connect(server.configuration())) }
+        try await withTLSRedisServer { (server: RedisServerProcess, files: TLSFiles) async throws -> Void in
+            try await check(try await RedisConnection.connect(server.tlsConfiguration(files)))
+        }
+    }
+}
