@@ -178,10 +178,16 @@ final class NotificationStore: Sendable {
           local key, ukey, dkey = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
           local a = 5 * i
           local where, tok, reg, dlim, permit = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3]), ARGV[a + 4]
-          local msg = topic .. '|' .. where
-          local state = redis.call('GET', key)
+          -- A notification that may be sent is claimed and its earlier state read in one call.
+          local state
+          if permit == '1' then
+            state = redis.call('SET', key, claimed .. where, 'NX', 'GET', 'EX', ttl)
+          else
+            state = redis.call('GET', key)
+          end
           local code
           if state then
+            local msg = topic .. '|' .. where
             if string.sub(state, 1, 2) == 'D|' then
               local rest = string.sub(state, 3)
               if string.sub(rest, 1, #msg + 1) == msg .. '|' then code = 'E' .. string.sub(rest, #msg + 2) else code = 'X' end
@@ -208,7 +214,7 @@ final class NotificationStore: Sendable {
               if count > dlim then code = 'L' end
             end
             code = code or 'S'
-            if code ~= 'T' then redis.call('SET', key, claimed .. where, 'EX', ttl) end
+            if permit ~= '1' and code ~= 'T' then redis.call('SET', key, claimed .. where, 'EX', ttl) end
           end
           out[#out + 1] = code
         end
