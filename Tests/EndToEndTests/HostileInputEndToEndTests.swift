@@ -56,7 +56,7 @@ struct HostileInputEndToEndTests {
                     // Sendable: a configured app and environment and a payload that fits (a
                     // flipped byte may leave a job valid, or change its app).
                     if job.payloadError == nil, job.app == WorkerStack.app, (job.environment ?? "production") == "production" {
-                        for case .valid(let token) in job.tokens {
+                        for case .valid(let token, _) in job.tokens {
                             valid[WorkerResult.notificationId(jobId: job.id, token: token.hex)] = token
                         }
                     }

@@ -242,3 +242,23 @@ import Testing
     }
 
 }
+
+@Suite struct JobTokenTextTests {
+    @Test("A token's text in results is its lowercase hex, however the job wrote it")
+    func tokenTextIsLowercaseHex() throws {
+        let lower = String(repeating: "0a1b2c3d", count: 8)
+        let forms = [lower, lower.uppercased(), "<" + lower.prefix(32) + " " + lower.dropFirst(32) + ">", String(lower.prefix(62))]
+        for form in forms {
+            guard case .job(let job) = JobParser().parse(Array(#"{"id":"t","app":"a","token":"\#(form)","alert":"x"}"#.utf8)) else {
+                Issue.record("not a job: \(form)")
+                continue
+            }
+            let token = try DeviceToken(hex: form)
+            #expect(job.tokens == [.valid(token, hex: token.hex)], "\(form)")
+            #expect(job.tokens.first?.text == token.hex)
+        }
+        #expect(JobParser.isLowercaseHex(lower, of: try DeviceToken(hex: lower)))
+        #expect(!JobParser.isLowercaseHex(lower.uppercased(), of: try DeviceToken(hex: lower)))
+        #expect(!JobParser.isLowercaseHex(" " + lower, of: try DeviceToken(hex: lower)))
+    }
+}

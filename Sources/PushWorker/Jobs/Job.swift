@@ -46,13 +46,17 @@ public struct Job: Sendable, Hashable {
 
 /// A token of a job: parsed, or kept as text with the reason it is malformed.
 public enum JobToken: Sendable, Hashable {
-    case valid(DeviceToken)
+    /// A token and its lowercase hex (the job's text when it was that already).
+    case valid(DeviceToken, hex: String)
     case malformed(text: String, reason: String)
+
+    /// A parsed token.
+    public static func valid(_ token: DeviceToken) -> JobToken { .valid(token, hex: token.hex) }
 
     /// The token as it appears in results: lowercase hex, or the text as given.
     public var text: String {
         switch self {
-        case .valid(let token): token.hex
+        case .valid(_, let hex): hex
         case .malformed(let text, _): text
         }
     }
@@ -212,7 +216,9 @@ public struct JobParser: Sendable {
         for text in rawTokens {
             let entry: JobToken
             do {
-                entry = .valid(try DeviceToken(hex: text))
+                let token = try DeviceToken(hex: text)
+                // Most jobs give the token as lowercase hex already: keep that text.
+                entry = .valid(token, hex: Self.isLowercaseHex(text, of: token) ? text : token.hex)
             } catch {
                 entry = .malformed(text: text, reason: error.message)
             }
@@ -261,6 +267,14 @@ public struct JobParser: Sendable {
             job.payloadError = error.message
         }
         return .job(job)
+    }
+
+    /// Whether `text`, which parsed as `token`, is its lowercase hex with nothing else.
+    static func isLowercaseHex(_ text: String, of token: DeviceToken) -> Bool {
+        guard text.utf8.count == token.bytes.count * 2 else { return false }
+        return text.utf8.allSatisfy {
+            (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0)
+        }
     }
 
     // MARK: Fields

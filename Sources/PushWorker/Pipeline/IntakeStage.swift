@@ -137,8 +137,7 @@ struct IntakeStage: Sendable {
                         factory.rejected(
                             ref, jobId: job.id, app: job.app, environment: environment.rawValue,
                             token: text, status: .malformedToken, reason: reason, metadata: job.metadata, at: now))
-                case .valid(let deviceToken):
-                    let hex = deviceToken.hex
+                case .valid(let deviceToken, let hex):
                     if let payloadError = job.payloadError {
                         chunk.results.append(
                             factory.rejected(

@@ -373,17 +373,21 @@ final class NotificationStore: Sendable {
         var commands = RedisCommands(capacity: 256 + indices.count * (3 * prefix.utf8.count + 320))
         for group in groups {
             commands.beginEvalsha(Self.claimScript, keyCount: group.count * 3, argumentCount: 4 + group.count * 5)
+            // The requests are read in place (`requests[index].…`): a copy of one retains its strings.
             for index in group {
-                let r = requests[index]
                 let tag = tags[index]
-                commands.appendKey { appendRecordKey(resultId: r.resultId, tag: tag, to: &$0) }
-                commands.append { appendUnregisteredKey(app: r.app, environment: r.environment, tag: tag, to: &$0) }
-                if r.devicePerHour == 0 {
+                commands.appendKey { appendRecordKey(resultId: requests[index].resultId, tag: tag, to: &$0) }
+                commands.append {
+                    appendUnregisteredKey(app: requests[index].app, environment: requests[index].environment, tag: tag, to: &$0)
+                }
+                if requests[index].devicePerHour == 0 {
                     // Without a device limit the counter is not touched: the record's key
                     // stands in for it (the same slot).
-                    commands.append { appendRecordKey(resultId: r.resultId, tag: tag, to: &$0) }
+                    commands.append { appendRecordKey(resultId: requests[index].resultId, tag: tag, to: &$0) }
                 } else {
-                    commands.append { appendDeviceCounterKey(app: r.app, token: r.token, hour: hour, tag: tag, to: &$0) }
+                    commands.append {
+                        appendDeviceCounterKey(app: requests[index].app, token: requests[index].token, hour: hour, tag: tag, to: &$0)
+                    }
                 }
             }
             commands.append(owner)
@@ -391,19 +395,18 @@ final class NotificationStore: Sendable {
             commands.append(Int64(ttlSeconds))
             commands.append(deadOwners)
             for index in group {
-                let r = requests[index]
                 commands.append { place in
-                    DecimalText.append(Int64(r.partition), to: &place)
+                    DecimalText.append(Int64(requests[index].partition), to: &place)
                     place.append(UInt8(ascii: "|"))
-                    DecimalText.append(r.offset, to: &place)
+                    DecimalText.append(requests[index].offset, to: &place)
                 }
-                commands.append(r.token)
-                if let registeredAt = r.registeredAt {
+                commands.append(requests[index].token)
+                if let registeredAt = requests[index].registeredAt {
                     commands.append(registeredAt)
                 } else {
                     commands.append([UInt8]())
                 }
-                commands.append(Int64(r.devicePerHour))
+                commands.append(Int64(requests[index].devicePerHour))
                 commands.append(Int64(permits[index] ? 1 : 0))
             }
         }
