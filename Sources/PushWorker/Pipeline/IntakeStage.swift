@@ -25,7 +25,14 @@ struct IntakeStage: Sendable {
     static let handOverInterval: Duration = .milliseconds(20)
 
     let parser: JobParser
-    let apps: [String: WorkerConfiguration.App]
+    /// The configured apps, each boxed: a lookup per job hands on a reference rather than a
+    /// copy of the app's settings (a struct of many strings).
+    let apps: [String: AppSettings]
+
+    final class AppSettings: Sendable {
+        let app: WorkerConfiguration.App
+        init(_ app: WorkerConfiguration.App) { self.app = app }
+    }
     let factory: ResultFactory
     let logger: Logger
 
@@ -35,7 +42,7 @@ struct IntakeStage: Sendable {
             configuration.apps.filter { $0.value.transport == .http2 }.keys)
         parser.defaultExpiry = configuration.apps.compactMapValues { $0.defaultExpiry == .immediately ? nil : $0.defaultExpiry }
         self.parser = parser
-        self.apps = configuration.apps
+        self.apps = configuration.apps.mapValues(AppSettings.init)
         self.factory = factory
         self.logger = logger
     }
@@ -101,34 +108,35 @@ struct IntakeStage: Sendable {
                             token: token.text, status: .invalidJob, reason: reason, metadata: job.metadata, at: now))
                 }
             }
-            guard let app = apps[job.app] else {
+            guard let settings = apps[job.app] else {
                 let configured = apps.keys.sorted().joined(separator: ", ")
                 reject("app \"\(job.app.abbreviated())\" is not configured; configured apps: \(configured)", environment: job.environment)
                 return
             }
-            let environment = job.environment.flatMap(APNSEnvironment.init(rawValue:)) ?? app.defaultEnvironment
-            guard app.environments[environment] != nil else {
-                reject("app \"\(job.app)\" has no \(environment) environment configured", environment: environment.rawValue, app: app)
+            let environment = job.environment.flatMap(APNSEnvironment.init(rawValue:)) ?? settings.app.defaultEnvironment
+            guard settings.app.environments[environment] != nil else {
+                reject(
+                    "app \"\(job.app)\" has no \(environment) environment configured", environment: environment.rawValue, app: settings.app)
                 return
             }
             // §3.3: an MDM notification's apns-topic is the MDM certificate's, which only the app's configuration knows.
-            if job.notification.mdm != nil && app.transport == .http2 && app.mdmTopic == nil {
+            if job.notification.mdm != nil && settings.app.transport == .http2 && settings.app.mdmTopic == nil {
                 reject(
                     "app \"\(job.app)\" sends over HTTP/2 and has no mdmTopic: set apps.\(job.app).mdmTopic to the topic of the "
                         + "MDM push certificate (com.apple.mgmt.External.<UUID>) to send MDM notifications",
-                    environment: environment.rawValue, app: app)
+                    environment: environment.rawValue, app: settings.app)
                 return
             }
-            if let reason = Self.refusal(of: job, app: app, environment: environment) {
-                reject(reason, environment: environment.rawValue, app: app)
+            if let reason = Self.refusal(of: job, app: settings.app, environment: environment) {
+                reject(reason, environment: environment.rawValue, app: settings.app)
                 return
             }
-            var job = job
-            if job.payloadError == nil, job.dryRun || app.dryRun, app.transport == .http2 {
+            var payloadError = job.payloadError
+            if payloadError == nil, job.dryRun || settings.app.dryRun, settings.app.transport == .http2 {
                 // What the HTTP/2 client checks before it sends (§3.3, §5), which a dry run never reaches.
-                job.payloadError = Self.http2Problem(of: job.notification, app: app, environment: environment)
+                payloadError = Self.http2Problem(of: job.notification, app: settings.app, environment: environment)
             }
-            let shared = SharedJob(job, environment: environment, app: app, producedAt: message.timestamp ?? now)
+            let shared = SharedJob(job, environment: environment, app: settings.app, producedAt: message.timestamp ?? now)
             expectSummary(environment: environment.rawValue, dryRun: shared.dryRun)
             for token in job.tokens {
                 switch token {
@@ -138,7 +146,7 @@ struct IntakeStage: Sendable {
                             ref, jobId: job.id, app: job.app, environment: environment.rawValue,
                             token: text, status: .malformedToken, reason: reason, metadata: job.metadata, at: now))
                 case .valid(let deviceToken, let hex):
-                    if let payloadError = job.payloadError {
+                    if let payloadError = payloadError {
                         chunk.results.append(
                             factory.rejected(
                                 ref, jobId: job.id, app: job.app, environment: environment.rawValue,
@@ -154,7 +162,7 @@ struct IntakeStage: Sendable {
                     }
                 }
             }
-            if let payloadError = job.payloadError {
+            if let payloadError = payloadError {
                 logger.warning("Job \(job.id) at \(place) cannot be sent: \(payloadError).")
             }
         }

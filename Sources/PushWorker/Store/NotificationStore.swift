@@ -301,9 +301,12 @@ final class NotificationStore: Sendable {
             }
         }
 
-        let decisions = try zip(requests, codes).map { request, code throws(RedisError) in
-            try Self.decision(
-                code, offset: request.offset, writtenPosition: code.first == UInt8(ascii: "E") ? written[request.partition] ?? -1 : -1)
+        // Requests are read in place here and below: a copy of one retains its four strings.
+        let decisions = try codes.indices.map { index throws(RedisError) in
+            let code = codes[index]
+            return try Self.decision(
+                code, offset: requests[index].offset,
+                writtenPosition: code.first == UInt8(ascii: "E") ? written[requests[index].partition] ?? -1 : -1)
         }
         try await returnUnused(taken, requests: requests, permits: permits, decisions: decisions)
         return decisions
@@ -317,12 +320,13 @@ final class NotificationStore: Sendable {
         var wanted: [(app: String, key: [UInt8], limit: Int, requests: [Int])] = []
         var place: [String: Int] = [:]
         let second = nowMilliseconds / 1000
-        for (index, r) in requests.enumerated() where r.appPerSecond > 0 {
-            if let at = place[r.app] {
+        for index in requests.indices where requests[index].appPerSecond > 0 {
+            let app = requests[index].app
+            if let at = place[app] {
                 wanted[at].requests.append(index)
             } else {
-                place[r.app] = wanted.count
-                wanted.append((r.app, Array("\(prefix)ra:\(r.app):\(second)".utf8), r.appPerSecond, [index]))
+                place[app] = wanted.count
+                wanted.append((app, Array("\(prefix)ra:\(app):\(second)".utf8), requests[index].appPerSecond, [index]))
             }
         }
         var permits = [Bool](repeating: true, count: requests.count)
