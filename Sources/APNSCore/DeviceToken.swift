@@ -31,11 +31,17 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
 
     /// Creates a token from hex text; spaces, `<` and `>` are ignored.
     public init(hex: String) throws(APNSError) {
+        var text = hex
+        let bytes = try text.withUTF8 { utf8 in Result { () throws(APNSError) in try Self.parseHex(utf8, text: hex) } }.get()
+        try self.init(bytes: bytes)
+    }
+
+    private static func parseHex(_ utf8: UnsafeBufferPointer<UInt8>, text hex: String) throws(APNSError) -> [UInt8] {
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(hex.utf8.count / 2)
+        bytes.reserveCapacity(utf8.count / 2)
         var high: UInt8? = nil
         var position = 0  // 1-based, for the error message
-        for char in hex.utf8 {
+        for char in utf8 {
             position += 1
             let nibble: UInt8
             switch char {
@@ -62,7 +68,7 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
                 "device token \(Self.redact(hex)) has an odd number of hex digits"
             )
         }
-        try self.init(bytes: bytes)
+        return bytes
     }
 
     public static func == (lhs: DeviceToken, rhs: DeviceToken) -> Bool {

@@ -41,7 +41,7 @@ extension APNSNotification {
             guard !mdm.isEmpty else {
                 throw APNSPayloadError(.invalidValue, "the MDM PushMagic value is empty; set mdm to the device's PushMagic string")
             }
-            var top = OrderedObjectWriter()
+            var top = ObjectWriter(capacity: 16 + mdm.utf8.count)
             top.add("mdm", .string(mdm))
             return top.finish()
         }
@@ -58,57 +58,84 @@ extension APNSNotification {
             throw APNSPayloadError(.invalidValue, "relevance score is \(relevanceScore); use a finite number, normally 0 to 1")
         }
 
+        // One buffer: `{"aps":{` …aps members… `}` …custom members… `}`.
+        var out = ObjectWriter(capacity: 96 + (alertBody?.utf8.count ?? 0))
+        out.open("aps")
         // Each named aps key is written at most once: only additional fields can repeat one.
-        var aps = OrderedObjectWriter(tracksKeys: !additionalAPSFields.isEmpty)
         switch alert {
         case .text(let text):
-            aps.add("alert", .string(text))
+            out.add("alert", .string(text))
         case .fields(let fields):
-            var dict = OrderedObjectWriter()
-            for (key, value) in fields.members { dict.add(key, value) }
-            aps.addRaw("alert", dict.finish())
+            out.open("alert")
+            for (key, value) in fields.members { out.add(key, value) }
+            out.close()
         case nil:
             break
         }
-        if let badge { aps.add("badge", .int(Int64(badge))) }
+        if let badge { out.add("badge", .int(Int64(badge))) }
         switch sound {
         case .named(let name):
-            aps.add("sound", .string(name))
+            out.add("sound", .string(name))
         case .critical(let name, let volume):
             guard (0.0...1.0).contains(volume) else {
                 throw APNSPayloadError(.invalidValue, "critical sound volume is \(volume); use a value from 0.0 to 1.0")
             }
-            var dict = OrderedObjectWriter()
-            dict.add("critical", .int(1))
-            dict.add("name", .string(name))
-            dict.add("volume", .double(volume))
-            aps.addRaw("sound", dict.finish())
+            out.open("sound")
+            out.add("critical", .int(1))
+            out.add("name", .string(name))
+            out.add("volume", .double(volume))
+            out.close()
         case nil:
             break
         }
-        if contentAvailable { aps.add("content-available", .int(1)) }  // §5 check 6
-        if mutableContent { aps.add("mutable-content", .int(1)) }
-        if let category { aps.add("category", .string(category)) }
-        if let threadId { aps.add("thread-id", .string(threadId)) }
-        if let targetContentId { aps.add("target-content-id", .string(targetContentId)) }
-        if let interruptionLevel { aps.add("interruption-level", .string(interruptionLevel)) }
-        if let relevanceScore { aps.add("relevance-score", .double(relevanceScore)) }
-        if let urlArgs { aps.add("url-args", .array(urlArgs.map(JSONValue.string))) }
-        for key in additionalAPSFields.keys.sorted() {
-            guard aps.add(key, additionalAPSFields[key]!) else {
-                throw APNSPayloadError(
-                    .invalidValue,
-                    "additionalAPSFields key \"\(key.abbreviated())\" repeats an aps key that is already set; set it through its own property instead"
-                )
+        if contentAvailable { out.add("content-available", .int(1)) }  // §5 check 6
+        if mutableContent { out.add("mutable-content", .int(1)) }
+        if let category { out.add("category", .string(category)) }
+        if let threadId { out.add("thread-id", .string(threadId)) }
+        if let targetContentId { out.add("target-content-id", .string(targetContentId)) }
+        if let interruptionLevel { out.add("interruption-level", .string(interruptionLevel)) }
+        if let relevanceScore { out.add("relevance-score", .double(relevanceScore)) }
+        if let urlArgs { out.add("url-args", .array(urlArgs.map(JSONValue.string))) }
+        if !additionalAPSFields.isEmpty {
+            for key in additionalAPSFields.keys.sorted() {
+                guard !writesAPSKey(key) else {
+                    throw APNSPayloadError(
+                        .invalidValue,
+                        "additionalAPSFields key \"\(key.abbreviated())\" repeats an aps key that is already set; set it through its own property instead"
+                    )
+                }
+                out.add(key, additionalAPSFields[key]!)
             }
         }
+        out.close()
 
         // "aps" and the custom keys (one dictionary's keys, "aps" refused above) cannot repeat.
-        var top = OrderedObjectWriter(tracksKeys: false)
-        top.addRaw("aps", aps.finish())
-        for key in custom.keys.sorted() { top.add(key, custom[key]!) }
-        return top.finish()
+        if !custom.isEmpty {
+            for key in custom.keys.sorted() { out.add(key, custom[key]!) }
+        }
+        return out.finish()
     }
+
+    /// Whether ``payload()`` writes `key` inside `aps` from one of the named properties.
+    private func writesAPSKey(_ key: String) -> Bool {
+        switch key {
+        case "alert": alert != nil
+        case "badge": badge != nil
+        case "sound": sound != nil
+        case "content-available": contentAvailable
+        case "mutable-content": mutableContent
+        case "category": category != nil
+        case "thread-id": threadId != nil
+        case "target-content-id": targetContentId != nil
+        case "interruption-level": interruptionLevel != nil
+        case "relevance-score": relevanceScore != nil
+        case "url-args": urlArgs != nil
+        default: false
+        }
+    }
+
+    /// A payload with no `aps` field and no custom key: `{"aps":{}}`.
+    private static let emptyPayload = Array(#"{"aps":{}}"#.utf8)
 
     /// ``payload()`` plus the checks that apply before sending (§1.2, §1.3, §5):
     /// - `emptyPayload`: no `aps` fields and no custom keys (§5 check 1);
@@ -120,7 +147,7 @@ extension APNSNotification {
     /// - `tooLarge`: more than `limit` bytes (§1.3; ``binaryPayloadLimit`` for the binary API).
     public func validatedPayload(limit: Int, allowLowPriority: Bool = false) throws(APNSPayloadError) -> [UInt8] {
         let bytes = try payload()
-        if mdm == nil && !hasAPSFields && custom.isEmpty {
+        if mdm == nil && bytes == Self.emptyPayload {
             throw APNSPayloadError(
                 .emptyPayload,
                 "the payload is empty; set an alert, badge, sound, content-available or custom data")
@@ -211,53 +238,46 @@ extension APNSNotification {
     }
 }
 
-/// Writes a JSON object member by member, keeping insertion order (`aps` keys follow the
-/// documented order rather than sorted order).
-private struct OrderedObjectWriter {
+/// Writes a JSON object member by member into one buffer, keeping insertion order (`aps` keys
+/// follow the documented order rather than sorted order); nested objects are written in place.
+private struct ObjectWriter {
     private var bytes: [UInt8]
-    /// The keys written so far: usually a handful, where a linear search beats hashing; a set
-    /// takes over past 16 (a job may carry thousands of custom keys).
-    private var keys: [String] = []
-    private var keySet: Set<String>? = nil
-    /// Whether repeated keys are looked for. A writer whose keys cannot repeat (fixed names
-    /// written once each, or the keys of one dictionary) skips it: the list of keys was an
-    /// allocation per payload.
-    private let tracksKeys: Bool
+    /// One bit per open object: whether it has a member yet (for the commas).
+    private var hasMembers: UInt64 = 0
+    private var depth = 0
 
-    init(tracksKeys: Bool = true) {
-        self.tracksKeys = tracksKeys
+    init(capacity: Int) {
         bytes = []
-        bytes.reserveCapacity(128)
+        bytes.reserveCapacity(capacity)
         bytes.append(UInt8(ascii: "{"))
+        depth = 1
     }
 
-    /// Appends `key: value`; returns `false` (writing nothing) if `key` was already written.
-    @discardableResult
-    mutating func add(_ key: String, _ value: JSONValue) -> Bool {
-        guard beginMember(key) else { return false }
+    /// Appends `key: value`.
+    mutating func add(_ key: String, _ value: JSONValue) {
+        member(key)
         value.write(into: &bytes)
-        return true
     }
 
-    /// Appends `key` with an already serialized value.
-    mutating func addRaw(_ key: String, _ raw: [UInt8]) {
-        if beginMember(key) { bytes.append(contentsOf: raw) }
+    /// Opens an object as the value of `key`; ``close()`` ends it.
+    mutating func open(_ key: String) {
+        member(key)
+        bytes.append(UInt8(ascii: "{"))
+        depth += 1
+        hasMembers &= ~(1 << UInt64(depth))
     }
 
-    private mutating func beginMember(_ key: String) -> Bool {
-        if tracksKeys {
-            if keySet != nil {
-                guard keySet!.insert(key).inserted else { return false }
-            } else {
-                guard !keys.contains(key) else { return false }
-                keys.append(key)
-                if keys.count == 16 { keySet = Set(keys) }
-            }
-        }
-        if bytes.count > 1 { bytes.append(UInt8(ascii: ",")) }
+    mutating func close() {
+        bytes.append(UInt8(ascii: "}"))
+        depth -= 1
+    }
+
+    private mutating func member(_ key: String) {
+        let bit: UInt64 = 1 << UInt64(depth)
+        if hasMembers & bit != 0 { bytes.append(UInt8(ascii: ",")) }
+        hasMembers |= bit
         JSONValue.writeString(key, into: &bytes)
         bytes.append(UInt8(ascii: ":"))
-        return true
     }
 
     consuming func finish() -> [UInt8] {

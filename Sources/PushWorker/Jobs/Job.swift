@@ -271,9 +271,11 @@ public struct JobParser: Sendable {
 
     /// Whether `text`, which parsed as `token`, is its lowercase hex with nothing else.
     static func isLowercaseHex(_ text: String, of token: DeviceToken) -> Bool {
-        guard text.utf8.count == token.bytes.count * 2 else { return false }
-        return text.utf8.allSatisfy {
-            (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0)
+        var text = text
+        return text.withUTF8 { bytes in
+            guard bytes.count == token.bytes.count * 2 else { return false }
+            for byte in bytes where !(byte &- UInt8(ascii: "0") < 10 || byte &- UInt8(ascii: "a") < 6) { return false }
+            return true
         }
     }
 
