@@ -81,16 +81,38 @@ extension JSONValue {
         var s = string
         s.withUTF8 { bytes in
             var runStart = 0
-            for i in 0..<bytes.count {
+            var i = 0
+            let raw = UnsafeRawBufferPointer(bytes)
+            while i < bytes.count {
+                // Eight bytes at a time while none needs escaping (most text).
+                if i + 8 <= bytes.count && !needsEscape(raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)) {
+                    i += 8
+                    continue
+                }
                 let b = bytes[i]
-                if b >= 0x20 && b != UInt8(ascii: "\"") && b != UInt8(ascii: "\\") { continue }
+                if b >= 0x20 && b != UInt8(ascii: "\"") && b != UInt8(ascii: "\\") {
+                    i += 1
+                    continue
+                }
                 out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<i]))
                 appendEscape(for: b, into: &out)
-                runStart = i + 1
+                i += 1
+                runStart = i
             }
             out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...]))
         }
         out.append(UInt8(ascii: "\""))
+    }
+
+    /// Whether any of the eight bytes of `word` is a control character, `"` or `\\` (the bytes
+    /// a JSON string escapes). Bytes of 0x80 and above never match.
+    @inline(__always)
+    static func needsEscape(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        func hasZeroByte(_ v: UInt64) -> Bool { (v &- ones) & ~v & highs != 0 }
+        let control = (word &- ones &* 0x20) & ~word & highs != 0
+        return control || hasZeroByte(word ^ (ones &* 0x22)) || hasZeroByte(word ^ (ones &* 0x5C))
     }
 
     /// Number of bytes `byte` occupies inside a serialized JSON string.

@@ -8,6 +8,42 @@ private func text(_ value: JSONValue) -> String {
 
 // MARK: - Serializer
 
+@Test("Strings are escaped wherever the special byte falls, eight-byte runs included")
+func stringEscapesAtEveryPosition() throws {
+    // Every special byte at every position of strings up to 40 bytes, among ASCII and
+    // multi-byte text: the escaped form must parse back to the same string, and equal the
+    // byte-by-byte escaping.
+    func reference(_ string: String) -> String {
+        var out = "\""
+        for byte in string.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): out += "\\\""
+            case UInt8(ascii: "\\"): out += "\\\\"
+            case 0x08: out += "\\b"
+            case 0x09: out += "\\t"
+            case 0x0A: out += "\\n"
+            case 0x0C: out += "\\f"
+            case 0x0D: out += "\\r"
+            case 0..<0x20: out += "\\u00" + String(byte >> 4, radix: 16) + String(byte & 15, radix: 16)
+            default: out.unicodeScalars.append(contentsOf: String(decoding: [byte], as: UTF8.self).unicodeScalars)
+            }
+        }
+        return out + "\""
+    }
+    for special in ["\"", "\\", "\u{0}", "\u{1F}", "\n", "\u{7F}", "é"] {
+        for length in 0...40 {
+            for position in 0..<max(length, 1) {
+                var characters = Array(repeating: Character("a"), count: length)
+                if length > 0 { characters[position] = Character(special) }
+                let string = String(characters)
+                let written = String(decoding: JSONValue.string(string).serialized(), as: UTF8.self)
+                if string.unicodeScalars.allSatisfy(\.isASCII) { #expect(written == reference(string), "\(string.debugDescription)") }
+                #expect(try JSONValue.parse(Array(written.utf8)) == .string(string), "\(string.debugDescription)")
+            }
+        }
+    }
+}
+
 @Test func serializerIsCompactWithSortedKeys() {
     let value: JSONValue = ["b": 1, "a": [true, false, .null], "c": ["z": "y", "x": -7]]
     #expect(text(value) == #"{"a":[true,false,null],"b":1,"c":{"x":-7,"z":"y"}}"#)
