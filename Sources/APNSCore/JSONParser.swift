@@ -303,7 +303,16 @@ private struct JSONParser {
         pos += 1
         var runStart = pos
         var escaped = false
+        let raw = UnsafeRawBufferPointer(bytes)
         while pos < bytes.count {
+            // Eight bytes at a time while they are plain ASCII (no quote, backslash or control).
+            if pos + 8 <= bytes.count {
+                let word = raw.loadUnaligned(fromByteOffset: pos, as: UInt64.self)
+                if word & 0x8080_8080_8080_8080 == 0 && !JSONValue.needsEscape(word) {
+                    pos += 8
+                    continue
+                }
+            }
             let b = bytes[pos]
             if b == UInt8(ascii: "\"") {
                 let result: String

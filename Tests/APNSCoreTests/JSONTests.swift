@@ -44,6 +44,30 @@ func stringEscapesAtEveryPosition() throws {
     }
 }
 
+@Test("The parser finds a quote, a backslash or a raw control byte wherever it falls in a long string")
+func parserScansEveryPosition() throws {
+    for length in 1...40 {
+        for position in 0..<length {
+            var body = Array(repeating: UInt8(ascii: "a"), count: length)
+            body[position] = 0x09  // a raw tab: refused, at its own byte
+            let quoted = [UInt8(ascii: "\"")] + body + [UInt8(ascii: "\"")]
+            do {
+                _ = try JSONValue.parse(quoted)
+                Issue.record("a raw tab at \(position) of \(length) was accepted")
+            } catch {
+                #expect(error.message.contains("U+0009"), "\(error.message)")
+                #expect(error.offset == position + 1, "\(length)/\(position): \(error.message)")
+            }
+            var escaped = Array(repeating: UInt8(ascii: "a"), count: length)
+            escaped.replaceSubrange(position...position, with: Array("\\\"".utf8))
+            let value = try JSONValue.parse([UInt8(ascii: "\"")] + escaped + [UInt8(ascii: "\"")])
+            var expected = String(repeating: "a", count: length - 1)
+            expected.insert("\"", at: expected.index(expected.startIndex, offsetBy: position))
+            #expect(value == .string(expected))
+        }
+    }
+}
+
 @Test func serializerIsCompactWithSortedKeys() {
     let value: JSONValue = ["b": 1, "a": [true, false, .null], "c": ["z": "y", "x": -7]]
     #expect(text(value) == #"{"a":[true,false,null],"b":1,"c":{"x":-7,"z":"y"}}"#)
