@@ -114,7 +114,7 @@ struct IntakeStage: Sendable {
                 return
             }
             let environment = job.environment.flatMap(APNSEnvironment.init(rawValue:)) ?? settings.app.defaultEnvironment
-            guard settings.app.environments[environment] != nil else {
+            guard settings.app.environments.index(forKey: environment) != nil else {
                 reject(
                     "app \"\(job.app)\" has no \(environment) environment configured", environment: environment.rawValue, app: settings.app)
                 return
