@@ -108,6 +108,9 @@ public final class APNSHTTP2Simulator: Sendable {
         public var status429Every: Int?
         /// Delay before each answer (scheduled on the event loop).
         public var responseDelay: Duration = .zero
+        /// While set and closed, answers are held (streams stay open) until ``AnswerGate/open()``;
+        /// a test that must see requests in flight waits on the client, not on a clock.
+        public var answerGate: AnswerGate?
         /// A connection without reads for this long gets GOAWAY `{"reason":"IdleTimeout"}` and
         /// is closed (§6.11).
         public var idleTimeout: Duration?
@@ -507,5 +510,32 @@ extension APNSHTTP2Simulator {
                 .invalidCredentials,
                 "the \(what) \"\(value.prefix(20))\" is not valid; it must be 10 letters and digits, such as ABCDE12345")
         }
+    }
+}
+
+/// Holds the HTTP/2 simulator's answers until it is opened (``APNSHTTP2Simulator/Configuration/answerGate``).
+public final class AnswerGate: Sendable {
+    private let state = Mutex<(isOpen: Bool, waiting: [@Sendable () -> Void])>((false, []))
+
+    public init() {}
+
+    /// Lets every held answer go, and every later one at once.
+    public func open() {
+        let waiting = state.withLock { state in
+            state.isOpen = true
+            defer { state.waiting = [] }
+            return state.waiting
+        }
+        for action in waiting { action() }
+    }
+
+    /// Runs `action` once the gate is open (at once if it is).
+    func whenOpen(_ action: @escaping @Sendable () -> Void) {
+        let now = state.withLock { state in
+            if state.isOpen { return true }
+            state.waiting.append(action)
+            return false
+        }
+        if now { action() }
     }
 }

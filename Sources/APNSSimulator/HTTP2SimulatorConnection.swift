@@ -392,7 +392,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
     // MARK: Answers
 
     private func answer(_ frames: [HTTP2Frame], context: ChannelHandlerContext) {
-        if configuration.responseDelay == .zero {
+        if configuration.responseDelay == .zero && configuration.answerGate == nil {
             write(frames, context: context)
             needsFlush = true
         } else {
@@ -415,19 +415,31 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
         }
     }
 
-    /// Writes the answers of this read burst after ``APNSHTTP2Simulator/Configuration/responseDelay``.
+    /// Writes the answers of this read burst after ``APNSHTTP2Simulator/Configuration/responseDelay``,
+    /// or once the ``APNSHTTP2Simulator/Configuration/answerGate`` opens.
     private func scheduleDelayed(context: ChannelHandlerContext) {
         let frames = delayedFrames
         let count = delayedFrameAnswers
         delayedFrames = []
         delayedFrameAnswers = 0
-        context.eventLoop.assumeIsolated().scheduleTask(in: Self.timeAmount(configuration.responseDelay)) {
-            self.delayedAnswers -= count
-            guard let context = self.context else { return }
-            self.write(frames, context: context)
-            context.flush()
-            self.closeIfDone()
+        if let gate = configuration.answerGate {
+            let loop = context.eventLoop
+            let handler = NIOLoopBound(self, eventLoop: loop)
+            let held = NIOLoopBound(frames, eventLoop: loop)
+            gate.whenOpen { loop.execute { handler.value.writeDelayed(held.value, count: count) } }
+            return
         }
+        context.eventLoop.assumeIsolated().scheduleTask(in: Self.timeAmount(configuration.responseDelay)) {
+            self.writeDelayed(frames, count: count)
+        }
+    }
+
+    private func writeDelayed(_ frames: [HTTP2Frame], count: Int) {
+        delayedAnswers -= count
+        guard let context else { return }
+        write(frames, context: context)
+        context.flush()
+        closeIfDone()
     }
 
     private func addUniqueID(to headers: inout HPACKHeaders) {

@@ -133,13 +133,15 @@ struct SnapshotTests {
 
     @Test("streams in use while the server takes its time to answer")
     func streamsInUse() async throws {
-        // Long enough for a poll on a busy machine to see every stream open.
-        let simulator = try await ClientHarness.simulator { $0.responseDelay = .seconds(3) }
+        // The simulator holds its answers until the gate opens: every stream stays open until then.
+        let gate = AnswerGate()
+        let simulator = try await ClientHarness.simulator { $0.answerGate = gate }
         let client = try ClientHarness.certificateClient(port: simulator.port) { $0.maxConnections = 1 }
         let count = 40
         try await client.send(ClientHarness.submissions(0..<count))
         let s = try await DeliveryHarness.snapshot(of: client, "\(count) streams open") { $0.streamsInUse == count }
         #expect(s.queued == 0 && s.open == 1)
+        gate.open()
         var outcomes = 0
         while outcomes < count, let event = await client.nextEvent() {
             if event.outcome != nil { outcomes += 1 }
