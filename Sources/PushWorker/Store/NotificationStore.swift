@@ -166,8 +166,9 @@ final class NotificationStore: Sendable {
         #"""
         -- KEYS: 3 per notification: its record, its app's unregistered tokens, its device counter
         -- for this hour (one slot on a cluster). ARGV: owner, topic, ttl seconds, owners known to
-        -- be dead (newline-separated), then 5 per notification: '<partition>|<offset>', token,
-        -- registeredAt ('' = none), device limit per hour, '1' if it may be sent this second.
+        -- be dead (newline-separated), then 3 per notification: '<partition>|<offset>', token, and
+        -- '<registeredAt>|<device limit per hour>|<1 if it may be sent this second, else 0>', or ''
+        -- for the usual no registeredAt, no device limit, may be sent.
         -- Numbers passed back to Redis stay strings: a Lua number would be formatted per call.
         local owner, topic, ttl = ARGV[1], ARGV[2], ARGV[3]
         local dead = {}
@@ -176,8 +177,13 @@ final class NotificationStore: Sendable {
         local out = {}
         for i = 1, #KEYS / 3 do
           local key, ukey, dkey = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-          local a = 5 * i
-          local where, tok, reg, dlim, permit = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3]), ARGV[a + 4]
+          local a = 3 * i + 2
+          local where, tok, opts = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+          local reg, dlim, permit = '', 0, '1'
+          if opts ~= '' then
+            local r, d, p = string.match(opts, '^([^|]*)|([^|]*)|(.*)$')
+            reg, dlim, permit = r, tonumber(d), p
+          end
           -- A notification that may be sent is claimed and its earlier state read in one call.
           local state
           if permit == '1' then
@@ -376,7 +382,7 @@ final class NotificationStore: Sendable {
         let deadOwners = dead.sorted().joined(separator: "\n")
         var commands = RedisCommands(capacity: 256 + indices.count * (3 * prefix.utf8.count + 320))
         for group in groups {
-            commands.beginEvalsha(Self.claimScript, keyCount: group.count * 3, argumentCount: 4 + group.count * 5)
+            commands.beginEvalsha(Self.claimScript, keyCount: group.count * 3, argumentCount: 4 + group.count * 3)
             // The requests are read in place (`requests[index].…`): a copy of one retains its strings.
             for index in group {
                 let tag = tags[index]
@@ -405,13 +411,17 @@ final class NotificationStore: Sendable {
                     DecimalText.append(requests[index].offset, to: &place)
                 }
                 commands.append(requests[index].token)
-                if let registeredAt = requests[index].registeredAt {
-                    commands.append(registeredAt)
+                if requests[index].registeredAt == nil && requests[index].devicePerHour == 0 && permits[index] {
+                    commands.append([UInt8]())  // the usual options, in two bytes
                 } else {
-                    commands.append([UInt8]())
+                    commands.append { options in
+                        if let registeredAt = requests[index].registeredAt { DecimalText.append(registeredAt, to: &options) }
+                        options.append(UInt8(ascii: "|"))
+                        DecimalText.append(Int64(requests[index].devicePerHour), to: &options)
+                        options.append(UInt8(ascii: "|"))
+                        options.append(permits[index] ? UInt8(ascii: "1") : UInt8(ascii: "0"))
+                    }
                 }
-                commands.append(Int64(requests[index].devicePerHour))
-                commands.append(Int64(permits[index] ? 1 : 0))
             }
         }
         let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Self.claimScript]) }
