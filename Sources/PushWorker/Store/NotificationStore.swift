@@ -142,12 +142,6 @@ final class NotificationStore: Sendable {
         key += environment.utf8
     }
 
-    func unregisteredKey(app: String, environment: String, tag: UInt16?) -> [UInt8] {
-        var key: [UInt8] = []
-        appendUnregisteredKey(app: app, environment: environment, tag: tag, to: &key)
-        return key
-    }
-
     /// `rd:<T><app>:<token>:<hour>`.
     func appendDeviceCounterKey(app: String, token: String, hour: Int64, tag: UInt16?, to key: inout [UInt8]) {
         key += prefix.utf8
