@@ -126,28 +126,16 @@ public struct RedisCommands: Sendable {
         let start = bytes.count
         body(&bytes)
         let length = bytes.count - start
-        // The length line goes in front of the bytes just written.
-        let header = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 24) { line in
-            var count = 0
-            line[count] = UInt8(ascii: "$")
-            count += 1
-            var digits = 1
-            var rest = length / 10
-            while rest > 0 {
-                digits += 1
-                rest /= 10
+        // The length line (`$<length>\r\n`) goes in front of the bytes just written.
+        let header = DecimalBytes.withDigits(of: UInt64(length)) { digits in
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: digits.count + 3) { line in
+                line[0] = UInt8(ascii: "$")
+                _ = UnsafeMutableBufferPointer(rebasing: line[1...]).initialize(from: digits)
+                line[digits.count + 1] = UInt8(ascii: "\r")
+                line[digits.count + 2] = UInt8(ascii: "\n")
+                bytes.insert(contentsOf: line, at: start)
+                return line.count
             }
-            rest = length
-            for position in stride(from: count + digits - 1, through: count, by: -1) {
-                line[position] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
-            }
-            count += digits
-            line[count] = UInt8(ascii: "\r")
-            line[count + 1] = UInt8(ascii: "\n")
-            count += 2
-            bytes.insert(contentsOf: UnsafeBufferPointer(rebasing: line[..<count]), at: start)
-            return count
         }
         argumentWritten(start + header)
     }
@@ -218,26 +206,21 @@ public struct RedisCommands: Sendable {
 /// Decimal digits of an integer appended to bytes, without a String.
 enum DecimalBytes {
     static func append(_ value: Int64, to bytes: inout [UInt8]) {
-        if value < 0 {
-            bytes.append(UInt8(ascii: "-"))
-            if value == .min {
-                bytes += "9223372036854775808".utf8
-                return
-            }
-        }
-        var magnitude = value.magnitude
-        if magnitude < 10 {
-            bytes.append(UInt8(ascii: "0") + UInt8(magnitude))
-            return
-        }
+        if value < 0 { bytes.append(UInt8(ascii: "-")) }
+        withDigits(of: value.magnitude) { bytes.append(contentsOf: $0) }
+    }
+
+    /// Calls `body` with the decimal digits of `value`, from a buffer on the stack.
+    static func withDigits<R>(of value: UInt64, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
             var index = 20
-            while magnitude > 0 {
+            var rest = value
+            repeat {
                 index -= 1
-                digits[index] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-            }
-            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: digits[index...]))
+                digits[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            } while rest > 0
+            return body(UnsafeBufferPointer(rebasing: digits[index...]))
         }
     }
 }
