@@ -32,27 +32,40 @@ struct OffsetTracker {
     /// A message at or before the newest one registered restarts the partition's tracking,
     /// as happens when a partition is consumed again from its committed offset.
     mutating func register(_ partition: TopicPartition, offset: Int64, results: Int) {
-        var state = partitions.removeValue(forKey: partition) ?? Partition()
+        // Changed in place (one lookup, and the deque is not copied).
+        let outstanding = Self.register(&partitions[partition, default: Partition()], offset: offset, results: results)
+        outstandingMessages += outstanding
+    }
+
+    /// ``register(_:offset:results:)`` on one partition's state; returns the change in
+    /// outstanding messages.
+    private static func register(_ state: inout Partition, offset: Int64, results: Int) -> Int {
+        var change = 0
         if offset < state.end {
-            outstandingMessages -= state.messages.count(where: { $0.remaining > 0 })
+            change -= state.messages.count(where: { $0.remaining > 0 })
             state.messages.removeAll()
             state.committed = min(state.committed, offset)
         }
         state.end = offset + 1
         if results > 0 {
             state.messages.append((offset, results))
-            outstandingMessages += 1
+            change += 1
         }
         state.dropFinished()
-        partitions[partition] = state
+        return change
     }
 
     /// Records that `count` results of the message were written. Unknown messages (of a
     /// partition since revoked or restarted) are ignored.
     mutating func complete(_ partition: TopicPartition, offset: Int64, count: Int = 1) {
-        // Taken out of the table while it changes, so the deque is not copied.
-        guard var state = partitions.removeValue(forKey: partition) else { return }
-        defer { partitions[partition] = state }
+        guard let index = partitions.index(forKey: partition) else { return }
+        // Changed in place (no second lookup, and the deque is not copied).
+        if Self.complete(&partitions.values[index], offset: offset, count: count) { outstandingMessages -= 1 }
+    }
+
+    /// ``complete(_:offset:count:)`` on one partition's state; returns whether its message has
+    /// no result outstanding any more.
+    private static func complete(_ state: inout Partition, offset: Int64, count: Int) -> Bool {
         // Binary search: messages are in offset order.
         var low = 0
         var high = state.messages.count
@@ -60,10 +73,11 @@ struct OffsetTracker {
             let mid = (low + high) / 2
             if state.messages[mid].offset < offset { low = mid + 1 } else { high = mid }
         }
-        guard low < state.messages.count, state.messages[low].offset == offset, state.messages[low].remaining > 0 else { return }
+        guard low < state.messages.count, state.messages[low].offset == offset, state.messages[low].remaining > 0 else { return false }
         state.messages[low].remaining = max(0, state.messages[low].remaining - count)
-        if state.messages[low].remaining == 0 { outstandingMessages -= 1 }
+        let finished = state.messages[low].remaining == 0
         state.dropFinished()
+        return finished
     }
 
     /// The offsets to commit now: those that moved since the last ``markCommitted(_:)``.
