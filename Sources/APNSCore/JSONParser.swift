@@ -45,15 +45,43 @@ extension JSONValue {
     /// expected to be an object: its members in document order, or `nil` when the text is valid
     /// JSON but not an object. The same texts are refused, with the same errors.
     ///
-    /// For messages read member by member (a job): no dictionary is built for the top level, so
-    /// its member names are not hashed. Repeated names are found by comparison (with a set past
-    /// 16 members), as `String` equality, which is what the dictionary's keys used.
+    /// No dictionary is built for the top level, so its member names are not hashed. Repeated
+    /// names are found by comparison (with a set past 16 members), as `String` equality, which is
+    /// what the dictionary's keys used.
     public static func parseObjectMembers(
         _ bytes: [UInt8], maxDepth: Int = 64
     ) throws(JSONParseError) -> [(key: String, value: JSONValue)]? {
+        var members: [(key: String, value: JSONValue)] = []
+        var names: Set<String>? = nil
+        let isObject = try parseObjectMembers(bytes, maxDepth: maxDepth) { name, value in
+            let key = String(decoding: name, as: UTF8.self)
+            let repeated: Bool
+            if names != nil {
+                repeated = !names!.insert(key).inserted
+            } else {
+                repeated = members.contains { $0.key == key }
+                if !repeated && members.count == 15 { names = Set(members.map(\.key) + [key]) }
+            }
+            if !repeated { members.append((key, value)) }
+            return !repeated
+        }
+        return isObject ? members : nil
+    }
+
+    /// Parses a complete JSON text, by the rules of ``parse(_:maxDepth:)``, whose top level is
+    /// expected to be an object, handing each member to `member` in document order: its name as
+    /// UTF-8 with any escapes decoded (valid during the call only), and its value. `member`
+    /// returns `false` when the name repeats an earlier one, which is refused as `parse` refuses
+    /// it. Returns `false` when the text is valid JSON but not an object.
+    ///
+    /// For messages read member by member (a job): a name is matched as bytes, and no `String`
+    /// is made of it.
+    public static func parseObjectMembers(
+        _ bytes: [UInt8], maxDepth: Int = 64, _ member: (UnsafeBufferPointer<UInt8>, JSONValue) -> Bool
+    ) throws(JSONParseError) -> Bool {
         try bytes.withUnsafeBufferPointer { buffer in
             var parser = JSONParser(bytes: buffer, maxDepth: maxDepth)
-            return Result { () throws(JSONParseError) -> [(key: String, value: JSONValue)]? in try parser.parseTopLevelMembers() }
+            return Result { () throws(JSONParseError) -> Bool in try parser.parseTopLevelMembers(member) }
         }.get()
     }
 
@@ -88,41 +116,29 @@ private struct JSONParser {
         return value
     }
 
-    /// ``JSONValue/parseObjectMembers(_:maxDepth:)``: the members of a top-level object, or
-    /// `nil` (after checking the whole text) when the top level is another value.
-    mutating func parseTopLevelMembers() throws(JSONParseError) -> [(key: String, value: JSONValue)]? {
+    /// ``JSONValue/parseObjectMembers(_:maxDepth:_:)``: hands the members of a top-level object
+    /// to `member` and returns `true`, or returns `false` (after checking the whole text) when
+    /// the top level is another value.
+    mutating func parseTopLevelMembers(_ member: (UnsafeBufferPointer<UInt8>, JSONValue) -> Bool) throws(JSONParseError) -> Bool {
         skipWhitespace()
         guard peek(UInt8(ascii: "{")) else {
             _ = try parseDocument()
-            return nil
+            return false
         }
-        // As parseObject, keeping the members in a list.
+        // As parseObject, handing the members over.
         try checkDepth(1)
         pos += 1  // '{'
-        var members: [(key: String, value: JSONValue)] = []
-        var names: Set<String>? = nil
         skipWhitespace()
         if peek(UInt8(ascii: "}")) {
             pos += 1
         } else {
-            members.reserveCapacity(8)
-            try parseMembers(depth: 1) { key, value in
-                let repeated: Bool
-                if names != nil {
-                    repeated = !names!.insert(key).inserted
-                } else {
-                    repeated = members.contains { $0.key == key }
-                    if !repeated && members.count == 15 { names = Set(members.map(\.key) + [key]) }
-                }
-                if !repeated { members.append((key, value)) }
-                return !repeated
-            }
+            try parseMembers(depth: 1, member)
         }
         skipWhitespace()
         if pos != bytes.count {
             throw error(at: pos, "unexpected \(describe(pos)) after the top-level value")
         }
-        return members
+        return true
     }
 
     // MARK: Values
@@ -158,14 +174,17 @@ private struct JSONParser {
         // Room for a job's usual members from the start: an empty dictionary grew (and rehashed
         // every key) three times on the way to a job's five or six members.
         var members = [String: JSONValue](minimumCapacity: 8)
-        try parseMembers(depth: depth) { key, value in members.updateValue(value, forKey: key) == nil }
+        try parseMembers(depth: depth) { name, value in
+            members.updateValue(value, forKey: String(decoding: name, as: UTF8.self)) == nil
+        }
         return .object(members)
     }
 
     /// Reads an object's members from the first one (the object is not empty) through its
-    /// closing '}', handing each to `add`, which returns `false` for a repeated name.
+    /// closing '}', handing each to `add` (the name's UTF-8, escapes decoded, and the value),
+    /// which returns `false` for a repeated name.
     @inline(__always)
-    mutating func parseMembers(depth: Int, _ add: (String, JSONValue) -> Bool) throws(JSONParseError) {
+    mutating func parseMembers(depth: Int, _ add: (UnsafeBufferPointer<UInt8>, JSONValue) -> Bool) throws(JSONParseError) {
         var first = true
         while true {
             guard peek(UInt8(ascii: "\"")) else {
@@ -173,13 +192,25 @@ private struct JSONParser {
             }
             first = false
             let keyOffset = pos
-            let key = try parseString()
+            // A name without escapes is read where it is; one with escapes is kept apart from
+            // the scratch buffer, which the value's strings reuse.
+            let inInput = try scanString()
+            let decoded = inInput == nil ? scratch : nil
             skipWhitespace()
             guard peek(UInt8(ascii: ":")) else { throw error(at: pos, "expected ':' after an object member name") }
             pos += 1
             skipWhitespace()
             let value = try parseValue(depth: depth)
-            if !add(key, value) {
+            let added: Bool
+            if let inInput {
+                added = add(UnsafeBufferPointer(rebasing: bytes[inInput]), value)
+            } else {
+                added = decoded!.withUnsafeBufferPointer { add($0, value) }
+            }
+            if !added {
+                let key =
+                    inInput.map { String(decoding: UnsafeBufferPointer(rebasing: bytes[$0]), as: UTF8.self) }
+                    ?? String(decoding: decoded!, as: UTF8.self)
                 throw error(at: keyOffset, "duplicate member name \"\(key.abbreviated())\" in an object")
             }
             skipWhitespace()
@@ -299,6 +330,14 @@ private struct JSONParser {
 
     /// Parses a string literal starting at the opening quote.
     mutating func parseString() throws(JSONParseError) -> String {
+        if let range = try scanString() { return String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self) }
+        return String(decoding: scratch, as: UTF8.self)
+    }
+
+    /// Reads a string literal from its opening quote past its closing one: the range of its
+    /// bytes in the input when it has no escapes, or `nil` when it has, its decoded bytes then
+    /// being in `scratch`.
+    mutating func scanString() throws(JSONParseError) -> Range<Int>? {
         let open = pos
         pos += 1
         var runStart = pos
@@ -315,15 +354,11 @@ private struct JSONParser {
             }
             let b = bytes[pos]
             if b == UInt8(ascii: "\"") {
-                let result: String
-                if escaped {
-                    scratch.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<pos]))
-                    result = String(decoding: scratch, as: UTF8.self)
-                } else {
-                    result = String(decoding: UnsafeBufferPointer(rebasing: bytes[runStart..<pos]), as: UTF8.self)
-                }
+                let end = pos
                 pos += 1
-                return result
+                guard escaped else { return runStart..<end }
+                scratch.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<end]))
+                return nil
             } else if b == UInt8(ascii: "\\") {
                 if !escaped {
                     scratch.removeAll(keepingCapacity: true)

@@ -123,6 +123,44 @@ import Testing
         #expect(reason.contains(fragment), "\(reason)")
     }
 
+    @Test("A field is found by its exact name, escapes decoded; a name that only resembles one is unknown")
+    func fieldNamesAreMatchedExactly() throws {
+        // `\u0062adge` is "badge" written with an escape.
+        guard case .job(let job) = parse(#"{"\u0069d":"j","app":"a","token":"\#(token)","\u0062adge":3}"#) else {
+            Issue.record("expected a job")
+            return
+        }
+        #expect(job.id == "j")
+        #expect(job.notification.badge == 3)
+        for name in ["Badge", "badges", "badg", #"bad\u0067e2"#, "i", "truncateAtWordEnds"] {
+            let text = #"{"id":"j","app":"a","token":"\#(token)","\#(name)":1}"#
+            guard case .rejected(_, _, _, let reason, _) = parse(text) else {
+                Issue.record("expected \(name) to be an unknown field")
+                continue
+            }
+            #expect(reason.contains("unknown field"), "\(reason)")
+        }
+    }
+
+    @Test("A repeated member name makes the message unreadable, for fields and other names alike, however many there are")
+    func repeatedNamesAreRefused() {
+        let others = (0..<40).map { #""x\#($0)":1"# }.joined(separator: ",")
+        for repeated in [#""badge":1,"badge":2"#, #""id":"k""#, #""\u0074oken":"aa""#, #""x3":2"#, #""x39":2"#, #""x0":2"#] {
+            let text = #"{"id":"j","app":"a","token":"\#(token)",\#(others),\#(repeated)}"#
+            guard case .unreadable(_, _, let reason, _) = parse(text) else {
+                Issue.record("expected unreadable for \(repeated)")
+                continue
+            }
+            #expect(reason.contains("duplicate member name"), "\(reason)")
+        }
+        // Forty distinct unknown names: rejected, naming the first in order.
+        guard case .rejected(_, _, _, let reason, _) = parse(#"{"id":"j","app":"a","token":"\#(token)",\#(others)}"#) else {
+            Issue.record("expected rejected")
+            return
+        }
+        #expect(reason.contains("unknown field \"x0\""), "\(reason)")
+    }
+
     @Test func missingAppIsRejectedPerToken() {
         guard case .rejected(_, let app, let tokens, let reason, _) = parse(#"{"id":"j","token":"\#(token)","alert":"x"}"#) else {
             Issue.record("expected rejected")

@@ -93,51 +93,63 @@ public struct JobParser: Sendable {
 
     public init() {}
 
-    /// A job's top-level members, sorted out in one pass over the object (a dictionary lookup
-    /// per known key would hash every key name for every job).
+    /// A job's top-level members, sorted out by name as the object is parsed: a name is matched
+    /// as bytes against the fields of its length, with no `String` made of it (a dictionary of
+    /// the members hashed every name, and a `switch` over `String` compared it with each field's
+    /// name in turn).
     struct Fields {
-        var id, app, token, tokens, aps, alert, badge, sound, contentAvailable, mutableContent: JSONValue?
-        var category, threadId, urlArgs, mdm, payload, expiry, priority, truncateAtWordEnd, env: JSONValue?
-        var registeredAt, retryLimit, pushType, collapseId, staleAfter: JSONValue?
-        var metadata, apnsId, topic, dryRun, summary: JSONValue?
-        /// Member names that are not job fields.
-        var unknown: [String] = []
+        enum Name: Int, CaseIterable {
+            case id, app, token, tokens, aps, alert, badge, sound, contentAvailable, mutableContent
+            case category, threadId, urlArgs, mdm, payload, expiry, priority, truncateAtWordEnd, env
+            case registeredAt, retryLimit, pushType, collapseId, staleAfter
+            case metadata, apnsId, topic, dryRun, summary
 
-        init(_ members: [(key: String, value: JSONValue)]) {
-            for (key, value) in members {
-                switch key {
-                case "id": id = value
-                case "app": app = value
-                case "token": token = value
-                case "tokens": tokens = value
-                case "aps": aps = value
-                case "alert": alert = value
-                case "badge": badge = value
-                case "sound": sound = value
-                case "contentAvailable": contentAvailable = value
-                case "mutableContent": mutableContent = value
-                case "category": category = value
-                case "threadId": threadId = value
-                case "urlArgs": urlArgs = value
-                case "mdm": mdm = value
-                case "payload": payload = value
-                case "expiry": expiry = value
-                case "priority": priority = value
-                case "truncateAtWordEnd": truncateAtWordEnd = value
-                case "env": env = value
-                case "registeredAt": registeredAt = value
-                case "retryLimit": retryLimit = value
-                case "pushType": pushType = value
-                case "collapseId": collapseId = value
-                case "staleAfter": staleAfter = value
-                case "metadata": metadata = value
-                case "apnsId": apnsId = value
-                case "topic": topic = value
-                case "dryRun": dryRun = value
-                case "summary": summary = value
-                default: unknown.append(key)
+            /// The names by their length in bytes: the JSON names are the cases' names.
+            private static let byLength: [[(utf8: [UInt8], name: Name)]] = {
+                var table: [[(utf8: [UInt8], name: Name)]] = []
+                for name in allCases {
+                    let utf8 = Array(String(describing: name).utf8)
+                    while table.count <= utf8.count { table.append([]) }
+                    table[utf8.count].append((utf8, name))
                 }
+                return table
+            }()
+
+            init?(utf8: UnsafeBufferPointer<UInt8>) {
+                guard utf8.count < Self.byLength.count else { return nil }
+                for entry in Self.byLength[utf8.count] where entry.utf8.elementsEqual(utf8) {
+                    self = entry.name
+                    return
+                }
+                return nil
             }
+        }
+
+        private var values = [JSONValue?](repeating: nil, count: Name.allCases.count)
+        /// Member names that are not job fields.
+        private(set) var unknown: [String] = []
+        /// The unknown names as a set, once there are more than a few to compare.
+        private var unknownSet: Set<String>? = nil
+
+        subscript(_ name: Name) -> JSONValue? { values[name.rawValue] }
+
+        /// Takes a member of the object; `false` when its name repeats an earlier one.
+        mutating func add(_ utf8: UnsafeBufferPointer<UInt8>, _ value: JSONValue) -> Bool {
+            if let name = Name(utf8: utf8) {
+                guard values[name.rawValue] == nil else { return false }
+                values[name.rawValue] = value
+                return true
+            }
+            // Compared as `String`s, which is how repeated names of other objects are found.
+            let text = String(decoding: utf8, as: UTF8.self)
+            if unknownSet != nil {
+                guard unknownSet!.insert(text).inserted else { return false }
+            } else {
+                guard !unknown.contains(text) else { return false }
+                if unknown.count == 15 { unknownSet = Set(unknown + [text]) }
+            }
+            unknown.append(text)
+            return true
         }
     }
 
@@ -147,25 +159,23 @@ public struct JobParser: Sendable {
                 jobId: nil, app: nil,
                 reason: "the message is \(bytes.count) bytes, over the \(maxMessageBytes)-byte limit for a job", metadata: nil)
         }
-        // The top level's members as a list: they are sorted out by name once (``Fields``), so a
-        // dictionary of them hashed every name for nothing.
-        let parsed: [(key: String, value: JSONValue)]?
+        var fields = Fields()
+        let isObject: Bool
         do {
-            parsed = try JSONValue.parseObjectMembers(bytes)
+            isObject = try JSONValue.parseObjectMembers(bytes) { fields.add($0, $1) }
         } catch {
             return .unreadable(jobId: nil, app: nil, reason: "the message is not valid JSON: \(error.message)", metadata: nil)
         }
-        guard let members = parsed else {
+        guard isObject else {
             return .unreadable(
                 jobId: nil, app: nil,
                 reason: "the message is JSON but not an object; a job is a JSON object with id, app and token or tokens", metadata: nil)
         }
-        let fields = Fields(members)
-        let app = fields.app?.stringValue
+        let app = fields[.app]?.stringValue
         // Read first, so that every result of the job can carry it, the rejections included.
         var metadata: [UInt8]? = nil
         var metadataError: String? = nil
-        if let value = fields.metadata {
+        if let value = fields[.metadata] {
             switch Self.metadata(value) {
             case .success(let bytes): metadata = bytes
             case .failure(let error): metadataError = error.message
@@ -174,14 +184,14 @@ public struct JobParser: Sendable {
         func unreadable(_ jobId: String?, _ reason: String) -> JobParseResult {
             .unreadable(jobId: jobId, app: app, reason: reason, metadata: metadata)
         }
-        guard let idValue = fields.id else {
+        guard let idValue = fields[.id] else {
             return unreadable(nil, "the job has no \"id\"; every job needs a string id, its idempotency key")
         }
         guard let id = idValue.stringValue, !id.isEmpty, id.utf8.count <= 256 else {
             return unreadable(nil, "the job's \"id\" must be a string of 1 to 256 bytes")
         }
         let rawTokens: [String]
-        switch (fields.token, fields.tokens) {
+        switch (fields[.token], fields[.tokens]) {
         case (nil, nil):
             return unreadable(id, "the job has neither \"token\" nor \"tokens\"")
         case (.some, .some):
@@ -232,7 +242,7 @@ public struct JobParser: Sendable {
 
         guard let app else {
             return reject(
-                fields.app == nil
+                fields[.app] == nil
                     ? "the job has no \"app\"; name one of the configured apps"
                     : "\"app\" must be a string naming a configured app")
         }
@@ -247,7 +257,7 @@ public struct JobParser: Sendable {
         } catch {
             return reject(error.message)
         }
-        if fields.expiry == nil, let expiry = defaultExpiry[app] { job.notification.expiry = expiry }
+        if fields[.expiry] == nil, let expiry = defaultExpiry[app] { job.notification.expiry = expiry }
         // §1.3: the payload must fit; trim the alert body if it does not.
         let http2 = http2Apps.contains(app)
         let limit =
@@ -283,20 +293,20 @@ public struct JobParser: Sendable {
 
     private func fill(_ job: inout Job, from fields: Fields) throws(JobFieldError) {
         var n = APNSNotification()
-        if let aps = fields.aps {
+        if let aps = fields[.aps] {
             guard let dict = aps.objectValue else { throw JobFieldError("\"aps\" must be an object") }
             try applyAPS(dict, to: &n)
         }
-        if let v = fields.alert { n.alert = try alert(v, "alert") }
-        if let v = fields.badge { n.badge = try nonNegativeInt(v, "badge") }
-        if let v = fields.sound { n.sound = try sound(v, "sound") }
-        if let v = fields.contentAvailable { n.contentAvailable = try bool(v, "contentAvailable") }
-        if let v = fields.mutableContent { n.mutableContent = try bool(v, "mutableContent") }
-        if let v = fields.category { n.category = try string(v, "category") }
-        if let v = fields.threadId { n.threadId = try string(v, "threadId") }
-        if let v = fields.urlArgs { n.urlArgs = try strings(v, "urlArgs") }
-        if let v = fields.mdm { n.mdm = try string(v, "mdm") }
-        if let v = fields.pushType {
+        if let v = fields[.alert] { n.alert = try alert(v, "alert") }
+        if let v = fields[.badge] { n.badge = try nonNegativeInt(v, "badge") }
+        if let v = fields[.sound] { n.sound = try sound(v, "sound") }
+        if let v = fields[.contentAvailable] { n.contentAvailable = try bool(v, "contentAvailable") }
+        if let v = fields[.mutableContent] { n.mutableContent = try bool(v, "mutableContent") }
+        if let v = fields[.category] { n.category = try string(v, "category") }
+        if let v = fields[.threadId] { n.threadId = try string(v, "threadId") }
+        if let v = fields[.urlArgs] { n.urlArgs = try strings(v, "urlArgs") }
+        if let v = fields[.mdm] { n.mdm = try string(v, "mdm") }
+        if let v = fields[.pushType] {
             let text = try string(v, "pushType")
             guard APNSPushType(rawValue: text) != nil else {
                 throw JobFieldError(
@@ -305,7 +315,7 @@ public struct JobParser: Sendable {
             }
             n.pushType = text
         }
-        if let v = fields.collapseId {
+        if let v = fields[.collapseId] {
             let text = try string(v, "collapseId")
             do {
                 try APNSHTTP2Request.validate(collapseID: text)
@@ -314,14 +324,14 @@ public struct JobParser: Sendable {
             }
             n.collapseId = text
         }
-        if let v = fields.payload {
+        if let v = fields[.payload] {
             guard let custom = v.objectValue else { throw JobFieldError("\"payload\" must be an object of custom keys") }
             guard custom["aps"] == nil else {
                 throw JobFieldError("\"payload\" may not contain \"aps\"; put aps fields in \"aps\" or the convenience fields")
             }
             n.custom = custom
         }
-        if let v = fields.expiry {
+        if let v = fields[.expiry] {
             switch v {
             case .int(let seconds):
                 try Self.checkAbsoluteExpiry(seconds, written: "\(seconds)")
@@ -336,34 +346,34 @@ public struct JobParser: Sendable {
                 throw JobFieldError("\"expiry\" must be a UNIX time in seconds or a string such as \"30m\" or \"1d\"")
             }
         }
-        if let v = fields.priority {
+        if let v = fields[.priority] {
             guard let raw = v.intValue, let priority = APNSPriority(rawValue: Int(raw)) else {
                 throw JobFieldError("\"priority\" must be 10 (immediate), 5 (power-considerate) or 1 (low, HTTP/2 apps only)")
             }
             n.priority = priority
         }
-        if let v = fields.truncateAtWordEnd { n.truncateAtWordEnd = try bool(v, "truncateAtWordEnd") }
-        if let v = fields.retryLimit { n.retryLimit = try nonNegativeInt(v, "retryLimit") }
-        if let v = fields.env {
+        if let v = fields[.truncateAtWordEnd] { n.truncateAtWordEnd = try bool(v, "truncateAtWordEnd") }
+        if let v = fields[.retryLimit] { n.retryLimit = try nonNegativeInt(v, "retryLimit") }
+        if let v = fields[.env] {
             guard let env = v.stringValue, env == "production" || env == "sandbox" else {
                 throw JobFieldError("\"env\" must be \"production\" or \"sandbox\"")
             }
             job.environment = env
         }
-        if let v = fields.registeredAt {
+        if let v = fields[.registeredAt] {
             guard let seconds = v.intValue, seconds >= 0 else {
                 throw JobFieldError("\"registeredAt\" must be a UNIX time in seconds")
             }
             job.registeredAt = seconds
         }
-        if let v = fields.apnsId {
+        if let v = fields[.apnsId] {
             guard let text = v.stringValue, let id = JobAPNSID.canonical(text) else {
                 throw JobFieldError(
                     "\"apnsId\" must be a UUID string such as \"123e4567-e89b-12d3-a456-426614174000\" (8-4-4-4-12 hex digits)")
             }
             job.apnsId = id
         }
-        if let v = fields.topic {
+        if let v = fields[.topic] {
             let text = try string(v, "topic")
             do {
                 try APNSHTTP2Request.validate(topic: text)
@@ -373,8 +383,8 @@ public struct JobParser: Sendable {
             job.topic = text
             n.topic = text
         }
-        if let v = fields.dryRun { job.dryRun = try bool(v, "dryRun") }
-        if let v = fields.staleAfter {
+        if let v = fields[.dryRun] { job.dryRun = try bool(v, "dryRun") }
+        if let v = fields[.staleAfter] {
             let sentence = "\"staleAfter\" must be a positive number of seconds or a string such as \"90s\", \"10m\" or \"1h\""
             switch v {
             case .int(let seconds):
@@ -389,7 +399,7 @@ public struct JobParser: Sendable {
                 throw JobFieldError(sentence)
             }
         }
-        if let v = fields.summary { job.summary = try bool(v, "summary") }
+        if let v = fields[.summary] { job.summary = try bool(v, "summary") }
         job.notification = n
     }
 
