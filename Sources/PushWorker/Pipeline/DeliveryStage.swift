@@ -13,8 +13,7 @@ final class DeliveryStage: Sendable {
     private struct State {
         var pools: [PoolKey: any APNSDeliveryClient] = [:]
         /// What each notification in a pool needs to become a result, by tag.
-        var sent: [UInt64: SentContext] = [:]
-        var nextTag: UInt64 = 1
+        var sent = TagTable<SentContext>()
         var unavailable: Set<PoolKey> = []
         var stopping = false
     }
@@ -74,10 +73,7 @@ final class DeliveryStage: Sendable {
     func submit(_ notifications: [SentContext], to key: PoolKey) async {
         var submissions = state.withLock { s in
             notifications.map { context in
-                let tag = s.nextTag
-                s.nextTag += 1
-                s.sent[tag] = context
-                return APNSSubmission(tag: tag, token: context.candidate.token, content: context.candidate.job.content)
+                APNSSubmission(tag: s.sent.insert(context), token: context.candidate.token, content: context.candidate.job.content)
             }
         }
         // Jobs that give `apnsId`: the id per token, derived outside the lock.
@@ -89,7 +85,7 @@ final class DeliveryStage: Sendable {
             try await pool(for: key).send(submissions)
         } catch {
             logger.error("Cannot hand notifications to the \(key.app) \(key.environment) pool", metadata: ["error": "\(error)"])
-            let released = state.withLock { s in submissions.compactMap { s.sent.removeValue(forKey: $0.tag) } }
+            let released = state.withLock { s in submissions.compactMap { s.sent.remove($0.tag) } }
             results.submit(released.map { .released($0.candidate.ref, resultId: $0.candidate.resultId, token: $0.candidate.tokenHex) })
         }
     }
@@ -141,7 +137,7 @@ final class DeliveryStage: Sendable {
     private func readEvents(of client: any APNSDeliveryClient, key: PoolKey) async {
         while let events = await client.nextEvents(max: 1024) {
             let contexts = state.withLock { s in
-                events.map { event in event.outcome.flatMap { s.sent.removeValue(forKey: $0.tag) } }
+                events.map { event in event.outcome.flatMap { s.sent.remove($0.tag) } }
             }
             let (items, feedback) = Self.results(of: events, contexts: contexts, factory: factory)
             if feedback > 0 { control.count { $0.feedback += feedback } }
@@ -219,7 +215,11 @@ final class DeliveryStage: Sendable {
     func stuck(in selection: Set<TopicPartition>) -> Int {
         state.withLock { s in
             guard !s.unavailable.isEmpty else { return 0 }
-            return s.sent.values.count { selection.contains($0.candidate.ref.partition) && s.unavailable.contains($0.candidate.poolKey) }
+            var stuck = 0
+            s.sent.forEach { context in
+                if selection.contains(context.candidate.ref.partition) && s.unavailable.contains(context.candidate.poolKey) { stuck += 1 }
+            }
+            return stuck
         }
     }
 
