@@ -233,8 +233,9 @@ import Testing
         let ref = MessageRef(partition: TopicPartition(topic: "apn.requests", partition: 3), offset: 9)
         let message = ResultMessage(key: Array("k".utf8), value: Array("{\"r\":1}".utf8))
         let feedback = ResultMessage(key: Array("k".utf8), value: Array("{\"f\":1}".utf8))
-        var gone = RecordedResult(ref: ref, resultId: "d", token: "dd", result: message, feedback: feedback)
-        gone.unregister = Unregistration(app: "a", environment: "production", token: "ab", since: 1_650_000_000)
+        let gone = RecordedResult(
+            ref: ref, resultId: "d", token: "dd", result: message, feedback: feedback,
+            unregister: Unregistration(app: "a", environment: "production", token: "ab", since: 1_650_000_000))
         let plan = ResultStage.plan(
             [
                 .rejected(ref, message), .reemitted(ref, resultId: "r", [message, feedback]),

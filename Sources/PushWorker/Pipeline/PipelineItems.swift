@@ -128,16 +128,30 @@ struct Unregistration: Sendable {
     var since: Int64
 }
 
-/// An outcome the result stage records in Redis before producing its result.
-struct RecordedResult: Sendable {
-    var ref: MessageRef
-    var resultId: String
+/// An outcome the result stage records in Redis before producing its result. A class: result
+/// items are handed from stage to stage and gathered into batches, and each copy of a struct
+/// of these fields retained every string and buffer in it.
+final class RecordedResult: Sendable {
+    let ref: MessageRef
+    let resultId: String
     /// The notification's token (hex), which places its record in Redis.
-    var token: String
-    var result: ResultMessage
+    let token: String
+    let result: ResultMessage
     /// A second result produced with it (the `feedback` result of an HTTP/2 410).
-    var feedback: ResultMessage? = nil
-    var unregister: Unregistration? = nil
+    let feedback: ResultMessage?
+    let unregister: Unregistration?
+
+    init(
+        ref: MessageRef, resultId: String, token: String, result: ResultMessage, feedback: ResultMessage? = nil,
+        unregister: Unregistration? = nil
+    ) {
+        self.ref = ref
+        self.resultId = resultId
+        self.token = token
+        self.result = result
+        self.feedback = feedback
+        self.unregister = unregister
+    }
 }
 
 /// What the result stage is handed: every notification and every rejected message ends as

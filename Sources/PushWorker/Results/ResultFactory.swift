@@ -65,18 +65,22 @@ struct ResultFactory: Sendable {
         result.apnsId = outcome.apnsID
         result.apnsUniqueId = outcome.apnsUniqueID
         result.metadata = c.job.metadata
-        var record = RecordedResult(ref: c.ref, resultId: c.resultId, token: c.tokenHex, result: result.message(since: c.job.producedAt))
+        var unregister: Unregistration? = nil
+        var feedback: ResultMessage? = nil
         if outcome.status == .invalidToken {
             // Binary status 8 (§1.4).
-            record.unregister = Unregistration(app: c.job.app, environment: env, token: c.tokenHex, since: at / 1000)
+            unregister = Unregistration(app: c.job.app, environment: env, token: c.tokenHex, since: at / 1000)
         } else if outcome.status == .gone {
             // HTTP/2 410 (§3.4): unregistered since its timestamp (ms), published like the
             // feedback service's news.
             let since = (outcome.unregisteredAt ?? at) / 1000
-            record.unregister = Unregistration(app: c.job.app, environment: env, token: c.tokenHex, since: since)
-            record.feedback = feedback(app: c.job.app, environment: env, token: c.tokenHex, timestamp: since, at: at)
+            unregister = Unregistration(app: c.job.app, environment: env, token: c.tokenHex, since: since)
+            feedback = self.feedback(app: c.job.app, environment: env, token: c.tokenHex, timestamp: since, at: at)
         }
-        return .delivered(record)
+        return .delivered(
+            RecordedResult(
+                ref: c.ref, resultId: c.resultId, token: c.tokenHex, result: result.message(since: c.job.producedAt), feedback: feedback,
+                unregister: unregister))
     }
 
     /// A `dryRun` result: the notification was claimed (and counted against the rate limits) but
