@@ -142,6 +142,15 @@ import Testing
         }
     }
 
+    @Test("Every job field has a slot, and is found by its name")
+    func everyFieldHasASlot() {
+        #expect(JobParser.Fields().capacity == JobParser.Fields.Name.allCases.count)
+        for name in JobParser.Fields.Name.allCases {
+            let utf8 = Array(String(describing: name).utf8)
+            #expect(utf8.withUnsafeBufferPointer { JobParser.Fields.Name(utf8: $0) } == name)
+        }
+    }
+
     @Test("A repeated member name makes the message unreadable, for fields and other names alike, however many there are")
     func repeatedNamesAreRefused() {
         let others = (0..<40).map { #""x\#($0)":1"# }.joined(separator: ",")

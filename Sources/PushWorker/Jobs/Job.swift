@@ -125,13 +125,17 @@ public struct JobParser: Sendable {
             }
         }
 
-        private var values = [JSONValue?](repeating: nil, count: Name.allCases.count)
+        /// By ``Name/rawValue``; inline, so that no job allocates a table of its members.
+        private var values = InlineArray<29, JSONValue?>(repeating: nil)
         /// Member names that are not job fields.
         private(set) var unknown: [String] = []
         /// The unknown names as a set, once there are more than a few to compare.
         private var unknownSet: Set<String>? = nil
 
         subscript(_ name: Name) -> JSONValue? { values[name.rawValue] }
+
+        /// How many fields the table has room for: one per ``Name``.
+        var capacity: Int { values.count }
 
         /// Takes a member of the object; `false` when its name repeats an earlier one.
         mutating func add(_ utf8: UnsafeBufferPointer<UInt8>, _ value: JSONValue) -> Bool {
