@@ -446,13 +446,11 @@ final class ClaimStage: Sendable {
 /// comparisons of integers instead of `String`'s (the string keys were about 5% of the worker's
 /// CPU in a profile of `bench-worker`; decoding the hex digits instead cost as much as it saved).
 final class LocalClaims: Sendable {
-    /// A result id: its UTF-8 bytes when it has 32 (as every id the worker makes has), otherwise
-    /// the text. Two ids are the same key exactly when their bytes are equal.
+    /// A result id of 32 bytes (every id the worker makes): its UTF-8 in four integers.
     struct Key: Hashable {
-        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
-        var text: String? = nil
+        var words: (UInt64, UInt64, UInt64, UInt64)
 
-        init(_ resultId: String) {
+        init?(_ resultId: String) {
             let loaded = resultId.utf8.withContiguousStorageIfAvailable { bytes -> (UInt64, UInt64, UInt64, UInt64)? in
                 guard bytes.count == 32 else { return nil }
                 let raw = UnsafeRawBufferPointer(bytes)
@@ -461,37 +459,45 @@ final class LocalClaims: Sendable {
                     raw.loadUnaligned(fromByteOffset: 16, as: UInt64.self), raw.loadUnaligned(fromByteOffset: 24, as: UInt64.self)
                 )
             }
-            if let words = loaded ?? nil { self.words = words } else { text = resultId }
+            guard let words = loaded ?? nil else { return nil }
+            self.words = words
         }
 
-        static func == (a: Key, b: Key) -> Bool { a.words == b.words && a.text == b.text }
+        static func == (a: Key, b: Key) -> Bool { a.words == b.words }
 
         /// The first 16 bytes are enough to spread the keys: an id is the hex of a digest, so
         /// they hold 64 bits of it (equality still compares all 32).
         func hash(into hasher: inout Hasher) {
-            if let text {
-                hasher.combine(text)
-            } else {
-                hasher.combine(words.0 ^ (words.1 &* 0x9E37_79B9_7F4A_7C15))
-            }
+            hasher.combine(words.0 ^ (words.1 &* 0x9E37_79B9_7F4A_7C15))
         }
     }
 
-    private let claims = Mutex<[Key: MessageRef]>([:])
+    private struct Table {
+        var byKey: [Key: MessageRef] = [:]
+        /// Ids of another length (none the worker makes), by their text.
+        var byText: [String: MessageRef] = [:]
+
+        subscript(_ resultId: String, key key: Key?) -> MessageRef? {
+            get { if let key { byKey[key] } else { byText[resultId] } }
+            set { if let key { byKey[key] = newValue } else { byText[resultId] = newValue } }
+        }
+    }
+
+    private let claims = Mutex(Table())
 
     func holds(_ resultId: String, for ref: MessageRef) -> Bool {
         let key = Key(resultId)
-        return claims.withLock { $0[key] == ref }
+        return claims.withLock { $0[resultId, key: key] == ref }
     }
 
     func claim(_ candidates: [Candidate]) {
         let keys = candidates.map { Key($0.resultId) }
-        claims.withLock { c in for (key, candidate) in zip(keys, candidates) { c[key] = candidate.ref } }
+        claims.withLock { c in for (key, candidate) in zip(keys, candidates) { c[candidate.resultId, key: key] = candidate.ref } }
     }
 
     func forget(_ resultIds: [String]) {
         guard !resultIds.isEmpty else { return }
         let keys = resultIds.map(Key.init)
-        claims.withLock { c in for key in keys { c.removeValue(forKey: key) } }
+        claims.withLock { c in for (key, resultId) in zip(keys, resultIds) { c[resultId, key: key] = nil } }
     }
 }
