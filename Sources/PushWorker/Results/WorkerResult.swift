@@ -76,54 +76,49 @@ public struct WorkerResult: Sendable, Hashable {
             resultId.utf8.count + worker.utf8.count + (metadata?.count ?? 0) + length(jobId) + length(app) + length(environment)
             + length(token) + length(reason) + length(apnsId) + length(apnsUniqueId) + length(topic)
         out.reserveCapacity(400 + text)
-        out.append(UInt8(ascii: "{"))
-        func key(_ name: StaticString) {
-            if out.count > 1 { out.append(UInt8(ascii: ",")) }
-            out.append(UInt8(ascii: "\""))
-            name.withUTF8Buffer { out.append(contentsOf: $0) }
-            out.append(UInt8(ascii: "\""))
-            out.append(UInt8(ascii: ":"))
-        }
-        func string(_ name: StaticString, _ value: String?, max: Int = Self.maxEchoBytes) {
+        // Each member's name is written with its punctuation (`,"name":`) in one append: the
+        // type always comes first, so every later member starts with a comma.
+        func string(_ prefix: StaticString, _ value: String?, max: Int = Self.maxEchoBytes) {
             guard let value else { return }
-            key(name)
+            prefix.withUTF8Buffer { out.append(contentsOf: $0) }
             JSONValue.string(value.abbreviated(toBytes: max)).write(into: &out)
         }
-        func integer(_ name: StaticString, _ value: Int64?) {
+        func integer(_ prefix: StaticString, _ value: Int64?) {
             guard let value else { return }
-            key(name)
+            prefix.withUTF8Buffer { out.append(contentsOf: $0) }
             DecimalText.append(value, to: &out)
         }
-        string("type", kind.rawValue)
-        string("resultId", resultId)
-        string("jobId", jobId)
-        string("app", app)
-        string("env", environment)
-        string("token", token)
+        string(#"{"type":"#, kind.rawValue)
+        string(#","resultId":"#, resultId)
+        string(#","jobId":"#, jobId)
+        string(#","app":"#, app)
+        string(#","env":"#, environment)
+        string(#","token":"#, token)
         if let status {
-            integer("status", Int64(status.rawValue))
-            string("statusName", status.name)
+            integer(#","status":"#, Int64(status.rawValue))
+            string(#","statusName":"#, status.name)
         }
-        string("reason", reason, max: Self.maxReasonBytes)
-        integer("attempts", attempts.map(Int64.init))
+        string(#","reason":"#, reason, max: Self.maxReasonBytes)
+        integer(#","attempts":"#, attempts.map(Int64.init))
         if let possibleDuplicate {
-            key("possibleDuplicate")
-            out.append(contentsOf: (possibleDuplicate ? "true" : "false").utf8)
+            let member: StaticString = possibleDuplicate ? #","possibleDuplicate":true"# : #","possibleDuplicate":false"#
+            member.withUTF8Buffer { out.append(contentsOf: $0) }
         }
-        string("apnsId", apnsId)
-        string("apnsUniqueId", apnsUniqueId)
-        integer("payloadBytes", payloadBytes.map(Int64.init))
-        integer("timestamp", timestamp)
-        string("topic", topic)
-        integer("partition", partition.map(Int64.init))
-        integer("offset", offset)
+        string(#","apnsId":"#, apnsId)
+        string(#","apnsUniqueId":"#, apnsUniqueId)
+        integer(#","payloadBytes":"#, payloadBytes.map(Int64.init))
+        integer(#","timestamp":"#, timestamp)
+        string(#","topic":"#, topic)
+        integer(#","partition":"#, partition.map(Int64.init))
+        integer(#","offset":"#, offset)
         if let metadata {
             // Compact JSON of an object, made by the job parser: written as it is.
-            key("metadata")
+            let member: StaticString = #","metadata":"#
+            member.withUTF8Buffer { out.append(contentsOf: $0) }
             out.append(contentsOf: metadata)
         }
-        string("worker", worker)
-        integer("at", at)
+        string(#","worker":"#, worker)
+        integer(#","at":"#, at)
         out.append(UInt8(ascii: "}"))
         return out
     }
