@@ -483,7 +483,13 @@ final class LocalClaims: Sendable {
         }
     }
 
-    private let claims = Mutex(Table())
+    private let claims: Mutex<Table>
+
+    /// Room for `capacity` claims from the start (the in-flight limit bounds how many are held),
+    /// so that the table does not grow, rehashing everything it holds, as the worker gets busy.
+    init(capacity: Int = 0) {
+        claims = Mutex(Table(byKey: Dictionary(minimumCapacity: capacity)))
+    }
 
     func holds(_ resultId: String, for ref: MessageRef) -> Bool {
         let key = Key(resultId)

@@ -146,7 +146,7 @@ public final class Worker: Service, Sendable {
         let closesClients = !(kafka.withLock { $0?.asServices } ?? false)
 
         let factory = ResultFactory(worker: configuration.worker.id)
-        let localClaims = LocalClaims()
+        let localClaims = LocalClaims(capacity: configuration.worker.maxInFlight)
         let summaries = SummaryStage(
             store: store, producer: producer, control: control, factory: factory, configuration: configuration, logger: logger)
         let results = ResultStage(
