@@ -191,6 +191,38 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
         }
     }
 
+    @Test(
+        "usual notifications claimed with plain commands and the others by the script, in one batch, decide as the script alone",
+        arguments: StoreBackend.allCases)
+    func plainAndScriptedClaimsDecideAlike(_ backend: StoreBackend) async throws {
+        try await withStore(backend) { store in
+            let tokens = (0..<40).map { String(format: "%064x", 5_000 + $0 * 31) }
+            // Apple reported the first ten tokens unregistered at 1,500.
+            try await store.write(
+                records: [], unregistered: tokens[..<10].map { ("com.example.app", "production", $0, 1_500) }, released: [],
+                ttlSeconds: 60)
+            // Tokens 20–29 were claimed by this worker before (a lost reply).
+            let before = tokens[20..<30].enumerated().map { request("p\($0 + 20)", offset: 40, token: $1) }
+            #expect(
+                try await store.claim(topic: "apn.requests", before, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .send })
+            // Odd tokens give registeredAt 2,000 (after Apple's report), which only the script reads.
+            let requests = tokens.enumerated().map { n, token in
+                request("p\(n)", offset: 40, token: token, registeredAt: n % 2 == 1 ? 2_000 : nil)
+            }
+            let decisions = try await store.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 2_000)
+            let expected: [NotificationStore.ClaimDecision] = (0..<40).map { n in
+                if n < 10 { return n % 2 == 1 ? .send : .unregistered(since: 1_500) }
+                return (20..<30).contains(n) ? .resend : .send
+            }
+            #expect(decisions == expected)
+            // Every one is claimed now: another message with them is a duplicate.
+            let copies = tokens.enumerated().map { request("p\($0)", offset: 41, token: $1) }
+            #expect(
+                try await store.claim(topic: "apn.requests", copies, ttlSeconds: 60, nowMilliseconds: 3_000).allSatisfy { $0 == .duplicate }
+            )
+        }
+    }
+
     @Test("the app's rate, the device's hourly limit and the unregistered store decide as on one server", arguments: StoreBackend.allCases)
     func limitsAndTheUnregisteredStore(_ backend: StoreBackend) async throws {
         try await withStore(backend) { store in

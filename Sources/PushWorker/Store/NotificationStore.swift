@@ -365,16 +365,177 @@ final class NotificationStore: Sendable {
         _ = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Self.returnPermitsScript]) }
     }
 
-    /// Runs the claim script for the requests at `indices`: one call on a server, one per hash
-    /// slot on a cluster, all in one pipeline. The codes come back in the order of `indices`;
-    /// a call that failed (no primary for its slot) answers `W` (busy) for its requests.
+    /// Claims the requests at `indices`, all in one pipeline, and returns their codes (those
+    /// of the claim script) in the order of `indices`.
+    ///
+    /// A usual notification (no `registeredAt`, no device limit, a permit to be sent) is claimed
+    /// with plain commands: `SET … NX GET` for its record and, for each app's unregistered
+    /// tokens, one `HMGET` of the tokens; Redis runs a command called from Lua at about twice
+    /// the cost of the same command sent as it is (`docs/architecture.md#the-claim`). A usual
+    /// notification whose `SET` finds a state (a claim or a record) is then decided by the
+    /// script, in one more round trip, which reads that state as it reads every other. The
+    /// other notifications go through the script at once.
     private func runClaims(
         topic: String, _ requests: [ClaimRequest], _ indices: [Int], tags: [UInt16?], hour: Int64, permits: [Bool],
         dead: Set<String>, ttlSeconds: Int
     ) async throws(RedisError) -> [[UInt8]] {
+        var usual: [Int] = []
+        var scripted: [Int] = []
+        for index in indices {
+            if dead.isEmpty && requests[index].registeredAt == nil && requests[index].devicePerHour == 0 && permits[index] {
+                usual.append(index)
+            } else {
+                scripted.append(index)
+            }
+        }
+        var commands = RedisCommands(capacity: 256 + indices.count * (3 * prefix.utf8.count + 320))
+        let plain = appendPlainClaims(topic: topic, requests, usual, tags: tags, ttlSeconds: ttlSeconds, to: &commands)
+        let groups = appendClaimScript(
+            topic: topic, requests, scripted, tags: tags, hour: hour, permits: permits, dead: dead, ttlSeconds: ttlSeconds,
+            to: &commands)
+        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Self.claimScript]) }
+        var codes = [[UInt8]?](repeating: nil, count: requests.count)
+        let (found, plainFailures) = try Self.readPlainClaims(plain, replies: replies[..<plain.commands], into: &codes)
+        let scriptFailures = try Self.readClaimScript(groups, replies: replies[plain.commands...], into: &codes)
+        try checkFailures(plainFailures + scriptFailures, of: plain.groups.count + groups.count)
+        if !found.isEmpty {
+            // The script decides what they found, as it decides for every other notification.
+            var again = RedisCommands(capacity: 256 + found.count * (3 * prefix.utf8.count + 320))
+            let groups = appendClaimScript(
+                topic: topic, requests, found, tags: tags, hour: hour, permits: permits, dead: dead, ttlSeconds: ttlSeconds, to: &again)
+            let replies = try await measured { () throws(RedisError) in try await redis.pipeline(again, scripts: [Self.claimScript]) }
+            try checkFailures(try Self.readClaimScript(groups, replies: replies[...], into: &codes), of: groups.count)
+        }
+        return indices.map { codes[$0]! }
+    }
+
+    /// A claim's commands that failed, one error message per slot: on a cluster, a slot
+    /// without a primary answers `W` (busy) for its requests, and the claim fails only when
+    /// every slot did; on a server, any failure fails the claim.
+    private func checkFailures(_ failures: [String], of groups: Int) throws(RedisError) {
+        guard let first = failures.first, !redis.isCluster || failures.count == groups else { return }
+        throw RedisError(.server("ERR"), "the claim failed: \(first)")
+    }
+
+    /// The code of a usual notification claimed with plain commands and not unregistered.
+    private static let sendCode = [UInt8(ascii: "S")]
+
+    /// The plain commands of a pipeline's usual claims: which requests each slot's commands
+    /// cover, and how many commands there are.
+    private struct PlainClaims {
+        /// Per slot (one on a server): the requests, whose `SET`s come first in that order, and
+        /// the requests of each app's `HMGET` after them.
+        var groups: [(sets: [Int], lookups: [[Int]])] = []
+        var commands = 0
+    }
+
+    /// Appends, per slot, a `SET <record> P|<owner>|<topic>|<partition>|<offset> NX GET EX
+    /// <ttl>` for each request, then an `HMGET <app's unregistered tokens> <tokens…>` for each
+    /// app and environment among them.
+    private func appendPlainClaims(
+        topic: String, _ requests: [ClaimRequest], _ indices: [Int], tags: [UInt16?], ttlSeconds: Int,
+        to commands: inout RedisCommands
+    ) -> PlainClaims {
+        var plain = PlainClaims()
+        for group in redis.groupedBySlot(indices, key: { recordKey(resultId: requests[$0].resultId, tag: tags[$0]) }) {
+            var lookups: [[Int]] = []
+            for index in group {
+                commands.begin(argumentCount: 7)
+                commands.append("SET")
+                commands.appendKey { appendRecordKey(resultId: requests[index].resultId, tag: tags[index], to: &$0) }
+                commands.append { value in
+                    value += "P|".utf8
+                    value += owner.utf8
+                    value.append(UInt8(ascii: "|"))
+                    value += topic.utf8
+                    value.append(UInt8(ascii: "|"))
+                    DecimalText.append(Int64(requests[index].partition), to: &value)
+                    value.append(UInt8(ascii: "|"))
+                    DecimalText.append(requests[index].offset, to: &value)
+                }
+                commands.append("NX")
+                commands.append("GET")
+                commands.append("EX")
+                commands.append(Int64(ttlSeconds))
+                if let place = lookups.firstIndex(where: {
+                    requests[$0[0]].app == requests[index].app && requests[$0[0]].environment == requests[index].environment
+                }) {
+                    lookups[place].append(index)
+                } else {
+                    lookups.append([index])
+                }
+            }
+            for lookup in lookups {
+                let first = requests[lookup[0]]
+                commands.begin(argumentCount: 2 + lookup.count)
+                commands.append("HMGET")
+                commands.appendKey {
+                    appendUnregisteredKey(app: first.app, environment: first.environment, tag: tags[lookup[0]], to: &$0)
+                }
+                for index in lookup { commands.append(requests[index].token) }
+            }
+            plain.groups.append((group, lookups))
+            plain.commands += group.count + lookups.count
+        }
+        return plain
+    }
+
+    /// Reads the replies of ``appendPlainClaims``: a notification claimed (its `SET` found
+    /// nothing) gets `S`, or `U<since>` when its token is stored as unregistered; one whose
+    /// `SET` found a state is returned, for the script to decide. A slot whose commands failed
+    /// gets `W` (busy) for its requests, and its error is returned.
+    private static func readPlainClaims(
+        _ plain: PlainClaims, replies: ArraySlice<RedisValue>, into codes: inout [[UInt8]?]
+    ) throws(RedisError) -> (found: [Int], failures: [String]) {
+        var found: [Int] = []
+        var failures: [String] = []
+        var reply = replies.startIndex
+        for (sets, lookups) in plain.groups {
+            var failure: String? = nil
+            for index in sets {
+                let answer = replies[reply]
+                reply += 1
+                if let message = answer.errorMessage {
+                    failure = message
+                } else if answer.isNull {
+                    codes[index] = sendCode  // claimed; the lookup below may find it unregistered
+                } else if answer.bytes != nil {
+                    found.append(index)
+                } else {
+                    throw RedisError(.protocol, "a claim's SET answered \(answer)")
+                }
+            }
+            for lookup in lookups {
+                let answer = replies[reply]
+                reply += 1
+                if let message = answer.errorMessage {
+                    failure = message
+                    continue
+                }
+                guard let items = answer.array, items.count == lookup.count else {
+                    throw RedisError(.protocol, "the unregistered tokens' HMGET answered \(answer) for \(lookup.count) tokens")
+                }
+                for (index, item) in zip(lookup, items) where codes[index] != nil {
+                    if let since = item.bytes { codes[index] = [UInt8(ascii: "U")] + since }
+                }
+            }
+            if let failure {
+                failures.append(failure)
+                if !found.isEmpty { found.removeAll { sets.contains($0) } }
+                for index in sets { codes[index] = [UInt8(ascii: "W")] }
+            }
+        }
+        return (found, failures)
+    }
+
+    /// Appends a call of the claim script for the requests at `indices`: one call on a server,
+    /// one per hash slot on a cluster. Returns the requests of each call.
+    private func appendClaimScript(
+        topic: String, _ requests: [ClaimRequest], _ indices: [Int], tags: [UInt16?], hour: Int64, permits: [Bool],
+        dead: Set<String>, ttlSeconds: Int, to commands: inout RedisCommands
+    ) -> [[Int]] {
         let groups = redis.groupedBySlot(indices) { recordKey(resultId: requests[$0].resultId, tag: tags[$0]) }
         let deadOwners = dead.sorted().joined(separator: "\n")
-        var commands = RedisCommands(capacity: 256 + indices.count * (3 * prefix.utf8.count + 320))
         for group in groups {
             commands.beginEvalsha(Self.claimScript, keyCount: group.count * 3, argumentCount: 4 + group.count * 3)
             // The requests are read in place (`requests[index].…`): a copy of one retains its strings.
@@ -418,16 +579,21 @@ final class NotificationStore: Sendable {
                 }
             }
         }
-        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Self.claimScript]) }
-        var codes = [[UInt8]?](repeating: nil, count: requests.count)
-        var failed = 0
+        return groups
+    }
+
+    /// Reads the replies of ``appendClaimScript``'s calls into `codes`. A call that failed gets
+    /// `W` (busy) for its requests, and its error is returned.
+    private static func readClaimScript(
+        _ groups: [[Int]], replies: ArraySlice<RedisValue>, into codes: inout [[UInt8]?]
+    ) throws(RedisError) -> [String] {
+        var failures: [String] = []
         for (group, reply) in zip(groups, replies) {
-            if reply.errorMessage != nil && groups.count > 1 {
+            if let message = reply.errorMessage {
                 for index in group { codes[index] = [UInt8(ascii: "W")] }
-                failed += 1
+                failures.append(message)
                 continue
             }
-            if let message = reply.errorMessage { throw RedisError(.server("ERR"), "the claim script failed: \(message)") }
             guard let items = reply.array, items.count == group.count else {
                 throw RedisError(.protocol, "the claim script answered \(reply) for \(group.count) notifications")
             }
@@ -436,10 +602,7 @@ final class NotificationStore: Sendable {
                 codes[index] = bytes
             }
         }
-        if failed == groups.count {
-            throw RedisError(.server("ERR"), "the claim script failed: \(replies.compactMap(\.errorMessage).first ?? "")")
-        }
-        return indices.map { codes[$0]! }
+        return failures
     }
 
     /// The decision a claim script's code stands for.
