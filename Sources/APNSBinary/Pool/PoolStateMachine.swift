@@ -296,8 +296,10 @@ struct PoolStateMachine {
             return actions
         }
         var confirmed = 0
-        while let first = c.cache.first, first.sentAt + confirmationWindow <= now {
-            c.cache.removeFirst()
+        // The first entry's time is read in place, and the entry moved out: a copy of it
+        // retained its payload and token.
+        while !c.cache.isEmpty, c.cache[c.cache.startIndex].sentAt + confirmationWindow <= now {
+            let first = c.cache.removeFirst()
             c.cacheBytes -= first.bytes
             if let item = first.pending {
                 emitTransmitted(item)
