@@ -6,7 +6,7 @@ import PushKafka
 import Synchronization
 
 /// The second stage: parsed notifications are claimed in Redis, one round trip per chunk
-/// (`NotificationStore.claimScript`), and each decision is acted on: send (to the delivery
+/// (`NotificationStore.claim`), and each decision is acted on: send (to the delivery
 /// stage), a result now (to the result stage), nothing (a duplicate), or a retry later.
 ///
 /// It owns the notifications that wait: *held* ones retry after a delay (held by another live
