@@ -165,6 +165,7 @@ final class DeliveryStage: Sendable {
         var items: [ResultItem] = []
         items.reserveCapacity(events.count)
         var feedback = 0
+        let at = factory.now()
         for (event, context) in zip(events, contexts) {
             guard let outcome = event.outcome, let context else { continue }
             if outcome.status == .shutDown {
@@ -172,7 +173,7 @@ final class DeliveryStage: Sendable {
                 items.append(.released(context.candidate.ref, resultId: context.candidate.resultId, token: context.candidate.tokenHex))
                 continue
             }
-            let item = factory.delivered(outcome, context: context)
+            let item = factory.delivered(outcome, context: context, at: at)
             if case .delivered(let record) = item, record.feedback != nil { feedback += 1 }
             items.append(item)
         }

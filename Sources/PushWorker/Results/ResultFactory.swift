@@ -51,12 +51,12 @@ struct ResultFactory: Sendable {
             RecordedResult(ref: c.ref, resultId: c.resultId, token: c.tokenHex, result: result.message(since: c.job.producedAt)))
     }
 
-    /// The result of a pool's outcome. A binary status 8 or an HTTP/2 410 also stores the token
-    /// as unregistered; a 410 is published as a `feedback` result too (§3.4).
-    func delivered(_ outcome: APNSDeliveryOutcome, context: SentContext) -> ResultItem {
+    /// The result of a pool's outcome, made at `at` (UNIX ms; the outcomes of one batch share
+    /// it). A binary status 8 or an HTTP/2 410 also stores the token as unregistered; a 410 is
+    /// published as a `feedback` result too (§3.4).
+    func delivered(_ outcome: APNSDeliveryOutcome, context: SentContext, at: Int64) -> ResultItem {
         let c = context.candidate
         let env = c.job.environment.rawValue
-        let at = now()
         var result = WorkerResult(
             kind: outcome.isTransmitted ? .transmitted : .transmissionError, resultId: c.resultId, jobId: c.job.jobId,
             app: c.job.app, environment: env, token: c.tokenHex, status: outcome.status,
