@@ -457,7 +457,8 @@ final class NotificationStore: Sendable {
                 commands.append("GET")
                 commands.append("EX")
                 commands.append(Int64(ttlSeconds))
-                if let place = lookups.firstIndex(where: {
+                // Most batches are of one app: the last lookup is tried first.
+                if let place = lookups.lastIndex(where: {
                     requests[$0[0]].app == requests[index].app && requests[$0[0]].environment == requests[index].environment
                 }) {
                     lookups[place].append(index)
