@@ -145,7 +145,9 @@ import Testing
     @Test("Every job field has a slot, and is found by its name")
     func everyFieldHasASlot() {
         #expect(JobParser.Fields().capacity == JobParser.Fields.Name.allCases.count)
+        #expect(JobParser.Fields.Name.spellings.count == JobParser.Fields.Name.allCases.count)
         for name in JobParser.Fields.Name.allCases {
+            #expect(JobParser.Fields.Name.spellings[name.rawValue].description == String(describing: name))
             let utf8 = Array(String(describing: name).utf8)
             #expect(utf8.withUnsafeBufferPointer { JobParser.Fields.Name(utf8: $0) } == name)
         }
