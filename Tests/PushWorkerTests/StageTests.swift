@@ -57,6 +57,27 @@ import Testing
 
     // MARK: Intake
 
+    @Test(
+        "Intake looks at the clock once 32 messages or notifications are parsed, and hands over what is parsed when the interval has passed"
+    )
+    func intakeHandsOverAfterManyMessagesOrAJobOfManyTokens() async throws {
+        func chunkSizes(_ messages: [KafkaMessage]) async throws -> [Int] {
+            var sizes: [Int] = []
+            // An interval of zero: every look at the clock hands over.
+            try await intake().parse(messages, epoch: 0, handOverEvery: .zero) { sizes.append($0.messages) }
+            return sizes
+        }
+        let single = (0..<70).map { n in
+            Self.message(#"{"id":"s\#(n)","app":"a","token":"\#(String(format: "%064x", n))","alert":"hi"}"#, offset: Int64(n))
+        }
+        #expect(try await chunkSizes(single) == [32, 32, 6])
+        let many = (0..<3).map { n in
+            let tokens = (0..<40).map { "\"\(String(format: "%064x", 1_000 * n + $0))\"" }.joined(separator: ",")
+            return Self.message(#"{"id":"m\#(n)","app":"a","tokens":[\#(tokens)],"alert":"hi"}"#, offset: Int64(n))
+        }
+        #expect(try await chunkSizes(many) == [1, 1, 1])
+    }
+
     @Test func intakeTurnsTokensIntoCandidatesAndBadInputIntoResults() async throws {
         let chunk = try await parse(
             [

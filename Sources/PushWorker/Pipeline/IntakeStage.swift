@@ -49,19 +49,28 @@ struct IntakeStage: Sendable {
 
     // MARK: Parsing (no I/O)
 
-    /// Parses `messages` in order; `handOver` receives what is parsed at least every
-    /// ``handOverInterval`` and once at the end.
-    func parse(_ messages: [KafkaMessage], epoch: UInt64, handOver: (Chunk) async -> Void) async {
+    /// Parses `messages` in order; `handOver` receives what is parsed at least every `interval`
+    /// (``handOverInterval``), looked at once 32 messages or notifications are parsed, and once
+    /// at the end.
+    func parse(
+        _ messages: [KafkaMessage], epoch: UInt64, handOverEvery interval: Duration = handOverInterval,
+        handOver: (Chunk) async -> Void
+    ) async {
         var chunk = Chunk()
         var now = factory.now()
         var handedOver = ContinuousClock.now
-        for (index, message) in messages.enumerated() {
-            // The clock is read every 32 messages: parsing 32 takes well under the interval.
-            if index % 32 == 31, ContinuousClock.now - handedOver >= Self.handOverInterval {
-                await handOver(chunk)
-                chunk = Chunk()
-                handedOver = .now
-                now = factory.now()
+        // The clock is read once 32 messages or notifications are parsed since it was last
+        // read, which takes well under the interval (and after each job of many tokens).
+        var sinceClock = 0
+        for message in messages {
+            if sinceClock >= 32 {
+                sinceClock = 0
+                if ContinuousClock.now - handedOver >= interval {
+                    await handOver(chunk)
+                    chunk = Chunk()
+                    handedOver = .now
+                    now = factory.now()
+                }
             }
             chunk.messages += 1
             let ref = MessageRef(partition: TopicPartition(topic: message.topic, partition: message.partition), offset: message.offset)
@@ -69,6 +78,7 @@ struct IntakeStage: Sendable {
             let summaries = chunk.summaries.count
             parse(message, ref: ref, epoch: epoch, now: now, into: &chunk)
             let results = chunk.results.count + chunk.candidates.count - before
+            sinceClock += max(1, results)
             if chunk.summaries.count > summaries {
                 // The job asked for a summary: one result more, the summary's place.
                 chunk.summaries[summaries].1.remaining = results
