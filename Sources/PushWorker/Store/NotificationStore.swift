@@ -394,6 +394,9 @@ final class NotificationStore: Sendable {
             topic: topic, requests, scripted, tags: tags, hour: hour, permits: permits, dead: dead, ttlSeconds: ttlSeconds,
             to: &commands)
         let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Self.claimScript]) }
+        guard replies.count == commands.count else {
+            throw RedisError(.protocol, "the claim's pipeline of \(commands.count) commands got \(replies.count) replies")
+        }
         var codes = [[UInt8]?](repeating: nil, count: requests.count)
         let (found, plainFailures) = try Self.readPlainClaims(plain, replies: replies[..<plain.commands], into: &codes)
         let scriptFailures = try Self.readClaimScript(groups, replies: replies[plain.commands...], into: &codes)
@@ -404,6 +407,9 @@ final class NotificationStore: Sendable {
             let groups = appendClaimScript(
                 topic: topic, requests, found, tags: tags, hour: hour, permits: permits, dead: dead, ttlSeconds: ttlSeconds, to: &again)
             let replies = try await measured { () throws(RedisError) in try await redis.pipeline(again, scripts: [Self.claimScript]) }
+            guard replies.count == again.count else {
+                throw RedisError(.protocol, "the claim's pipeline of \(again.count) commands got \(replies.count) replies")
+            }
             try checkFailures(try Self.readClaimScript(groups, replies: replies[...], into: &codes), of: groups.count)
         }
         return indices.map { codes[$0]! }
