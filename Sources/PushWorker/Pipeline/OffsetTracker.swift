@@ -21,6 +21,41 @@ struct OffsetTracker {
         }
 
         var committable: Int64 { messages.first?.offset ?? end }
+
+        /// ``OffsetTracker/register(_:offset:results:)`` on this partition; returns the change
+        /// in outstanding messages.
+        mutating func register(offset: Int64, results: Int) -> Int {
+            var change = 0
+            if offset < end {
+                change -= messages.count(where: { $0.remaining > 0 })
+                messages.removeAll()
+                committed = min(committed, offset)
+            }
+            end = offset + 1
+            if results > 0 {
+                messages.append((offset, results))
+                change += 1
+            }
+            dropFinished()
+            return change
+        }
+
+        /// ``OffsetTracker/complete(_:offset:count:)`` on this partition; returns whether its
+        /// message has no result outstanding any more.
+        mutating func complete(offset: Int64, count: Int) -> Bool {
+            // Binary search: messages are in offset order.
+            var low = 0
+            var high = messages.count
+            while low < high {
+                let mid = (low + high) / 2
+                if messages[mid].offset < offset { low = mid + 1 } else { high = mid }
+            }
+            guard low < messages.count, messages[low].offset == offset, messages[low].remaining > 0 else { return false }
+            messages[low].remaining = max(0, messages[low].remaining - count)
+            let finished = messages[low].remaining == 0
+            dropFinished()
+            return finished
+        }
     }
 
     private var partitions: [TopicPartition: Partition] = [:]
@@ -32,52 +67,15 @@ struct OffsetTracker {
     /// A message at or before the newest one registered restarts the partition's tracking,
     /// as happens when a partition is consumed again from its committed offset.
     mutating func register(_ partition: TopicPartition, offset: Int64, results: Int) {
-        // Changed in place (one lookup, and the deque is not copied).
-        let outstanding = Self.register(&partitions[partition, default: Partition()], offset: offset, results: results)
-        outstandingMessages += outstanding
-    }
-
-    /// ``register(_:offset:results:)`` on one partition's state; returns the change in
-    /// outstanding messages.
-    private static func register(_ state: inout Partition, offset: Int64, results: Int) -> Int {
-        var change = 0
-        if offset < state.end {
-            change -= state.messages.count(where: { $0.remaining > 0 })
-            state.messages.removeAll()
-            state.committed = min(state.committed, offset)
-        }
-        state.end = offset + 1
-        if results > 0 {
-            state.messages.append((offset, results))
-            change += 1
-        }
-        state.dropFinished()
-        return change
+        // Changed in place: one lookup, and the deque is not copied.
+        outstandingMessages += partitions[partition, default: Partition()].register(offset: offset, results: results)
     }
 
     /// Records that `count` results of the message were written. Unknown messages (of a
     /// partition since revoked or restarted) are ignored.
     mutating func complete(_ partition: TopicPartition, offset: Int64, count: Int = 1) {
         guard let index = partitions.index(forKey: partition) else { return }
-        // Changed in place (no second lookup, and the deque is not copied).
-        if Self.complete(&partitions.values[index], offset: offset, count: count) { outstandingMessages -= 1 }
-    }
-
-    /// ``complete(_:offset:count:)`` on one partition's state; returns whether its message has
-    /// no result outstanding any more.
-    private static func complete(_ state: inout Partition, offset: Int64, count: Int) -> Bool {
-        // Binary search: messages are in offset order.
-        var low = 0
-        var high = state.messages.count
-        while low < high {
-            let mid = (low + high) / 2
-            if state.messages[mid].offset < offset { low = mid + 1 } else { high = mid }
-        }
-        guard low < state.messages.count, state.messages[low].offset == offset, state.messages[low].remaining > 0 else { return false }
-        state.messages[low].remaining = max(0, state.messages[low].remaining - count)
-        let finished = state.messages[low].remaining == 0
-        state.dropFinished()
-        return finished
+        if partitions.values[index].complete(offset: offset, count: count) { outstandingMessages -= 1 }
     }
 
     /// The offsets to commit now: those that moved since the last ``markCommitted(_:)``.
