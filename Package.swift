@@ -245,6 +245,7 @@ let package = Package(
             dependencies: [
                 "PushStatus",
                 "PushWorker",
+                "PushTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -22,6 +22,8 @@ struct FailoverTests {
             ] + extra)
         let line = result.stdout.split(separator: "\n").last { $0.hasPrefix("{") }
         let report = try #require(line.flatMap { jsonObject(String($0)) }, "no report: \(result.stdout)\n\(result.stderr.suffix(3000))")
+        // Every run's figures, failed or not: the margins to the targets show in the log.
+        print("bench-failover \(scenario): \(line ?? "")")
         #expect(result.status == 0, "\(report)")
         return report
     }

@@ -205,7 +205,7 @@ final class WorkerStack: @unchecked Sendable {
         statusServers[id] = nil
         guard let process = workers.removeValue(forKey: id) else { return }
         process.signal(SIGKILL)
-        _ = await process.finish()
+        _ = await process.finish(killAfter: .seconds(10))
     }
 
     /// Stops a worker with SIGTERM and returns its exit status.
@@ -220,7 +220,8 @@ final class WorkerStack: @unchecked Sendable {
         statusServers[id] = nil
         guard let process = workers.removeValue(forKey: id) else { return (-1, nil) }
         process.signal(SIGTERM)
-        let finished = await process.finish()
+        // A worker stops within its drain and join limits (docs/architecture.md, "Healing").
+        let finished = await process.finish(killAfter: .seconds(90))
         let last = finished.stdout.split(separator: "\n").last.map(String.init)
         return (finished.status, last.flatMap { try? JSONValue.parse($0) })
     }

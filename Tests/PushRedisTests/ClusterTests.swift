@@ -196,8 +196,15 @@ struct ClusterTests {
                 let replies = try await direct.pipeline([["ROLE"], ["GET", key]])
                 if replies[0].array?.first?.string == "master", replies[1] == .bulk(Array("10".utf8)) {
                     victim = node
-                    let marker = try await direct.pipeline([["SET", "{f}:marker", "1"], ["WAIT", "1", "5000"]])
-                    #expect(marker[1] == .integer(1), "the replica did not acknowledge: \(marker)")
+                    // The replica may still be making its first sync when the cluster reports
+                    // ok: WAIT again until it has one, for at most 30 s.
+                    try await direct.send(["SET", "{f}:marker", "1"])
+                    let waitDeadline = ContinuousClock.now + .seconds(30)
+                    var acknowledged: RedisValue = .integer(0)
+                    while acknowledged != .integer(1), ContinuousClock.now < waitDeadline {
+                        acknowledged = try await direct.send(["WAIT", "1", "1000"])
+                    }
+                    #expect(acknowledged == .integer(1), "the replica did not acknowledge within 30 s")
                 }
                 await direct.close()
             }

@@ -1,6 +1,7 @@
 import NIOCore
 import NIOPosix
 import PushStatus
+import PushTestSupport
 import Testing
 
 @Suite("StatusClient (apn-worker status)")
@@ -15,15 +16,16 @@ struct StatusClientTests {
     }
 
     @Test func anAddressWithNothingListeningIsUnreachableWithASentence() async throws {
-        // A port that was free a moment ago: bind it, note it, close it.
-        let listener = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).get()
-        let port = try #require(listener.localAddress?.port)
-        try await listener.close()
+        // A port bound by a socket that never listens: a port closed again could be handed to
+        // a server that a concurrent test binds to port 0, which then answered (or reset).
+        let refusing = try RefusingPort()
+        let port = refusing.port
 
         let client = StatusClient(host: "127.0.0.1", port: port, timeout: .seconds(5))
         let error = await #expect(throws: StatusError.self) { _ = try await client.status() }
         #expect(error?.code == .unreachable)
         #expect(error?.message == "cannot reach the status server at 127.0.0.1:\(port): connection refused")
+        withExtendedLifetime(refusing) {}
     }
 
     @Test func aServerThatNeverAnswersTimesOut() async throws {

@@ -17,6 +17,9 @@ public final class ChildProcess: @unchecked Sendable {
     ) throws {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
+        // Never the test run's own standard input: a child reading a terminal from the
+        // background would be stopped (SIGTTIN), and one reading a pipe would take the run's input.
+        process.standardInput = FileHandle.nullDevice
         process.standardOutput = stdoutPipe
         if let stderrFile {
             FileManager.default.createFile(atPath: stderrFile, contents: nil)
@@ -62,8 +65,17 @@ public final class ChildProcess: @unchecked Sendable {
     }
 
     /// Waits for the process to exit; returns its status, the rest of stdout, and stderr.
-    public func finish() async -> (status: Int32, stdout: String, stderr: String) {
-        await withCheckedContinuation { continuation in
+    /// With `killAfter`, a process still running after that long is killed (SIGKILL), so that a
+    /// child that does not stop fails its test (status 9) instead of holding the run forever.
+    public func finish(killAfter: Duration? = nil) async -> (status: Int32, stdout: String, stderr: String) {
+        if let killAfter {
+            let pid = process.processIdentifier
+            let seconds = Double(killAfter.components.seconds) + Double(killAfter.components.attoseconds) / 1e18
+            DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { [self] in
+                if process.isRunning { kill(pid, SIGKILL) }
+            }
+        }
+        return await withCheckedContinuation { continuation in
             DispatchQueue.global().async { [self] in
                 let out = stdoutPipe.fileHandleForReading.readDataToEndOfFile()
                 let err = capturesStderr ? stderrPipe.fileHandleForReading.readDataToEndOfFile() : Data()
