@@ -123,7 +123,9 @@ public struct APNSNotification: Sendable, Hashable {
 /// `aps.alert`: a string is displayed as the body; the dictionary form is preferred (§5).
 public enum APNSAlert: Sendable, Hashable, ExpressibleByStringLiteral {
     case text(String)
-    case fields(APNSAlertFields)
+    /// Boxed: the dictionary's dozen fields would otherwise make every notification (and every
+    /// copy of one a worker keeps in flight) about 180 bytes larger.
+    indirect case fields(APNSAlertFields)
 
     public init(stringLiteral value: String) { self = .text(value) }
 }

@@ -280,7 +280,9 @@ private struct ObjectWriter {
         bytes.append(UInt8(ascii: ":"))
     }
 
-    consuming func finish() -> [UInt8] {
+    /// Closes the object and returns its bytes. `mutating`, not `consuming`: appending to the
+    /// array of a consumed writer copied the whole buffer (it was not seen as uniquely held).
+    mutating func finish() -> [UInt8] {
         bytes.append(UInt8(ascii: "}"))
         return bytes
     }

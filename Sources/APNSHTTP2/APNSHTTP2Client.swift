@@ -111,7 +111,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
             let template: Result<Template, APNSError>
             if let cached = cache,
                 cached.0 === submission.content
-                    || (cached.1 == (submission.payload != nil) && cached.0.notification == submission.notification)
+                    || (cached.1 == (submission.payload != nil) && cached.0.notification == submission.content.notification)
             {
                 template = cached.2
             } else {
@@ -248,8 +248,9 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
 
     /// Runs the §3.3/§5 checks once per distinct notification and builds its payload.
     private func makeTemplate(_ submission: APNSSubmission, now: Date) throws(APNSError) -> Template {
-        let notification = submission.notification
-        let pushType = try notification.resolvedPushType()
+        // Read in place (`content.notification`), not copied: a copy retained each of its fields.
+        let content = submission.content
+        let pushType = try content.notification.resolvedPushType()
         let topic: String
         if pushType == .mdm {
             guard let mdmTopic = configuration.mdmTopic else {
@@ -257,7 +258,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
             }
             topic = mdmTopic
         } else {
-            topic = pushType.topic(bundleID: notification.topic ?? configuration.topic)
+            topic = pushType.topic(bundleID: content.notification.topic ?? configuration.topic)
         }
         let authentication: APNSAuthentication
         switch configuration.authentication {
@@ -265,22 +266,22 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         case .token(let provider): authentication = .token(try provider.currentToken())
         }
         try APNSHTTP2Request.validateHeaders(
-            topic: topic, pushType: pushType, priority: notification.priority,
-            authentication: authentication, collapseID: notification.collapseId)
-        try APNSHTTP2Request.validateContent(of: notification, pushType: pushType)
+            topic: topic, pushType: pushType, priority: content.notification.priority,
+            authentication: authentication, collapseID: content.notification.collapseId)
+        try APNSHTTP2Request.validateContent(of: content.notification, pushType: pushType)
         var body: [UInt8] = []
         if submission.payload == nil {
             do {
                 // §1.3: 4096 bytes, 5120 for VoIP; priority 1 exists on HTTP/2 (§3.3).
-                body = try notification.validatedPayload(limit: pushType.payloadLimit, allowLowPriority: true)
+                body = try content.notification.validatedPayload(limit: pushType.payloadLimit, allowLowPriority: true)
             } catch {
                 throw APNSError(.invalidPayload, error.message, underlying: error)
             }
         }
         return Template(
-            pushType: pushType, topic: topic, priority: notification.priority.rawValue,
-            expiration: notification.expiry.unixSeconds(now: now), collapseID: notification.collapseId, body: body,
-            retryLimit: notification.retryLimit ?? configuration.defaultRetryLimit)
+            pushType: pushType, topic: topic, priority: content.notification.priority.rawValue,
+            expiration: content.notification.expiry.unixSeconds(now: now), collapseID: content.notification.collapseId, body: body,
+            retryLimit: content.notification.retryLimit ?? configuration.defaultRetryLimit)
     }
 
     // MARK: Called by connection handlers (on their event loops)

@@ -90,10 +90,13 @@ extension ByteBuffer {
     /// Writes a frame header (RFC 9113 §4.1): 24-bit length, type, flags, and a stream
     /// identifier whose reserved bit is unset.
     package mutating func writeHTTP2FrameHeader(length: Int, type: HTTP2FrameType, flags: HTTP2FrameFlags = [], streamID: Int32) {
-        writeInteger(UInt8(truncatingIfNeeded: length >> 16))
-        writeInteger(UInt16(truncatingIfNeeded: length))
-        writeInteger(type.rawValue)
-        writeInteger(flags.rawValue)
-        writeInteger(UInt32(bitPattern: streamID) & 0x7FFF_FFFF)
+        // Nine bytes in two writes (each write checks the buffer's capacity and uniqueness):
+        // length, type, flags and the stream's first three bytes, then its last.
+        let stream = UInt64(UInt32(bitPattern: streamID) & 0x7FFF_FFFF)
+        let head =
+            UInt64(truncatingIfNeeded: length & 0xFF_FFFF) << 40 | UInt64(type.rawValue) << 32 | UInt64(flags.rawValue) << 24
+            | stream >> 8
+        writeInteger(head)
+        writeInteger(UInt8(truncatingIfNeeded: stream))
     }
 }

@@ -17,4 +17,9 @@ rd_kafka_resp_err_t rd_kafka_mock_topic_create(rd_kafka_mock_cluster_t *mcluster
 rd_kafka_resp_err_t rd_kafka_mock_broker_set_rtt(rd_kafka_mock_cluster_t *mcluster,
                                                  int32_t broker_id,
                                                  int rtt_ms);
+void rd_kafka_mock_push_request_errors_array(rd_kafka_mock_cluster_t *mcluster,
+                                             int16_t ApiKey,
+                                             size_t cnt,
+                                             const rd_kafka_resp_err_t *errors);
+void rd_kafka_mock_clear_request_errors(rd_kafka_mock_cluster_t *mcluster, int16_t ApiKey);
 #endif

@@ -65,6 +65,26 @@ public final class EmbeddedKafkaCluster: Sendable {
         guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(err, context: "Cannot set broker \(id)'s round-trip time") }
     }
 
+    /// Makes the brokers refuse every offset commit with "Group rebalance in progress", as a
+    /// coordinator does while a rebalance is under way, until ``acceptOffsetCommits()``. For
+    /// tests of hand-overs whose commit fails.
+    public func refuseOffsetCommits() {
+        // OffsetCommit is Kafka API key 8; each refused request takes one error off the stack.
+        let errors = [rd_kafka_resp_err_t](repeating: RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS, count: 100_000)
+        handles.withLock { handles in
+            guard let handles else { return }
+            errors.withUnsafeBufferPointer { rd_kafka_mock_push_request_errors_array(handles.cluster, 8, $0.count, $0.baseAddress) }
+        }
+    }
+
+    /// Ends ``refuseOffsetCommits()``.
+    public func acceptOffsetCommits() {
+        handles.withLock { handles in
+            guard let handles else { return }
+            rd_kafka_mock_clear_request_errors(handles.cluster, 8)
+        }
+    }
+
     /// Stops the brokers and frees the cluster. Idempotent; also done on deinit.
     /// Clients still connected see their connections refused.
     public func shutdown() {

@@ -47,6 +47,10 @@ struct BenchWorker: AsyncParsableCommand {
     var preproduce = false
     @Option(help: "The worker's status server and metrics: on (as deployed) or off.")
     var status = "on"
+    @Option(
+        name: .customLong("kafka-property"),
+        help: "A librdkafka property for the worker's clients, as key=value (repeatable), e.g. queued.max.messages.kbytes=16384.")
+    var kafkaProperties: [String] = []
 
     func run() async throws {
         try await reportingFailures {
@@ -54,6 +58,12 @@ struct BenchWorker: AsyncParsableCommand {
             // librdkafka's mock broker answers a fetch only when fetch.wait.max.ms runs out (a real
             // broker answers as soon as data arrives), so a short wait keeps latency honest.
             options.kafkaProperties = ["fetch.wait.max.ms": "\(fetchWaitMs)"]
+            for property in kafkaProperties {
+                guard let equals = property.firstIndex(of: "="), equals != property.startIndex else {
+                    throw UsageFailure(message: "--kafka-property takes key=value, e.g. queued.min.messages=10000; got \"\(property)\"")
+                }
+                options.kafkaProperties[String(property[..<equals])] = String(property[property.index(after: equals)...])
+            }
             options.worker = [
                 "logLevel": "warning", "maxInFlight": "\(maxInFlight)", "batchSize": "\(batchSize)",
                 "batchWindowMs": "\(batchWindowMs)", "resultFlushMs": "\(resultFlushMs)",

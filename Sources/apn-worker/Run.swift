@@ -143,6 +143,7 @@ struct Run: AsyncParsableCommand {
                 ("messages", .int(Int64(statistics.messages))),
                 ("notifications", .int(Int64(statistics.notifications))),
                 ("results", .int(Int64(statistics.results))),
+                ("skipped", .int(Int64(statistics.skipped))),
                 ("redisRoundTrips", .int(Int64(statistics.redisRoundTrips))),
                 ("redisRedirects", .int(Int64(statistics.redisRedirects))),
             ]))

@@ -37,6 +37,18 @@ private func payload(_ text: String) -> ByteBuffer { ByteBuffer(string: text) }
     #expect(buffer.readableBytes == afterPayload + 18)
 }
 
+@Test func aPayloadWithoutContiguousStorageIsFramedAsAnArrayIs() {
+    let body = Array(#"{"aps":{"alert":"hi"}}"#.utf8)
+    var fromArray = ByteBuffer()
+    fromArray.writeFramedNotification(token: token32, payload: body, identifier: 9, expiry: 1, priority: 10)
+    var fromLazy = ByteBuffer(bytes: [0xEE])  // after bytes already in the buffer
+    let written = fromLazy.writeFramedNotification(
+        token: token32, payload: body.indices.lazy.map { body[$0] }, identifier: 9, expiry: 1, priority: 10)
+    #expect(written == fromArray.readableBytes)
+    #expect(fromLazy.readBytes(length: 1) == [0xEE])
+    #expect(fromLazy == fromArray)
+}
+
 @Test func enhancedAndSimpleNotificationsHaveTheDocumentedLayout() {
     var enhanced = ByteBuffer()
     let n = enhanced.writeEnhancedNotification(token: token32, payload: Array("{}".utf8), identifier: 9, expiry: 10)

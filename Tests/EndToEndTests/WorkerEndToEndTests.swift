@@ -81,7 +81,8 @@ struct WorkerEndToEndTests {
             let invalid = results.filter { $0["type"] == "invalidJob" }
             #expect(invalid.count == invalidMessages)
             #expect(invalid.allSatisfy { $0["status"] == .int(517) && $0["offset"]?.intValue != nil })
-            // No crash, no rebalance after the start: not a single repeated result.
+            // No crash: not a single repeated result, even when the workers' first rebalances
+            // hand partitions on without a commit (the hand-off marks cover them).
             let ids = results.compactMap { $0["resultId"]?.stringValue }
             #expect(ids.count == Set(ids).count, "repeated results: \(ids.count - Set(ids).count)")
             #expect(
@@ -118,6 +119,50 @@ struct WorkerEndToEndTests {
             #expect(try await stack.waitForAllCommitted())
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
+        }
+        await stack.shutdown()
+    }
+
+    @Test("A worker stopped while the broker refuses its commits: the next owner skips what it wrote and writes no result twice")
+    func aHandOverWithoutACommitWritesNoResultTwice() async throws {
+        let stack = try await WorkerStack.start()
+        do {
+            // Every commit fails, as during a rebalance on a busy coordinator: w1 hands its
+            // partitions on without one, and its successor consumes them from the start.
+            stack.kafka.refuseOffsetCommits()
+            try await stack.startWorker("w1")
+            var jobs: [(String, [DeviceToken])] = []
+            var messages: [[UInt8]] = []
+            for i in 0..<600 {
+                jobs.append(("handoff-\(i)", [DeviceToken.numbered(i)]))
+                messages.append(WorkerStack.job(id: "handoff-\(i)", tokens: [.numbered(i)]))
+                if i % 20 == 0 { messages.append(Array("not a job \(i)".utf8)) }
+            }
+            let invalid = messages.count - jobs.count
+            try await stack.produce(messages)
+            let expected = Self.expectedIds(jobs)
+            try await stack.readResults { Set($0.compactMap { $0["resultId"]?.stringValue }).count >= expected.count + invalid }
+            let first = await stack.stopWorkerReporting("w1")
+            #expect(first.status == 0)
+            #expect(stack.log(of: "w1").contains("leaving hand-off marks"), "w1's commits were not refused")
+            stack.kafka.acceptOffsetCommits()
+
+            try await stack.startWorker("w2")
+            let marker = DeviceToken.numbered(10_000)
+            try await stack.produce([WorkerStack.job(id: "handoff-marker", tokens: [marker])])
+            let markerId = WorkerResult.notificationId(jobId: "handoff-marker", token: marker.hex)
+            let results = try await stack.readResults { $0.contains { $0["resultId"]?.stringValue == markerId } }
+            #expect(try await stack.waitForAllCommitted())
+            let second = await stack.stopWorkerReporting("w2")
+            #expect(second.report?["skipped"]?.intValue == Int64(messages.count), "\(String(describing: second.report))")
+
+            Self.checkDelivered(expected, bad: [], stack: stack, allowPossibleDuplicates: false)
+            let ids = results.compactMap { $0["resultId"]?.stringValue }
+            #expect(ids.count == Set(ids).count, "repeated results: \(ids.count - Set(ids).count)")
+            #expect(results.filter { $0["type"] == "invalidJob" }.count == invalid)
+            #expect(stack.simulator.acceptedByToken[marker] == 1)
+        } catch {
+            Issue.record("\(error)\nw2: \(stack.log(of: "w2"))")
         }
         await stack.shutdown()
     }

@@ -290,6 +290,38 @@ import Testing
         #expect(result.key == nil)
     }
 
+    @Test("The room reserved for a result's bytes holds them, with little to spare, whichever members it has")
+    func reservationFitsTheBytesWritten() {
+        let token = String(repeating: "0a1b2c3d", count: 8)
+        var full = WorkerResult(
+            kind: .transmissionError, resultId: WorkerResult.notificationId(jobId: "job-1", token: token), jobId: "job-1",
+            app: "news", environment: "production", token: token, status: .invalidToken,
+            reason: String(repeating: "a long reason ", count: 200), attempts: 3, possibleDuplicate: true,
+            timestamp: 1_700_000_000, topic: "apn.requests", partition: 11, offset: 123_456_789, worker: "worker-7",
+            at: 1_700_000_000_000)
+        full.apnsId = "123e4567-e89b-12d3-a456-426614174000"
+        full.apnsUniqueId = "a6d6c6b6-1234-4321-8765-0123456789ab"
+        full.payloadBytes = 2048
+        full.metadata = Array(#"{"campaign":"spring","n":1}"#.utf8)
+        let results = [
+            full,
+            WorkerResult(
+                kind: .transmitted, resultId: full.resultId, jobId: "job-1", app: "news", environment: "production", token: token,
+                attempts: 1, possibleDuplicate: false, worker: "worker-7", at: 1_700_000_000_000),
+            WorkerResult(
+                kind: .invalidJob, resultId: "r", status: .invalidJob, reason: "bad", topic: "apn.requests", partition: 3, offset: 42,
+                worker: "w", at: 1),
+            WorkerResult(
+                kind: .feedback, resultId: "f", app: "news", environment: "sandbox", token: token, timestamp: 1_700_000_000,
+                worker: "w", at: 1),
+            WorkerResult(kind: .transmitted, resultId: String(repeating: "x", count: 400), jobId: "😀", worker: "w", at: 1),
+        ]
+        for result in results {
+            let count = result.serialized().count
+            #expect(result.reservation >= count, "\(result.kind): \(result.reservation) < \(count)")
+            #expect(result.reservation <= count + 128, "\(result.kind): \(result.reservation) for \(count) bytes")
+        }
+    }
 }
 
 @Suite struct JobTokenTextTests {

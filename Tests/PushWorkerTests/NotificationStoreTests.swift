@@ -49,11 +49,13 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
     ) -> NotificationStore.ClaimRequest {
         .init(
             resultId: resultId, partition: 3, offset: offset, app: "com.example.app", environment: "production",
-            token: token, registeredAt: registeredAt, appPerSecond: appPerSecond, devicePerHour: devicePerHour)
+            tokenHex: token, registeredAt: registeredAt, appPerSecond: appPerSecond, devicePerHour: devicePerHour)
     }
 
-    private static func record(_ resultId: String, offset: Int64, _ result: [UInt8], feedback: [UInt8]? = nil) -> NotificationStore.Record {
-        .init(resultId: resultId, token: token, topic: "apn.requests", partition: 3, offset: offset, result: result, feedback: feedback)
+    private static func record(_ resultId: String, offset: Int64, _ result: [UInt8], feedback: [UInt8]? = nil) -> RecordedResult {
+        RecordedResult(
+            ref: MessageRef(partition: TopicPartition(topic: "apn.requests", partition: 3), offset: offset), resultId: resultId,
+            token: token, result: ResultMessage(key: nil, value: result), feedback: feedback.map { ResultMessage(key: nil, value: $0) })
     }
 
     private func withStore(_ backend: StoreBackend, _ body: (NotificationStore) async throws -> Void) async throws {
@@ -148,6 +150,34 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
             #expect(
                 try await store.claim(topic: "apn.requests", [request("r1", offset: 7)], ttlSeconds: 60, nowMilliseconds: 3_000)
                     == [.written])
+        }
+    }
+
+    @Test(
+        "hand-off marks: what one worker leaves for several partitions, the next reads back; a partition without one has none",
+        arguments: StoreBackend.allCases)
+    func handOffMarksAreReadBack(_ backend: StoreBackend) async throws {
+        try await withStore(backend) { store in
+            let partitions = (0..<6).map { TopicPartition(topic: "apn.requests", partition: $0) }
+            try await store.storeHandoffs(
+                [
+                    TopicPartitionOffset(topic: "apn.requests", partition: 1, offset: 40),
+                    TopicPartitionOffset(topic: "apn.requests", partition: 4, offset: 7),
+                ],
+                at: 1_700_000_000_000, ttlSeconds: 60)
+            let marks = try await store.handoffs(partitions)
+            #expect(
+                marks == [
+                    partitions[1]: .init(offset: 40, at: 1_700_000_000_000),
+                    partitions[4]: .init(offset: 7, at: 1_700_000_000_000),
+                ])
+            // Kept as long as the records they stand for.
+            let ttl = try await store.redis.send(["TTL", "test:ph:apn.requests:1"]).int ?? -1
+            #expect(ttl > 0 && ttl <= 60)
+            // A later hand-off of the same partition replaces it.
+            try await store.storeHandoffs(
+                [TopicPartitionOffset(topic: "apn.requests", partition: 1, offset: 55)], at: 1_700_000_001_000, ttlSeconds: 60)
+            #expect(try await store.handoffs([partitions[1]]) == [partitions[1]: .init(offset: 55, at: 1_700_000_001_000)])
         }
     }
 

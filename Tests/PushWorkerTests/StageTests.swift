@@ -103,6 +103,45 @@ import Testing
         #expect(chunk.results.allSatisfy { if case .rejected = $0 { true } else { false } })
     }
 
+    @Test(
+        "Intake skips the messages a hand-off mark covers: before its offset and produced by its time; a partition without one, or a message produced after it, is parsed"
+    )
+    func intakeSkipsWhatAHandOffMarkCovers() async throws {
+        func message(_ offset: Int64, partition: Int32, producedAt: Int64?) -> KafkaMessage {
+            KafkaMessage(
+                topic: "apn.requests", partition: partition, offset: offset, key: nil, value: Array("not json".utf8), headers: [],
+                timestamp: producedAt)
+        }
+        let handedOn: Int64 = 1_700_000_000_000
+        var handoffs = IntakeStage.Handoffs(marks: [
+            TopicPartition(topic: "apn.requests", partition: 0): .init(offset: 12, at: handedOn)
+        ])
+        let messages = [
+            message(10, partition: 0, producedAt: handedOn - 5),
+            message(11, partition: 0, producedAt: handedOn + 1),  // produced after the hand-off: another topic's
+            message(11, partition: 1, producedAt: handedOn - 5),  // no mark
+            message(11, partition: 0, producedAt: nil),  // no timestamp: nothing proves it was written
+            message(12, partition: 0, producedAt: handedOn - 5),  // at the mark: not written yet
+            message(13, partition: 0, producedAt: handedOn - 5),
+        ]
+        var skipped = 0
+        var registrations: [(MessageRef, Int)] = []
+        var results: [ResultItem] = []
+        try await intake().parse(messages, epoch: 0, handoffs: &handoffs) { chunk in
+            skipped += chunk.skipped
+            registrations += chunk.registrations
+            results += chunk.results
+        }
+        #expect(skipped == 1)
+        #expect(
+            registrations.map { [Int64($0.0.partition.partition), $0.0.offset, Int64($0.1)] } == [
+                [0, 10, 0], [0, 11, 1], [1, 11, 1], [0, 11, 1], [0, 12, 1], [0, 13, 1],
+            ])
+        #expect(results.count == 5)
+        // Reached: the mark is dropped, so later messages cost no lookup.
+        #expect(handoffs.marks.isEmpty)
+    }
+
     @Test func intakeHandsOnAtLeastOnceAtTheEnd() async throws {
         var chunks = 0
         try await intake().parse([Self.message("{}", offset: 1)], epoch: 0) { _ in chunks += 1 }
@@ -189,12 +228,10 @@ import Testing
         }
         var gone = outcome(3, .gone)
         gone.unregisteredAt = 1_650_000_000_000
-        let events: [APNSDeliveryEvent] = [
-            .transmitted(outcome(0, nil)), .connected(connection: 1), .transmissionError(outcome(1, .invalidToken)),
-            .transmissionError(outcome(2, .shutDown)), .transmissionError(gone),
-        ]
+        // The second outcome has no context (not sent by this worker, or already settled): no item.
+        let outcomes = [outcome(0, nil), outcome(0, nil), outcome(1, .invalidToken), outcome(2, .shutDown), gone]
         let (items, feedback) = DeliveryStage.results(
-            of: events, contexts: [contexts[0], nil, contexts[1], contexts[2], contexts[3]], factory: factory)
+            of: outcomes, contexts: [contexts[0], nil, contexts[1], contexts[2], contexts[3]], factory: factory)
         #expect(feedback == 1)
         #expect(items.count == 4)
         let first = Self.value(of: items[0])
@@ -272,8 +309,8 @@ import Testing
                 .released(ref, resultId: "x", token: "ee"),
             ], topic: "apn.results")
         #expect(plan.records.map(\.resultId) == ["c", "d"])
-        #expect(plan.records[1].feedback == feedback.value)
-        #expect(plan.records.allSatisfy { $0.partition == 3 && $0.offset == 9 && $0.topic == "apn.requests" })
+        #expect(plan.records[1] === gone)
+        #expect(plan.records.allSatisfy { $0.ref == ref })
         #expect(plan.unregistered.map(\.token) == ["ab"])
         #expect(plan.unregistered.map(\.since) == [1_650_000_000])
         #expect(plan.released.map(\.resultId) == ["x"])

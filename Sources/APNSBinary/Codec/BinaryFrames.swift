@@ -78,24 +78,31 @@ extension ByteBuffer {
         priority: UInt8
     ) -> Int {
         let frameLength = (3 + token.count) + (3 + payload.count) + (3 + 4) + (3 + 4) + (3 + 1)
-        var written = self.writeInteger(BinaryCommand.framed.rawValue)
-        written += self.writeInteger(UInt32(frameLength))
-        written += self.writeInteger(FrameItem.deviceToken.rawValue)
-        written += self.writeInteger(UInt16(token.count))
-        written += self.writeBytes(token)
-        written += self.writeInteger(FrameItem.payload.rawValue)
-        written += self.writeInteger(UInt16(payload.count))
-        written += self.writeBytes(payload)
-        written += self.writeInteger(FrameItem.identifier.rawValue)
-        written += self.writeInteger(UInt16(4))
-        written += self.writeInteger(identifier)
-        written += self.writeInteger(FrameItem.expiration.rawValue)
-        written += self.writeInteger(UInt16(4))
-        written += self.writeInteger(expiry)
-        written += self.writeInteger(FrameItem.priority.rawValue)
-        written += self.writeInteger(UInt16(1))
-        written += self.writeInteger(priority)
-        return written
+        // One write of the whole frame: seventeen `writeInteger`/`writeBytes` calls, each
+        // checking the buffer's capacity and uniqueness, were 3% of a loaded worker's CPU.
+        return self.writeWithUnsafeMutableBytes(minimumWritableBytes: 5 + frameLength) { out in
+            var frame = FrameWriter(out: out)
+            frame.put(BinaryCommand.framed.rawValue)
+            frame.put(UInt32(frameLength))
+            frame.put(FrameItem.deviceToken.rawValue)
+            frame.put(UInt16(token.count))
+            token.withUnsafeBytes { frame.put($0) }
+            frame.put(FrameItem.payload.rawValue)
+            frame.put(UInt16(payload.count))
+            if payload.withContiguousStorageIfAvailable({ frame.put(UnsafeRawBufferPointer($0)) }) == nil {
+                for byte in payload { frame.put(byte) }
+            }
+            frame.put(FrameItem.identifier.rawValue)
+            frame.put(UInt16(4))
+            frame.put(identifier)
+            frame.put(FrameItem.expiration.rawValue)
+            frame.put(UInt16(4))
+            frame.put(expiry)
+            frame.put(FrameItem.priority.rawValue)
+            frame.put(UInt16(1))
+            frame.put(priority)
+            return frame.at
+        }
     }
 
     /// Writes a notification in command 1 ("enhanced") format (§1.2).
@@ -215,5 +222,21 @@ extension ByteBuffer {
     @discardableResult
     public mutating func writeFeedbackTuple(_ tuple: FeedbackTuple) -> Int {
         writeInteger(tuple.timestamp) + writeInteger(UInt16(tuple.token.bytes.count)) + writeBytes(tuple.token.bytes)
+    }
+}
+
+/// Stores big-endian integers and bytes one after another into memory with room for them.
+private struct FrameWriter {
+    let out: UnsafeMutableRawBufferPointer
+    var at = 0
+
+    mutating func put<T: FixedWidthInteger>(_ value: T) {
+        out.storeBytes(of: value.bigEndian, toByteOffset: at, as: T.self)
+        at += MemoryLayout<T>.size
+    }
+
+    mutating func put(_ bytes: UnsafeRawBufferPointer) {
+        UnsafeMutableRawBufferPointer(rebasing: out[at..<at + bytes.count]).copyMemory(from: bytes)
+        at += bytes.count
     }
 }

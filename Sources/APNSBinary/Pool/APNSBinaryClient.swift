@@ -109,7 +109,8 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
             let compiled: Result<[UInt8], APNSPayloadError>
             if let precompiled = submission.payload {
                 compiled = .success(precompiled)
-            } else if let cached = payloadCache, cached.0 === submission.content || cached.0.notification == submission.notification {
+            } else if let cached = payloadCache, cached.0 === submission.content || cached.0.notification == submission.content.notification
+            {
                 compiled = cached.1
             } else {
                 compiled = Result { () throws(APNSPayloadError) in
@@ -117,15 +118,17 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
                 }
                 payloadCache = (submission.content, compiled)
             }
-            let notification = submission.content.notification
+            // Read in place: a copy of the notification retained (and released) each of its
+            // strings and arrays, once per notification.
+            let content = submission.content
             var pending = PendingNotification(
                 tag: submission.tag,
                 token: submission.token,
                 payload: [],
-                expiry: notification.expiry.unixSeconds(now: now),
-                priority: notification.priority.rawValue,
-                retryLimit: notification.retryLimit ?? configuration.defaultRetryLimit,
-                staleAt: submission.content.staleAt
+                expiry: content.notification.expiry.unixSeconds(now: now),
+                priority: content.notification.priority.rawValue,
+                retryLimit: content.notification.retryLimit ?? configuration.defaultRetryLimit,
+                staleAt: content.staleAt
             )
             switch compiled {
             case .success(let payload):

@@ -413,7 +413,7 @@ public struct JobParser: Sendable {
             }
         }
         if let v = fields[.summary] { job.summary = try bool(v, "summary") }
-        job.notification = n
+        swap(&job.notification, &n)
     }
 
     /// Interprets a raw `aps` dictionary (§5); keys the model does not name pass through.

@@ -230,15 +230,9 @@ final class ClaimStage: Sendable {
         guard !ready.isEmpty else { return }
 
         let now = factory.now()
-        let requests = ready.map { c in
-            NotificationStore.ClaimRequest(
-                resultId: c.resultId, partition: c.ref.partition.partition, offset: c.ref.offset, app: c.job.app,
-                environment: c.job.environment.rawValue, token: c.tokenHex, registeredAt: c.job.registeredAt,
-                appPerSecond: c.job.appPerSecond, devicePerHour: c.job.devicePerHour)
-        }
         let decisions: [NotificationStore.ClaimDecision]
         do {
-            decisions = try await store.claim(topic: topic, requests, ttlSeconds: dedupeTTLSeconds, nowMilliseconds: now)
+            decisions = try await store.claim(topic: topic, ready, ttlSeconds: dedupeTTLSeconds, nowMilliseconds: now)
             if control.setRedisDown(false) { logger.notice("Redis answers again") }
         } catch {
             if !control.setRedisDown(true) {
@@ -435,75 +429,5 @@ final class ClaimStage: Sendable {
         limit.remove(held + parked)
         results.dropSummaries(of: (handedBack.held + handedBack.parked).map(\.ref))
         return held + parked
-    }
-}
-
-/// The notifications this process has claimed and not yet written a result for, by result id:
-/// a copy of the same message's notification consumed meanwhile waits instead of claiming.
-///
-/// Every notification is looked up, added and removed once, so a result id (32 hex digits) is
-/// kept as its 32 bytes in four integers: no string to retain and release in the table, and
-/// comparisons of integers instead of `String`'s (the string keys were about 5% of the worker's
-/// CPU in a profile of `bench-worker`; decoding the hex digits instead cost as much as it saved).
-final class LocalClaims: Sendable {
-    /// A result id of 32 bytes (every id the worker makes): its UTF-8 in four integers.
-    struct Key: Hashable {
-        var words: (UInt64, UInt64, UInt64, UInt64)
-
-        init?(_ resultId: String) {
-            let loaded = resultId.utf8.withContiguousStorageIfAvailable { bytes -> (UInt64, UInt64, UInt64, UInt64)? in
-                guard bytes.count == 32 else { return nil }
-                let raw = UnsafeRawBufferPointer(bytes)
-                return (
-                    raw.loadUnaligned(fromByteOffset: 0, as: UInt64.self), raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self),
-                    raw.loadUnaligned(fromByteOffset: 16, as: UInt64.self), raw.loadUnaligned(fromByteOffset: 24, as: UInt64.self)
-                )
-            }
-            guard let words = loaded ?? nil else { return nil }
-            self.words = words
-        }
-
-        static func == (a: Key, b: Key) -> Bool { a.words == b.words }
-
-        /// The first 16 bytes are enough to spread the keys: an id is the hex of a digest, so
-        /// they hold 64 bits of it (equality still compares all 32).
-        func hash(into hasher: inout Hasher) {
-            hasher.combine(words.0 ^ (words.1 &* 0x9E37_79B9_7F4A_7C15))
-        }
-    }
-
-    private struct Table {
-        var byKey: [Key: MessageRef] = [:]
-        /// Ids of another length (none the worker makes), by their text.
-        var byText: [String: MessageRef] = [:]
-
-        subscript(_ resultId: String, key key: Key?) -> MessageRef? {
-            get { if let key { byKey[key] } else { byText[resultId] } }
-            set { if let key { byKey[key] = newValue } else { byText[resultId] = newValue } }
-        }
-    }
-
-    private let claims: Mutex<Table>
-
-    /// Room for `capacity` claims from the start (the in-flight limit bounds how many are held),
-    /// so that the table does not grow, rehashing everything it holds, as the worker gets busy.
-    init(capacity: Int = 0) {
-        claims = Mutex(Table(byKey: Dictionary(minimumCapacity: capacity)))
-    }
-
-    func holds(_ resultId: String, for ref: MessageRef) -> Bool {
-        let key = Key(resultId)
-        return claims.withLock { $0[resultId, key: key] == ref }
-    }
-
-    func claim(_ candidates: [Candidate]) {
-        let keys = candidates.map { Key($0.resultId) }
-        claims.withLock { c in for (key, candidate) in zip(keys, candidates) { c[candidate.resultId, key: key] = candidate.ref } }
-    }
-
-    func forget(_ resultIds: [String]) {
-        guard !resultIds.isEmpty else { return }
-        let keys = resultIds.map(Key.init)
-        claims.withLock { c in for (key, resultId) in zip(keys, resultIds) { c[resultId, key: key] = nil } }
     }
 }

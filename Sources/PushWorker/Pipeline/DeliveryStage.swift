@@ -136,38 +136,46 @@ final class DeliveryStage: Sendable {
     /// Turns a pool's outcomes into results, in batches.
     private func readEvents(of client: any APNSDeliveryClient, key: PoolKey) async {
         while let events = await client.nextEvents(max: 1024) {
-            let contexts = state.withLock { s in
-                events.map { event in event.outcome.flatMap { s.sent.remove($0.tag) } }
+            // The outcomes taken out once: an event's `outcome` is a copy of every field.
+            var outcomes: [APNSDeliveryOutcome] = []
+            outcomes.reserveCapacity(events.count)
+            var others: [APNSDeliveryEvent] = []
+            for event in events {
+                switch event {
+                case .transmitted(let outcome), .transmissionError(let outcome): outcomes.append(outcome)
+                default: others.append(event)
+                }
             }
-            let (items, feedback) = Self.results(of: events, contexts: contexts, factory: factory)
+            let contexts = state.withLock { s in outcomes.map { s.sent.remove($0.tag) } }
+            let (items, feedback) = Self.results(of: outcomes, contexts: contexts, factory: factory)
             if feedback > 0 { control.count { $0.feedback += feedback } }
             if control.metrics.isEnabled {
                 let now = DispatchTime.now().uptimeNanoseconds
                 var latencies: [Int64] = []
-                latencies.reserveCapacity(events.count)
-                for event in events {
-                    if let writtenAt = event.outcome?.writtenAt, now >= writtenAt { latencies.append(Int64(now - writtenAt)) }
+                latencies.reserveCapacity(outcomes.count)
+                for outcome in outcomes {
+                    if let writtenAt = outcome.writtenAt, now >= writtenAt { latencies.append(Int64(now - writtenAt)) }
                 }
                 let labels = [key.app, key.environment.rawValue, pools[key]?.transport.name ?? ""]
                 control.metrics.observe(MetricCatalogue.deliveryLatency, labels, nanoseconds: latencies)
             }
             results.submit(items)
-            for event in events where event.outcome == nil { report(event, key: key) }
+            for event in others { report(event, key: key) }
         }
     }
 
-    /// The results of a batch of events whose contexts were looked up; no I/O. Returns how many
-    /// `feedback` results (HTTP/2 410s) are among them.
+    /// The results of a batch of outcomes whose contexts were looked up; no I/O. Returns how
+    /// many `feedback` results (HTTP/2 410s) are among them.
     static func results(
-        of events: [APNSDeliveryEvent], contexts: [SentContext?],
+        of outcomes: [APNSDeliveryOutcome], contexts: [SentContext?],
         factory: ResultFactory
     ) -> (items: [ResultItem], feedback: Int) {
         var items: [ResultItem] = []
-        items.reserveCapacity(events.count)
+        items.reserveCapacity(outcomes.count)
         var feedback = 0
         let at = factory.now()
-        for (event, context) in zip(events, contexts) {
-            guard let outcome = event.outcome, let context else { continue }
+        for (outcome, context) in zip(outcomes, contexts) {
+            guard let context else { continue }
             if outcome.status == .shutDown {
                 // Never written: the notification is given back.
                 items.append(.released(context.candidate.ref, resultId: context.candidate.resultId, token: context.candidate.tokenHex))

@@ -18,6 +18,73 @@ struct IntakeStage: Sendable {
         var messages = 0
         /// The messages whose jobs asked for a summary (each registered with one result more).
         var summaries: [(MessageRef, PendingSummary)] = []
+        /// Messages skipped because their results are written (``Handoffs``).
+        var skipped = 0
+    }
+
+    /// The hand-off marks of the partitions assigned to this member
+    /// (``NotificationStore/handoffs(_:)``): looked up once per assignment, on the first batch
+    /// with messages of the partition, and dropped once its messages reach the mark.
+    struct Handoffs: Sendable {
+        /// Partitions looked up since they were last assigned.
+        private var known = Set<TopicPartition>()
+        private(set) var marks: [TopicPartition: NotificationStore.HandoffMark] = [:]
+        /// The revocations seen (``PipelineControl/epoch``).
+        private var epoch: UInt64 = 0
+
+        init(marks: [TopicPartition: NotificationStore.HandoffMark] = [:]) {
+            self.marks = marks
+            self.known = Set(marks.keys)
+        }
+
+        /// Whether the message at `ref`, produced at `timestamp`, has all its results written.
+        mutating func covers(_ ref: MessageRef, timestamp: Int64?) -> Bool {
+            guard !marks.isEmpty, let mark = marks[ref.partition] else { return false }
+            if ref.offset >= mark.offset {
+                marks[ref.partition] = nil
+                return false
+            }
+            return mark.covers(offset: ref.offset, timestamp: timestamp)
+        }
+
+        /// Reads the marks of the partitions of `messages` not looked up since they were
+        /// assigned. If Redis cannot answer, they are consumed as usual.
+        mutating func lookUp(
+            for messages: [KafkaMessage], control: PipelineControl, store: NotificationStore, logger: Logger
+        ) async {
+            let epoch = control.epoch
+            if epoch != self.epoch {
+                // Revoked since: when assigned again, their marks are read again.
+                let revoked = control.revocations()
+                for partition in known where (revoked[partition] ?? 0) > self.epoch {
+                    known.remove(partition)
+                    marks[partition] = nil
+                }
+                self.epoch = epoch
+            }
+            var fresh: [TopicPartition] = []
+            var last: (partition: Int32, topic: String)? = nil
+            for message in messages {
+                if let last, last.partition == message.partition, last.topic == message.topic { continue }
+                last = (message.partition, message.topic)
+                let partition = TopicPartition(topic: message.topic, partition: message.partition)
+                if !known.contains(partition) && !fresh.contains(partition) { fresh.append(partition) }
+            }
+            guard !fresh.isEmpty else { return }
+            known.formUnion(fresh)
+            do {
+                for (partition, mark) in try await store.handoffs(fresh) {
+                    marks[partition] = mark
+                    logger.info(
+                        "Partition handed on without a commit: skipping the messages whose results its previous owner wrote",
+                        metadata: ["partition": "\(partition)", "before": "\(mark.offset)"])
+                }
+            } catch {
+                logger.warning(
+                    "Cannot read the hand-off marks of newly assigned partitions; results of bad input may be written again",
+                    metadata: ["partitions": "\(fresh)", "error": "\(error.message)"])
+            }
+        }
     }
 
     /// How long parsing may go on before what is parsed is handed on, so the results of a
@@ -56,7 +123,25 @@ struct IntakeStage: Sendable {
         _ messages: [KafkaMessage], epoch: UInt64, handOverEvery interval: Duration = handOverInterval,
         handOver: (Chunk) async -> Void
     ) async {
-        var chunk = Chunk()
+        var handoffs = Handoffs()
+        await parse(messages, epoch: epoch, handoffs: &handoffs, handOverEvery: interval, handOver: handOver)
+    }
+
+    /// ``parse(_:epoch:handOverEvery:handOver:)``, skipping the messages that `handoffs` covers
+    /// (registered with no result to wait for).
+    func parse(
+        _ messages: [KafkaMessage], epoch: UInt64, handoffs: inout Handoffs, handOverEvery interval: Duration = handOverInterval,
+        handOver: (Chunk) async -> Void
+    ) async {
+        // Room for a notification per message: the lists grew by doubling, copying, as they filled.
+        func newChunk(_ remaining: Int) -> Chunk {
+            var chunk = Chunk()
+            chunk.registrations.reserveCapacity(remaining)
+            chunk.candidates.reserveCapacity(remaining)
+            return chunk
+        }
+        var chunk = newChunk(messages.count)
+        var parsed = 0
         var now = factory.now()
         var handedOver = ContinuousClock.now
         // The clock is read once 32 messages or notifications are parsed since it was last
@@ -67,13 +152,19 @@ struct IntakeStage: Sendable {
                 sinceClock = 0
                 if ContinuousClock.now - handedOver >= interval {
                     await handOver(chunk)
-                    chunk = Chunk()
+                    chunk = newChunk(messages.count - parsed)
                     handedOver = .now
                     now = factory.now()
                 }
             }
             chunk.messages += 1
+            parsed += 1
             let ref = MessageRef(partition: TopicPartition(topic: message.topic, partition: message.partition), offset: message.offset)
+            if handoffs.covers(ref, timestamp: message.timestamp) {
+                chunk.registrations.append((ref, 0))
+                chunk.skipped += 1
+                continue
+            }
             let before = chunk.results.count + chunk.candidates.count
             let summaries = chunk.summaries.count
             parse(message, ref: ref, epoch: epoch, now: now, into: &chunk)
@@ -104,7 +195,7 @@ struct IntakeStage: Sendable {
                         ref, jobId: jobId, app: app, environment: nil, token: token,
                         status: .invalidJob, reason: reason, metadata: metadata, at: now))
             }
-        case .job(let job):
+        case .job(var job):
             func expectSummary(environment: String?, dryRun: Bool) {
                 guard job.summary else { return }
                 chunk.summaries.append((ref, PendingSummary(job: job, environment: environment, ref: ref, dryRun: dryRun)))
@@ -147,7 +238,7 @@ struct IntakeStage: Sendable {
                 // What the HTTP/2 client checks before it sends (§3.3, §5), which a dry run never reaches.
                 payloadError = Self.http2Problem(of: job.notification, app: settings.app, environment: environment)
             }
-            let shared = SharedJob(job, environment: environment, app: settings.app, producedAt: message.timestamp ?? now)
+            let shared = SharedJob(taking: &job, environment: environment, app: settings.app, producedAt: message.timestamp ?? now)
             expectSummary(environment: environment.rawValue, dryRun: shared.dryRun)
             for token in job.tokens {
                 switch token {
@@ -227,9 +318,10 @@ struct IntakeStage: Sendable {
     /// group keeps this member.
     func run(
         consumer: KafkaConsumer, batchSize: Int, window: Duration, control: PipelineControl, limit: InFlightLimit,
-        results: ResultStage, claims: ClaimStage
+        results: ResultStage, claims: ClaimStage, store: NotificationStore
     ) async throws {
         var paused = false
+        var handoffs = Handoffs()
         while true {
             await limit.waitForRoom()
             if control.isStopping { return }
@@ -252,13 +344,15 @@ struct IntakeStage: Sendable {
                 continue
             }
             if messages.isEmpty { continue }
-            await parse(messages, epoch: control.epoch) { chunk in
+            await handoffs.lookUp(for: messages, control: control, store: store, logger: logger)
+            await parse(messages, epoch: control.epoch, handoffs: &handoffs) { chunk in
                 results.register(chunk.registrations)
                 results.registerSummaries(chunk.summaries)
                 control.count { s in
                     s.messages += chunk.messages
                     s.notifications += chunk.candidates.count
                     s.rejected += chunk.results.count
+                    s.skipped += chunk.skipped
                 }
                 results.submit(chunk.results)
                 claims.handOver(chunk.candidates)

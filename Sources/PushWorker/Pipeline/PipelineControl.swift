@@ -87,6 +87,8 @@ public struct WorkerStatistics: Sendable, CustomStringConvertible {
     public var takenOver = 0
     /// Notifications consumed again whose results were already written (no result produced).
     public var alreadyWritten = 0
+    /// Messages consumed again below their partition's hand-off mark (results written; skipped).
+    public var skipped = 0
     public var feedback = 0
     /// Redis round trips of both connections (set when the worker stops).
     public var redisRoundTrips = 0
@@ -95,7 +97,7 @@ public struct WorkerStatistics: Sendable, CustomStringConvertible {
 
     public var description: String {
         "messages=\(messages) notifications=\(notifications) rejected=\(rejected) results=\(results) "
-            + "duplicates=\(duplicates) reemitted=\(reemitted) alreadyWritten=\(alreadyWritten) takenOver=\(takenOver) "
+            + "duplicates=\(duplicates) reemitted=\(reemitted) alreadyWritten=\(alreadyWritten) skipped=\(skipped) takenOver=\(takenOver) "
             + "feedback=\(feedback) redisRoundTrips=\(redisRoundTrips) redisRedirects=\(redisRedirects)"
     }
 }

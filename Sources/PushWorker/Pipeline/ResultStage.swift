@@ -221,7 +221,7 @@ final class ResultStage: Sendable {
 
     /// What one batch asks of Redis and Kafka; no I/O.
     struct WritePlan {
-        var records: [NotificationStore.Record] = []
+        var records: [RecordedResult] = []
         var unregistered: [(app: String, environment: String, token: String, since: Int64)] = []
         /// Claims to delete: notifications never written to a gateway.
         var released: [(resultId: String, token: String)] = []
@@ -253,10 +253,7 @@ final class ResultStage: Sendable {
                 plan.released.append((id, token))
                 plan.settled.append(id)
             case .decided(let r), .delivered(let r):
-                plan.records.append(
-                    .init(
-                        resultId: r.resultId, token: r.token, topic: r.ref.partition.topic, partition: r.ref.partition.partition,
-                        offset: r.ref.offset, result: r.result.value, feedback: r.feedback?.value))
+                plan.records.append(r)
                 if let u = r.unregister { plan.unregistered.append((u.app, u.environment, u.token, u.since)) }
                 produce(r.result)
                 if let feedback = r.feedback { produce(feedback) }
@@ -315,7 +312,7 @@ final class ResultStage: Sendable {
     }
 
     private func record(
-        _ records: [NotificationStore.Record], unregistered: [(app: String, environment: String, token: String, since: Int64)],
+        _ records: [RecordedResult], unregistered: [(app: String, environment: String, token: String, since: Int64)],
         released: [(resultId: String, token: String)], marks: [TopicPartitionOffset], count: Int
     ) async -> Bool {
         var delay: Duration = .milliseconds(50)
@@ -379,6 +376,20 @@ final class ResultStage: Sendable {
             logger.warning(
                 "Cannot store the written positions; the next owners may write some results again",
                 metadata: ["error": "\(error.message)"])
+        }
+    }
+
+    /// Leaves hand-off marks for `positions` of partitions handed on without a commit, so that
+    /// their next owner skips the messages whose results are written
+    /// (``NotificationStore/storeHandoffs(_:at:ttlSeconds:)``).
+    func leaveHandoffs(_ positions: [TopicPartitionOffset]) async {
+        do {
+            try await store.storeHandoffs(
+                positions, at: ResultFactory.nowMilliseconds(), ttlSeconds: configuration.worker.dedupeTTLSeconds)
+        } catch {
+            logger.warning(
+                "Cannot leave hand-off marks; the next owners write the results of bad input again",
+                metadata: ["error": "\(error.message)", "offsets": "\(positions)"])
         }
     }
 

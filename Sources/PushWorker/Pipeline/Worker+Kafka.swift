@@ -113,13 +113,28 @@ extension Worker {
             } catch {
                 if !error.isRetriable || ContinuousClock.now + delay > deadline {
                     logger.warning(
-                        "Cannot commit the offsets of revoked partitions; their next owner consumes the messages after the last commit again (it writes no result twice for those before the written position stored in Redis)",
+                        "Cannot commit the offsets of revoked partitions; leaving hand-off marks in Redis so that their next owner skips the messages whose results are written",
                         metadata: ["error": "\(error)", "offsets": "\(offsets)"])
+                    leaveHandoffs(stages, offsets)
                     return
                 }
                 Thread.sleep(forTimeInterval: delay / .seconds(1))
                 delay = min(delay * 2, .milliseconds(500))
             }
+        }
+    }
+
+    /// Waits (on the poll thread, up to ``Worker/handoffTimeout``) while the hand-off marks of
+    /// `offsets` are stored: the partitions' next owner reads them when it is assigned, which is
+    /// only after this revocation returns.
+    private func leaveHandoffs(_ stages: Stages, _ offsets: [TopicPartitionOffset]) {
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            await stages.results.leaveHandoffs(offsets)
+            done.signal()
+        }
+        if done.wait(timeout: .now() + .milliseconds(Int(Worker.handoffTimeout / .milliseconds(1)))) == .timedOut {
+            logger.warning("Cannot leave hand-off marks in time", metadata: ["offsets": "\(offsets)"])
         }
     }
 

@@ -58,6 +58,8 @@ public final class Worker: Service, Sendable {
     static let joinWaitOnStop: Duration = .seconds(15)
     /// How long the commit of revoked partitions is retried while the coordinator is busy.
     static let revokeCommitTimeout: Duration = .seconds(1)
+    /// How long a revocation whose commit failed waits for its hand-off marks to be stored.
+    static let handoffTimeout: Duration = .seconds(1)
 
     /// A worker for a loaded configuration (``WorkerConfiguration/load(overrides:environment:hostname:pid:)``).
     ///
@@ -195,7 +197,7 @@ public final class Worker: Service, Sendable {
                 try await intake.run(
                     consumer: consumer, batchSize: configuration.worker.batchSize, window: configuration.worker.batchWindow,
                     control: control,
-                    limit: limit, results: results, claims: claims)
+                    limit: limit, results: results, claims: claims, store: store)
             } catch {
                 failure = error
                 logger.error("Consumption failed; shutting down", metadata: ["error": "\(error)"])

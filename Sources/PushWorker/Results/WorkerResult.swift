@@ -68,59 +68,84 @@ public struct WorkerResult: Sendable, Hashable {
     /// reason to ``maxReasonBytes``, so a result stays a few kilobytes whatever the job held (a
     /// result over the producer's `message.max.bytes` could never be written).
     public func serialized() -> [UInt8] {
-        var out: [UInt8] = []
-        // Room for the member names, numbers and punctuation (under 400 bytes with every member)
-        // and the text: one allocation, where a fixed 320 bytes made most results grow once.
-        func length(_ value: String?) -> Int { value?.utf8.count ?? 0 }
-        let text =
-            resultId.utf8.count + worker.utf8.count + (metadata?.count ?? 0) + length(jobId) + length(app) + length(environment)
-            + length(token) + length(reason) + length(apnsId) + length(apnsUniqueId) + length(topic)
-        out.reserveCapacity(400 + text)
-        // Each member's name is written with its punctuation (`,"name":`) in one append: the
-        // type always comes first, so every later member starts with a comma.
-        func string(_ prefix: StaticString, _ value: String?, max: Int = Self.maxEchoBytes) {
-            guard let value else { return }
-            prefix.withUTF8Buffer { out.append(contentsOf: $0) }
-            JSONValue.string(value.abbreviated(toBytes: max)).write(into: &out)
-        }
-        func integer(_ prefix: StaticString, _ value: Int64?) {
-            guard let value else { return }
-            prefix.withUTF8Buffer { out.append(contentsOf: $0) }
-            DecimalText.append(value, to: &out)
-        }
-        string(#"{"type":"#, kind.rawValue)
-        string(#","resultId":"#, resultId)
-        string(#","jobId":"#, jobId)
-        string(#","app":"#, app)
-        string(#","env":"#, environment)
-        string(#","token":"#, token)
+        var out = MemberWriter(capacity: reservation)
+        out.string(#"{"type":"#, kind.rawValue)
+        out.string(#","resultId":"#, resultId)
+        out.string(#","jobId":"#, jobId)
+        out.string(#","app":"#, app)
+        out.string(#","env":"#, environment)
+        out.string(#","token":"#, token)
         if let status {
-            integer(#","status":"#, Int64(status.rawValue))
-            string(#","statusName":"#, status.name)
+            out.integer(#","status":"#, Int64(status.rawValue))
+            out.string(#","statusName":"#, status.name)
         }
-        string(#","reason":"#, reason, max: Self.maxReasonBytes)
-        integer(#","attempts":"#, attempts.map(Int64.init))
+        out.string(#","reason":"#, reason, max: Self.maxReasonBytes)
+        out.integer(#","attempts":"#, attempts.map(Int64.init))
         if let possibleDuplicate {
-            let member: StaticString = possibleDuplicate ? #","possibleDuplicate":true"# : #","possibleDuplicate":false"#
-            member.withUTF8Buffer { out.append(contentsOf: $0) }
+            out.raw(possibleDuplicate ? #","possibleDuplicate":true"# : #","possibleDuplicate":false"#)
         }
-        string(#","apnsId":"#, apnsId)
-        string(#","apnsUniqueId":"#, apnsUniqueId)
-        integer(#","payloadBytes":"#, payloadBytes.map(Int64.init))
-        integer(#","timestamp":"#, timestamp)
-        string(#","topic":"#, topic)
-        integer(#","partition":"#, partition.map(Int64.init))
-        integer(#","offset":"#, offset)
+        out.string(#","apnsId":"#, apnsId)
+        out.string(#","apnsUniqueId":"#, apnsUniqueId)
+        out.integer(#","payloadBytes":"#, payloadBytes.map(Int64.init))
+        out.integer(#","timestamp":"#, timestamp)
+        out.string(#","topic":"#, topic)
+        out.integer(#","partition":"#, partition.map(Int64.init))
+        out.integer(#","offset":"#, offset)
         if let metadata {
             // Compact JSON of an object, made by the job parser: written as it is.
-            let member: StaticString = #","metadata":"#
-            member.withUTF8Buffer { out.append(contentsOf: $0) }
-            out.append(contentsOf: metadata)
+            out.raw(#","metadata":"#)
+            out.bytes.append(contentsOf: metadata)
         }
-        string(#","worker":"#, worker)
-        integer(#","at":"#, at)
-        out.append(UInt8(ascii: "}"))
-        return out
+        out.string(#","worker":"#, worker)
+        out.integer(#","at":"#, at)
+        out.bytes.append(UInt8(ascii: "}"))
+        return out.bytes
+    }
+
+    /// Writes members: each name with its punctuation (`,"name":`) in one append (the type
+    /// always comes first, so every later member starts with a comma). A struct with mutating
+    /// methods rather than local functions that capture the bytes: those paid for a dynamic
+    /// exclusivity check on every member.
+    private struct MemberWriter {
+        var bytes: [UInt8] = []
+
+        init(capacity: Int) { bytes.reserveCapacity(capacity) }
+
+        mutating func raw(_ text: StaticString) {
+            text.withUTF8Buffer { bytes.append(contentsOf: $0) }
+        }
+
+        mutating func string(_ prefix: StaticString, _ value: String?, max: Int = WorkerResult.maxEchoBytes) {
+            guard let value else { return }
+            raw(prefix)
+            JSONValue.string(value.abbreviated(toBytes: max)).write(into: &bytes)
+        }
+
+        mutating func integer(_ prefix: StaticString, _ value: Int64?) {
+            guard let value else { return }
+            raw(prefix)
+            DecimalText.append(value, to: &bytes)
+        }
+    }
+
+    /// Room for what ``serialized()`` writes: each present member's name, punctuation and
+    /// text, numbers at their widest. A result waits, its bytes allocated, until Redis and Kafka
+    /// have it (tens of thousands at full load); a fixed 400 bytes for the names of every member
+    /// made a typical result of 300 bytes take a 640-byte allocation.
+    var reservation: Int {
+        // Text is cut to its limit (plus the marker `abbreviated` adds) and quoted; escapes that
+        // make it longer let the array grow, which only bad input does.
+        func text(_ value: String?, _ member: Int, max: Int = Self.maxEchoBytes) -> Int {
+            value.map { member + 2 + Swift.min($0.utf8.count, max + 24) } ?? 0
+        }
+        func number(_ present: Bool, _ member: Int) -> Int { present ? member + 20 : 0 }
+        var size = text(kind.rawValue, 8) + text(resultId, 12) + text(jobId, 9) + text(app, 7) + text(environment, 7)
+        size += text(token, 9) + text(reason, 10, max: Self.maxReasonBytes) + text(apnsId, 10) + text(apnsUniqueId, 16)
+        size += text(topic, 9) + text(worker, 10) + (metadata.map { 12 + $0.count } ?? 0)
+        if let status { size += 10 + 6 + text(status.name, 14) }
+        size += number(attempts != nil, 12) + (possibleDuplicate != nil ? 26 : 0) + number(payloadBytes != nil, 16)
+        size += number(timestamp != nil, 13) + number(partition != nil, 13) + number(offset != nil, 10) + number(true, 6)
+        return size + 1
     }
 
     // MARK: Result identifiers (docs/results.md "resultId")

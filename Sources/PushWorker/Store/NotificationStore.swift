@@ -21,18 +21,38 @@ import PushRedis
 ///   before this offset is written to the results topic (the offset the worker commits, kept
 ///   here as well because a commit can fail during a rebalance). A notification recorded by a
 ///   message before it needs no result again.
+/// - `ph:<topic>:<partition>`: `<offset>|<at>`, left by a worker that handed the partition on
+///   (a rebalance, a stop) without committing its offset: every message before `offset` that was
+///   produced at or before `at` (UNIX ms) has all its results written, so its next owner skips
+///   those messages instead of consuming them again (``handoffs(_:)``).
 /// - `w:<owner>`: present while the worker incarnation `owner` is alive (short TTL, refreshed).
 /// - `ra:<app>:<second>`: the app's count this second.
 /// - `fl:<app>:<env>`: the feedback-polling lock.
+/// What a claim reads of a notification. A ``Candidate`` is claimed as it is: a request built
+/// for each retained (and released) its four strings.
+protocol ClaimSubject {
+    var resultId: String { get }
+    var partition: Int32 { get }
+    var offset: Int64 { get }
+    var app: String { get }
+    var environment: String { get }
+    /// The token in lowercase hex, which places its keys (``NotificationStore/tag(token:)``).
+    var tokenHex: String { get }
+    /// When the device last registered the token (UNIX seconds).
+    var registeredAt: Int64? { get }
+    var appPerSecond: Int { get }
+    var devicePerHour: Int { get }
+}
+
 final class NotificationStore: Sendable {
-    /// A notification to claim.
-    struct ClaimRequest: Sendable {
+    /// A notification to claim, for callers that have no ``Candidate``.
+    struct ClaimRequest: ClaimSubject, Sendable {
         var resultId: String
         var partition: Int32
         var offset: Int64
         var app: String
         var environment: String
-        var token: String
+        var tokenHex: String
         var registeredAt: Int64?
         var appPerSecond: Int
         var devicePerHour: Int
@@ -265,11 +285,11 @@ final class NotificationStore: Sendable {
     /// primary on a cluster), one more to take an app rate limit's permits first, and one more
     /// each when the claim meets another worker's claim (is it alive?), a recorded outcome
     /// (is its message's result written?), or permits left unused (given back).
-    func claim(
-        topic: String, _ requests: [ClaimRequest], ttlSeconds: Int, nowMilliseconds: Int64
+    func claim<Request: ClaimSubject>(
+        topic: String, _ requests: [Request], ttlSeconds: Int, nowMilliseconds: Int64
     ) async throws(RedisError) -> [ClaimDecision] {
         guard !requests.isEmpty else { return [] }
-        let tags = requests.map { tag(token: $0.token) }
+        let tags = requests.map { tag(token: $0.tokenHex) }
         let hour = nowMilliseconds / 3_600_000
         let (permits, taken) = try await takePermits(requests, nowMilliseconds: nowMilliseconds)
         var codes = try await runClaims(
@@ -314,8 +334,8 @@ final class NotificationStore: Sendable {
 
     /// The app rate limits' permits for this second: which requests may be sent (all of them
     /// for apps without a limit), and how many each app's counter gave.
-    private func takePermits(
-        _ requests: [ClaimRequest], nowMilliseconds: Int64
+    private func takePermits<Request: ClaimSubject>(
+        _ requests: [Request], nowMilliseconds: Int64
     ) async throws(RedisError) -> (permits: [Bool], taken: [(app: String, key: [UInt8], count: Int)]) {
         var wanted: [(app: String, key: [UInt8], limit: Int, requests: [Int])] = []
         var place: [String: Int] = [:]
@@ -348,8 +368,8 @@ final class NotificationStore: Sendable {
 
     /// Gives back the permits of requests that were not sent (already recorded, unregistered,
     /// over the device limit, another worker's): the app's rate counts what it sent.
-    private func returnUnused(
-        _ taken: [(app: String, key: [UInt8], count: Int)], requests: [ClaimRequest], permits: [Bool], decisions: [ClaimDecision]
+    private func returnUnused<Request: ClaimSubject>(
+        _ taken: [(app: String, key: [UInt8], count: Int)], requests: [Request], permits: [Bool], decisions: [ClaimDecision]
     ) async throws(RedisError) {
         guard !taken.isEmpty else { return }
         var used: [String: Int] = [:]
@@ -375,8 +395,8 @@ final class NotificationStore: Sendable {
     /// notification whose `SET` finds a state (a claim or a record) is then decided by the
     /// script, in one more round trip, which reads that state as it reads every other. The
     /// other notifications go through the script at once.
-    private func runClaims(
-        topic: String, _ requests: [ClaimRequest], _ indices: [Int], tags: [UInt16?], hour: Int64, permits: [Bool],
+    private func runClaims<Request: ClaimSubject>(
+        topic: String, _ requests: [Request], _ indices: [Int], tags: [UInt16?], hour: Int64, permits: [Bool],
         dead: Set<String>, ttlSeconds: Int
     ) async throws(RedisError) -> [[UInt8]] {
         var usual: [Int] = []
@@ -438,8 +458,8 @@ final class NotificationStore: Sendable {
     /// Appends, per slot, a `SET <record> P|<owner>|<topic>|<partition>|<offset> NX GET EX
     /// <ttl>` for each request, then an `HMGET <app's unregistered tokens> <tokens…>` for each
     /// app and environment among them.
-    private func appendPlainClaims(
-        topic: String, _ requests: [ClaimRequest], _ indices: [Int], tags: [UInt16?], ttlSeconds: Int,
+    private func appendPlainClaims<Request: ClaimSubject>(
+        topic: String, _ requests: [Request], _ indices: [Int], tags: [UInt16?], ttlSeconds: Int,
         to commands: inout RedisCommands
     ) -> PlainClaims {
         var plain = PlainClaims()
@@ -479,7 +499,7 @@ final class NotificationStore: Sendable {
                 commands.appendKey {
                     appendUnregisteredKey(app: first.app, environment: first.environment, tag: tags[lookup[0]], to: &$0)
                 }
-                for index in lookup { commands.append(requests[index].token) }
+                for index in lookup { commands.append(requests[index].tokenHex) }
             }
             plain.groups.append((group, lookups))
             plain.commands += group.count + lookups.count
@@ -537,8 +557,8 @@ final class NotificationStore: Sendable {
 
     /// Appends a call of the claim script for the requests at `indices`: one call on a server,
     /// one per hash slot on a cluster. Returns the requests of each call.
-    private func appendClaimScript(
-        topic: String, _ requests: [ClaimRequest], _ indices: [Int], tags: [UInt16?], hour: Int64, permits: [Bool],
+    private func appendClaimScript<Request: ClaimSubject>(
+        topic: String, _ requests: [Request], _ indices: [Int], tags: [UInt16?], hour: Int64, permits: [Bool],
         dead: Set<String>, ttlSeconds: Int, to commands: inout RedisCommands
     ) -> [[Int]] {
         let groups = redis.groupedBySlot(indices) { recordKey(resultId: requests[$0].resultId, tag: tags[$0]) }
@@ -558,7 +578,7 @@ final class NotificationStore: Sendable {
                     commands.append { appendRecordKey(resultId: requests[index].resultId, tag: tag, to: &$0) }
                 } else {
                     commands.append {
-                        appendDeviceCounterKey(app: requests[index].app, token: requests[index].token, hour: hour, tag: tag, to: &$0)
+                        appendDeviceCounterKey(app: requests[index].app, token: requests[index].tokenHex, hour: hour, tag: tag, to: &$0)
                     }
                 }
             }
@@ -572,7 +592,7 @@ final class NotificationStore: Sendable {
                     place.append(UInt8(ascii: "|"))
                     DecimalText.append(requests[index].offset, to: &place)
                 }
-                commands.append(requests[index].token)
+                commands.append(requests[index].tokenHex)
                 if requests[index].registeredAt == nil && requests[index].devicePerHour == 0 && permits[index] {
                     commands.append([UInt8]())  // the usual options, in two bytes
                 } else {
@@ -648,27 +668,78 @@ final class NotificationStore: Sendable {
         return dead
     }
 
-    /// A notification outcome to record before its result is produced.
-    struct Record: Sendable {
-        var resultId: String
-        /// The notification's token, which places its record (``tag(token:)``).
-        var token: String
-        var topic: String
-        var partition: Int32
+    // MARK: Hand-offs
+
+    /// Where a partition was handed on without a commit: its messages before `offset` that were
+    /// produced at or before `at` (UNIX ms) have all their results written.
+    struct HandoffMark: Sendable, Hashable {
         var offset: Int64
-        var result: [UInt8]
-        /// The `feedback` result produced with this one, re-emitted with it after a crash.
-        var feedback: [UInt8]? = nil
+        var at: Int64
+
+        /// Whether the message at `offset`, produced at `timestamp`, needs nothing more. A message
+        /// produced after the hand-off is not one of its owner's, whatever its offset (the
+        /// topic was deleted and made again), so it is consumed as usual, as is one without
+        /// a timestamp.
+        func covers(offset: Int64, timestamp: Int64?) -> Bool {
+            guard let timestamp else { return false }
+            return offset < self.offset && timestamp <= at
+        }
     }
 
-    /// Records outcomes, unregistered tokens, released claims (result id and token) and
-    /// written positions (see `pw:` above), in one round trip (per primary on a cluster).
+    private func handoffKey(_ partition: TopicPartition) -> [UInt8] {
+        Array("\(prefix)ph:\(partition.topic):\(partition.partition)".utf8)
+    }
+
+    /// Leaves hand-off marks for `positions` (written positions of partitions handed on without
+    /// a commit), made at `at`. One round trip (per primary on a cluster).
+    func storeHandoffs(_ positions: [TopicPartitionOffset], at: Int64, ttlSeconds: Int) async throws(RedisError) {
+        guard !positions.isEmpty else { return }
+        let replies = try await measured { () throws(RedisError) in
+            try await redis.pipeline(
+                positions.map {
+                    [
+                        Array("SET".utf8), handoffKey($0.topicPartition), Array("\($0.offset)|\(at)".utf8), Array("EX".utf8),
+                        Array("\(ttlSeconds)".utf8),
+                    ]
+                })
+        }
+        if let message = replies.lazy.compactMap(\.errorMessage).first {
+            throw RedisError(.server("ERR"), "Redis refused a hand-off mark: \(message)")
+        }
+    }
+
+    /// The hand-off marks of `partitions` that have one. One round trip (per primary on a cluster).
+    func handoffs(_ partitions: [TopicPartition]) async throws(RedisError) -> [TopicPartition: HandoffMark] {
+        guard !partitions.isEmpty else { return [:] }
+        let replies = try await measured { () throws(RedisError) in
+            try await redis.pipeline(partitions.map { [Array("GET".utf8), handoffKey($0)] })
+        }
+        var marks: [TopicPartition: HandoffMark] = [:]
+        for (partition, reply) in zip(partitions, replies) {
+            if let message = reply.errorMessage { throw RedisError(.server("ERR"), "Redis refused a hand-off mark: \(message)") }
+            guard let text = reply.string else { continue }
+            let parts = text.split(separator: "|")
+            guard parts.count == 2, let offset = Int64(parts[0]), let at = Int64(parts[1]) else {
+                throw RedisError(.protocol, "the hand-off mark of \(partition) is \"\(text.prefix(64))\", not <offset>|<at>")
+            }
+            marks[partition] = HandoffMark(offset: offset, at: at)
+        }
+        return marks
+    }
+
+    /// Records outcomes (each with the `feedback` result produced with it, re-emitted with it
+    /// after a crash), unregistered tokens, released claims (result id and token) and written
+    /// positions (see `pw:` above), in one round trip (per primary on a cluster). The outcomes
+    /// are read where they are: copying their fields into records of the store's own retained
+    /// each string and buffer in them (1.5% of the worker's samples in a profile).
     func write(
-        records: [Record], unregistered: [(app: String, environment: String, token: String, since: Int64)],
+        records: [RecordedResult], unregistered: [(app: String, environment: String, token: String, since: Int64)],
         released: [(resultId: String, token: String)], positions: [TopicPartitionOffset] = [], ttlSeconds: Int
     ) async throws(RedisError) {
         var commands = RedisCommands(
-            capacity: records.reduce(256) { $0 + $1.result.count + ($1.feedback?.count ?? 0) + $1.topic.utf8.count + 160 }
+            capacity: records.reduce(256) {
+                $0 + $1.result.value.count + ($1.feedback?.value.count ?? 0) + $1.ref.partition.topic.utf8.count + 160
+            }
                 + (unregistered.count + released.count) * 160 + positions.count * 80)
         for record in records {
             commands.begin(argumentCount: 5)
@@ -678,16 +749,16 @@ final class NotificationStore: Sendable {
             commands.append { value in
                 value.append(UInt8(ascii: "D"))
                 value.append(UInt8(ascii: "|"))
-                value += record.topic.utf8
+                value += record.ref.partition.topic.utf8
                 value.append(UInt8(ascii: "|"))
-                DecimalText.append(Int64(record.partition), to: &value)
+                DecimalText.append(Int64(record.ref.partition.partition), to: &value)
                 value.append(UInt8(ascii: "|"))
-                DecimalText.append(record.offset, to: &value)
+                DecimalText.append(record.ref.offset, to: &value)
                 value.append(UInt8(ascii: "|"))
-                value += record.result
+                value += record.result.value
                 if let feedback = record.feedback {
                     value.append(UInt8(ascii: "\n"))
-                    value += feedback
+                    value += feedback.value
                 }
             }
             commands.append("EX")
