@@ -248,7 +248,8 @@ final class WorkerStack: @unchecked Sendable {
         await http2Simulator?.stop()
         await redis.stop()
         await redisCluster?.stop()
-        kafka.shutdown()
+        // librdkafka joins the brokers' thread: blocking work, kept off the cooperative pool.
+        _ = try? await offPool { [kafka] in kafka.shutdown() }
         if ProcessInfo.processInfo.environment["KEEP_E2E"] == nil { try? FileManager.default.removeItem(atPath: directory) }
     }
 

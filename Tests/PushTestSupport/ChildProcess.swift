@@ -77,8 +77,17 @@ public final class ChildProcess: @unchecked Sendable {
         }
         return await withCheckedContinuation { continuation in
             DispatchQueue.global().async { [self] in
+                // Both pipes are read at once: a child that fills the one not being read (64 KB)
+                // would wait for it forever, and never close the other.
+                let errors = DispatchGroup()
+                nonisolated(unsafe) var err = Data()
+                if capturesStderr {
+                    DispatchQueue.global().async(group: errors) { [self] in
+                        err = stderrPipe.fileHandleForReading.readDataToEndOfFile()
+                    }
+                }
                 let out = stdoutPipe.fileHandleForReading.readDataToEndOfFile()
-                let err = capturesStderr ? stderrPipe.fileHandleForReading.readDataToEndOfFile() : Data()
+                errors.wait()
                 process.waitUntilExit()
                 let rest = String(decoding: buffered + out, as: UTF8.self)
                 continuation.resume(returning: (process.terminationStatus, rest, String(decoding: err, as: UTF8.self)))

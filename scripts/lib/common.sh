@@ -2,8 +2,9 @@
 
 # The Debian packages apn-worker needs at build and test time.
 APN_WORKER_DEBIAN_PACKAGES=(librdkafka-dev libhiredis-dev libjemalloc-dev libssl-dev redis-server openssl pkg-config)
-# Also needed by the tests: Python with venv, for the independent HTTP/2 peer (Tests/Peers).
-APN_WORKER_TEST_DEBIAN_PACKAGES=(python3 python3-venv)
+# Also needed by the tests: Python with venv, for the independent HTTP/2 peer (Tests/Peers), and
+# gdb, with which scripts/test shows the threads of a test run that is stuck.
+APN_WORKER_TEST_DEBIAN_PACKAGES=(python3 python3-venv gdb)
 # And `kubectl kustomize`, to render deploy/k8s (MonitoringFilesTests): Debian's kubectl, unless a
 # kubectl or kustomize is already on PATH.
 APN_WORKER_TEST_KUBECTL_PACKAGE=kubernetes-client
