@@ -3,6 +3,7 @@ import APNSCore
 import Foundation
 import PushKafka
 import PushRedis
+import PushStatus
 import PushTestSupport
 import PushWorker
 import Testing
@@ -153,6 +154,9 @@ struct WorkerEndToEndTests {
             let markerId = WorkerResult.notificationId(jobId: "handoff-marker", token: marker.hex)
             let results = try await stack.readResults { $0.contains { $0["resultId"]?.stringValue == markerId } }
             #expect(try await stack.waitForAllCommitted())
+            // Operators see the skip in the metrics too.
+            let metrics = try await #require(stack.statusServers["w2"]).get("/metrics").text
+            #expect(MetricSamples(parsing: metrics).total("apn_worker_messages_skipped_total") == Double(messages.count))
             let second = await stack.stopWorkerReporting("w2")
             #expect(second.report?["skipped"]?.intValue == Int64(messages.count), "\(String(describing: second.report))")
 

@@ -36,6 +36,10 @@ public enum MetricCatalogue {
         "apn_worker_messages_consumed_total", .counter, "Kafka messages consumed from the requests topic.")
     public static let invalidJobs = MetricDescription(
         "apn_worker_invalid_jobs_total", .counter, "Messages that were not a valid job (an invalidJob result each).")
+    public static let messagesSkipped = MetricDescription(
+        "apn_worker_messages_skipped_total", .counter,
+        "Messages consumed again below their partition's hand-off mark: their results were written before the hand-over, so they are skipped."
+    )
 
     // Claim
     public static let duplicatesSuppressed = MetricDescription(
@@ -137,7 +141,7 @@ public enum MetricCatalogue {
 
     /// Every metric, in the order `docs/operations.md` lists them.
     public static let all: [MetricDescription] = [
-        messagesConsumed, invalidJobs, duplicatesSuppressed, rateLimited, unregisteredSkipped, notifications,
+        messagesConsumed, invalidJobs, messagesSkipped, duplicatesSuppressed, rateLimited, unregisteredSkipped, notifications,
         deliveryAttempts, retransmissions, possibleDuplicates, endToEndLatency, deliveryLatency, poolConnections,
         connectionsOpened, connectFailures, connectionsClosed, sentCacheNotifications, backpressureWaits,
         http2StreamsInUse, providerTokenRefreshes, tooManyRequests, feedbackTokens, inFlight, resultsProduced,

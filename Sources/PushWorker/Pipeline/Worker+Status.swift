@@ -98,6 +98,7 @@ extension Worker {
         let metrics = control.metrics
         let statistics = control.statistics
         metrics.advance(MetricCatalogue.messagesConsumed, to: statistics.messages)
+        metrics.advance(MetricCatalogue.messagesSkipped, to: statistics.skipped)
         metrics.set(MetricCatalogue.inFlight, to: limit.inFlight)
         metrics.set(MetricCatalogue.ready, to: readiness.isHealthy ? 1 : 0)
         guard let stages = stages.withLock({ $0 }) else { return }
