@@ -63,14 +63,9 @@ struct Demo: AsyncParsableCommand {
         options.app = ["poolSize": "2", "confirmationWindowMs": "300", "feedbackIntervalSeconds": "2"]
         options.keepDirectory = keep
         options.http2App = Self.http2App
-        let stack = try await LocalStack(options)
-        do {
+        try await LocalStack.with(options) { stack in
             try await runDemo(on: stack, tokens: tokens, badTokens: badTokens, feedbackTokens: feedbackTokens, started: started)
-        } catch {
-            await stack.shutdown()
-            throw error
         }
-        await stack.shutdown()
     }
 
     private func runDemo(

@@ -6,6 +6,8 @@ import Crypto
 import Foundation
 import PushKafka
 import PushRedis
+import Synchronization
+import UnixSignals
 
 /// The embedded stack that `demo` and `bench-worker` run on: the embedded Kafka, a redis-server
 /// on a free port (or a given Redis), the APNs simulator, and worker processes.
@@ -61,6 +63,7 @@ final class LocalStack: @unchecked Sendable {
         directory = NSTemporaryDirectory() + "apn-worker-\(getpid())-\(UUID().uuidString.prefix(6))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         keepDirectory = options.keepDirectory
+        if !keepDirectory { Self.started.withLock { [directory] in $0.directories.append(directory) } }
         kafka = try EmbeddedKafkaCluster(brokers: options.brokers)
         try kafka.createTopic("apn.requests", partitions: 12)
         try kafka.createTopic("apn.results", partitions: 12)
@@ -180,8 +183,27 @@ final class LocalStack: @unchecked Sendable {
     }
 
     /// Runs `body` on a new stack and shuts the stack down afterwards, whether `body` succeeded.
+    /// A SIGINT or SIGTERM meanwhile kills the processes the stack started (workers and
+    /// redis-servers, which would otherwise outlive this one), removes its working directory
+    /// unless it is kept, and ends this process with status 128 + the signal.
     static func with(_ options: Options, _ body: (LocalStack) async throws -> Void) async throws {
-        let stack = try await LocalStack(options)
+        let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
+        let trap = Task {
+            for await signal in signals {
+                cleanUpStarted()
+                FileHandle.standardError.write(
+                    Data("apn-worker: stopped by \(signal); the workers and redis-server it started are stopped too\n".utf8))
+                _exit(128 + signal.rawValue)
+            }
+        }
+        defer { trap.cancel() }
+        let stack: LocalStack
+        do {
+            stack = try await LocalStack(options)
+        } catch {
+            cleanUpStarted()
+            throw error
+        }
         do {
             try await body(stack)
         } catch {
@@ -189,6 +211,25 @@ final class LocalStack: @unchecked Sendable {
             throw error
         }
         await stack.shutdown()
+    }
+
+    /// What the stacks of this process started and have not cleaned up yet: the processes, and
+    /// the working directories that are not kept.
+    private static let started = Mutex<(processes: [Process], directories: [String])>(([], []))
+
+    private static func register(_ process: Process) {
+        started.withLock { $0.processes.append(process) }
+    }
+
+    /// Kills (SIGKILL) and reaps every process a stack started and removes the directories.
+    private static func cleanUpStarted() {
+        let (processes, directories) = started.withLock { started in
+            defer { started = ([], []) }
+            return started
+        }
+        for process in processes where process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        for process in processes { process.waitUntilExit() }
+        for directory in directories { try? FileManager.default.removeItem(atPath: directory) }
     }
 
     /// A producer of jobs for this stack's Kafka.
@@ -225,6 +266,7 @@ final class LocalStack: @unchecked Sendable {
         _ = FileManager.default.createFile(atPath: log, contents: nil)
         process.standardError = FileHandle(forWritingAtPath: log)
         try process.run()
+        Self.register(process)
         workers.append(process)
         let reader = LineReader(stdout.fileHandleForReading)
         guard let line = reader.next(), line.contains("\"ready\"") else {
@@ -298,6 +340,11 @@ final class LocalStack: @unchecked Sendable {
         for process in redisProcesses where process.isRunning { kill(process.processIdentifier, SIGKILL) }
         kafka.shutdown()
         if !keepDirectory { try? FileManager.default.removeItem(atPath: directory) }
+        let mine = Set((workers + redisProcesses).map(ObjectIdentifier.init))
+        Self.started.withLock { [directory] started in
+            started.processes.removeAll { mine.contains(ObjectIdentifier($0)) }
+            started.directories.removeAll { $0 == directory }
+        }
     }
 
     private static func startRedis(_ server: String, port: Int, directory: String, extra: [String]) throws -> Process {
@@ -310,6 +357,7 @@ final class LocalStack: @unchecked Sendable {
         do { try process.run() } catch {
             throw UsageFailure(message: "cannot start \(server): \(error); install redis-server or pass --redis URL")
         }
+        register(process)
         return process
     }
 

@@ -99,6 +99,45 @@ struct CommandLineTests {
         }
     }
 
+    /// SIGTERM (or a terminal's Ctrl-C) to a command that runs the embedded stack stops the
+    /// workers and the redis-server it started, which would otherwise outlive it, removes its
+    /// working directory, and says so.
+    @Test func aStoppedDemoStopsWhatItStarted() async throws {
+        let demo = try ChildProcess(Paths.executable, ["demo", "--jobs", "300000"])
+        var redisPort: Int?
+        var directory: String?
+        var statusPorts: [Int] = []
+        while let line = await demo.readLine() {
+            if line.hasPrefix("Redis "), let url = line.split(separator: " ").last {
+                redisPort = url.split(separator: ":").last?.split(separator: "/").first.flatMap { Int($0) }
+            } else if line.hasPrefix("Workers "), let start = line.range(of: "logs in ") {
+                directory = line[start.upperBound...].split(separator: ",").first.map(String.init)
+            } else if line.hasPrefix("Status servers") {
+                statusPorts = line.split(separator: " ").compactMap {
+                    $0.split(separator: ":").last?.split(separator: "/").first.flatMap { Int($0) }
+                }
+                break
+            }
+        }
+        let redis = try #require(redisPort, "the demo did not say where its Redis is")
+        let logs = try #require(directory, "the demo did not say where its logs are")
+        #expect(statusPorts.count == 2, "the demo did not list its two workers' status servers")
+        #expect(RedisServerProcess.acceptsConnections(port: redis))
+        for port in statusPorts { #expect(RedisServerProcess.acceptsConnections(port: port)) }
+        #expect(FileManager.default.fileExists(atPath: logs))
+
+        demo.signal(SIGTERM)
+        let result = await demo.finish(killAfter: .seconds(60))
+
+        #expect(result.status == 128 + SIGTERM, "\(result.stderr)")
+        #expect(result.stderr.contains("stopped by SIGTERM"), "\(result.stderr)")
+        #expect(!RedisServerProcess.acceptsConnections(port: redis), "the demo's redis-server outlived it")
+        for port in statusPorts {
+            #expect(!RedisServerProcess.acceptsConnections(port: port), "a worker of the demo outlived it")
+        }
+        #expect(!FileManager.default.fileExists(atPath: logs), "the demo's working directory is left behind")
+    }
+
     @Test func unusableCredentialsExitWithASentence() async throws {
         let dir = try Paths.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
