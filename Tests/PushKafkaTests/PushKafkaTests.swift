@@ -179,6 +179,51 @@ struct PushKafkaTests {
         try await second.close()
     }
 
+    /// What librdkafka 2.0.2's mock cluster does when a member joins a group whose members are
+    /// all alive, recorded in docs/architecture.md: each round of the rebalance ends only after
+    /// `session.timeout.ms` − 1 s (5 s here), although the member already there rejoins within a
+    /// heartbeat (500 ms); and a cooperative move takes two rounds, the first revoking what
+    /// moves, the second assigning it. A real broker ends each round as soon as every known
+    /// member has rejoined. These waits are part of every hand-over `bench-failover` measures.
+    /// A characterization: it fails, and says so, if a later librdkafka ends a round early.
+    @Test func theEmbeddedBrokerWaitsASessionTimeoutLessASecondInEachRoundOfARebalance() async throws {
+        let cluster = try EmbeddedKafkaCluster(brokers: 1)
+        let topic = uniqueName("join")
+        let group = uniqueName("group")
+        try cluster.createTopic(topic, partitions: 4)
+        let all = Set((0..<4).map { TopicPartition(topic: topic, partition: $0) })
+
+        let revoked = Recorder<ContinuousClock.Instant>()
+        let first = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group)) { _ in
+            revoked.append(.now)
+        }
+        try first.subscribe(topics: [topic])
+        try await eventually("the first member owns every partition") {
+            _ = try await first.poll(timeout: .milliseconds(100))
+            return Set(try first.assignment()) == all
+        }
+
+        let second = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group))
+        let joined = ContinuousClock.now
+        try second.subscribe(topics: [topic])
+        try await eventually("the second member is assigned partitions") {
+            _ = try await first.poll(timeout: .milliseconds(100))
+            _ = try await second.poll(timeout: .milliseconds(100))
+            return !(try second.assignment()).isEmpty
+        }
+        let assigned = ContinuousClock.now
+        let revocation = try #require(revoked.all.first, "the first member gave up no partition")
+        #expect(
+            revocation - joined >= .milliseconds(4500),
+            "the embedded broker now ends the revoking round early (\(revocation - joined)); update docs/architecture.md")
+        #expect(
+            assigned - revocation >= .milliseconds(4500),
+            "the embedded broker now ends the assigning round early (\(assigned - revocation)); update docs/architecture.md")
+        try await second.close()
+        try await first.close()
+        cluster.shutdown()
+    }
+
     @Test func invalidPropertyIsNamedInTheError() throws {
         do {
             _ = try KafkaProducer(configuration: KafkaConfiguration(["no.such.property": "1"]))
