@@ -92,10 +92,7 @@ struct PushKafkaTests {
 
     @Test func cooperativeRebalanceAcrossTwoMembers() async throws {
         let cluster = try EmbeddedKafkaCluster(brokers: 2)
-        let topic = uniqueName("rebalance")
-        let group = uniqueName("group")
-        try cluster.createTopic(topic, partitions: 4)
-        let all = Set((0..<4).map { TopicPartition(topic: topic, partition: $0) })
+        let (topic, group, all) = try fourPartitionTopic(on: cluster, "rebalance")
 
         let hookA = Recorder<[TopicPartition]>(), hookB = Recorder<[TopicPartition]>()
         let a = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group)) { hookA.append($0) }
@@ -107,10 +104,7 @@ struct PushKafkaTests {
             events.all.contains { if case .assigned = $0 { true } else { false } }
         }
         try a.subscribe(topics: [topic])
-        try await eventually("A, alone in the group, owns all partitions") {
-            _ = try await a.poll(timeout: .milliseconds(100))
-            return Set(try a.assignment()) == all
-        }
+        try await pollUntil(a, owns: all, "A, alone in the group, owns all partitions")
 
         try b.subscribe(topics: [topic])
         try await eventually("both members assigned, all partitions covered exactly once") {
@@ -126,10 +120,7 @@ struct PushKafkaTests {
 
         try await a.close()
         #expect(finalA.isSubset(of: Set(hookA.all.joined())), "onRevoke saw A's partitions when A left")
-        try await eventually("B owns all partitions after A left") {
-            _ = try await b.poll(timeout: .milliseconds(100))
-            return Set(try b.assignment()) == all
-        }
+        try await pollUntil(b, owns: all, "B owns all partitions after A left")
         try await b.close()
         await drainA.value
         await drainB.value
@@ -151,28 +142,19 @@ struct PushKafkaTests {
     /// says so, if a later librdkafka honours static membership.
     @Test func theEmbeddedBrokerWaitsForARestartedStaticMembersPredecessorToTimeOut() async throws {
         let cluster = try EmbeddedKafkaCluster(brokers: 1)
-        let topic = uniqueName("static")
-        let group = uniqueName("group")
-        try cluster.createTopic(topic, partitions: 4)
-        let all = Set((0..<4).map { TopicPartition(topic: topic, partition: $0) })
+        let (topic, group, all) = try fourPartitionTopic(on: cluster, "static")
         var configuration = consumerConfiguration(cluster, group: group)
         configuration.properties["group.instance.id"] = "worker-0"
 
         let first = try KafkaConsumer(configuration: configuration)
         try first.subscribe(topics: [topic])
-        try await eventually("the static member owns every partition") {
-            _ = try await first.poll(timeout: .milliseconds(100))
-            return Set(try first.assignment()) == all
-        }
+        try await pollUntil(first, owns: all, "the static member owns every partition")
         try await first.close()
         let closed = ContinuousClock.now
 
         let second = try KafkaConsumer(configuration: configuration)
         try second.subscribe(topics: [topic])
-        try await eventually("the restarted static member owns every partition") {
-            _ = try await second.poll(timeout: .milliseconds(100))
-            return Set(try second.assignment()) == all
-        }
+        try await pollUntil(second, owns: all, "the restarted static member owns every partition")
         let waited = ContinuousClock.now - closed
         // The predecessor's session (6 s) had to expire first: not honoured.
         #expect(waited >= .seconds(5), "the embedded broker now honours static membership (\(waited)); update docs/architecture.md")
@@ -188,20 +170,14 @@ struct PushKafkaTests {
     /// A characterization: it fails, and says so, if a later librdkafka ends a round early.
     @Test func theEmbeddedBrokerWaitsASessionTimeoutLessASecondInEachRoundOfARebalance() async throws {
         let cluster = try EmbeddedKafkaCluster(brokers: 1)
-        let topic = uniqueName("join")
-        let group = uniqueName("group")
-        try cluster.createTopic(topic, partitions: 4)
-        let all = Set((0..<4).map { TopicPartition(topic: topic, partition: $0) })
+        let (topic, group, all) = try fourPartitionTopic(on: cluster, "join")
 
         let revoked = Recorder<ContinuousClock.Instant>()
         let first = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group)) { _ in
             revoked.append(.now)
         }
         try first.subscribe(topics: [topic])
-        try await eventually("the first member owns every partition") {
-            _ = try await first.poll(timeout: .milliseconds(100))
-            return Set(try first.assignment()) == all
-        }
+        try await pollUntil(first, owns: all, "the first member owns every partition")
 
         let second = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group))
         let joined = ContinuousClock.now

@@ -43,6 +43,27 @@ func eventually(
     throw CancellationError()
 }
 
+/// A topic of four partitions on `cluster`, a group name, and the topic's partitions: what the
+/// consumer-group tests start from.
+func fourPartitionTopic(
+    on cluster: EmbeddedKafkaCluster, _ name: String
+) throws -> (topic: String, group: String, partitions: Set<TopicPartition>) {
+    let topic = uniqueName(name)
+    try cluster.createTopic(topic, partitions: 4)
+    return (topic, uniqueName("group"), Set((0..<4).map { TopicPartition(topic: topic, partition: $0) }))
+}
+
+/// Polls `consumer` until it owns exactly `partitions`.
+func pollUntil(
+    _ consumer: KafkaConsumer, owns partitions: Set<TopicPartition>, _ condition: Comment,
+    sourceLocation: SourceLocation = #_sourceLocation
+) async throws {
+    try await eventually(condition, sourceLocation: sourceLocation) {
+        _ = try await consumer.poll(timeout: .milliseconds(100))
+        return Set(try consumer.assignment()) == partitions
+    }
+}
+
 /// Polls until `count` messages arrived (or the deadline passed).
 func consume(_ consumer: KafkaConsumer, count: Int) async throws -> [KafkaMessage] {
     var messages: [KafkaMessage] = []
