@@ -29,7 +29,6 @@ final class LocalStack: @unchecked Sendable {
     let configPath: String
     private var redisProcesses: [Process] = []
     private(set) var workers: [Process] = []
-    private let keepDirectory: Bool
 
     struct Options {
         var redis: String?
@@ -62,8 +61,7 @@ final class LocalStack: @unchecked Sendable {
     init(_ options: Options) async throws {
         directory = NSTemporaryDirectory() + "apn-worker-\(getpid())-\(UUID().uuidString.prefix(6))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        keepDirectory = options.keepDirectory
-        if !keepDirectory { Self.started.withLock { [directory] in $0.directories.append(directory) } }
+        if !options.keepDirectory { Self.started.withLock { [directory] in $0.directories.append(directory) } }
         kafka = try EmbeddedKafkaCluster(brokers: options.brokers)
         try kafka.createTopic("apn.requests", partitions: 12)
         try kafka.createTopic("apn.results", partitions: 12)
@@ -213,15 +211,16 @@ final class LocalStack: @unchecked Sendable {
         await stack.shutdown()
     }
 
-    /// What the stacks of this process started and have not cleaned up yet: the processes, and
-    /// the working directories that are not kept.
+    /// What the stack of this process started and has not cleaned up yet: the processes, and the
+    /// working directory unless it is kept. A process runs one stack at a time (``with(_:_:)``
+    /// returns after its stack's shutdown), so this is that stack's.
     private static let started = Mutex<(processes: [Process], directories: [String])>(([], []))
 
     private static func register(_ process: Process) {
         started.withLock { $0.processes.append(process) }
     }
 
-    /// Kills (SIGKILL) and reaps every process a stack started and removes the directories.
+    /// Kills (SIGKILL) and reaps every process the stack started and removes its directory.
     private static func cleanUpStarted() {
         let (processes, directories) = started.withLock { started in
             defer { started = ([], []) }
@@ -333,18 +332,13 @@ final class LocalStack: @unchecked Sendable {
         return kb * 1024
     }
 
+    /// Kills the workers and redis-servers, removes the working directory unless it is kept, and
+    /// stops the simulators and the embedded Kafka.
     func shutdown() async {
-        for worker in workers where worker.isRunning { kill(worker.processIdentifier, SIGKILL) }
+        Self.cleanUpStarted()
         await simulator.stop()
         await http2Simulator?.stop()
-        for process in redisProcesses where process.isRunning { kill(process.processIdentifier, SIGKILL) }
         kafka.shutdown()
-        if !keepDirectory { try? FileManager.default.removeItem(atPath: directory) }
-        let mine = Set((workers + redisProcesses).map(ObjectIdentifier.init))
-        Self.started.withLock { [directory] started in
-            started.processes.removeAll { mine.contains(ObjectIdentifier($0)) }
-            started.directories.removeAll { $0 == directory }
-        }
     }
 
     private static func startRedis(_ server: String, port: Int, directory: String, extra: [String]) throws -> Process {
