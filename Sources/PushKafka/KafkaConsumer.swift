@@ -103,7 +103,11 @@ public final class KafkaConsumer: Sendable {
                 defer { rd_kafka_message_destroy(message) }
                 let err = message.pointee.err
                 if err == RD_KAFKA_RESP_ERR_NO_ERROR {
-                    messages.append(KafkaMessage(copying: message))
+                    // After any rebalance callback this call ran: librdkafka drops what it had
+                    // fetched for partitions that callback took away.
+                    var copy = KafkaMessage(copying: message)
+                    copy.rebalanceGeneration = context.rebalanceGeneration
+                    messages.append(copy)
                 } else if err != RD_KAFKA_RESP_ERR__PARTITION_EOF {
                     context.setPendingError(consumerError(message))
                     break
@@ -229,6 +233,11 @@ public final class KafkaConsumer: Sendable {
     /// an empty one): from then on `close()` can leave the group with a LeaveGroup.
     public var hasJoined: Bool { context.hasJoined }
 
+    /// How many rebalance callbacks (assignments and revocations) this member has run. It moves
+    /// at the start of each, so `onRevoke` reads the generation of its own revocation; every
+    /// message `poll` returns carries the generation it was returned at.
+    public var rebalanceGeneration: UInt64 { context.rebalanceGeneration }
+
     /// The partitions currently assigned to this member.
     public func assignment() throws(KafkaError) -> [TopicPartition] {
         var list: CPartitionList?
@@ -279,6 +288,9 @@ final class ConsumerContext: Sendable {
     private let counts = Mutex(KafkaConsumerStatistics())
 
     var hasJoined: Bool { joined.load(ordering: .relaxed) }
+    /// Rebalance callbacks so far (``KafkaConsumer/rebalanceGeneration``).
+    private let generation = Atomic<UInt64>(0)
+    var rebalanceGeneration: UInt64 { generation.load(ordering: .acquiring) }
     var statistics: KafkaConsumerStatistics { counts.withLock { $0 } }
 
     /// Counts an offset commit's outcome; runs on the poll thread. A commit with nothing to
@@ -319,6 +331,7 @@ final class ConsumerContext: Sendable {
 
     /// Applies a rebalance; runs on the poll thread inside `rd_kafka_consumer_poll`/`close`.
     func rebalance(_ rk: OpaquePointer, _ err: rd_kafka_resp_err_t, _ list: CPartitionList) {
+        generation.add(1, ordering: .releasing)
         let partitions = partitionElements(list).map(\.0.topicPartition)
         let cooperative = rd_kafka_rebalance_protocol(rk).map { String(cString: $0) } == "COOPERATIVE"
         func check(_ error: OpaquePointer?) -> Bool {

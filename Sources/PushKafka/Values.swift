@@ -88,6 +88,10 @@ public struct KafkaMessage: Sendable, Hashable {
     public var headers: [KafkaHeader]
     /// Record timestamp in milliseconds since the Unix epoch, `nil` if the broker sent none.
     public var timestamp: Int64?
+    /// The consumer's ``KafkaConsumer/rebalanceGeneration`` when `poll` returned this message:
+    /// a message whose partition was revoked at a later generation was fetched before the
+    /// revocation, and belongs to the partition's next owner.
+    public var rebalanceGeneration: UInt64 = 0
 
     /// The offset to commit once this message is processed.
     public var nextOffset: TopicPartitionOffset {

@@ -134,6 +134,35 @@ struct PushKafkaTests {
             "B was incrementally assigned A's former partitions")
     }
 
+    /// Each message carries the rebalance generation it was returned at; each rebalance
+    /// callback, the revocation on close too, moves the generation on.
+    @Test func messagesCarryTheRebalanceGenerationTheyWereFetchedAt() async throws {
+        let cluster = try EmbeddedKafkaCluster(brokers: 1)
+        let (topic, group, all) = try fourPartitionTopic(on: cluster, "generation")
+        let producer = try KafkaProducer(configuration: producerConfiguration(cluster))
+        _ = try await producer.send((0..<8).map { KafkaOutgoingMessage(topic: topic, key: bytes("\($0)"), value: bytes("v")) })
+        await producer.close()
+
+        let revokedAt = Recorder<UInt64>()
+        nonisolated(unsafe) var consumer: KafkaConsumer?
+        let member = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group)) { _ in
+            revokedAt.append(consumer?.rebalanceGeneration ?? 0)
+        }
+        consumer = member
+        #expect(member.rebalanceGeneration == 0)
+        try member.subscribe(topics: [topic])
+        let messages = try await consume(member, count: 8)
+        let assigned = member.rebalanceGeneration
+        #expect(assigned >= 1, "the assignment is a rebalance callback")
+        #expect(Set(try member.assignment()) == all)
+        #expect(messages.allSatisfy { $0.rebalanceGeneration == assigned }, "\(messages.map(\.rebalanceGeneration))")
+
+        try await member.close()
+        #expect(revokedAt.all.count == 1)
+        #expect(revokedAt.all.allSatisfy { $0 > assigned }, "onRevoke reads its own revocation's generation")
+        cluster.shutdown()
+    }
+
     /// What librdkafka 2.0.2's mock cluster does with static membership (`group.instance.id`),
     /// recorded in docs/architecture.md. A real broker hands a restarted static member its
     /// partitions back without waiting; this one does not know static members: the restart

@@ -52,6 +52,25 @@ import Testing
         #expect(tracker.outstandingMessages == 0)
     }
 
+    /// A notification still in a pool when its partition was revoked (a gateway outage) can
+    /// finish after the partition came back to this worker and its message was consumed again:
+    /// that late result must not count for the message's new notifications, or the offset
+    /// would be committed while one of them is still unwritten.
+    @Test func aCompletionFromAnEarlierOwnershipDoesNotCount() {
+        var tracker = OffsetTracker()
+        tracker.register(p0, offset: 5, results: 2, epoch: 0)
+        tracker.remove([p0])
+        // The partition comes back (revoked at epoch 1) and the message is consumed again.
+        tracker.register(p0, offset: 5, results: 2, epoch: 1)
+        tracker.complete(p0, offset: 5, epoch: 0)
+        tracker.complete(p0, offset: 5, epoch: 1)
+        #expect(tracker.committable() == [TopicPartitionOffset(p0, offset: 5)])
+        #expect(tracker.outstandingMessages == 1)
+        tracker.complete(p0, offset: 5, epoch: 1)
+        #expect(tracker.committable() == [TopicPartitionOffset(p0, offset: 6)])
+        #expect(tracker.outstandingMessages == 0)
+    }
+
     @Test func consumingAgainFromAnEarlierOffsetRestartsThePartition() {
         var tracker = OffsetTracker()
         tracker.register(p0, offset: 5, results: 1)

@@ -92,6 +92,7 @@ import Testing
         #expect(chunk.registrations.map(\.1) == [2, 1, 1, 2])
         #expect(chunk.candidates.map(\.tokenHex) == [Self.token, Self.otherToken, Self.token])
         #expect(chunk.candidates.allSatisfy { $0.epoch == 3 })
+        #expect(chunk.registrations.allSatisfy { $0.0.epoch == 3 })
         // Both tokens of j1 share one job, and its staleAfter counts from the message's timestamp.
         #expect(chunk.candidates[0].job === chunk.candidates[1].job)
         #expect(chunk.candidates[0].job.content.staleAt == 1_700_000_010_000)
@@ -140,6 +141,26 @@ import Testing
         #expect(results.count == 5)
         // Reached: the mark is dropped, so later messages cost no lookup.
         #expect(handoffs.marks.isEmpty)
+    }
+
+    /// A revocation can run inside the poll that gathers a batch, after some of its messages
+    /// were fetched: those of the revoked partition are left to its next owner; those fetched
+    /// after the revocation (the partition assigned again) and those of other partitions stay.
+    @Test func messagesFetchedBeforeTheirPartitionWasRevokedAreLeftToItsNextOwner() {
+        let control = PipelineControl()
+        func message(_ partition: Int32, _ offset: Int64, generation: UInt64) -> KafkaMessage {
+            var message = Self.message("{}", offset: offset, partition: partition)
+            message.rebalanceGeneration = generation
+            return message
+        }
+        let batch = [message(0, 10, generation: 3), message(1, 20, generation: 3), message(0, 11, generation: 3)]
+        #expect(control.current(batch).dropped == 0, "nothing was revoked")
+
+        control.markRevoked([TopicPartition(topic: "apn.requests", partition: 0)], generation: 4)
+        let (current, dropped) = control.current(batch + [message(0, 12, generation: 5)])
+        #expect(dropped == 2)
+        #expect(current.map { [$0.partition, Int32($0.offset)] } == [[1, 20], [0, 12]])
+        #expect(control.current([message(0, 13, generation: 4)]).dropped == 0, "fetched after the revocation")
     }
 
     @Test func intakeHandsOnAtLeastOnceAtTheEnd() async throws {

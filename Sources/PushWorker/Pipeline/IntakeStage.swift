@@ -159,7 +159,8 @@ struct IntakeStage: Sendable {
             }
             chunk.messages += 1
             parsed += 1
-            let ref = MessageRef(partition: TopicPartition(topic: message.topic, partition: message.partition), offset: message.offset)
+            let ref = MessageRef(
+                partition: TopicPartition(topic: message.topic, partition: message.partition), offset: message.offset, epoch: epoch)
             if handoffs.covers(ref, timestamp: message.timestamp) {
                 chunk.registrations.append((ref, 0))
                 chunk.skipped += 1
@@ -259,8 +260,7 @@ struct IntakeStage: Sendable {
                                 ref: ref, job: shared, token: deviceToken, tokenHex: hex,
                                 resultId: shared.dryRun
                                     ? WorkerResult.dryRunId(jobId: job.id, token: hex)
-                                    : WorkerResult.notificationId(jobId: job.id, token: hex),
-                                epoch: epoch))
+                                    : WorkerResult.notificationId(jobId: job.id, token: hex)))
                     }
                 }
             }
@@ -335,13 +335,19 @@ struct IntakeStage: Sendable {
                 }
                 paused = redisDown
             }
-            let messages: [KafkaMessage]
+            let polled: [KafkaMessage]
             do {
-                messages = try await Self.pollBatch(consumer, batchSize: batchSize, window: window)
+                polled = try await Self.pollBatch(consumer, batchSize: batchSize, window: window)
             } catch {
                 if error.isFatal { throw WorkerError("Kafka consumer failed: \(error)") }
                 logger.warning("Kafka consumer error", metadata: ["error": "\(error)"])
                 continue
+            }
+            let (messages, dropped) = control.current(polled)
+            if dropped > 0 {
+                logger.info(
+                    "Messages fetched before their partition was revoked are left to its next owner",
+                    metadata: ["messages": "\(dropped)"])
             }
             if messages.isEmpty { continue }
             await handoffs.lookUp(for: messages, control: control, store: store, logger: logger)

@@ -9,6 +9,9 @@ import PushKafka
 /// before every result of that message and of all earlier messages of the partition is written.
 struct OffsetTracker {
     private struct Partition {
+        /// The revocation epoch of this ownership of the partition: the epoch its first message
+        /// was parsed at (see ``MessageRef/epoch``).
+        var since: UInt64
         /// Registered messages in offset order with their outstanding result counts.
         var messages = Deque<(offset: Int64, remaining: Int)>()
         /// One past the newest registered message.
@@ -63,18 +66,22 @@ struct OffsetTracker {
     /// Messages with results outstanding, over all partitions.
     private(set) var outstandingMessages = 0
 
-    /// Registers a message that will produce `results` results (0: nothing to wait for).
-    /// A message at or before the newest one registered restarts the partition's tracking,
-    /// as happens when a partition is consumed again from its committed offset.
-    mutating func register(_ partition: TopicPartition, offset: Int64, results: Int) {
+    /// Registers a message, parsed at revocation `epoch`, that will produce `results` results
+    /// (0: nothing to wait for). A message at or before the newest one registered restarts the
+    /// partition's tracking, as happens when a partition is consumed again from its committed
+    /// offset.
+    mutating func register(_ partition: TopicPartition, offset: Int64, results: Int, epoch: UInt64 = 0) {
         // Changed in place: one lookup, and the deque is not copied.
-        outstandingMessages += partitions[partition, default: Partition()].register(offset: offset, results: results)
+        outstandingMessages += partitions[partition, default: Partition(since: epoch)].register(offset: offset, results: results)
     }
 
-    /// Records that `count` results of the message were written. Unknown messages (of a
-    /// partition since revoked or restarted) are ignored.
-    mutating func complete(_ partition: TopicPartition, offset: Int64, count: Int = 1) {
-        guard let index = partitions.index(forKey: partition) else { return }
+    /// Records that `count` results of the message, parsed at revocation `epoch`, were written.
+    /// Unknown messages (of a partition since revoked or restarted) are ignored, and so are
+    /// those of an earlier ownership of the partition: a notification still in a pool when its
+    /// partition was revoked may finish after the partition came back, and its message, consumed
+    /// again, waits for the results of the new ownership's notifications.
+    mutating func complete(_ partition: TopicPartition, offset: Int64, epoch: UInt64 = 0, count: Int = 1) {
+        guard let index = partitions.index(forKey: partition), epoch >= partitions.values[index].since else { return }
         if partitions.values[index].complete(offset: offset, count: count) { outstandingMessages -= 1 }
     }
 

@@ -13,6 +13,10 @@ final class PipelineControl: Sendable {
         var epoch: UInt64 = 0
         /// The epoch at which each partition was last revoked.
         var revokedAt: [TopicPartition: UInt64] = [:]
+        /// The consumer's rebalance generation at each partition's last revocation, and the
+        /// newest of them (see ``KafkaMessage/rebalanceGeneration``).
+        var revokedAtGeneration: [TopicPartition: UInt64] = [:]
+        var lastRevocationGeneration: UInt64 = 0
         var statistics = WorkerStatistics()
     }
 
@@ -49,11 +53,35 @@ final class PipelineControl: Sendable {
 
     /// The notifications of `partitions` parsed until now are stale: whatever of them has not
     /// been claimed yet is handed back instead (their partitions' next owner consumes them).
-    func markRevoked(_ partitions: Set<TopicPartition>) {
+    /// So are the messages of `partitions` fetched before the consumer's rebalance `generation`
+    /// that intake has not parsed yet (see ``current(_:)``).
+    func markRevoked(_ partitions: Set<TopicPartition>, generation: UInt64) {
         state.withLock { s in
             s.epoch += 1
-            for partition in partitions { s.revokedAt[partition] = s.epoch }
+            for partition in partitions {
+                s.revokedAt[partition] = s.epoch
+                s.revokedAtGeneration[partition] = generation
+            }
+            s.lastRevocationGeneration = max(s.lastRevocationGeneration, generation)
         }
+    }
+
+    /// `messages` without those fetched before their partition was revoked: a revocation can
+    /// run inside the poll that gathers a batch, after some of the batch's messages were
+    /// fetched. Those belong to the partition's next owner, which consumes them from the
+    /// committed offset; processing them here would produce their results twice.
+    func current(_ messages: [KafkaMessage]) -> (current: [KafkaMessage], dropped: Int) {
+        // Generations only grow along a batch: most batches need no look-up at all.
+        guard let first = messages.first else { return (messages, 0) }
+        let revoked = state.withLock { s in
+            first.rebalanceGeneration < s.lastRevocationGeneration ? s.revokedAtGeneration : [:]
+        }
+        guard !revoked.isEmpty else { return (messages, 0) }
+        let current = messages.filter { message in
+            guard let at = revoked[TopicPartition(topic: message.topic, partition: message.partition)] else { return true }
+            return message.rebalanceGeneration >= at
+        }
+        return (current, messages.count - current.count)
     }
 
     func endRevocation() {

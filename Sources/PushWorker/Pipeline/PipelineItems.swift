@@ -8,6 +8,18 @@ import PushKafka
 struct MessageRef: Hashable, Sendable {
     var partition: TopicPartition
     var offset: Int64
+    /// The intake's revocation count when the message was parsed: which ownership of its
+    /// partition it belongs to. Not part of its identity (the same message consumed again is
+    /// the same message), but a completion from an earlier ownership of a partition does not
+    /// count for the current one (``OffsetTracker``).
+    var epoch: UInt64 = 0
+
+    static func == (a: MessageRef, b: MessageRef) -> Bool { a.offset == b.offset && a.partition == b.partition }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(partition)
+        hasher.combine(offset)
+    }
 }
 
 /// One delivery pool: an (app, environment).
@@ -80,18 +92,18 @@ final class Candidate: Sendable {
     let token: DeviceToken
     let tokenHex: String
     let resultId: String
-    /// The intake's revocation count when it was parsed: a candidate parsed before its
-    /// partition was revoked is handed back instead of claimed (see ``ClaimStage``).
-    let epoch: UInt64
 
-    init(ref: MessageRef, job: SharedJob, token: DeviceToken, tokenHex: String, resultId: String, epoch: UInt64 = 0) {
+    init(ref: MessageRef, job: SharedJob, token: DeviceToken, tokenHex: String, resultId: String) {
         self.ref = ref
         self.job = job
         self.token = token
         self.tokenHex = tokenHex
         self.resultId = resultId
-        self.epoch = epoch
     }
+
+    /// The intake's revocation count when it was parsed: a candidate parsed before its
+    /// partition was revoked is handed back instead of claimed (see ``ClaimStage``).
+    var epoch: UInt64 { ref.epoch }
 
     var poolKey: PoolKey { job.poolKey }
 }

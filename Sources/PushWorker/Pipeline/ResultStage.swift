@@ -98,7 +98,7 @@ final class ResultStage: Sendable {
         var empty = false
         state.withLock { s in
             for (ref, count) in registrations {
-                s.tracker.register(ref.partition, offset: ref.offset, results: count)
+                s.tracker.register(ref.partition, offset: ref.offset, results: count, epoch: ref.epoch)
                 total += count
                 empty = empty || count == 0
             }
@@ -149,7 +149,7 @@ final class ResultStage: Sendable {
     func complete(_ refs: [MessageRef]) {
         guard !refs.isEmpty else { return }
         let ready = state.withLock { s in
-            for ref in refs { s.tracker.complete(ref.partition, offset: ref.offset) }
+            for ref in refs { s.tracker.complete(ref.partition, offset: ref.offset, epoch: ref.epoch) }
             return s.summaries.isEmpty ? [] : s.countForSummaries(refs.map { ($0, nil) as (MessageRef, TokenResult?) })
         }
         limit.remove(refs.count)
@@ -290,7 +290,7 @@ final class ResultStage: Sendable {
             for item in batch {
                 let ref = item.ref
                 // A released notification's message is not complete: it is consumed again.
-                if case .released = item {} else { s.tracker.complete(ref.partition, offset: ref.offset) }
+                if case .released = item {} else { s.tracker.complete(ref.partition, offset: ref.offset, epoch: ref.epoch) }
                 let left = (s.active[ref.partition] ?? 1) - 1
                 s.active[ref.partition] = left > 0 ? left : nil
             }

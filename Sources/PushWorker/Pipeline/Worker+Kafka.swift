@@ -81,7 +81,7 @@ extension Worker {
         // What is still unclaimed (after a timeout) and what the claims put back to wait
         // meanwhile is handed back; a round trip still under way hands its notifications back
         // when it ends, by their revocation epoch.
-        control.markRevoked(selection)
+        control.markRevoked(selection, generation: stages.consumer.rebalanceGeneration)
         stages.claims.handBack(unclaimedToo: true, where: inSelection)
         let marksDeadline = DispatchTime.now() + .seconds(2)
         while !stages.results.positionsStored(for: selection) {
