@@ -39,7 +39,8 @@ final class ClaimStage: Sendable {
         var held: [Held] = []
         /// Handed over by intake, not yet taken by a round trip.
         var unclaimed: [Candidate] = []
-        /// Handed over by intake and not yet acted on, by partition (a revocation waits for them).
+        /// Handed over by intake, due again after a hold or unparked, and not yet acted on, by
+        /// partition (a revocation waits for them).
         var pending: [TopicPartition: Int] = [:]
         var unavailable: Set<PoolKey> = []
         var parked: [PoolKey: [Candidate]] = [:]
@@ -91,21 +92,23 @@ final class ClaimStage: Sendable {
         for await signal in signals {
             switch signal {
             case .parsed:
-                while let batch = takeUnclaimed() { await claimParsed(batch) }
+                while let batch = takeUnclaimed() { await claimCounted(batch) }
             case .retryDue:
-                await claim(takeDue())
+                await claimCounted(takeDue())
             case .unavailable(let key):
                 state.withLock { _ = $0.unavailable.insert(key) }
             case .available(let key):
                 let back = state.withLock { s in
                     s.unavailable.remove(key)
-                    return Self.unpark(&s) { $0.poolKey == key }
+                    let back = Self.unpark(&s) { $0.poolKey == key }
+                    Self.count(back, into: &s.pending, by: 1)
+                    return back
                 }
                 limit.parked(-back.count)
                 logger.notice(
                     "Gateway reachable again: parked notifications go out",
                     metadata: ["app": "\(key.app)", "env": "\(key.environment)", "parked": "\(back.count)"])
-                await claim(back)
+                await claimCounted(back)
             case .sweepStale:
                 expireStaleParked()
             }
@@ -175,7 +178,10 @@ final class ClaimStage: Sendable {
         }
     }
 
-    private func claimParsed(_ candidates: [Candidate]) async {
+    /// Claims candidates counted in `pending` (handed over by intake, due again after a hold,
+    /// or unparked), so that a revocation waits for their round trip instead of handing their
+    /// partition on while it is under way.
+    private func claimCounted(_ candidates: [Candidate]) async {
         await claim(candidates)
         state.withLock { s in Self.count(candidates, into: &s.pending, by: -1) }
         control.madeProgress()
@@ -368,6 +374,7 @@ final class ClaimStage: Sendable {
         return state.withLock { s in
             let due = s.held.filter { $0.due <= now }.map(\.candidate)
             s.held.removeAll { $0.due <= now }
+            Self.count(due, into: &s.pending, by: 1)
             return due
         }
     }

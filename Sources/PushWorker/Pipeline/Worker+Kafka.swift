@@ -67,7 +67,9 @@ extension Worker {
         }
         let before = outstanding()
         logger.info("Partitions revoked", metadata: ["partitions": "\(partitions)", "inFlight": "\(before)"])
-        if before > 0 {
+        // A stopping worker's drain has already waited for its work, up to the shutdown timeout:
+        // what is left by now (its writer may have ended) is consumed again by the next owner.
+        if before > 0 && !control.isStopping {
             let deadline = DispatchTime.now() + .milliseconds(Int(Worker.revokeTimeout / .milliseconds(1)))
             while outstanding() > 0 {
                 if control.progress.wait(timeout: deadline) == .timedOut {
