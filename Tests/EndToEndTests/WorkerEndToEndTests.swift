@@ -212,6 +212,46 @@ struct WorkerEndToEndTests {
         await stack.shutdown()
     }
 
+    @Test(
+        "A worker stopped while Redis is down: its drain ends at the shutdown timeout, it leaves without waiting more, and nothing is lost")
+    func aStopThatReachesItsTimeoutLeavesAtOnce() async throws {
+        // A 5 s confirmation window: what the worker sends is still unconfirmed when Redis goes.
+        let stack = try await WorkerStack.start(confirmationWindowMs: 5000)
+        do {
+            try await stack.startWorker("w1", environment: ["APN_WORKER_SHUTDOWN_TIMEOUT_SECONDS": "2"])
+            let jobs = (0..<50).map { ("stuck-\($0)", [DeviceToken.numbered($0)]) }
+            try await stack.produce(jobs.map { WorkerStack.job(id: $0.0, tokens: $0.1) })
+            let sent = try await ConfigFeaturesEndToEndTests.eventually {
+                stack.simulator.acceptedByToken.values.reduce(0, +) >= jobs.count
+            }
+            #expect(sent, "the worker did not send the notifications")
+            // Their outcomes can no longer be recorded, so their results cannot be written.
+            await stack.redis.stop()
+            let stopping = ContinuousClock.now
+            let stopped = await stack.stopWorkerReporting("w1")
+            let took = ContinuousClock.now - stopping
+            let log = stack.log(of: "w1")
+            #expect(stopped.status == 0)
+            #expect(log.contains("Shutdown timeout reached"), "the premise: the drain could not finish\n\(log)")
+            // The consumer's close revokes the partitions; it used to wait 20 s more for results
+            // the ended writer would never write.
+            #expect(!log.contains("Revoked partitions still had notifications in flight"), "\(log)")
+            #expect(took < .seconds(15), "stopping took \(took)")
+
+            try await stack.redis.start()
+            try await stack.startWorker("w2")
+            let expected = Self.expectedIds(jobs)
+            try await stack.readResults(timeout: .seconds(120)) { results in
+                Set(results.compactMap { $0["resultId"]?.stringValue }).count >= expected.count
+            }
+            Self.checkDelivered(expected, bad: [], stack: stack, allowPossibleDuplicates: true)
+            #expect(try await stack.waitForAllCommitted())
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))\nw2: \(stack.log(of: "w2"))")
+        }
+        await stack.shutdown()
+    }
+
     @Test("Redis stopped for a few seconds mid-stream: consumption pauses and resumes, nothing lost or sent twice")
     func redisOutage() async throws {
         let stack = try await WorkerStack.start()
