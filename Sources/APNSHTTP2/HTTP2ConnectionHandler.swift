@@ -10,7 +10,7 @@ enum StreamResult: Sendable {
     /// The server answered.
     case answered(QueuedRequest, status: Int, headers: HPACKHeaders, body: [UInt8])
     /// The server certainly did not process it: above a GOAWAY's last-stream-id, or reset with
-    /// `REFUSED_STREAM` (RFC 7540 §6.8, §8.1.4).
+    /// `REFUSED_STREAM` (RFC 9113 §6.8, §8.7).
     case unprocessed(QueuedRequest)
     /// No answer, and the server may have processed it: reset with another code, or the
     /// connection closed.
@@ -195,7 +195,7 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
             }
         case .goAway(let lastStreamID, let errorCode, let opaqueData):
             // §3.5: no new streams here; streams above last-stream-id were not processed and are
-            // retried on another connection (RFC 7540 §6.8).
+            // retried on another connection (RFC 9113 §6.8).
             let last = Int32(lastStreamID)
             goAwayLastStream = min(goAwayLastStream ?? last, last)
             let debug = APNSGoAwayDebugData(bytes: opaqueData.map { Array($0.readableBytesView) } ?? [])

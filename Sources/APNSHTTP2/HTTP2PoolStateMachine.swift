@@ -227,7 +227,7 @@ struct HTTP2PoolStateMachine {
         if let initialLimit {
             connection.limit = clampLimit(initialLimit)
         } else {
-            connection.limit = min(100, configuration.maxStreamsPerConnection)  // RFC 7540 §6.5.2: unlimited; be modest
+            connection.limit = min(100, configuration.maxStreamsPerConnection)  // RFC 9113 §6.5.2: unlimited; be modest
         }
         noteLimit(connection.limit)
         connections[id] = connection

@@ -69,7 +69,7 @@ import Synchronization
 ///
 /// GOAWAY (``Configuration/goAwayEvery``, ``sendGoAwayToAll(debugData:)``): error `NO_ERROR`,
 /// last-stream-ID the highest stream whose HEADERS arrived; those streams are answered, streams
-/// above it are refused with `RST_STREAM(REFUSED_STREAM)` and never recorded (RFC 7540 §6.8,
+/// above it are refused with `RST_STREAM(REFUSED_STREAM)` and never recorded (RFC 9113 §6.8,
 /// §3.5), and the connection closes once every answered stream is done. The debug data cycles
 /// through JSON `{"reason":"Shutdown"}`, plain text and empty (§6.9).
 ///

@@ -29,7 +29,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
         var bodyLength = 0
     }
 
-    /// The connection-level receive window the simulator keeps open (RFC 7540 §6.9). The
+    /// The connection-level receive window the simulator keeps open (RFC 9113 §6.9). The
     /// stream windows stay at the 65,535 bytes APNs advertises (§6.8).
     static let connectionWindow = 1 << 22
     static let streamWindow = 65535
@@ -142,7 +142,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
                 return
             }
             guard id > highestStreamID else { return }
-            // RFC 7540 §6.8: streams above a GOAWAY's last-stream-ID are not processed
+            // RFC 9113 §6.8: streams above a GOAWAY's last-stream-ID are not processed
             // (the frame layer refuses them before they get here).
             if let last = goAwayLastStreamID, id > last { return }
             highestStreamID = id

@@ -25,7 +25,7 @@ struct OffsetTracker {
 
         var committable: Int64 { messages.first?.offset ?? end }
 
-        /// ``OffsetTracker/register(_:offset:results:)`` on this partition; returns the change
+        /// ``OffsetTracker/register(_:offset:results:epoch:)`` on this partition; returns the change
         /// in outstanding messages.
         mutating func register(offset: Int64, results: Int) -> Int {
             var change = 0
@@ -43,7 +43,7 @@ struct OffsetTracker {
             return change
         }
 
-        /// ``OffsetTracker/complete(_:offset:count:)`` on this partition; returns whether its
+        /// ``OffsetTracker/complete(_:offset:epoch:count:)`` on this partition; returns whether its
         /// message has no result outstanding any more.
         mutating func complete(offset: Int64, count: Int) -> Bool {
             // Binary search: messages are in offset order.
