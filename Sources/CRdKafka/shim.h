@@ -21,5 +21,7 @@ void rd_kafka_mock_push_request_errors_array(rd_kafka_mock_cluster_t *mcluster,
                                              int16_t ApiKey,
                                              size_t cnt,
                                              const rd_kafka_resp_err_t *errors);
+rd_kafka_resp_err_t rd_kafka_mock_broker_set_down(rd_kafka_mock_cluster_t *mcluster, int32_t broker_id);
+rd_kafka_resp_err_t rd_kafka_mock_broker_set_up(rd_kafka_mock_cluster_t *mcluster, int32_t broker_id);
 void rd_kafka_mock_clear_request_errors(rd_kafka_mock_cluster_t *mcluster, int16_t ApiKey);
 #endif

@@ -65,6 +65,21 @@ public final class EmbeddedKafkaCluster: Sendable {
         guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(err, context: "Cannot set broker \(id)'s round-trip time") }
     }
 
+    /// Takes broker `id` (1-based) down: its connections are cut and new ones refused, as when a
+    /// broker's host goes away, until ``setBrokerUp(_:)``. Leadership does not move.
+    public func setBrokerDown(_ id: Int32) throws(KafkaError) {
+        let err = handles.withLock { handles in handles.map { rd_kafka_mock_broker_set_down($0.cluster, id) } }
+        guard let err else { throw KafkaError.closed("EmbeddedKafkaCluster") }
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(err, context: "Cannot take broker \(id) down") }
+    }
+
+    /// Brings broker `id` back after ``setBrokerDown(_:)``.
+    public func setBrokerUp(_ id: Int32) throws(KafkaError) {
+        let err = handles.withLock { handles in handles.map { rd_kafka_mock_broker_set_up($0.cluster, id) } }
+        guard let err else { throw KafkaError.closed("EmbeddedKafkaCluster") }
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(err, context: "Cannot bring broker \(id) up") }
+    }
+
     /// Makes the brokers refuse every offset commit with "Group rebalance in progress", as a
     /// coordinator does while a rebalance is under way, until ``acceptOffsetCommits()``. For
     /// tests of hand-overs whose commit fails.

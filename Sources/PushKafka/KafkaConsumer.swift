@@ -1,38 +1,50 @@
 import CRdKafka
 import Dispatch
+import Logging
 import Synchronization
 
 /// A consumer-group member with manual offset management.
 ///
 /// Defaults (overridable through the configuration):
 /// `partition.assignment.strategy=cooperative-sticky`, `enable.auto.commit=false`,
-/// `enable.auto.offset.store=false`. Offsets only advance through `commit(_:)`.
+/// `enable.auto.offset.store=false`: with these, offsets only advance through
+/// ``commit(_:timeout:)``. With `enable.auto.commit=true` and `enable.auto.offset.store=false`
+/// (what the worker sets), librdkafka commits what ``store(_:)`` was given, on its timer and on
+/// close, and ``commit(_:timeout:)`` commits at once.
 ///
-/// Rebalances happen inside `poll` (and `close`) on the consumer's poll thread:
-/// the consumer applies them itself (incremental assign/unassign for the
-/// COOPERATIVE protocol, full assign for EAGER) and reports them on
-/// `rebalanceEvents`. Keep calling `poll` regularly, at least every
-/// `max.poll.interval.ms`, or the group evicts this member.
+/// Rebalances happen inside `poll` (and `close`) on the consumer's poll thread. The consumer
+/// applies an assignment itself (incremental assign for the COOPERATIVE protocol, full assign
+/// for EAGER) and reports it on `rebalanceEvents`. A revocation is applied at once with
+/// ``Revocation/immediate``; with ``Revocation/deferred`` it is only reported
+/// (``KafkaRebalanceEvent/revoking(_:generation:)``): the partitions are paused and stay this
+/// member's, so that their work can be finished and committed, until the owner calls
+/// ``completeRevocation(_:)``, which unassigns them on the poll thread. Keep calling `poll`
+/// regularly, at least every `max.poll.interval.ms`, or the group evicts this member.
 public final class KafkaConsumer: Sendable {
     /// Assignment changes, after librdkafka applied them. Finishes when the consumer closes.
     public let rebalanceEvents: AsyncStream<KafkaRebalanceEvent>
 
     private let client: RdKafkaHandle
     private let context: ConsumerContext
+    /// librdkafka's lines and this consumer's own (its service's close).
+    let logger: Logger
     /// Runs `consumer_poll` and `consumer_close`, hence the rebalance callback.
     private let pollQueue = DispatchQueue(label: "PushKafka.KafkaConsumer.poll")
     /// Runs blocking offset requests so they need not wait for a poll in progress.
     private let offsetQueue = DispatchQueue(label: "PushKafka.KafkaConsumer.offsets")
 
-    /// - Parameter onRevoke: called synchronously with partitions about to be taken
-    ///   away, before the revocation is acknowledged to the group: finish or hand back
-    ///   in-flight work and commit its offsets here. It runs on, and blocks, the poll
-    ///   thread (no messages are fetched meanwhile); the group waits for it up to
-    ///   `max.poll.interval.ms`. Do not call this consumer's `poll`/`close` from it.
-    public init(
-        configuration: KafkaConfiguration,
-        onRevoke: @escaping @Sendable ([TopicPartition]) -> Void = { _ in }
-    ) throws(KafkaError) {
+    /// What the consumer does when the group takes partitions away.
+    public enum Revocation: Sendable {
+        /// Unassigns them at once, inside the poll that learns of it.
+        case immediate
+        /// Pauses them and reports ``KafkaRebalanceEvent/revoking(_:generation:)``; they are
+        /// unassigned (and the group's rebalance goes on) once ``completeRevocation(_:)`` is
+        /// called, or when the consumer closes. The group waits for that up to
+        /// `max.poll.interval.ms`.
+        case deferred
+    }
+
+    public init(configuration: KafkaConfiguration, revocation: Revocation = .immediate) throws(KafkaError) {
         guard configuration.groupId?.isEmpty == false else {
             throw KafkaError(RD_KAFKA_RESP_ERR__INVALID_ARG, "KafkaConsumer requires the 'group.id' property")
         }
@@ -42,7 +54,7 @@ public final class KafkaConsumer: Sendable {
             "enable.auto.offset.store": "false",
         ])
         let (events, continuation) = AsyncStream.makeStream(of: KafkaRebalanceEvent.self)
-        let context = ConsumerContext(onRevoke: onRevoke, events: continuation)
+        let context = ConsumerContext(deferRevocations: revocation == .deferred, events: continuation)
         // Balanced by the release after rd_kafka_destroy in deinit.
         let clientContext = Unmanaged.passRetained(ClientContext(logger: configuration.clientLogger, consumer: context))
         rd_kafka_conf_set_opaque(conf, clientContext.toOpaque())
@@ -58,6 +70,7 @@ public final class KafkaConsumer: Sendable {
         rd_kafka_poll_set_consumer(rk)
         self.client = RdKafkaHandle(rk)
         self.context = context
+        self.logger = configuration.clientLogger
         self.rebalanceEvents = events
     }
 
@@ -104,7 +117,10 @@ public final class KafkaConsumer: Sendable {
                 let err = message.pointee.err
                 if err == RD_KAFKA_RESP_ERR_NO_ERROR {
                     // After any rebalance callback this call ran: librdkafka drops what it had
-                    // fetched for partitions that callback took away.
+                    // fetched for partitions that callback took away. A partition whose
+                    // deferred revocation is under way is paused; whatever of it was fetched
+                    // before is its next owner's.
+                    if context.isRevoking(message) { continue }
                     var copy = KafkaMessage(copying: message)
                     copy.rebalanceGeneration = context.rebalanceGeneration
                     messages.append(copy)
@@ -119,18 +135,21 @@ public final class KafkaConsumer: Sendable {
     }
 
     /// Synchronously commits explicit offsets (next offset to read = last processed + 1).
-    public func commit(_ offsets: [TopicPartitionOffset]) async throws(KafkaError) {
+    /// Waits up to `timeout` for the coordinator's answer (see ``commitBlocking(_:timeout:)``),
+    /// and not past the task's cancellation.
+    public func commit(_ offsets: [TopicPartitionOffset], timeout: Duration = .seconds(10)) async throws(KafkaError) {
         guard !offsets.isEmpty else { return }
-        try await offsetQueue.run { () throws(KafkaError) in
+        // Bounded from the call, including any wait behind other offset requests.
+        try await offsetQueue.run(what: "Commit of \(offsets)", abandoningAfter: timeout) { () throws(KafkaError) in
             guard !self.context.isClosed else { throw .closed("KafkaConsumer") }
-            try self.commitBlocking(offsets)
+            try self.commitBlocking(offsets, timeout: timeout)
         }
     }
 
     /// Commits explicit offsets on the calling thread and waits up to `timeout` for the
-    /// coordinator's answer. Meant for `onRevoke`, which runs on the poll thread while the
-    /// revoked partitions still belong to this member (the generation is current, so the commit
-    /// is accepted), before the group hands them to another member.
+    /// coordinator's answer. Meant for a deferred revocation, while the revoked partitions still
+    /// belong to this member (the generation is current, so the commit is accepted), before the
+    /// group hands them to another member.
     ///
     /// The wait is bounded because an answer may never come: a commit made in a revoke while
     /// the consumer is closing can wait on the very rebalance it is part of. Without an answer
@@ -192,7 +211,8 @@ public final class KafkaConsumer: Sendable {
         _ partitions: [TopicPartition], timeout: Duration = .seconds(10)
     ) async throws(KafkaError) -> [TopicPartitionOffset] {
         let (client, context) = (client, context)
-        return try await offsetQueue.run { () throws(KafkaError) in
+        return try await offsetQueue.run(what: "Fetching committed offsets", abandoningAfter: timeout + .seconds(1)) {
+            () throws(KafkaError) in
             guard !context.isClosed else { throw .closed("KafkaConsumer") }
             let list = makePartitionList(partitions)
             defer { rd_kafka_topic_partition_list_destroy(list) }
@@ -206,20 +226,24 @@ public final class KafkaConsumer: Sendable {
     }
 
     /// The low watermark (the oldest offset kept) and the high watermark (the offset the next
-    /// message will get) of each of `partitions`, asked of the partitions' leaders. A partition
-    /// whose leader does not answer within `timeout` is left out.
+    /// message will get) of each of `partitions`, asked of the partitions' leaders. `timeout`
+    /// bounds the whole call: partitions whose leader has not answered by then are left out.
     public func watermarks(
         _ partitions: [TopicPartition], timeout: Duration = .seconds(2)
     ) async throws(KafkaError) -> [TopicPartition: (low: Int64, high: Int64)] {
         let (client, context) = (client, context)
-        return try await offsetQueue.run { () throws(KafkaError) in
+        return try await offsetQueue.run(what: "Fetching watermarks", abandoningAfter: timeout + .seconds(1)) {
+            () throws(KafkaError) in
             guard !context.isClosed else { throw .closed("KafkaConsumer") }
             var marks: [TopicPartition: (low: Int64, high: Int64)] = [:]
+            let deadline = ContinuousClock.now + timeout
             for partition in partitions {
+                let remaining = deadline - .now
+                if remaining <= .zero { break }
                 var low: Int64 = 0
                 var high: Int64 = 0
                 let err = rd_kafka_query_watermark_offsets(
-                    client.pointer, partition.topic, partition.partition, &low, &high, timeout.timeoutMilliseconds)
+                    client.pointer, partition.topic, partition.partition, &low, &high, remaining.timeoutMilliseconds)
                 if err == RD_KAFKA_RESP_ERR_NO_ERROR { marks[partition] = (low, high) }
             }
             return marks
@@ -234,9 +258,30 @@ public final class KafkaConsumer: Sendable {
     public var hasJoined: Bool { context.hasJoined }
 
     /// How many rebalance callbacks (assignments and revocations) this member has run. It moves
-    /// at the start of each, so `onRevoke` reads the generation of its own revocation; every
+    /// at the start of each: a revocation is reported with its own generation, and every
     /// message `poll` returns carries the generation it was returned at.
     public var rebalanceGeneration: UInt64 { context.rebalanceGeneration }
+
+    /// `messages` without those fetched before their partition's latest revocation: a
+    /// revocation can run inside a poll after earlier polls returned messages of the partition,
+    /// and those belong to its next owner, which consumes them from the committed offset.
+    public func current(_ messages: [KafkaMessage]) -> (current: [KafkaMessage], dropped: Int) {
+        context.current(messages)
+    }
+
+    /// The generation of each partition's latest revocation (see ``rebalanceGeneration``).
+    public var revocations: [TopicPartition: UInt64] { context.revocations }
+
+    /// Ends a deferred revocation: unassigns `partitions` on the poll thread (between two polls),
+    /// which lets the group's rebalance go on, and reports
+    /// ``KafkaRebalanceEvent/revoked(_:)``. Partitions already unassigned (the consumer closed
+    /// meanwhile) are skipped.
+    public func completeRevocation(_ partitions: [TopicPartition]) async {
+        let (client, context) = (client, context)
+        _ = try? await pollQueue.run(what: "Completing a revocation") { () throws(KafkaError) in
+            context.unassign(client.pointer, partitions)
+        }
+    }
 
     /// The partitions currently assigned to this member.
     public func assignment() throws(KafkaError) -> [TopicPartition] {
@@ -265,14 +310,22 @@ public final class KafkaConsumer: Sendable {
         try checkPartitionErrors(list, "Cannot resume")
     }
 
-    /// Leaves the group cleanly: revokes the assignment (calling `onRevoke`), lets the
-    /// group rebalance without waiting for a session timeout, and finishes
-    /// `rebalanceEvents`. Idempotent. Commits nothing by itself.
-    public func close() async throws(KafkaError) {
+    /// Leaves the group cleanly: completes deferred revocations, revokes the assignment (at
+    /// once, whatever ``Revocation`` says), lets the group rebalance without waiting for a
+    /// session timeout, and finishes `rebalanceEvents`. Idempotent. Commits nothing by itself
+    /// (librdkafka commits the stored offsets when auto-commit is on).
+    ///
+    /// Waits at most `timeout`, and not past the task's cancellation: a group coordinator that
+    /// is gone can hold librdkafka's close for long. The close then goes on in the background
+    /// (the group notices the member's absence after its session timeout), and this throws.
+    public func close(timeout: Duration = .seconds(5)) async throws(KafkaError) {
         let (client, context) = (client, context)
-        try await pollQueue.run { () throws(KafkaError) in
+        try await pollQueue.run(what: "Leaving the consumer group", abandoningAfter: timeout) { () throws(KafkaError) in
             guard context.markClosed() else { return }
             defer { context.events.finish() }
+            // Deferred revocations not completed are completed now: librdkafka's close would
+            // otherwise wait for them.
+            context.unassign(client.pointer, nil)
             let err = rd_kafka_consumer_close(client.pointer)
             guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(err, context: "Cannot close consumer") }
         }
@@ -281,8 +334,15 @@ public final class KafkaConsumer: Sendable {
 
 /// What the rebalance callback needs; reached through the handle's ``ClientContext``.
 final class ConsumerContext: Sendable {
-    let onRevoke: @Sendable ([TopicPartition]) -> Void
+    let deferRevocations: Bool
     let events: AsyncStream<KafkaRebalanceEvent>.Continuation
+    /// Revocations by partition: the generation of each partition's latest, and the partitions
+    /// whose deferred revocation is not completed (with the protocol it was made under).
+    private struct Revoked {
+        var marks = RevocationMarks()
+        var pending: [TopicPartition: Bool] = [:]
+    }
+    private let revoked = Mutex(Revoked())
     private let state = Mutex<(closed: Bool, pendingError: KafkaError?)>((false, nil))
     private let joined = Atomic<Bool>(false)
     private let counts = Mutex(KafkaConsumerStatistics())
@@ -300,9 +360,54 @@ final class ConsumerContext: Sendable {
         counts.withLock { err == RD_KAFKA_RESP_ERR_NO_ERROR ? ($0.commits += 1) : ($0.commitFailures += 1) }
     }
 
-    init(onRevoke: @escaping @Sendable ([TopicPartition]) -> Void, events: AsyncStream<KafkaRebalanceEvent>.Continuation) {
-        self.onRevoke = onRevoke
+    init(deferRevocations: Bool, events: AsyncStream<KafkaRebalanceEvent>.Continuation) {
+        self.deferRevocations = deferRevocations
         self.events = events
+    }
+
+    var revocations: [TopicPartition: UInt64] { revoked.withLock { $0.marks.at } }
+
+    /// Whether `message`'s partition has a deferred revocation under way.
+    func isRevoking(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> Bool {
+        revoked.withLock { r in
+            guard !r.pending.isEmpty, let rkt = message.pointee.rkt else { return false }
+            return r.pending[TopicPartition(topic: String(cString: rd_kafka_topic_name(rkt)), partition: message.pointee.partition)]
+                != nil
+        }
+    }
+
+    func current(_ messages: [KafkaMessage]) -> (current: [KafkaMessage], dropped: Int) {
+        // Generations only grow along a batch: most batches need no copy of the marks.
+        guard let first = messages.first else { return (messages, 0) }
+        let marks = revoked.withLock { r in first.rebalanceGeneration < r.marks.latest ? r.marks : nil }
+        return marks?.current(messages) ?? (messages, 0)
+    }
+
+    /// Unassigns `partitions` (all pending ones with `nil`) whose deferred revocation is pending;
+    /// runs on the poll thread.
+    func unassign(_ rk: OpaquePointer, _ partitions: [TopicPartition]?) {
+        let due = revoked.withLock { r -> [(TopicPartition, Bool)] in
+            let due = partitions.map { $0.compactMap { p in r.pending[p].map { (p, $0) } } } ?? r.pending.map { ($0.key, $0.value) }
+            for (partition, _) in due { r.pending[partition] = nil }
+            return due
+        }
+        guard !due.isEmpty else { return }
+        let cooperative = due.filter(\.1).map(\.0)
+        let eager = due.filter { !$0.1 }.map(\.0)
+        if !cooperative.isEmpty {
+            let list = makePartitionList(cooperative)
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            if let error = rd_kafka_incremental_unassign(rk, list) {
+                setPendingError(KafkaError(consuming: error, context: "Unassigning \(cooperative) failed"))
+            }
+        }
+        if !eager.isEmpty {
+            let err = rd_kafka_assign(rk, nil)
+            if err != RD_KAFKA_RESP_ERR_NO_ERROR { setPendingError(KafkaError(err, context: "Unassigning \(eager) failed")) }
+        }
+        let all = cooperative + eager
+        counts.withLock { $0.revocations += 1 }
+        events.yield(.revoked(all))
     }
 
     var isClosed: Bool { state.withLock { $0.closed } }
@@ -347,13 +452,22 @@ final class ConsumerContext: Sendable {
         switch err {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
             joined.store(true, ordering: .relaxed)
+            revoked.withLock { r in for p in partitions { r.pending[p] = nil } }
             let ok = cooperative ? check(rd_kafka_incremental_assign(rk, list)) : check(rd_kafka_assign(rk, list))
             if ok && !partitions.isEmpty {
                 counts.withLock { $0.assignments += 1 }
                 events.yield(.assigned(partitions))
             }
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
-            if !partitions.isEmpty { onRevoke(partitions) }
+            let now = generation.load(ordering: .acquiring)
+            revoked.withLock { $0.marks.revoke(partitions, at: now) }
+            if deferRevocations && !isClosed && !partitions.isEmpty {
+                // Stops fetching them; they stay assigned until ``KafkaConsumer/completeRevocation(_:)``.
+                _ = rd_kafka_pause_partitions(rk, list)
+                revoked.withLock { r in for p in partitions { r.pending[p] = cooperative } }
+                events.yield(.revoking(partitions, generation: now))
+                return
+            }
             let ok = cooperative ? check(rd_kafka_incremental_unassign(rk, list)) : check(rd_kafka_assign(rk, nil))
             if ok && !partitions.isEmpty {
                 counts.withLock { $0.revocations += 1 }

@@ -47,8 +47,20 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 
     static func closed(_ what: String) -> KafkaError {
-        KafkaError(RD_KAFKA_RESP_ERR__STATE, "\(what) is closed")
+        KafkaError(RD_KAFKA_RESP_ERR__DESTROY, "\(what) is closed")
     }
+
+    /// The caller's task was cancelled while it waited for `what`; the operation may still
+    /// complete in the background.
+    static func cancelled(_ what: String) -> KafkaError {
+        KafkaError(RD_KAFKA_RESP_ERR__INTR, "\(what): stopped waiting, the task was cancelled", isRetriable: false)
+    }
+
+    /// The caller stopped waiting because its task was cancelled (see ``cancelled(_:)``).
+    public var isCancellation: Bool { code == RD_KAFKA_RESP_ERR__INTR.rawValue }
+
+    /// The client was closed: nothing more can be done with it.
+    public var isClosed: Bool { code == RD_KAFKA_RESP_ERR__DESTROY.rawValue }
 
     /// Errors that are transient by nature (librdkafka only flags retriability on `rd_kafka_error_t`).
     private static let retriableCodes: Set<Int32> = Set(

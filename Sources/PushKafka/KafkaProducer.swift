@@ -47,7 +47,8 @@ public final class KafkaProducer: Sendable {
 
     /// Enqueues all messages, then waits for every acknowledgement: the fast path for
     /// many records in flight. Results are in input order. Throws only if the
-    /// producer is closed.
+    /// producer is closed. When the task is cancelled it stops waiting: messages not yet
+    /// acknowledged report ``KafkaError/cancelled(_:)`` (librdkafka may still deliver them).
     public func send(_ messages: [KafkaOutgoingMessage]) async throws(KafkaError) -> [Result<KafkaDeliveryReport, KafkaError>] {
         guard !runtime.closed.load(ordering: .acquiring) else { throw .closed("KafkaProducer") }
         let batch = DeliveryBatch(count: messages.count)
@@ -55,6 +56,10 @@ public final class KafkaProducer: Sendable {
             while true {
                 if runtime.closed.load(ordering: .acquiring) {
                     batch.complete(index, .failure(.closed("KafkaProducer")))
+                    break
+                }
+                if Task.isCancelled {
+                    batch.complete(index, .failure(.cancelled("Sending to Kafka")))
                     break
                 }
                 let generation = runtime.pollGeneration
@@ -85,14 +90,15 @@ public final class KafkaProducer: Sendable {
     }
 
     /// Rejects new sends, waits up to `timeout` for outstanding messages, then fails
-    /// the rest with `_PURGE_QUEUE`/`_PURGE_INFLIGHT`. The handle is freed on deinit.
+    /// the rest with `_PURGE_QUEUE`/`_PURGE_INFLIGHT`. The handle is freed on deinit. Returns
+    /// within `timeout` + 1 s, and at once when the task is cancelled (the purge goes on).
     public func close(timeout: Duration = .seconds(10)) async {
         guard !runtime.closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let client = client
-        try? await flushQueue.run {
+        _ = try? await flushQueue.run(what: "Closing the producer", abandoningAfter: timeout + .seconds(1)) {
             if rd_kafka_flush(client.pointer, timeout.timeoutMilliseconds) != RD_KAFKA_RESP_ERR_NO_ERROR {
                 _ = rd_kafka_purge(client.pointer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT)
-                _ = rd_kafka_flush(client.pointer, 5000)  // serves the purge reports
+                _ = rd_kafka_flush(client.pointer, 500)  // serves the purge reports
             }
         }
     }
@@ -210,6 +216,8 @@ private final class DeliveryBatch: Sendable {
         var results: [Result<KafkaDeliveryReport, KafkaError>?]
         var remaining: Int
         var waiter: CheckedContinuation<[Result<KafkaDeliveryReport, KafkaError>], Never>?
+        /// The waiter was cancelled: it no longer waits for the rest.
+        var abandoned = false
     }
 
     private let state: Mutex<State>
@@ -225,20 +233,35 @@ private final class DeliveryBatch: Sendable {
             state.remaining -= 1
             guard state.remaining == 0, let waiter = state.waiter else { return nil }
             state.waiter = nil
-            return (waiter, state.results.map { $0! })
+            return (waiter, Self.filled(state.results))
         }
         if let (waiter, results) = finished { waiter.resume(returning: results) }
     }
 
+    /// Waits for every slot; on cancellation, returns at once with the slots still open
+    /// failed as cancelled.
     func results() async -> [Result<KafkaDeliveryReport, KafkaError>] {
-        await withCheckedContinuation { continuation in
-            let ready = state.withLock { state -> [Result<KafkaDeliveryReport, KafkaError>]? in
-                guard state.remaining > 0 else { return state.results.map { $0! } }
-                state.waiter = continuation
-                return nil
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let ready = state.withLock { state -> [Result<KafkaDeliveryReport, KafkaError>]? in
+                    guard state.remaining > 0, !state.abandoned else { return Self.filled(state.results) }
+                    state.waiter = continuation
+                    return nil
+                }
+                if let ready { continuation.resume(returning: ready) }
             }
-            if let ready { continuation.resume(returning: ready) }
+        } onCancel: {
+            let abandoned = state.withLock { state in
+                state.abandoned = true
+                defer { state.waiter = nil }
+                return state.waiter.map { ($0, Self.filled(state.results)) }
+            }
+            if let (waiter, results) = abandoned { waiter.resume(returning: results) }
         }
+    }
+
+    private static func filled(_ results: [Result<KafkaDeliveryReport, KafkaError>?]) -> [Result<KafkaDeliveryReport, KafkaError>] {
+        results.map { $0 ?? .failure(.cancelled("Waiting for Kafka's acknowledgement")) }
     }
 }
 

@@ -102,7 +102,37 @@ public struct KafkaMessage: Sendable, Hashable {
 /// A change of a consumer's assignment, delivered after librdkafka applied it.
 public enum KafkaRebalanceEvent: Sendable, Hashable {
     case assigned([TopicPartition])
+    /// The group takes these partitions away, at this rebalance generation; they are paused and
+    /// still this member's until ``KafkaConsumer/completeRevocation(_:)`` (only with
+    /// ``KafkaConsumer/Revocation/deferred``).
+    case revoking([TopicPartition], generation: UInt64)
     case revoked([TopicPartition])
+}
+
+/// When each partition was last revoked, by rebalance generation (see
+/// ``KafkaConsumer/rebalanceGeneration``): which messages, fetched before, are their
+/// partition's next owner's.
+public struct RevocationMarks: Sendable {
+    public private(set) var at: [TopicPartition: UInt64] = [:]
+    /// The newest revocation's generation (0: none yet).
+    public private(set) var latest: UInt64 = 0
+
+    public init() {}
+
+    public mutating func revoke(_ partitions: some Sequence<TopicPartition>, at generation: UInt64) {
+        for partition in partitions { at[partition] = generation }
+        latest = max(latest, generation)
+    }
+
+    /// `messages` without those fetched before their partition's latest revocation.
+    public func current(_ messages: [KafkaMessage]) -> (current: [KafkaMessage], dropped: Int) {
+        guard !at.isEmpty else { return (messages, 0) }
+        let current = messages.filter { message in
+            guard let revokedAt = at[TopicPartition(topic: message.topic, partition: message.partition)] else { return true }
+            return message.rebalanceGeneration >= revokedAt
+        }
+        return (current, messages.count - current.count)
+    }
 }
 
 // MARK: - C list conversion

@@ -17,7 +17,8 @@ struct Run: AsyncParsableCommand {
         discussion: """
             Configuration comes from a YAML or JSON file (--config or APN_WORKER_CONFIG), APN_WORKER_* \
             environment variables and these flags; flags win. See docs/configuration.md. Prints \
-            {"event":"ready",...} on standard output once it has joined the group; logs go to standard \
+            {"event":"ready",...} on standard output once its services have started (and its status \
+            server listens), before it has joined the group; logs go to standard \
             error. SIGTERM or SIGINT stops it gracefully: consumption stops, notifications in flight are \
             finished, their results written and offsets committed.
             """
@@ -120,7 +121,11 @@ struct Run: AsyncParsableCommand {
             ("event", "ready"), ("worker", .string(configuration.worker.id)), ("group", .string(configuration.kafka.groupId)),
         ]
         do {
-            try await runUntilTerminated(services, logger: logger) { [fields, server] in
+            // The drain takes up to shutdownTimeoutSeconds; leaving the group, closing the
+            // producer and the Redis connections a few seconds more, each bounded. Past that, what
+            // is still running is cancelled: a stop ends within shutdownTimeoutSeconds + 10 s.
+            try await runUntilTerminated(services, logger: logger, stopWithin: configuration.worker.shutdownTimeout + .seconds(8)) {
+                [fields, server] in
                 var fields = fields
                 if let server {
                     // Announced once it listens; a server that cannot bind stops the group instead.

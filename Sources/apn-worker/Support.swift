@@ -86,16 +86,23 @@ func unblockTerminationSignals() {
 /// Runs `services` in one `ServiceGroup` that SIGTERM or SIGINT shuts down gracefully.
 /// `whenStarted` runs once the group traps those signals (before that, a SIGTERM would end the
 /// process at once): a command announces that it is ready there.
+///
+/// With `stopWithin`, a graceful shutdown that takes longer is escalated to the cancellation of
+/// the services still running, and a cancellation that takes more than 1.5 s ends the process:
+/// a stop is bounded whatever the services wait for.
 func runUntilTerminated(
-    _ services: [any Service], logger: Logger,
+    _ services: [any Service], logger: Logger, stopWithin: Duration? = nil,
     whenStarted: @escaping @Sendable () async -> Void = {}
 ) async throws {
     unblockTerminationSignals()
     let all: [any Service] = [Announcement(whenStarted: whenStarted)] + services
-    let group = ServiceGroup(
-        configuration: .init(
-            services: all.map { .init(service: $0) }, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-    try await group.run()
+    var configuration = ServiceGroupConfiguration(
+        services: all.map { .init(service: $0) }, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+    if let stopWithin {
+        configuration.maximumGracefulShutdownDuration = stopWithin
+        configuration.maximumCancellationDuration = .milliseconds(1500)
+    }
+    try await ServiceGroup(configuration: configuration).run()
 }
 
 /// Waits for SIGINT or SIGTERM (a command whose servers run on their own until then), calling

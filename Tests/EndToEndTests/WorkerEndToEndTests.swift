@@ -29,7 +29,7 @@ struct WorkerEndToEndTests {
         stack: WorkerStack, allowPossibleDuplicates: Bool
     ) {
         let byId = stack.resultsById
-        let accepted = stack.simulator.acceptedByToken
+        let accepted = stack.acceptedByToken
         var missing = 0
         var wrong: [String] = []
         for (id, notification) in expected {

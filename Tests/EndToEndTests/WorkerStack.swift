@@ -21,7 +21,10 @@ final class WorkerStack: @unchecked Sendable {
     let redis: RedisServerProcess
     /// The Redis Cluster the workers use instead of ``redis`` when started with `redisCluster`.
     private(set) var redisCluster: RedisClusterProcess?
-    let simulator: APNSSimulator
+    /// The binary gateway and feedback service (replaced by ``restartGateway()``).
+    private(set) var simulator: APNSSimulator
+    /// What gateways stopped by ``stopGateway()`` had accepted.
+    private var retiredAccepted: [DeviceToken: Int] = [:]
     /// The HTTP/2 simulator of ``http2App``.
     private(set) var http2Simulator: APNSHTTP2Simulator?
     let directory: String
@@ -179,6 +182,25 @@ final class WorkerStack: @unchecked Sendable {
         stack.http2Simulator = http2Simulator
         stack.redisCluster = cluster
         return stack
+    }
+
+    /// Stops the binary gateway and feedback service: connections are cut, new ones refused.
+    func stopGateway() async {
+        for (token, count) in simulator.acceptedByToken { retiredAccepted[token, default: 0] += count }
+        await simulator.stop()
+    }
+
+    /// Starts the binary gateway and feedback service again on the same ports.
+    func restartGateway() async throws {
+        var configuration = simulator.configuration
+        configuration.binaryPort = simulator.binaryPort
+        configuration.feedbackPort = simulator.feedbackPort
+        simulator = try await APNSSimulator.start(configuration: configuration)
+    }
+
+    /// How often each token was accepted by the binary gateway, over its restarts.
+    var acceptedByToken: [DeviceToken: Int] {
+        retiredAccepted.merging(simulator.acceptedByToken, uniquingKeysWith: +)
     }
 
     /// Starts `apn-worker run` (with `environment` added to its variables) and waits for its ready line.

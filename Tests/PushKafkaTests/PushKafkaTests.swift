@@ -90,18 +90,35 @@ struct PushKafkaTests {
         cluster.shutdown()
     }
 
+    /// Follows a member's rebalance events, completing each deferred revocation; returns the
+    /// task and what it saw.
+    func follow(_ consumer: KafkaConsumer) -> (Task<Void, Never>, Recorder<KafkaRebalanceEvent>) {
+        let events = Recorder<KafkaRebalanceEvent>()
+        let task = Task {
+            for await event in consumer.rebalanceEvents {
+                events.append(event)
+                if case .revoking(let partitions, _) = event { await consumer.completeRevocation(partitions) }
+            }
+        }
+        return (task, events)
+    }
+
     @Test func cooperativeRebalanceAcrossTwoMembers() async throws {
         let cluster = try EmbeddedKafkaCluster(brokers: 2)
         let (topic, group, all) = try fourPartitionTopic(on: cluster, "rebalance")
 
-        let hookA = Recorder<[TopicPartition]>(), hookB = Recorder<[TopicPartition]>()
-        let a = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group)) { hookA.append($0) }
-        let b = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group)) { hookB.append($0) }
-        let eventsA = Recorder<KafkaRebalanceEvent>(), eventsB = Recorder<KafkaRebalanceEvent>()
-        let drainA = Task { for await event in a.rebalanceEvents { eventsA.append(event) } }
-        let drainB = Task { for await event in b.rebalanceEvents { eventsB.append(event) } }
+        let a = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group), revocation: .deferred)
+        let b = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group), revocation: .deferred)
+        let (drainA, eventsA) = follow(a)
+        let (drainB, eventsB) = follow(b)
         func hasAssigned(_ events: Recorder<KafkaRebalanceEvent>) -> Bool {
             events.all.contains { if case .assigned = $0 { true } else { false } }
+        }
+        func revoking(_ events: Recorder<KafkaRebalanceEvent>) -> [[TopicPartition]] {
+            events.all.compactMap { if case .revoking(let partitions, _) = $0 { partitions } else { nil } }
+        }
+        func revoked(_ events: Recorder<KafkaRebalanceEvent>) -> [[TopicPartition]] {
+            events.all.compactMap { if case .revoked(let partitions) = $0 { partitions } else { nil } }
         }
         try a.subscribe(topics: [topic])
         try await pollUntil(a, owns: all, "A, alone in the group, owns all partitions")
@@ -116,22 +133,69 @@ struct PushKafkaTests {
         }
         let finalA = Set(try a.assignment())
         // Cooperative: A gave up only what B took, and kept the rest without a full revoke.
-        #expect(hookA.all.map(Set.init) == [all.subtracting(finalA)])
+        #expect(revoking(eventsA).map(Set.init) == [all.subtracting(finalA)])
+        #expect(revoked(eventsA) == revoking(eventsA), "each deferred revocation is reported once completed")
 
         try await a.close()
-        #expect(finalA.isSubset(of: Set(hookA.all.joined())), "onRevoke saw A's partitions when A left")
+        // Closing revokes at once, without waiting for anyone.
+        #expect(finalA.isSubset(of: Set(revoked(eventsA).joined())), "A's partitions were revoked when A left")
         try await pollUntil(b, owns: all, "B owns all partitions after A left")
         try await b.close()
         await drainA.value
         await drainB.value
-
-        for (hook, events) in [(hookA, eventsA), (hookB, eventsB)] {
-            let revoked = events.all.compactMap { if case .revoked(let partitions) = $0 { partitions } else { nil } }
-            #expect(hook.all == revoked, "onRevoke is called once per revocation, before it is reported")
-        }
         #expect(
             eventsB.all.contains { if case .assigned(let partitions) = $0 { !Set(partitions).isDisjoint(with: finalA) } else { false } },
             "B was incrementally assigned A's former partitions")
+    }
+
+    /// A deferred revocation leaves the partitions assigned, and their messages unreturned, until
+    /// it is completed; the group's rebalance waits for it.
+    @Test func aDeferredRevocationHoldsThePartitionsUntilItIsCompleted() async throws {
+        let cluster = try EmbeddedKafkaCluster(brokers: 1)
+        let (topic, group, all) = try fourPartitionTopic(on: cluster, "deferred")
+        let producer = try KafkaProducer(configuration: producerConfiguration(cluster))
+
+        let a = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group), revocation: .deferred)
+        let events = Recorder<KafkaRebalanceEvent>()
+        let drain = Task { for await event in a.rebalanceEvents { events.append(event) } }
+        try a.subscribe(topics: [topic])
+        try await pollUntil(a, owns: all, "A owns all partitions")
+
+        let b = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group))
+        try b.subscribe(topics: [topic])
+        var revoking: [TopicPartition] = []
+        try await eventually("A is asked to give partitions up") {
+            _ = try await a.poll(timeout: .milliseconds(100))
+            _ = try await b.poll(timeout: .milliseconds(100))
+            revoking = events.all.compactMap { if case .revoking(let partitions, _) = $0 { partitions } else { nil } }.first ?? []
+            return !revoking.isEmpty
+        }
+        // Not completed: still A's, nothing of them is returned, and B gets none of them.
+        _ = try await producer.send(
+            (0..<40).map { KafkaOutgoingMessage(topic: topic, key: bytes("k\($0)"), value: bytes("v")) })
+        var seen: [KafkaMessage] = []
+        for _ in 0..<20 {
+            seen += try await a.poll(timeout: .milliseconds(100))
+            _ = try await b.poll(timeout: .milliseconds(100))
+        }
+        #expect(Set(revoking).isSubset(of: Set(try a.assignment())), "the revoking partitions are still A's")
+        #expect(Set(try b.assignment()).isDisjoint(with: revoking), "B got a partition A still holds")
+        #expect(!seen.contains { revoking.contains(TopicPartition(topic: $0.topic, partition: $0.partition)) })
+        #expect(!events.all.contains { if case .revoked = $0 { true } else { false } })
+
+        await a.completeRevocation(revoking)
+        #expect(Set(try a.assignment()).isDisjoint(with: revoking))
+        try await eventually("B is assigned what A gave up") {
+            _ = try await a.poll(timeout: .milliseconds(100))
+            _ = try await b.poll(timeout: .milliseconds(100))
+            return Set(revoking).isSubset(of: Set(try b.assignment()))
+        }
+        #expect(events.all.contains(.revoked(revoking)))
+        try await b.close()
+        try await a.close()
+        await drain.value
+        await producer.close()
+        cluster.shutdown()
     }
 
     /// Each message carries the rebalance generation it was returned at; each rebalance
@@ -143,12 +207,7 @@ struct PushKafkaTests {
         _ = try await producer.send((0..<8).map { KafkaOutgoingMessage(topic: topic, key: bytes("\($0)"), value: bytes("v")) })
         await producer.close()
 
-        let revokedAt = Recorder<UInt64>()
-        nonisolated(unsafe) var consumer: KafkaConsumer?
-        let member = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group)) { _ in
-            revokedAt.append(consumer?.rebalanceGeneration ?? 0)
-        }
-        consumer = member
+        let member = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group))
         #expect(member.rebalanceGeneration == 0)
         try member.subscribe(topics: [topic])
         let messages = try await consume(member, count: 8)
@@ -158,8 +217,10 @@ struct PushKafkaTests {
         #expect(messages.allSatisfy { $0.rebalanceGeneration == assigned }, "\(messages.map(\.rebalanceGeneration))")
 
         try await member.close()
-        #expect(revokedAt.all.count == 1)
-        #expect(revokedAt.all.allSatisfy { $0 > assigned }, "onRevoke reads its own revocation's generation")
+        let revoked = member.revocations
+        #expect(Set(revoked.keys) == all)
+        #expect(revoked.values.allSatisfy { $0 > assigned }, "each revocation has its own generation")
+        #expect(member.current(messages).dropped == messages.count, "what was fetched before the revocation is stale")
         cluster.shutdown()
     }
 
@@ -202,8 +263,13 @@ struct PushKafkaTests {
         let (topic, group, all) = try fourPartitionTopic(on: cluster, "join")
 
         let revoked = Recorder<ContinuousClock.Instant>()
-        let first = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group)) { _ in
-            revoked.append(.now)
+        let first = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group), revocation: .deferred)
+        let drain = Task {
+            for await event in first.rebalanceEvents {
+                guard case .revoking(let partitions, _) = event else { continue }
+                revoked.append(.now)
+                await first.completeRevocation(partitions)
+            }
         }
         try first.subscribe(topics: [topic])
         try await pollUntil(first, owns: all, "the first member owns every partition")
@@ -226,6 +292,7 @@ struct PushKafkaTests {
             "the embedded broker now ends the assigning round early (\(assigned - revocation)); update docs/architecture.md")
         try await second.close()
         try await first.close()
+        await drain.value
         cluster.shutdown()
     }
 

@@ -210,7 +210,7 @@ import Testing
                     KafkaMessage(
                         topic: "apn.requests", partition: 0, offset: 3, key: nil, value: Array(text.utf8), headers: [],
                         timestamp: 1_700_000_000_000)
-                ], epoch: 0
+                ],
             ) { candidates += $0.candidates }
             #expect(candidates.map(\.resultId) == [token, otherToken].map { WorkerResult.dryRunId(jobId: "j", token: $0) })
             #expect(candidates[0].resultId != WorkerResult.notificationId(jobId: "j", token: token))

@@ -48,7 +48,7 @@ import Testing
                     #"{"id":"s1","app":"a","tokens":["\#(Self.token)","zz","\#(Self.otherToken)"],"alert":"x","summary":true}"#, offset: 4),
                 StageTests.message(#"{"id":"s2","app":"a","token":"\#(Self.token)","alert":"x"}"#, offset: 5),
                 StageTests.message(#"{"id":"s3","app":"nope","token":"\#(Self.token)","alert":"x","summary":true}"#, offset: 6),
-            ], epoch: 0
+            ],
         ) { part in
             chunk.registrations += part.registrations
             chunk.summaries += part.summaries

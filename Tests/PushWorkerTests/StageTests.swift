@@ -33,9 +33,15 @@ import Testing
             timestamp: 1_700_000_000_000)
     }
 
+    /// Parses `messages` as if fetched at rebalance generation `epoch`.
     func parse(_ messages: [KafkaMessage], epoch: UInt64 = 0) async throws -> IntakeStage.Chunk {
         var all = IntakeStage.Chunk()
-        try await intake().parse(messages, epoch: epoch) { chunk in
+        let fetched = messages.map { message in
+            var message = message
+            message.rebalanceGeneration = epoch
+            return message
+        }
+        try await intake().parse(fetched) { chunk in
             all.registrations += chunk.registrations
             all.results += chunk.results
             all.candidates += chunk.candidates
@@ -50,7 +56,7 @@ import Testing
         case .rejected(_, let message): bytes = message.value
         case .decided(let r), .delivered(let r): bytes = r.result.value
         case .reemitted(_, _, let messages): bytes = messages[0].value
-        case .released: return [:]
+        case .released, .handedBack: return [:]
         }
         return (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any] ?? [:]
     }
@@ -64,7 +70,7 @@ import Testing
         func chunkSizes(_ messages: [KafkaMessage]) async throws -> [Int] {
             var sizes: [Int] = []
             // An interval of zero: every look at the clock hands over.
-            try await intake().parse(messages, epoch: 0, handOverEvery: .zero) { sizes.append($0.messages) }
+            try await intake().parse(messages, handOverEvery: .zero) { sizes.append($0.messages) }
             return sizes
         }
         let single = (0..<70).map { n in
@@ -128,7 +134,7 @@ import Testing
         var skipped = 0
         var registrations: [(MessageRef, Int)] = []
         var results: [ResultItem] = []
-        try await intake().parse(messages, epoch: 0, handoffs: &handoffs) { chunk in
+        try await intake().parse(messages, handoffs: &handoffs) { chunk in
             skipped += chunk.skipped
             registrations += chunk.registrations
             results += chunk.results
@@ -147,7 +153,7 @@ import Testing
     /// were fetched: those of the revoked partition are left to its next owner; those fetched
     /// after the revocation (the partition assigned again) and those of other partitions stay.
     @Test func messagesFetchedBeforeTheirPartitionWasRevokedAreLeftToItsNextOwner() {
-        let control = PipelineControl()
+        var control = RevocationMarks()
         func message(_ partition: Int32, _ offset: Int64, generation: UInt64) -> KafkaMessage {
             var message = Self.message("{}", offset: offset, partition: partition)
             message.rebalanceGeneration = generation
@@ -156,7 +162,7 @@ import Testing
         let batch = [message(0, 10, generation: 3), message(1, 20, generation: 3), message(0, 11, generation: 3)]
         #expect(control.current(batch).dropped == 0, "nothing was revoked")
 
-        control.markRevoked([TopicPartition(topic: "apn.requests", partition: 0)], generation: 4)
+        control.revoke([TopicPartition(topic: "apn.requests", partition: 0)], at: 4)
         let (current, dropped) = control.current(batch + [message(0, 12, generation: 5)])
         #expect(dropped == 2)
         #expect(current.map { [$0.partition, Int32($0.offset)] } == [[1, 20], [0, 12]])
@@ -165,7 +171,7 @@ import Testing
 
     @Test func intakeHandsOnAtLeastOnceAtTheEnd() async throws {
         var chunks = 0
-        try await intake().parse([Self.message("{}", offset: 1)], epoch: 0) { _ in chunks += 1 }
+        try await intake().parse([Self.message("{}", offset: 1)]) { _ in chunks += 1 }
         #expect(chunks == 1)
     }
 
@@ -271,6 +277,37 @@ import Testing
         #expect(unregistered.unregister?.since == 1_650_000_000)
         let feedbackResult = try #require(unregistered.feedback)
         #expect(String(decoding: feedbackResult.value, as: UTF8.self).contains("\"type\":\"feedback\""))
+    }
+
+    /// A notification a pool gives back at shutdown is released (its claim deleted, so the next
+    /// owner sends it as new) only when no gateway can have it: one written on a connection that
+    /// closed without an error packet, or taken over from a dead worker, keeps its claim, so the
+    /// next owner takes it over and flags it `possibleDuplicate`.
+    @Test func aNotificationMaybeWrittenIsHandedBackWithItsClaim() async throws {
+        let cs = try await candidates(3)
+        let contexts = cs.enumerated().map { SentContext(candidate: $1, takeover: $0 == 2) }
+        func shutDown(_ tag: Int, written: Bool) -> APNSDeliveryOutcome {
+            APNSDeliveryOutcome(
+                tag: UInt64(tag), token: cs[tag].token, status: .shutDown, attempts: written ? 1 : 0, possibleDuplicate: written)
+        }
+        let (items, _) = DeliveryStage.results(
+            of: [shutDown(0, written: false), shutDown(1, written: true), shutDown(2, written: false)],
+            contexts: contexts, factory: factory)
+        guard items.count == 3, case .released(_, let released, _) = items[0], case .handedBack(_, let maybeWritten) = items[1],
+            case .handedBack(_, let takenOver) = items[2]
+        else {
+            Issue.record("unexpected items \(items)")
+            return
+        }
+        #expect(released == cs[0].resultId)
+        #expect(maybeWritten == cs[1].resultId)
+        #expect(takenOver == cs[2].resultId)
+        let plan = ResultStage.plan(items, topic: "apn.results")
+        #expect(plan.released.map(\.resultId) == [cs[0].resultId], "only the claim of what no gateway can have is deleted")
+        #expect(Set(plan.settled) == Set(cs.map(\.resultId)))
+        #expect(plan.results == 0)
+        #expect(plan.messages.isEmpty)
+        #expect(items.allSatisfy { $0.isGivenBack })
     }
 
     // MARK: The in-flight bound

@@ -177,8 +177,14 @@ final class DeliveryStage: Sendable {
         for (outcome, context) in zip(outcomes, contexts) {
             guard let context else { continue }
             if outcome.status == .shutDown {
-                // Never written: the notification is given back.
-                items.append(.released(context.candidate.ref, resultId: context.candidate.resultId, token: context.candidate.tokenHex))
+                let candidate = context.candidate
+                if outcome.possibleDuplicate || context.takeover {
+                    // Maybe written before: the claim stays for the next owner to take over.
+                    items.append(.handedBack(candidate.ref, resultId: candidate.resultId))
+                } else {
+                    // Never written: the notification is given back.
+                    items.append(.released(candidate.ref, resultId: candidate.resultId, token: candidate.tokenHex))
+                }
                 continue
             }
             let item = factory.delivered(outcome, context: context, at: at)

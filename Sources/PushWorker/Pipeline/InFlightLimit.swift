@@ -12,8 +12,17 @@ final class InFlightLimit: Sendable {
         var inFlight = 0
         var parked = 0
         var closed = false
-        var roomWaiters: [CheckedContinuation<Void, Never>] = []
-        var emptyWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Waiters by id, so that a cancelled or timed-out one is resumed alone.
+        var roomWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        var emptyWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
+        /// Ids of waiters cancelled (or timed out) before they were installed.
+        var gone: Set<UInt64> = []
+        var nextId: UInt64 = 0
+
+        mutating func makeId() -> UInt64 {
+            nextId += 1
+            return nextId
+        }
     }
 
     let maximum: Int
@@ -29,49 +38,70 @@ final class InFlightLimit: Sendable {
         s.closed || (s.inFlight - s.parked < maximum && s.parked < maximum)
     }
 
-    /// Waits until there is room for more (or the limit is closed for shutdown).
+    /// Waits until there is room for more (or the limit is closed for shutdown, or the task is
+    /// cancelled: the caller checks for that).
     func waitForRoom() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let ready = state.withLock { s -> Bool in
-                if Self.hasRoom(s, maximum) { return true }
-                s.roomWaiters.append(continuation)
-                return false
-            }
-            if ready { continuation.resume() }
-        }
-    }
-
-    /// Waits until nothing is in flight; `false` when `deadline` came first.
-    func waitUntilEmpty(deadline: ContinuousClock.Instant) async -> Bool {
-        await withTaskGroup(of: Bool.self) { group in
-            group.addTask {
-                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                    let done = self.state.withLock { s -> Bool in
-                        if s.inFlight <= 0 { return true }
-                        s.emptyWaiters.append(continuation)
-                        return false
-                    }
-                    if done { continuation.resume() }
+        let id = state.withLock { $0.makeId() }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let ready = state.withLock { s -> Bool in
+                    if s.gone.remove(id) != nil || Self.hasRoom(s, maximum) { return true }
+                    s.roomWaiters[id] = continuation
+                    return false
                 }
-                return true
+                if ready { continuation.resume() }
             }
-            group.addTask {
-                try? await Task.sleep(until: deadline)
-                return false
-            }
-            let first = await group.next() ?? false
-            if !first { self.resumeEmptyWaiters() }
-            group.cancelAll()
-            return first
+        } onCancel: {
+            state.withLock { s -> CheckedContinuation<Void, Never>? in
+                guard let waiter = s.roomWaiters.removeValue(forKey: id) else {
+                    s.gone.insert(id)
+                    return nil
+                }
+                return waiter
+            }?.resume()
         }
     }
 
-    private func resumeEmptyWaiters() {
-        let waiters = state.withLock { s in
-            defer { s.emptyWaiters.removeAll() }
-            return s.emptyWaiters
+    /// Waits until nothing is in flight; `false` when `deadline` came first or the task was
+    /// cancelled. Only this call's waiter is resumed when it gives up.
+    func waitUntilEmpty(deadline: ContinuousClock.Instant) async -> Bool {
+        let id = state.withLock { $0.makeId() }
+        let giveUp: @Sendable () -> Void = { [self] in
+            self.state.withLock { s -> CheckedContinuation<Bool, Never>? in
+                guard let waiter = s.emptyWaiters.removeValue(forKey: id) else {
+                    s.gone.insert(id)
+                    return nil
+                }
+                return waiter
+            }?.resume(returning: false)
         }
-        waiters.forEach { $0.resume() }
+        return await withTaskGroup(of: Bool?.self) { group in
+            group.addTask {
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                        let answer = self.state.withLock { s -> Bool? in
+                            if s.gone.remove(id) != nil { return false }
+                            if s.inFlight <= 0 { return true }
+                            s.emptyWaiters[id] = continuation
+                            return nil
+                        }
+                        if let answer { continuation.resume(returning: answer) }
+                    }
+                } onCancel: {
+                    giveUp()
+                }
+            }
+            group.addTask {
+                // Cancelled by the group once the waiter answered; gives up at the deadline.
+                guard (try? await Task.sleep(until: deadline)) != nil else { return nil }
+                giveUp()
+                return nil
+            }
+            var answer = false
+            if let first = await group.next(), let first { answer = first }
+            group.cancelAll()
+            return answer
+        }
     }
 
     /// `count` more notifications are in flight.
@@ -98,19 +128,21 @@ final class InFlightLimit: Sendable {
     }
 
     private func changed(_ body: (inout State) -> Void) {
-        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+        let waiters = state.withLock { s -> ([CheckedContinuation<Void, Never>], [CheckedContinuation<Bool, Never>]) in
             body(&s)
-            var out: [CheckedContinuation<Void, Never>] = []
+            var room: [CheckedContinuation<Void, Never>] = []
+            var empty: [CheckedContinuation<Bool, Never>] = []
             if !s.roomWaiters.isEmpty, Self.hasRoom(s, maximum) {
-                out = s.roomWaiters
+                room = Array(s.roomWaiters.values)
                 s.roomWaiters.removeAll()
             }
             if s.inFlight <= 0, !s.emptyWaiters.isEmpty {
-                out += s.emptyWaiters
+                empty = Array(s.emptyWaiters.values)
                 s.emptyWaiters.removeAll()
             }
-            return out
+            return (room, empty)
         }
-        waiters.forEach { $0.resume() }
+        waiters.0.forEach { $0.resume() }
+        waiters.1.forEach { $0.resume(returning: true) }
     }
 }

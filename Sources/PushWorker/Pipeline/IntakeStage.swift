@@ -29,7 +29,7 @@ struct IntakeStage: Sendable {
         /// Partitions looked up since they were last assigned.
         private var known = Set<TopicPartition>()
         private(set) var marks: [TopicPartition: NotificationStore.HandoffMark] = [:]
-        /// The revocations seen (``PipelineControl/epoch``).
+        /// The newest revocation seen (``PipelineControl/lastRevocation``).
         private var epoch: UInt64 = 0
 
         init(marks: [TopicPartition: NotificationStore.HandoffMark] = [:]) {
@@ -52,7 +52,7 @@ struct IntakeStage: Sendable {
         mutating func lookUp(
             for messages: [KafkaMessage], control: PipelineControl, store: NotificationStore, logger: Logger
         ) async {
-            let epoch = control.epoch
+            let epoch = control.lastRevocation
             if epoch != self.epoch {
                 // Revoked since: when assigned again, their marks are read again.
                 let revoked = control.revocations()
@@ -119,18 +119,21 @@ struct IntakeStage: Sendable {
     /// Parses `messages` in order; `handOver` receives what is parsed at least every `interval`
     /// (``handOverInterval``), looked at once 32 messages or notifications are parsed, and once
     /// at the end.
+    ///
+    /// Each message's notifications carry the rebalance generation it was fetched at
+    /// (``MessageRef/epoch``): which ownership of its partition they belong to.
     func parse(
-        _ messages: [KafkaMessage], epoch: UInt64, handOverEvery interval: Duration = handOverInterval,
+        _ messages: [KafkaMessage], handOverEvery interval: Duration = handOverInterval,
         handOver: (Chunk) async -> Void
     ) async {
         var handoffs = Handoffs()
-        await parse(messages, epoch: epoch, handoffs: &handoffs, handOverEvery: interval, handOver: handOver)
+        await parse(messages, handoffs: &handoffs, handOverEvery: interval, handOver: handOver)
     }
 
-    /// ``parse(_:epoch:handOverEvery:handOver:)``, skipping the messages that `handoffs` covers
+    /// ``parse(_:handOverEvery:handOver:)``, skipping the messages that `handoffs` covers
     /// (registered with no result to wait for).
     func parse(
-        _ messages: [KafkaMessage], epoch: UInt64, handoffs: inout Handoffs, handOverEvery interval: Duration = handOverInterval,
+        _ messages: [KafkaMessage], handoffs: inout Handoffs, handOverEvery interval: Duration = handOverInterval,
         handOver: (Chunk) async -> Void
     ) async {
         // Room for a notification per message: the lists grew by doubling, copying, as they filled.
@@ -160,7 +163,8 @@ struct IntakeStage: Sendable {
             chunk.messages += 1
             parsed += 1
             let ref = MessageRef(
-                partition: TopicPartition(topic: message.topic, partition: message.partition), offset: message.offset, epoch: epoch)
+                partition: TopicPartition(topic: message.topic, partition: message.partition), offset: message.offset,
+                epoch: message.rebalanceGeneration)
             if handoffs.covers(ref, timestamp: message.timestamp) {
                 chunk.registrations.append((ref, 0))
                 chunk.skipped += 1
@@ -168,7 +172,7 @@ struct IntakeStage: Sendable {
             }
             let before = chunk.results.count + chunk.candidates.count
             let summaries = chunk.summaries.count
-            parse(message, ref: ref, epoch: epoch, now: now, into: &chunk)
+            parse(message, ref: ref, now: now, into: &chunk)
             let results = chunk.results.count + chunk.candidates.count - before
             sinceClock += max(1, results)
             if chunk.summaries.count > summaries {
@@ -182,7 +186,7 @@ struct IntakeStage: Sendable {
         await handOver(chunk)
     }
 
-    private func parse(_ message: KafkaMessage, ref: MessageRef, epoch: UInt64, now: Int64, into chunk: inout Chunk) {
+    private func parse(_ message: KafkaMessage, ref: MessageRef, now: Int64, into chunk: inout Chunk) {
         var place: String { "\(message.topic)[\(message.partition)]@\(message.offset)" }
         switch parser.parse(message.value) {
         case .unreadable(let jobId, let app, let reason, let metadata):
@@ -313,9 +317,9 @@ struct IntakeStage: Sendable {
 
     // MARK: Consumption
 
-    /// Consumes until the worker stops: waits for room, polls a batch, parses it and hands it on.
-    /// While Redis is unreachable the assigned partitions are paused and polling goes on, so the
-    /// group keeps this member.
+    /// Consumes until the worker stops, its task is cancelled or the consumer is closed: waits for
+    /// room, polls a batch, parses it and hands it on. While Redis is unreachable the assigned
+    /// partitions are paused and polling goes on, so the group keeps this member.
     func run(
         consumer: KafkaConsumer, batchSize: Int, window: Duration, control: PipelineControl, limit: InFlightLimit,
         results: ResultStage, claims: ClaimStage, store: NotificationStore
@@ -324,26 +328,21 @@ struct IntakeStage: Sendable {
         var handoffs = Handoffs()
         while true {
             await limit.waitForRoom()
-            if control.isStopping { return }
+            if control.isStopping || Task.isCancelled { return }
             let redisDown = control.isRedisDown
             if redisDown || paused {
-                if let assigned = try? consumer.assignment(), !assigned.isEmpty {
-                    if redisDown { try? consumer.pause(assigned) } else { try? consumer.resume(assigned) }
-                }
-                if redisDown != paused {
-                    logger.notice(redisDown ? "Redis is unreachable: consumption paused" : "Redis is back: consumption resumed")
-                }
-                paused = redisDown
+                paused = pauseOrResume(consumer, pause: redisDown, wasPaused: paused)
             }
             let polled: [KafkaMessage]
             do {
                 polled = try await Self.pollBatch(consumer, batchSize: batchSize, window: window)
             } catch {
                 if error.isFatal { throw WorkerError("Kafka consumer failed: \(error)") }
+                if error.isClosed || error.isCancellation { return }
                 logger.warning("Kafka consumer error", metadata: ["error": "\(error)"])
                 continue
             }
-            let (messages, dropped) = control.current(polled)
+            let (messages, dropped) = consumer.current(polled)
             if dropped > 0 {
                 logger.info(
                     "Messages fetched before their partition was revoked are left to its next owner",
@@ -351,7 +350,7 @@ struct IntakeStage: Sendable {
             }
             if messages.isEmpty { continue }
             await handoffs.lookUp(for: messages, control: control, store: store, logger: logger)
-            await parse(messages, epoch: control.epoch, handoffs: &handoffs) { chunk in
+            await parse(messages, handoffs: &handoffs) { chunk in
                 results.register(chunk.registrations)
                 results.registerSummaries(chunk.summaries)
                 control.count { s in
@@ -364,6 +363,27 @@ struct IntakeStage: Sendable {
                 claims.handOver(chunk.candidates)
             }
         }
+    }
+
+    /// Pauses (Redis unreachable) or resumes the assigned partitions; returns whether they are
+    /// paused now. A pause that fails leaves them consuming and is tried again on the next batch:
+    /// what is consumed meanwhile waits for Redis in the claim stage, under `maxInFlight`.
+    private func pauseOrResume(_ consumer: KafkaConsumer, pause: Bool, wasPaused: Bool) -> Bool {
+        do {
+            let assigned = try consumer.assignment()
+            if !assigned.isEmpty {
+                if pause { try consumer.pause(assigned) } else { try consumer.resume(assigned) }
+            }
+        } catch {
+            logger.warning(
+                pause ? "Cannot pause consumption while Redis is unreachable; trying again" : "Cannot resume consumption; trying again",
+                metadata: ["error": "\(error)"])
+            return wasPaused
+        }
+        if pause != wasPaused {
+            logger.notice(pause ? "Redis is unreachable: consumption paused" : "Redis is back: consumption resumed")
+        }
+        return pause
     }
 
     /// Polls a batch: up to `batchSize` messages, gathered for at most `window` once the first

@@ -173,7 +173,7 @@ final class LocalClaims: Sendable {
 
     func holds(_ resultId: String, for ref: MessageRef) -> Bool {
         let key = Key(resultId)
-        return claims.withLock { $0[resultId, key: key] == ref }
+        return claims.withLock { $0[resultId, key: key]?.isSameMessage(as: ref) ?? false }
     }
 
     func claim(_ candidates: [Candidate]) {

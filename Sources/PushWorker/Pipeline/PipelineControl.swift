@@ -1,30 +1,24 @@
-import Dispatch
 import PushKafka
 import Synchronization
 
 /// What every stage of one worker shares besides its queues: whether the worker is stopping,
-/// whether Redis answers, the revocation epochs, the signal a revocation waits on, and the
-/// counters and metrics.
+/// whether Redis answers, when each partition's revocation took effect, the signal a
+/// revocation waits on, and the counters and metrics.
 final class PipelineControl: Sendable {
     private struct State {
         var stopping = false
         var redisDown = false
-        /// Revocations so far; a candidate remembers the count it was parsed at.
-        var epoch: UInt64 = 0
-        /// The epoch at which each partition was last revoked.
+        /// The consumer's rebalance generation at which each partition's latest revocation took
+        /// effect (``markRevoked(_:generation:)``), and the newest of them.
         var revokedAt: [TopicPartition: UInt64] = [:]
-        /// The consumer's rebalance generation at each partition's last revocation, and the
-        /// newest of them (see ``KafkaMessage/rebalanceGeneration``).
-        var revokedAtGeneration: [TopicPartition: UInt64] = [:]
-        var lastRevocationGeneration: UInt64 = 0
+        var lastRevocation: UInt64 = 0
+        /// Progress made since the revocation last looked (``waitForProgress(until:)``).
+        var progressed = false
+        var progressWaiter: CheckedContinuation<Bool, Never>?
         var statistics = WorkerStatistics()
     }
 
     private let state = Mutex(State())
-    /// Signalled whenever a stage makes progress a revocation may be waiting for (it waits on
-    /// librdkafka's poll thread, synchronously).
-    let progress = DispatchSemaphore(value: 0)
-    private let revoking = Atomic<Bool>(false)
     let metrics: WorkerMetrics
 
     init(metrics: WorkerMetrics = WorkerMetrics()) {
@@ -32,7 +26,10 @@ final class PipelineControl: Sendable {
     }
 
     var isStopping: Bool { state.withLock { $0.stopping } }
-    func stop() { state.withLock { $0.stopping = true } }
+    func stop() {
+        state.withLock { $0.stopping = true }
+        madeProgress()
+    }
 
     var isRedisDown: Bool { state.withLock { $0.redisDown } }
     /// Records whether Redis answered; returns the previous state.
@@ -44,60 +41,72 @@ final class PipelineControl: Sendable {
         }
     }
 
-    var epoch: UInt64 { state.withLock { $0.epoch } }
+    /// The newest generation at which a revocation took effect (0: none yet).
+    var lastRevocation: UInt64 { state.withLock { $0.lastRevocation } }
 
-    /// A revocation starts: stages signal ``progress`` from now on.
-    func startRevocation() {
-        revoking.store(true, ordering: .releasing)
-    }
-
-    /// The notifications of `partitions` parsed until now are stale: whatever of them has not
-    /// been claimed yet is handed back instead (their partitions' next owner consumes them).
-    /// So are the messages of `partitions` fetched before the consumer's rebalance `generation`
-    /// that intake has not parsed yet (see ``current(_:)``).
+    /// The notifications of `partitions` parsed from messages fetched before rebalance
+    /// `generation` are stale from now on: whatever of them has not been claimed yet is handed
+    /// back instead (their partitions' next owner consumes them).
     func markRevoked(_ partitions: Set<TopicPartition>, generation: UInt64) {
         state.withLock { s in
-            s.epoch += 1
-            for partition in partitions {
-                s.revokedAt[partition] = s.epoch
-                s.revokedAtGeneration[partition] = generation
-            }
-            s.lastRevocationGeneration = max(s.lastRevocationGeneration, generation)
+            for partition in partitions { s.revokedAt[partition] = generation }
+            s.lastRevocation = max(s.lastRevocation, generation)
         }
     }
 
-    /// `messages` without those fetched before their partition was revoked: a revocation can
-    /// run inside the poll that gathers a batch, after some of the batch's messages were
-    /// fetched. Those belong to the partition's next owner, which consumes them from the
-    /// committed offset; processing them here would produce their results twice.
-    func current(_ messages: [KafkaMessage]) -> (current: [KafkaMessage], dropped: Int) {
-        // Generations only grow along a batch: most batches need no look-up at all.
-        guard let first = messages.first else { return (messages, 0) }
-        let revoked = state.withLock { s in
-            first.rebalanceGeneration < s.lastRevocationGeneration ? s.revokedAtGeneration : [:]
-        }
-        guard !revoked.isEmpty else { return (messages, 0) }
-        let current = messages.filter { message in
-            guard let at = revoked[TopicPartition(topic: message.topic, partition: message.partition)] else { return true }
-            return message.rebalanceGeneration >= at
-        }
-        return (current, messages.count - current.count)
-    }
-
-    func endRevocation() {
-        revoking.store(false, ordering: .releasing)
-        // Drain any stale signal.
-        while progress.wait(timeout: .now()) == .success {}
-    }
-
-    /// The epoch at which each partition was last revoked (see ``Candidate/epoch``).
+    /// The generation at which each partition's latest revocation took effect (see
+    /// ``Candidate/epoch``).
     func revocations() -> [TopicPartition: UInt64] {
         state.withLock { $0.revokedAt }
     }
 
+    /// Waits until a stage made progress since the last call (or the worker stops), or until
+    /// `deadline`; `false` on the deadline or cancellation. One caller at a time (the worker's
+    /// rebalance task).
+    func waitForProgress(until deadline: ContinuousClock.Instant) async -> Bool {
+        await withTaskGroup(of: Bool?.self) { group in
+            group.addTask {
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                        let now = self.state.withLock { s -> Bool in
+                            if s.progressed || s.stopping {
+                                s.progressed = false
+                                return true
+                            }
+                            s.progressWaiter = continuation
+                            return false
+                        }
+                        if now { continuation.resume(returning: true) }
+                    }
+                } onCancel: {
+                    self.state.withLock { s -> CheckedContinuation<Bool, Never>? in
+                        defer { s.progressWaiter = nil }
+                        return s.progressWaiter
+                    }?.resume(returning: false)
+                }
+            }
+            group.addTask {
+                // Cancelled by the group once progress came.
+                guard (try? await Task.sleep(until: deadline)) != nil else { return nil }
+                return false
+            }
+            var answer = false
+            if let first = await group.next(), let first { answer = first }
+            group.cancelAll()
+            return answer
+        }
+    }
+
     /// Wakes a revocation that waits for progress, if one does.
     func madeProgress() {
-        if revoking.load(ordering: .acquiring) { progress.signal() }
+        state.withLock { s -> CheckedContinuation<Bool, Never>? in
+            guard let waiter = s.progressWaiter else {
+                s.progressed = true
+                return nil
+            }
+            s.progressWaiter = nil
+            return waiter
+        }?.resume(returning: true)
     }
 
     var statistics: WorkerStatistics { state.withLock { $0.statistics } }

@@ -8,18 +8,15 @@ import PushKafka
 struct MessageRef: Hashable, Sendable {
     var partition: TopicPartition
     var offset: Int64
-    /// The intake's revocation count when the message was parsed: which ownership of its
-    /// partition it belongs to. Not part of its identity (the same message consumed again is
-    /// the same message), but a completion from an earlier ownership of a partition does not
-    /// count for the current one (``OffsetTracker``).
+    /// The consumer's rebalance generation when the message was fetched
+    /// (``KafkaMessage/rebalanceGeneration``): which ownership of its partition it belongs to.
+    /// Part of its identity: a completion or a summary count from an earlier ownership of a
+    /// partition does not count for the current one (``OffsetTracker``, the job summaries).
+    /// ``isSameMessage(as:)`` compares the message alone.
     var epoch: UInt64 = 0
 
-    static func == (a: MessageRef, b: MessageRef) -> Bool { a.offset == b.offset && a.partition == b.partition }
-
-    func hash(into hasher: inout Hasher) {
-        hasher.combine(partition)
-        hasher.combine(offset)
-    }
+    /// Whether both refer to the same Kafka message, of whichever ownership.
+    func isSameMessage(as other: MessageRef) -> Bool { offset == other.offset && partition == other.partition }
 }
 
 /// One delivery pool: an (app, environment).
@@ -211,10 +208,16 @@ enum ResultItem: Sendable {
     /// A claimed notification that was never written to a gateway: its claim is deleted and its
     /// message is not committed past it, so it is consumed again.
     case released(MessageRef, resultId: String, token: String)
+    /// A claimed notification not settled when its pool shut down that may have been written to
+    /// a gateway (an earlier attempt on a connection that closed without an error packet, or a
+    /// claim taken over from a dead worker): its claim stays, so the partition's next owner
+    /// takes it over and sends it again flagged `possibleDuplicate`; its message is not
+    /// committed past it.
+    case handedBack(MessageRef, resultId: String)
 
     var ref: MessageRef {
         switch self {
-        case .rejected(let ref, _), .reemitted(let ref, _, _), .released(let ref, _, _): ref
+        case .rejected(let ref, _), .reemitted(let ref, _, _), .released(let ref, _, _), .handedBack(let ref, _): ref
         case .decided(let r), .delivered(let r): r.ref
         }
     }
@@ -222,7 +225,7 @@ enum ResultItem: Sendable {
     /// Whether it came out of a pool (its partition's active count was raised at the claim).
     var fromPool: Bool {
         switch self {
-        case .delivered, .released: true
+        case .delivered, .released, .handedBack: true
         case .rejected, .reemitted, .decided: false
         }
     }

@@ -252,6 +252,8 @@ final class ResultStage: Sendable {
             case .released(_, let id, let token):
                 plan.released.append((id, token))
                 plan.settled.append(id)
+            case .handedBack(_, let id):
+                plan.settled.append(id)
             case .decided(let r), .delivered(let r):
                 plan.records.append(r)
                 if let u = r.unregister { plan.unregistered.append((u.app, u.environment, u.token, u.since)) }
@@ -259,7 +261,7 @@ final class ResultStage: Sendable {
                 if let feedback = r.feedback { produce(feedback) }
                 plan.settled.append(r.resultId)
             }
-            if case .released = item {} else { plan.results += 1 }
+            if !item.isGivenBack { plan.results += 1 }
         }
         return plan
     }
@@ -290,7 +292,7 @@ final class ResultStage: Sendable {
             for item in batch {
                 let ref = item.ref
                 // A released notification's message is not complete: it is consumed again.
-                if case .released = item {} else { s.tracker.complete(ref.partition, offset: ref.offset, epoch: ref.epoch) }
+                if !item.isGivenBack { s.tracker.complete(ref.partition, offset: ref.offset, epoch: ref.epoch) }
                 let left = (s.active[ref.partition] ?? 1) - 1
                 s.active[ref.partition] = left > 0 ? left : nil
             }
@@ -298,7 +300,7 @@ final class ResultStage: Sendable {
             // A released notification's message is consumed again; its summary waits for that.
             var dropped = 0
             for item in batch {
-                if case .released(let ref, _, _) = item, s.summaries.removeValue(forKey: ref) != nil { dropped += 1 }
+                if item.isGivenBack, s.summaries.removeValue(forKey: item.ref) != nil { dropped += 1 }
             }
             return (s.countForSummaries(counted), dropped)
         }
@@ -415,6 +417,14 @@ final class ResultStage: Sendable {
 }
 
 extension ResultItem {
+    /// Given back without a result: its message is consumed again.
+    var isGivenBack: Bool {
+        switch self {
+        case .released, .handedBack: true
+        case .rejected, .reemitted, .decided, .delivered: false
+        }
+    }
+
     /// What a written item counts as for its job's summary: its message and its token's result
     /// (a released claim counts as nothing: its message is consumed again).
     var summaryCount: (MessageRef, [UInt8]?)? {
@@ -422,7 +432,7 @@ extension ResultItem {
         case .rejected(let ref, let message): (ref, message.value)
         case .reemitted(let ref, _, let messages): (ref, messages.first?.value)
         case .decided(let r), .delivered(let r): (r.ref, r.result.value)
-        case .released: nil
+        case .released, .handedBack: nil
         }
     }
 }

@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 import Logging
 import PushConfiguration
@@ -35,9 +34,9 @@ extension Worker {
         consumerConfig.properties["auto.commit.interval.ms"] = consumerConfig.properties["auto.commit.interval.ms"] ?? "200"
         do {
             let producer = try KafkaProducer(configuration: producerConfig)
-            let consumer = try KafkaConsumer(configuration: consumerConfig) { [self] partitions in
-                handleRevoke(partitions)
-            }
+            // Revocations are reported, not applied: the worker finishes the partitions' work
+            // and commits it in its own tasks, then completes them (``revoke(_:generation:_:)``).
+            let consumer = try KafkaConsumer(configuration: consumerConfig, revocation: .deferred)
             try consumer.subscribe(topics: [configuration.kafka.requestsTopic])
             return (producer, consumer)
         } catch {
@@ -45,17 +44,16 @@ extension Worker {
         }
     }
 
-    /// Called by librdkafka (on the poll thread) before partitions are taken away. Held and
-    /// parked notifications of those partitions are handed back unclaimed; those about to be
-    /// claimed and those in flight are finished and their results written (up to
-    /// `revokeTimeout`); the partitions' written positions go to Redis, so that the next owner
-    /// writes no result twice even when the commit fails; then their offsets are committed,
-    /// synchronously, while the partitions are still this member's.
-    func handleRevoke(_ partitions: [TopicPartition]) {
-        guard let stages = stages.withLock({ $0 }) else { return }
+    /// Hands on partitions the group takes away, in the worker's rebalance task while intake
+    /// goes on with the others (the consumer has paused them; they stay this member's until
+    /// the end). Held and parked notifications of those partitions are handed back unclaimed;
+    /// those about to be claimed and those in flight are finished and their results written
+    /// (up to ``Worker/revokeTimeout``); the partitions' written positions go to Redis, so that
+    /// the next owner writes no result twice even when the commit fails; then their offsets
+    /// are committed while the partitions are still this member's. The caller then completes
+    /// the revocation (``KafkaConsumer/completeRevocation(_:)``).
+    func revoke(_ partitions: [TopicPartition], generation: UInt64, _ stages: Stages) async {
         let selection = Set(partitions)
-        control.startRevocation()
-        defer { control.endRevocation() }
         let inSelection: (TopicPartition) -> Bool = { selection.contains($0) }
         stages.claims.handBack(where: inSelection)
         func outstanding() -> Int {
@@ -67,76 +65,65 @@ extension Worker {
         }
         let before = outstanding()
         logger.info("Partitions revoked", metadata: ["partitions": "\(partitions)", "inFlight": "\(before)"])
-        // A stopping worker's drain has already waited for its work, up to the shutdown timeout:
-        // what is left by now (its writer may have ended) is consumed again by the next owner.
-        if before > 0 && !control.isStopping {
-            let deadline = DispatchTime.now() + .milliseconds(Int(Worker.revokeTimeout / .milliseconds(1)))
-            while outstanding() > 0 {
-                if control.progress.wait(timeout: deadline) == .timedOut {
-                    logger.warning(
-                        "Revoked partitions still had notifications in flight; handing them back",
-                        metadata: ["partitions": "\(partitions)"])
-                    break
-                }
+        // A stopping worker's drain waits for its work, up to the shutdown timeout: what is left
+        // then is consumed again by the next owner.
+        let deadline = ContinuousClock.now + Worker.revokeTimeout
+        while outstanding() > 0 && !control.isStopping {
+            if !(await control.waitForProgress(until: deadline)) {
+                logger.warning(
+                    "Revoked partitions still had notifications in flight; handing them back",
+                    metadata: ["partitions": "\(partitions)"])
+                break
             }
         }
         // What is still unclaimed (after a timeout) and what the claims put back to wait
         // meanwhile is handed back; a round trip still under way hands its notifications back
-        // when it ends, by their revocation epoch.
-        control.markRevoked(selection, generation: stages.consumer.rebalanceGeneration)
+        // when it ends, by the generation they were fetched at.
+        control.markRevoked(selection, generation: generation)
         stages.claims.handBack(unclaimedToo: true, where: inSelection)
-        let marksDeadline = DispatchTime.now() + .seconds(2)
+        let marksDeadline = ContinuousClock.now + .seconds(2)
         while !stages.results.positionsStored(for: selection) {
             stages.results.requestPositions()
-            if control.progress.wait(timeout: marksDeadline) == .timedOut {
+            if !(await control.waitForProgress(until: marksDeadline)) {
                 logger.warning(
                     "Cannot store the written positions of revoked partitions in time", metadata: ["partitions": "\(partitions)"])
                 break
             }
         }
-        commitRevoked(stages, selection)
+        await commitForHandover(stages.consumer, stages.results, stages.results.positions(in: selection))
         stages.results.remove(selection)
     }
 
-    /// Commits the written position of revoked partitions before they are handed on, retrying
-    /// briefly while the coordinator is busy; stores it for librdkafka's own commit as well.
-    private func commitRevoked(_ stages: Stages, _ selection: Set<TopicPartition>) {
-        let offsets = stages.results.positions(in: selection)
+    /// Commits the written position of partitions about to be handed on, retrying briefly while
+    /// the coordinator is busy (``Worker/revokeCommitTimeout``), and stores it for librdkafka's
+    /// own commit as well. When the commit fails, hand-off marks in Redis let the next owner
+    /// skip the messages whose results are written.
+    func commitForHandover(_ consumer: KafkaConsumer, _ results: ResultStage, _ offsets: [TopicPartitionOffset]) async {
         guard !offsets.isEmpty else { return }
-        _ = try? stages.consumer.store(offsets)
+        do {
+            try consumer.store(offsets)
+        } catch {
+            logger.warning("Cannot store the offsets of partitions handed on", metadata: ["error": "\(error)"])
+        }
         let deadline = ContinuousClock.now + Worker.revokeCommitTimeout
         var delay: Duration = .milliseconds(50)
         while true {
             do {
-                try stages.consumer.commitBlocking(offsets, timeout: max(deadline - .now, .milliseconds(500)))
-                stages.results.markCommitted(offsets)
-                logger.debug("Committed revoked partitions", metadata: ["offsets": "\(offsets)"])
+                try await consumer.commit(offsets, timeout: max(deadline - .now, .milliseconds(500)))
+                results.markCommitted(offsets)
+                logger.debug("Committed partitions handed on", metadata: ["offsets": "\(offsets)"])
                 return
             } catch {
                 if !error.isRetriable || ContinuousClock.now + delay > deadline {
                     logger.warning(
-                        "Cannot commit the offsets of revoked partitions; leaving hand-off marks in Redis so that their next owner skips the messages whose results are written",
+                        "Cannot commit the offsets of partitions handed on; leaving hand-off marks in Redis so that their next owner skips the messages whose results are written",
                         metadata: ["error": "\(error)", "offsets": "\(offsets)"])
-                    leaveHandoffs(stages, offsets)
+                    await results.leaveHandoffs(offsets)
                     return
                 }
-                Thread.sleep(forTimeInterval: delay / .seconds(1))
+                do { try await Task.sleep(for: delay) } catch { return }
                 delay = min(delay * 2, .milliseconds(500))
             }
-        }
-    }
-
-    /// Waits (on the poll thread, up to ``Worker/handoffTimeout``) while the hand-off marks of
-    /// `offsets` are stored: the partitions' next owner reads them when it is assigned, which is
-    /// only after this revocation returns.
-    private func leaveHandoffs(_ stages: Stages, _ offsets: [TopicPartitionOffset]) {
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            await stages.results.leaveHandoffs(offsets)
-            done.signal()
-        }
-        if done.wait(timeout: .now() + .milliseconds(Int(Worker.handoffTimeout / .milliseconds(1)))) == .timedOut {
-            logger.warning("Cannot leave hand-off marks in time", metadata: ["offsets": "\(offsets)"])
         }
     }
 
@@ -144,15 +131,25 @@ extension Worker {
     /// member id only when the join answers, and closing at once would leave a member that the
     /// group assigns partitions to and waits for until its session times out. So it finishes
     /// the join (whatever it is assigned stays paused; nothing is processed) and then leaves.
-    func finishJoining(_ consumer: KafkaConsumer) async {
+    ///
+    /// It waits at most ``Worker/joinWaitOnStop``, and not past `deadline` (the stop's own bound)
+    /// or the task's cancellation: a group coordinator that is gone never answers the join.
+    func finishJoining(_ consumer: KafkaConsumer, deadline: ContinuousClock.Instant) async {
         guard !consumer.hasJoined else { return }
-        let deadline = ContinuousClock.now + Worker.joinWaitOnStop
+        let deadline = min(deadline, ContinuousClock.now + Worker.joinWaitOnStop)
         logger.info("Stopping before the first assignment: finishing the join so as to leave the group cleanly")
-        while ContinuousClock.now < deadline, !consumer.hasJoined {
+        while ContinuousClock.now < deadline, !consumer.hasJoined, !Task.isCancelled {
             // Drives the join. A message fetched meanwhile is not processed: no offset is stored
             // for it, so its partition's next owner consumes it.
-            _ = try? await consumer.poll(maxMessages: 1, timeout: .milliseconds(100))
-            if let assigned = try? consumer.assignment(), !assigned.isEmpty { try? consumer.pause(assigned) }
+            do {
+                _ = try await consumer.poll(maxMessages: 1, timeout: .milliseconds(100))
+                let assigned = try consumer.assignment()
+                if !assigned.isEmpty { try consumer.pause(assigned) }
+            } catch {
+                if error.isClosed || error.isCancellation || error.isFatal { break }
+                logger.debug("Kafka error while finishing the join", metadata: ["error": "\(error)"])
+            }
         }
+        if !consumer.hasJoined { logger.warning("The join did not finish; leaving the group without it") }
     }
 }

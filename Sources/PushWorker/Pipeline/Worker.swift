@@ -24,14 +24,10 @@ public final class Worker: Service, Sendable {
     let owner: String
     let control: PipelineControl
     let limit: InFlightLimit
-    /// The stages once ``run()`` built them, for the revocation callback (the consumer may close
-    /// after the worker returns).
+    /// The stages once ``run()`` built them, for the status server.
     let stages = Mutex<Stages?>(nil)
-    /// The Kafka clients, made once (``services()`` or ``run()``), and whether their own
-    /// services close them.
-    let kafka = Mutex<(producer: KafkaProducer, consumer: KafkaConsumer, asServices: Bool)?>(nil)
-    /// The Redis connections' service, once ``services()`` handed it out.
-    let redis = Mutex<WorkerRedis?>(nil)
+    /// The services ``services()`` made, which ``run()`` uses.
+    private let made = Mutex<(producer: KafkaProducer, consumer: KafkaConsumer, redis: WorkerRedis)?>(nil)
 
     struct Stages: Sendable {
         var consumer: KafkaConsumer
@@ -81,31 +77,20 @@ public final class Worker: Service, Sendable {
 
     /// The services of one worker, in the order a `ServiceGroup` starts them: its Redis
     /// connections, the Kafka producer, the Kafka consumer, the worker. A graceful shutdown stops
-    /// them in reverse: the worker finishes what it sent, writes the results and stores its
-    /// offsets; then the consumer leaves the group (committing what the worker stored); then the
-    /// producer flushes and closes; then the Redis connections close. (Run alone, ``run()`` makes
-    /// and closes all of them itself.)
+    /// them in reverse: the worker finishes what it sent, writes the results and commits its
+    /// offsets; then the consumer leaves the group; then the producer flushes and closes; then
+    /// the Redis connections close. The worker runs only as one of these services.
     ///
     /// - Throws: a ``WorkerError`` when the Kafka clients cannot be set up.
     public func services() throws -> [any Service] {
-        let (producer, consumer) = try kafkaClients(asServices: true)
-        let redis = self.redis.withLock { redis in
-            if let redis { return redis }
-            let made = WorkerRedis(configuration: configuration, owner: owner, logger: logger)
-            redis = made
-            return made
+        let (producer, consumer, redis) = try made.withLock { made in
+            if let made { return made }
+            let (producer, consumer) = try makeKafkaClients()
+            let services = (producer, consumer, WorkerRedis(configuration: configuration, owner: owner, logger: logger))
+            made = services
+            return services
         }
         return [redis, producer, consumer, self]
-    }
-
-    /// The Kafka clients, made on first use.
-    func kafkaClients(asServices: Bool) throws -> (KafkaProducer, KafkaConsumer) {
-        try kafka.withLock { clients in
-            if let clients { return (clients.producer, clients.consumer) }
-            let (producer, consumer) = try makeKafkaClients()
-            clients = (producer, consumer, asServices)
-            return (producer, consumer)
-        }
     }
 
     /// Counters for logs, tests and benchmarks.
@@ -120,9 +105,11 @@ public final class Worker: Service, Sendable {
 
     // MARK: Run
 
-    /// Runs until ``stop()`` or a graceful shutdown; returns after the shutdown completes.
+    /// Runs, as the last of ``services()`` in their `ServiceGroup`, until ``stop()`` or a graceful
+    /// shutdown; returns after its drain.
     ///
-    /// - Throws: a ``WorkerError`` when Kafka cannot be set up or fails fatally.
+    /// - Throws: a ``WorkerError`` when Kafka fails fatally, or when it is run without
+    ///   ``services()``.
     public func run() async throws {
         try await withGracefulShutdownHandler {
             try await runStages()
@@ -133,19 +120,16 @@ public final class Worker: Service, Sendable {
     }
 
     private func runStages() async throws {
-        let redisService = redis.withLock { $0 }
-        let connections: WorkerRedis.Connections?
-        if let redisService {
-            connections = await redisService.connections()
-        } else {
-            connections = await WorkerRedis.connect(configuration: configuration, owner: owner, logger: logger)
+        guard let services = made.withLock({ $0 }) else {
+            throw WorkerError("the worker runs as one of the services of Worker.services(), in their ServiceGroup")
         }
+        let (producer, consumer, redisService) = services
+        // Redis may not answer before the worker is stopped: the wait ends with the stop.
+        let connections = await cancelWhenGracefulShutdown { await redisService.connections() }
         // Stopped (or cancelled) before Redis answered: nothing was consumed.
         guard let claimRedis = connections?.claims, let stateRedis = connections?.state else { return }
         let claimStore = NotificationStore(redis: claimRedis, prefix: Worker.redisKeyPrefix, owner: owner, metrics: control.metrics)
         let store = NotificationStore(redis: stateRedis, prefix: Worker.redisKeyPrefix, owner: owner, metrics: control.metrics)
-        let (producer, consumer) = try kafkaClients(asServices: false)
-        let closesClients = !(kafka.withLock { $0?.asServices } ?? false)
 
         let factory = ResultFactory(worker: configuration.worker.id)
         let localClaims = LocalClaims(capacity: configuration.worker.maxInFlight)
@@ -162,11 +146,10 @@ public final class Worker: Service, Sendable {
             store: claimStore, results: results, delivery: delivery, localClaims: localClaims, control: control,
             limit: limit, factory: factory, configuration: configuration, signals: signals, logger: logger)
         let intake = IntakeStage(configuration: configuration, factory: factory, logger: logger)
-        stages.withLock {
-            $0 = Stages(
-                consumer: consumer, claims: claims, delivery: delivery, results: results, summaries: summaries,
-                redis: [claimRedis, stateRedis])
-        }
+        let stages = Stages(
+            consumer: consumer, claims: claims, delivery: delivery, results: results, summaries: summaries,
+            redis: [claimRedis, stateRedis])
+        self.stages.withLock { $0 = stages }
         logger.info(
             "Worker started",
             metadata: ["owner": "\(owner)", "group": "\(configuration.kafka.groupId)", "topic": "\(configuration.kafka.requestsTopic)"])
@@ -181,13 +164,7 @@ public final class Worker: Service, Sendable {
             group.addTask { await claims.runTimers() }
             group.addTask { await claims.runSweeps() }
             group.addTask { await delivery.run() }
-            group.addTask {
-                for await event in consumer.rebalanceEvents {
-                    if case .assigned(let partitions) = event {
-                        self.logger.info("Partitions assigned", metadata: ["partitions": "\(partitions)"])
-                    }
-                }
-            }
+            group.addTask { await self.followRebalances(consumer, stages) }
             for feedback in feedbackStages(store: store, producer: producer, factory: factory) {
                 group.addTask { await feedback.run() }
             }
@@ -203,7 +180,7 @@ public final class Worker: Service, Sendable {
                 logger.error("Consumption failed; shutting down", metadata: ["error": "\(error)"])
             }
             stop()
-            await drain(consumer: consumer, claims: claims, delivery: delivery, results: results, closing: closesClients)
+            await drain(consumer: consumer, claims: claims, delivery: delivery, results: results)
             claims.finish()
             results.finish()
             summaries.finish()
@@ -216,12 +193,7 @@ public final class Worker: Service, Sendable {
             $0.redisRoundTrips = claimRedis.roundTrips + stateRedis.roundTrips
             $0.redisRedirects = claimRedis.redirects + stateRedis.redirects
         }
-        if closesClients { await producer.close(timeout: .seconds(10)) }
         do { try await store.retire() } catch { logger.notice("Cannot remove the liveness key", metadata: ["error": "\(error)"]) }
-        if redisService == nil {
-            await claimRedis.close()
-            await stateRedis.close()
-        }
         logger.info("Worker stopped", metadata: ["statistics": "\(statistics)"])
     }
 
@@ -236,13 +208,30 @@ public final class Worker: Service, Sendable {
         }
     }
 
+    /// Logs assignments and carries out revocations, one after another, until the consumer
+    /// closes or the worker stops: each revoked partition's work is finished and committed
+    /// (``revoke(_:generation:_:)``), then the revocation is completed, so that the group's
+    /// rebalance goes on.
+    private func followRebalances(_ consumer: KafkaConsumer, _ stages: Stages) async {
+        for await event in consumer.rebalanceEvents {
+            switch event {
+            case .assigned(let partitions):
+                logger.info("Partitions assigned", metadata: ["partitions": "\(partitions)"])
+            case .revoking(let partitions, let generation):
+                await revoke(partitions, generation: generation, stages)
+                await consumer.completeRevocation(partitions)
+            case .revoked:
+                break
+            }
+        }
+    }
+
     // MARK: Shutdown
 
-    /// Stop consuming, finish what was sent, write results, store positions, commit, and leave the
-    /// group when the consumer is not a service of its own (which leaves once the worker returned).
+    /// Stop consuming, finish what was sent, write results, store positions and commit; the
+    /// consumer's own service leaves the group once the worker returned.
     private func drain(
         consumer: KafkaConsumer, claims: ClaimStage, delivery: DeliveryStage, results: ResultStage,
-        closing: Bool
     ) async {
         let deadline = ContinuousClock.now + configuration.worker.shutdownTimeout
         // Held and parked notifications are not claimed: hand them back.
@@ -255,14 +244,17 @@ public final class Worker: Service, Sendable {
                 "Shutdown timeout reached with notifications in flight; their messages will be consumed again",
                 metadata: ["inFlight": "\(limit.inFlight)"])
         }
-        // The written positions of everything finished, before the partitions are handed on.
+        // The written positions of everything finished, before the partitions are handed on;
+        // then their offsets, committed (or hand-off marks left) while they are this member's.
         await results.storePositions()
         results.commit()
-        await finishJoining(consumer)
-        guard closing else { return }
-        do { try await consumer.close() } catch {
-            logger.warning("Cannot leave the consumer group cleanly", metadata: ["error": "\(error)"])
+        do {
+            let assigned = Set(try consumer.assignment())
+            await commitForHandover(consumer, results, results.positions(in: assigned))
+        } catch {
+            logger.warning("Cannot read the assignment to commit it before leaving", metadata: ["error": "\(error)"])
         }
+        await finishJoining(consumer, deadline: deadline + .seconds(3))
     }
 
     // MARK: Liveness

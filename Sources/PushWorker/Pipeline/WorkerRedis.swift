@@ -45,7 +45,7 @@ final class WorkerRedis: Service, Sendable {
     }
 
     /// Both connections, each retried until Redis answers; `nil` when cancelled meanwhile.
-    static func connect(configuration: WorkerConfiguration, owner: String, logger: Logger) async -> Connections? {
+    private static func connect(configuration: WorkerConfiguration, owner: String, logger: Logger) async -> Connections? {
         guard let claims = await connect(purpose: "claims", configuration: configuration, owner: owner, logger: logger) else { return nil }
         guard let state = await connect(purpose: "state", configuration: configuration, owner: owner, logger: logger) else {
             await claims.close()
