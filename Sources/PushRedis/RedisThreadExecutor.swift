@@ -2,7 +2,7 @@ import Foundation
 
 /// A `SerialExecutor` that runs every job on one dedicated OS thread it owns.
 ///
-/// Each ``RedisConnection`` has one. Its actor (`RedisConnectionCore`) uses it as its
+/// Each ``RedisConnection`` has one. Its actor (`RedisSocketConnectionCore`) uses it as its
 /// executor, so every hiredis call on that connection's context happens on this thread,
 /// one at a time, and blocking socket I/O never occupies Swift's cooperative thread pool.
 ///
