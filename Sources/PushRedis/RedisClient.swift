@@ -52,6 +52,15 @@ public enum RedisClient: Sendable {
         }
     }
 
+    /// One command of binary-safe arguments; an error reply is thrown.
+    @discardableResult
+    public func send(_ command: [[UInt8]]) async throws(RedisError) -> RedisValue {
+        switch self {
+        case .server(let connection): try await connection.send(command)
+        case .cluster(let cluster): try await cluster.send(command)
+        }
+    }
+
     /// Loads `scripts` on the server, or on every primary of the cluster, so that pipelines
     /// meet `NOSCRIPT` only after a script cache is lost (a restart, a promoted replica).
     public func load(_ scripts: [RedisScript]) async throws(RedisError) {

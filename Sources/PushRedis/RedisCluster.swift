@@ -93,7 +93,7 @@ public final class RedisCluster: Sendable {
     @discardableResult
     public func send(_ command: [[UInt8]]) async throws(RedisError) -> RedisValue {
         let reply = try await pipeline([command])[0]
-        if case .error(let line) = reply { throw RedisError.server(line, command: RedisConnectionCore.name(of: command)) }
+        if case .error(let line) = reply { throw RedisError.server(line, command: RedisCommands.name(of: command)) }
         return reply
     }
 
@@ -115,7 +115,7 @@ public final class RedisCluster: Sendable {
     /// ``pipeline(_:scripts:)`` with commands already encoded (``RedisCommands``), each routed
     /// by its first key.
     public func pipeline(_ commands: RedisCommands, scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue] {
-        try RedisConnectionCore.validate(commands)
+        try RedisCommands.validate(commands)
         var results = [RedisValue?](repeating: nil, count: commands.count)
         var pending = (0..<commands.count).map { Routed(index: $0, ask: nil) }
         var attempt = 0

@@ -19,14 +19,9 @@
 public final class RedisConnection: Sendable {
     /// The configuration used by ``connect(_:)`` and ``reconnect()``.
     public let configuration: RedisConfiguration
-    private let core: Core
-    private let counter: RoundTripCounter
-
     /// hiredis' own blocking socket on a dedicated thread, or SwiftNIO (for TLS).
-    private enum Core {
-        case socket(RedisConnectionCore)
-        case nio(RedisNIOConnectionCore)
-    }
+    private let core: any RedisConnectionCore
+    private let counter: RoundTripCounter
 
     /// Which transport carries the connection: hiredis' blocking socket on a dedicated
     /// thread, or SwiftNIO. TLS needs SwiftNIO; without TLS the socket is the default (see
@@ -41,9 +36,9 @@ public final class RedisConnection: Sendable {
         self.counter = RoundTripCounter()
         switch transport {
         case .nio:
-            self.core = .nio(RedisNIOConnectionCore(configuration: configuration, counter: counter))
+            self.core = RedisNIOConnectionCore(configuration: configuration, counter: counter)
         case .socket:
-            self.core = .socket(RedisConnectionCore(configuration: configuration, counter: counter))
+            self.core = RedisSocketConnectionCore(configuration: configuration, counter: counter)
         }
     }
 
@@ -72,10 +67,7 @@ public final class RedisConnection: Sendable {
     }
 
     private func open() async throws(RedisError) {
-        switch core {
-        case .socket(let core): try await core.open()
-        case .nio(let core): try await core.open()
-        }
+        try await core.open()
     }
 
     /// Socket round trips made so far: one per ``send(_:)``, one per
@@ -89,10 +81,7 @@ public final class RedisConnection: Sendable {
     /// Whether the connection is open and not broken.
     public var isConnected: Bool {
         get async {
-            switch core {
-            case .socket(let core): await core.isConnected
-            case .nio(let core): await core.isConnected
-            }
+            await core.isConnected
         }
     }
 
@@ -112,10 +101,7 @@ public final class RedisConnection: Sendable {
     /// - Throws: as ``send(_:)``.
     @discardableResult
     public func send(_ command: [[UInt8]]) async throws(RedisError) -> RedisValue {
-        switch core {
-        case .socket(let core): try await core.send(command)
-        case .nio(let core): try await core.send(command)
-        }
+        try await core.send(command)
     }
 
     /// Sends all `commands` and reads all their replies in one socket round trip.
@@ -137,10 +123,7 @@ public final class RedisConnection: Sendable {
 
     /// ``pipeline(_:scripts:)`` with commands already encoded (``RedisCommands``).
     public func pipeline(_ commands: RedisCommands, scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue] {
-        switch core {
-        case .socket(let core): try await core.pipeline(commands, scripts: scripts)
-        case .nio(let core): try await core.pipeline(commands, scripts: scripts)
-        }
+        try await core.pipeline(commands, scripts: scripts)
     }
 
     /// ``pipeline(_:scripts:)`` with text arguments.
@@ -150,10 +133,7 @@ public final class RedisConnection: Sendable {
 
     /// Loads a Lua script into the server's script cache and returns its SHA-1.
     public func scriptLoad(_ source: String) async throws(RedisError) -> String {
-        switch core {
-        case .socket(let core): try await core.scriptLoad(source)
-        case .nio(let core): try await core.scriptLoad(source)
-        }
+        try await core.scriptLoad(source)
     }
 
     /// Runs `script` with `EVALSHA`; if the server answers `NOSCRIPT`, runs it with `EVAL`
@@ -168,10 +148,7 @@ public final class RedisConnection: Sendable {
     /// ``evalsha(_:keys:args:)`` with binary-safe keys and arguments.
     @discardableResult
     public func evalsha(_ script: RedisScript, keys: [[UInt8]], args: [[UInt8]]) async throws(RedisError) -> RedisValue {
-        switch core {
-        case .socket(let core): try await core.evalsha(script, keys: keys, args: args)
-        case .nio(let core): try await core.evalsha(script, keys: keys, args: args)
-        }
+        try await core.evalsha(script, keys: keys, args: args)
     }
 
     /// Drops the current socket (if any) and connects again with ``configuration``,
@@ -184,9 +161,6 @@ public final class RedisConnection: Sendable {
     /// Closes the socket. Later calls throw `.connection` until ``reconnect()``.
     /// Dropping the last reference to the connection closes it too.
     public func close() async {
-        switch core {
-        case .socket(let core): await core.close()
-        case .nio(let core): await core.close()
-        }
+        await core.close()
     }
 }

@@ -16,7 +16,7 @@ import Darwin
 /// Requests from concurrent callers are written in call order and matched to their replies
 /// in that order by ``RedisChannelHandler``, so they may share the socket without waiting for
 /// each other.
-actor RedisNIOConnectionCore {
+actor RedisNIOConnectionCore: RedisConnectionCore {
     /// An open channel and the first failure its handler saw, once it has seen one.
     private struct Live: Sendable {
         let channel: any Channel
@@ -174,8 +174,8 @@ actor RedisNIOConnectionCore {
 
     /// One command; an error reply is thrown as `.server`.
     func send(_ command: [[UInt8]]) async throws(RedisError) -> RedisValue {
-        try RedisConnectionCore.validate(command)
-        let name = RedisConnectionCore.name(of: command)
+        try RedisCommands.validate(command)
+        let name = RedisCommands.name(of: command)
         let commands = try RedisCommands([command])
         return try await withChannel { live throws(RedisError) in
             let reply = try await exchange(live, commands, activity: "running \(name)")[0]
@@ -187,16 +187,16 @@ actor RedisNIOConnectionCore {
     /// All commands in one round trip; error replies stay in place as `.error` values.
     /// When a reply is `NOSCRIPT` for an `EVALSHA` of one of `scripts`, the scripts are
     /// loaded and only the commands that answered `NOSCRIPT` are sent again, once, in a second
-    /// round trip (``RedisConnectionCore/NoScriptRetry``).
+    /// round trip (``NoScriptRetry``).
     func pipeline(_ commands: RedisCommands, scripts: [RedisScript]) async throws(RedisError) -> [RedisValue] {
-        try RedisConnectionCore.validate(commands)
+        try RedisCommands.validate(commands)
         if commands.isEmpty {
             return try await withChannel { _ throws(RedisError) in [] }
         }
         return try await withChannel { live throws(RedisError) in
             let activity = "running a pipeline of \(commands.count) commands"
             let replies = try await exchange(live, commands, activity: activity)
-            guard let retry = RedisConnectionCore.NoScriptRetry(replies: replies, commands: commands, scripts: scripts) else {
+            guard let retry = NoScriptRetry(replies: replies, commands: commands, scripts: scripts) else {
                 return replies
             }
             return retry.merge(replies, try await exchange(live, retry.commands, activity: activity + " again after SCRIPT LOAD"))
@@ -239,12 +239,9 @@ actor RedisNIOConnectionCore {
     ) async throws(RedisError) -> T {
         switch state {
         case .closed:
-            throw RedisError(.connection, "the connection to \(target) is closed; call reconnect() to open it again")
+            throw .closed(target)
         case .broken(let cause):
-            throw RedisError(
-                .connection,
-                "the connection to \(target) is unusable after an earlier error (\(cause.message)); call reconnect()",
-                detail: cause.description)
+            throw .broken(target, by: cause)
         case .connected(let live):
             do throws(RedisError) {
                 return try await body(live)

@@ -2,8 +2,8 @@ import Foundation
 
 /// A `SerialExecutor` that runs every job on one dedicated OS thread it owns.
 ///
-/// Each ``RedisConnection`` has one. Its actor (`RedisConnectionCore`) uses it as its
-/// executor, so every hiredis call on that connection's context happens on this thread,
+/// Each ``RedisConnection`` over hiredis' socket has one: its core, `RedisSocketConnectionCore`,
+/// uses it as its executor, so every hiredis call on that connection's context happens on this thread,
 /// one at a time, and blocking socket I/O never occupies Swift's cooperative thread pool.
 ///
 /// The thread blocks `SIGPIPE` for itself only: hiredis 0.14 writes with `write(2)`, which

@@ -208,7 +208,7 @@ import Testing
             try await b.markSummariesWritten([WorkerResult.summaryId(jobId: "job")], ttlSeconds: 60)
             #expect(try await a.checkSummary(check(offset: 9, [Self.failed(2, .malformedToken, at: 300)]), ttlSeconds: 60) == .written)
             // Every key of the job expires with the dedupe TTL and shares one hash tag.
-            let keys = NotificationStore.summaryKeys(prefix: "test:", summaryId: WorkerResult.summaryId(jobId: "job")).map {
+            let keys = RedisKeys(prefix: "test:", isCluster: false).summary(summaryId: WorkerResult.summaryId(jobId: "job")).all.map {
                 String(decoding: $0, as: UTF8.self)
             }
             let tag = "{\(WorkerResult.summaryId(jobId: "job"))}"

@@ -1,24 +1,14 @@
 import APNSCore
 import PushRedis
 
-/// Job summaries in Redis (`docs/results.md`, "jobSummary").
+/// Job summaries in Redis (`docs/results.md`, "jobSummary"), kept in four keys per job under
+/// the job's hash tag (``RedisKeys/summary(summaryId:)``), which all expire with the dedupe TTL,
+/// like the notification records.
 ///
-/// Keys, all with the hash tag `{<summary resultId>}` so that one job's keys share a hash slot
-/// (the tag is a digest of the job id rather than the id itself, since an id may contain braces):
-/// - `s:{…}`: a hash: the job's fingerprint (`fp`, a digest of its token list) and token count
-///   (`total`), the results counted (`done`), counts by type and status (`t`: transmitted,
-///   `s<status>`: failed with that status, `k<type>`: any other type of token result), the failed
-///   tokens left out of the list (`omitted`),
-///   and the first and last `at`;
-/// - `s:{…}:b`: a bitmap, one bit per token (by its place in the job): counted already;
-/// - `s:{…}:f`: a list of the first 1,000 failed tokens, `<status>|<token>`;
-/// - `s:{…}:m`: who writes the summary: `P|<owner>|<topic>|<partition>|<offset>` while a worker
-///   does, for the message it came from, then `D` once it is written.
-///
-/// All of them expire with the dedupe TTL, like the notification records. The script touches
-/// no other key, so it runs on a Redis Cluster too: when another worker is writing the summary,
-/// it answers with that worker's name, and ``checkSummaries(_:ttlSeconds:)`` looks up its
-/// liveness key (`w:<owner>`, in another slot) and asks again, naming it dead, if it is gone.
+/// The summary script (``NotificationStore/Scripts/summary``) touches no other key, so it runs
+/// on a Redis Cluster too: when another worker is writing the summary, it answers with that
+/// worker's name, and ``checkSummaries(_:ttlSeconds:)`` looks up its liveness key (`w:<owner>`,
+/// in another slot) and asks again, naming it dead, if it is gone.
 extension NotificationStore {
     /// One token result of a job that asked for a summary, as the summary counts it.
     struct SummaryOutcome: Sendable, Hashable {
@@ -63,74 +53,6 @@ extension NotificationStore {
         /// from a worker that stopped while writing it.
         case write(JobSummary)
     }
-
-    static func summaryKeys(prefix: String, summaryId: String) -> [[UInt8]] {
-        let base = "\(prefix)s:{\(summaryId)}"
-        return [Array(base.utf8), Array("\(base):b".utf8), Array("\(base):f".utf8), Array("\(base):m".utf8)]
-    }
-
-    static let summaryScript = RedisScript(
-        #"""
-        -- KEYS: counters (hash), tokens counted (bitmap), failed tokens (list), writer.
-        -- ARGV: owner, '<topic>|<partition>|<offset>', ttl, fingerprint, tokens, most failed tokens
-        -- listed, a writer known to be dead ('' = none); then 4 per token result: index, what it is ('' = transmitted, a status =
-        -- transmissionError, 'k<type>' = another type), at, token.
-        local h, b, f, m = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-        local owner, msg, ttl, fp, total, cap, dead = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
-        local known = redis.call('HGET', h, 'fp')
-        if not known then
-          redis.call('HSET', h, 'fp', fp, 'total', ARGV[5], 'done', '0')
-        elseif known ~= fp then
-          return {'N'}
-        end
-        local done, first, last, omitted = 0, nil, nil, 0
-        local counts, failed = {}, {}
-        local room = cap - redis.call('LLEN', f)
-        for i = 8, #ARGV, 4 do
-          if redis.call('SETBIT', b, ARGV[i], 1) == 0 then
-            done = done + 1
-            local status, at = ARGV[i + 1], tonumber(ARGV[i + 2])
-            local field = 't'
-            if string.sub(status, 1, 1) == 'k' then
-              field = status
-            elseif status ~= '' then
-              field = 's' .. status
-              if #failed < room then failed[#failed + 1] = status .. '|' .. ARGV[i + 3] else omitted = omitted + 1 end
-            end
-            counts[field] = (counts[field] or 0) + 1
-            if not first or at < first then first = at end
-            if not last or at > last then last = at end
-          end
-        end
-        if done > 0 then
-          for field, n in pairs(counts) do redis.call('HINCRBY', h, field, n) end
-          redis.call('HINCRBY', h, 'done', done)
-          if omitted > 0 then redis.call('HINCRBY', h, 'omitted', omitted) end
-          if #failed > 0 then redis.call('RPUSH', f, unpack(failed)) end
-          local known_first, known_last = tonumber(redis.call('HGET', h, 'first') or ''), tonumber(redis.call('HGET', h, 'last') or '')
-          if not known_first or first < known_first then redis.call('HSET', h, 'first', string.format('%d', first)) end
-          if not known_last or last > known_last then redis.call('HSET', h, 'last', string.format('%d', last)) end
-        end
-        for _, key in ipairs({h, b, f}) do redis.call('EXPIRE', key, ttl) end
-        if tonumber(redis.call('HGET', h, 'done')) < total then return {'N'} end
-        local state = redis.call('GET', m)
-        local takeover = '0'
-        if state then
-          if state == 'D' then return {'D'} end
-          local sowner, smsg = string.match(state, '^P|([^|]*)|(.*)$')
-          if sowner == owner then
-            if smsg ~= msg then return {'N'} end
-          elseif sowner == dead then
-            takeover = '1'
-          else
-            local same = '0'
-            if smsg == msg then same = '1' end
-            return {'O', sowner, same}
-          end
-        end
-        redis.call('SET', m, 'P|' .. owner .. '|' .. msg, 'EX', ttl)
-        return {'S', takeover, redis.call('HGETALL', h), redis.call('LRANGE', f, 0, -1)}
-        """#)
 
     /// Counts a message's token results into its job's summary and says whether this worker
     /// writes the summary now, in one round trip. Counting is idempotent per token, so a message
@@ -177,33 +99,32 @@ extension NotificationStore {
 
     private func runSummaryChecks(_ checks: [SummaryCheck], dead: [String], ttlSeconds: Int) async throws(RedisError) -> [ScriptAnswer] {
         let commands = zip(checks, dead).map { check, dead in
-            Self.summaryScript.evalshaCommand(
-                keys: Self.summaryKeys(prefix: prefix, summaryId: check.summaryId), args: arguments(check, dead: dead, ttlSeconds))
+            Scripts.summary.evalshaCommand(
+                keys: keys.summary(summaryId: check.summaryId).all, args: arguments(check, dead: dead, ttlSeconds))
         }
-        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Self.summaryScript]) }
+        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Scripts.summary]) }
         guard replies.count == checks.count else {
             throw RedisError(.protocol, "the summary script answered \(replies.count) times for \(checks.count) checks")
         }
         return try zip(checks, replies).map { check, reply throws(RedisError) in
             if let message = reply.errorMessage { throw RedisError(.server("ERR"), "the summary script failed: \(message)") }
-            guard let items = reply.array, let code = items.first?.string else {
+            guard let items = reply.array, let code = items.first?.bytes, code.count == 1, let answer = SummaryReply(rawValue: code[0])
+            else {
                 throw RedisError(.protocol, "the summary script answered \(reply)")
             }
-            switch code {
-            case "N": return .decided(.notYours)
-            case "D": return .decided(.written)
-            case "O":
+            switch answer {
+            case .notYours: return .decided(.notYours)
+            case .written: return .decided(.written)
+            case .otherWriter:
                 guard items.count == 3, let owner = items[1].string else {
                     throw RedisError(.protocol, "the summary script answered \(reply)")
                 }
                 return .otherWriter(owner: owner, sameMessage: items[2].string == "1")
-            case "S":
+            case .write:
                 guard items.count == 4, let fields = items[2].array, let failed = items[3].array else {
                     throw RedisError(.protocol, "the summary script answered \(reply)")
                 }
                 return .decided(.write(Self.summary(jobId: check.jobId, takeover: items[1].string == "1", fields: fields, failed: failed)))
-            default:
-                throw RedisError(.protocol, "the summary script answered \(reply)")
             }
         }
     }
@@ -276,9 +197,9 @@ extension NotificationStore {
         var commands: [[[UInt8]]] = []
         let ttl = Array(String(ttlSeconds).utf8)
         for summaryId in summaryIds {
-            let keys = Self.summaryKeys(prefix: prefix, summaryId: summaryId)
-            commands.append([Array("SET".utf8), keys[3], [UInt8(ascii: "D")], Array("EX".utf8), ttl])
-            commands.append([Array("DEL".utf8), keys[1], keys[2]])
+            let summary = keys.summary(summaryId: summaryId)
+            commands.append([Array("SET".utf8), summary.writer, [UInt8(ascii: "D")], Array("EX".utf8), ttl])
+            commands.append([Array("DEL".utf8), summary.counted, summary.failed])
         }
         let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
         if let failure = replies.first(where: { $0.errorMessage != nil }) {

@@ -1,0 +1,184 @@
+import PushRedis
+
+/// What a claim reads of a notification. A ``Candidate`` is claimed as it is: a request built
+/// for each retained (and released) its four strings.
+protocol ClaimSubject {
+    var resultId: String { get }
+    var partition: Int32 { get }
+    var offset: Int64 { get }
+    var app: String { get }
+    var environment: String { get }
+    /// The token in lowercase hex, which places its keys (``RedisKeys/tag(token:)``).
+    var tokenHex: String { get }
+    /// When the device last registered the token (UNIX seconds).
+    var registeredAt: Int64? { get }
+    var appPerSecond: Int { get }
+    var devicePerHour: Int { get }
+}
+
+extension NotificationStore {
+    /// A notification to claim, for callers that have no ``Candidate``.
+    struct ClaimRequest: ClaimSubject, Sendable {
+        var resultId: String
+        var partition: Int32
+        var offset: Int64
+        var app: String
+        var environment: String
+        var tokenHex: String
+        var registeredAt: Int64?
+        var appPerSecond: Int
+        var devicePerHour: Int
+    }
+
+    /// What the claim decided for one notification.
+    enum ClaimDecision: Sendable, Hashable {
+        /// Claimed: send it.
+        case send
+        /// Claimed from a dead worker that may have sent it: send, marked `possibleDuplicate`.
+        case resend
+        /// The outcome is already recorded by this message: produce the recorded result again,
+        /// and the `feedback` result recorded with it, if any.
+        case recorded(result: [UInt8], feedback: [UInt8]?)
+        /// The outcome is recorded by this message and its result written (the message is
+        /// before its partition's written position): nothing to do.
+        case written
+        /// Another message carries the same notification (a duplicate job): no send, no result.
+        case duplicate
+        /// A live worker has it claimed for this same message, or its part of the claim could
+        /// not be run (a cluster slot without a primary): try again later.
+        case busy
+        /// The app is over its per-second rate: try again next second (not claimed).
+        case throttled
+        /// Apple reported the token unregistered at this UNIX time (claimed; do not send).
+        case unregistered(since: Int64)
+        /// The device is over its per-hour limit (claimed; do not send).
+        case rateLimited
+    }
+
+    /// Claims notifications of messages of `topic`: one round trip in the common case (per
+    /// primary on a cluster), one more to take an app rate limit's permits first, and one more
+    /// each when the claim meets another worker's claim (is it alive?), a recorded outcome
+    /// (is its message's result written?), or permits left unused (given back).
+    func claim<Request: ClaimSubject>(
+        topic: String, _ requests: [Request], ttlSeconds: Int, nowMilliseconds: Int64
+    ) async throws(RedisError) -> [ClaimDecision] {
+        guard !requests.isEmpty else { return [] }
+        let tags = requests.map { keys.tag(token: $0.tokenHex) }
+        let hour = nowMilliseconds / 3_600_000
+        let (permits, taken) = try await takePermits(requests, nowMilliseconds: nowMilliseconds)
+        var codes = try await runClaims(
+            topic: topic, requests, Array(requests.indices), tags: tags, hour: hour, permits: permits, dead: [], ttlSeconds: ttlSeconds)
+
+        // Claims of other workers for the same message: taken over if the worker is dead.
+        let others = codes.indices.filter { ClaimReply(code: codes[$0]) == .otherOwner }
+        if !others.isEmpty {
+            let dead = try await deadOwners(Set(others.map { String(decoding: codes[$0].dropFirst(), as: UTF8.self) }))
+            let takeOver = others.filter { dead.contains(String(decoding: codes[$0].dropFirst(), as: UTF8.self)) }
+            if !takeOver.isEmpty {
+                let again = try await runClaims(
+                    topic: topic, requests, takeOver, tags: tags, hour: hour, permits: permits, dead: dead, ttlSeconds: ttlSeconds)
+                for (index, code) in zip(takeOver, again) { codes[index] = code }
+            }
+        }
+
+        // Outcomes recorded by this same message: is its result written already?
+        var written: [Int32: Int64] = [:]
+        let recorded = Set(codes.indices.filter { ClaimReply(code: codes[$0]) == .recorded }.map { requests[$0].partition })
+        if !recorded.isEmpty {
+            let partitions = recorded.sorted()
+            let replies = try await measured { () throws(RedisError) in
+                try await redis.pipeline(partitions.map { [Array("GET".utf8), keys.writtenPosition(topic: topic, partition: $0)] })
+            }
+            for (partition, reply) in zip(partitions, replies) {
+                if let message = reply.errorMessage { throw RedisError(.server("ERR"), "Redis refused a written position: \(message)") }
+                written[partition] = reply.string.flatMap { Int64($0) } ?? -1
+            }
+        }
+
+        // Requests are read in place here and below: a copy of one retains its four strings.
+        let decisions = try codes.indices.map { index throws(RedisError) in
+            let code = codes[index]
+            return try Self.decision(
+                code, offset: requests[index].offset,
+                writtenPosition: ClaimReply(code: code) == .recorded ? written[requests[index].partition] ?? -1 : -1)
+        }
+        try await returnUnused(taken, requests: requests, permits: permits, decisions: decisions)
+        return decisions
+    }
+
+    /// The app rate limits' permits for this second: which requests may be sent (all of them
+    /// for apps without a limit), and how many each app's counter gave.
+    private func takePermits<Request: ClaimSubject>(
+        _ requests: [Request], nowMilliseconds: Int64
+    ) async throws(RedisError) -> (permits: [Bool], taken: [(app: String, key: [UInt8], count: Int)]) {
+        var wanted: [(app: String, key: [UInt8], limit: Int, requests: [Int])] = []
+        var place: [String: Int] = [:]
+        let second = nowMilliseconds / 1000
+        for index in requests.indices where requests[index].appPerSecond > 0 {
+            let app = requests[index].app
+            if let at = place[app] {
+                wanted[at].requests.append(index)
+            } else {
+                place[app] = wanted.count
+                wanted.append((app, keys.appRate(app: app, second: second), requests[index].appPerSecond, [index]))
+            }
+        }
+        var permits = [Bool](repeating: true, count: requests.count)
+        guard !wanted.isEmpty else { return (permits, []) }
+        let commands = wanted.map { w in
+            Scripts.takePermits.evalshaCommand(keys: [w.key], args: [Array(String(w.requests.count).utf8), Array(String(w.limit).utf8)])
+        }
+        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Scripts.takePermits]) }
+        var taken: [(app: String, key: [UInt8], count: Int)] = []
+        for (w, reply) in zip(wanted, replies) {
+            guard let count = reply.int else {
+                throw RedisError(.protocol, "the app rate script answered \(reply)")
+            }
+            for (n, index) in w.requests.enumerated() { permits[index] = n < Int(count) }
+            if count > 0 { taken.append((w.app, w.key, Int(count))) }
+        }
+        return (permits, taken)
+    }
+
+    /// Gives back the permits of requests that were not sent (already recorded, unregistered,
+    /// over the device limit, another worker's): the app's rate counts what it sent.
+    private func returnUnused<Request: ClaimSubject>(
+        _ taken: [(app: String, key: [UInt8], count: Int)], requests: [Request], permits: [Bool], decisions: [ClaimDecision]
+    ) async throws(RedisError) {
+        guard !taken.isEmpty else { return }
+        var used: [String: Int] = [:]
+        for (index, decision) in decisions.enumerated() where permits[index] && requests[index].appPerSecond > 0 && decision == .send {
+            used[requests[index].app, default: 0] += 1
+        }
+        var commands: [[[UInt8]]] = []
+        for t in taken {
+            let unused = t.count - (used[t.app] ?? 0)
+            if unused > 0 { commands.append(Scripts.returnPermits.evalshaCommand(keys: [t.key], args: [Array(String(unused).utf8)])) }
+        }
+        guard !commands.isEmpty else { return }
+        _ = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Scripts.returnPermits]) }
+    }
+
+    /// The decision a claim code stands for (``ClaimReply``).
+    static func decision(_ bytes: [UInt8], offset: Int64, writtenPosition: Int64) throws(RedisError) -> ClaimDecision {
+        guard let reply = ClaimReply(code: bytes) else {
+            throw RedisError(.protocol, "the claim script answered \(String(decoding: bytes, as: UTF8.self))")
+        }
+        switch reply {
+        case .send: return .send
+        case .resend: return .resend
+        case .recorded:
+            if offset < writtenPosition { return .written }
+            let recorded = bytes.dropFirst()
+            guard let newline = recorded.firstIndex(of: UInt8(ascii: "\n")) else {
+                return .recorded(result: Array(recorded), feedback: nil)
+            }
+            return .recorded(result: Array(recorded[..<newline]), feedback: Array(recorded[(newline + 1)...]))
+        case .duplicate: return .duplicate
+        case .busy, .otherOwner: return .busy
+        case .throttled: return .throttled
+        case .rateLimited: return .rateLimited
+        case .unregistered: return .unregistered(since: Int64(String(decoding: bytes.dropFirst(), as: UTF8.self)) ?? 0)
+        }
+    }
+}

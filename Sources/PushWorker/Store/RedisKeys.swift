@@ -1,0 +1,167 @@
+import APNSCore
+import PushKafka
+
+/// Every key the worker keeps in Redis, all under ``prefix``.
+///
+/// `<T>` is a token's hash tag (``tag(token:)``): empty on a server, `{xxxx}` on a cluster, so
+/// that every key of one token shares a slot.
+/// - `n:<T><resultId>`: the notification's state, with the dedupe TTL:
+///   `P|<owner>|<topic>|<partition>|<offset>` while a worker has it claimed,
+///   `D|<topic>|<partition>|<offset>|<result JSON>` once its outcome is known, followed by a
+///   newline and the `feedback` result JSON when the outcome also published one (an HTTP/2 410).
+///   The serialized results never contain a raw newline, so it separates them.
+/// - `u:<T><app>:<env>`: hash token → UNIX time Apple reported the token unregistered.
+/// - `rd:<T><app>:<token>:<hour>`: the device's count this hour.
+/// - `ra:<app>:<second>`: the app's count this second.
+/// - `pw:<topic>:<partition>`: the partition's written position: every result of every message
+///   before this offset is written to the results topic (the offset the worker commits, kept
+///   here as well because a commit can fail during a rebalance). A notification recorded by a
+///   message before it needs no result again.
+/// - `ph:<topic>:<partition>`: `<offset>|<at>`, left by a worker that handed the partition on
+///   (a rebalance, a stop) without committing its offset: every message before `offset` that was
+///   produced at or before `at` (UNIX ms) has all its results written, so its next owner skips
+///   those messages instead of consuming them again (``NotificationStore/handoffs(_:)``).
+/// - `w:<owner>`: present while the worker incarnation `owner` is alive (short TTL, refreshed).
+/// - `fl:<app>:<env>`: the feedback-polling lock.
+/// - `s:{<summaryId>}`, `…:b`, `…:f`, `…:m`: a job summary (``summary(summaryId:)``), all four
+///   under the hash tag of the summary's `resultId` (a digest of the job id, since an id may
+///   contain braces), so that one job's keys share a slot.
+///
+/// The keys of a token are built by appending to a buffer (`append…(to:)`): a claim builds
+/// three per notification, thousands per round trip, straight into its ``RedisCommands``.
+/// The others are built whole.
+struct RedisKeys: Sendable {
+    let prefix: String
+    /// Whether keys carry a token's hash tag (on a Redis Cluster).
+    let isCluster: Bool
+
+    init(prefix: String, isCluster: Bool) {
+        self.prefix = prefix
+        self.isCluster = isCluster
+    }
+
+    // MARK: A token's keys
+
+    /// The hash tag of a token's keys on a cluster: a number below 16,384 from a hash of the
+    /// token, so that tokens spread over 16,384 tags whatever they look like; written into keys
+    /// as `{` four hex digits `}`. `nil` on a server, where the keys keep their names from
+    /// before clusters were supported.
+    func tag(token: String) -> UInt16? {
+        guard isCluster else { return nil }
+        var hash: UInt32 = 0x811C_9DC5  // FNV-1a
+        for byte in token.utf8 { hash = (hash ^ UInt32(byte)) &* 0x0100_0193 }
+        return UInt16(hash & 0x3FFF)
+    }
+
+    /// Appends `{xxxx}` for a tag, nothing without one.
+    static func append(tag: UInt16?, to key: inout [UInt8]) {
+        guard let tag else { return }
+        func digit(_ value: UInt16) -> UInt8 {
+            value < 10 ? UInt8(ascii: "0") + UInt8(value) : UInt8(ascii: "a") + UInt8(value - 10)
+        }
+        key.append(UInt8(ascii: "{"))
+        key.append(digit(tag >> 12))
+        key.append(digit((tag >> 8) & 15))
+        key.append(digit((tag >> 4) & 15))
+        key.append(digit(tag & 15))
+        key.append(UInt8(ascii: "}"))
+    }
+
+    /// Appends `n:<T><resultId>`.
+    func appendRecord(resultId: String, tag: UInt16?, to key: inout [UInt8]) {
+        key += prefix.utf8
+        key.append(UInt8(ascii: "n"))
+        key.append(UInt8(ascii: ":"))
+        Self.append(tag: tag, to: &key)
+        key += resultId.utf8
+    }
+
+    /// `n:<T><resultId>`.
+    func record(resultId: String, tag: UInt16?) -> [UInt8] {
+        var key: [UInt8] = []
+        key.reserveCapacity(prefix.utf8.count + 8 + resultId.utf8.count)
+        appendRecord(resultId: resultId, tag: tag, to: &key)
+        return key
+    }
+
+    /// Appends `u:<T><app>:<environment>`.
+    func appendUnregistered(app: String, environment: String, tag: UInt16?, to key: inout [UInt8]) {
+        key += prefix.utf8
+        key.append(UInt8(ascii: "u"))
+        key.append(UInt8(ascii: ":"))
+        Self.append(tag: tag, to: &key)
+        key += app.utf8
+        key.append(UInt8(ascii: ":"))
+        key += environment.utf8
+    }
+
+    /// Appends `rd:<T><app>:<token>:<hour>`.
+    func appendDeviceCounter(app: String, token: String, hour: Int64, tag: UInt16?, to key: inout [UInt8]) {
+        key += prefix.utf8
+        key += "rd:".utf8
+        Self.append(tag: tag, to: &key)
+        key += app.utf8
+        key.append(UInt8(ascii: ":"))
+        key += token.utf8
+        key.append(UInt8(ascii: ":"))
+        DecimalText.append(hour, to: &key)
+    }
+
+    // MARK: Keys in slots of their own
+
+    /// `ra:<app>:<second>`.
+    func appRate(app: String, second: Int64) -> [UInt8] {
+        Array("\(prefix)ra:\(app):\(second)".utf8)
+    }
+
+    /// `pw:<topic>:<partition>`.
+    func writtenPosition(topic: String, partition: Int32) -> [UInt8] {
+        Array("\(prefix)pw:\(topic):\(partition)".utf8)
+    }
+
+    /// `ph:<topic>:<partition>`.
+    func handoff(_ partition: TopicPartition) -> [UInt8] {
+        Array("\(prefix)ph:\(partition.topic):\(partition.partition)".utf8)
+    }
+
+    /// `w:<owner>`.
+    func liveness(owner: String) -> [UInt8] {
+        Array("\(prefix)w:\(owner)".utf8)
+    }
+
+    /// `fl:<app>:<environment>`.
+    func feedbackLock(app: String, environment: String) -> [UInt8] {
+        Array("\(prefix)fl:\(app):\(environment)".utf8)
+    }
+
+    // MARK: A job summary's keys
+
+    /// A job summary's four keys, all under the hash tag `{<summaryId>}`.
+    struct Summary {
+        /// `s:{…}`: a hash: the job's fingerprint (`fp`, a digest of its token list) and token
+        /// count (`total`), the results counted (`done`), counts by type and status (`t`:
+        /// transmitted, `s<status>`: failed with that status, `k<type>`: any other type of token
+        /// result), the failed tokens left out of the list (`omitted`), and the first and last `at`.
+        var counters: [UInt8]
+        /// `s:{…}:b`: a bitmap, one bit per token (by its place in the job): counted already.
+        var counted: [UInt8]
+        /// `s:{…}:f`: a list of the first 1,000 failed tokens, `<status>|<token>`.
+        var failed: [UInt8]
+        /// `s:{…}:m`: who writes the summary: `P|<owner>|<topic>|<partition>|<offset>` while a
+        /// worker does, for the message it came from, then `D` once it is written.
+        var writer: [UInt8]
+
+        /// In the order of the summary script's `KEYS`.
+        var all: [[UInt8]] { [counters, counted, failed, writer] }
+    }
+
+    func summary(summaryId: String) -> Summary {
+        let base = "\(prefix)s:{\(summaryId)}"
+        return Summary(
+            counters: Array(base.utf8),
+            counted: Array("\(base):b".utf8),
+            failed: Array("\(base):f".utf8),
+            writer: Array("\(base):m".utf8)
+        )
+    }
+}

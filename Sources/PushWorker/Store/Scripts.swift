@@ -1,0 +1,261 @@
+import PushRedis
+
+// The store's Lua scripts and the replies they give. Script sources are loaded by their SHA-1
+// (`NotificationStore.prepare()`): editing one, even its comments, makes it another script.
+extension NotificationStore {
+    enum Scripts {
+        /// Claims notifications whose claim is more than a plain `SET … NX GET` (a state already
+        /// there, a `registeredAt`, a device limit, no permit this second, dead owners to take
+        /// over from); one call per hash slot (`docs/architecture.md#the-claim`).
+        ///
+        /// - `KEYS[3i-2]`: notification i's record, `n:<T><resultId>`.
+        /// - `KEYS[3i-1]`: its app's unregistered tokens, `u:<T><app>:<env>`.
+        /// - `KEYS[3i]`: its device counter for this hour, `rd:<T><app>:<token>:<hour>`, or its
+        ///   record's key again when it has no device limit (the counter is then not touched).
+        /// - `ARGV[1]`: the claiming owner (worker incarnation).
+        /// - `ARGV[2]`: the topic of the notifications' messages.
+        /// - `ARGV[3]`: the record's TTL in seconds.
+        /// - `ARGV[4]`: owners known to be dead, newline-separated (their claims are taken over).
+        /// - `ARGV[3i+2]`: notification i's message, `<partition>|<offset>`.
+        /// - `ARGV[3i+3]`: its token in lowercase hex.
+        /// - `ARGV[3i+4]`: its options, `<registeredAt>|<device limit per hour>|<1 if it may be
+        ///   sent this second, else 0>`, or `''` for none of them and a permit.
+        ///
+        /// Returns one ``ClaimReply`` per notification, its letter followed by its detail.
+        static let claim = RedisScript(
+            #"""
+            -- KEYS: 3 per notification: its record, its app's unregistered tokens, its device counter
+            -- for this hour (one slot on a cluster). ARGV: owner, topic, ttl seconds, owners known to
+            -- be dead (newline-separated), then 3 per notification: '<partition>|<offset>', token, and
+            -- '<registeredAt>|<device limit per hour>|<1 if it may be sent this second, else 0>', or ''
+            -- for the usual no registeredAt, no device limit, may be sent.
+            -- Numbers passed back to Redis stay strings: a Lua number would be formatted per call.
+            local owner, topic, ttl = ARGV[1], ARGV[2], ARGV[3]
+            local dead = {}
+            for w in string.gmatch(ARGV[4], '[^\n]+') do dead[w] = true end
+            local claimed = 'P|' .. owner .. '|' .. topic .. '|'
+            local out = {}
+            for i = 1, #KEYS / 3 do
+              local key, ukey, dkey = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+              local a = 3 * i + 2
+              local where, tok, opts = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+              local reg, dlim, permit = '', 0, '1'
+              if opts ~= '' then
+                local r, d, p = string.match(opts, '^([^|]*)|([^|]*)|(.*)$')
+                reg, dlim, permit = r, tonumber(d), p
+              end
+              -- A notification that may be sent is claimed and its earlier state read in one call.
+              local state
+              if permit == '1' then
+                state = redis.call('SET', key, claimed .. where, 'NX', 'GET', 'EX', ttl)
+              else
+                state = redis.call('GET', key)
+              end
+              local code
+              if state then
+                local msg = topic .. '|' .. where
+                if string.sub(state, 1, 2) == 'D|' then
+                  local rest = string.sub(state, 3)
+                  if string.sub(rest, 1, #msg + 1) == msg .. '|' then code = 'E' .. string.sub(rest, #msg + 2) else code = 'X' end
+                else
+                  local sowner, smsg = string.match(state, '^P|([^|]*)|(.*)$')
+                  if smsg ~= msg then
+                    code = 'X'
+                  elseif sowner == owner or dead[sowner] then
+                    redis.call('SET', key, claimed .. where, 'EX', ttl)
+                    code = 'R'
+                  else
+                    code = 'O' .. sowner
+                  end
+                end
+              else
+                local unreg = redis.call('HGET', ukey, tok)
+                if unreg and (reg == '' or tonumber(reg) <= tonumber(unreg)) then
+                  code = 'U' .. unreg
+                elseif permit ~= '1' then
+                  code = 'T'
+                elseif dlim > 0 then
+                  local count = redis.call('INCR', dkey)
+                  if count == 1 then redis.call('EXPIRE', dkey, '3700') end
+                  if count > dlim then code = 'L' end
+                end
+                code = code or 'S'
+                if permit ~= '1' and code ~= 'T' then redis.call('SET', key, claimed .. where, 'EX', ttl) end
+              end
+              out[#out + 1] = code
+            end
+            return out
+            """#)
+
+        /// Takes up to `ARGV[1]` of what is left of an app's per-second limit and returns how
+        /// many it took. The counter lives a minute: long enough for every worker, whatever its
+        /// clock's offset or a slow round trip, to find it while its second is current.
+        ///
+        /// - `KEYS[1]`: the app's counter for this second, `ra:<app>:<second>`.
+        /// - `ARGV[1]`: permits wanted.
+        /// - `ARGV[2]`: the app's limit per second.
+        static let takePermits = RedisScript(
+            #"""
+            local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+            local n = math.min(tonumber(ARGV[1]), tonumber(ARGV[2]) - used)
+            if n <= 0 then return 0 end
+            if redis.call('INCRBY', KEYS[1], n) == n then redis.call('EXPIRE', KEYS[1], '60') end
+            return n
+            """#)
+
+        /// Gives back permits taken by ``takePermits`` but not used; returns 0.
+        ///
+        /// - `KEYS[1]`: the app's counter for this second, `ra:<app>:<second>`.
+        /// - `ARGV[1]`: permits taken but not used.
+        static let returnPermits = RedisScript(
+            #"""
+            if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('DECRBY', KEYS[1], ARGV[1]) end
+            return 0
+            """#)
+
+        /// Sets each written position to its offset unless it already holds a later one (a
+        /// partition's new owner starts behind its previous owner and must not move it back);
+        /// returns 0.
+        ///
+        /// - `KEYS[i]`: partition i's written position, `pw:<topic>:<partition>` (all in one slot
+        ///   on a cluster).
+        /// - `ARGV[1]`: the positions' TTL in seconds.
+        /// - `ARGV[i+1]`: partition i's offset.
+        static let advancePositions = RedisScript(
+            #"""
+            for i, key in ipairs(KEYS) do
+              local offset = tonumber(ARGV[i + 1])
+              if offset > tonumber(redis.call('GET', key) or '-1') then redis.call('SET', key, ARGV[i + 1], 'EX', ARGV[1]) end
+            end
+            return 0
+            """#)
+
+        /// Counts a message's token results into its job's summary and says who writes the
+        /// summary (`NotificationStore.checkSummaries(_:ttlSeconds:)`).
+        ///
+        /// - `KEYS[1]`: the counters (hash), `s:{<summaryId>}`.
+        /// - `KEYS[2]`: the tokens counted (bitmap), `s:{…}:b`.
+        /// - `KEYS[3]`: the failed tokens (list), `s:{…}:f`.
+        /// - `KEYS[4]`: the writer, `s:{…}:m`.
+        /// - `ARGV[1]`: the checking owner (worker incarnation).
+        /// - `ARGV[2]`: the message, `<topic>|<partition>|<offset>`.
+        /// - `ARGV[3]`: the keys' TTL in seconds.
+        /// - `ARGV[4]`: the job's fingerprint.
+        /// - `ARGV[5]`: the job's token count.
+        /// - `ARGV[6]`: how many failed tokens are listed at most.
+        /// - `ARGV[7]`: a writer known to be dead, `''` for none.
+        /// - `ARGV[4i+4]`, `ARGV[4i+5]`, `ARGV[4i+6]`, `ARGV[4i+7]`: token result i's place in
+        ///   the job; what it is (`''`: transmitted, a status: a `transmissionError`, `k<type>`:
+        ///   another type); its `at`; its token (`''` unless it failed).
+        ///
+        /// Returns an array whose first element is a ``SummaryReply``.
+        static let summary = RedisScript(
+            #"""
+            -- KEYS: counters (hash), tokens counted (bitmap), failed tokens (list), writer.
+            -- ARGV: owner, '<topic>|<partition>|<offset>', ttl, fingerprint, tokens, most failed tokens
+            -- listed, a writer known to be dead ('' = none); then 4 per token result: index, what it is ('' = transmitted, a status =
+            -- transmissionError, 'k<type>' = another type), at, token.
+            local h, b, f, m = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+            local owner, msg, ttl, fp, total, cap, dead = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+            local known = redis.call('HGET', h, 'fp')
+            if not known then
+              redis.call('HSET', h, 'fp', fp, 'total', ARGV[5], 'done', '0')
+            elseif known ~= fp then
+              return {'N'}
+            end
+            local done, first, last, omitted = 0, nil, nil, 0
+            local counts, failed = {}, {}
+            local room = cap - redis.call('LLEN', f)
+            for i = 8, #ARGV, 4 do
+              if redis.call('SETBIT', b, ARGV[i], 1) == 0 then
+                done = done + 1
+                local status, at = ARGV[i + 1], tonumber(ARGV[i + 2])
+                local field = 't'
+                if string.sub(status, 1, 1) == 'k' then
+                  field = status
+                elseif status ~= '' then
+                  field = 's' .. status
+                  if #failed < room then failed[#failed + 1] = status .. '|' .. ARGV[i + 3] else omitted = omitted + 1 end
+                end
+                counts[field] = (counts[field] or 0) + 1
+                if not first or at < first then first = at end
+                if not last or at > last then last = at end
+              end
+            end
+            if done > 0 then
+              for field, n in pairs(counts) do redis.call('HINCRBY', h, field, n) end
+              redis.call('HINCRBY', h, 'done', done)
+              if omitted > 0 then redis.call('HINCRBY', h, 'omitted', omitted) end
+              if #failed > 0 then redis.call('RPUSH', f, unpack(failed)) end
+              local known_first, known_last = tonumber(redis.call('HGET', h, 'first') or ''), tonumber(redis.call('HGET', h, 'last') or '')
+              if not known_first or first < known_first then redis.call('HSET', h, 'first', string.format('%d', first)) end
+              if not known_last or last > known_last then redis.call('HSET', h, 'last', string.format('%d', last)) end
+            end
+            for _, key in ipairs({h, b, f}) do redis.call('EXPIRE', key, ttl) end
+            if tonumber(redis.call('HGET', h, 'done')) < total then return {'N'} end
+            local state = redis.call('GET', m)
+            local takeover = '0'
+            if state then
+              if state == 'D' then return {'D'} end
+              local sowner, smsg = string.match(state, '^P|([^|]*)|(.*)$')
+              if sowner == owner then
+                if smsg ~= msg then return {'N'} end
+              elseif sowner == dead then
+                takeover = '1'
+              else
+                local same = '0'
+                if smsg == msg then same = '1' end
+                return {'O', sowner, same}
+              end
+            end
+            redis.call('SET', m, 'P|' .. owner .. '|' .. msg, 'EX', ttl)
+            return {'S', takeover, redis.call('HGETALL', h), redis.call('LRANGE', f, 0, -1)}
+            """#)
+
+        static let all = [claim, takePermits, returnPermits, advancePositions, summary]
+    }
+
+    /// The first byte of each of the claim's codes (``Scripts/claim``'s replies, and the
+    /// codes the store gives notifications claimed without the script).
+    enum ClaimReply: UInt8 {
+        /// Claimed: send it.
+        case send = 0x53  // "S"
+        /// Taken over from this owner or a dead one: send, marked `possibleDuplicate`.
+        case resend = 0x52  // "R"
+        /// Recorded by this same message; followed by the record after `D|<message>|`.
+        case recorded = 0x45  // "E"
+        /// Claimed or recorded by another message.
+        case duplicate = 0x58  // "X"
+        /// Claimed by another worker for this message; followed by that owner's name.
+        case otherOwner = 0x4F  // "O"
+        /// Not run (its slot's commands failed); never sent by the script.
+        case busy = 0x57  // "W"
+        /// No permit this second (not claimed).
+        case throttled = 0x54  // "T"
+        /// Over the device's limit this hour (claimed).
+        case rateLimited = 0x4C  // "L"
+        /// The token is unregistered; followed by the UNIX time it was reported (claimed).
+        case unregistered = 0x55  // "U"
+
+        /// The reply a code starts with, `nil` for an empty or unknown one.
+        init?(code: [UInt8]) {
+            guard let first = code.first else { return nil }
+            self.init(rawValue: first)
+        }
+    }
+
+    /// The first element of each of ``Scripts/summary``'s replies.
+    enum SummaryReply: UInt8 {
+        /// Not for this message to write (results to come, another job with the same id, or
+        /// another message of this owner writing it).
+        case notYours = 0x4E  // "N"
+        /// Written already.
+        case written = 0x44  // "D"
+        /// Another owner writes it; followed by that owner's name and `1` if for this same
+        /// message, else `0`.
+        case otherWriter = 0x4F  // "O"
+        /// This owner writes it now; followed by `1` if taken over from a dead writer (else
+        /// `0`), the counters' fields and values, and the failed tokens.
+        case write = 0x53  // "S"
+    }
+}
