@@ -106,7 +106,7 @@ struct Push: AsyncParsableCommand {
                 config.resendOnUnknown = resendOnUnknown
                 config.payloadLimit = max(2048, payloadBytes)
                 let binary = try APNSBinaryClient(configuration: config, logger: logger)
-                retransmitted = { binary.statistics.retransmitted }
+                retransmitted = { binary.snapshot().retransmissions }
                 client = binary
             case .http2:
                 let authentication: APNSHTTP2Configuration.Authentication
