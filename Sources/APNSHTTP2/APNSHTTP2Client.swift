@@ -48,6 +48,8 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         var wake: [NIOLoopBound<HTTP2ConnectionHandler>] = []
         var close: [any Channel] = []
         var timers: [HTTP2PoolStateMachine.Action] = []
+        /// Token refreshes and log lines.
+        var other: [HTTP2PoolStateMachine.Action] = []
         var wakeups = APNSWakeups()
     }
 
@@ -60,6 +62,9 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
     private let group: any EventLoopGroup
     private let sslContext: NIOSSLContext
     private let logger: Logger
+    /// The app's provider tokens (§4), with token authentication; read and signed outside the
+    /// lock, never by the state machine.
+    private let tokenProvider: APNSTokenProvider?
 
     /// Creates a client. No connection is opened until ``start()`` or the first ``send(_:)``;
     /// the TLS context is built here, so unusable credentials or trust roots fail now.
@@ -76,15 +81,16 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         self.configuration = configuration
         self.group = eventLoopGroup
         self.logger = logger
-        var tokenProvider: APNSTokenProvider? = nil
         if case .token(let provider) = configuration.authentication {
             tokenProvider = provider
+        } else {
+            tokenProvider = nil
         }
         let hostName = configuration.serverHostname ?? configuration.host
         authority = configuration.port == 443 ? hostName : "\(hostName):\(configuration.port)"
         state = Mutex(
             State(
-                machine: HTTP2PoolStateMachine(configuration: .init(configuration), tokenProvider: tokenProvider, logger: logger),
+                machine: HTTP2PoolStateMachine(configuration: .init(configuration)),
                 admission: APNSAdmission(maxPending: configuration.maxPending)))
     }
 
@@ -184,7 +190,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
             var done = false
             step { s in
                 rejected = s.admission.stop()
-                if s.machine.finished {
+                if s.machine.lifecycle == .finished {
                     done = true
                     return []
                 }
@@ -197,22 +203,6 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         deadline?.cancel()
     }
 
-    /// Snapshot counters.
-    public struct Statistics: Sendable, Hashable {
-        public var queued: Int
-        public var delayed: Int
-        public var inFlight: Int
-        public var connections: Int
-        /// Requests written, retries included.
-        public var written: Int
-        public var retried: Int
-        public var goAways: Int
-        /// The highest and lowest stream limits the client has followed.
-        public var maxStreamLimit: Int
-        public var minStreamLimit: Int
-        public var droppedConnectionEvents: Int
-    }
-
     /// The pool's connections, streams, queue and counters (see ``APNSPoolSnapshot``), read
     /// under the client's lock.
     public func snapshot() -> APNSPoolSnapshot {
@@ -223,14 +213,10 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         }
     }
 
-    public var statistics: Statistics {
+    /// The lowest and highest stream limits the client has followed; `nil` before the first.
+    var streamLimitsFollowed: ClosedRange<Int>? {
         state.withLock { s in
-            let m = s.machine
-            return Statistics(
-                queued: m.queue.count, delayed: m.delayed.count, inFlight: m.inFlight,
-                connections: m.connections.count, written: m.written, retried: m.retried, goAways: m.goAways,
-                maxStreamLimit: m.maxLimitSeen, minStreamLimit: m.minLimitSeen == .max ? 0 : m.minLimitSeen,
-                droppedConnectionEvents: m.events.droppedConnectionEvents)
+            s.machine.minLimitSeen <= s.machine.maxLimitSeen ? s.machine.minLimitSeen...s.machine.maxLimitSeen : nil
         }
     }
 
@@ -288,8 +274,9 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
 
     func take(id: Int, free: Bool) -> Work {
         var work = Work()
+        let token = tokenOffer()
         step { s in
-            let taken = s.machine.takeWork(id: id, free: free)
+            let taken = s.machine.takeWork(id: id, free: free, token: token)
             work = taken.work
             return taken.actions
         }
@@ -309,7 +296,14 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
     }
 
     func goAway(id: Int, reason: String, received: Bool = true) {
-        step { $0.machine.goAway(id: id, reason: reason, received: received) }
+        var known = false
+        step { s in
+            known = s.machine.connections[id] != nil
+            return s.machine.goAway(id: id, received: received)
+        }
+        if known {
+            logger.info("HTTP/2 connection draining", metadata: ["apns.connection": "\(id)", "reason": "\(reason)"])
+        }
     }
 
     func closeIfIdle(id: Int) -> Bool {
@@ -331,8 +325,9 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
     /// Settles finished streams and hands the connection its next work.
     func streamsFinished(id: Int, results: [StreamResult], free: Bool) -> Work {
         var work = Work()
+        let token = tokenOffer()
         step { s in
-            let finished = s.machine.streamsFinished(id: id, results: results, free: free)
+            let finished = s.machine.streamsFinished(id: id, results: results, free: free, token: token)
             work = finished.work
             return finished.actions
         }
@@ -369,6 +364,35 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
 
     // MARK: Plumbing
 
+    /// The provider token for the next step, read (and when due, signed) before the lock is
+    /// taken; `nil` with certificate authentication.
+    private func tokenOffer() -> HTTP2PoolStateMachine.TokenOffer? {
+        guard let tokenProvider else { return nil }
+        do {
+            return .token(try tokenProvider.currentToken(), now: tokenProvider.now)
+        } catch {
+            return .failed(error)
+        }
+    }
+
+    /// Carries out a token refresh or a log line asked for by the state machine.
+    private func perform(_ action: HTTP2PoolStateMachine.Action) {
+        switch action {
+        case .refreshToken(let id, let rejected):
+            guard let tokenProvider else { return }
+            let refresh = try? tokenProvider.forceRefresh(rejected: rejected)
+            logger.info(
+                "APNs answered ExpiredProviderToken; replacing the connection",
+                metadata: ["apns.connection": "\(id)", "refresh": "\(refresh.map { "\($0)" } ?? "failed")"])
+        case .logConnectFailure(let id, let reason, let failures):
+            logger.warning(
+                "HTTP/2 connection failed",
+                metadata: ["apns.connection": "\(id)", "reason": "\(reason)", "failures": "\(failures)"])
+        default:
+            break
+        }
+    }
+
     package func withBuffer(_ body: (inout APNSEventBuffer, inout APNSAdmission<Batch>) -> Void) {
         step { s in
             body(&s.machine.events, &s.admission)
@@ -393,10 +417,13 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                 case .close(let id): if let channel = s.channels[id] { e.close.append(channel) }
                 case .armDelayedTimer, .armReconnectTimer: e.timers.append(action)
                 case .shutdownComplete: swap(&e.wakeups.shutdown, &s.shutdownWaiters)
+                case .refreshToken, .logConnectFailure: e.other.append(action)
                 }
             }
             return e
         }
+        // A refreshed token is in the provider before any connection asks for its next one.
+        for action in effects.other { perform(action) }
         for id in effects.connect { connect(id: id) }
         for handler in effects.wake {
             handler.eventLoop.execute { handler.value.pump() }

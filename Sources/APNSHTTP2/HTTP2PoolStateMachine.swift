@@ -1,7 +1,6 @@
 import APNSCore
 import APNSHTTP2Core
-import DequeModule
-import Logging
+import Foundation
 import NIOCore
 
 /// The delivery logic of the HTTP/2 connection pool, as a value with no I/O.
@@ -9,63 +8,16 @@ import NIOCore
 /// It owns the queue of requests waiting for a stream, the ones waiting out a retry delay,
 /// every connection's phase and stream count, the §3.4 retry policy, reconnect back-off,
 /// provider-token rotation (§4, §6.10) and shutdown. Its methods return ``Action``s — connects,
-/// wake-ups of connection handlers, closes, timers — that the ``APNSHTTP2Client`` carries out
-/// after releasing its lock; outcomes and connection events are appended to ``events``.
+/// wake-ups of connection handlers, closes, timers, a token refresh, a log line — that the
+/// ``APNSHTTP2Client`` carries out after releasing its lock; outcomes and connection events are
+/// appended to ``events``. It neither signs nor logs: the client reads the provider token
+/// outside its lock and hands it in (``TokenOffer``).
+///
+/// The queue, the count of failed connects with its back-off and `unavailable`/`available`
+/// events, connection identifiers and the lifecycle are the types the binary pool uses too
+/// (``APNSPoolQueue``, ``APNSConnectFailures``, ``APNSConnectionIDs``, ``APNSPoolLifecycle``).
 struct HTTP2PoolStateMachine {
-    struct Configuration {
-        var maxConnections = 1
-        /// Connections kept open while there is nothing to send.
-        var minConnections = 0
-        var maxStreamsPerConnection = 1000
-        /// Writes of one request after which a stream left unanswered is not tried again.
-        var maxAttempts = 5
-        /// Failed connects in a row after which waiting requests fail; `nil`: they wait.
-        var connectionRetryLimit: Int? = 10
-        var reconnectBaseDelay: Duration = .milliseconds(100)
-        var reconnectMaxDelay: Duration = .seconds(5)
-        var retryBaseDelay: Duration = .seconds(1)
-        var retryMaxDelay: Duration = .seconds(60)
-        /// The server, as messages name it.
-        var server = ""
-        /// Connection-level events kept for the consumer before new ones are dropped.
-        var maxConnectionEvents = 1_000
-        /// Monotonic time, for retry delays and reconnects.
-        var clock: @Sendable () -> NIODeadline = { .now() }
-        /// Wall-clock milliseconds since the epoch, for stale notifications.
-        var now: @Sendable () -> Int64 = APNSReconnectBackoff.nowMilliseconds
-        /// Delays a reconnect with jitter.
-        var jitter: @Sendable (Duration) -> Duration = APNSReconnectBackoff.jittered
-    }
-
-    /// What a connection handler is asked to do next.
-    struct Work: Sendable {
-        var requests: [QueuedRequest] = []
-        var authorization: String?
-        var close = false
-    }
-
     enum Phase: Equatable { case connecting, ready, draining }
-
-    struct Connection {
-        var id: Int
-        var phase: Phase = .connecting
-        /// The connect completed and the client holds the channel.
-        var attached = false
-        /// Streams this connection may have open: the server's limit, capped by ours.
-        var limit: Int = 1
-        var open = 0
-        var wakeScheduled = false
-        var tokenGuard = APNSConnectionTokenGuard()
-        var currentToken: APNSProviderToken?
-        var closeRequested = false
-        /// The server's first SETTINGS arrived: the connection counts as open until it closes.
-        var established = false
-        /// Why it is closing, once the pool knows (a GOAWAY, the idle timeout, a shutdown, a
-        /// replacement); `nil` while it does not.
-        var closeReason: APNSPoolSnapshot.CloseReason?
-        /// Set when the connect timed out before the connection got ready.
-        var timedOut = false
-    }
 
     enum Action: Equatable {
         /// Open connection `id`.
@@ -80,47 +32,43 @@ struct HTTP2PoolStateMachine {
         case armReconnectTimer(NIODeadline)
         /// Everything is drained and closed after a shutdown.
         case shutdownComplete
-    }
-
-    struct Delayed {
-        var due: NIODeadline
-        var request: QueuedRequest
+        /// §6.10: APNs answered `ExpiredProviderToken` on `connection`, which was using
+        /// `rejected`: refresh the provider's token (the connection is replaced anyway).
+        case refreshToken(connection: Int, rejected: APNSProviderToken?)
+        /// Log that connection `id` failed before it got ready, the `failures`-th in a row.
+        case logConnectFailure(id: Int, reason: String, failures: Int)
     }
 
     let configuration: Configuration
-    private let tokenProvider: APNSTokenProvider?
-    private let logger: Logger
-    private(set) var queue = Deque<QueuedRequest>()
+    private(set) var queue = APNSPoolQueue<QueuedRequest>()
     private(set) var delayed: [Delayed] = []
     private var delayedTimerDue: NIODeadline?
     private(set) var connections: [Int: Connection] = [:]
-    private var nextConnectionID = 0
-    private(set) var consecutiveFailures = 0
-    /// ``APNSDeliveryEvent/unavailable(reason:)`` was reported and no connection opened since.
-    private(set) var reportedUnavailable = false
+    private var connectionIDs = APNSConnectionIDs()
+    /// Connects in a row that failed before the connection got ready; one that gets ready
+    /// resets the count.
+    private(set) var failures: APNSConnectFailures
     private(set) var reconnectAt: NIODeadline?
     private var reconnectTimerArmed = false
     /// Outcomes and connection events waiting for the consumer.
     var events: APNSEventBuffer
-    private(set) var stopping = false
-    private(set) var abandoning = false
-    private(set) var finished = false
+    private(set) var lifecycle = APNSPoolLifecycle.running
     /// The monotonic counters of ``snapshot()``; its gauges stay zero here.
     private(set) var counters = APNSPoolSnapshot()
     /// The provider's token last handed to a connection, to count new ones.
     private var lastOfferedToken: APNSProviderToken?
-    // Statistics.
-    private(set) var written = 0
-    private(set) var retried = 0
-    private(set) var goAways = 0
+    /// The highest and lowest stream limits followed (`Int.max` before the first).
     private(set) var maxLimitSeen = 0
     private(set) var minLimitSeen = Int.max
 
-    init(configuration: Configuration, tokenProvider: APNSTokenProvider?, logger: Logger = Logger(label: "apns.http2")) {
+    init(configuration: Configuration) {
         self.configuration = configuration
-        self.tokenProvider = tokenProvider
-        self.logger = logger
         self.events = APNSEventBuffer(maxConnectionEvents: configuration.maxConnectionEvents)
+        self.failures = APNSConnectFailures(
+            baseDelay: configuration.reconnectBaseDelay,
+            maxDelay: configuration.reconnectMaxDelay,
+            retryLimit: configuration.connectionRetryLimit
+        )
     }
 
     var inFlight: Int { connections.values.reduce(0) { $0 + $1.open } }
@@ -149,7 +97,7 @@ struct HTTP2PoolStateMachine {
     /// least one.
     mutating func start() -> [Action] {
         var actions: [Action] = []
-        guard !stopping else { return actions }
+        guard lifecycle == .running else { return actions }
         let live = connections.values.filter { $0.phase != .draining }.count
         for _ in live..<max(live, max(1, configuration.minConnections)) { openConnection(&actions) }
         return actions
@@ -166,7 +114,7 @@ struct HTTP2PoolStateMachine {
 
     /// Stops taking notifications: once everything is answered, the connections close.
     mutating func beginShutdown() -> [Action] {
-        stopping = true
+        if lifecycle == .running { lifecycle = .draining }
         var actions: [Action] = []
         checkFinished(&actions)
         return actions
@@ -176,8 +124,8 @@ struct HTTP2PoolStateMachine {
     /// and every connection closes; its open streams fail as unanswered.
     mutating func abandon(reason: String) -> [Action] {
         var actions: [Action] = []
-        guard !finished else { return actions }
-        abandoning = true
+        guard lifecycle != .finished else { return actions }
+        lifecycle = .abandoning
         failAll(status: .shutDown, message: "not sent: \(reason)")
         for id in connections.keys.sorted() {
             guard var connection = connections[id], connection.attached else { continue }
@@ -196,7 +144,7 @@ struct HTTP2PoolStateMachine {
     mutating func channelAttached(id: Int) -> (known: Bool, closeNow: Bool) {
         guard var connection = connections[id] else { return (false, true) }
         connection.attached = true
-        let closeNow = abandoning || (stopping && queue.isEmpty && delayed.isEmpty)
+        let closeNow = lifecycle == .abandoning || (lifecycle != .running && queue.isEmpty && delayed.isEmpty)
         if closeNow { connection.closeRequested = true }
         connections[id] = connection
         return (true, closeNow)
@@ -231,13 +179,10 @@ struct HTTP2PoolStateMachine {
         }
         noteLimit(connection.limit)
         connections[id] = connection
-        consecutiveFailures = 0
+        failures.reset()
         reconnectAt = nil
         events.append(connectionEvent: .connected(connection: id))
-        if reportedUnavailable {
-            reportedUnavailable = false
-            events.append(connectionEvent: .available, force: true)
-        }
+        failures.connectionOpened(into: &events)
         dispatch(&actions)
         return actions
     }
@@ -255,14 +200,12 @@ struct HTTP2PoolStateMachine {
 
     /// `id` takes no new streams: it drains. `received` when the server sent GOAWAY, false when
     /// its stream ids run out.
-    mutating func goAway(id: Int, reason: String, received: Bool = true) -> [Action] {
+    mutating func goAway(id: Int, received: Bool = true) -> [Action] {
         var actions: [Action] = []
         guard var connection = connections[id] else { return actions }
-        if connection.phase != .draining { goAways += 1 }
         connection.closeReason = connection.closeReason ?? (received ? .goaway : .other)
         connection.phase = .draining
         connections[id] = connection
-        logger.info("HTTP/2 connection draining", metadata: ["apns.connection": "\(id)", "reason": "\(reason)"])
         dispatch(&actions)
         return actions
     }
@@ -271,7 +214,7 @@ struct HTTP2PoolStateMachine {
     mutating func closeIfIdle(id: Int) -> Bool {
         let live = connections.values.filter { $0.phase != .draining }.count
         guard var connection = connections[id], connection.open == 0, queue.isEmpty,
-            stopping || connection.phase == .draining || live > configuration.minConnections
+            lifecycle != .running || connection.phase == .draining || live > configuration.minConnections
         else { return false }
         connection.phase = .draining
         connection.closeRequested = true
@@ -286,7 +229,6 @@ struct HTTP2PoolStateMachine {
 
     /// Requests taken for `id` that it could not open streams for: back to the front of the queue.
     mutating func connectionClosedBeforeWrite(id: Int, requests: [QueuedRequest]) -> [Action] {
-        written -= requests.count
         if var connection = connections[id] {
             connection.open -= requests.count
             connection.phase = .draining
@@ -300,20 +242,22 @@ struct HTTP2PoolStateMachine {
 
     /// Work for connection `id`: up to its free streams from the queue, with its token.
     /// `free` is false once the connection cannot open streams any more.
-    mutating func takeWork(id: Int, free: Bool) -> (work: Work, actions: [Action]) {
+    mutating func takeWork(id: Int, free: Bool, token: TokenOffer? = nil) -> (work: Work, actions: [Action]) {
         var actions: [Action] = []
-        let work = takeWork(id: id, free: free, &actions)
+        let work = takeWork(id: id, free: free, token: token, &actions)
         return (work, actions)
     }
 
     /// Settles finished streams of `id` and hands the connection its next work.
-    mutating func streamsFinished(id: Int, results: [StreamResult], free: Bool) -> (work: Work, actions: [Action]) {
+    mutating func streamsFinished(
+        id: Int, results: [StreamResult], free: Bool, token: TokenOffer? = nil
+    ) -> (work: Work, actions: [Action]) {
         var actions: [Action] = []
         if !results.isEmpty {
             connections[id]?.open -= results.count
             for result in results { settle(result, connection: id, &actions) }
         }
-        let work = takeWork(id: id, free: free, &actions)
+        let work = takeWork(id: id, free: free, token: token, &actions)
         dispatch(&actions)
         checkFinished(&actions)
         return (work, actions)
@@ -335,7 +279,7 @@ struct HTTP2PoolStateMachine {
         }
         if !wasReady && connection?.closeRequested != true {
             counters.count(connection?.timedOut == true ? .timeout : failure)
-            connectFailed(id: id, reason: reason)
+            connectFailed(id: id, reason: reason, &actions)
         }
         dispatch(&actions)
         checkFinished(&actions)
@@ -376,7 +320,8 @@ struct HTTP2PoolStateMachine {
     /// Opens connections while there is work and room (and keeps `minConnections` open while
     /// there is none), and wakes connections with free streams.
     private mutating func dispatch(_ actions: inout [Action]) {
-        let wanted = !queue.isEmpty ? configuration.maxConnections : stopping ? 0 : configuration.minConnections
+        let wanted =
+            !queue.isEmpty ? configuration.maxConnections : lifecycle != .running ? 0 : configuration.minConnections
         let live = connections.values.filter { $0.phase != .draining }.count
         if live < wanted {
             if let at = reconnectAt, at > configuration.clock() {
@@ -402,13 +347,12 @@ struct HTTP2PoolStateMachine {
     }
 
     private mutating func openConnection(_ actions: inout [Action]) {
-        nextConnectionID += 1
-        let id = nextConnectionID
+        let id = connectionIDs.make()
         connections[id] = Connection(id: id)
         actions.append(.connect(id: id))
     }
 
-    private mutating func takeWork(id: Int, free: Bool, _ actions: inout [Action]) -> Work {
+    private mutating func takeWork(id: Int, free: Bool, token: TokenOffer?, _ actions: inout [Action]) -> Work {
         guard var connection = connections[id] else { return Work(close: true) }
         connection.wakeScheduled = false
         if !free && connection.phase == .ready {
@@ -424,13 +368,16 @@ struct HTTP2PoolStateMachine {
         connections[id] = connection
         guard connection.phase == .ready, !queue.isEmpty, connection.open < connection.limit else { return Work() }
         var work = Work()
-        if let provider = tokenProvider {
+        if let token {
             // §4: one token shared by the app's connections; a connection changes it at most
             // once per 20 minutes (the guard), never per request.
             let offered: APNSProviderToken
-            do {
-                offered = try provider.currentToken()
-            } catch {
+            let now: Date
+            switch token {
+            case .token(let token, let time):
+                offered = token
+                now = time
+            case .failed(let error):
                 failAll(status: .connectionFailed, message: "cannot sign a provider token: \(error.message)")
                 return Work()
             }
@@ -438,7 +385,7 @@ struct HTTP2PoolStateMachine {
                 lastOfferedToken = offered
                 counters.providerTokenRefreshes += 1
             }
-            switch connection.tokenGuard.token(offered: offered, now: provider.now) {
+            switch connection.tokenGuard.token(offered: offered, now: now) {
             case .use(let token):
                 connection.currentToken = token
                 work.authorization = token.authorization
@@ -456,36 +403,23 @@ struct HTTP2PoolStateMachine {
         for _ in 0..<count { work.requests.append(queue.removeFirst()) }
         connection.open += count
         connections[id] = connection
-        written += count
         return work
     }
 
     /// A connection failed before it got ready: counts the failure, reports the gateway
     /// unavailable after several, fails stale requests, and sets the reconnect back-off.
-    private mutating func connectFailed(id: Int, reason: String) {
-        consecutiveFailures += 1
-        logger.warning(
-            "HTTP/2 connection failed",
-            metadata: [
-                "apns.connection": "\(id)", "reason": "\(reason)", "failures": "\(consecutiveFailures)",
-            ])
-        let anyReady = connections.values.contains { $0.phase != .connecting }
-        if !anyReady && consecutiveFailures >= APNSReconnectBackoff.unavailableAfter && !reportedUnavailable {
-            reportedUnavailable = true
-            let reason = "\(consecutiveFailures) connection attempts to \(configuration.server) failed in a row (last: \(reason))"
-            events.append(connectionEvent: .unavailable(reason: reason), force: true)
-        }
-        if !anyReady { failStale() }
-        if let limit = configuration.connectionRetryLimit, consecutiveFailures >= limit {
+    private mutating func connectFailed(id: Int, reason: String, _ actions: inout [Action]) {
+        let noneReady = !connections.values.contains { $0.phase != .connecting }
+        failures.record(reason, peer: configuration.server, noneOpen: noneReady, into: &events)
+        actions.append(.logConnectFailure(id: id, reason: reason, failures: failures.inARow))
+        if noneReady { failStale() }
+        if failures.retryLimitReached {
             failAll(
                 status: .connectionFailed,
-                message: "could not connect to \(configuration.server) after \(consecutiveFailures) attempts: \(reason)")
-            consecutiveFailures = 0
+                message: "could not connect to \(configuration.server) after \(failures.inARow) attempts: \(reason)")
+            failures.reset()
         } else {
-            let delay = APNSReconnectBackoff.delay(
-                afterFailures: consecutiveFailures, base: configuration.reconnectBaseDelay,
-                maximum: configuration.reconnectMaxDelay)
-            reconnectAt = configuration.clock() + .nanoseconds(Self.nanoseconds(configuration.jitter(delay)))
+            reconnectAt = configuration.clock() + .nanoseconds(Self.nanoseconds(configuration.jitter(failures.delay)))
         }
     }
 
@@ -526,14 +460,13 @@ struct HTTP2PoolStateMachine {
         case .unknown(let request, let reason):
             var request = request
             request.possibleDuplicate = true
-            if abandoning || request.attempts >= configuration.maxAttempts {
+            if lifecycle == .abandoning || request.attempts >= configuration.maxAttempts {
                 events.append(
                     outcome: .transmissionError(
                         request.outcome(
                             status: .indeterminate,
                             message: "no answer after \(request.attempts) attempt(s); the server may have accepted it (\(reason))")))
             } else {
-                retried += 1
                 queue.prepend(request)
             }
         }
@@ -543,15 +476,10 @@ struct HTTP2PoolStateMachine {
     private mutating func retry(_ request: QueuedRequest, _ failure: APNSHTTP2Failure, connection id: Int, _ actions: inout [Action]) {
         var request = request
         request.lastFailure = failure
-        if failure.reason == .expiredProviderToken, let provider = tokenProvider {
+        if failure.reason == .expiredProviderToken, configuration.providerTokens {
             // §6.10: refresh once (the provider never signs twice in 20 minutes) and
             // replace this connection, which would keep answering ExpiredProviderToken.
-            let refresh = try? provider.forceRefresh(rejected: connections[id]?.currentToken)
-            logger.info(
-                "APNs answered ExpiredProviderToken; replacing the connection",
-                metadata: [
-                    "apns.connection": "\(id)", "refresh": "\(refresh.map { "\($0)" } ?? "failed")",
-                ])
+            actions.append(.refreshToken(connection: id, rejected: connections[id]?.currentToken))
         }
         if failure.replaceConnection, var connection = connections[id] {
             connection.phase = .draining
@@ -563,7 +491,6 @@ struct HTTP2PoolStateMachine {
             return
         }
         request.retries += 1
-        retried += 1
         if failure.retry == .onNewConnection {
             queue.prepend(request)
         } else {
@@ -591,38 +518,28 @@ struct HTTP2PoolStateMachine {
                     reason: failure.reason?.rawValue, unregisteredAt: unregisteredAt, uniqueID: uniqueID)))
     }
 
-    /// While no connection is open: fails the queued requests whose `staleAt` has passed.
+    /// While no connection is open: fails the queued and delayed requests whose `staleAt` has
+    /// passed.
     private mutating func failStale() {
-        guard queue.contains(where: { $0.staleAt != nil }) || delayed.contains(where: { $0.request.staleAt != nil }) else {
-            return
-        }
+        guard queue.mayHoldStale || delayed.contains(where: { $0.request.staleAt != nil }) else { return }
         let now = configuration.now()
-        func stale(_ request: QueuedRequest) -> Bool { request.staleAt.map { $0 <= now } ?? false }
-        for request in queue where stale(request) { failStale(request) }
-        queue.removeAll(where: stale)
-        for item in delayed where stale(item.request) { failStale(item.request) }
-        delayed.removeAll { stale($0.request) }
+        queue.failStale(now: now, peer: "the server", duplicateNote: Self.duplicateNote, into: &events)
+        for item in delayed where item.request.isStale(at: now) {
+            events.append(
+                outcome: .transmissionError(item.request.staleFailure(peer: "the server", duplicateNote: Self.duplicateNote)))
+        }
+        delayed.removeAll { $0.request.isStale(at: now) }
     }
 
-    private mutating func failStale(_ request: QueuedRequest) {
-        let stale = "went stale while the server was unreachable"
-        events.append(
-            outcome: .transmissionError(
-                request.possibleDuplicate
-                    ? request.outcome(
-                        status: .indeterminate,
-                        message: "\(stale); an earlier attempt was left unanswered, so the server may have it")
-                    : request.outcome(status: .expired, message: "\(stale); not sent")))
-    }
+    /// Why a request that was written before may have been delivered.
+    private static let duplicateNote = "an earlier attempt was left unanswered, so the server may have it"
 
     private mutating func failAll(status: APNSStatus, message: String) {
         // A notification that an earlier connection may have delivered is never reported as
         // "not sent" (a caller would send it again without the flag): its fate is unknown.
         func outcome(_ request: QueuedRequest) -> APNSDeliveryOutcome {
             guard request.possibleDuplicate else { return request.outcome(status: status, message: message) }
-            return request.outcome(
-                status: .indeterminate,
-                message: "\(message); an earlier attempt was left unanswered, so the server may have it")
+            return request.outcome(status: .indeterminate, message: "\(message); \(Self.duplicateNote)")
         }
         while let request = queue.popFirst() {
             events.append(outcome: .transmissionError(outcome(request)))
@@ -637,7 +554,7 @@ struct HTTP2PoolStateMachine {
     /// While stopping: once nothing is left to send or answer, closes the connections, and
     /// finishes when the last one is gone.
     private mutating func checkFinished(_ actions: inout [Action]) {
-        guard stopping, !finished, queue.isEmpty, delayed.isEmpty else { return }
+        guard lifecycle.isStopping, queue.isEmpty, delayed.isEmpty else { return }
         guard !connections.values.contains(where: { $0.open > 0 }) else { return }
         for id in connections.keys.sorted() {
             // One not yet connected closes once it is (``channelAttached(id:)``).
@@ -648,7 +565,7 @@ struct HTTP2PoolStateMachine {
             actions.append(.close(id: id))
         }
         if connections.isEmpty {
-            finished = true
+            lifecycle = .finished
             events.finish()
             actions.append(.shutdownComplete)
         }
@@ -659,18 +576,5 @@ struct HTTP2PoolStateMachine {
     private mutating func noteLimit(_ limit: Int) {
         maxLimitSeen = max(maxLimitSeen, limit)
         minLimitSeen = min(minLimitSeen, limit)
-    }
-}
-
-extension HTTP2PoolStateMachine.Configuration {
-    /// The pool's part of a client's configuration.
-    init(_ client: APNSHTTP2Configuration) {
-        self.init(
-            maxConnections: client.maxConnections, minConnections: client.minConnections,
-            maxStreamsPerConnection: client.maxStreamsPerConnection,
-            maxAttempts: client.maxAttempts, connectionRetryLimit: client.connectionRetryLimit,
-            reconnectBaseDelay: client.reconnectBaseDelay, reconnectMaxDelay: client.reconnectMaxDelay,
-            retryBaseDelay: client.retryBaseDelay, retryMaxDelay: client.retryMaxDelay,
-            server: "\(client.host):\(client.port)")
     }
 }

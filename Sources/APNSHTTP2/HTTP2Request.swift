@@ -3,7 +3,7 @@ import APNSHTTP2Core
 
 /// One notification on its way through an ``APNSHTTP2Client``: the request as it goes on the
 /// wire plus what the client knows about its attempts.
-package struct QueuedRequest: Sendable {
+package struct QueuedRequest: APNSQueuedNotification {
     var tag: UInt64
     var token: DeviceToken
     /// `/3/device/<hex>` (§3.3).
@@ -18,7 +18,7 @@ package struct QueuedRequest: Sendable {
     var apnsID: String
     var retryLimit: Int
     /// When it goes stale (milliseconds since the epoch); see ``APNSSubmission/Content/staleAt``.
-    var staleAt: Int64? = nil
+    package var staleAt: Int64? = nil
     /// Writes to a connection (less the ones the server certainly did not process).
     var attempts = 0
     /// Writes to a connection, all of them.
@@ -28,7 +28,7 @@ package struct QueuedRequest: Sendable {
     /// Retries spent (429, 5xx, a reason that asks for a new connection).
     var retries = 0
     /// An earlier attempt was on a stream the server may have processed without answering.
-    var possibleDuplicate = false
+    package var possibleDuplicate = false
     /// The last failure, reported if the notification is given up.
     var lastFailure: APNSHTTP2Failure?
 
@@ -43,6 +43,10 @@ package struct QueuedRequest: Sendable {
         outcome.unregisteredAt = unregisteredAt
         outcome.writtenAt = writtenAt
         return outcome
+    }
+
+    package func failure(_ status: APNSStatus, message: String) -> APNSDeliveryOutcome {
+        outcome(status: status, message: message)
     }
 }
 

@@ -92,7 +92,6 @@ struct Push: AsyncParsableCommand {
             logger.logLevel = .warning
             let notification = try makeNotification(bytes: payloadBytes)
             let client: any APNSDeliveryClient
-            var retransmitted: () -> Int = { 0 }
             switch transport {
             case .binary:
                 let credentials = try loadCredentials(
@@ -106,7 +105,6 @@ struct Push: AsyncParsableCommand {
                 config.resendOnUnknown = resendOnUnknown
                 config.payloadLimit = max(2048, payloadBytes)
                 let binary = try APNSBinaryClient(configuration: config, logger: logger)
-                retransmitted = { binary.statistics.retransmitted }
                 client = binary
             case .http2:
                 let authentication: APNSHTTP2Configuration.Authentication
@@ -134,7 +132,6 @@ struct Push: AsyncParsableCommand {
                 config.maxConnections = connections
                 config.maxStreamsPerConnection = maxStreams
                 let http2 = try APNSHTTP2Client(configuration: config, logger: logger)
-                retransmitted = { http2.statistics.retried }
                 client = http2
             }
 
@@ -170,7 +167,7 @@ struct Push: AsyncParsableCommand {
                     ("notifications", .int(Int64(total))),
                     ("transmitted", .int(Int64(result.transmitted))),
                     ("failed", .object(failedByStatus)),
-                    ("retransmitted", .int(Int64(retransmitted()))),
+                    ("retransmitted", .int(Int64(client.snapshot().retransmissions))),
                     ("possibleDuplicate", .int(Int64(result.possibleDuplicate))),
                     ("connectionsOpened", .int(Int64(result.connections))),
                     ("seconds", .double((seconds * 1000).rounded() / 1000)),

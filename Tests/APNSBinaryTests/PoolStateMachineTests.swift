@@ -107,7 +107,7 @@ extension PoolStateMachine {
     #expect(m.queue.allSatisfy { $0.possibleDuplicate })
     #expect(m.inflightLimit == 5)
     // Nothing was confirmed on it, so it counts as a failed connection and the next connect backs off.
-    #expect(m.consecutiveFailures == 1)
+    #expect(m.failures.inARow == 1)
     #expect(actions.contains { if case .connect(_, let d) = $0 { d > .zero } else { false } })
 
     // The resent notifications carry the flag into their outcome.
@@ -121,7 +121,7 @@ extension PoolStateMachine {
     let got = outcomes(&m)
     #expect(got.count == 5)
     #expect(got.allSatisfy { $0.isTransmitted && $0.possibleDuplicate && $0.attempts == 2 })
-    #expect(m.consecutiveFailures == 0)
+    #expect(m.failures.inARow == 0)
 }
 
 @Test func silentCloseWithoutResendReportsIndeterminate() {

@@ -55,7 +55,7 @@ struct ClientTests {
         #expect(stats.connections == 2)
         #expect(stats.maxConcurrentStreamsSeen <= 100)
         #expect(stats.streamLimitViolations == 0)
-        #expect(client.statistics.maxStreamLimit == 100)
+        #expect(client.streamLimitsFollowed?.upperBound == 100)
     }
 
     @Test(
@@ -82,8 +82,7 @@ struct ClientTests {
         #expect(run.outcomes.values.filter { $0.reason == "BadDeviceToken" }.count == bad.count)
         #expect(accepted.count == 3_000 - bad.count)
         #expect(accepted.values.allSatisfy { $0 == 1 })
-        #expect(client.statistics.minStreamLimit == 1)
-        #expect(client.statistics.maxStreamLimit == 50)
+        #expect(client.streamLimitsFollowed == 1...50)
         #expect(stats.settingsChanges > 400)
         #expect(stats.streamLimitViolations == 0)
     }
@@ -108,7 +107,7 @@ struct ClientTests {
         await simulator.stop()
         #expect(run.outcomes.count == 4_000)
         #expect(run.outcomes.values.allSatisfy { $0.isTransmitted && !$0.possibleDuplicate })
-        #expect(client.statistics.minStreamLimit == 1)
+        #expect(client.streamLimitsFollowed?.lowerBound == 1)
         #expect(stats.streamLimitViolations == 0)
         #expect(stats.accepted == 4_000)
     }
@@ -129,7 +128,7 @@ struct ClientTests {
         #expect(run.outcomes.values.allSatisfy { $0.isTransmitted && !$0.possibleDuplicate })
         #expect(accepted.count == 5_000 && accepted.values.allSatisfy { $0 == 1 })
         #expect(stats.goAways >= 5)
-        #expect(client.statistics.goAways >= 5)
+        #expect(client.snapshot().connectionsClosed[.goaway, default: 0] >= 5)
         #expect(stats.connections >= 7)
     }
 
@@ -264,8 +263,8 @@ struct ClientTests {
         var outcomes = 0
         var most = 0
         while outcomes < 2_000, let event = await client.nextEvent() {
-            let s = client.statistics
-            most = max(most, s.queued + s.inFlight + s.delayed)
+            let s = client.snapshot()
+            most = max(most, s.queued + (s.streamsInUse ?? 0))
             if event.outcome != nil { outcomes += 1 }
         }
         try await sender.value

@@ -35,7 +35,7 @@ import Testing
         c.now = { clocks.wall.withLock { $0 } }
         c.jitter = { $0 }
         change(&c)
-        return Machine(configuration: c, tokenProvider: nil)
+        return Machine(configuration: c)
     }
 
     static func request(_ tag: Int, retryLimit: Int = 3, staleAt: Int64? = nil) -> QueuedRequest {
@@ -63,6 +63,11 @@ import Testing
     static func answer(_ request: QueuedRequest, _ status: Int, reason: String? = nil) -> StreamResult {
         let body = reason.map { Array(#"{"reason":"\#($0)"}"#.utf8) } ?? []
         return .answered(request, status: status, headers: HPACKHeaders([(":status", "\(status)")]), body: body)
+    }
+
+    /// What the client hands the machine with token authentication: the provider's token now.
+    static func offer(_ provider: APNSTokenProvider) throws -> Machine.TokenOffer {
+        .token(try provider.currentToken(), now: provider.now)
     }
 
     static func connectIDs(_ actions: [Machine.Action]) -> [Int] {
@@ -139,8 +144,8 @@ import Testing
         let sent = Self.written(m.takeWork(id: id, free: true).work)
         m.events.removeAll()
         // The handler reports the GOAWAY, then the streams above its last-stream-id.
-        _ = m.goAway(id: id, reason: "GOAWAY (NO_ERROR)")
-        #expect(m.goAways == 1)
+        _ = m.goAway(id: id)
+        #expect(m.connections[id]?.phase == .draining && m.connections[id]?.closeReason == .goaway)
         let results = [Self.answer(sent[0], 200)] + sent[1...].map { StreamResult.unprocessed($0) }
         let finished = m.streamsFinished(id: id, results: results, free: false)
         #expect(finished.work.close)
@@ -150,7 +155,7 @@ import Testing
         #expect(m.queue.map(\.tag).sorted() == [1, 2, 3])
         #expect(m.queue.allSatisfy { $0.attempts == 0 && !$0.possibleDuplicate })
         _ = m.connectionClosed(id: id, results: [], wasReady: true, reason: "GOAWAY")
-        #expect(m.consecutiveFailures == 0)
+        #expect(m.failures.inARow == 0)
     }
 
     @Test func refusedStreamIsResentWithoutTheDuplicateFlag() {
@@ -171,7 +176,7 @@ import Testing
         let actions = m.connectionClosed(id: id, results: results, wasReady: true, reason: "reset by peer")
         #expect(Self.connectIDs(actions) == [2])
         #expect(m.queue.map(\.tag).sorted() == [0, 1] && m.queue.allSatisfy(\.possibleDuplicate))
-        #expect(m.retried == 2 && m.consecutiveFailures == 0)
+        #expect(m.failures.inARow == 0)
         #expect(m.events.contains { if case .disconnected(id, "reset by peer") = $0 { true } else { false } })
         // On the next connection they stay unanswered again: maxAttempts (2) is used up.
         m.events.removeAll()
@@ -230,17 +235,25 @@ import Testing
     @Test func expiredProviderTokenReplacesTheConnectionAndRetriesOnANewOne() throws {
         var c = Machine.Configuration()
         c.clock = { [clocks] in clocks.deadline }
-        var m = Machine(configuration: c, tokenProvider: try ClientHarness.tokenProvider())
+        c.providerTokens = true
+        let provider = try ClientHarness.tokenProvider()
+        var m = Machine(configuration: c)
         let id = Self.connectIDs(m.enqueue(Self.requests(0..<1), rejected: [])).first ?? -1
         _ = m.channelAttached(id: id)
         _ = m.connectionReady(id: id, initialLimit: 10)
-        let work = m.takeWork(id: id, free: true).work
+        let work = m.takeWork(id: id, free: true, token: try Self.offer(provider)).work
         #expect(work.authorization?.hasPrefix("bearer ") == true)
         let sent = Self.written(work)
         // §6.10: the connection drains and closes; the request goes to a new connection.
         let answered = m.streamsFinished(
-            id: id, results: [Self.answer(sent[0], 403, reason: "ExpiredProviderToken")], free: true)
+            id: id, results: [Self.answer(sent[0], 403, reason: "ExpiredProviderToken")], free: true,
+            token: try Self.offer(provider))
         #expect(answered.work.close)
+        // The machine does not sign: it asks the client to refresh the token the connection used.
+        let refreshes = answered.actions.compactMap { action -> APNSProviderToken?? in
+            if case .refreshToken(id, let rejected) = action { rejected } else { nil }
+        }
+        #expect(refreshes.count == 1 && refreshes.first == .some(m.connections[id]?.currentToken))
         let next = Self.connectIDs(answered.actions)
         #expect(next.count == 1 && next.first != id)
         #expect(m.queue.map(\.tag) == [0] && m.queue.first?.retries == 1)
@@ -259,8 +272,12 @@ import Testing
             let start = clocks.deadline
             let actions = m.connectionClosed(id: id, results: [], wasReady: false, reason: "refused")
             let backoff = TimeAmount.milliseconds(100 << (failure - 1))
-            #expect(actions == [.armReconnectTimer(start + backoff)])
-            #expect(m.consecutiveFailures == failure)
+            // The machine does not log: it asks the client to.
+            #expect(
+                actions == [
+                    .logConnectFailure(id: id, reason: "refused", failures: failure), .armReconnectTimer(start + backoff),
+                ])
+            #expect(m.failures.inARow == failure)
             clocks.advance(backoff)
             let reconnect = m.reconnectTimerFired()
             #expect(Self.connectIDs(reconnect).count == 1)
@@ -268,10 +285,10 @@ import Testing
         }
         let unavailable = m.events.filter { if case .unavailable = $0 { true } else { false } }
         #expect(unavailable.count == 1)
-        #expect(m.reportedUnavailable && m.queue.count == 1)
+        #expect(m.failures.reportedUnavailable && m.queue.count == 1)
         _ = m.channelAttached(id: id)
         _ = m.connectionReady(id: id, initialLimit: 10)
-        #expect(!m.reportedUnavailable && m.consecutiveFailures == 0)
+        #expect(!m.failures.reportedUnavailable && m.failures.inARow == 0)
         #expect(m.events.contains { if case .available = $0 { true } else { false } })
     }
 
@@ -304,7 +321,7 @@ import Testing
         #expect(failed.map(\.tag) == [0, 1, 2])
         #expect(failed.allSatisfy { $0.status == .connectionFailed && ($0.message ?? "").contains("after 2 attempts") })
         #expect(m.events.contains { if case .error(let e) = $0 { e.code == .connectionFailed } else { false } })
-        #expect(m.queue.isEmpty && m.consecutiveFailures == 0)
+        #expect(m.queue.isEmpty && m.failures.inARow == 0)
     }
 
     @Test func shutdownWaitsForOpenStreamsThenClosesAndFinishes() {
@@ -314,16 +331,16 @@ import Testing
         #expect(m.beginShutdown().isEmpty)  // two streams open
         let done = m.streamsFinished(id: id, results: sent.map { Self.answer($0, 200) }, free: true)
         #expect(done.actions == [.close(id: id)])
-        #expect(!m.finished && !m.events.isFinished)
+        #expect(!(m.lifecycle == .finished) && !m.events.isFinished)
         #expect(m.connectionClosed(id: id, results: [], wasReady: true, reason: "closed") == [.shutdownComplete])
-        #expect(m.finished && m.events.isFinished)
+        #expect((m.lifecycle == .finished) && m.events.isFinished)
         #expect(Self.outcomes(&m).count == 2)
     }
 
     @Test func shutdownWithoutConnectionsFinishesAtOnce() {
         var m = machine()
         #expect(m.beginShutdown() == [.shutdownComplete])
-        #expect(m.finished)
+        #expect((m.lifecycle == .finished))
     }
 
     @Test func abandonFailsWaitingRequestsAndUnansweredStreams() {
@@ -353,7 +370,7 @@ import Testing
         #expect(!unknown.known && unknown.closeNow)
         // Its close was asked for: not a connect failure.
         #expect(m.connectionClosed(id: 1, results: [], wasReady: false, reason: "closed") == [.shutdownComplete])
-        #expect(m.consecutiveFailures == 0)
+        #expect(m.failures.inARow == 0)
     }
 }
 
@@ -416,7 +433,7 @@ extension HTTP2PoolStateMachineTests {
         var m = machine()
         // The server sends GOAWAY.
         let first = openAndUse(&m, tag: 0)
-        _ = m.goAway(id: first, reason: "GOAWAY (NO_ERROR)")
+        _ = m.goAway(id: first)
         _ = m.connectionClosed(id: first, results: [], wasReady: true, reason: "GOAWAY")
         // The server closes without a word.
         let second = openAndUse(&m, tag: 1)
@@ -475,16 +492,23 @@ extension HTTP2PoolStateMachineTests {
         let clock = ManualClock()
         var c = Machine.Configuration()
         c.clock = { [clocks] in clocks.deadline }
-        var m = Machine(configuration: c, tokenProvider: try ClientHarness.tokenProvider(clock: { clock.now }))
+        c.providerTokens = true
+        let provider = try ClientHarness.tokenProvider(clock: { clock.now })
+        var m = Machine(configuration: c)
         let id = ready(&m, count: 2, limit: 1)
-        var sent = Self.written(m.takeWork(id: id, free: true).work)
+        var sent = Self.written(m.takeWork(id: id, free: true, token: try Self.offer(provider)).work)
         #expect(m.snapshot().providerTokenRefreshes == 1)
-        sent = Self.written(m.streamsFinished(id: id, results: sent.map { Self.answer($0, 200) }, free: true).work)
+        sent = Self.written(
+            m.streamsFinished(
+                id: id, results: sent.map { Self.answer($0, 200) }, free: true, token: try Self.offer(provider)
+            ).work)
         #expect(sent.count == 1 && m.snapshot().providerTokenRefreshes == 1)
         // Past the refresh interval (50 minutes) the provider signs a new one.
         clock.advance(by: 51 * 60)
         _ = m.enqueue(Self.requests(2..<3), rejected: [])
-        let next = m.streamsFinished(id: id, results: sent.map { Self.answer($0, 200) }, free: true).work
+        let next = m.streamsFinished(
+            id: id, results: sent.map { Self.answer($0, 200) }, free: true, token: try Self.offer(provider)
+        ).work
         #expect(next.requests.count == 1)
         #expect(m.snapshot().providerTokenRefreshes == 2)
     }

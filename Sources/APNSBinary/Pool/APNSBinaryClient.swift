@@ -167,15 +167,6 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         }
     }
 
-    /// Snapshot counters.
-    public struct Statistics: Sendable {
-        public var queued: Int
-        public var unconfirmed: Int
-        public var connections: Int
-        public var retransmitted: Int
-        public var droppedConnectionEvents: Int
-    }
-
     /// The pool's connections, sent caches, queue and counters (see ``APNSPoolSnapshot``), read
     /// under the client's lock.
     public func snapshot() -> APNSPoolSnapshot {
@@ -183,18 +174,6 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
             var snapshot = s.machine.snapshot()
             snapshot.backpressureWaits = s.admission.waits
             return snapshot
-        }
-    }
-
-    public var statistics: Statistics {
-        state.withLock { s in
-            Statistics(
-                queued: s.machine.queuedCount,
-                unconfirmed: s.machine.unconfirmedCount,
-                connections: s.machine.connections.count,
-                retransmitted: s.machine.retransmitted,
-                droppedConnectionEvents: s.machine.droppedConnectionEvents
-            )
         }
     }
 

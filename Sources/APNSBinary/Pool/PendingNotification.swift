@@ -1,7 +1,7 @@
 import APNSCore
 
 /// A notification compiled for the binary gateway, as it sits in the queue or a sent cache.
-package struct PendingNotification: Sendable {
+package struct PendingNotification: APNSQueuedNotification {
     var tag: UInt64
     var token: DeviceToken
     var payload: [UInt8]
@@ -9,14 +9,32 @@ package struct PendingNotification: Sendable {
     var priority: UInt8
     var retryLimit: Int?
     /// When it goes stale (milliseconds since the epoch); see ``APNSSubmission/Content/staleAt``.
-    var staleAt: Int64? = nil
+    package var staleAt: Int64? = nil
     /// How often it has been written to a connection.
     var attempts: Int = 0
     /// Set once an attempt ended on a connection that closed without an error packet.
-    var possibleDuplicate = false
+    package var possibleDuplicate = false
     /// When its frame was last handed to the kernel; see ``APNSDeliveryOutcome/writtenAt``.
     var writtenAt: UInt64? = nil
 
     /// Bytes of its command-2 frame: 29 + token + payload (§1.2: 61 + n for a 32-byte token).
     var wireSize: Int { 29 + token.bytes.count + payload.count }
+
+    /// Its outcome now: transmitted when `status` is `nil`.
+    func outcome(status: APNSStatus?, message: String?) -> APNSDeliveryOutcome {
+        var outcome = APNSDeliveryOutcome(
+            tag: tag,
+            token: token,
+            status: status,
+            message: message,
+            attempts: attempts,
+            possibleDuplicate: possibleDuplicate
+        )
+        outcome.writtenAt = writtenAt
+        return outcome
+    }
+
+    package func failure(_ status: APNSStatus, message: String) -> APNSDeliveryOutcome {
+        outcome(status: status, message: message)
+    }
 }

@@ -30,52 +30,6 @@ struct PoolStateMachine {
         var maxBufferedConnectionEvents = 1024
     }
 
-    enum Phase: Equatable {
-        /// Waiting for a back-off delay before connecting.
-        case scheduled
-        case connecting
-        case ready
-        /// An error response arrived; the cache has been settled and the connection is closing.
-        case failed
-        /// Closed by the client (idle, shutdown).
-        case closing
-    }
-
-    struct CacheEntry {
-        var identifier: UInt32
-        /// `nil` marks the deliberately invalid probe written at shutdown (§6.3).
-        var pending: PendingNotification?
-        /// When the frame was handed to the kernel; `.distantFuture` until the write completes.
-        var sentAt: NIODeadline
-        var bytes: Int
-    }
-
-    struct Connection {
-        let id: Int
-        var phase: Phase
-        var cache = Deque<CacheEntry>()
-        var cacheBytes = 0
-        var nextIdentifier: UInt32 = 1
-        var pumpScheduled = false
-        var writable = true
-        /// True once a notification written on it was confirmed (by time or by an error response).
-        var productive = false
-        var probeSent = false
-        var timerArmed = false
-        /// Why the client is closing it, once the client has decided to (or the error packet that
-        /// ends it arrived); `nil` while nobody has.
-        var closeReason: APNSPoolSnapshot.CloseReason?
-
-        /// Position of `identifier` in the cache. Identifiers are consecutive (mod 2³²) from the
-        /// front of the cache because entries are only ever removed from the front or all at once.
-        func index(of identifier: UInt32) -> Int? {
-            guard let first = cache.first else { return nil }
-            let offset = Int(identifier &- first.identifier)
-            guard offset < cache.count, cache[offset].identifier == identifier else { return nil }
-            return offset
-        }
-    }
-
     enum Action: Equatable {
         /// Open connection `id`; wait `delay` first when it is not zero.
         case connect(id: Int, delay: TimeAmount)
@@ -89,30 +43,21 @@ struct PoolStateMachine {
         case shutdownComplete
     }
 
-    enum Lifecycle: Equatable {
-        case running
-        case draining
-        case finished
-    }
-
     let configuration: Configuration
-    private(set) var queue = Deque<PendingNotification>()
+    private(set) var queue = APNSPoolQueue<PendingNotification>()
     private(set) var connections: [Int: Connection] = [:]
     /// Outcomes and connection events waiting for the consumer.
     var events: APNSEventBuffer
-    var droppedConnectionEvents: Int { events.droppedConnectionEvents }
-    private var nextConnectionID = 1
-    /// Connections in a row that failed to connect or closed without confirming anything.
-    private(set) var consecutiveFailures = 0
-    private var lastFailure = ""
-    /// True after ``APNSDeliveryEvent/unavailable(reason:)`` was reported, until a connection opens.
-    private(set) var reportedUnavailable = false
+    private var connectionIDs = APNSConnectionIDs()
+    /// Connections in a row that failed to connect or closed without confirming anything; a
+    /// confirmed notification or an error response resets the count.
+    private(set) var failures: APNSConnectFailures
     /// The most unconfirmed notifications one connection may carry. It starts at the cache size,
     /// halves when a connection closes silently with notifications in flight, and grows back as
     /// notifications are confirmed, so that a gateway that keeps cutting connections after a
     /// while still lets every notification through.
     private(set) var inflightLimit: Int
-    private(set) var lifecycle = Lifecycle.running {
+    private(set) var lifecycle = APNSPoolLifecycle.running {
         didSet { if lifecycle == .finished { events.finish() } }
     }
     /// The confirmation window in force. It starts as configured and widens to twice the longest
@@ -123,13 +68,17 @@ struct PoolStateMachine {
 
     /// The monotonic counters of ``snapshot()``; its gauges stay zero here.
     private(set) var counters = APNSPoolSnapshot()
-    var retransmitted: Int { counters.retransmissions }
 
     init(configuration: Configuration) {
         self.configuration = configuration
         self.inflightLimit = configuration.cacheMaxCount
         self.events = APNSEventBuffer(maxConnectionEvents: configuration.maxBufferedConnectionEvents)
         self.confirmationWindow = configuration.confirmationWindow
+        self.failures = APNSConnectFailures(
+            baseDelay: configuration.reconnectBaseDelay,
+            maxDelay: configuration.reconnectMaxDelay,
+            retryLimit: configuration.connectionRetryLimit
+        )
     }
 
     // MARK: Queries
@@ -193,10 +142,7 @@ struct PoolStateMachine {
         connections[id] = c
         counters.connectionsOpened += 1
         emitConnectionEvent(.connected(connection: id))
-        if reportedUnavailable {
-            reportedUnavailable = false
-            emitConnectionEvent(.available, force: true)
-        }
+        failures.connectionOpened(into: &events)
         dispatch(into: &actions)
         return actions
     }
@@ -246,7 +192,7 @@ struct PoolStateMachine {
         }
         // At shutdown, once nothing is left to send, a deliberately invalid notification makes
         // the gateway answer with an error that confirms everything written before it (§6.3).
-        if lifecycle == .draining, queue.isEmpty, !c.probeSent, !c.cache.isEmpty {
+        if lifecycle.isStopping, queue.isEmpty, !c.probeSent, !c.cache.isEmpty {
             let identifier = c.nextIdentifier
             c.nextIdentifier &+= 1
             c.cache.append(CacheEntry(identifier: identifier, pending: nil, sentAt: .distantFuture, bytes: 0))
@@ -345,7 +291,7 @@ struct PoolStateMachine {
             }
             // Everything written after it was discarded by the gateway and must be resent.
             requeueFront(entries[(index + 1)...].compactMap(\.pending), possibleDuplicate: false)
-            consecutiveFailures = 0
+            failures.reset()
             if accepted > 0 { growInflightLimit(by: accepted) }
             let sentAt = entries[index].sentAt
             if sentAt != .distantFuture && now - sentAt > .nanoseconds(confirmationWindow.nanoseconds / 2) {
@@ -394,7 +340,7 @@ struct PoolStateMachine {
             // Closed without an error packet: whatever is unconfirmed is in an unknown state (§6.2).
             let unknown = c.cache.compactMap(\.pending)
             if !unknown.isEmpty {
-                if lifecycle == .running || lifecycle == .draining, configuration.resendOnUnknown {
+                if lifecycle != .finished, configuration.resendOnUnknown {
                     requeueFront(unknown, possibleDuplicate: true)
                 } else {
                     for item in unknown {
@@ -461,7 +407,7 @@ struct PoolStateMachine {
     mutating func abandon(reason: String) -> [Action] {
         var actions: [Action] = []
         guard lifecycle != .finished else { return actions }
-        lifecycle = .draining
+        lifecycle = .abandoning
         while let item = queue.popFirst() {
             emitFailure(item, status: .shutDown, message: reason)
         }
@@ -502,7 +448,7 @@ struct PoolStateMachine {
             remaining -= min(configuration.batchMaxCount, limit - bestLoad)
         }
 
-        if lifecycle == .draining && queue.isEmpty {
+        if lifecycle.isStopping && queue.isEmpty {
             for (id, c) in connections
             where c.phase == .ready && !c.pumpScheduled && !c.probeSent
                 && c.cache.contains(where: { $0.pending != nil })
@@ -520,17 +466,17 @@ struct PoolStateMachine {
             var opened = false
             while live < wanted {
                 // After failures, probe with one connection at a time.
-                if consecutiveFailures > 0 && (connecting || opened) { break }
+                if failures.inARow > 0 && (connecting || opened) { break }
                 opened = true
-                let id = nextConnectionID
-                nextConnectionID += 1
-                connections[id] = Connection(id: id, phase: consecutiveFailures > 0 ? .scheduled : .connecting)
-                actions.append(.connect(id: id, delay: consecutiveFailures > 0 ? backoffDelay() : .zero))
+                let id = connectionIDs.make()
+                connections[id] = Connection(id: id, phase: failures.inARow > 0 ? .scheduled : .connecting)
+                // The client applies jitter when it waits.
+                actions.append(.connect(id: id, delay: failures.inARow > 0 ? failures.delay.timeAmount : .zero))
                 live += 1
             }
         }
 
-        if lifecycle == .draining && isDrained {
+        if lifecycle.isStopping && isDrained {
             for (id, c) in connections {
                 switch c.phase {
                 case .ready:
@@ -552,62 +498,30 @@ struct PoolStateMachine {
         }
     }
 
-    /// Exponential back-off for the next connect after `consecutiveFailures` failures; the client
-    /// applies jitter when it executes the delay.
-    private func backoffDelay() -> TimeAmount {
-        APNSReconnectBackoff.delay(
-            afterFailures: consecutiveFailures, base: configuration.reconnectBaseDelay, maximum: configuration.reconnectMaxDelay
-        ).timeAmount
-    }
-
     // MARK: Helpers
 
     private mutating func recordFailure(_ reason: String) {
-        consecutiveFailures += 1
-        lastFailure = reason
-        let anyReady = connections.values.contains { $0.phase == .ready }
-        guard !anyReady else { return }
-        if consecutiveFailures >= APNSReconnectBackoff.unavailableAfter && !reportedUnavailable {
-            reportedUnavailable = true
-            emitConnectionEvent(
-                .unavailable(reason: "\(consecutiveFailures) connection attempts to the gateway failed in a row (last: \(reason))"),
-                force: true)
+        let noneReady = !connections.values.contains { $0.phase == .ready }
+        failures.record(reason, peer: "the gateway", noneOpen: noneReady, into: &events)
+        guard noneReady else { return }
+        if queue.mayHoldStale {
+            queue.failStale(now: configuration.now(), peer: "the gateway", duplicateNote: Self.duplicateNote, into: &events)
         }
-        failStale()
-        guard let limit = configuration.connectionRetryLimit, consecutiveFailures >= limit else { return }
+        guard failures.retryLimitReached else { return }
         // Give up on what is queued rather than letting it wait forever.
-        let message = "\(consecutiveFailures) connection attempts to the gateway failed in a row (last: \(reason))"
+        let message = failures.summary(peer: "the gateway", last: reason)
         if !queue.isEmpty {
             emitConnectionEvent(.error(APNSError(.connectionFailed, message + "; \(queue.count) queued notifications failed")), force: true)
         }
         while let item = queue.popFirst() {
             emitFailure(item, status: .connectionFailed, message: message)
         }
-        consecutiveFailures = 0
+        failures.reset()
     }
 
-    /// While no connection is open: fails the queued notifications whose `staleAt` has passed.
-    private mutating func failStale() {
-        guard queue.contains(where: { $0.staleAt != nil }) else { return }
-        let now = configuration.now()
-        var kept = Deque<PendingNotification>()
-        for item in queue {
-            if let staleAt = item.staleAt, staleAt <= now {
-                if item.possibleDuplicate {
-                    emitFailure(
-                        item, status: .indeterminate,
-                        message:
-                            "went stale while the gateway was unreachable; an earlier attempt on a connection that closed without an error packet may have delivered it"
-                    )
-                } else {
-                    emitFailure(item, status: .expired, message: "went stale while the gateway was unreachable; not sent")
-                }
-            } else {
-                kept.append(item)
-            }
-        }
-        queue = kept
-    }
+    /// Why a stale notification that was written before may have been delivered.
+    private static let duplicateNote =
+        "an earlier attempt on a connection that closed without an error packet may have delivered it"
 
     private mutating func widenWindow(to proposed: TimeAmount, because reason: String) {
         let widened = min(proposed, Self.maximumWindow)
@@ -626,7 +540,7 @@ struct PoolStateMachine {
 
     private mutating func markProductive(_ c: inout Connection, confirmed: Int) {
         c.productive = true
-        consecutiveFailures = 0
+        failures.reset()
         growInflightLimit(by: confirmed)
     }
 
@@ -653,28 +567,11 @@ struct PoolStateMachine {
     }
 
     private mutating func emitTransmitted(_ item: PendingNotification) {
-        var outcome = APNSDeliveryOutcome(
-            tag: item.tag,
-            token: item.token,
-            status: nil,
-            attempts: item.attempts,
-            possibleDuplicate: item.possibleDuplicate
-        )
-        outcome.writtenAt = item.writtenAt
-        events.append(outcome: .transmitted(outcome))
+        events.append(outcome: .transmitted(item.outcome(status: nil, message: nil)))
     }
 
     private mutating func emitFailure(_ item: PendingNotification, status: APNSStatus, message: String?) {
-        var outcome = APNSDeliveryOutcome(
-            tag: item.tag,
-            token: item.token,
-            status: status,
-            message: message,
-            attempts: item.attempts,
-            possibleDuplicate: item.possibleDuplicate
-        )
-        outcome.writtenAt = item.writtenAt
-        events.append(outcome: .transmissionError(outcome))
+        events.append(outcome: .transmissionError(item.outcome(status: status, message: message)))
     }
 
     private mutating func emitConnectionEvent(_ event: APNSDeliveryEvent, force: Bool = false) {

@@ -1,0 +1,90 @@
+import APNSCore
+import APNSHTTP2Core
+import Foundation
+import NIOCore
+
+extension HTTP2PoolStateMachine {
+    struct Configuration {
+        var maxConnections = 1
+        /// Connections kept open while there is nothing to send.
+        var minConnections = 0
+        var maxStreamsPerConnection = 1000
+        /// Writes of one request after which a stream left unanswered is not tried again.
+        var maxAttempts = 5
+        /// Failed connects in a row after which waiting requests fail; `nil`: they wait.
+        var connectionRetryLimit: Int? = 10
+        var reconnectBaseDelay: Duration = .milliseconds(100)
+        var reconnectMaxDelay: Duration = .seconds(5)
+        var retryBaseDelay: Duration = .seconds(1)
+        var retryMaxDelay: Duration = .seconds(60)
+        /// The server, as messages name it.
+        var server = ""
+        /// Connection-level events kept for the consumer before new ones are dropped.
+        var maxConnectionEvents = 1_000
+        /// Monotonic time, for retry delays and reconnects.
+        var clock: @Sendable () -> NIODeadline = { .now() }
+        /// Wall-clock milliseconds since the epoch, for stale notifications.
+        var now: @Sendable () -> Int64 = APNSReconnectBackoff.nowMilliseconds
+        /// Delays a reconnect with jitter.
+        var jitter: @Sendable (Duration) -> Duration = APNSReconnectBackoff.jittered
+        /// Requests carry provider tokens (§4): an `ExpiredProviderToken` answer asks the client
+        /// to refresh the token (``Action/refreshToken(connection:rejected:)``).
+        var providerTokens = false
+    }
+
+    /// The provider token for a step that may hand out work, read by the client from its
+    /// ``APNSTokenProvider`` before taking its lock (reading may sign a new token), with the
+    /// provider's time; `nil` with certificate authentication.
+    enum TokenOffer {
+        case token(APNSProviderToken, now: Date)
+        /// The provider could not sign a token: what waits fails.
+        case failed(APNSError)
+    }
+
+    /// What a connection handler is asked to do next.
+    struct Work: Sendable {
+        var requests: [QueuedRequest] = []
+        var authorization: String?
+        var close = false
+    }
+
+    struct Connection {
+        var id: Int
+        var phase: Phase = .connecting
+        /// The connect completed and the client holds the channel.
+        var attached = false
+        /// Streams this connection may have open: the server's limit, capped by ours.
+        var limit: Int = 1
+        var open = 0
+        var wakeScheduled = false
+        var tokenGuard = APNSConnectionTokenGuard()
+        var currentToken: APNSProviderToken?
+        var closeRequested = false
+        /// The server's first SETTINGS arrived: the connection counts as open until it closes.
+        var established = false
+        /// Why it is closing, once the pool knows (a GOAWAY, the idle timeout, a shutdown, a
+        /// replacement); `nil` while it does not.
+        var closeReason: APNSPoolSnapshot.CloseReason?
+        /// Set when the connect timed out before the connection got ready.
+        var timedOut = false
+    }
+
+    struct Delayed {
+        var due: NIODeadline
+        var request: QueuedRequest
+    }
+}
+
+extension HTTP2PoolStateMachine.Configuration {
+    /// The pool's part of a client's configuration.
+    init(_ client: APNSHTTP2Configuration) {
+        self.init(
+            maxConnections: client.maxConnections, minConnections: client.minConnections,
+            maxStreamsPerConnection: client.maxStreamsPerConnection,
+            maxAttempts: client.maxAttempts, connectionRetryLimit: client.connectionRetryLimit,
+            reconnectBaseDelay: client.reconnectBaseDelay, reconnectMaxDelay: client.reconnectMaxDelay,
+            retryBaseDelay: client.retryBaseDelay, retryMaxDelay: client.retryMaxDelay,
+            server: "\(client.host):\(client.port)")
+        if case .token = client.authentication { providerTokens = true }
+    }
+}
