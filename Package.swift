@@ -7,6 +7,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "apn-worker", targets: ["apn-worker"]),
+        .executable(name: "apn-bench", targets: ["apn-bench"]),
         .library(name: "APNSCore", targets: ["APNSCore"]),
         .library(name: "APNSBinary", targets: ["APNSBinary"]),
         .library(name: "APNSSimulator", targets: ["APNSSimulator"]),
@@ -172,6 +173,25 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
+        // The worker's world on one machine (embedded Kafka, redis-server, the simulators, worker
+        // processes), started by `apn-worker demo`, the benchmarks and the end-to-end tests.
+        .target(
+            name: "PushLocalStack",
+            dependencies: [
+                "APNSBinary",
+                "APNSCore",
+                "APNSSimulator",
+                "PushKafka",
+                "PushRedis",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // What the two executables share: a failure the user can act on, its exit code, JSON lines.
+        .target(
+            name: "PushCommandLine",
+            dependencies: ["APNSCore", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+        ),
         .executableTarget(
             name: "apn-worker",
             dependencies: [
@@ -182,7 +202,9 @@ let package = Package(
                 "APNSSimulator",
                 "APNSHTTP2",
                 "APNSHTTP2Core",
+                "PushCommandLine",
                 "PushKafka",
+                "PushLocalStack",
                 "PushRedis",
                 "PushStatus",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -194,6 +216,22 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            ]
+        ),
+
+        // The benchmarks (docs/benchmarks.md): they start `apn-worker run` processes, found
+        // beside `apn-bench`, on the local stack.
+        .executableTarget(
+            name: "apn-bench",
+            dependencies: [
+                "PushWorker",
+                "APNSCore",
+                "PushCommandLine",
+                "PushKafka",
+                "PushLocalStack",
+                "PushRedis",
+                "PushStatus",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
 
@@ -215,7 +253,7 @@ let package = Package(
         .testTarget(
             name: "APNSHTTP2Tests",
             dependencies: [
-                "APNSCore", "APNSHTTP2", "APNSHTTP2Core", "APNSSimulator", "PushTestSupport",
+                "APNSCore", "APNSHTTP2", "APNSHTTP2Core", "APNSSimulator", "PushLocalStack", "PushTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -228,17 +266,19 @@ let package = Package(
         .testTarget(
             name: "PushKafkaTests", dependencies: ["PushKafka", .product(name: "Logging", package: "swift-log")]
         ),
-        .target(name: "PushTestSupport", dependencies: ["PushRedis", "APNSCore"], path: "Tests/PushTestSupport"),
+        .target(name: "PushTestSupport", dependencies: ["PushLocalStack", "PushRedis", "APNSCore"], path: "Tests/PushTestSupport"),
         .testTarget(
             name: "PushRedisTests",
-            dependencies: ["PushRedis", "PushTestSupport", "APNSSimulator", .product(name: "NIOCore", package: "swift-nio")]
+            dependencies: [
+                "PushRedis", "PushLocalStack", "PushTestSupport", "APNSSimulator", .product(name: "NIOCore", package: "swift-nio"),
+            ]
         ),
         .target(name: "PushWorkerFuzzing", dependencies: ["PushWorker", "APNSCore", "APNSHTTP2Core"], path: "Tests/PushWorkerFuzzing"),
         .testTarget(
             name: "PushWorkerTests",
             dependencies: [
                 "PushWorker", "PushConfiguration", "APNSCore", "APNSBinary", "APNSSimulator", "PushKafka", "PushRedis",
-                "PushTestSupport", "PushWorkerFuzzing", .product(name: "Yams", package: "Yams"),
+                "PushLocalStack", "PushTestSupport", "PushWorkerFuzzing", .product(name: "Yams", package: "Yams"),
             ]
         ),
         .testTarget(
@@ -261,8 +301,8 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "APNSCore", "APNSBinary", "APNSHTTP2Core", "APNSSimulator", "PushKafka", "PushRedis", "PushWorker", "PushStatus",
-                "PushTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+                "APNSCore", "APNSBinary", "APNSHTTP2Core", "APNSSimulator", "PushKafka", "PushLocalStack", "PushRedis", "PushWorker",
+                "PushStatus", "PushTestSupport", .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
     ],

@@ -3,7 +3,9 @@ import APNSCore
 import APNSSimulator
 import ArgumentParser
 import Foundation
+import PushCommandLine
 import PushKafka
+import PushLocalStack
 import PushRedis
 import PushStatus
 
@@ -62,7 +64,7 @@ struct Demo: AsyncParsableCommand {
         options.worker = ["logLevel": "notice"]
         options.app = ["poolSize": "2", "confirmationWindowMs": "300", "feedbackIntervalSeconds": "2"]
         options.keepDirectory = keep
-        options.http2App = Self.http2App
+        options.http2App = LocalStack.HTTP2App(name: Self.http2App, badTokens: badTokens)
         try await LocalStack.with(options) { stack in
             try await runDemo(on: stack, tokens: tokens, badTokens: badTokens, feedbackTokens: feedbackTokens, started: started)
         }
@@ -80,12 +82,12 @@ struct Demo: AsyncParsableCommand {
         say(
             "Apps                 \(LocalStack.app) (binary protocol), \(Self.http2App) (HTTP/2, provider token); jobs alternate in blocks of 100"
         )
-        var workerProcesses: [Process] = []
+        var workerProcesses: [LocalWorker] = []
         for index in 1...workers {
-            workerProcesses.append(try stack.startWorker(id: "demo-\(index)"))
+            workerProcesses.append(try await stack.startWorker(id: "demo-\(index)"))
         }
         say("Workers              \(workers) (logs in \(stack.directory)\(keep ? "" : ", removed at the end; --keep keeps them"))")
-        let statusServers = workerProcesses.compactMap { stack.statusAddress(of: $0) }
+        let statusServers = workerProcesses.compactMap(\.statusAddress)
         say("Status servers       \(statusServers.map { "http://\($0)/status" }.joined(separator: ", "))")
 
         // Jobs: most valid, one in 20 produced twice, 1% malformed in assorted ways.
@@ -167,7 +169,7 @@ struct Demo: AsyncParsableCommand {
         // The workers' own count, read from their /metrics before they stop.
         let metrics = await Self.scrape(
             statusServers, until: { $0.total("apn_worker_results_produced_total") >= Double(seen.count + copies) })
-        for process in workerProcesses { _ = stack.stopWorker(process) }
+        for process in workerProcesses { await stack.stopWorker(process) }
         let accepted = stack.simulator.statistics.accepted + (stack.http2Simulator?.statistics.accepted ?? 0)
 
         say("")

@@ -1,6 +1,7 @@
 import APNSBinary
 import APNSCore
 import ArgumentParser
+import PushCommandLine
 
 /// `apn-worker feedback`: reads the feedback service once and prints one JSON line per tuple.
 struct Feedback: AsyncParsableCommand {

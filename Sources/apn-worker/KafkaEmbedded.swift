@@ -1,6 +1,7 @@
 import APNSCore
 import ArgumentParser
 import Foundation
+import PushCommandLine
 import PushKafka
 
 /// `apn-worker kafka-embedded`: hosts librdkafka's mock cluster until stopped.

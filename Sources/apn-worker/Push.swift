@@ -5,6 +5,7 @@ import APNSHTTP2Core
 import ArgumentParser
 import Foundation
 import Logging
+import PushCommandLine
 
 /// `apn-worker push`: sends N notifications through a binary or HTTP/2 pool and prints a
 /// summary line.

@@ -4,6 +4,7 @@ import CoreMetrics
 import Foundation
 import Logging
 import Prometheus
+import PushCommandLine
 import PushConfiguration
 import PushKafka
 import PushStatus

@@ -4,6 +4,7 @@ import APNSHTTP2Core
 import APNSSimulator
 import ArgumentParser
 import Foundation
+import PushCommandLine
 
 /// `apn-worker simulate`: runs the APNs simulator until SIGINT/SIGTERM.
 struct Simulate: AsyncParsableCommand {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import PushCommandLine
 import PushStatus
 
 /// `apn-worker status`: reads a running worker's `GET /status` and prints it as a table.

@@ -2,6 +2,7 @@ import APNSCore
 import ArgumentParser
 import Foundation
 import Logging
+import PushCommandLine
 import ServiceLifecycle
 
 /// Parses `HOST:PORT`.
@@ -59,18 +60,6 @@ private func readLines(path: String, option: String) throws -> [(String, Int)] {
         lines.append((line, index + 1))
     }
     return lines
-}
-
-/// Compact JSON for one summary line, keys in the given order.
-func jsonLine(_ fields: [(String, JSONValue)]) -> String {
-    var out = "{"
-    for (index, (key, value)) in fields.enumerated() {
-        if index > 0 { out += "," }
-        out += String(decoding: JSONValue.string(key).serialized(), as: UTF8.self)
-        out += ":"
-        out += String(decoding: value.serialized(), as: UTF8.self)
-    }
-    return out + "}"
 }
 
 /// A parent may have started this process with SIGTERM blocked (Foundation's Process passes on

@@ -1,6 +1,7 @@
 import APNSCore
 import APNSHTTP2Core
 import Foundation
+import PushLocalStack
 import PushTestSupport
 import Testing
 

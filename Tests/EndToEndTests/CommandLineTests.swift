@@ -1,4 +1,5 @@
 import Foundation
+import PushLocalStack
 import PushTestSupport
 import Testing
 

@@ -2,7 +2,7 @@ import Foundation
 import PushTestSupport
 import Testing
 
-/// How the workers heal, as `apn-worker bench-failover` measures it, at a small scale: three
+/// How the workers heal, as `apn-bench failover` measures it, at a small scale: three
 /// worker processes under a steady load on the embedded Kafka (three brokers) while one is
 /// killed, stopped or restarted, or while the gateway is away. Each run reports lost and
 /// unflagged duplicate notifications, 515s and the slowest notification.
@@ -15,15 +15,15 @@ struct FailoverTests {
     /// Runs one scenario and returns its report.
     private func failover(_ scenario: String, _ extra: [String] = []) async throws -> [String: Any] {
         let result = try await run(
-            Paths.executable,
+            Paths.benchExecutable,
             [
-                "bench-failover", "--scenario", scenario, "--rate", "200", "--seconds", "20", "--event-at", "5",
+                "failover", "--scenario", scenario, "--rate", "200", "--seconds", "20", "--event-at", "5",
                 "--drain-seconds", "60", "--session-timeout-ms", "3000",
             ] + extra)
         let line = result.stdout.split(separator: "\n").last { $0.hasPrefix("{") }
         let report = try #require(line.flatMap { jsonObject(String($0)) }, "no report: \(result.stdout)\n\(result.stderr.suffix(3000))")
         // Every run's figures, failed or not: the margins to the targets show in the log.
-        print("bench-failover \(scenario): \(line ?? "")")
+        print("apn-bench failover \(scenario): \(line ?? "")")
         #expect(result.status == 0, "\(report)")
         return report
     }

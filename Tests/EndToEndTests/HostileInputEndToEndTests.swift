@@ -17,7 +17,7 @@ struct HostileInputEndToEndTests {
     /// How long after it was produced a message may wait for its results. Generous: the whole
     /// mix (about 8 MB) is produced at once on two shared cores, and valid jobs wait for the
     /// 200 ms confirmation window; the worker's own answer time per message is measured by
-    /// `apn-worker bench-hostile` (docs/benchmarks.md).
+    /// `apn-bench hostile` (docs/benchmarks.md).
     static let deadline: Duration = .seconds(10)
 
     @Test("Every message of a hostile mix is answered within the deadline, valid jobs are delivered, the worker stays up")

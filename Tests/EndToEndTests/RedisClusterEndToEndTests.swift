@@ -1,5 +1,6 @@
 import APNSCore
 import Foundation
+import PushLocalStack
 import PushRedis
 import PushTestSupport
 import PushWorker

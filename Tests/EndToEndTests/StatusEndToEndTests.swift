@@ -1,5 +1,6 @@
 import APNSCore
 import Foundation
+import PushLocalStack
 import PushStatus
 import PushTestSupport
 import Testing

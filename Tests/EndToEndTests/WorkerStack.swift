@@ -2,35 +2,24 @@ import APNSBinary
 import APNSCore
 import APNSHTTP2Core
 import APNSSimulator
-import Crypto
 import Foundation
 import PushKafka
+import PushLocalStack
 import PushRedis
 import PushStatus
 import PushTestSupport
 import Testing
 
-/// The worker's world for one test: the embedded Kafka, a redis-server, the APNs simulator, and
-/// `apn-worker run` processes.
+/// The worker's world for one test: a ``LocalStack`` (the embedded Kafka, a redis-server, the
+/// APNs simulators, `apn-worker run` processes) with a producer of jobs and a reader of results.
 final class WorkerStack: @unchecked Sendable {
     // Only used from the test that owns it.
     static let app = "com.example.e2e"
     /// The app on the HTTP/2 transport, when the stack has one.
     static let http2App = "com.example.h2"
-    let kafka: EmbeddedKafkaCluster
-    let redis: RedisServerProcess
-    /// The Redis Cluster the workers use instead of ``redis`` when started with `redisCluster`.
-    private(set) var redisCluster: RedisClusterProcess?
-    /// The binary gateway and feedback service (replaced by ``restartGateway()``).
-    private(set) var simulator: APNSSimulator
-    /// What gateways stopped by ``stopGateway()`` had accepted.
-    private var retiredAccepted: [DeviceToken: Int] = [:]
-    /// The HTTP/2 simulator of ``http2App``.
-    private(set) var http2Simulator: APNSHTTP2Simulator?
-    let directory: String
-    let configPath: String
-    let groupId = "e2e-\(UUID().uuidString.prefix(8))"
-    private(set) var workers: [String: ChildProcess] = [:]
+    let local: LocalStack
+    let groupId: String
+    private var running: [String: LocalWorker] = [:]
     /// Each running worker's status server, from its ready line.
     private(set) var statusServers: [String: StatusClient] = [:]
     private var producedPerPartition: [Int32: Int64] = [:]
@@ -40,21 +29,28 @@ final class WorkerStack: @unchecked Sendable {
     /// Every result read so far, in order.
     private(set) var results: [[String: JSONValue]] = []
 
-    private init(
-        kafka: EmbeddedKafkaCluster, redis: RedisServerProcess, simulator: APNSSimulator,
-        directory: String, configPath: String
-    ) throws {
-        self.kafka = kafka
-        self.redis = redis
-        self.simulator = simulator
-        self.directory = directory
-        self.configPath = configPath
+    private init(local: LocalStack, groupId: String) throws {
+        self.local = local
+        self.groupId = groupId
         // Jobs of up to 1 MiB and one byte are produced, over librdkafka's default of 1,000,000.
         producer = try KafkaProducer(
             configuration: KafkaConfiguration([
-                "bootstrap.servers": kafka.bootstrapServers, "message.max.bytes": "4194304",
+                "bootstrap.servers": local.kafka.bootstrapServers, "message.max.bytes": "4194304",
             ]))
     }
+
+    var kafka: EmbeddedKafkaCluster { local.kafka }
+    /// The redis-server (a stack without ``redisCluster``).
+    var redis: RedisServerProcess { local.redis! }
+    /// The Redis Cluster the workers use when started with `redisCluster`.
+    var redisCluster: RedisClusterProcess? { local.redisCluster }
+    var simulator: APNSSimulator { local.simulator }
+    /// The HTTP/2 simulator of ``http2App``.
+    var http2Simulator: APNSHTTP2Simulator? { local.http2Simulator }
+    var directory: String { local.directory }
+    var configPath: String { local.configPath }
+    /// The running workers by id.
+    var workers: [String: ChildProcess] { running.mapValues(\.child) }
 
     /// Starts Kafka (12 partitions per topic), Redis (with an append-only file, so it keeps its
     /// data across a restart) and the simulator rejecting `badTokens` with status 8.
@@ -64,7 +60,7 @@ final class WorkerStack: @unchecked Sendable {
     /// `http2.badTokens` and 410 `Unregistered` for `http2.unregistered`; with
     /// `http2CertificateAuth`, by client certificate instead of a provider token.
     /// `kafkaProperties` are added to the workers' librdkafka properties. `appSettings` and
-    /// `http2AppSettings` are further setting lines of each app (`dryRun: true`); with
+    /// `http2AppSettings` are further `key: value` settings of each app (`dryRun: true`); with
     /// `http2Sandbox` the HTTP/2 app's one environment is `sandbox` (whose answers carry
     /// `apns-unique-id`); with `binaryRecord` the binary simulator writes a line per accepted
     /// notification (see ``binaryRecord()``).
@@ -80,154 +76,72 @@ final class WorkerStack: @unchecked Sendable {
         appSettings: [String] = [], http2AppSettings: [String] = [], http2Sandbox: Bool = false, binaryRecord: Bool = false,
         redisTLS: Bool = false, http2Status429Every: Int? = nil, redisCluster: Bool = false
     ) async throws -> WorkerStack {
-        let directory = try Paths.temporaryDirectory()
-        let kafka = try EmbeddedKafkaCluster(brokers: 1)
-        try kafka.createTopic("apn.requests", partitions: 12)
-        try kafka.createTopic("apn.results", partitions: 12)
-        let certificates = try TestCertificates()
-        try certificates.write(to: directory + "/certs")
-        let certs = directory + "/certs"
-        let redisTLSArguments = [
-            "--tls-cert-file", "\(certs)/server.pem", "--tls-key-file", "\(certs)/server-key.pem",
-            "--tls-ca-cert-file", "\(certs)/ca.pem", "--tls-auth-clients", "no",
-        ]
-        let redis = try await RedisServerProcess.start(
-            ["--appendonly", "yes", "--appendfsync", "always"] + (redisTLS ? redisTLSArguments : []), tls: redisTLS)
-        let cluster = redisCluster ? try await RedisClusterProcess.start(primaries: 3, replicas: 1) : nil
-        let redisLines =
-            if let cluster {
-                "urls: [\(cluster.nodes.map { "\"redis://127.0.0.1:\($0.port)\"" }.joined(separator: ", "))]"
-            } else if redisTLS {
-                "url: \"rediss://127.0.0.1:\(redis.port)/0\"\n  caFile: \"\(certs)/ca.pem\""
-            } else {
-                "url: \"redis://127.0.0.1:\(redis.port)/0\""
-            }
-        var configuration = APNSSimulator.Configuration(
-            certificateChainPEM: certificates.server.certificatePEM, privateKeyPEM: certificates.server.keyPEM,
-            clientCAPEM: certificates.ca.certificatePEM)
-        configuration.badTokens = badTokens
-        configuration.feedback = feedback
-        if binaryRecord { configuration.recordPath = directory + "/binary-record.jsonl" }
-        let simulator = try await APNSSimulator.start(configuration: configuration)
-        var http2Simulator: APNSHTTP2Simulator?
-        var http2Config = ""
-        if let http2 {
-            let key = P256.Signing.PrivateKey()
-            try key.pemRepresentation.write(toFile: directory + "/certs/AuthKey.p8", atomically: false, encoding: .utf8)
-            var config = APNSHTTP2Simulator.Configuration(
-                certificateChainPEM: certificates.server.certificatePEM, privateKeyPEM: certificates.server.keyPEM,
-                clientCAPEM: http2CertificateAuth ? certificates.ca.certificatePEM : nil)
-            if http2CertificateAuth {
-                config.allowedTopics = [http2App]
-            } else {
-                config.verifier = APNSJWTVerifier(teamID: "TEAM123456", keys: ["KEY1234567": key.publicKey])
-            }
-            // Continuation lines carry the 8 spaces the block below gives its keys.
-            let credentials =
-                http2CertificateAuth
-                ? "certificate: \(directory)/certs/client.pem\n        key: \(directory)/certs/client-key.pem"
-                : "signingKey: \(directory)/certs/AuthKey.p8\n        keyId: KEY1234567\n        teamId: TEAM123456"
-            config.maxConcurrentStreams = 100
-            config.badTokens = http2.badTokens
-            config.unregistered = http2.unregistered
-            if http2Sandbox { config.environment = .sandbox }
-            config.status429Every = http2Status429Every
-            let started = try await APNSHTTP2Simulator.start(configuration: config)
-            http2Simulator = started
-            http2Config = """
-
-                  \(http2App):
-                    transport: http2
-                    poolSize: 2\(http2AppSettings.map { "\n    \($0)" }.joined())
-                    environments:
-                      \(http2Sandbox ? "sandbox" : "production"):
-                        \(credentials)
-                        ca: \(directory)/certs/ca.pem
-                        gateway: 127.0.0.1:\(started.port)
-                """
+        let groupId = "e2e-\(UUID().uuidString.prefix(8))"
+        var options = LocalStack.Options()
+        options.appName = app
+        options.groupId = groupId
+        options.workerExecutable = Paths.executable
+        options.redisServer = RedisServerProcess.executable
+        options.redisArguments = ["--appendonly", "yes", "--appendfsync", "always"]
+        options.redisTLS = redisTLS
+        if redisCluster {
+            options.redisClusterPrimaries = 3
+            options.redisClusterReplicas = 1
         }
-        let configPath = directory + "/worker.yaml"
-        try """
-        kafka:
-          bootstrapServers: "\(kafka.bootstrapServers)"
-          properties:
-            session.timeout.ms: "6000"
-            heartbeat.interval.ms: "500"
-        \(kafkaProperties.sorted { $0.key < $1.key }.map { "    \($0.key): \"\($0.value)\"\n" }.joined())redis:
-          \(redisLines)
-          connectTimeoutMs: 500
-          commandTimeoutMs: 2000
-        worker:
-          logFormat: json
-          logLevel: info
-          statusAddress: "127.0.0.1:0"
-          shutdownTimeoutSeconds: 20
-        limits:
-          devicePerHour: \(devicePerHour)
-          appPerSecond: \(appPerSecond)
-        apps:
-          \(app):
-            poolSize: 2
-            confirmationWindowMs: \(confirmationWindowMs)
-            feedbackIntervalSeconds: \(feedback.isEmpty ? 0 : 1)\(appSettings.map { "\n    \($0)" }.joined())
-            environments:
-              production:
-                certificate: \(directory)/certs/client.pem
-                key: \(directory)/certs/client-key.pem
-                ca: \(directory)/certs/ca.pem
-                gateway: 127.0.0.1:\(simulator.binaryPort)
-                feedback: 127.0.0.1:\(simulator.feedbackPort ?? 0)\(http2Config)
-        """.write(toFile: configPath, atomically: false, encoding: .utf8)
-        let stack = try WorkerStack(kafka: kafka, redis: redis, simulator: simulator, directory: directory, configPath: configPath)
-        stack.http2Simulator = http2Simulator
-        stack.redisCluster = cluster
-        return stack
+        options.redisSettings = ["connectTimeoutMs": "500", "commandTimeoutMs": "2000"]
+        options.badTokens = badTokens
+        options.feedback = feedback
+        options.binaryRecord = binaryRecord
+        options.kafkaProperties = kafkaProperties
+        options.worker = ["logLevel": "info", "statusAddress": "\"127.0.0.1:0\"", "shutdownTimeoutSeconds": "20"]
+        options.limits = ["devicePerHour": "\(devicePerHour)", "appPerSecond": "\(appPerSecond)"]
+        options.app = settings(appSettings).merging(
+            [
+                "poolSize": "2", "confirmationWindowMs": "\(confirmationWindowMs)",
+                "feedbackIntervalSeconds": feedback.isEmpty ? "0" : "1",
+            ]
+        ) { given, _ in given }
+        options.keepDirectory = ProcessInfo.processInfo.environment["KEEP_E2E"] != nil
+        if let http2 {
+            var app = LocalStack.HTTP2App(name: http2App, badTokens: http2.badTokens)
+            app.unregistered = http2.unregistered
+            app.certificateAuthentication = http2CertificateAuth
+            app.sandbox = http2Sandbox
+            app.status429Every = http2Status429Every
+            app.settings = settings(http2AppSettings).merging(["poolSize": "2"]) { given, _ in given }
+            options.http2App = app
+        }
+        return try WorkerStack(local: try await LocalStack.start(options), groupId: groupId)
     }
 
-    /// Stops the binary gateway and feedback service: connections are cut, new ones refused.
-    func stopGateway() async {
-        for (token, count) in simulator.acceptedByToken { retiredAccepted[token, default: 0] += count }
-        await simulator.stop()
-    }
-
-    /// Starts the binary gateway and feedback service again on the same ports.
-    func restartGateway() async throws {
-        var configuration = simulator.configuration
-        configuration.binaryPort = simulator.binaryPort
-        configuration.feedbackPort = simulator.feedbackPort
-        simulator = try await APNSSimulator.start(configuration: configuration)
-    }
-
-    /// How often each token was accepted by the binary gateway, over its restarts.
-    var acceptedByToken: [DeviceToken: Int] {
-        retiredAccepted.merging(simulator.acceptedByToken, uniquingKeysWith: +)
+    /// `key: value` lines as settings.
+    private static func settings(_ lines: [String]) -> [String: String] {
+        Dictionary(
+            lines.map { line in
+                let colon = line.firstIndex(of: ":") ?? line.endIndex
+                return (String(line[..<colon]), line[colon...].dropFirst().trimmingCharacters(in: .whitespaces))
+            }
+        ) { _, last in last }
     }
 
     /// Starts `apn-worker run` (with `environment` added to its variables) and waits for its ready line.
     @discardableResult
     func startWorker(_ id: String, environment: [String: String] = [:]) async throws -> ChildProcess {
-        let process = try ChildProcess(
-            Paths.executable, ["run", "--config", configPath, "--worker-id", id, "--group", groupId],
-            stderrFile: "\(directory)/\(id)-\(workers.count).log", environment: environment)
-        workers[id] = process
-        let line = await process.readLine()
-        guard let line, line.contains("\"ready\"") else {
-            throw ServerError("worker \(id) did not start: \(line ?? "no output"); log: \(log(of: id))")
-        }
-        if let address = (try? JSONValue.parse(line))?["status"]?.stringValue, let colon = address.lastIndex(of: ":"),
+        let worker = try await local.startWorker(id: id, environment: environment)
+        running[id] = worker
+        if let address = worker.statusAddress, let colon = address.lastIndex(of: ":"),
             let port = Int(address[address.index(after: colon)...])
         {
             statusServers[id] = StatusClient(host: String(address[..<colon]), port: port)
         }
-        return process
+        return worker.child
     }
 
     /// Kills a worker with SIGKILL, as a crash would.
     func killWorker(_ id: String) async {
         statusServers[id] = nil
-        guard let process = workers.removeValue(forKey: id) else { return }
-        process.signal(SIGKILL)
-        _ = await process.finish(killAfter: .seconds(10))
+        guard let worker = running.removeValue(forKey: id) else { return }
+        await local.killWorker(worker)
     }
 
     /// Stops a worker with SIGTERM and returns its exit status.
@@ -240,12 +154,10 @@ final class WorkerStack: @unchecked Sendable {
     /// (what it did, as `apn-worker run` prints when it stops).
     func stopWorkerReporting(_ id: String) async -> (status: Int32, report: JSONValue?) {
         statusServers[id] = nil
-        guard let process = workers.removeValue(forKey: id) else { return (-1, nil) }
-        process.signal(SIGTERM)
+        guard let worker = running.removeValue(forKey: id) else { return (-1, nil) }
         // A worker stops within its drain and join limits (docs/architecture.md, "Healing").
-        let finished = await process.finish(killAfter: .seconds(90))
-        let last = finished.stdout.split(separator: "\n").last.map(String.init)
-        return (finished.status, last.flatMap { try? JSONValue.parse($0) })
+        let stopped = await local.stopWorker(worker, killAfter: .seconds(90))
+        return (stopped.status, stopped.report.flatMap { try? JSONValue.parse($0) })
     }
 
     /// The binary simulator's record of accepted notifications (`binaryRecord`), one object per
@@ -255,6 +167,15 @@ final class WorkerStack: @unchecked Sendable {
         return text.split(separator: "\n").compactMap { (try? JSONValue.parse(String($0)))?.objectValue }
     }
 
+    /// Stops the binary gateway and feedback service: connections are cut, new ones refused.
+    func stopGateway() async { await local.stopGateway() }
+
+    /// Starts the binary gateway and feedback service again on the same ports.
+    func restartGateway() async throws { try await local.restartGateway() }
+
+    /// How often each token was accepted by the binary gateway, over its restarts.
+    var acceptedByToken: [DeviceToken: Int] { local.acceptedByToken }
+
     func log(of id: String) -> String {
         let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         return files.filter { $0.hasPrefix(id) && $0.hasSuffix(".log") }.sorted().compactMap {
@@ -263,16 +184,10 @@ final class WorkerStack: @unchecked Sendable {
     }
 
     func shutdown() async {
-        for id in Array(workers.keys) { await stopWorker(id) }
+        for id in Array(running.keys) { await stopWorker(id) }
         try? await reader?.close()
         await producer.close()
-        await simulator.stop()
-        await http2Simulator?.stop()
-        await redis.stop()
-        await redisCluster?.stop()
-        // librdkafka joins the brokers' thread: blocking work, kept off the cooperative pool.
-        _ = try? await offPool { [kafka] in kafka.shutdown() }
-        if ProcessInfo.processInfo.environment["KEEP_E2E"] == nil { try? FileManager.default.removeItem(atPath: directory) }
+        await local.shutdown()
     }
 
     // MARK: Jobs

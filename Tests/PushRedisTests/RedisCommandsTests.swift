@@ -1,3 +1,4 @@
+import PushLocalStack
 import PushTestSupport
 import Testing
 

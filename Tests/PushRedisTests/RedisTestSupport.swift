@@ -1,3 +1,4 @@
+import PushLocalStack
 import PushRedis
 import PushTestSupport
 import Testing

@@ -1,6 +1,7 @@
 import APNSSimulator
 import Foundation
 import NIOCore
+import PushLocalStack
 import PushTestSupport
 import Testing
 

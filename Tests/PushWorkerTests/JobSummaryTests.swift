@@ -1,6 +1,7 @@
 import APNSCore
 import Foundation
 import PushKafka
+import PushLocalStack
 import PushRedis
 import PushTestSupport
 import Testing

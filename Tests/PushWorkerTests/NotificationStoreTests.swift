@@ -1,4 +1,5 @@
 import PushKafka
+import PushLocalStack
 import PushRedis
 import PushTestSupport
 import Testing

@@ -1,12 +1,14 @@
 import APNSCore
 import ArgumentParser
 import Foundation
+import PushCommandLine
 import PushKafka
+import PushLocalStack
 
-/// `apn-worker bench-worker`: jobs through one worker on the embedded stack, measured.
+/// `apn-bench worker`: jobs through one worker on the embedded stack, measured.
 struct BenchWorker: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "bench-worker",
+        commandName: "worker",
         abstract: "Measure one worker on the embedded stack (see docs/benchmarks.md).",
         discussion: """
             Starts the embedded Kafka, a redis-server, the simulator and one `apn-worker run`; produces \
@@ -15,8 +17,7 @@ struct BenchWorker: AsyncParsableCommand {
             in apn.results (p50, p99), Redis round trips per 1,000 notifications, the worker's peak RSS, and \
             the CPU of the worker, Redis and this process (Kafka, simulator, load) in seconds and in µs per \
             notification.
-            """,
-        shouldDisplay: false
+            """
     )
 
     @Option(help: "Number of jobs.")
@@ -79,7 +80,7 @@ struct BenchWorker: AsyncParsableCommand {
             guard transport == "binary" || transport == "http2" else {
                 throw UsageFailure(message: "--transport must be binary or http2, not \(transport)")
             }
-            if transport == "http2" { options.http2App = Self.http2App }
+            if transport == "http2" { options.http2App = LocalStack.HTTP2App(name: Self.http2App) }
             try await LocalStack.with(options, measure)
         }
     }
@@ -108,7 +109,7 @@ struct BenchWorker: AsyncParsableCommand {
                 for report in try await producer.send(batch) { _ = try report.get() }
             }
         }
-        let worker = try stack.startWorker(id: "bench")
+        let worker = try await stack.startWorker(id: "bench")
 
         // Warm up: wait until the worker has joined the group and delivered one notification.
         let warmupId = "warmup-\(getpid())"
@@ -181,11 +182,11 @@ struct BenchWorker: AsyncParsableCommand {
             }
         }
         try await producing.value
-        let rss = LocalStack.peakRSS(of: worker.processIdentifier) ?? 0
-        let workerCPU = LocalStack.cpuSeconds(of: worker.processIdentifier) ?? 0
-        let redisCPU = stack.redisPID.flatMap { LocalStack.cpuSeconds(of: $0) } ?? 0
-        let ownCPU = LocalStack.cpuSeconds(of: getpid()) ?? 0
-        let stopped = stack.stopWorker(worker).flatMap { try? JSONValue.parse($0) }
+        let rss = peakRSS(of: worker.processIdentifier) ?? 0
+        let workerCPU = cpuSeconds(of: worker.processIdentifier) ?? 0
+        let redisCPU = stack.redisPID.flatMap { cpuSeconds(of: $0) } ?? 0
+        let ownCPU = cpuSeconds(of: getpid()) ?? 0
+        let stopped = await stack.stopWorker(worker).report.flatMap { try? JSONValue.parse($0) }
         try? await reader.close()
         await producer.close()
 

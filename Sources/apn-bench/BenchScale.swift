@@ -1,13 +1,15 @@
 import APNSCore
 import ArgumentParser
 import Foundation
+import PushCommandLine
 import PushKafka
+import PushLocalStack
 import PushRedis
 
-/// `apn-worker bench-scale`: the cost of one notification in each component as workers are added.
+/// `apn-bench scale`: the cost of one notification in each component as workers are added.
 struct BenchScale: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "bench-scale",
+        commandName: "scale",
         abstract: "Measure 1, 2, 4... workers sharing one embedded Kafka, Redis Cluster and simulator (see docs/benchmarks.md).",
         discussion: """
             For each count in --workers: starts the embedded Kafka (12 partitions), a Redis Cluster of \
@@ -17,8 +19,7 @@ struct BenchScale: AsyncParsableCommand {
             and CPU µs per notification of the workers, of Redis (and of each primary), and of this process \
             (embedded Kafka, simulator, load and reader), measured from the first job produced to the last \
             result read.
-            """,
-        shouldDisplay: false
+            """
     )
 
     @Option(help: "Jobs per row.")
@@ -61,8 +62,8 @@ struct BenchScale: AsyncParsableCommand {
             return KafkaOutgoingMessage(topic: "apn.requests", key: Array(id.utf8), value: Array(value.utf8))
         }
 
-        var processes: [Process] = []
-        for index in 0..<count { processes.append(try stack.startWorker(id: "scale-\(index + 1)")) }
+        var processes: [LocalWorker] = []
+        for index in 0..<count { processes.append(try await stack.startWorker(id: "scale-\(index + 1)")) }
         // Warm up until the group has settled: a round of warm-up jobs (keyed over all
         // partitions) comes back with results from every worker.
         let warmDeadline = ContinuousClock.now + .seconds(120)
@@ -94,7 +95,7 @@ struct BenchScale: AsyncParsableCommand {
         guard settled else { throw UsageFailure(message: "the \(count) workers did not all deliver warm-up jobs within 120 s") }
 
         let workerPIDs = processes.map(\.processIdentifier)
-        func cpu(_ pids: [Int32]) -> Double { pids.reduce(0) { $0 + (LocalStack.cpuSeconds(of: $1) ?? 0) } }
+        func cpu(_ pids: [Int32]) -> Double { pids.reduce(0) { $0 + (cpuSeconds(of: $1) ?? 0) } }
         let before = (workers: cpu(workerPIDs), redis: stack.redisPIDs.map { cpu([$0]) }, own: cpu([getpid()]))
         let redisBytesBefore = try await redisNetworkBytes(stack)
         var resultBytes = 0
@@ -123,7 +124,7 @@ struct BenchScale: AsyncParsableCommand {
         var roundTrips = 0
         var redirects = 0
         for process in processes {
-            let report = stack.stopWorker(process).flatMap { try? JSONValue.parse($0) }
+            let report = await stack.stopWorker(process).report.flatMap { try? JSONValue.parse($0) }
             roundTrips += Int(report?["redisRoundTrips"]?.intValue ?? 0)
             redirects += Int(report?["redisRedirects"]?.intValue ?? 0)
         }

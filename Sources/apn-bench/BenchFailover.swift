@@ -1,13 +1,15 @@
 import APNSCore
 import ArgumentParser
 import Foundation
+import PushCommandLine
 import PushKafka
+import PushLocalStack
 
-/// `apn-worker bench-failover`: several workers under a steady load while one of them is killed,
+/// `apn-bench failover`: several workers under a steady load while one of them is killed,
 /// stopped or restarted, or while the gateway is away; measures how fast the fleet heals.
 struct BenchFailover: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "bench-failover",
+        commandName: "failover",
         abstract: "Measure how the workers heal from a failure (see docs/benchmarks.md).",
         discussion: """
             Starts the embedded Kafka (--brokers brokers, 12 partitions), a redis-server, the simulator and \
@@ -20,8 +22,7 @@ struct BenchFailover: AsyncParsableCommand {
             JSON line: the slowest notification's latency from produce to result, the seconds until the result \
             rate is back to 80% of the load, results written more than once, 515 results, lost and unflagged \
             duplicate notifications.
-            """,
-        shouldDisplay: false
+            """
     )
 
     @Option(help: "kill, term, term-early, rolling or outage.")
@@ -64,7 +65,7 @@ struct BenchFailover: AsyncParsableCommand {
             options.worker = ["logLevel": "info", "shutdownTimeoutSeconds": "20"]
             options.app = ["feedbackIntervalSeconds": "0"]
             options.keepDirectory = keep
-            if secondApp { options.http2App = Self.http2App }
+            if secondApp { options.http2App = LocalStack.HTTP2App(name: Self.http2App) }
             try await LocalStack.with(options, measure)
         }
     }
@@ -82,8 +83,8 @@ struct BenchFailover: AsyncParsableCommand {
             return KafkaOutgoingMessage(topic: "apn.requests", key: Array(id.utf8), value: Array(value.utf8))
         }
 
-        var started: [String: Process] = [:]
-        for i in 1...workers { started["w\(i)"] = try stack.startWorker(id: "w\(i)") }
+        var started: [String: LocalWorker] = [:]
+        for i in 1...workers { started["w\(i)"] = try await stack.startWorker(id: "w\(i)") }
         let running = started
 
         // Warm up: the workers joined and one notification delivered.
@@ -130,27 +131,26 @@ struct BenchFailover: AsyncParsableCommand {
             switch scenario {
             case "kill":
                 let victim = running["w2"] ?? running.values.first!
-                kill(victim.processIdentifier, SIGKILL)
-                victim.waitUntilExit()
+                await stack.killWorker(victim)
                 try await Task.sleep(for: .seconds(restartAfter))
-                _ = try stack.startWorker(id: "w2")
+                _ = try await stack.startWorker(id: "w2")
             case "term":
                 let victim = running["w2"] ?? running.values.first!
-                kill(victim.processIdentifier, SIGTERM)
-                _ = try stack.startWorker(id: "w\(workers + 1)")
+                victim.signal(SIGTERM)
+                _ = try await stack.startWorker(id: "w\(workers + 1)")
             case "term-early":
-                let late = try stack.startWorker(id: "w\(workers + 1)")
+                let late = try await stack.startWorker(id: "w\(workers + 1)")
                 try await Task.sleep(for: .seconds(1))
                 let stopped = clock.now
-                kill(late.processIdentifier, SIGTERM)
-                await waitForExit(late)
+                late.signal(SIGTERM)
+                await late.waitForExit()
                 exited = clock.now - stopped
             case "rolling":
                 for i in 1...workers {
                     guard let victim = running["w\(i)"] else { continue }
-                    kill(victim.processIdentifier, SIGTERM)
-                    await waitForExit(victim)
-                    let replacement = try stack.startWorker(id: "w\(i)")
+                    victim.signal(SIGTERM)
+                    await victim.waitForExit()
+                    let replacement = try await stack.startWorker(id: "w\(i)")
                     // The next one once this one consumes (what a readiness probe waits for).
                     let ready = clock.now + .seconds(60)
                     while i < workers, !stack.hasBeenAssigned(replacement), clock.now < ready {
@@ -217,7 +217,7 @@ struct BenchFailover: AsyncParsableCommand {
                 if let n = benchJobNumber(message.value), n >= 0, n < total, seen[n] != nil { writtenTwice += 1 }
             }
         }
-        for (_, process) in running where process.isRunning { kill(process.processIdentifier, SIGTERM) }
+        for (_, worker) in running where worker.isRunning { worker.signal(SIGTERM) }
         try? await reader.close()
         await producer.close()
 
@@ -276,14 +276,5 @@ struct BenchFailover: AsyncParsableCommand {
         if keep { fields.append(("directory", .string(stack.directory))) }
         print(jsonLine(fields))
         if seen.count < total || unflagged > 0 { throw ExitCode(1) }
-    }
-
-    private func waitForExit(_ process: Process) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                process.waitUntilExit()
-                continuation.resume()
-            }
-        }
     }
 }

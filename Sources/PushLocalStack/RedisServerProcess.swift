@@ -7,7 +7,7 @@ import Glibc
 import Darwin
 #endif
 
-/// A throw-away `redis-server` on 127.0.0.1 for one test.
+/// A throw-away `redis-server` on 127.0.0.1, for one test or one local stack.
 ///
 /// It listens on a port found free by binding a socket to port 0, saves nothing, and is
 /// ready when it answers `PING` (polled against a deadline). A TLS server (``start(_:tls:)``
@@ -17,17 +17,21 @@ import Darwin
 public final class RedisServerProcess: @unchecked Sendable {
     public static let executable = "/usr/bin/redis-server"
 
+    /// The program started: a path, or a name looked up on PATH.
+    public let executable: String
     /// The port clients connect to: the TLS port of a TLS server.
     public let port: Int
     public let extraArguments: [String]
     /// Whether `port` speaks TLS.
     public let tls: Bool
-    private let directory: URL
+    /// Its working directory (data and log), removed on deinit.
+    let directory: URL
     // Guarded by `lock`.
     private let lock = NSLock()
     private var process: Process?
 
-    private init(port: Int, extraArguments: [String], tls: Bool) throws {
+    private init(port: Int, extraArguments: [String], tls: Bool, executable: String) throws {
+        self.executable = executable
         self.port = port
         self.extraArguments = extraArguments
         self.tls = tls
@@ -37,7 +41,7 @@ public final class RedisServerProcess: @unchecked Sendable {
     }
 
     deinit {
-        killNow()
+        kill()
         try? FileManager.default.removeItem(at: directory)
     }
 
@@ -51,11 +55,14 @@ public final class RedisServerProcess: @unchecked Sendable {
             database: database, connectTimeout: .seconds(2), commandTimeout: commandTimeout)
     }
 
-    /// Starts a server on a free port; retries with a new port if another process took it.
-    public static func start(_ extraArguments: [String] = [], tls: Bool = false) async throws -> RedisServerProcess {
+    /// Starts `executable` on a free port; retries with a new port if another process took it.
+    public static func start(
+        _ extraArguments: [String] = [], tls: Bool = false, executable: String = RedisServerProcess.executable
+    ) async throws -> RedisServerProcess {
         var lastError: (any Error)?
         for _ in 0..<3 {
-            let server = try RedisServerProcess(port: try freePort(), extraArguments: extraArguments, tls: tls)
+            let server = try RedisServerProcess(
+                port: try freePort(), extraArguments: extraArguments, tls: tls, executable: executable)
             do {
                 try await server.start()
                 return server
@@ -75,11 +82,12 @@ public final class RedisServerProcess: @unchecked Sendable {
                 "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                 "--dir", directory.path, "--logfile", logURL.path,
             ] + extraArguments
-        let url = URL(fileURLWithPath: Self.executable)
+        let executable = executable
         let process = try await offPool {
             let process = Process()
-            process.executableURL = url
-            process.arguments = arguments
+            // Through env, so that a name is looked up on PATH.
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = [executable] + arguments
             process.standardInput = FileHandle.nullDevice
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
@@ -91,6 +99,10 @@ public final class RedisServerProcess: @unchecked Sendable {
         let deadline = ContinuousClock.now + .seconds(10)
         while ContinuousClock.now < deadline {
             if !process.isRunning {
+                process.waitUntilExit()
+                if process.terminationStatus == 127 {
+                    throw ServerError("cannot start \(executable): not found; install redis-server or name another with its path")
+                }
                 throw ServerError("redis-server on port \(port) exited with status \(process.terminationStatus); log:\n\(log)")
             }
             let port = self.port
@@ -98,7 +110,7 @@ public final class RedisServerProcess: @unchecked Sendable {
             if try await offPool({ tls ? Self.acceptsConnections(port: port) : Self.answersPing(port: port) }) { return }
             try await Task.sleep(for: .milliseconds(10))  // poll interval, not synchronisation
         }
-        killNow()
+        kill()
         throw ServerError("redis-server on port \(port) did not answer PING within 10 s; log:\n\(log)")
     }
 
@@ -119,10 +131,18 @@ public final class RedisServerProcess: @unchecked Sendable {
         lock.withLock { process?.isRunning ?? false }
     }
 
-    private func killNow() {
-        lock.withLock {
-            if let process, process.isRunning { _ = sendSignal(process.processIdentifier, SIGKILL) }
-        }
+    /// The server's process ID while it runs.
+    public var processIdentifier: Int32? {
+        lock.withLock { process?.isRunning == true ? process?.processIdentifier : nil }
+    }
+
+    /// Kills the server with SIGKILL and waits until it has exited, blocking the calling thread
+    /// (for clean-up that cannot wait for a task: a signal handler, `deinit`).
+    public func kill() {
+        let process = lock.withLock { self.process }
+        guard let process, process.isRunning else { return }
+        _ = sendSignal(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
     }
 
     private var logURL: URL { directory.appendingPathComponent("redis.log") }

@@ -1,13 +1,15 @@
 import APNSCore
 import ArgumentParser
 import Foundation
+import PushCommandLine
 import PushKafka
+import PushLocalStack
 import PushWorker
 
-/// `apn-worker bench-hostile`: how long the worst jobs take to be answered.
+/// `apn-bench hostile`: how long the worst jobs take to be answered.
 struct BenchHostile: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "bench-hostile",
+        commandName: "hostile",
         abstract: "Measure the answer time of the worst-case jobs (see docs/benchmarks.md).",
         discussion: """
             First parses each worst-case job in this process (the parser and payload builder the worker \
@@ -15,8 +17,7 @@ struct BenchHostile: AsyncParsableCommand {
             produces --count messages of each case one after another (each once the previous one is \
             answered) and then --count at once, and prints per case how long the worker took from \
             consuming a message to making its result.
-            """,
-        shouldDisplay: false
+            """
     )
 
     @Option(help: "Messages of each case.")
@@ -134,7 +135,7 @@ struct BenchHostile: AsyncParsableCommand {
                 "message.max.bytes": "4194304",
             ]))
         let reader = try stack.resultReader(group: "bench-hostile")
-        let worker = try stack.startWorker(id: "bench")
+        let worker = try await stack.startWorker(id: "bench")
 
         /// Results still expected per job id (`invalidJob` results are matched by position).
         var waiting: [String: Int] = [:]
@@ -214,7 +215,7 @@ struct BenchHostile: AsyncParsableCommand {
                     ("validBehindBurstMs", .int(Int64(answeredAt[behind.id]! - producedAt[behind.id]!))),
                 ]))
         }
-        _ = stack.stopWorker(worker)
+        await stack.stopWorker(worker)
         try? await reader.close()
         await producer.close()
     }

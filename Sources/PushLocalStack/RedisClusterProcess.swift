@@ -1,7 +1,7 @@
 import Foundation
 import PushRedis
 
-/// A throw-away Redis Cluster on 127.0.0.1 for one test: `primaries` primaries with
+/// A throw-away Redis Cluster on 127.0.0.1, for one test or one local stack: `primaries` primaries with
 /// `replicas` replicas each, every node a ``RedisServerProcess`` with `--cluster-enabled yes`
 /// on a free port, joined by `redis-cli --cluster create`, and ready when every node reports
 /// `cluster_state:ok` (polled against a deadline).
@@ -19,10 +19,12 @@ public final class RedisClusterProcess: Sendable {
     }
 
     /// Starts the nodes and creates the cluster. `nodeTimeout` is `cluster-node-timeout`:
-    /// how long a primary may be unreachable before its replica is promoted.
+    /// how long a primary may be unreachable before its replica is promoted. `executable` is
+    /// the redis-server each node runs.
     public static func start(
         primaries: Int = 3, replicas: Int = 1, nodeTimeout: Duration = .milliseconds(1000),
-        extraArguments: [String] = [], tls: RedisTLS? = nil, cliArguments: [String] = []
+        extraArguments: [String] = [], tls: RedisTLS? = nil, cliArguments: [String] = [],
+        executable: String = RedisServerProcess.executable
     ) async throws -> RedisClusterProcess {
         let milliseconds = nodeTimeout.components.seconds * 1000 + nodeTimeout.components.attoseconds / 1_000_000_000_000_000
         let arguments =
@@ -35,7 +37,9 @@ public final class RedisClusterProcess: Sendable {
             for _ in 0..<(primaries * (1 + replicas)) {
                 // The bus port is given: the default, port + 10000, may be above 65535.
                 let bus = try RedisServerProcess.freePort()
-                nodes.append(try await RedisServerProcess.start(arguments + ["--cluster-port", String(bus)], tls: tls != nil))
+                nodes.append(
+                    try await RedisServerProcess.start(
+                        arguments + ["--cluster-port", String(bus)], tls: tls != nil, executable: executable))
             }
             var template = nodes[0].configuration(commandTimeout: .seconds(5))
             template.tls = tls

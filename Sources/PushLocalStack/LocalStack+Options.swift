@@ -1,0 +1,154 @@
+import APNSBinary
+import APNSCore
+import APNSSimulator
+import Foundation
+
+extension LocalStack {
+    /// What a stack starts and the worker configuration it writes.
+    public struct Options: Sendable {
+        /// The app delivered over the binary protocol to the binary simulator.
+        public var appName = LocalStack.app
+        /// The workers' consumer group (`kafka.groupId`); `nil` leaves it out of the file.
+        public var groupId: String? = "apn-local"
+        /// The `apn-worker` that ``LocalStack/startWorker(id:environment:)`` runs: by default the
+        /// one in the directory of the running executable.
+        public var workerExecutable = LocalStack.executableBesideThisOne("apn-worker")
+        /// A Redis (URL) to use instead of starting redis-server.
+        public var redis: String?
+        /// The redis-server to start: a path, or a name looked up on PATH.
+        public var redisServer = "redis-server"
+        /// Extra arguments of the one redis-server (`--appendonly yes`).
+        public var redisArguments: [String] = []
+        /// The one redis-server listens with TLS only and the workers connect with `rediss://`,
+        /// trusting the stack's CA.
+        public var redisTLS = false
+        /// Instead of one redis-server: a Redis Cluster of this many primaries, made with
+        /// `redis-cli --cluster create`, which the workers use with `redis.urls`.
+        public var redisClusterPrimaries = 0
+        /// Replicas of each primary of the cluster.
+        public var redisClusterReplicas = 0
+        /// Extra YAML under `redis:`.
+        public var redisSettings: [String: String] = [:]
+        /// Tokens the simulators reject (status 8 on the binary gateway).
+        public var badTokens: Set<DeviceToken> = []
+        /// What the feedback service reports.
+        public var feedback: [FeedbackTuple] = []
+        /// How long the binary gateway waits before it answers a rejected notification.
+        public var errorDelay: Duration = .zero
+        /// The binary simulator writes a line per accepted notification to
+        /// `binary-record.jsonl` in the working directory.
+        public var binaryRecord = false
+        /// Extra librdkafka properties for the workers.
+        public var kafkaProperties: [String: String] = [:]
+        /// The workers' `session.timeout.ms` (heartbeats every twelfth of it); `nil` keeps the
+        /// worker's defaults.
+        public var sessionTimeoutMs: Int? = 6000
+        /// Brokers of the embedded Kafka.
+        public var brokers = 1
+        /// Extra YAML under `worker:` (each worker's status server is on a free port unless
+        /// `statusAddress` says otherwise).
+        public var worker: [String: String] = [:]
+        /// YAML under `limits:`.
+        public var limits: [String: String] = [:]
+        /// Extra YAML under the binary app.
+        public var app: [String: String] = [:]
+        /// Keep the working directory instead of removing it at the end.
+        public var keepDirectory = false
+        /// A second app, delivered over HTTP/2 to an HTTP/2 simulator.
+        public var http2App: HTTP2App?
+
+        public init() {}
+    }
+
+    /// An app delivered over HTTP/2, with a provider token unless ``certificateAuthentication``.
+    public struct HTTP2App: Sendable {
+        /// The provider token's team and key (the simulator knows the key).
+        public static let teamID = "DEMOTEAM01"
+        public static let keyID = "DEMOKEY001"
+
+        public var name: String
+        /// Tokens the HTTP/2 simulator answers with 400 `BadDeviceToken`.
+        public var badTokens: Set<DeviceToken>
+        /// Tokens the HTTP/2 simulator answers with 410 `Unregistered`, and since when.
+        public var unregistered: [DeviceToken: Date] = [:]
+        /// Client certificates instead of a provider token.
+        public var certificateAuthentication = false
+        /// The app's one environment is `sandbox` (whose answers carry `apns-unique-id`), not
+        /// `production`.
+        public var sandbox = false
+        /// The simulator answers every Nth request with 429 `TooManyRequests`.
+        public var status429Every: Int?
+        /// Extra YAML under the app; `poolSize` is the binary app's, or 2.
+        public var settings: [String: String] = [:]
+
+        public init(name: String, badTokens: Set<DeviceToken> = []) {
+            self.name = name
+            self.badTokens = badTokens
+        }
+    }
+
+    /// The executable `name` in the directory of the running executable (`/proc/self/exe`).
+    public static func executableBesideThisOne(_ name: String) -> String {
+        URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+            .appendingPathComponent(name).path
+    }
+
+    /// The workers' configuration file.
+    static func workerConfiguration(
+        _ options: Options, directory: String, kafka: String, redis: RedisSetup, simulator: APNSSimulator, http2Port: Int?
+    ) -> String {
+        func block(_ settings: [String: String], indent: String) -> String {
+            settings.sorted { $0.key < $1.key }.map { "\(indent)\($0.key): \($0.value)\n" }.joined()
+        }
+        var properties: [String: String] = [:]
+        if let timeout = options.sessionTimeoutMs {
+            properties["session.timeout.ms"] = "\(timeout)"
+            properties["heartbeat.interval.ms"] = "\(max(100, timeout / 12))"
+        }
+        properties.merge(options.kafkaProperties) { _, given in given }
+        var text = "kafka:\n  bootstrapServers: \"\(kafka)\"\n"
+        if let group = options.groupId { text += "  groupId: \(group)\n" }
+        if !properties.isEmpty { text += "  properties:\n" + block(properties.mapValues { "\"\($0)\"" }, indent: "    ") }
+
+        text += "redis:\n"
+        if redis.clusterURLs.isEmpty {
+            text += "  url: \"\(redis.url)\"\n" + (redis.caFile.map { "  caFile: \"\($0)\"\n" } ?? "")
+        } else {
+            text += "  urls: [\(redis.clusterURLs.map { "\"\($0)\"" }.joined(separator: ", "))]\n  cluster: true\n"
+        }
+        text += block(options.redisSettings, indent: "  ")
+
+        let worker = options.worker.merging(["statusAddress": "\"127.0.0.1:0\""]) { given, _ in given }
+        text += "worker:\n  logFormat: json\n" + block(worker, indent: "  ")
+        if !options.limits.isEmpty { text += "limits:\n" + block(options.limits, indent: "  ") }
+
+        let certs = directory + "/certs"
+        text += """
+            apps:
+              \(options.appName):
+            \(block(options.app, indent: "    "))    environments:
+                  production:
+                    certificate: \(certs)/client.pem
+                    key: \(certs)/client-key.pem
+                    ca: \(certs)/ca.pem
+                    gateway: 127.0.0.1:\(simulator.binaryPort)
+                    feedback: 127.0.0.1:\(simulator.feedbackPort ?? 0)
+
+            """
+        if let app = options.http2App, let http2Port {
+            let settings = ["poolSize": options.app["poolSize"] ?? "2"].merging(app.settings) { _, given in given }
+            let credentials =
+                app.certificateAuthentication
+                ? ["certificate: \(certs)/client.pem", "key: \(certs)/client-key.pem"]
+                : ["signingKey: \(certs)/AuthKey.p8", "keyId: \(HTTP2App.keyID)", "teamId: \(HTTP2App.teamID)"]
+            text += """
+                  \(app.name):
+                    transport: http2
+                \(block(settings, indent: "    "))    environments:
+                      \(app.sandbox ? "sandbox" : "production"):
+                \((credentials + ["ca: \(certs)/ca.pem", "gateway: 127.0.0.1:\(http2Port)"]).map { "        \($0)\n" }.joined())
+                """
+        }
+        return text
+    }
+}
