@@ -246,7 +246,7 @@ final class ClaimStage: Sendable {
                     "Cannot claim notifications in Redis; holding them until it answers",
                     metadata: ["error": "\(error.message)", "notifications": "\(ready.count)"])
             }
-            try? await store.redis.reconnect()
+            await store.reconnect(logger: logger)
             hold(ready, for: .milliseconds(500))
             return
         }

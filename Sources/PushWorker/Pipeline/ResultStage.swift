@@ -332,7 +332,7 @@ final class ResultStage: Sendable {
                 attempted()
                 try? await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(2))
-                try? await store.redis.reconnect()
+                await store.reconnect(logger: logger)
             }
         }
     }

@@ -258,7 +258,7 @@ final class SummaryStage: Sendable {
                 logger.error("Cannot count a job summary in Redis; retrying", metadata: ["error": "\(error.message)"])
                 try? await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(2))
-                try? await store.redis.reconnect()
+                await store.reconnect(logger: logger)
             }
         }
     }

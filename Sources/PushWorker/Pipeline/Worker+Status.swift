@@ -154,19 +154,29 @@ extension Worker {
     /// Measures the lag of the assigned partitions every ``lagInterval``: the high watermark
     /// minus the group's committed offset (or the low watermark, when nothing is committed).
     func trackLag(_ consumer: KafkaConsumer) async {
+        var failing = false
         while !Task.isCancelled {
-            if let assigned = try? consumer.assignment(), !assigned.isEmpty,
-                let marks = try? await consumer.watermarks(assigned),
-                let committed = try? await consumer.committed(assigned, timeout: .seconds(2))
-            {
-                let positions = Dictionary(committed.map { ($0.topicPartition, $0.offset) }, uniquingKeysWith: max)
-                let lag = marks.mapValues { $0 }.reduce(into: [TopicPartition: Int64]()) { lag, entry in
-                    let position = positions[entry.key] ?? entry.value.low
-                    lag[entry.key] = max(0, entry.value.high - position)
+            do {
+                let assigned = try consumer.assignment()
+                if assigned.isEmpty {
+                    observed.withLock { $0.lag = [:] }
+                } else {
+                    let marks = try await consumer.watermarks(assigned)
+                    let committed = try await consumer.committed(assigned, timeout: .seconds(2))
+                    let positions = Dictionary(committed.map { ($0.topicPartition, $0.offset) }, uniquingKeysWith: max)
+                    let lag = marks.reduce(into: [TopicPartition: Int64]()) { lag, entry in
+                        let position = positions[entry.key] ?? entry.value.low
+                        lag[entry.key] = max(0, entry.value.high - position)
+                    }
+                    observed.withLock { $0.lag = lag }
                 }
-                observed.withLock { $0.lag = lag }
-            } else if (try? consumer.assignment())?.isEmpty ?? false {
-                observed.withLock { $0.lag = [:] }
+                if failing { logger.info("Consumer lag can be read again") }
+                failing = false
+            } catch {
+                if error.isCancellation { return }
+                // Once per spell of failures: the lag metric keeps its last value meanwhile.
+                if !failing { logger.warning("Cannot read the consumer lag; retrying", metadata: ["error": "\(error)"]) }
+                failing = true
             }
             do { try await Task.sleep(for: Self.lagInterval) } catch { return }
         }

@@ -269,7 +269,7 @@ public final class Worker: Service, Sendable {
                 logger.warning("Cannot refresh the liveness key", metadata: ["error": "\(error.message)"])
                 control.metrics.increment(MetricCatalogue.redisErrors)
                 control.setRedisDown(true)
-                try? await store.redis.reconnect()
+                await store.reconnect(logger: logger)
             }
             do { try await Task.sleep(for: Worker.livenessTTL / 5) } catch { return }
         }

@@ -1,3 +1,4 @@
+import Logging
 import PushRedis
 
 /// The worker's state in Redis: one record per notification, worker liveness, rate counters,
@@ -29,6 +30,17 @@ final class NotificationStore: Sendable {
     /// Loads the scripts (on every primary of a cluster) so that later calls meet no `NOSCRIPT`.
     func prepare() async throws(RedisError) {
         try await redis.load(Scripts.all)
+    }
+
+    /// Opens the connection again after a failed command. A reconnect that fails too (Redis is
+    /// still away) is logged at debug level: the caller's next command fails and retries it, and
+    /// that failure is what the caller logs and counts.
+    func reconnect(logger: Logger) async {
+        do {
+            try await redis.reconnect()
+        } catch {
+            logger.debug("Cannot reconnect to Redis yet", metadata: ["error": "\(error.message)"])
+        }
     }
 
     /// Runs one round trip, reporting its latency, or its failure, to the metrics.
