@@ -264,16 +264,26 @@ let package = Package(
             ]
         ),
         .testTarget(
-            name: "PushKafkaTests", dependencies: ["PushKafka", .product(name: "Logging", package: "swift-log")]
+            name: "PushKafkaTests",
+            dependencies: ["PushKafka", .product(name: "Logging", package: "swift-log")]
         ),
-        .target(name: "PushTestSupport", dependencies: ["PushLocalStack", "PushRedis", "APNSCore"], path: "Tests/PushTestSupport"),
+        .target(
+            name: "PushTestSupport",
+            dependencies: ["PushLocalStack", "PushRedis", "APNSCore"],
+            path: "Tests/PushTestSupport"
+        ),
         .testTarget(
             name: "PushRedisTests",
             dependencies: [
-                "PushRedis", "PushLocalStack", "PushTestSupport", "APNSSimulator", .product(name: "NIOCore", package: "swift-nio"),
+                "PushRedis", "PushLocalStack", "PushTestSupport", "APNSSimulator",
+                .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
-        .target(name: "PushWorkerFuzzing", dependencies: ["PushWorker", "APNSCore", "APNSHTTP2Core"], path: "Tests/PushWorkerFuzzing"),
+        .target(
+            name: "PushWorkerFuzzing",
+            dependencies: ["PushWorker", "APNSCore", "APNSHTTP2Core"],
+            path: "Tests/PushWorkerFuzzing"
+        ),
         .testTarget(
             name: "PushWorkerTests",
             dependencies: [
@@ -301,7 +311,8 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "APNSCore", "APNSBinary", "APNSHTTP2Core", "APNSSimulator", "PushKafka", "PushLocalStack", "PushRedis", "PushWorker",
+                "APNSCore", "APNSBinary", "APNSHTTP2Core", "APNSSimulator", "PushKafka", "PushLocalStack", "PushRedis",
+                "PushWorker",
                 "PushStatus", "PushTestSupport", .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
@@ -313,11 +324,15 @@ let package = Package(
 // it is built with `--sanitize fuzzer` in its own build directory, and libFuzzer supplies `main`.
 if ProcessInfo.processInfo.environment["APN_WORKER_FUZZ"] != nil {
     package.products.append(.executable(name: "job-fuzzer", targets: ["JobFuzzer"]))
-    package.targets.append(.executableTarget(name: "JobFuzzer", dependencies: ["PushWorkerFuzzing"], path: "Tests/Fuzz/JobFuzzer"))
+    package.targets.append(
+        .executableTarget(name: "JobFuzzer", dependencies: ["PushWorkerFuzzing"], path: "Tests/Fuzz/JobFuzzer")
+    )
 }
 
 // The Redis transport benchmark (hiredis socket against SwiftNIO, plain TCP), only when
 // scripts/bench-redis-transport asks for it: a release build of PushRedis and a small main.
 if ProcessInfo.processInfo.environment["APN_WORKER_REDIS_BENCH"] != nil {
-    package.targets.append(.executableTarget(name: "RedisTransportBench", dependencies: ["PushRedis"], path: "Tests/RedisTransportBench"))
+    package.targets.append(
+        .executableTarget(name: "RedisTransportBench", dependencies: ["PushRedis"], path: "Tests/RedisTransportBench")
+    )
 }

@@ -27,7 +27,9 @@ public enum APNSEnvironment: String, Sendable, Hashable, CaseIterable, CustomStr
 ///
 /// Printing a source (`description`, `debugDescription`, `dump`) shows its ``label`` only,
 /// never the bytes: a credential given as data stays out of logs and messages.
-public enum CredentialSource: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+public enum CredentialSource: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible,
+    CustomReflectable
+{
     case file(String)
     /// The document itself; `label` says where it came from in messages (for example the
     /// setting or environment variable that held it).
@@ -39,7 +41,10 @@ public enum CredentialSource: Sendable, Hashable, CustomStringConvertible, Custo
             return bytes
         case .file(let path):
             guard let data = FileManager.default.contents(atPath: path) else {
-                throw APNSError(.invalidCredentials, "cannot read the \(what) file \(path): it does not exist or is not readable")
+                throw APNSError(
+                    .invalidCredentials,
+                    "cannot read the \(what) file \(path): it does not exist or is not readable"
+                )
             }
             return Array(data)
         }
@@ -92,7 +97,11 @@ public struct APNSCredentials: Sendable {
         do {
             chain = try NIOSSLCertificate.fromPEMBytes(certBytes)
         } catch {
-            throw APNSError(.invalidCredentials, "the certificate \(certificate.label) is not a PEM certificate", underlying: error)
+            throw APNSError(
+                .invalidCredentials,
+                "the certificate \(certificate.label) is not a PEM certificate",
+                underlying: error
+            )
         }
         guard !chain.isEmpty else {
             throw APNSError(.invalidCredentials, "the certificate \(certificate.label) contains no PEM certificate")
@@ -108,7 +117,11 @@ public struct APNSCredentials: Sendable {
             }
         } catch {
             let hint = passphrase == nil ? " (if it is encrypted, give its passphrase)" : " or the passphrase is wrong"
-            throw APNSError(.invalidCredentials, "the private key \(key.label) is not a readable PEM private key\(hint)", underlying: error)
+            throw APNSError(
+                .invalidCredentials,
+                "the private key \(key.label) is not a readable PEM private key\(hint)",
+                underlying: error
+            )
         }
         try self.init(chain: chain, key: privateKey, ca: ca, environment: environment, now: now)
     }
@@ -135,7 +148,13 @@ public struct APNSCredentials: Sendable {
         guard !bundle.certificateChain.isEmpty else {
             throw APNSError(.invalidCredentials, "the PKCS#12 file \(pkcs12.label) contains no certificate")
         }
-        try self.init(chain: bundle.certificateChain, key: bundle.privateKey, ca: ca, environment: environment, now: now)
+        try self.init(
+            chain: bundle.certificateChain,
+            key: bundle.privateKey,
+            ca: ca,
+            environment: environment,
+            now: now
+        )
     }
 
     init(
@@ -155,7 +174,10 @@ public struct APNSCredentials: Sendable {
 
         // The key must belong to the certificate.
         guard let keyPublic = Self.publicKey(of: key) else {
-            throw APNSError(.invalidCredentials, "the private key type is not supported (use RSA or ECDSA P-256/384/521)")
+            throw APNSError(
+                .invalidCredentials,
+                "the private key type is not supported (use RSA or ECDSA P-256/384/521)"
+            )
         }
         guard keyPublic == leaf.publicKey else {
             throw APNSError(
@@ -215,7 +237,11 @@ public struct APNSCredentials: Sendable {
             do {
                 roots += try NIOSSLCertificate.fromPEMBytes(bytes)
             } catch {
-                throw APNSError(.invalidCredentials, "the CA file \(source.label) is not a PEM certificate list", underlying: error)
+                throw APNSError(
+                    .invalidCredentials,
+                    "the CA file \(source.label) is not a PEM certificate list",
+                    underlying: error
+                )
             }
         }
         return roots

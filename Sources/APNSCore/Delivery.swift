@@ -146,7 +146,8 @@ public enum APNSReconnectBackoff {
 
     /// The delay before the next connect after `failures` failures in a row (at least 1).
     public static func delay(
-        afterFailures failures: Int, base: Duration = .milliseconds(100),
+        afterFailures failures: Int,
+        base: Duration = .milliseconds(100),
         maximum: Duration = .seconds(5)
     ) -> Duration {
         let exponent = min(max(failures - 1, 0), 30)

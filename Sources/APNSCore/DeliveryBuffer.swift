@@ -106,7 +106,12 @@ package struct APNSAdmission<Batch: Sendable>: Sendable {
 
     /// Admits `batch` now if it fits and nobody waits before it, else queues it. Returns false
     /// (and keeps nothing) once the client is stopping.
-    package mutating func admit(_ batch: Batch, count: Int, id: Int, continuation: CheckedContinuation<Void, any Error>) -> Bool {
+    package mutating func admit(
+        _ batch: Batch,
+        count: Int,
+        id: Int,
+        continuation: CheckedContinuation<Void, any Error>
+    ) -> Bool {
         guard !stopping else { return false }
         if waiters.isEmpty && fits(count) {
             admitted += count
@@ -220,7 +225,9 @@ extension APNSBufferedDeliveryClient {
                     accepted = admission.admit(batch, count: count, id: id, continuation: continuation)
                 }
                 if !accepted {
-                    continuation.resume(throwing: APNSError(.shutDown, "the client is shutting down and takes no new notifications"))
+                    continuation.resume(
+                        throwing: APNSError(.shutDown, "the client is shutting down and takes no new notifications")
+                    )
                 }
             }
         } onCancel: {
@@ -269,7 +276,9 @@ extension APNSBufferedDeliveryClient {
     /// Stops admitting and fails the callers whose batches were still waiting.
     package static func rejectWaiters(_ waiters: [APNSAdmission<Batch>.Waiter]) {
         for waiter in waiters {
-            waiter.continuation.resume(throwing: APNSError(.shutDown, "the client shut down before these notifications were queued"))
+            waiter.continuation.resume(
+                throwing: APNSError(.shutDown, "the client shut down before these notifications were queued")
+            )
         }
     }
 }

@@ -32,7 +32,8 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
     /// Creates a token from hex text; spaces, `<` and `>` are ignored.
     public init(hex: String) throws(APNSError) {
         var text = hex
-        let bytes = try text.withUTF8 { utf8 in Result { () throws(APNSError) in try Self.parseHex(utf8, text: hex) } }.get()
+        let bytes = try text.withUTF8 { utf8 in Result { () throws(APNSError) in try Self.parseHex(utf8, text: hex) } }
+            .get()
         try self.init(bytes: bytes)
     }
 
@@ -96,7 +97,9 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
             var i = prefix.utf8CodeUnitCount
             if i > 0 {
                 _ = UnsafeMutableRawBufferPointer(out).initializeMemory(
-                    as: UInt8.self, from: UnsafeBufferPointer(start: prefix.utf8Start, count: i))
+                    as: UInt8.self,
+                    from: UnsafeBufferPointer(start: prefix.utf8Start, count: i)
+                )
             }
             for b in bytes {
                 let high = b >> 4, low = b & 0x0f

@@ -35,7 +35,8 @@ public enum APNSExpiry: Sendable, Hashable {
         let invalid = APNSPayloadError(
             .invalidExpiry,
             "expiry \"\(text.abbreviated())\" is not valid; use 0 (do not store), a UNIX time in seconds such as 1700000000, "
-                + "or a number followed by s, m, h, d or w such as 30s, 15m, 1h, 1d or 2w")
+                + "or a number followed by s, m, h, d or w such as 30s, 15m, 1h, 1d or 2w"
+        )
         var digits = Substring(trimmed)
         var unit: UInt64? = nil
         switch digits.last {
@@ -56,7 +57,8 @@ public enum APNSExpiry: Sendable, Hashable {
             guard !overflow, seconds <= UInt64(UInt32.max) else {
                 throw APNSPayloadError(
                     .invalidExpiry,
-                    "expiry \"\(text.abbreviated())\" is too far in the future; relative expiries must be under \(UInt32.max) seconds")
+                    "expiry \"\(text.abbreviated())\" is too far in the future; relative expiries must be under \(UInt32.max) seconds"
+                )
             }
             self = .after(.seconds(Int64(seconds)))
         } else if value == 0 {
@@ -65,7 +67,8 @@ public enum APNSExpiry: Sendable, Hashable {
             guard let seconds = UInt32(exactly: value) else {
                 throw APNSPayloadError(
                     .invalidExpiry,
-                    "expiry \"\(text)\" does not fit the 32-bit UNIX time field (maximum \(UInt32.max))")
+                    "expiry \"\(text)\" does not fit the 32-bit UNIX time field (maximum \(UInt32.max))"
+                )
             }
             self = .at(unixSeconds: seconds)
         }

@@ -27,7 +27,8 @@ extension JSONValue {
     /// Integers that fit in `Int64` become `.int`; other numbers become `.double`
     /// (numbers too large for a finite double are rejected).
     public static func parse<C: Collection>(
-        _ bytes: C, maxDepth: Int = 64
+        _ bytes: C,
+        maxDepth: Int = 64
     ) throws(JSONParseError) -> JSONValue where C.Element == UInt8 {
         let result = bytes.withContiguousStorageIfAvailable { buffer in
             parseBuffer(buffer, maxDepth: maxDepth)
@@ -49,7 +50,8 @@ extension JSONValue {
     /// names are found by comparison (with a set past 16 members), as `String` equality, which is
     /// what the dictionary's keys used.
     public static func parseObjectMembers(
-        _ bytes: [UInt8], maxDepth: Int = 64
+        _ bytes: [UInt8],
+        maxDepth: Int = 64
     ) throws(JSONParseError) -> [(key: String, value: JSONValue)]? {
         var members: [(key: String, value: JSONValue)] = []
         var names: Set<String>? = nil
@@ -77,7 +79,9 @@ extension JSONValue {
     /// For messages read member by member (a job): a name is matched as bytes, and no `String`
     /// is made of it.
     public static func parseObjectMembers(
-        _ bytes: [UInt8], maxDepth: Int = 64, _ member: (UnsafeBufferPointer<UInt8>, JSONValue) -> Bool
+        _ bytes: [UInt8],
+        maxDepth: Int = 64,
+        _ member: (UnsafeBufferPointer<UInt8>, JSONValue) -> Bool
     ) throws(JSONParseError) -> Bool {
         try bytes.withUnsafeBufferPointer { buffer in
             var parser = JSONParser(bytes: buffer, maxDepth: maxDepth)
@@ -86,7 +90,8 @@ extension JSONValue {
     }
 
     private static func parseBuffer(
-        _ buffer: UnsafeBufferPointer<UInt8>, maxDepth: Int
+        _ buffer: UnsafeBufferPointer<UInt8>,
+        maxDepth: Int
     ) -> Result<JSONValue, JSONParseError> {
         var parser = JSONParser(bytes: buffer, maxDepth: maxDepth)
         return Result { () throws(JSONParseError) -> JSONValue in try parser.parseDocument() }
@@ -119,7 +124,9 @@ private struct JSONParser {
     /// ``JSONValue/parseObjectMembers(_:maxDepth:_:)``: hands the members of a top-level object
     /// to `member` and returns `true`, or returns `false` (after checking the whole text) when
     /// the top level is another value.
-    mutating func parseTopLevelMembers(_ member: (UnsafeBufferPointer<UInt8>, JSONValue) -> Bool) throws(JSONParseError) -> Bool {
+    mutating func parseTopLevelMembers(
+        _ member: (UnsafeBufferPointer<UInt8>, JSONValue) -> Bool
+    ) throws(JSONParseError) -> Bool {
         skipWhitespace()
         guard peek(UInt8(ascii: "{")) else {
             _ = try parseDocument()
@@ -184,11 +191,17 @@ private struct JSONParser {
     /// closing '}', handing each to `add` (the name's UTF-8, escapes decoded, and the value),
     /// which returns `false` for a repeated name.
     @inline(__always)
-    mutating func parseMembers(depth: Int, _ add: (UnsafeBufferPointer<UInt8>, JSONValue) -> Bool) throws(JSONParseError) {
+    mutating func parseMembers(
+        depth: Int,
+        _ add: (UnsafeBufferPointer<UInt8>, JSONValue) -> Bool
+    ) throws(JSONParseError) {
         var first = true
         while true {
             guard peek(UInt8(ascii: "\"")) else {
-                throw error(at: pos, first ? "expected a string member name or '}'" : "expected a string member name after ','")
+                throw error(
+                    at: pos,
+                    first ? "expected a string member name or '}'" : "expected a string member name after ','"
+                )
             }
             first = false
             let keyOffset = pos
@@ -214,7 +227,9 @@ private struct JSONParser {
                 throw error(at: keyOffset, "duplicate member name \"\(key.abbreviated())\" in an object")
             }
             skipWhitespace()
-            guard pos < bytes.count else { throw error(at: pos, "unexpected end of input; expected ',' or '}' after an object member") }
+            guard pos < bytes.count else {
+                throw error(at: pos, "unexpected end of input; expected ',' or '}' after an object member")
+            }
             switch bytes[pos] {
             case UInt8(ascii: ","):
                 pos += 1
@@ -239,7 +254,9 @@ private struct JSONParser {
         while true {
             items.append(try parseValue(depth: depth))
             skipWhitespace()
-            guard pos < bytes.count else { throw error(at: pos, "unexpected end of input; expected ',' or ']' after an array element") }
+            guard pos < bytes.count else {
+                throw error(at: pos, "unexpected end of input; expected ',' or ']' after an array element")
+            }
             switch bytes[pos] {
             case UInt8(ascii: ","):
                 pos += 1
@@ -330,7 +347,9 @@ private struct JSONParser {
 
     /// Parses a string literal starting at the opening quote.
     mutating func parseString() throws(JSONParseError) -> String {
-        if let range = try scanString() { return String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self) }
+        if let range = try scanString() {
+            return String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self)
+        }
         return String(decoding: scratch, as: UTF8.self)
     }
 
@@ -400,19 +419,29 @@ private struct JSONParser {
             }
             if (0xD800...0xDBFF).contains(unit) {
                 let lowStart = pos
-                guard pos + 1 < bytes.count, bytes[pos] == UInt8(ascii: "\\"), bytes[pos + 1] == UInt8(ascii: "u") else {
-                    throw error(at: start, "\\u\(hex(unit)) is a high surrogate that is not followed by a \\u low surrogate")
+                guard pos + 1 < bytes.count, bytes[pos] == UInt8(ascii: "\\"), bytes[pos + 1] == UInt8(ascii: "u")
+                else {
+                    throw error(
+                        at: start,
+                        "\\u\(hex(unit)) is a high surrogate that is not followed by a \\u low surrogate"
+                    )
                 }
                 pos += 2
                 let low = try parseHex4(escapeStart: lowStart)
                 guard (0xDC00...0xDFFF).contains(low) else {
-                    throw error(at: start, "\\u\(hex(unit)) is a high surrogate that is not followed by a \\u low surrogate")
+                    throw error(
+                        at: start,
+                        "\\u\(hex(unit)) is a high surrogate that is not followed by a \\u low surrogate"
+                    )
                 }
                 scalarValue = 0x10000 + ((UInt32(unit) - 0xD800) << 10) + (UInt32(low) - 0xDC00)
             }
             scratch.append(contentsOf: Unicode.UTF8.encode(Unicode.Scalar(scalarValue)!)!)
         default:
-            throw error(at: start, "invalid escape sequence '\\\(printable(c))'; JSON allows \\\" \\\\ \\/ \\b \\f \\n \\r \\t and \\uXXXX")
+            throw error(
+                at: start,
+                "invalid escape sequence '\\\(printable(c))'; JSON allows \\\" \\\\ \\/ \\b \\f \\n \\r \\t and \\uXXXX"
+            )
         }
     }
 

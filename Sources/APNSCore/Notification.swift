@@ -189,7 +189,9 @@ public struct APNSAlertFields: Sendable, Hashable {
     var members: [(String, JSONValue)] {
         var out: [(String, JSONValue)] = []
         func add(_ key: String, _ value: String?) { if let value { out.append((key, .string(value))) } }
-        func add(_ key: String, _ value: [String]?) { if let value { out.append((key, .array(value.map(JSONValue.string)))) } }
+        func add(_ key: String, _ value: [String]?) {
+            if let value { out.append((key, .array(value.map(JSONValue.string)))) }
+        }
         add("title", title)
         add("subtitle", subtitle)
         add("body", body)
@@ -240,7 +242,8 @@ public enum APNSPriority: Sendable, Hashable {
         guard let priority = APNSPriority(rawValue: rawValue) else {
             throw APNSPayloadError(
                 .invalidPriority,
-                "priority \(rawValue) is not valid; use 10 (immediate), 5 (power-considerate) or 1 (low, HTTP/2 only)")
+                "priority \(rawValue) is not valid; use 10 (immediate), 5 (power-considerate) or 1 (low, HTTP/2 only)"
+            )
         }
         self = priority
     }
@@ -272,7 +275,8 @@ public enum APNSPayloadEncoding: String, Sendable {
         guard let encoding = APNSPayloadEncoding(name: name) else {
             throw APNSPayloadError(
                 .unsupportedEncoding,
-                "payload encoding \"\(name)\" is not supported; APNs accepts only UTF-8 JSON, so use \"utf8\"")
+                "payload encoding \"\(name)\" is not supported; APNs accepts only UTF-8 JSON, so use \"utf8\""
+            )
         }
         self = encoding
     }

@@ -30,7 +30,8 @@ extension APNSNotification {
             guard !hasAPSFields else {
                 throw APNSPayloadError(
                     .mdmWithAPS,
-                    "an MDM notification is exactly {\"mdm\":\"…\"}; clear the aps fields (alert, badge, sound, flags, …) or clear mdm")
+                    "an MDM notification is exactly {\"mdm\":\"…\"}; clear the aps fields (alert, badge, sound, flags, …) or clear mdm"
+                )
             }
             guard custom.isEmpty else {
                 throw APNSPayloadError(
@@ -39,7 +40,10 @@ extension APNSNotification {
                 )
             }
             guard !mdm.isEmpty else {
-                throw APNSPayloadError(.invalidValue, "the MDM PushMagic value is empty; set mdm to the device's PushMagic string")
+                throw APNSPayloadError(
+                    .invalidValue,
+                    "the MDM PushMagic value is empty; set mdm to the device's PushMagic string"
+                )
             }
             var top = ObjectWriter(capacity: 16 + mdm.utf8.count)
             top.add("mdm", .string(mdm))
@@ -49,13 +53,17 @@ extension APNSNotification {
         guard custom["aps"] == nil else {
             throw APNSPayloadError(
                 .invalidValue,
-                "custom key \"aps\" would replace the aps dictionary; put Apple keys in additionalAPSFields and rename the custom key")
+                "custom key \"aps\" would replace the aps dictionary; put Apple keys in additionalAPSFields and rename the custom key"
+            )
         }
         if let badge, badge < 0 {
             throw APNSPayloadError(.invalidValue, "badge is \(badge); use 0 to remove the badge or a positive number")
         }
         if let relevanceScore, !relevanceScore.isFinite {
-            throw APNSPayloadError(.invalidValue, "relevance score is \(relevanceScore); use a finite number, normally 0 to 1")
+            throw APNSPayloadError(
+                .invalidValue,
+                "relevance score is \(relevanceScore); use a finite number, normally 0 to 1"
+            )
         }
 
         // One buffer: `{"aps":{` …aps members… `}` …custom members… `}`.
@@ -150,27 +158,32 @@ extension APNSNotification {
         if mdm == nil && bytes == Self.emptyPayload {
             throw APNSPayloadError(
                 .emptyPayload,
-                "the payload is empty; set an alert, badge, sound, content-available or custom data")
+                "the payload is empty; set an alert, badge, sound, content-available or custom data"
+            )
         }
         if priority == .low && !allowLowPriority {
             throw APNSPayloadError(
                 .invalidPriority,
-                "priority 1 is available only on the HTTP/2 API; use 5 (power-considerate) or 10 (immediate)")
+                "priority 1 is available only on the HTTP/2 API; use 5 (power-considerate) or 10 (immediate)"
+            )
         }
         if priority == .immediate && contentAvailable && alert == nil && sound == nil && badge == nil {
             throw APNSPayloadError(
                 .contentAvailableWithImmediatePriority,
-                "priority 10 needs an alert, sound or badge; send this content-available-only notification with priority 5")
+                "priority 10 needs an alert, sound or badge; send this content-available-only notification with priority 5"
+            )
         }
         if let interruptionLevel, !Self.interruptionLevels.contains(interruptionLevel) {
             throw APNSPayloadError(
                 .invalidValue,
-                "interruption level \"\(interruptionLevel.abbreviated())\" is not valid; use passive, active, time-sensitive or critical")
+                "interruption level \"\(interruptionLevel.abbreviated())\" is not valid; use passive, active, time-sensitive or critical"
+            )
         }
         if bytes.count > limit {
             throw APNSPayloadError(
                 .tooLarge,
-                "payload is \(bytes.count) bytes, over the \(limit)-byte limit; shorten the alert or set truncation")
+                "payload is \(bytes.count) bytes, over the \(limit)-byte limit; shorten the alert or set truncation"
+            )
         }
         return bytes
     }

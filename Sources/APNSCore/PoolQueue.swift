@@ -78,7 +78,8 @@ package struct APNSPoolQueue<Element: APNSQueuedNotification>: Sequence, Sendabl
     /// Fails the notifications that are stale at `now` (milliseconds since the epoch), in order,
     /// with ``APNSQueuedNotification/staleFailure(peer:duplicateNote:)``; the others keep their
     /// order.
-    package mutating func failStale(now: Int64, peer: String, duplicateNote: String, into events: inout APNSEventBuffer) {
+    package mutating func failStale(now: Int64, peer: String, duplicateNote: String, into events: inout APNSEventBuffer)
+    {
         for item in items where item.isStale(at: now) {
             events.append(outcome: .transmissionError(item.staleFailure(peer: peer, duplicateNote: duplicateNote)))
         }

@@ -69,14 +69,19 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
     /// Creates a client. No connection is opened until ``start()`` or the first ``send(_:)``;
     /// the TLS context is built here, so unusable credentials or trust roots fail now.
     public init(
-        configuration: APNSHTTP2Configuration, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        configuration: APNSHTTP2Configuration,
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "apns.http2")
     ) throws(APNSError) {
         try configuration.validate()
         do {
             sslContext = try NIOSSLContext(configuration: configuration.tlsConfiguration())
         } catch {
-            throw APNSError(.invalidCredentials, "cannot build a TLS context for the HTTP/2 connections", underlying: error)
+            throw APNSError(
+                .invalidCredentials,
+                "cannot build a TLS context for the HTTP/2 connections",
+                underlying: error
+            )
         }
         self.configuration = configuration
         self.group = eventLoopGroup
@@ -91,7 +96,9 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         state = Mutex(
             State(
                 machine: HTTP2PoolStateMachine(configuration: .init(configuration)),
-                admission: APNSAdmission(maxPending: configuration.maxPending)))
+                admission: APNSAdmission(maxPending: configuration.maxPending)
+            )
+        )
     }
 
     // MARK: Public API
@@ -117,7 +124,8 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
             let template: Result<Template, APNSError>
             if let cached = cache,
                 cached.0 === submission.content
-                    || (cached.1 == (submission.payload != nil) && cached.0.notification == submission.content.notification)
+                    || (cached.1 == (submission.payload != nil)
+                        && cached.0.notification == submission.content.notification)
             {
                 template = cached.2
             } else {
@@ -130,10 +138,14 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                 if let payload = submission.payload {
                     guard !payload.isEmpty, payload.count <= t.pushType.payloadLimit else {
                         var outcome = APNSDeliveryOutcome(
-                            tag: submission.tag, token: submission.token, status: .invalidPayload,
+                            tag: submission.tag,
+                            token: submission.token,
+                            status: .invalidPayload,
                             message:
                                 "the payload is \(payload.count) bytes; push type \(t.pushType.rawValue) needs 1 to \(t.pushType.payloadLimit)",
-                            attempts: 0, possibleDuplicate: false)
+                            attempts: 0,
+                            possibleDuplicate: false
+                        )
                         outcome.reason = nil
                         batch.rejected.append(outcome)
                         continue
@@ -142,17 +154,33 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                 }
                 batch.items.append(
                     QueuedRequest(
-                        tag: submission.tag, token: submission.token,
-                        path: submission.token.bytes.withUnsafeBufferPointer { DeviceToken.lowercaseHex($0, prefix: "/3/device/") },
+                        tag: submission.tag,
+                        token: submission.token,
+                        path: submission.token.bytes.withUnsafeBufferPointer {
+                            DeviceToken.lowercaseHex($0, prefix: "/3/device/")
+                        },
                         body: body,
-                        pushType: t.pushType, topic: t.topic, priority: t.priority, expiration: t.expiration,
-                        collapseID: t.collapseID, apnsID: submission.apnsID ?? apnsIDs.next(),
-                        retryLimit: t.retryLimit, staleAt: submission.content.staleAt))
+                        pushType: t.pushType,
+                        topic: t.topic,
+                        priority: t.priority,
+                        expiration: t.expiration,
+                        collapseID: t.collapseID,
+                        apnsID: submission.apnsID ?? apnsIDs.next(),
+                        retryLimit: t.retryLimit,
+                        staleAt: submission.content.staleAt
+                    )
+                )
             case .failure(let error):
                 batch.rejected.append(
                     APNSDeliveryOutcome(
-                        tag: submission.tag, token: submission.token, status: .invalidPayload, message: error.message,
-                        attempts: 0, possibleDuplicate: false))
+                        tag: submission.tag,
+                        token: submission.token,
+                        status: .invalidPayload,
+                        message: error.message,
+                        attempts: 0,
+                        possibleDuplicate: false
+                    )
+                )
             }
             if batch.count >= chunk { try await admit(&batch) }
         }
@@ -240,7 +268,10 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         let topic: String
         if pushType == .mdm {
             guard let mdmTopic = configuration.mdmTopic else {
-                throw APNSError(.invalidRequest, "an mdm notification needs the app's mdmTopic (the topic of the MDM push certificate)")
+                throw APNSError(
+                    .invalidRequest,
+                    "an mdm notification needs the app's mdmTopic (the topic of the MDM push certificate)"
+                )
             }
             topic = mdmTopic
         } else {
@@ -252,8 +283,12 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         case .token(let provider): authentication = .token(try provider.currentToken())
         }
         try APNSHTTP2Request.validateHeaders(
-            topic: topic, pushType: pushType, priority: content.notification.priority,
-            authentication: authentication, collapseID: content.notification.collapseId)
+            topic: topic,
+            pushType: pushType,
+            priority: content.notification.priority,
+            authentication: authentication,
+            collapseID: content.notification.collapseId
+        )
         try APNSHTTP2Request.validateContent(of: content.notification, pushType: pushType)
         var body: [UInt8] = []
         if submission.payload == nil {
@@ -265,9 +300,14 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
             }
         }
         return Template(
-            pushType: pushType, topic: topic, priority: content.notification.priority.rawValue,
-            expiration: content.notification.expiry.unixSeconds(now: now), collapseID: content.notification.collapseId, body: body,
-            retryLimit: content.notification.retryLimit ?? configuration.defaultRetryLimit)
+            pushType: pushType,
+            topic: topic,
+            priority: content.notification.priority.rawValue,
+            expiration: content.notification.expiry.unixSeconds(now: now),
+            collapseID: content.notification.collapseId,
+            body: body,
+            retryLimit: content.notification.retryLimit ?? configuration.defaultRetryLimit
+        )
     }
 
     // MARK: Called by connection handlers (on their event loops)
@@ -341,7 +381,10 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
             s.machine.connections[id].map { (wasReady: $0.phase != .connecting, handler: s.handlers[id]) }
         }
         guard let stale else { return }
-        logger.warning("HTTP/2 connection closed without its handler reporting it", metadata: ["apns.connection": "\(id)"])
+        logger.warning(
+            "HTTP/2 connection closed without its handler reporting it",
+            metadata: ["apns.connection": "\(id)"]
+        )
         if let handler = stale.handler {
             // Its streams are the handler's: it reports them as it would have on the close.
             handler.eventLoop.execute { handler.value.reportClosed() }
@@ -351,14 +394,24 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
     }
 
     func connectionClosed(
-        id: Int, results: [StreamResult], wasReady: Bool, reason: String,
-        failure: APNSPoolSnapshot.ConnectFailure = .other, cause: APNSPoolSnapshot.CloseReason? = nil
+        id: Int,
+        results: [StreamResult],
+        wasReady: Bool,
+        reason: String,
+        failure: APNSPoolSnapshot.ConnectFailure = .other,
+        cause: APNSPoolSnapshot.CloseReason? = nil
     ) {
         step { s in
             s.channels[id] = nil
             s.handlers[id] = nil
             return s.machine.connectionClosed(
-                id: id, results: results, wasReady: wasReady, reason: reason, failure: failure, cause: cause)
+                id: id,
+                results: results,
+                wasReady: wasReady,
+                reason: reason,
+                failure: failure,
+                cause: cause
+            )
         }
     }
 
@@ -383,11 +436,13 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
             let refresh = try? tokenProvider.forceRefresh(rejected: rejected)
             logger.info(
                 "APNs answered ExpiredProviderToken; replacing the connection",
-                metadata: ["apns.connection": "\(id)", "refresh": "\(refresh.map { "\($0)" } ?? "failed")"])
+                metadata: ["apns.connection": "\(id)", "refresh": "\(refresh.map { "\($0)" } ?? "failed")"]
+            )
         case .logConnectFailure(let id, let reason, let failures):
             logger.warning(
                 "HTTP/2 connection failed",
-                metadata: ["apns.connection": "\(id)", "reason": "\(reason)", "failures": "\(failures)"])
+                metadata: ["apns.connection": "\(id)", "reason": "\(reason)", "failures": "\(failures)"]
+            )
         default:
             break
         }
@@ -459,7 +514,14 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                     let codec = HTTP2FrameCodec()
                     try sync.addHandler(codec)
                     try sync.addHandler(
-                        HTTP2ConnectionHandler(id: id, client: self, codec: codec, authority: authority, configuration: configuration))
+                        HTTP2ConnectionHandler(
+                            id: id,
+                            client: self,
+                            codec: codec,
+                            authority: authority,
+                            configuration: configuration
+                        )
+                    )
                 }
             }
         let connectTimeout = configuration.connectTimeout.timeAmount
@@ -490,9 +552,12 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
             case .failure(let error):
                 logger.debug("HTTP/2 connect failed", metadata: ["apns.connection": "\(id)", "error": "\(error)"])
                 connectionClosed(
-                    id: id, results: [], wasReady: false,
+                    id: id,
+                    results: [],
+                    wasReady: false,
                     reason: "cannot connect to \(configuration.host):\(configuration.port): \(error)",
-                    failure: APNSPoolSnapshot.ConnectFailure(connectError: error))
+                    failure: APNSPoolSnapshot.ConnectFailure(connectError: error)
+                )
             }
         }
     }

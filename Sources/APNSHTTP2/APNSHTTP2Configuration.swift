@@ -107,9 +107,13 @@ public struct APNSHTTP2Configuration: Sendable {
         }
         guard maxPending >= 1 else { throw bad("maxPending must be at least 1, not \(maxPending)") }
         guard connectTimeout > .zero else { throw bad("connectTimeout must be positive") }
-        guard pingInterval > .zero, pingTimeout > .zero else { throw bad("pingInterval and pingTimeout must be positive") }
+        guard pingInterval > .zero, pingTimeout > .zero else {
+            throw bad("pingInterval and pingTimeout must be positive")
+        }
         if let idleTimeout, idleTimeout <= .zero { throw bad("idleTimeout must be positive or unset") }
-        guard defaultRetryLimit >= 0 else { throw bad("defaultRetryLimit must be zero or more, not \(defaultRetryLimit)") }
+        guard defaultRetryLimit >= 0 else {
+            throw bad("defaultRetryLimit must be zero or more, not \(defaultRetryLimit)")
+        }
         guard maxAttempts >= 1 else { throw bad("maxAttempts must be at least 1, not \(maxAttempts)") }
         if let connectionRetryLimit, connectionRetryLimit < 1 {
             throw bad("connectionRetryLimit must be at least 1 (or unset to keep waiting), not \(connectionRetryLimit)")

@@ -84,7 +84,12 @@ struct HPACKRequestEncoder {
     // MARK: Requests
 
     /// Writes the header block of one request (§3.3); the order puts pseudo-headers first.
-    mutating func writeRequest(_ request: QueuedRequest, authority: String, authorization: String?, into buffer: inout ByteBuffer) {
+    mutating func writeRequest(
+        _ request: QueuedRequest,
+        authority: String,
+        authorization: String?,
+        into buffer: inout ByteBuffer
+    ) {
         writeSizeUpdates(into: &buffer)
         buffer.writeInteger(UInt8(0x80 | 3))  // :method: POST
         buffer.writeInteger(UInt8(0x80 | 7))  // :scheme: https
@@ -101,7 +106,9 @@ struct HPACKRequestEncoder {
             Self.writeString("apns-expiration", into: &buffer)
             Self.writeDecimal(request.expiration, into: &buffer)
         }
-        if let collapseID = request.collapseID { Self.writeLiteral(name: "apns-collapse-id", value: collapseID, into: &buffer) }
+        if let collapseID = request.collapseID {
+            Self.writeLiteral(name: "apns-collapse-id", value: collapseID, into: &buffer)
+        }
         if let authorization { write(.authorization, authorization, into: &buffer) }
     }
 

@@ -71,7 +71,13 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
     /// Stream ids are 31 bits and never reused: a connection this close to the end is replaced.
     static let streamIDLimit: Int32 = Int32.max - 4096
 
-    init(id: Int, client: APNSHTTP2Client, codec: HTTP2FrameCodec, authority: String, configuration: APNSHTTP2Configuration) {
+    init(
+        id: Int,
+        client: APNSHTTP2Client,
+        codec: HTTP2FrameCodec,
+        authority: String,
+        configuration: APNSHTTP2Configuration
+    ) {
         self.id = id
         self.client = client
         self.codec = codec
@@ -111,7 +117,14 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
         streams.removeAll()
         let pending = results + unanswered
         results.removeAll()
-        client.connectionClosed(id: id, results: pending, wasReady: ready, reason: reason, failure: failure ?? .other, cause: cause)
+        client.connectionClosed(
+            id: id,
+            results: pending,
+            wasReady: ready,
+            reason: reason,
+            failure: failure ?? .other,
+            cause: cause
+        )
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -125,14 +138,22 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
                     results.append(
                         .unknown(
                             open.request,
-                            reason: "stream \(streamID) closed (\(event.reason.map { "\($0)" } ?? "no error")) without an answer"))
+                            reason:
+                                "stream \(streamID) closed (\(event.reason.map { "\($0)" } ?? "no error")) without an answer"
+                        )
+                    )
                 }
                 if !inReadBurst { flushResults(context: context) }
             }
-        } else if let event = event as? TLSUserEvent, case .handshakeCompleted(let negotiated) = event, negotiated != "h2" {
+        } else if let event = event as? TLSUserEvent, case .handshakeCompleted(let negotiated) = event,
+            negotiated != "h2"
+        {
             // §3.1: APNs speaks HTTP/2 only.
             failure = failure ?? .tls
-            close(context: context, reason: "the server did not agree to HTTP/2 (ALPN h2; it chose \(negotiated ?? "nothing"))")
+            close(
+                context: context,
+                reason: "the server did not agree to HTTP/2 (ALPN h2; it chose \(negotiated ?? "nothing"))"
+            )
         }
         context.fireUserInboundEventTriggered(event)
     }
@@ -191,7 +212,11 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
                 // The server's first SETTINGS: TLS and HTTP/2 are up.
                 ready = true
                 let limit = settings.first { $0.parameter == .maxConcurrentStreams }?.value
-                client.connectionReady(id: id, handler: NIOLoopBound(self, eventLoop: context.eventLoop), initialLimit: limit)
+                client.connectionReady(
+                    id: id,
+                    handler: NIOLoopBound(self, eventLoop: context.eventLoop),
+                    initialLimit: limit
+                )
             }
         case .goAway(let lastStreamID, let errorCode, let opaqueData):
             // §3.5: no new streams here; streams above last-stream-id were not processed and are
@@ -295,8 +320,13 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
             pingSentAt = now
             context.writeAndFlush(
                 wrapOutboundOut(
-                    HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: UInt64(now.uptimeNanoseconds)), ack: false))
-                ), promise: nil)
+                    HTTP2Frame(
+                        streamID: .rootStream,
+                        payload: .ping(HTTP2PingData(withInteger: UInt64(now.uptimeNanoseconds)), ack: false)
+                    )
+                ),
+                promise: nil
+            )
         }
         if let idleTimeout, streams.isEmpty, ready, now - lastStreamActivity >= idleTimeout {
             if client.closeIfIdle(id: id) {

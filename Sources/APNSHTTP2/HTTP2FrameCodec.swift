@@ -38,7 +38,11 @@ package final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandl
     static let connectionReceiveWindow = 1 << 24
 
     private var reader = HTTP2FrameReader(
-        peer: "server", expectsPreface: false, maxDynamicTableSize: HPACKDecoder.maxDynamicTableSize, maxHeaderListSize: 16 << 10)
+        peer: "server",
+        expectsPreface: false,
+        maxDynamicTableSize: HPACKDecoder.maxDynamicTableSize,
+        maxHeaderListSize: 16 << 10
+    )
     private var writer = HTTP2FrameWriter()
 
     // Receiving: flow-controlled bytes not yet given back with WINDOW_UPDATE.
@@ -93,7 +97,13 @@ package final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandl
             fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .data(payload)))
         case .headers(let streamID, let headers, let endStream):
             if endStream { streamReceived[streamID] = nil }
-            fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .headers(.init(headers: headers, endStream: endStream))))
+            fire(
+                context,
+                HTTP2Frame(
+                    streamID: HTTP2StreamID(streamID),
+                    payload: .headers(.init(headers: headers, endStream: endStream))
+                )
+            )
         case .rstStream(let streamID, let code):
             writer.streamReset(streamID)
             streamReceived[streamID] = nil

@@ -41,7 +41,10 @@ package struct HTTP2FrameReader {
         self.peer = peer
         self.awaitingPreface = expectsPreface
         self.decoder = HPACKDecoder(
-            allocator: ByteBufferAllocator(), maxDynamicTableSize: maxDynamicTableSize, maxHeaderListSize: maxHeaderListSize)
+            allocator: ByteBufferAllocator(),
+            maxDynamicTableSize: maxDynamicTableSize,
+            maxHeaderListSize: maxHeaderListSize
+        )
     }
 
     /// Adds bytes read from the connection.
@@ -70,8 +73,14 @@ package struct HTTP2FrameReader {
             guard (inbound?.readableBytes ?? 0) >= HTTP2Protocol.clientPrefaceLength else { return nil }
             // "The client connection preface starts with a sequence of 24 octets"; "clients and
             // servers MUST treat an invalid connection preface as a connection error" (§3.4).
-            guard inbound!.readString(length: HTTP2Protocol.clientPrefaceLength) == HTTP2Protocol.clientPreface.description else {
-                throw HTTP2ProtocolError(code: .protocolError, description: "the connection did not start with the HTTP/2 client preface")
+            guard
+                inbound!.readString(length: HTTP2Protocol.clientPrefaceLength)
+                    == HTTP2Protocol.clientPreface.description
+            else {
+                throw HTTP2ProtocolError(
+                    code: .protocolError,
+                    description: "the connection did not start with the HTTP/2 client preface"
+                )
             }
             awaitingPreface = false
         }
@@ -83,16 +92,22 @@ package struct HTTP2FrameReader {
     }
 
     /// The next complete frame in `inbound`, if there is one.
-    private mutating func cutFrame() throws(HTTP2ProtocolError) -> (HTTP2FrameType?, HTTP2FrameFlags, Int32, ByteBuffer)? {
+    private mutating func cutFrame() throws(HTTP2ProtocolError) -> (
+        HTTP2FrameType?, HTTP2FrameFlags, Int32, ByteBuffer
+    )? {
         guard var buffer = inbound, buffer.readableBytes >= HTTP2Protocol.frameHeaderLength else { return nil }
         let start = buffer.readerIndex
-        let length = Int(buffer.getInteger(at: start, as: UInt8.self)!) << 16 | Int(buffer.getInteger(at: start + 1, as: UInt16.self)!)
+        let length =
+            Int(buffer.getInteger(at: start, as: UInt8.self)!) << 16
+            | Int(buffer.getInteger(at: start + 1, as: UInt16.self)!)
         // "An endpoint MUST send an error code of FRAME_SIZE_ERROR if a frame exceeds the size
         // defined in SETTINGS_MAX_FRAME_SIZE" (§4.2); this side never raises it.
         guard length <= HTTP2Protocol.defaultMaxFrameSize else {
             throw HTTP2ProtocolError(
                 code: .frameSizeError,
-                description: "the \(peer) sent a frame of \(length) bytes, over the \(HTTP2Protocol.defaultMaxFrameSize)-byte maximum")
+                description:
+                    "the \(peer) sent a frame of \(length) bytes, over the \(HTTP2Protocol.defaultMaxFrameSize)-byte maximum"
+            )
         }
         guard buffer.readableBytes >= HTTP2Protocol.frameHeaderLength + length else { return nil }
         let type = HTTP2FrameType(rawValue: buffer.getInteger(at: start + 3, as: UInt8.self)!)  // nil: unknown
@@ -109,14 +124,18 @@ package struct HTTP2FrameReader {
     /// The frame for the codec, or `nil` for one it does not see (part of a header block,
     /// PRIORITY, an unknown type).
     private mutating func take(
-        type: HTTP2FrameType?, flags: HTTP2FrameFlags, streamID: Int32,
+        type: HTTP2FrameType?,
+        flags: HTTP2FrameFlags,
+        streamID: Int32,
         payload: ByteBuffer
     ) throws(HTTP2ProtocolError) -> HTTP2InboundFrame? {
         // "A receiver MUST treat the receipt of any other type of frame or a frame on a
         // different stream as a connection error of type PROTOCOL_ERROR" (§6.10).
         if let continuing, type != .continuation || streamID != continuing.streamID {
             throw HTTP2ProtocolError(
-                code: .protocolError, description: "a header block on stream \(continuing.streamID) was interrupted by another frame")
+                code: .protocolError,
+                description: "a header block on stream \(continuing.streamID) was interrupted by another frame"
+            )
         }
         var payload = payload
         switch type {
@@ -126,16 +145,26 @@ package struct HTTP2FrameReader {
             guard streamID != 0 else { throw HTTP2ProtocolError(code: .protocolError, description: "DATA on stream 0") }
             let flowControlled = payload.readableBytes
             let body = try Self.unpadded(&payload, flags: flags)
-            return .data(streamID: streamID, body: body, flowControlled: flowControlled, endStream: flags.contains(.endStream))
+            return .data(
+                streamID: streamID,
+                body: body,
+                flowControlled: flowControlled,
+                endStream: flags.contains(.endStream)
+            )
         case .headers?:
             // "If a HEADERS frame is received whose Stream Identifier field is 0x00, the recipient
             // MUST respond with a connection error of type PROTOCOL_ERROR" (§6.2).
-            guard streamID != 0 else { throw HTTP2ProtocolError(code: .protocolError, description: "HEADERS on stream 0") }
+            guard streamID != 0 else {
+                throw HTTP2ProtocolError(code: .protocolError, description: "HEADERS on stream 0")
+            }
             var fragment = try Self.unpadded(&payload, flags: flags)
             if flags.contains(.priority) {
                 // Exclusive, Stream Dependency (4 octets) and Weight (1 octet), ignored (§5.3.2).
                 guard fragment.readableBytes >= 5 else {
-                    throw HTTP2ProtocolError(code: .frameSizeError, description: "a HEADERS frame too short for its priority")
+                    throw HTTP2ProtocolError(
+                        code: .frameSizeError,
+                        description: "a HEADERS frame too short for its priority"
+                    )
                 }
                 fragment.moveReaderIndex(forwardBy: 5)
             }
@@ -148,7 +177,10 @@ package struct HTTP2FrameReader {
             // "A CONTINUATION frame MUST be preceded by a HEADERS, PUSH_PROMISE or CONTINUATION
             // frame without the END_HEADERS flag set" (§6.10).
             guard var current = continuing, current.streamID == streamID else {
-                throw HTTP2ProtocolError(code: .protocolError, description: "CONTINUATION without a header block to continue")
+                throw HTTP2ProtocolError(
+                    code: .protocolError,
+                    description: "CONTINUATION without a header block to continue"
+                )
             }
             continuing = nil
             current.block.writeBuffer(&payload)
@@ -164,18 +196,26 @@ package struct HTTP2FrameReader {
             // "A RST_STREAM frame with a length other than 4 octets MUST be treated as a
             // connection error of type FRAME_SIZE_ERROR" (§6.4).
             guard payload.readableBytes == 4, let code = payload.readInteger(as: UInt32.self) else {
-                throw HTTP2ProtocolError(code: .frameSizeError, description: "RST_STREAM of \(payload.readableBytes) bytes")
+                throw HTTP2ProtocolError(
+                    code: .frameSizeError,
+                    description: "RST_STREAM of \(payload.readableBytes) bytes"
+                )
             }
             return .rstStream(streamID: streamID, code: HTTP2ErrorCode(networkCode: Int(code)))
         case .settings?:
             // "If an endpoint receives a SETTINGS frame whose Stream Identifier field is anything
             // other than 0x00, the endpoint MUST respond with a connection error" (§6.5).
-            guard streamID == 0 else { throw HTTP2ProtocolError(code: .protocolError, description: "SETTINGS on stream \(streamID)") }
+            guard streamID == 0 else {
+                throw HTTP2ProtocolError(code: .protocolError, description: "SETTINGS on stream \(streamID)")
+            }
             if flags.contains(.ack) { return .settingsAcknowledged }
             // "A SETTINGS frame with a length other than a multiple of 6 octets MUST be treated
             // as a connection error of type FRAME_SIZE_ERROR" (§6.5).
             guard payload.readableBytes % 6 == 0 else {
-                throw HTTP2ProtocolError(code: .frameSizeError, description: "SETTINGS of \(payload.readableBytes) bytes")
+                throw HTTP2ProtocolError(
+                    code: .frameSizeError,
+                    description: "SETTINGS of \(payload.readableBytes) bytes"
+                )
             }
             return .settings(payload)
         case .ping?:
@@ -199,7 +239,10 @@ package struct HTTP2FrameReader {
             // "A WINDOW_UPDATE frame with a length other than 4 octets MUST be treated as a
             // connection error of type FRAME_SIZE_ERROR" (§6.9).
             guard payload.readableBytes == 4 else {
-                throw HTTP2ProtocolError(code: .frameSizeError, description: "WINDOW_UPDATE of \(payload.readableBytes) bytes")
+                throw HTTP2ProtocolError(
+                    code: .frameSizeError,
+                    description: "WINDOW_UPDATE of \(payload.readableBytes) bytes"
+                )
             }
             let increment = Int(payload.readInteger(as: UInt32.self)! & 0x7FFF_FFFF)
             // "Errors on the connection flow-control window MUST be treated as a connection
@@ -229,7 +272,10 @@ package struct HTTP2FrameReader {
     }
 
     /// The payload without its Pad Length octet and padding (§6.1, §6.2).
-    private static func unpadded(_ payload: inout ByteBuffer, flags: HTTP2FrameFlags) throws(HTTP2ProtocolError) -> ByteBuffer {
+    private static func unpadded(
+        _ payload: inout ByteBuffer,
+        flags: HTTP2FrameFlags
+    ) throws(HTTP2ProtocolError) -> ByteBuffer {
         guard flags.contains(.padded) else { return payload }
         // "If the length of the padding is the length of the frame payload or greater, the
         // recipient MUST treat this as a connection error of type PROTOCOL_ERROR" (§6.1).

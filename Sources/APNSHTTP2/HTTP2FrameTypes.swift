@@ -53,8 +53,10 @@ package enum HTTP2SettingCode: UInt16, Sendable {
     /// The wire code of a parameter NIOHTTP2 names; 0 (reserved) for the others.
     package static func code(of parameter: HTTP2SettingsParameter) -> UInt16 {
         let known: [(HTTP2SettingsParameter, HTTP2SettingCode)] = [
-            (.headerTableSize, .headerTableSize), (.enablePush, .enablePush), (.maxConcurrentStreams, .maxConcurrentStreams),
-            (.initialWindowSize, .initialWindowSize), (.maxFrameSize, .maxFrameSize), (.maxHeaderListSize, .maxHeaderListSize),
+            (.headerTableSize, .headerTableSize), (.enablePush, .enablePush),
+            (.maxConcurrentStreams, .maxConcurrentStreams),
+            (.initialWindowSize, .initialWindowSize), (.maxFrameSize, .maxFrameSize),
+            (.maxHeaderListSize, .maxHeaderListSize),
             (.enableConnectProtocol, .enableConnectProtocol),
         ]
         return known.first { $0.0 == parameter }?.1.rawValue ?? 0
@@ -89,12 +91,18 @@ package struct HTTP2ProtocolError: Error, CustomStringConvertible {
 extension ByteBuffer {
     /// Writes a frame header (RFC 9113 §4.1): 24-bit length, type, flags, and a stream
     /// identifier whose reserved bit is unset.
-    package mutating func writeHTTP2FrameHeader(length: Int, type: HTTP2FrameType, flags: HTTP2FrameFlags = [], streamID: Int32) {
+    package mutating func writeHTTP2FrameHeader(
+        length: Int,
+        type: HTTP2FrameType,
+        flags: HTTP2FrameFlags = [],
+        streamID: Int32
+    ) {
         // Nine bytes in two writes (each write checks the buffer's capacity and uniqueness):
         // length, type, flags and the stream's first three bytes, then its last.
         let stream = UInt64(UInt32(bitPattern: streamID) & 0x7FFF_FFFF)
         let head =
-            UInt64(truncatingIfNeeded: length & 0xFF_FFFF) << 40 | UInt64(type.rawValue) << 32 | UInt64(flags.rawValue) << 24
+            UInt64(truncatingIfNeeded: length & 0xFF_FFFF) << 40 | UInt64(type.rawValue) << 32 | UInt64(flags.rawValue)
+            << 24
             | stream >> 8
         writeInteger(head)
         writeInteger(UInt8(truncatingIfNeeded: stream))

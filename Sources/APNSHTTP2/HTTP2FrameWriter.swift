@@ -39,7 +39,10 @@ package struct HTTP2FrameWriter {
     /// kept to complete with that flush; otherwise the caller completes it with the result:
     /// at once for DATA that waits for a window (it is the frame layer's to send now), and with
     /// an error for a frame it does not send.
-    package mutating func write(_ frame: HTTP2Frame, promise: EventLoopPromise<Void>?) -> Result<Void, HTTP2ProtocolError>? {
+    package mutating func write(
+        _ frame: HTTP2Frame,
+        promise: EventLoopPromise<Void>?
+    ) -> Result<Void, HTTP2ProtocolError>? {
         let streamID = Int32(frame.streamID)
         var buffer = pending ?? allocator.buffer(capacity: 16 << 10)
         pending = nil
@@ -81,7 +84,12 @@ package struct HTTP2FrameWriter {
             buffer.writeHTTP2FrameHeader(length: 4, type: .windowUpdate, streamID: streamID)
             buffer.writeInteger(UInt32(increment))
         default:
-            return .failure(HTTP2ProtocolError(code: .internalError, description: "the frame layer does not send \(frame.payload) frames"))
+            return .failure(
+                HTTP2ProtocolError(
+                    code: .internalError,
+                    description: "the frame layer does not send \(frame.payload) frames"
+                )
+            )
         }
         if let promise { pendingPromises.append(promise) }
         return nil
@@ -185,17 +193,25 @@ package struct HTTP2FrameWriter {
     /// window. The answer is the frame to pass on to the handler above, if any, and whether
     /// waiting DATA may fit now (``sendWaitingData()``, after passing the frame on). Stream
     /// frames are the codec's and are left alone.
-    package mutating func receive(_ frame: HTTP2InboundFrame) throws(HTTP2ProtocolError) -> (passOn: HTTP2Frame?, sendWaitingData: Bool) {
+    package mutating func receive(
+        _ frame: HTTP2InboundFrame
+    ) throws(HTTP2ProtocolError) -> (passOn: HTTP2Frame?, sendWaitingData: Bool) {
         switch frame {
         case .settings(let payload):
             let settings = try receiveSettings(payload)
             return (HTTP2Frame(streamID: .rootStream, payload: .settings(.settings(settings))), true)
         case .ping(let opaque, ack: true):
-            return (HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: opaque), ack: true)), false)
+            return (
+                HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: opaque), ack: true)), false
+            )
         case .ping(let opaque, ack: false):
             replyPing(opaque)
         case .goAway(let last, let code, let opaque):
-            let goAway = HTTP2Frame.FramePayload.goAway(lastStreamID: HTTP2StreamID(last), errorCode: code, opaqueData: opaque)
+            let goAway = HTTP2Frame.FramePayload.goAway(
+                lastStreamID: HTTP2StreamID(last),
+                errorCode: code,
+                opaqueData: opaque
+            )
             return (HTTP2Frame(streamID: .rootStream, payload: goAway), false)
         case .windowUpdate(let streamID, let increment):
             try receiveWindowUpdate(streamID: streamID, increment: increment)
@@ -214,7 +230,9 @@ package struct HTTP2FrameWriter {
         var settings: [HTTP2Setting] = []
         while let parameter = payload.readInteger(as: UInt16.self), let value = payload.readInteger(as: UInt32.self) {
             if let code = HTTP2SettingCode(rawValue: parameter) { try apply(code, value: value) }
-            settings.append(HTTP2Setting(parameter: HTTP2SettingsParameter(extensionSetting: Int(parameter)), value: Int(value)))
+            settings.append(
+                HTTP2Setting(parameter: HTTP2SettingsParameter(extensionSetting: Int(parameter)), value: Int(value))
+            )
         }
         var reply = replies ?? allocator.buffer(capacity: 64)
         reply.writeHTTP2FrameHeader(length: 0, type: .settings, flags: .ack, streamID: 0)
@@ -282,7 +300,9 @@ package struct HTTP2FrameWriter {
     /// A header block encoded in place after a frame header whose length is filled in
     /// afterwards; a block longer than the peer's frame size moves on to CONTINUATION frames (§4.3).
     private mutating func writeHeaderBlock(
-        streamID: Int32, endStream: Bool, into buffer: inout ByteBuffer,
+        streamID: Int32,
+        endStream: Bool,
+        into buffer: inout ByteBuffer,
         encode: (inout HPACKRequestEncoder, inout ByteBuffer) -> Void
     ) {
         let headerStart = buffer.writerIndex
@@ -315,7 +335,8 @@ package struct HTTP2FrameWriter {
         count <= sendWindow && count <= peerInitialWindow + streamWindowAdjustments[streamID, default: 0]
     }
 
-    private mutating func writeData(_ body: ByteBuffer, streamID: Int32, endStream: Bool, into buffer: inout ByteBuffer) {
+    private mutating func writeData(_ body: ByteBuffer, streamID: Int32, endStream: Bool, into buffer: inout ByteBuffer)
+    {
         let count = body.readableBytes
         sendWindow -= count
         if endStream {

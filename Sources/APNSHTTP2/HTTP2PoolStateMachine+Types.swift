@@ -79,12 +79,17 @@ extension HTTP2PoolStateMachine.Configuration {
     /// The pool's part of a client's configuration.
     init(_ client: APNSHTTP2Configuration) {
         self.init(
-            maxConnections: client.maxConnections, minConnections: client.minConnections,
+            maxConnections: client.maxConnections,
+            minConnections: client.minConnections,
             maxStreamsPerConnection: client.maxStreamsPerConnection,
-            maxAttempts: client.maxAttempts, connectionRetryLimit: client.connectionRetryLimit,
-            reconnectBaseDelay: client.reconnectBaseDelay, reconnectMaxDelay: client.reconnectMaxDelay,
-            retryBaseDelay: client.retryBaseDelay, retryMaxDelay: client.retryMaxDelay,
-            server: "\(client.host):\(client.port)")
+            maxAttempts: client.maxAttempts,
+            connectionRetryLimit: client.connectionRetryLimit,
+            reconnectBaseDelay: client.reconnectBaseDelay,
+            reconnectMaxDelay: client.reconnectMaxDelay,
+            retryBaseDelay: client.retryBaseDelay,
+            retryMaxDelay: client.retryMaxDelay,
+            server: "\(client.host):\(client.port)"
+        )
         if case .token = client.authentication { providerTokens = true }
     }
 }

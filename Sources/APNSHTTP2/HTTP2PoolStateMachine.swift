@@ -250,7 +250,10 @@ struct HTTP2PoolStateMachine {
 
     /// Settles finished streams of `id` and hands the connection its next work.
     mutating func streamsFinished(
-        id: Int, results: [StreamResult], free: Bool, token: TokenOffer? = nil
+        id: Int,
+        results: [StreamResult],
+        free: Bool,
+        token: TokenOffer? = nil
     ) -> (work: Work, actions: [Action]) {
         var actions: [Action] = []
         if !results.isEmpty {
@@ -267,8 +270,12 @@ struct HTTP2PoolStateMachine {
     /// `failure` is why a connection that never got ready failed (unless its connect timed
     /// out); `cause` is why the connection handler closed an open one itself, if it did.
     mutating func connectionClosed(
-        id: Int, results: [StreamResult], wasReady: Bool, reason: String,
-        failure: APNSPoolSnapshot.ConnectFailure = .other, cause: APNSPoolSnapshot.CloseReason? = nil
+        id: Int,
+        results: [StreamResult],
+        wasReady: Bool,
+        reason: String,
+        failure: APNSPoolSnapshot.ConnectFailure = .other,
+        cause: APNSPoolSnapshot.CloseReason? = nil
     ) -> [Action] {
         var actions: [Action] = []
         let connection = connections.removeValue(forKey: id)
@@ -416,7 +423,8 @@ struct HTTP2PoolStateMachine {
         if failures.retryLimitReached {
             failAll(
                 status: .connectionFailed,
-                message: "could not connect to \(configuration.server) after \(failures.inARow) attempts: \(reason)")
+                message: "could not connect to \(configuration.server) after \(failures.inARow) attempts: \(reason)"
+            )
             failures.reset()
         } else {
             reconnectAt = configuration.clock() + .nanoseconds(Self.nanoseconds(configuration.jitter(failures.delay)))
@@ -438,12 +446,21 @@ struct HTTP2PoolStateMachine {
             if status == 429 { counters.tooManyRequests += 1 }
             if status == 200 {
                 // §3.4: apns-unique-id in the development environment only.
-                events.append(outcome: .transmitted(request.outcome(status: nil, uniqueID: headers.first(name: "apns-unique-id"))))
+                events.append(
+                    outcome: .transmitted(request.outcome(status: nil, uniqueID: headers.first(name: "apns-unique-id")))
+                )
                 return
             }
             let response = APNSHTTP2Response(
-                status: status, headers: headers.map { APNSHTTP2Header($0.name, $0.value) }, body: body)
-            let failure = APNSHTTP2Failure(status: status, reason: response.reason, timestamp: response.errorBody?.timestamp)
+                status: status,
+                headers: headers.map { APNSHTTP2Header($0.name, $0.value) },
+                body: body
+            )
+            let failure = APNSHTTP2Failure(
+                status: status,
+                reason: response.reason,
+                timestamp: response.errorBody?.timestamp
+            )
             switch response.outcome {
             case .delivered:
                 events.append(outcome: .transmitted(request.outcome(status: nil, uniqueID: response.apnsUniqueID)))
@@ -465,7 +482,11 @@ struct HTTP2PoolStateMachine {
                     outcome: .transmissionError(
                         request.outcome(
                             status: .indeterminate,
-                            message: "no answer after \(request.attempts) attempt(s); the server may have accepted it (\(reason))")))
+                            message:
+                                "no answer after \(request.attempts) attempt(s); the server may have accepted it (\(reason))"
+                        )
+                    )
+                )
             } else {
                 queue.prepend(request)
             }
@@ -473,7 +494,12 @@ struct HTTP2PoolStateMachine {
     }
 
     /// §3.4: an answer that asks for a retry, now, after a delay, or on a new connection.
-    private mutating func retry(_ request: QueuedRequest, _ failure: APNSHTTP2Failure, connection id: Int, _ actions: inout [Action]) {
+    private mutating func retry(
+        _ request: QueuedRequest,
+        _ failure: APNSHTTP2Failure,
+        connection id: Int,
+        _ actions: inout [Action]
+    ) {
         var request = request
         request.lastFailure = failure
         if failure.reason == .expiredProviderToken, configuration.providerTokens {
@@ -495,7 +521,10 @@ struct HTTP2PoolStateMachine {
             queue.prepend(request)
         } else {
             let delay = APNSReconnectBackoff.delay(
-                afterFailures: request.retries, base: configuration.retryBaseDelay, maximum: configuration.retryMaxDelay)
+                afterFailures: request.retries,
+                base: configuration.retryBaseDelay,
+                maximum: configuration.retryMaxDelay
+            )
             let due = configuration.clock() + .nanoseconds(Self.nanoseconds(delay))
             delayed.append(Delayed(due: due, request: request))
             if delayedTimerDue.map({ due < $0 }) ?? true {
@@ -505,7 +534,12 @@ struct HTTP2PoolStateMachine {
         }
     }
 
-    private mutating func report(_ request: QueuedRequest, _ failure: APNSHTTP2Failure, gaveUp: Bool = false, uniqueID: String? = nil) {
+    private mutating func report(
+        _ request: QueuedRequest,
+        _ failure: APNSHTTP2Failure,
+        gaveUp: Bool = false,
+        uniqueID: String? = nil
+    ) {
         let meaning = failure.reason?.entry?.meaning ?? APNSStatus(rawValue: failure.status).reason
         let message = gaveUp ? "\(meaning); gave up after \(request.retries) retries" : meaning
         let unregisteredAt =
@@ -514,8 +548,14 @@ struct HTTP2PoolStateMachine {
         events.append(
             outcome: .transmissionError(
                 request.outcome(
-                    status: APNSStatus(rawValue: failure.status), message: message,
-                    reason: failure.reason?.rawValue, unregisteredAt: unregisteredAt, uniqueID: uniqueID)))
+                    status: APNSStatus(rawValue: failure.status),
+                    message: message,
+                    reason: failure.reason?.rawValue,
+                    unregisteredAt: unregisteredAt,
+                    uniqueID: uniqueID
+                )
+            )
+        )
     }
 
     /// While no connection is open: fails the queued and delayed requests whose `staleAt` has
@@ -526,7 +566,10 @@ struct HTTP2PoolStateMachine {
         queue.failStale(now: now, peer: "the server", duplicateNote: Self.duplicateNote, into: &events)
         for item in delayed where item.request.isStale(at: now) {
             events.append(
-                outcome: .transmissionError(item.request.staleFailure(peer: "the server", duplicateNote: Self.duplicateNote)))
+                outcome: .transmissionError(
+                    item.request.staleFailure(peer: "the server", duplicateNote: Self.duplicateNote)
+                )
+            )
         }
         delayed.removeAll { $0.request.isStale(at: now) }
     }

@@ -33,10 +33,20 @@ package struct QueuedRequest: APNSQueuedNotification {
     var lastFailure: APNSHTTP2Failure?
 
     func outcome(
-        status: APNSStatus?, message: String? = nil, reason: String? = nil, unregisteredAt: Int64? = nil, uniqueID: String? = nil
+        status: APNSStatus?,
+        message: String? = nil,
+        reason: String? = nil,
+        unregisteredAt: Int64? = nil,
+        uniqueID: String? = nil
     ) -> APNSDeliveryOutcome {
         var outcome = APNSDeliveryOutcome(
-            tag: tag, token: token, status: status, message: message, attempts: attempts, possibleDuplicate: possibleDuplicate)
+            tag: tag,
+            token: token,
+            status: status,
+            message: message,
+            attempts: attempts,
+            possibleDuplicate: possibleDuplicate
+        )
         outcome.reason = reason
         outcome.apnsID = apnsID
         outcome.apnsUniqueID = uniqueID

@@ -72,8 +72,12 @@ public struct APNSHTTP2Request: Sendable, Hashable {
         now: Date = Date()
     ) throws(APNSError) {
         try Self.validateHeaders(
-            topic: topic, pushType: pushType, priority: notification.priority,
-            authentication: authentication, collapseID: collapseID)
+            topic: topic,
+            pushType: pushType,
+            priority: notification.priority,
+            authentication: authentication,
+            collapseID: collapseID
+        )
         try Self.validateContent(of: notification, pushType: pushType)
         let body: [UInt8]
         do {
@@ -83,9 +87,16 @@ public struct APNSHTTP2Request: Sendable, Hashable {
             throw APNSError(.invalidPayload, error.message, underlying: error)
         }
         self.init(
-            deviceToken: deviceToken, topic: topic, pushType: pushType, priority: notification.priority,
-            expiration: notification.expiry.unixSeconds(now: now), collapseID: collapseID, apnsID: apnsID,
-            authentication: authentication, body: body)
+            deviceToken: deviceToken,
+            topic: topic,
+            pushType: pushType,
+            priority: notification.priority,
+            expiration: notification.expiry.unixSeconds(now: now),
+            collapseID: collapseID,
+            apnsID: apnsID,
+            authentication: authentication,
+            body: body
+        )
     }
 
     /// Builds the request for a payload that is already serialized.
@@ -108,13 +119,19 @@ public struct APNSHTTP2Request: Sendable, Hashable {
         now: Date = Date()
     ) throws(APNSError) {
         try Self.validateHeaders(
-            topic: topic, pushType: pushType, priority: priority,
-            authentication: authentication, collapseID: collapseID)
+            topic: topic,
+            pushType: pushType,
+            priority: priority,
+            authentication: authentication,
+            collapseID: collapseID
+        )
         // §5 check 1: a non-empty JSON object within the size limit (§1.3).
         guard !payload.isEmpty else {
             throw APNSError(
-                .invalidPayload, "the payload is empty; APNs needs a JSON object such as {\"aps\":{\"alert\":\"Hello\"}}",
-                underlying: APNSPayloadError(.emptyPayload, "the payload is empty"))
+                .invalidPayload,
+                "the payload is empty; APNs needs a JSON object such as {\"aps\":{\"alert\":\"Hello\"}}",
+                underlying: APNSPayloadError(.emptyPayload, "the payload is empty")
+            )
         }
         guard payload.count <= pushType.payloadLimit else {
             let message =
@@ -122,18 +139,33 @@ public struct APNSHTTP2Request: Sendable, Hashable {
             throw APNSError(.invalidPayload, message, underlying: APNSPayloadError(.tooLarge, message))
         }
         guard case .object = try? JSONValue.parse(payload) else {
-            let message = "the payload is not a JSON object; APNs needs UTF-8 JSON such as {\"aps\":{\"alert\":\"Hello\"}}"
+            let message =
+                "the payload is not a JSON object; APNs needs UTF-8 JSON such as {\"aps\":{\"alert\":\"Hello\"}}"
             throw APNSError(.invalidPayload, message, underlying: APNSPayloadError(.invalidValue, message))
         }
         self.init(
-            deviceToken: deviceToken, topic: topic, pushType: pushType, priority: priority,
-            expiration: expiry.unixSeconds(now: now), collapseID: collapseID, apnsID: apnsID,
-            authentication: authentication, body: payload)
+            deviceToken: deviceToken,
+            topic: topic,
+            pushType: pushType,
+            priority: priority,
+            expiration: expiry.unixSeconds(now: now),
+            collapseID: collapseID,
+            apnsID: apnsID,
+            authentication: authentication,
+            body: payload
+        )
     }
 
     private init(
-        deviceToken: DeviceToken, topic: String?, pushType: APNSPushType, priority: APNSPriority,
-        expiration: UInt32, collapseID: String?, apnsID: UUID, authentication: APNSAuthentication, body: [UInt8]
+        deviceToken: DeviceToken,
+        topic: String?,
+        pushType: APNSPushType,
+        priority: APNSPriority,
+        expiration: UInt32,
+        collapseID: String?,
+        apnsID: UUID,
+        authentication: APNSAuthentication,
+        body: [UInt8]
     ) {
         self.deviceToken = deviceToken
         self.topic = topic
@@ -193,7 +225,8 @@ public struct APNSHTTP2Request: Sendable, Hashable {
         guard topic != nil else {
             throw APNSError(
                 .invalidRequest,
-                "this request has no apns-topic, which token authentication requires; build it with the app's topic")
+                "this request has no apns-topic, which token authentication requires; build it with the app's topic"
+            )
         }
         authentication = .token(token)
     }
@@ -210,7 +243,8 @@ public struct APNSHTTP2Request: Sendable, Hashable {
         guard length <= maximumCollapseIDLength else {
             throw APNSError(
                 .invalidRequest,
-                "the collapse ID is \(length) bytes, over APNs's \(maximumCollapseIDLength)-byte limit; shorten it")
+                "the collapse ID is \(length) bytes, over APNs's \(maximumCollapseIDLength)-byte limit; shorten it"
+            )
         }
         guard !collapseID.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
             throw APNSError(.invalidRequest, "the collapse ID contains a control character; use printable text")
@@ -231,15 +265,19 @@ public struct APNSHTTP2Request: Sendable, Hashable {
         guard !bad else {
             throw APNSError(
                 .invalidRequest,
-                "the topic \"\(topic)\" contains whitespace or a control character; use the app's bundle ID")
+                "the topic \"\(topic)\" contains whitespace or a control character; use the app's bundle ID"
+            )
         }
     }
 
     /// The header checks of ``init(payload:deviceToken:topic:pushType:priority:expiry:authentication:collapseID:apnsID:now:)``,
     /// for a client that builds its frames itself.
     public static func validateHeaders(
-        topic: String?, pushType: APNSPushType, priority: APNSPriority,
-        authentication: APNSAuthentication, collapseID: String?
+        topic: String?,
+        pushType: APNSPushType,
+        priority: APNSPriority,
+        authentication: APNSAuthentication,
+        collapseID: String?
     ) throws(APNSError) {
         if let topic {
             try validate(topic: topic)
@@ -249,13 +287,15 @@ public struct APNSHTTP2Request: Sendable, Hashable {
             // §5 check 5: a topic is present for token auth.
             throw APNSError(
                 .invalidRequest,
-                "the request has no apns-topic; token-authenticated requests need one, such as the app's bundle ID")
+                "the request has no apns-topic; token-authenticated requests need one, such as the app's bundle ID"
+            )
         }
         // §3.3 table: location is available with token authentication only.
         if pushType.requiresTokenAuthentication, authentication == .certificate {
             throw APNSError(
                 .invalidRequest,
-                "push type \(pushType.rawValue) works only with token authentication; configure a signing key for this app")
+                "push type \(pushType.rawValue) works only with token authentication; configure a signing key for this app"
+            )
         }
         // §3.3: background is priority 5 only.
         try pushType.validate(priority: priority)
@@ -266,10 +306,16 @@ public struct APNSHTTP2Request: Sendable, Hashable {
     public static func validateContent(of notification: APNSNotification, pushType: APNSPushType) throws(APNSError) {
         // §5: MDM payloads are {"mdm":…} and go with push type mdm.
         if pushType == .mdm && notification.mdm == nil {
-            throw APNSError(.invalidRequest, "push type mdm needs an MDM notification; set mdm to the device's PushMagic")
+            throw APNSError(
+                .invalidRequest,
+                "push type mdm needs an MDM notification; set mdm to the device's PushMagic"
+            )
         }
         if notification.mdm != nil && pushType != .mdm {
-            throw APNSError(.invalidRequest, "an MDM notification must be sent with push type mdm, not \(pushType.rawValue)")
+            throw APNSError(
+                .invalidRequest,
+                "an MDM notification must be sent with push type mdm, not \(pushType.rawValue)"
+            )
         }
         let shows = notification.alert != nil || notification.sound != nil || notification.badge != nil
         switch pushType {
@@ -278,19 +324,22 @@ public struct APNSHTTP2Request: Sendable, Hashable {
             guard notification.contentAvailable else {
                 throw APNSError(
                     .invalidRequest,
-                    "push type background needs content-available; set it, or use push type alert")
+                    "push type background needs content-available; set it, or use push type alert"
+                )
             }
             guard !shows else {
                 throw APNSError(
                     .invalidRequest,
-                    "push type background must not carry an alert, sound or badge; remove them or use push type alert")
+                    "push type background must not carry an alert, sound or badge; remove them or use push type alert"
+                )
             }
         case .alert:
             // §5: a silent push uses push type background.
             if notification.contentAvailable && !shows {
                 throw APNSError(
                     .invalidRequest,
-                    "this notification only sets content-available; send it with push type background and priority 5")
+                    "this notification only sets content-available; send it with push type background and priority 5"
+                )
             }
         default:
             break

@@ -36,7 +36,9 @@ public struct APNSProviderToken: Sendable, Hashable, CustomStringConvertible {
         } catch {
             throw APNSError(
                 .signingFailed,
-                "signing the provider token for key \(signingKey.keyID) failed in the crypto library", underlying: error)
+                "signing the provider token for key \(signingKey.keyID) failed in the crypto library",
+                underlying: error
+            )
         }
         // §4, §6.12: JOSE ES256 is the 64-byte r‖s form, not DER.
         self.jwt = signingInput + "." + Base64URL.encode(signature.rawRepresentation)

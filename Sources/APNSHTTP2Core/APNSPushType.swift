@@ -68,6 +68,7 @@ public enum APNSPushType: String, Sendable, Hashable, CaseIterable {
         guard let allowed = allowedPriorities, !allowed.contains(priority) else { return }
         throw APNSError(
             .invalidRequest,
-            "push type \(rawValue) allows only priority 5 (power-considerate), not \(priority.rawValue); send it with priority 5")
+            "push type \(rawValue) allows only priority 5 (power-considerate), not \(priority.rawValue); send it with priority 5"
+        )
     }
 }

@@ -103,188 +103,322 @@ public struct APNSReason: RawRepresentable, Sendable, Hashable, CustomStringConv
         (
             .badCollapseId,
             Entry(
-                status: 400, meaning: "the collapse ID is longer than 64 bytes", retry: .afterFixingRequest, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 400,
+                meaning: "the collapse ID is longer than 64 bytes",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .badDeviceToken,
             Entry(
-                status: 400, meaning: "the device token is malformed or belongs to the other environment", retry: .never,
-                invalidatesDeviceToken: true, replaceConnection: false)
+                status: 400,
+                meaning: "the device token is malformed or belongs to the other environment",
+                retry: .never,
+                invalidatesDeviceToken: true,
+                replaceConnection: false
+            )
         ),
         (
             .badExpirationDate,
             Entry(
-                status: 400, meaning: "the apns-expiration value is bad", retry: .afterFixingRequest, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 400,
+                meaning: "the apns-expiration value is bad",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .badMessageId,
             Entry(
-                status: 400, meaning: "the apns-id value is bad", retry: .afterFixingRequest, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 400,
+                meaning: "the apns-id value is bad",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .badPriority,
             Entry(
-                status: 400, meaning: "the apns-priority value is bad", retry: .afterFixingRequest, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 400,
+                meaning: "the apns-priority value is bad",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .badTopic,
             Entry(
-                status: 400, meaning: "the apns-topic value is bad", retry: .afterFixingRequest, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 400,
+                meaning: "the apns-topic value is bad",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .deviceTokenNotForTopic,
             Entry(
-                status: 400, meaning: "the device token belongs to another topic", retry: .never, invalidatesDeviceToken: true,
-                replaceConnection: false)
+                status: 400,
+                meaning: "the device token belongs to another topic",
+                retry: .never,
+                invalidatesDeviceToken: true,
+                replaceConnection: false
+            )
         ),
         (
             .duplicateHeaders,
             Entry(
-                status: 400, meaning: "a header was repeated", retry: .afterFixingRequest, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 400,
+                meaning: "a header was repeated",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .idleTimeout,
-            Entry(status: 400, meaning: "idle timeout", retry: .onNewConnection, invalidatesDeviceToken: false, replaceConnection: true)
+            Entry(
+                status: 400,
+                meaning: "idle timeout",
+                retry: .onNewConnection,
+                invalidatesDeviceToken: false,
+                replaceConnection: true
+            )
         ),
         (
             .invalidPushType,
             Entry(
-                status: 400, meaning: "the apns-push-type value is bad", retry: .afterFixingRequest, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 400,
+                meaning: "the apns-push-type value is bad",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .missingDeviceToken,
             Entry(
-                status: 400, meaning: "the :path has no device token", retry: .afterFixingRequest, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 400,
+                meaning: "the :path has no device token",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .missingTopic,
             Entry(
-                status: 400, meaning: "the topic is required but absent", retry: .afterFixingRequest, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 400,
+                meaning: "the topic is required but absent",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .payloadEmpty,
             Entry(
-                status: 400, meaning: "the body is empty", retry: .afterFixingRequest, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 400,
+                meaning: "the body is empty",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .topicDisallowed,
             Entry(
-                status: 400, meaning: "pushing to this topic is not allowed", retry: .afterFixingRequest, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 400,
+                meaning: "pushing to this topic is not allowed",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .badCertificate,
             Entry(
-                status: 403, meaning: "the certificate is invalid", retry: .afterFixingRequest, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 403,
+                meaning: "the certificate is invalid",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .badCertificateEnvironment,
             Entry(
-                status: 403, meaning: "the certificate is for the other environment", retry: .afterFixingRequest,
-                invalidatesDeviceToken: false, replaceConnection: false)
+                status: 403,
+                meaning: "the certificate is for the other environment",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .expiredProviderToken,
             Entry(
-                status: 403, meaning: "the provider token is older than one hour", retry: .onNewConnection, invalidatesDeviceToken: false,
-                replaceConnection: true)
+                status: 403,
+                meaning: "the provider token is older than one hour",
+                retry: .onNewConnection,
+                invalidatesDeviceToken: false,
+                replaceConnection: true
+            )
         ),
         (
             .forbidden,
-            Entry(status: 403, meaning: "the action is not allowed", retry: .never, invalidatesDeviceToken: false, replaceConnection: false)
+            Entry(
+                status: 403,
+                meaning: "the action is not allowed",
+                retry: .never,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .invalidProviderToken,
             Entry(
-                status: 403, meaning: "the provider token is invalid or its signature does not verify", retry: .afterFixingRequest,
-                invalidatesDeviceToken: false, replaceConnection: false)
+                status: 403,
+                meaning: "the provider token is invalid or its signature does not verify",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .missingProviderToken,
             Entry(
-                status: 403, meaning: "there is no certificate and no provider token", retry: .afterFixingRequest,
-                invalidatesDeviceToken: false, replaceConnection: false)
+                status: 403,
+                meaning: "there is no certificate and no provider token",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .unrelatedKeyIdInToken,
             Entry(
-                status: 403, meaning: "the key ID is unrelated to the key of this connection's first push", retry: .onNewConnection,
-                invalidatesDeviceToken: false, replaceConnection: true)
+                status: 403,
+                meaning: "the key ID is unrelated to the key of this connection's first push",
+                retry: .onNewConnection,
+                invalidatesDeviceToken: false,
+                replaceConnection: true
+            )
         ),
         (
             .badEnvironmentKeyIdInToken,
             Entry(
-                status: 403, meaning: "the key is for the other environment", retry: .afterFixingRequest, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 403,
+                meaning: "the key is for the other environment",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .badPath,
             Entry(
-                status: 404, meaning: "the :path is bad", retry: .afterFixingRequest, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 404,
+                meaning: "the :path is bad",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .methodNotAllowed,
             Entry(
-                status: 405, meaning: "the method is not POST", retry: .afterFixingRequest, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 405,
+                meaning: "the method is not POST",
+                retry: .afterFixingRequest,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .expiredToken,
             Entry(
-                status: 410, meaning: "the device token has expired", retry: .never, invalidatesDeviceToken: true, replaceConnection: false)
+                status: 410,
+                meaning: "the device token has expired",
+                retry: .never,
+                invalidatesDeviceToken: true,
+                replaceConnection: false
+            )
         ),
         (
             .unregistered,
             Entry(
-                status: 410, meaning: "the device token is no longer active for the topic", retry: .never, invalidatesDeviceToken: true,
-                replaceConnection: false)
+                status: 410,
+                meaning: "the device token is no longer active for the topic",
+                retry: .never,
+                invalidatesDeviceToken: true,
+                replaceConnection: false
+            )
         ),
         (
             .payloadTooLarge,
             Entry(
-                status: 413, meaning: "the payload is over 4096 bytes (5120 for VoIP)", retry: .never, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 413,
+                meaning: "the payload is over 4096 bytes (5120 for VoIP)",
+                retry: .never,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .tooManyProviderTokenUpdates,
             Entry(
-                status: 429, meaning: "the provider token changed more than once in 20 minutes on this connection", retry: .onNewConnection,
-                invalidatesDeviceToken: false, replaceConnection: true)
+                status: 429,
+                meaning: "the provider token changed more than once in 20 minutes on this connection",
+                retry: .onNewConnection,
+                invalidatesDeviceToken: false,
+                replaceConnection: true
+            )
         ),
         (
             .tooManyRequests,
             Entry(
-                status: 429, meaning: "too many consecutive pushes to one device token", retry: .afterDelay, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 429,
+                meaning: "too many consecutive pushes to one device token",
+                retry: .afterDelay,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .internalServerError,
             Entry(
-                status: 500, meaning: "internal server error", retry: .withBackoff, invalidatesDeviceToken: false, replaceConnection: false)
+                status: 500,
+                meaning: "internal server error",
+                retry: .withBackoff,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .serviceUnavailable,
             Entry(
-                status: 503, meaning: "the service is unavailable", retry: .withBackoff, invalidatesDeviceToken: false,
-                replaceConnection: false)
+                status: 503,
+                meaning: "the service is unavailable",
+                retry: .withBackoff,
+                invalidatesDeviceToken: false,
+                replaceConnection: false
+            )
         ),
         (
             .shutdown,
             Entry(
-                status: 503, meaning: "the server is shutting down", retry: .withBackoff, invalidatesDeviceToken: false,
-                replaceConnection: true)
+                status: 503,
+                meaning: "the server is shutting down",
+                retry: .withBackoff,
+                invalidatesDeviceToken: false,
+                replaceConnection: true
+            )
         ),
     ]
 }

@@ -39,7 +39,8 @@ public struct APNSSigningKey: Sendable {
             guard let data = FileManager.default.contents(atPath: path) else {
                 throw APNSError(
                     .invalidCredentials,
-                    "cannot read the signing key file \(path): it does not exist or is not readable")
+                    "cannot read the signing key file \(path): it does not exist or is not readable"
+                )
             }
             try self.init(keyID: keyID, pemBytes: Array(data), label: path)
         case .data(let bytes, let label):
@@ -56,7 +57,8 @@ public struct APNSSigningKey: Sendable {
         guard let text = String(validating: pemBytes, as: UTF8.self) else {
             throw APNSError(
                 .invalidCredentials,
-                "the signing key \(label) is not text; expected the PEM contents of an AuthKey_<KEYID>.p8 file")
+                "the signing key \(label) is not text; expected the PEM contents of an AuthKey_<KEYID>.p8 file"
+            )
         }
         try self.init(keyID: keyID, pem: text, label: label)
     }
@@ -67,7 +69,8 @@ public struct APNSSigningKey: Sendable {
         guard !text.isEmpty else {
             throw APNSError(
                 .invalidCredentials,
-                "the signing key \(label) is empty; expected the PEM contents of an AuthKey_<KEYID>.p8 file")
+                "the signing key \(label) is empty; expected the PEM contents of an AuthKey_<KEYID>.p8 file"
+            )
         }
         guard text.contains("-----BEGIN ") else {
             throw APNSError(
@@ -78,7 +81,8 @@ public struct APNSSigningKey: Sendable {
         if text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") {
             throw APNSError(
                 .invalidCredentials,
-                "the signing key \(label) is encrypted; APNs .p8 keys are stored without a passphrase, so use the file as downloaded")
+                "the signing key \(label) is encrypted; APNs .p8 keys are stored without a passphrase, so use the file as downloaded"
+            )
         }
         do {
             self.privateKey = try P256.Signing.PrivateKey(pemRepresentation: text)
@@ -88,17 +92,20 @@ public struct APNSSigningKey: Sendable {
             if (try? P384.Signing.PrivateKey(pemRepresentation: text)) != nil {
                 throw APNSError(
                     .invalidCredentials,
-                    "the signing key \(label) is a P-384 key; APNs provider tokens use ES256, which needs a P-256 key")
+                    "the signing key \(label) is a P-384 key; APNs provider tokens use ES256, which needs a P-256 key"
+                )
             }
             if (try? P521.Signing.PrivateKey(pemRepresentation: text)) != nil {
                 throw APNSError(
                     .invalidCredentials,
-                    "the signing key \(label) is a P-521 key; APNs provider tokens use ES256, which needs a P-256 key")
+                    "the signing key \(label) is a P-521 key; APNs provider tokens use ES256, which needs a P-256 key"
+                )
             }
             throw APNSError(
                 .invalidCredentials,
                 "the signing key \(label) is not a PKCS#8 P-256 private key; use the AuthKey_<KEYID>.p8 file from the developer account",
-                underlying: error)
+                underlying: error
+            )
         }
     }
 }

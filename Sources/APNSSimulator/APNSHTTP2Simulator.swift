@@ -258,8 +258,11 @@ public final class APNSHTTP2Simulator: Sendable {
             State(
                 lists: Lists(
                     badTokens: configuration.badTokens,
-                    unregistered: configuration.unregistered.mapValues(Self.milliseconds)),
-                maxConcurrentStreams: configuration.maxConcurrentStreams))
+                    unregistered: configuration.unregistered.mapValues(Self.milliseconds)
+                ),
+                maxConcurrentStreams: configuration.maxConcurrentStreams
+            )
+        )
     }
 
     /// Starts the server and returns once it listens.
@@ -269,7 +272,10 @@ public final class APNSHTTP2Simulator: Sendable {
         logger: Logger = Logger(label: "apns.simulator.http2")
     ) async throws -> APNSHTTP2Simulator {
         guard configuration.maxConcurrentStreams >= 1 else {
-            throw APNSError(.invalidConfiguration, "maxConcurrentStreams must be at least 1, not \(configuration.maxConcurrentStreams)")
+            throw APNSError(
+                .invalidConfiguration,
+                "maxConcurrentStreams must be at least 1, not \(configuration.maxConcurrentStreams)"
+            )
         }
         if let n = configuration.goAwayEvery, n < 1 {
             throw APNSError(.invalidConfiguration, "goAwayEvery must be at least 1, not \(n)")
@@ -280,9 +286,13 @@ public final class APNSHTTP2Simulator: Sendable {
         // §3.1: HTTP/2 over TLS 1.2 or later, negotiated with ALPN. A client certificate is
         // asked for but optional: connections without one use tokens.
         let sslContext = try SimulatorListener.tlsContext(
-            certificateChainPEM: configuration.certificateChainPEM, privateKeyPEM: configuration.privateKeyPEM,
-            clientCAPEM: configuration.clientCAPEM, clientVerification: .optionalVerification,
-            minimumTLSVersion: .tlsv12, applicationProtocols: ["h2"])
+            certificateChainPEM: configuration.certificateChainPEM,
+            privateKeyPEM: configuration.privateKeyPEM,
+            clientCAPEM: configuration.clientCAPEM,
+            clientVerification: .optionalVerification,
+            minimumTLSVersion: .tlsv12,
+            applicationProtocols: ["h2"]
+        )
         let recordFile = try configuration.recordPath.map(RecordFile.open)
 
         // The handlers need the simulator, which needs the bound port: bind with a box that is
@@ -490,7 +500,9 @@ extension APNSHTTP2Simulator {
                 } catch {
                     throw APNSError(
                         .invalidCredentials,
-                        "the key for \(keyID) is neither a .p8 private key nor a P-256 public key in PEM form", underlying: error)
+                        "the key for \(keyID) is neither a .p8 private key nor a P-256 public key in PEM form",
+                        underlying: error
+                    )
                 }
             }
         }
@@ -502,13 +514,15 @@ extension APNSHTTP2Simulator {
         let valid =
             value.utf8.count == 10
             && value.utf8.allSatisfy { byte in
-                (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+                (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+                    || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
                     || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
             }
         guard valid else {
             throw APNSError(
                 .invalidCredentials,
-                "the \(what) \"\(value.prefix(20))\" is not valid; it must be 10 letters and digits, such as ABCDE12345")
+                "the \(what) \"\(value.prefix(20))\" is not valid; it must be 10 letters and digits, such as ABCDE12345"
+            )
         }
     }
 }

@@ -64,13 +64,18 @@ public struct APNSJWTVerifier: Sendable {
     /// Verifies the value of an `authorization` header (`nil` when the header is absent).
     ///
     /// `topic` is the request's `apns-topic`; it is checked against topic-specific keys only.
-    public func verify(authorization: String?, topic: String? = nil, now: Date) -> Result<APNSVerifiedToken, APNSJWTRejection> {
+    public func verify(
+        authorization: String?,
+        topic: String? = nil,
+        now: Date
+    ) -> Result<APNSVerifiedToken, APNSJWTRejection> {
         Result { () throws(APNSJWTRejection) -> APNSVerifiedToken in
             try check(authorization: authorization, topic: topic, now: now)
         }
     }
 
-    private func check(authorization: String?, topic: String?, now: Date) throws(APNSJWTRejection) -> APNSVerifiedToken {
+    private func check(authorization: String?, topic: String?, now: Date) throws(APNSJWTRejection) -> APNSVerifiedToken
+    {
         // §3.4 MissingProviderToken: no certificate and no or empty authorization.
         guard let authorization, !authorization.allSatisfy(\.isWhitespace) else {
             throw .init(.missingProviderToken, "the request has no authorization header")
@@ -87,7 +92,10 @@ public struct APNSJWTVerifier: Sendable {
 
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3 else {
-            throw .init(.invalidProviderToken, "the bearer token has \(parts.count) dot-separated parts; a signed JWT has 3")
+            throw .init(
+                .invalidProviderToken,
+                "the bearer token has \(parts.count) dot-separated parts; a signed JWT has 3"
+            )
         }
         guard let headerBytes = Base64URL.decode(parts[0]), let claimsBytes = Base64URL.decode(parts[1]),
             let signatureBytes = Base64URL.decode(parts[2])
@@ -157,11 +165,19 @@ public struct APNSJWTVerifier: Sendable {
         }
         // §4: iat must be within the last hour.
         guard age <= APNSTokenTiming.seconds(maximumAge) else {
-            throw .init(.expiredProviderToken, "the JWT iat \(issuedAt) is more than \(APNSTokenTiming.describe(maximumAge)) old")
+            throw .init(
+                .expiredProviderToken,
+                "the JWT iat \(issuedAt) is more than \(APNSTokenTiming.describe(maximumAge)) old"
+            )
         }
         return APNSVerifiedToken(
-            jwt: jwt, keyID: keyID, teamID: issuer, issuedAt: issuedAt,
-            isTopicSpecific: key.topics != nil, signatureEncoding: encoding)
+            jwt: jwt,
+            keyID: keyID,
+            teamID: issuer,
+            issuedAt: issuedAt,
+            isTopicSpecific: key.topics != nil,
+            signatureEncoding: encoding
+        )
     }
 }
 
@@ -183,7 +199,14 @@ public struct APNSVerifiedToken: Sendable, Hashable {
     public var isTopicSpecific: Bool
     public var signatureEncoding: SignatureEncoding
 
-    public init(jwt: String, keyID: String, teamID: String, issuedAt: Int64, isTopicSpecific: Bool, signatureEncoding: SignatureEncoding) {
+    public init(
+        jwt: String,
+        keyID: String,
+        teamID: String,
+        issuedAt: Int64,
+        isTopicSpecific: Bool,
+        signatureEncoding: SignatureEncoding
+    ) {
         self.jwt = jwt
         self.keyID = keyID
         self.teamID = teamID
@@ -245,13 +268,16 @@ public struct APNSConnectionTokenTracker: Sendable, Hashable {
     /// Applies the connection rules to the verifier's answer for one request and returns the
     /// final answer.
     public mutating func admit(
-        _ verification: Result<APNSVerifiedToken, APNSJWTRejection>, now: Date
+        _ verification: Result<APNSVerifiedToken, APNSJWTRejection>,
+        now: Date
     ) -> Result<APNSVerifiedToken, APNSJWTRejection> {
         if answeredExpired && expiredTokenSticks {
             return .failure(
                 .init(
                     .expiredProviderToken,
-                    "this connection answered ExpiredProviderToken before and keeps doing so; open a new connection"))
+                    "this connection answered ExpiredProviderToken before and keeps doing so; open a new connection"
+                )
+            )
         }
         let token: APNSVerifiedToken
         switch verification {
@@ -273,14 +299,18 @@ public struct APNSConnectionTokenTracker: Sendable, Hashable {
             return .failure(
                 .init(
                     .invalidProviderToken,
-                    "this connection is bound to team \(teamID); a token of team \(token.teamID) needs a new connection"))
+                    "this connection is bound to team \(teamID); a token of team \(token.teamID) needs a new connection"
+                )
+            )
         }
         // §3.4 UnrelatedKeyIdInToken.
         if token.keyID != current.keyID && (token.isTopicSpecific || current.isTopicSpecific) {
             return .failure(
                 .init(
                     .unrelatedKeyIdInToken,
-                    "key \(token.keyID) is unrelated to key \(current.keyID) of this connection's first push; open a new connection"))
+                    "key \(token.keyID) is unrelated to key \(current.keyID) of this connection's first push; open a new connection"
+                )
+            )
         }
         // §4: at most one token change per 20 minutes on one connection.
         let elapsed = now.timeIntervalSince(changedAt)
@@ -288,7 +318,9 @@ public struct APNSConnectionTokenTracker: Sendable, Hashable {
             return .failure(
                 .init(
                     .tooManyProviderTokenUpdates,
-                    "the provider token changed \(Int(elapsed)) seconds after the previous change; wait at least 20 minutes"))
+                    "the provider token changed \(Int(elapsed)) seconds after the previous change; wait at least 20 minutes"
+                )
+            )
         }
         self.current = token
         self.changedAt = now

@@ -123,8 +123,11 @@ public final class APNSSimulator: Sendable {
         logger: Logger = Logger(label: "apns.simulator")
     ) async throws -> APNSSimulator {
         let sslContext = try SimulatorListener.tlsContext(
-            certificateChainPEM: configuration.certificateChainPEM, privateKeyPEM: configuration.privateKeyPEM,
-            clientCAPEM: configuration.clientCAPEM, clientVerification: .noHostnameVerification)
+            certificateChainPEM: configuration.certificateChainPEM,
+            privateKeyPEM: configuration.privateKeyPEM,
+            clientCAPEM: configuration.clientCAPEM,
+            clientVerification: .noHostnameVerification
+        )
         let recordFile = try configuration.recordPath.map(RecordFile.open)
         let state = State(feedback: configuration.feedback, badTokens: configuration.badTokens)
 
@@ -356,7 +359,12 @@ private final class GatewayHandler: ChannelInboundHandler {
         case .notification(let frame):
             if let status = simulator.validate(frame, badTokens: badTokens) {
                 // Command 0 has no identifier: a bad one just drops the connection (§1.2, §1.5.5).
-                fail(context: context, status: status, identifier: frame.identifier ?? 0, sendPacket: frame.command != .simple)
+                fail(
+                    context: context,
+                    status: status,
+                    identifier: frame.identifier ?? 0,
+                    sendPacket: frame.command != .simple
+                )
                 return
             }
             let token = try! DeviceToken(bytes: frame.token!)
@@ -374,7 +382,12 @@ private final class GatewayHandler: ChannelInboundHandler {
             if let n = config.shutdownEvery, acceptedOnConnection % n == 0 {
                 // §1.5.3: status 10 names the last notification processed successfully.
                 simulator.count { $0.shutdowns += 1 }
-                fail(context: context, status: .shutdown, identifier: frame.identifier ?? 0, sendPacket: frame.command != .simple)
+                fail(
+                    context: context,
+                    status: .shutdown,
+                    identifier: frame.identifier ?? 0,
+                    sendPacket: frame.command != .simple
+                )
             } else if let n = config.dropEvery, acceptedOnConnection % n == 0 {
                 simulator.count { $0.silentDrops += 1 }
                 fail(context: context, status: .shutdown, identifier: 0, sendPacket: false)

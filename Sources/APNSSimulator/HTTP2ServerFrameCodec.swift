@@ -63,8 +63,14 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
         self.frameDelegate = frameDelegate
         let table = settings.last { $0.parameter == .headerTableSize }?.value ?? HPACKDecoder.maxDynamicTableSize
         let list = settings.last { $0.parameter == .maxHeaderListSize }?.value ?? 16 << 10
-        initialStreamReceiveWindow = settings.last { $0.parameter == .initialWindowSize }?.value ?? HTTP2Protocol.defaultWindow
-        reader = HTTP2FrameReader(peer: "client", expectsPreface: true, maxDynamicTableSize: table, maxHeaderListSize: list)
+        initialStreamReceiveWindow =
+            settings.last { $0.parameter == .initialWindowSize }?.value ?? HTTP2Protocol.defaultWindow
+        reader = HTTP2FrameReader(
+            peer: "client",
+            expectsPreface: true,
+            maxDynamicTableSize: table,
+            maxHeaderListSize: list
+        )
     }
 
     // MARK: Connection start
@@ -84,7 +90,11 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
     private func start(context: ChannelHandlerContext) {
         guard !started else { return }
         started = true
-        write(context: context, data: NIOAny(HTTP2Frame(streamID: .rootStream, payload: .settings(.settings(settings)))), promise: nil)
+        write(
+            context: context,
+            data: NIOAny(HTTP2Frame(streamID: .rootStream, payload: .settings(.settings(settings)))),
+            promise: nil
+        )
         flushPending(context: context)
     }
 
@@ -117,7 +127,11 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
         let goAway = HTTP2Frame(
             streamID: .rootStream,
             payload: .goAway(
-                lastStreamID: HTTP2StreamID(lastClientStream), errorCode: error.code, opaqueData: nil))
+                lastStreamID: HTTP2StreamID(lastClientStream),
+                errorCode: error.code,
+                opaqueData: nil
+            )
+        )
         write(context: context, data: NIOAny(goAway), promise: nil)
         flushPending(context: context)
         context.fireErrorCaught(error)
@@ -126,15 +140,29 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
     private func handle(_ frame: HTTP2InboundFrame, context: ChannelHandlerContext) throws(HTTP2ProtocolError) {
         switch frame {
         case .data(let streamID, let body, let flowControlled, let endStream):
-            try receivedData(body, flowControlled: flowControlled, streamID: streamID, endStream: endStream, context: context)
+            try receivedData(
+                body,
+                flowControlled: flowControlled,
+                streamID: streamID,
+                endStream: endStream,
+                context: context
+            )
         case .headers(let streamID, let headers, let endStream):
             guard try admit(streamID, context: context) else { return }
-            fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .headers(.init(headers: headers, endStream: endStream))))
+            fire(
+                context,
+                HTTP2Frame(
+                    streamID: HTTP2StreamID(streamID),
+                    payload: .headers(.init(headers: headers, endStream: endStream))
+                )
+            )
         case .rstStream(let streamID, let code):
             writer.streamReset(streamID)
             // What NIOHTTP2Handler reports for a stream the client reset.
             if clientStreams.removeValue(forKey: streamID) != nil {
-                context.fireUserInboundEventTriggered(StreamClosedEvent(streamID: HTTP2StreamID(streamID), reason: code))
+                context.fireUserInboundEventTriggered(
+                    StreamClosedEvent(streamID: HTTP2StreamID(streamID), reason: code)
+                )
             }
         case .settingsAcknowledged:
             // "The values in the SETTINGS frame MUST be processed in the order they appear"
@@ -155,7 +183,10 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
         // identifier of a newly established stream MUST be numerically greater than all
         // streams that the initiating endpoint has opened" (RFC 9113 §5.1.1).
         guard streamID % 2 == 1, streamID > lastClientStream else {
-            throw HTTP2ProtocolError(code: .protocolError, description: "HEADERS on stream \(streamID), which is not a new client stream")
+            throw HTTP2ProtocolError(
+                code: .protocolError,
+                description: "HEADERS on stream \(streamID), which is not a new client stream"
+            )
         }
         lastClientStream = streamID
         if let last = goAwaySent, streamID > last {
@@ -179,20 +210,28 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
     /// DATA from the client: both receive windows are enforced (RFC 9113 §6.9.1) and the handler
     /// above is told when one is half used, as NIOHTTP2Handler tells it, to give bytes back.
     private func receivedData(
-        _ body: ByteBuffer, flowControlled: Int, streamID: Int32, endStream: Bool,
+        _ body: ByteBuffer,
+        flowControlled: Int,
+        streamID: Int32,
+        endStream: Bool,
         context: ChannelHandlerContext
     ) throws(HTTP2ProtocolError) {
         // "A receiver MAY respond with a stream error or connection error of type
         // FLOW_CONTROL_ERROR if it is unable to accept a frame" (RFC 9113 §6.9).
         connectionReceiveWindow -= flowControlled
         guard connectionReceiveWindow >= 0 else {
-            throw HTTP2ProtocolError(code: .flowControlError, description: "the client sent more than the connection window allows")
+            throw HTTP2ProtocolError(
+                code: .flowControlError,
+                description: "the client sent more than the connection window allows"
+            )
         }
         if var stream = clientStreams[streamID] {
             stream.receiveWindow -= flowControlled
             guard stream.receiveWindow >= 0 else {
                 throw HTTP2ProtocolError(
-                    code: .flowControlError, description: "the client sent more than stream \(streamID)'s window allows")
+                    code: .flowControlError,
+                    description: "the client sent more than stream \(streamID)'s window allows"
+                )
             }
             clientStreams[streamID] = stream
             let payload = HTTP2Frame.FramePayload.Data(data: .byteBuffer(body), endStream: endStream)
@@ -200,18 +239,29 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
             if !endStream && flowControlled > 0 && stream.receiveWindow <= initialStreamReceiveWindow / 2 {
                 context.fireUserInboundEventTriggered(
                     NIOHTTP2WindowUpdatedEvent(
-                        streamID: HTTP2StreamID(streamID), inboundWindowSize: stream.receiveWindow, outboundWindowSize: nil))
+                        streamID: HTTP2StreamID(streamID),
+                        inboundWindowSize: stream.receiveWindow,
+                        outboundWindowSize: nil
+                    )
+                )
             }
         } else if streamID > lastClientStream {
             // "Receiving any frame other than HEADERS or PRIORITY on a stream in this state
             // [idle] MUST be treated as a connection error of type PROTOCOL_ERROR" (RFC 9113 §5.1).
-            throw HTTP2ProtocolError(code: .protocolError, description: "DATA on stream \(streamID), which was never opened")
+            throw HTTP2ProtocolError(
+                code: .protocolError,
+                description: "DATA on stream \(streamID), which was never opened"
+            )
         }
         // DATA of a stream closed or refused counts for the connection window only.
         if flowControlled > 0 && connectionReceiveWindow <= connectionReceiveTarget / 2 {
             context.fireUserInboundEventTriggered(
                 NIOHTTP2WindowUpdatedEvent(
-                    streamID: .rootStream, inboundWindowSize: connectionReceiveWindow, outboundWindowSize: nil))
+                    streamID: .rootStream,
+                    inboundWindowSize: connectionReceiveWindow,
+                    outboundWindowSize: nil
+                )
+            )
         }
     }
 

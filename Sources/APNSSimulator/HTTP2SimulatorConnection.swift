@@ -88,7 +88,8 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
         if case .certificate = authentication { authenticated = true } else { authenticated = false }
         self.lists = APNSHTTP2Simulator.Lists(badTokens: [], unregistered: [:])
         self.idPrefix = UInt64.random(in: 0...UInt64.max)
-        let (seconds, attoseconds) = (simulator.configuration.verifier?.maximumAge ?? APNSTokenTiming.maximumAge).components
+        let (seconds, attoseconds) = (simulator.configuration.verifier?.maximumAge ?? APNSTokenTiming.maximumAge)
+            .components
         self.maximumTokenAge = TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
     }
 
@@ -97,7 +98,8 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
     func register() -> Int {
         listsVersion = simulator.listsVersion.load(ordering: .acquiring)
         let registration = simulator.register(
-            .init(channel: channel, handler: NIOLoopBound(self, eventLoop: channel.eventLoop)))
+            .init(channel: channel, handler: NIOLoopBound(self, eventLoop: channel.eventLoop))
+        )
         connection = registration.connection
         lists = registration.lists
         targetLimit = registration.limit
@@ -113,7 +115,8 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
         let increment = Self.connectionWindow - 65535
         context.writeAndFlush(
             wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: increment))),
-            promise: nil)
+            promise: nil
+        )
         if let timeout = configuration.idleTimeout {
             scheduleIdleCheck(in: Self.timeAmount(timeout))
         }
@@ -218,8 +221,11 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
         guard window <= target / 2 else { return }
         let increment = min(target - window, Int(Int32.max))
         context.write(
-            wrapOutboundOut(HTTP2Frame(streamID: event.streamID, payload: .windowUpdate(windowSizeIncrement: increment))),
-            promise: nil)
+            wrapOutboundOut(
+                HTTP2Frame(streamID: event.streamID, payload: .windowUpdate(windowSizeIncrement: increment))
+            ),
+            promise: nil
+        )
         needsFlush = true
     }
 
@@ -249,7 +255,10 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
             headers.add(name: "apns-id", value: apnsID, indexing: .nonIndexable)
             addUniqueID(to: &headers)
             // §3.4: success is 200 with an empty body and END_STREAM on HEADERS.
-            answer([HTTP2Frame(streamID: id, payload: .headers(.init(headers: headers, endStream: true)))], context: context)
+            answer(
+                [HTTP2Frame(streamID: id, payload: .headers(.init(headers: headers, endStream: true)))],
+                context: context
+            )
             if let n = configuration.goAwayEvery, acceptedOnConnection % n == 0 {
                 goAway(debugData: rotatingDebugData())
             }
@@ -282,7 +291,9 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
                 [
                     HTTP2Frame(streamID: id, payload: .headers(.init(headers: headers, endStream: false))),
                     HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(body), endStream: true))),
-                ], context: context)
+                ],
+                context: context
+            )
         }
     }
 
@@ -348,7 +359,9 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
                 priority: checked.priority,
                 expiration: head.expiration.flatMap { Int($0) },
                 payloadLength: stream.bodyLength,
-                authorization: authorization))
+                authorization: authorization
+            )
+        )
     }
 
     private func reject(_ reason: APNSReason, status: Int? = nil) -> Verdict {
@@ -499,8 +512,12 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
         context.write(
             wrapOutboundOut(
                 HTTP2Frame(
-                    streamID: .rootStream, payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: limit)])))),
-            promise: nil)
+                    streamID: .rootStream,
+                    payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: limit)]))
+                )
+            ),
+            promise: nil
+        )
         needsFlush = true
     }
 
@@ -528,8 +545,14 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
             opaque = context.channel.allocator.buffer(string: text)
         }
         write(
-            [HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: highestStreamID, errorCode: .noError, opaqueData: opaque))],
-            context: context)
+            [
+                HTTP2Frame(
+                    streamID: .rootStream,
+                    payload: .goAway(lastStreamID: highestStreamID, errorCode: .noError, opaqueData: opaque)
+                )
+            ],
+            context: context
+        )
         flushNow(context: context)
         // A client that never finishes its last requests does not keep the connection forever.
         let channel = context.channel

@@ -123,7 +123,9 @@ struct HTTP2SimulatorRequestHead {
         if let apnsID, !Self.isUUID(apnsID) { return .reject(.badMessageId) }
         // §3.3: apns-priority is 10, 5 or 1; §5 check 4: background allows 5 only.
         if let priority {
-            guard let value = Int(priority), let known = APNSPriority(rawValue: value) else { return .reject(.badPriority) }
+            guard let value = Int(priority), let known = APNSPriority(rawValue: value) else {
+                return .reject(.badPriority)
+            }
             if let allowed = type.allowedPriorities, !allowed.contains(known) { return .reject(.badPriority) }
             checked.priority = value
         }

@@ -44,8 +44,15 @@ final class HTTP2SimulatorSetupHandler: ChannelInboundHandler {
         do {
             let sync = context.pipeline.syncOperations
             let certificate = try sync.handler(type: NIOSSLServerHandler.self).peerCertificate
-            let authentication = Self.authentication(certificate: certificate, environment: simulator.configuration.environment)
-            let handler = HTTP2SimulatorConnectionHandler(simulator: simulator, authentication: authentication, channel: context.channel)
+            let authentication = Self.authentication(
+                certificate: certificate,
+                environment: simulator.configuration.environment
+            )
+            let handler = HTTP2SimulatorConnectionHandler(
+                simulator: simulator,
+                authentication: authentication,
+                channel: context.channel
+            )
             let limit = handler.register()
             var connection = NIOHTTP2Handler.ConnectionConfiguration()
             // §6.8: the SETTINGS APNs was seen sending; MAX_CONCURRENT_STREAMS is 1 on a token
@@ -69,12 +76,18 @@ final class HTTP2SimulatorSetupHandler: ChannelInboundHandler {
             stream.streamErrorRateLimit.maximumCount = 1 << 30
             switch simulator.configuration.framing {
             case .native:
-                try sync.addHandler(HTTP2ServerFrameCodec(settings: connection.initialSettings, frameDelegate: handler.goAwayWatcher))
+                try sync.addHandler(
+                    HTTP2ServerFrameCodec(settings: connection.initialSettings, frameDelegate: handler.goAwayWatcher)
+                )
             case .nioHTTP2:
                 try sync.addHandler(
                     NIOHTTP2Handler(
-                        mode: .server, frameDelegate: handler.goAwayWatcher,
-                        connectionConfiguration: connection, streamConfiguration: stream))
+                        mode: .server,
+                        frameDelegate: handler.goAwayWatcher,
+                        connectionConfiguration: connection,
+                        streamConfiguration: stream
+                    )
+                )
             }
             try sync.addHandler(handler)
             self.connection = handler
@@ -98,7 +111,10 @@ final class HTTP2SimulatorSetupHandler: ChannelInboundHandler {
     }
 
     /// §3.2, §3.4: a certificate must carry Apple's extension for the simulator's environment.
-    static func authentication(certificate: NIOSSLCertificate?, environment: APNSEnvironment) -> HTTP2SimulatorAuthentication {
+    static func authentication(
+        certificate: NIOSSLCertificate?,
+        environment: APNSEnvironment
+    ) -> HTTP2SimulatorAuthentication {
         guard let certificate else { return .token }
         guard let der = try? certificate.toDERBytes(), let parsed = try? Certificate(derEncoded: der) else {
             return .certificate(refusal: .badCertificate)

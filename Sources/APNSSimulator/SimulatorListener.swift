@@ -18,7 +18,9 @@ enum SimulatorListener {
         applicationProtocols: [String] = []
     ) throws -> NIOSSLContext {
         var tls = TLSConfiguration.makeServerConfiguration(
-            certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(certificateChainPEM.utf8)).map { .certificate($0) },
+            certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(certificateChainPEM.utf8)).map {
+                .certificate($0)
+            },
             privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(privateKeyPEM.utf8), format: .pem))
         )
         if let minimumTLSVersion { tls.minimumTLSVersion = minimumTLSVersion }

@@ -42,7 +42,11 @@ public struct TestCertificates: Sendable {
             },
             issuerPrivateKey: .init(caKey)
         )
-        ca = Pair(certificatePEM: try caCert.serializeAsPEM().pemString, keyPEM: caKey.pemRepresentation, certificate: caCert)
+        ca = Pair(
+            certificatePEM: try caCert.serializeAsPEM().pemString,
+            keyPEM: caKey.pemRepresentation,
+            certificate: caCert
+        )
 
         let serverKey = P256.Signing.PrivateKey()
         let serverCert = try Certificate(
@@ -52,19 +56,25 @@ public struct TestCertificates: Sendable {
             notValidBefore: now - 3600,
             notValidAfter: now + 365 * 86400,
             issuer: caName,
-            subject: try DistinguishedName { CommonName(serverLoopbackIP ? "127.0.0.1" : serverDNSNames.first ?? "server") },
+            subject: try DistinguishedName {
+                CommonName(serverLoopbackIP ? "127.0.0.1" : serverDNSNames.first ?? "server")
+            },
             signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.notCertificateAuthority)
                 try ExtendedKeyUsage([.serverAuth])
                 SubjectAlternativeNames(
                     (serverLoopbackIP ? [.ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1]))] : [])
-                        + serverDNSNames.map { .dnsName($0) })
+                        + serverDNSNames.map { .dnsName($0) }
+                )
             },
             issuerPrivateKey: .init(caKey)
         )
         server = Pair(
-            certificatePEM: try serverCert.serializeAsPEM().pemString, keyPEM: serverKey.pemRepresentation, certificate: serverCert)
+            certificatePEM: try serverCert.serializeAsPEM().pemString,
+            keyPEM: serverKey.pemRepresentation,
+            certificate: serverCert
+        )
         client = Pair(certificatePEM: "", keyPEM: "", certificate: serverCert)
         client = try makeClient(now: now)
     }
@@ -89,7 +99,9 @@ public struct TestCertificates: Sendable {
         }
         for env in APNSEnvironment.allCases.sorted(by: { $0.rawValue > $1.rawValue }) where environments.contains(env) {
             // Apple's push certificates carry these extensions with a DER NULL value.
-            try extensions.append(Certificate.Extension(oid: env.certificateExtensionOID, critical: false, value: [0x05, 0x00]))
+            try extensions.append(
+                Certificate.Extension(oid: env.certificateExtensionOID, critical: false, value: [0x05, 0x00])
+            )
         }
         let cert = try Certificate(
             version: .v3,
@@ -106,7 +118,11 @@ public struct TestCertificates: Sendable {
             extensions: extensions,
             issuerPrivateKey: .init(caKey)
         )
-        return Pair(certificatePEM: try cert.serializeAsPEM().pemString, keyPEM: key.pemRepresentation, certificate: cert)
+        return Pair(
+            certificatePEM: try cert.serializeAsPEM().pemString,
+            keyPEM: key.pemRepresentation,
+            certificate: cert
+        )
     }
 
     /// A PEM private key that belongs to no certificate here.

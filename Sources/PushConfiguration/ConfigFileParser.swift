@@ -27,7 +27,8 @@ enum ConfigFileParser {
         if text.utf8.count > ConfigLimits.maxFileBytes {
             throw ConfigurationError(
                 "config file \(path) is larger than \(ConfigLimits.maxFileBytes / 1024 / 1024) MiB; "
-                    + "check that it is the right file.")
+                    + "check that it is the right file."
+            )
         }
         switch syntax(forPath: path) {
         case .yaml:
@@ -90,7 +91,8 @@ enum ConfigFileParser {
         if let line = lineExceedingFlowDepth(text) {
             throw ConfigurationError(
                 "config file \(path): line \(line): lists and mappings are nested more than "
-                    + "\(ConfigLimits.maxDepth) levels deep.")
+                    + "\(ConfigLimits.maxDepth) levels deep."
+            )
         }
         let root: Node?
         do {
@@ -260,7 +262,9 @@ private struct YAMLConverter {
     }
 
     private mutating func entries(
-        of mapping: Node.Mapping, keyPath: [String], depth: Int
+        of mapping: Node.Mapping,
+        keyPath: [String],
+        depth: Int
     ) throws(ConfigurationError) -> [ConfigEntry] {
         var explicit: [ConfigEntry] = []
         var explicitKeys: Set<String> = []
@@ -279,7 +283,10 @@ private struct YAMLConverter {
                 case .scalar: sources = []
                 }
                 if sources.isEmpty || sources.contains(where: { $0.mapping == nil }) {
-                    throw fail(valueNode, "a merge key (<<) in \(Self.dotted(keyPath)) must refer to a mapping or a list of mappings")
+                    throw fail(
+                        valueNode,
+                        "a merge key (<<) in \(Self.dotted(keyPath)) must refer to a mapping or a list of mappings"
+                    )
                 }
                 var mergedKeys = Set(merged.map(\.key))
                 for source in sources {

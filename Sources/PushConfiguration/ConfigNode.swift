@@ -34,7 +34,9 @@ extension ConfigNode {
         case .string(let text): self = .scalar(ConfigScalar(text: text, kind: .string))
         case .array(let items): self = .list(items.map(ConfigNode.init))
         case .object(let members):
-            self = .map(members.sorted { $0.key < $1.key }.map { ConfigEntry(key: $0.key, value: ConfigNode($0.value)) })
+            self = .map(
+                members.sorted { $0.key < $1.key }.map { ConfigEntry(key: $0.key, value: ConfigNode($0.value)) }
+            )
         }
     }
 }

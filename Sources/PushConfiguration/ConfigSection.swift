@@ -17,7 +17,8 @@ struct ConfigSection {
         case let other?:
             throw ConfigurationError(
                 "config file \(filePath): the top level must be a mapping of settings "
-                    + "(worker, kafka, redis, limits, apps), not \(other.shown).")
+                    + "(worker, kafka, redis, limits, apps), not \(other.shown)."
+            )
         }
     }
 
@@ -74,13 +75,19 @@ struct ConfigSection {
 
     /// Sets `target` to the whole number of `unit`s that `key` holds, if it is set, checked
     /// against `rule`.
-    func read(_ key: String, _ rule: IntegerRule, _ unit: Duration, into target: inout Duration) throws(ConfigurationError) {
+    func read(
+        _ key: String,
+        _ rule: IntegerRule,
+        _ unit: Duration,
+        into target: inout Duration
+    ) throws(ConfigurationError) {
         if let value = value(key) { target = unit * (try SettingParsing.integer(value, rule)) }
     }
 
     /// Sets `target` to the choice `key` holds, if it is set.
     func read<Choice: RawRepresentable & CaseIterable>(
-        _ key: String, into target: inout Choice
+        _ key: String,
+        into target: inout Choice
     ) throws(ConfigurationError) where Choice.RawValue == String {
         if let value = value(key) { target = try SettingParsing.choice(value) }
     }
@@ -100,7 +107,8 @@ struct ConfigSection {
         for entry in entries where !known.contains(entry.key) {
             let name = entry.key.isEmpty ? label("\"\"") : label(entry.key)
             throw ConfigurationError(
-                "\(name): unknown setting; known settings here are \(known.joined(separator: ", ")).")
+                "\(name): unknown setting; known settings here are \(known.joined(separator: ", "))."
+            )
         }
     }
 }

@@ -17,24 +17,45 @@ extension ConfigurationBuilder {
     }
 
     static let certificateKeys = CredentialKeys(
-        file: "certificate", inline: "certificatePem", variable: "certificatePemEnv", what: "the PEM certificate")
-    static let keyKeys = CredentialKeys(file: "key", inline: "keyPem", variable: "keyPemEnv", what: "the PEM private key")
+        file: "certificate",
+        inline: "certificatePem",
+        variable: "certificatePemEnv",
+        what: "the PEM certificate"
+    )
+    static let keyKeys = CredentialKeys(
+        file: "key",
+        inline: "keyPem",
+        variable: "keyPemEnv",
+        what: "the PEM private key"
+    )
     static let pfxKeys = CredentialKeys(
-        file: "pfx", inline: "pkcs12Base64", variable: "pkcs12Base64Env", what: "the PKCS#12 bundle", base64: true)
+        file: "pfx",
+        inline: "pkcs12Base64",
+        variable: "pkcs12Base64Env",
+        what: "the PKCS#12 bundle",
+        base64: true
+    )
     static let signingKeyKeys = CredentialKeys(
-        file: "signingKey", inline: "signingKeyPem", variable: "signingKeyPemEnv", what: "the .p8 signing key")
+        file: "signingKey",
+        inline: "signingKeyPem",
+        variable: "signingKeyPemEnv",
+        what: "the .p8 signing key"
+    )
     /// Every credential's settings, in the order unknown-setting messages list them.
     static let credentialKeys = [certificateKeys, keyKeys, pfxKeys, signingKeyKeys]
 
     /// Which one of `keys` is set, with its value; an error naming both when more than one is.
     static func oneOf(
-        _ keys: [String], in section: ConfigSection, what: String
+        _ keys: [String],
+        in section: ConfigSection,
+        what: String
     ) throws(ConfigurationError) -> (key: String, value: SettingValue)? {
         let given = keys.compactMap { key in section.value(key).map { (key, $0) } }
         if given.count > 1 {
             throw ConfigurationError(
                 "\(section.label(given[0].0)) and \(given[1].0) cannot both be set; give \(what) one way only: "
-                    + keys.dropLast().joined(separator: ", ") + " or " + keys[keys.count - 1] + ".")
+                    + keys.dropLast().joined(separator: ", ") + " or " + keys[keys.count - 1] + "."
+            )
         }
         return given.first
     }
@@ -43,7 +64,8 @@ extension ConfigurationBuilder {
     /// is set. Inline and environment values are held as data labelled with where they came from,
     /// so that messages name the setting and never show the secret.
     func credential(_ keys: CredentialKeys, in section: ConfigSection) throws(ConfigurationError) -> CredentialSource? {
-        guard let (key, value) = try Self.oneOf([keys.file, keys.inline, keys.variable], in: section, what: keys.what) else {
+        guard let (key, value) = try Self.oneOf([keys.file, keys.inline, keys.variable], in: section, what: keys.what)
+        else {
             return nil
         }
         let text: [UInt8]
@@ -66,7 +88,8 @@ extension ConfigurationBuilder {
         guard let decoded = Data(base64Encoded: Data(compact)), !decoded.isEmpty else {
             throw ConfigurationError(
                 "\(value.label) must give \(keys.what) in base64 (for example the output of base64 -w0 app.p12); "
-                    + "\(variableName.map { "the value of \($0)" } ?? "the value") is not base64 and is not shown.")
+                    + "\(variableName.map { "the value of \($0)" } ?? "the value") is not base64 and is not shown."
+            )
         }
         return .data(Array(decoded), label: label)
     }
@@ -82,12 +105,14 @@ extension ConfigurationBuilder {
         guard valid else {
             throw ConfigurationError(
                 "\(value.label) must name an environment variable (letters, digits and _, such as APNS_KEY); "
-                    + "what is set there is not a name, and is not shown in case it is the secret itself.")
+                    + "what is set there is not a name, and is not shown in case it is the secret itself."
+            )
         }
         guard let text = environment[name], !text.isEmpty else {
             throw ConfigurationError(
                 "\(value.label) names the environment variable \(name), which is not set or is empty; set it to the "
-                    + "credential, or give the credential another way.")
+                    + "credential, or give the credential another way."
+            )
         }
         return (name, Array(text.utf8))
     }
@@ -101,7 +126,9 @@ extension ConfigurationBuilder {
             for environment in environments.entries {
                 guard let section = try? environments.section(environment.key) else { continue }
                 for entry in section.entries where entry.key.hasSuffix("Env") {
-                    if case .scalar(let scalar) = entry.value { names.insert(scalar.text.trimmingCharacters(in: .whitespaces)) }
+                    if case .scalar(let scalar) = entry.value {
+                        names.insert(scalar.text.trimmingCharacters(in: .whitespaces))
+                    }
                 }
             }
         }
@@ -122,7 +149,8 @@ extension ConfigurationBuilder {
         }
         guard exists, let handle = FileHandle(forReadingAtPath: path) else {
             throw ConfigurationError(
-                "\(value.label): cannot read \(path); check that the file exists and is readable.")
+                "\(value.label): cannot read \(path); check that the file exists and is readable."
+            )
         }
         try? handle.close()
         return path
@@ -140,7 +168,8 @@ extension ConfigurationBuilder {
         let path = try readableFile(value)
         guard let data = FileManager.default.contents(atPath: path) else {
             throw ConfigurationError(
-                "\(value.label): cannot read \(path); check that the file exists and is readable.")
+                "\(value.label): cannot read \(path); check that the file exists and is readable."
+            )
         }
         guard var text = String(data: data, encoding: .utf8) else {
             throw ConfigurationError("\(value.label): \(path) is not UTF-8 text.")

@@ -13,15 +13,19 @@ extension ConfigurationBuilder {
         for (index, item) in items.enumerated() {
             let text = try SettingParsing.string(SettingValue(label: "\(label)[\(index)]", node: item))
                 .trimmingCharacters(in: .whitespaces)
-            guard !text.isEmpty, text.unicodeScalars.allSatisfy({ $0.isASCII && $0.value > 0x20 && $0.value < 0x7F }) else {
-                throw ConfigurationError("\(label)[\(index)] must be a bundle ID such as com.example.app, not \(item.shown).")
+            guard !text.isEmpty, text.unicodeScalars.allSatisfy({ $0.isASCII && $0.value > 0x20 && $0.value < 0x7F })
+            else {
+                throw ConfigurationError(
+                    "\(label)[\(index)] must be a bundle ID such as com.example.app, not \(item.shown)."
+                )
             }
             if !topics.contains(text) { topics.append(text) }
         }
         if app.transport != .http2 && topics != [app.bundleId] {
             throw ConfigurationError(
                 "\(label) needs transport http2 with signingKey: the binary protocol sends to the certificate's "
-                    + "one topic (bundleId \(app.bundleId)); remove topics or set the app's transport to http2.")
+                    + "one topic (bundleId \(app.bundleId)); remove topics or set the app's transport to http2."
+            )
         }
         app.topics = topics
     }

@@ -29,13 +29,16 @@ struct ConfigurationBuilder {
     ]
 
     init(
-        file: ConfigNode?, filePath: String?, overrides: ConfigurationOverrides,
+        file: ConfigNode?,
+        filePath: String?,
+        overrides: ConfigurationOverrides,
         environment: [String: String]
     ) throws(ConfigurationError) {
         var entries: [ConfigEntry] = []
         if let filePath { entries = try ConfigSection.rootEntries(of: file, filePath: filePath) }
         root = ConfigSection(
-            root: ConfigurationOverlay.apply(to: entries, overrides: overrides, environment: environment))
+            root: ConfigurationOverlay.apply(to: entries, overrides: overrides, environment: environment)
+        )
         fileDirectory = filePath.map { URL(fileURLWithPath: $0).deletingLastPathComponent().path }
         self.filePath = filePath
         self.overrides = overrides
@@ -50,14 +53,21 @@ struct ConfigurationBuilder {
         if redis.tls?.verify == false {
             warnings.append(
                 "redis.tlsVerify is false: the worker accepts any certificate from Redis, so an impostor on the "
-                    + "network could read and change its data; use it only in tests.")
+                    + "network could read and change its data; use it only in tests."
+            )
         }
         let limits = try buildLimits()
         let apps = try buildApps(limits: limits)
         collectUnknownVariables()
         var configuration = WorkerConfiguration(
-            worker: worker, kafka: kafka, redis: redis, limits: limits, apps: apps,
-            configFile: filePath, warnings: warnings)
+            worker: worker,
+            kafka: kafka,
+            redis: redis,
+            limits: limits,
+            apps: apps,
+            configFile: filePath,
+            warnings: warnings
+        )
         configuration.redisCluster = cluster
         configuration.redisMoreSeeds = moreSeeds
         return configuration
@@ -69,7 +79,8 @@ struct ConfigurationBuilder {
         typealias Worker = WorkerConfiguration.Worker
         let file = try root.section("worker")
         try file.checkKnown([
-            "id", "batchSize", "batchWindowMs", "maxInFlight", "resultFlushMs", "resultBatchSize", "shutdownTimeoutSeconds",
+            "id", "batchSize", "batchWindowMs", "maxInFlight", "resultFlushMs", "resultBatchSize",
+            "shutdownTimeoutSeconds",
             "logLevel", "logFormat", "dedupeTTLSeconds", "statusAddress",
         ])
 
@@ -79,7 +90,8 @@ struct ConfigurationBuilder {
             guard Worker.isValidId(id) else {
                 throw ConfigurationError(
                     "\(value.label) must be 1 to 64 characters of letters, digits, '.', '_' and '-', "
-                        + "not \(value.shown).")
+                        + "not \(value.shown)."
+                )
             }
             worker.id = id
         }
@@ -96,7 +108,8 @@ struct ConfigurationBuilder {
             worker.statusAddress = nil
         } else if let value = file.value("statusAddress") {
             let off = try SettingParsing.string(value).trimmingCharacters(in: .whitespaces).lowercased() == "off"
-            worker.statusAddress = off ? nil : try SettingParsing.hostPort(value, defaultPort: 9400, allowPortZero: true)
+            worker.statusAddress =
+                off ? nil : try SettingParsing.hostPort(value, defaultPort: 9400, allowPortZero: true)
         }
         return worker
     }
@@ -105,7 +118,9 @@ struct ConfigurationBuilder {
 
     private func buildKafka() throws(ConfigurationError) -> WorkerConfiguration.Kafka {
         let file = try root.section("kafka")
-        try file.checkKnown(["bootstrapServers", "groupId", "groupInstanceId", "requestsTopic", "resultsTopic", "properties"])
+        try file.checkKnown([
+            "bootstrapServers", "groupId", "groupInstanceId", "requestsTopic", "resultsTopic", "properties",
+        ])
 
         guard let serversValue = file.value("bootstrapServers") else {
             throw required("kafka.bootstrapServers", variable: "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS", flag: "--brokers")
@@ -129,7 +144,8 @@ struct ConfigurationBuilder {
             else {
                 throw ConfigurationError(
                     "\(value.label) must be 1 to 249 letters, digits, '.', '_' and '-' that name this replica "
-                        + "for good (for example a StatefulSet pod name), not \(value.shown).")
+                        + "for good (for example a StatefulSet pod name), not \(value.shown)."
+                )
             }
             kafka.groupInstanceId = id
         }
@@ -146,7 +162,8 @@ struct ConfigurationBuilder {
         guard legal else {
             throw ConfigurationError(
                 "\(value.label) must be a Kafka topic name of 1 to 249 letters, digits, '.', '_' and '-', "
-                    + "not \(value.shown).")
+                    + "not \(value.shown)."
+            )
         }
         return name
     }
@@ -172,7 +189,8 @@ struct ConfigurationBuilder {
             guard case .scalar(let scalar) = entry.value else {
                 throw ConfigurationError(
                     "\(label) must be a string, number or boolean (librdkafka properties are "
-                        + "name: value pairs with dotted names), not \(entry.value.shown).")
+                        + "name: value pairs with dotted names), not \(entry.value.shown)."
+                )
             }
             let text: String
             switch scalar.kind {
@@ -194,7 +212,8 @@ struct ConfigurationBuilder {
             guard !suffix.isEmpty, !suffix.allSatisfy({ $0 == "_" }) else {
                 throw ConfigurationError(
                     "\(name) needs a librdkafka property name after the prefix, for example "
-                        + "APN_WORKER_KAFKA_PROPERTY_SECURITY_PROTOCOL=SSL.")
+                        + "APN_WORKER_KAFKA_PROPERTY_SECURITY_PROTOCOL=SSL."
+                )
             }
             try add(suffix.lowercased().replacingOccurrences(of: "_", with: "."), value, label: name)
         }
@@ -205,7 +224,8 @@ struct ConfigurationBuilder {
             else {
                 throw ConfigurationError(
                     "--kafka-property must be written name=value (for example security.protocol=SSL), "
-                        + "not \(quoted(argument)).")
+                        + "not \(quoted(argument))."
+                )
             }
             let name = argument[..<equals].trimmingCharacters(in: .whitespaces)
             try add(name, String(argument[argument.index(after: equals)...]), label: "--kafka-property \(name)")
@@ -217,21 +237,28 @@ struct ConfigurationBuilder {
 
     /// The first (or only) Redis server, whether it is a Redis Cluster, and the cluster's
     /// further seed nodes.
-    private func buildRedis() throws(ConfigurationError) -> (WorkerConfiguration.Redis, Bool, [WorkerConfiguration.Redis]) {
+    private func buildRedis() throws(ConfigurationError) -> (
+        WorkerConfiguration.Redis, Bool, [WorkerConfiguration.Redis]
+    ) {
         let file = try root.section("redis")
-        try file.checkKnown(["url", "urls", "cluster", "password", "connectTimeoutMs", "commandTimeoutMs", "tls"] + Self.redisTLSKeys)
+        try file.checkKnown(
+            ["url", "urls", "cluster", "password", "connectTimeoutMs", "commandTimeoutMs", "tls"] + Self.redisTLSKeys
+        )
         var urls: [(text: String, label: String)] = []
         if let urlValue = file.value("url") {
             if file.node("urls") != nil {
                 throw ConfigurationError(
                     "\(urlValue.label) and \(file.label("urls")) are both set: give one server in redis.url, or the seed nodes of a "
-                        + "Redis Cluster in redis.urls.")
+                        + "Redis Cluster in redis.urls."
+                )
             }
             urls = [(try SettingParsing.string(urlValue), urlValue.label)]
         } else if let node = file.node("urls") {
             let label = file.label("urls")
             guard case .list(let items) = node, !items.isEmpty else {
-                throw ConfigurationError("\(label) must be a list of redis:// or rediss:// URLs, at least one, not \(node.shown).")
+                throw ConfigurationError(
+                    "\(label) must be a list of redis:// or rediss:// URLs, at least one, not \(node.shown)."
+                )
             }
             for (index, item) in items.enumerated() {
                 let text = try SettingParsing.string(SettingValue(label: "\(label)[\(index)]", node: item))
@@ -246,7 +273,8 @@ struct ConfigurationBuilder {
             if !cluster && urls.count > 1 {
                 throw ConfigurationError(
                     "\(value.label) is false but \(file.label("urls")) names \(urls.count) servers; several URLs are the seed nodes "
-                        + "of a Redis Cluster: set redis.cluster to true, or give one URL.")
+                        + "of a Redis Cluster: set redis.cluster to true, or give one URL."
+                )
             }
         }
         var parsed: [RedisURL] = []
@@ -260,7 +288,8 @@ struct ConfigurationBuilder {
         let first = parsed[0]
         for (url, entry) in zip(urls, parsed).dropFirst() where entry.tls != first.tls {
             throw ConfigurationError(
-                "\(url.label) and \(urls[0].label) differ in TLS (rediss:// against redis://); use one scheme for every seed.")
+                "\(url.label) and \(urls[0].label) differ in TLS (rediss:// against redis://); use one scheme for every seed."
+            )
         }
         if cluster, let (url, entry) = zip(urls, parsed).first(where: { $0.1.database != 0 }) {
             throw ConfigurationError(
@@ -270,9 +299,14 @@ struct ConfigurationBuilder {
 
         // An empty password in the URL (`redis://:@host`) is no password.
         var redis = WorkerConfiguration.Redis(
-            host: first.host, port: first.port, username: first.username,
-            password: first.password?.isEmpty == false ? first.password : nil, database: first.database,
-            connectTimeout: .seconds(2), commandTimeout: .seconds(5))
+            host: first.host,
+            port: first.port,
+            username: first.username,
+            password: first.password?.isEmpty == false ? first.password : nil,
+            database: first.database,
+            connectTimeout: .seconds(2),
+            commandTimeout: .seconds(5)
+        )
         if let value = file.value("password") {
             redis.password = try SettingParsing.string(value, allowEmpty: true)
             if redis.password?.isEmpty ?? true {
@@ -282,7 +316,8 @@ struct ConfigurationBuilder {
         if let username = redis.username, redis.password == nil {
             throw ConfigurationError(
                 "\(urls[0].label) names the user \(quoted(username)) but no password is set: add it to the "
-                    + "URL or set redis.password, APN_WORKER_REDIS_PASSWORD or --redis-password.")
+                    + "URL or set redis.password, APN_WORKER_REDIS_PASSWORD or --redis-password."
+            )
         }
         try file.read("connectTimeoutMs", .from(1, to: 600_000), .milliseconds(1), into: &redis.connectTimeout)
         try file.read("commandTimeoutMs", .from(1, to: 600_000), .milliseconds(1), into: &redis.commandTimeout)
@@ -302,18 +337,25 @@ struct ConfigurationBuilder {
 
     /// TLS is on with a `rediss://` URL or `redis.tls: true`; `redis.tls: false` with a
     /// `rediss://` URL, or a TLS setting without TLS, is a contradiction and refused.
-    private func buildRedisTLS(_ file: ConfigSection, urlTLS: Bool, urlLabel: String) throws(ConfigurationError) -> RedisTLS? {
+    private func buildRedisTLS(
+        _ file: ConfigSection,
+        urlTLS: Bool,
+        urlLabel: String
+    ) throws(ConfigurationError) -> RedisTLS? {
         var on = urlTLS
         if let value = file.value("tls") {
             on = try SettingParsing.boolean(value)
             if urlTLS && !on {
-                throw ConfigurationError("\(value.label) is false but \(urlLabel) is a rediss:// (TLS) URL; remove one of them.")
+                throw ConfigurationError(
+                    "\(value.label) is false but \(urlLabel) is a rediss:// (TLS) URL; remove one of them."
+                )
             }
         }
         guard on else {
             if let key = Self.redisTLSKeys.first(where: { file.value($0) != nil }) {
                 throw ConfigurationError(
-                    "\(file.value(key)!.label) only applies with TLS: use a rediss:// URL or set redis.tls to true.")
+                    "\(file.value(key)!.label) only applies with TLS: use a rediss:// URL or set redis.tls to true."
+                )
             }
             return nil
         }
@@ -323,7 +365,8 @@ struct ConfigurationBuilder {
         if let value = file.value("keyFile") { tls.keyFile = try readableFile(value) }
         if (tls.certFile == nil) != (tls.keyFile == nil) {
             throw ConfigurationError(
-                "redis.certFile and redis.keyFile go together: set both for a client certificate, or neither.")
+                "redis.certFile and redis.keyFile go together: set both for a client certificate, or neither."
+            )
         }
         if let value = file.value("serverName") { tls.serverName = try SettingParsing.string(value) }
         try file.read("tlsVerify", into: &tls.verify)
@@ -349,7 +392,8 @@ struct ConfigurationBuilder {
         case .badDatabase: reason = "the database must be a whole number of at least 0"
         }
         return ConfigurationError(
-            "\(label) must be a Redis URL of the form \(RedisURL.form), not \(quoted(error.redactedURL)) (\(reason)).")
+            "\(label) must be a Redis URL of the form \(RedisURL.form), not \(quoted(error.redactedURL)) (\(reason))."
+        )
     }
 
     // MARK: - limits
@@ -365,16 +409,20 @@ struct ConfigurationBuilder {
 
     // MARK: - apps
 
-    private func buildApps(limits: WorkerConfiguration.Limits) throws(ConfigurationError) -> [String: WorkerConfiguration.App] {
+    private func buildApps(
+        limits: WorkerConfiguration.Limits
+    ) throws(ConfigurationError) -> [String: WorkerConfiguration.App] {
         guard root.node("apps") != nil else {
             let rest = "apps cannot be set through environment variables or flags"
             if let filePath {
                 throw ConfigurationError(
-                    "apps is required: list at least one app under apps in the config file \(filePath) (\(rest)).")
+                    "apps is required: list at least one app under apps in the config file \(filePath) (\(rest))."
+                )
             }
             throw ConfigurationError(
                 "apps is required: give a config file that lists at least one app under apps with --config "
-                    + "or \(WorkerConfiguration.configPathVariable) (\(rest)).")
+                    + "or \(WorkerConfiguration.configPathVariable) (\(rest))."
+            )
         }
         let section = try root.section("apps")
         if section.entries.isEmpty {
@@ -391,7 +439,9 @@ struct ConfigurationBuilder {
     }
 
     private func buildApp(
-        name: String, section: ConfigSection, limits: WorkerConfiguration.Limits
+        name: String,
+        section: ConfigSection,
+        limits: WorkerConfiguration.Limits
     ) throws(ConfigurationError) -> WorkerConfiguration.App {
         typealias App = WorkerConfiguration.App
         try section.checkKnown(
@@ -399,7 +449,8 @@ struct ConfigurationBuilder {
                 "bundleId", "defaultEnvironment", "transport", "poolSize", "cacheMaxCount", "cacheMaxBytes",
                 "confirmationWindowMs", "resendOnUnknown", "connectRetryLimit", "appPerSecond", "devicePerHour",
                 "feedbackIntervalSeconds", "mdmTopic", "defaultExpiry", "topics", "dryRun",
-            ] + Self.connectionKeys + ["environments"])
+            ] + Self.connectionKeys + ["environments"]
+        )
 
         // The transport first: the environments' defaults depend on it.
         var transport = WorkerConfiguration.Transport.binary
@@ -412,11 +463,15 @@ struct ConfigurationBuilder {
         for entry in environmentsSection.entries {
             guard let environmentName = APNSEnvironment(rawValue: entry.key) else { continue }
             environments[environmentName] = try buildEnvironment(
-                environmentName, section: environmentsSection.section(entry.key), transport: transport)
+                environmentName,
+                section: environmentsSection.section(entry.key),
+                transport: transport
+            )
         }
         if environments.isEmpty {
             throw ConfigurationError(
-                "\(environmentsSection.path) must configure at least one of production and sandbox in the config file.")
+                "\(environmentsSection.path) must configure at least one of production and sandbox in the config file."
+            )
         }
 
         let defaultEnvironment: APNSEnvironment
@@ -426,7 +481,8 @@ struct ConfigurationBuilder {
                 throw ConfigurationError(
                     "\(value.label) is \(defaultEnvironment.rawValue), but \(environmentsSection.path) "
                         + "has no \(defaultEnvironment.rawValue) entry; configure it or choose "
-                        + "\(environments.keys.map(\.rawValue).sorted().joined(separator: " or ")).")
+                        + "\(environments.keys.map(\.rawValue).sorted().joined(separator: " or "))."
+                )
             }
         } else if environments.count == 1, let only = environments.keys.first {
             defaultEnvironment = only
@@ -435,7 +491,12 @@ struct ConfigurationBuilder {
         }
 
         var app = App(
-            name: name, bundleId: name, defaultEnvironment: defaultEnvironment, transport: transport, environments: environments)
+            name: name,
+            bundleId: name,
+            defaultEnvironment: defaultEnvironment,
+            transport: transport,
+            environments: environments
+        )
         if let value = section.value("bundleId") {
             app.bundleId = try SettingParsing.string(value).trimmingCharacters(in: .whitespaces)
         }
@@ -444,7 +505,8 @@ struct ConfigurationBuilder {
             guard !topic.contains(where: \.isWhitespace) else {
                 throw ConfigurationError(
                     "\(value.label) must be the topic of the MDM push certificate (com.apple.mgmt.External.<UUID>), "
-                        + "without white space, not \(value.shown).")
+                        + "without white space, not \(value.shown)."
+                )
             }
             app.mdmTopic = topic
         }
@@ -455,14 +517,20 @@ struct ConfigurationBuilder {
         try section.read("cacheMaxCount", .atLeast(1), into: &app.cacheMaxCount)
         try section.read("cacheMaxBytes", .atLeast(4096), into: &app.cacheMaxBytes)
         try section.read(
-            "confirmationWindowMs", .from(1, to: 60_000), .milliseconds(1), into: &app.confirmationWindow)
+            "confirmationWindowMs",
+            .from(1, to: 60_000),
+            .milliseconds(1),
+            into: &app.confirmationWindow
+        )
         try section.read("resendOnUnknown", into: &app.resendOnUnknown)
         try section.read(
             "connectRetryLimit",
             IntegerRule(
                 range: 0...1_000_000,
                 wording: "0 (keep waiting for the gateway) or a whole number of failed connects from 1 to 1000000"
-            ), into: &app.connectRetryLimit)
+            ),
+            into: &app.connectRetryLimit
+        )
         app.appPerSecond = limits.appPerSecond
         try section.read("appPerSecond", .unlimitedOrMore, into: &app.appPerSecond)
         app.devicePerHour = limits.devicePerHour
@@ -470,8 +538,12 @@ struct ConfigurationBuilder {
         try section.read(
             "feedbackIntervalSeconds",
             IntegerRule(
-                range: 0...86_400, wording: "0 (no feedback polling) or a whole number from 1 to 86400"
-            ), .seconds(1), into: &app.feedbackInterval)
+                range: 0...86_400,
+                wording: "0 (no feedback polling) or a whole number from 1 to 86400"
+            ),
+            .seconds(1),
+            into: &app.feedbackInterval
+        )
         try readJobSettings(section, into: &app)
         try readConnection(section, into: &app)
         return app
@@ -486,7 +558,8 @@ struct ConfigurationBuilder {
         default:
             throw ConfigurationError(
                 "\(value.label) must be 0 (do not store) or a time counted from sending: a whole number followed by "
-                    + "s, m, h, d or w such as \"1h\" or \"1d\", not \(value.shown).")
+                    + "s, m, h, d or w such as \"1h\" or \"1d\", not \(value.shown)."
+            )
         }
     }
 
@@ -494,12 +567,16 @@ struct ConfigurationBuilder {
 
     /// An app's connection settings (``WorkerConfiguration/App/Connection``).
     private static let connectionKeys = [
-        "minConnections", "connectTimeoutMs", "writeTimeoutMs", "idleTimeoutMs", "reconnectBaseDelayMs", "reconnectMaxDelayMs",
+        "minConnections", "connectTimeoutMs", "writeTimeoutMs", "idleTimeoutMs", "reconnectBaseDelayMs",
+        "reconnectMaxDelayMs",
         "retryLimit", "retryBaseDelayMs", "retryMaxDelayMs",
     ]
 
     /// Reads the connection settings, then checks that each lower bound is at most its upper bound.
-    private func readConnection(_ section: ConfigSection, into app: inout WorkerConfiguration.App) throws(ConfigurationError) {
+    private func readConnection(
+        _ section: ConfigSection,
+        into app: inout WorkerConfiguration.App
+    ) throws(ConfigurationError) {
         // The times in milliseconds; idleTimeoutMs also takes 0 (never close), below.
         let times: [(String, WritableKeyPath<WorkerConfiguration.App.Connection, Duration>)] = [
             ("connectTimeoutMs", \.connectTimeout), ("writeTimeoutMs", \.writeTimeout),
@@ -512,7 +589,11 @@ struct ConfigurationBuilder {
         if let value = section.value("idleTimeoutMs") {
             let milliseconds = try SettingParsing.integer(
                 value,
-                IntegerRule(range: 0...86_400_000, wording: "0 (never close an idle connection) or a whole number from 1 to 86400000"))
+                IntegerRule(
+                    range: 0...86_400_000,
+                    wording: "0 (never close an idle connection) or a whole number from 1 to 86400000"
+                )
+            )
             app.connection.idleTimeout = milliseconds == 0 ? nil : .milliseconds(milliseconds)
         }
         try section.read("minConnections", .from(0, to: 64), into: &app.connection.minConnections)
@@ -523,12 +604,16 @@ struct ConfigurationBuilder {
                 "reconnectBaseDelayMs", "reconnectMaxDelayMs", Self.ms(app.connection.reconnectBaseDelay),
                 Self.ms(app.connection.reconnectMaxDelay)
             ),
-            ("retryBaseDelayMs", "retryMaxDelayMs", Self.ms(app.connection.retryBaseDelay), Self.ms(app.connection.retryMaxDelay)),
+            (
+                "retryBaseDelayMs", "retryMaxDelayMs", Self.ms(app.connection.retryBaseDelay),
+                Self.ms(app.connection.retryMaxDelay)
+            ),
         ]
         for pair in pairs where pair.lowValue > pair.highValue {
             throw ConfigurationError(
                 "\(section.label(pair.low)) (\(pair.lowValue)) must not be more than \(pair.high) (\(pair.highValue)); "
-                    + "lower \(pair.low) or raise \(pair.high).")
+                    + "lower \(pair.low) or raise \(pair.high)."
+            )
         }
     }
 
@@ -537,12 +622,16 @@ struct ConfigurationBuilder {
     }
 
     private func buildEnvironment(
-        _ name: APNSEnvironment, section: ConfigSection, transport: WorkerConfiguration.Transport
+        _ name: APNSEnvironment,
+        section: ConfigSection,
+        transport: WorkerConfiguration.Transport
     ) throws(ConfigurationError) -> WorkerConfiguration.AppEnvironment {
         try section.checkKnown(
             Self.credentialKeys.flatMap { [$0.file, $0.inline, $0.variable] } + [
-                "passphrase", "passphraseFile", "passphraseEnv", "ca", "verifyServer", "gateway", "feedback", "keyId", "teamId",
-            ])
+                "passphrase", "passphraseFile", "passphraseEnv", "ca", "verifyServer", "gateway", "feedback", "keyId",
+                "teamId",
+            ]
+        )
 
         let certificate = try credential(Self.certificateKeys, in: section)
         let key = try credential(Self.keyKeys, in: section)
@@ -553,20 +642,24 @@ struct ConfigurationBuilder {
             guard transport == .http2 else {
                 throw ConfigurationError(
                     "\(section.label("signingKey")) needs transport http2: the binary protocol authenticates with a "
-                        + "certificate only; set the app's transport to http2 or use certificate and key.")
+                        + "certificate only; set the app's transport to http2 or use certificate and key."
+                )
             }
             guard certificate == nil, key == nil, pfx == nil else {
                 throw ConfigurationError(
                     "\(section.label("signingKey")) cannot be used together with certificate, key or pfx; "
-                        + "choose token or certificate authentication.")
+                        + "choose token or certificate authentication."
+                )
             }
             guard let keyId = section.value("keyId") else {
                 throw ConfigurationError(
-                    "\(section.label("keyId")) is required with signingKey: set it to the key's 10-character key ID.")
+                    "\(section.label("keyId")) is required with signingKey: set it to the key's 10-character key ID."
+                )
             }
             guard let teamId = section.value("teamId") else {
                 throw ConfigurationError(
-                    "\(section.label("teamId")) is required with signingKey: set it to your 10-character team ID.")
+                    "\(section.label("teamId")) is required with signingKey: set it to your 10-character team ID."
+                )
             }
             let keyIdText = try SettingParsing.string(keyId)
             let teamIdText = try SettingParsing.string(teamId)
@@ -578,7 +671,8 @@ struct ConfigurationBuilder {
         } else if let keyId = section.value("keyId") ?? section.value("teamId") {
             throw ConfigurationError(
                 "\(keyId.label) is only used with signingKey; set signingKey to the .p8 key file (or signingKeyPem or "
-                    + "signingKeyPemEnv).")
+                    + "signingKeyPemEnv)."
+            )
         } else {
             switch (certificate, key, pfx) {
             case (let certificate?, let key?, nil):
@@ -588,21 +682,25 @@ struct ConfigurationBuilder {
             case (_, _, .some):
                 throw ConfigurationError(
                     "\(section.label("pfx")) cannot be used together with certificate and key; "
-                        + "set either pfx or certificate and key.")
+                        + "set either pfx or certificate and key."
+                )
             case (.some, nil, nil):
                 throw ConfigurationError(
                     "\(section.label("key")) is required with certificate: set it in the config file to the "
-                        + "PEM private key file (or give the key with keyPem or keyPemEnv).")
+                        + "PEM private key file (or give the key with keyPem or keyPemEnv)."
+                )
             case (nil, .some, nil):
                 throw ConfigurationError(
                     "\(section.label("certificate")) is required with key: set it in the config file to the "
-                        + "PEM certificate file (or give the certificate with certificatePem or certificatePemEnv).")
+                        + "PEM certificate file (or give the certificate with certificatePem or certificatePemEnv)."
+                )
             case (nil, nil, nil):
                 throw ConfigurationError(
                     "\(section.path) needs credentials: set certificate and key (PEM files) or pfx "
                         + "(a PKCS#12 file)" + (transport == .http2 ? ", or signingKey, keyId and teamId," : "")
                         + " in the config file (each can also be given inline or from an environment variable; "
-                        + "see docs/configuration.md).")
+                        + "see docs/configuration.md)."
+                )
             }
         }
 
@@ -619,7 +717,10 @@ struct ConfigurationBuilder {
         }
 
         var environment = WorkerConfiguration.AppEnvironment(
-            name: name, credentials: credentials, passphrase: passphrase)
+            name: name,
+            credentials: credentials,
+            passphrase: passphrase
+        )
         if let value = section.value("ca") {
             environment.ca = try readableFile(value)
         }

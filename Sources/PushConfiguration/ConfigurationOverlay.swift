@@ -15,17 +15,40 @@ enum ConfigurationOverlay {
         Setting(section: "worker", key: "batchSize", variable: "APN_WORKER_BATCH_SIZE", flag: "--batch-size"),
         Setting(section: "worker", key: "maxInFlight", variable: "APN_WORKER_MAX_IN_FLIGHT", flag: "--max-in-flight"),
         Setting(
-            section: "worker", key: "shutdownTimeoutSeconds", variable: "APN_WORKER_SHUTDOWN_TIMEOUT_SECONDS",
-            flag: "--shutdown-timeout"),
+            section: "worker",
+            key: "shutdownTimeoutSeconds",
+            variable: "APN_WORKER_SHUTDOWN_TIMEOUT_SECONDS",
+            flag: "--shutdown-timeout"
+        ),
         Setting(section: "worker", key: "logLevel", variable: "APN_WORKER_LOG_LEVEL", flag: "--log-level"),
         Setting(section: "worker", key: "logFormat", variable: "APN_WORKER_LOG_FORMAT", flag: "--log-format"),
         Setting(section: "worker", key: "dedupeTTLSeconds", variable: "APN_WORKER_DEDUPE_TTL_SECONDS"),
-        Setting(section: "worker", key: "statusAddress", variable: "APN_WORKER_STATUS_ADDRESS", flag: "--status-address"),
-        Setting(section: "kafka", key: "bootstrapServers", variable: "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS", flag: "--brokers"),
+        Setting(
+            section: "worker",
+            key: "statusAddress",
+            variable: "APN_WORKER_STATUS_ADDRESS",
+            flag: "--status-address"
+        ),
+        Setting(
+            section: "kafka",
+            key: "bootstrapServers",
+            variable: "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS",
+            flag: "--brokers"
+        ),
         Setting(section: "kafka", key: "groupId", variable: "APN_WORKER_KAFKA_GROUP_ID", flag: "--group"),
         Setting(section: "kafka", key: "groupInstanceId", variable: "APN_WORKER_INSTANCE_ID"),
-        Setting(section: "kafka", key: "requestsTopic", variable: "APN_WORKER_KAFKA_REQUESTS_TOPIC", flag: "--requests-topic"),
-        Setting(section: "kafka", key: "resultsTopic", variable: "APN_WORKER_KAFKA_RESULTS_TOPIC", flag: "--results-topic"),
+        Setting(
+            section: "kafka",
+            key: "requestsTopic",
+            variable: "APN_WORKER_KAFKA_REQUESTS_TOPIC",
+            flag: "--requests-topic"
+        ),
+        Setting(
+            section: "kafka",
+            key: "resultsTopic",
+            variable: "APN_WORKER_KAFKA_RESULTS_TOPIC",
+            flag: "--results-topic"
+        ),
         Setting(section: "redis", key: "url", variable: "APN_WORKER_REDIS_URL", flag: "--redis"),
         Setting(section: "redis", key: "password", variable: "APN_WORKER_REDIS_PASSWORD", flag: "--redis-password"),
         Setting(section: "limits", key: "appPerSecond", variable: "APN_WORKER_LIMITS_APP_PER_SECOND"),
@@ -35,7 +58,9 @@ enum ConfigurationOverlay {
     /// `root` (a mapping, or `nil` for no file) with the given flags and the non-empty
     /// variables laid over it. A section that is not a mapping is left for the reader to refuse.
     static func apply(
-        to root: [ConfigEntry], overrides: ConfigurationOverrides, environment: [String: String]
+        to root: [ConfigEntry],
+        overrides: ConfigurationOverrides,
+        environment: [String: String]
     ) -> [ConfigEntry] {
         let flags = overrides.givenFlags
         var root = root

@@ -52,7 +52,9 @@ struct IntegerRule {
 
     /// `0...`: "0 (unlimited) or a larger whole number".
     static let unlimitedOrMore = IntegerRule(
-        range: 0...Int.max, wording: "0 (unlimited) or a larger whole number")
+        range: 0...Int.max,
+        wording: "0 (unlimited) or a larger whole number"
+    )
 }
 
 /// Typed readings of ``SettingValue``s; each throws a one-sentence error naming the setting.
@@ -86,14 +88,16 @@ enum SettingParsing {
 
     /// One of an enumeration's raw values, matched without regard to case.
     static func choice<Choice: RawRepresentable & CaseIterable>(
-        _ value: SettingValue, _ type: Choice.Type = Choice.self
+        _ value: SettingValue,
+        _ type: Choice.Type = Choice.self
     ) throws(ConfigurationError) -> Choice where Choice.RawValue == String {
         let allowed = Choice.allCases.map(\.rawValue)
         let wording =
             allowed.count == 2
             ? "\(allowed[0]) or \(allowed[1])"
             : "one of " + allowed.joined(separator: ", ")
-        guard let text = value.word, let choice = Choice.allCases.first(where: { $0.rawValue == text.lowercased() }) else {
+        guard let text = value.word, let choice = Choice.allCases.first(where: { $0.rawValue == text.lowercased() })
+        else {
             throw ConfigurationError("\(value.label) must be \(wording), not \(value.shown).")
         }
         return choice
@@ -101,13 +105,16 @@ enum SettingParsing {
 
     /// `host[:port]` (IPv6 hosts in brackets); the port defaults to `defaultPort`.
     static func hostPort(
-        _ value: SettingValue, defaultPort: Int, allowPortZero: Bool = false
+        _ value: SettingValue,
+        defaultPort: Int,
+        allowPortZero: Bool = false
     ) throws(ConfigurationError) -> WorkerConfiguration.HostPort {
         let text = try string(value)
         func invalid() -> ConfigurationError {
             ConfigurationError(
                 "\(value.label) must be host:port with a port from \(allowPortZero ? 0 : 1) to 65535 "
-                    + "(an IPv6 address in brackets), not \(value.shown).")
+                    + "(an IPv6 address in brackets), not \(value.shown)."
+            )
         }
         var host: Substring
         var portText: Substring?

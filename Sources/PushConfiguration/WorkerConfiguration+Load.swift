@@ -32,13 +32,23 @@ extension WorkerConfiguration {
         }
         guard let (path, label) = pathSource else {
             return try resolve(
-                file: nil, filePath: nil, overrides: overrides, environment: environment,
-                hostname: hostname, pid: pid)
+                file: nil,
+                filePath: nil,
+                overrides: overrides,
+                environment: environment,
+                hostname: hostname,
+                pid: pid
+            )
         }
         let contents = try readConfigFile(path, label: label)
         return try parse(
-            fileContents: contents, path: path, overrides: overrides,
-            environment: environment, hostname: hostname, pid: pid)
+            fileContents: contents,
+            path: path,
+            overrides: overrides,
+            environment: environment,
+            hostname: hostname,
+            pid: pid
+        )
     }
 
     /// Validates the configuration given the text of a config file, as ``load(overrides:environment:hostname:pid:)``
@@ -56,17 +66,30 @@ extension WorkerConfiguration {
     ) throws(ConfigurationError) -> WorkerConfiguration {
         let root = try ConfigFileParser.parse(fileContents, path: path)
         return try resolve(
-            file: root, filePath: path, overrides: overrides, environment: environment,
-            hostname: hostname, pid: pid)
+            file: root,
+            filePath: path,
+            overrides: overrides,
+            environment: environment,
+            hostname: hostname,
+            pid: pid
+        )
     }
 
     /// Validates the configuration from an already-parsed file (or none).
     static func resolve(
-        file: ConfigNode?, filePath: String?, overrides: ConfigurationOverrides,
-        environment: [String: String], hostname: String, pid: Int32
+        file: ConfigNode?,
+        filePath: String?,
+        overrides: ConfigurationOverrides,
+        environment: [String: String],
+        hostname: String,
+        pid: Int32
     ) throws(ConfigurationError) -> WorkerConfiguration {
         var builder = try ConfigurationBuilder(
-            file: file, filePath: filePath, overrides: overrides, environment: environment)
+            file: file,
+            filePath: filePath,
+            overrides: overrides,
+            environment: environment
+        )
         return try builder.build(hostname: hostname, pid: pid)
     }
 
@@ -81,7 +104,8 @@ extension WorkerConfiguration {
         {
             throw ConfigurationError(
                 "\(label): config file \(path) is larger than \(ConfigLimits.maxFileBytes / 1024 / 1024) MiB; "
-                    + "check that it is the right file.")
+                    + "check that it is the right file."
+            )
         }
         guard let data = FileManager.default.contents(atPath: path) else {
             throw ConfigurationError("\(label): cannot read \(path); check that the file exists and is readable.")

@@ -33,8 +33,13 @@ public struct WorkerConfiguration: Sendable, Hashable {
     public var warnings: [String]
 
     public init(
-        worker: Worker, kafka: Kafka, redis: Redis, limits: Limits, apps: [String: App],
-        configFile: String? = nil, warnings: [String] = []
+        worker: Worker,
+        kafka: Kafka,
+        redis: Redis,
+        limits: Limits,
+        apps: [String: App],
+        configFile: String? = nil,
+        warnings: [String] = []
     ) {
         self.worker = worker
         self.kafka = kafka
@@ -392,8 +397,12 @@ extension WorkerConfiguration {
         public var feedback: HostPort
 
         public init(
-            name: APNSEnvironment, credentials: Credentials, passphrase: String? = nil,
-            ca: String? = nil, verifyServer: Bool = true, gateway: HostPort? = nil,
+            name: APNSEnvironment,
+            credentials: Credentials,
+            passphrase: String? = nil,
+            ca: String? = nil,
+            verifyServer: Bool = true,
+            gateway: HostPort? = nil,
             feedback: HostPort? = nil
         ) {
             self.name = name
@@ -409,9 +418,12 @@ extension WorkerConfiguration {
             Mirror(
                 self,
                 children: [
-                    "name": name, "credentials": credentials, "passphrase": passphrase == nil ? "none" : "(set, not shown)",
+                    "name": name, "credentials": credentials,
+                    "passphrase": passphrase == nil ? "none" : "(set, not shown)",
                     "ca": ca as Any, "verifyServer": verifyServer, "gateway": gateway, "feedback": feedback,
-                ], displayStyle: .struct)
+                ],
+                displayStyle: .struct
+            )
         }
 
         /// The PEM certificate file, when ``credentials`` is `.pem` from a file.

@@ -35,7 +35,9 @@ extension DispatchQueue {
     /// dropped. For blocking librdkafka calls whose answer may never come (a broker that is
     /// gone), so that a caller that stops is not held by them.
     func run<T: Sendable>(
-        what: String, abandoningAfter timeout: Duration? = nil, _ body: @escaping @Sendable () throws(KafkaError) -> T
+        what: String,
+        abandoningAfter timeout: Duration? = nil,
+        _ body: @escaping @Sendable () throws(KafkaError) -> T
     ) async throws(KafkaError) -> T {
         let answer = OneAnswer<T>()
         let result: Result<T, KafkaError> = await withTaskCancellationHandler {
@@ -43,11 +45,18 @@ extension DispatchQueue {
                 guard answer.wait(continuation) else { return }
                 self.async { answer.give(Result(catching: body)) }
                 if let timeout {
-                    DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(clamping: timeout.nanoseconds))) {
+                    DispatchQueue.global().asyncAfter(
+                        deadline: .now() + .nanoseconds(Int(clamping: timeout.nanoseconds))
+                    ) {
                         answer.give(
                             .failure(
                                 KafkaError(
-                                    RD_KAFKA_RESP_ERR__TIMED_OUT, "\(what) did not finish within \(timeout)", isRetriable: false)))
+                                    RD_KAFKA_RESP_ERR__TIMED_OUT,
+                                    "\(what) did not finish within \(timeout)",
+                                    isRetriable: false
+                                )
+                            )
+                        )
                     }
                 }
             }

@@ -24,7 +24,10 @@ public final class EmbeddedKafkaCluster: Sendable {
 
     public init(brokers: Int = 1) throws(KafkaError) {
         guard brokers > 0 else {
-            throw KafkaError(RD_KAFKA_RESP_ERR__INVALID_ARG, "EmbeddedKafkaCluster needs at least one broker, got \(brokers)")
+            throw KafkaError(
+                RD_KAFKA_RESP_ERR__INVALID_ARG,
+                "EmbeddedKafkaCluster needs at least one broker, got \(brokers)"
+            )
         }
         let conf = try KafkaConfiguration().makeConf(defaults: [
             "client.id": "embedded-kafka-cluster",
@@ -36,7 +39,10 @@ public final class EmbeddedKafkaCluster: Sendable {
         let client = try makeClient(RD_KAFKA_PRODUCER, conf)
         guard let cluster = rd_kafka_mock_cluster_new(client, Int32(clamping: brokers)) else {
             rd_kafka_destroy(client)
-            throw KafkaError(RD_KAFKA_RESP_ERR__FAIL, "Cannot start the embedded Kafka cluster (rd_kafka_mock_cluster_new failed)")
+            throw KafkaError(
+                RD_KAFKA_RESP_ERR__FAIL,
+                "Cannot start the embedded Kafka cluster (rd_kafka_mock_cluster_new failed)"
+            )
         }
         bootstrapServers = String(cString: rd_kafka_mock_cluster_bootstraps(cluster))
         handles = Mutex(Handles(client: client, cluster: cluster))
@@ -59,10 +65,16 @@ public final class EmbeddedKafkaCluster: Sendable {
     /// Delays every answer of broker `id` (1-based) by `delay`, as a slow or distant broker
     /// would; `.zero` restores it. For tests of timeouts.
     public func setRoundTripTime(broker id: Int32, _ delay: Duration) throws(KafkaError) {
-        let milliseconds = Int32(clamping: delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
-        let err = handles.withLock { handles in handles.map { rd_kafka_mock_broker_set_rtt($0.cluster, id, milliseconds) } }
+        let milliseconds = Int32(
+            clamping: delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000
+        )
+        let err = handles.withLock { handles in
+            handles.map { rd_kafka_mock_broker_set_rtt($0.cluster, id, milliseconds) }
+        }
         guard let err else { throw KafkaError.closed("EmbeddedKafkaCluster") }
-        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(err, context: "Cannot set broker \(id)'s round-trip time") }
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(err, context: "Cannot set broker \(id)'s round-trip time")
+        }
     }
 
     /// Takes broker `id` (1-based) down: its connections are cut and new ones refused, as when a
@@ -88,7 +100,9 @@ public final class EmbeddedKafkaCluster: Sendable {
         let errors = [rd_kafka_resp_err_t](repeating: RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS, count: 100_000)
         handles.withLock { handles in
             guard let handles else { return }
-            errors.withUnsafeBufferPointer { rd_kafka_mock_push_request_errors_array(handles.cluster, 8, $0.count, $0.baseAddress) }
+            errors.withUnsafeBufferPointer {
+                rd_kafka_mock_push_request_errors_array(handles.cluster, 8, $0.count, $0.baseAddress)
+            }
         }
     }
 

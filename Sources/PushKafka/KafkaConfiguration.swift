@@ -100,7 +100,8 @@ public struct KafkaConfiguration: Sendable, Hashable {
                 let kind = result == RD_KAFKA_CONF_UNKNOWN ? "Unknown" : "Invalid"
                 throw KafkaError(
                     RD_KAFKA_RESP_ERR__INVALID_ARG,
-                    "\(kind) configuration property '\(name)' = '\(value)': \(detail)")
+                    "\(kind) configuration property '\(name)' = '\(value)': \(detail)"
+                )
             }
         }
         return conf

@@ -169,11 +169,14 @@ public final class KafkaConsumer: Sendable {
             throw KafkaError(err, context: "Cannot commit \(offsets)")
         }
         let milliseconds = Int32(
-            clamping: max(0, timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000))
+            clamping: max(0, timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        )
         guard let event = rd_kafka_queue_poll(queue, milliseconds) else {
             throw KafkaError(
-                RD_KAFKA_RESP_ERR__TIMED_OUT, "Cannot commit \(offsets): the coordinator did not answer within \(timeout)",
-                isRetriable: false)
+                RD_KAFKA_RESP_ERR__TIMED_OUT,
+                "Cannot commit \(offsets): the coordinator did not answer within \(timeout)",
+                isRetriable: false
+            )
         }
         defer { rd_kafka_event_destroy(event) }
         let result = rd_kafka_event_error(event)
@@ -199,7 +202,9 @@ public final class KafkaConsumer: Sendable {
         let list = makePartitionList(offsets)
         defer { rd_kafka_topic_partition_list_destroy(list) }
         let err = rd_kafka_offsets_store(client.pointer, list)
-        if err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__STATE && err != RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION {
+        if err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__STATE
+            && err != RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION
+        {
             throw KafkaError(err, context: "Cannot store offsets \(offsets)")
         }
         return partitionElements(list).filter { $0.1 != RD_KAFKA_RESP_ERR_NO_ERROR }.map(\.0)
@@ -208,7 +213,8 @@ public final class KafkaConsumer: Sendable {
     /// The group's committed offsets for `partitions`. Partitions without a committed
     /// offset are left out.
     public func committed(
-        _ partitions: [TopicPartition], timeout: Duration = .seconds(10)
+        _ partitions: [TopicPartition],
+        timeout: Duration = .seconds(10)
     ) async throws(KafkaError) -> [TopicPartitionOffset] {
         let (client, context) = (client, context)
         return try await offsetQueue.run(what: "Fetching committed offsets", abandoningAfter: timeout + .seconds(1)) {
@@ -229,7 +235,8 @@ public final class KafkaConsumer: Sendable {
     /// message will get) of each of `partitions`, asked of the partitions' leaders. `timeout`
     /// bounds the whole call: partitions whose leader has not answered by then are left out.
     public func watermarks(
-        _ partitions: [TopicPartition], timeout: Duration = .seconds(2)
+        _ partitions: [TopicPartition],
+        timeout: Duration = .seconds(2)
     ) async throws(KafkaError) -> [TopicPartition: (low: Int64, high: Int64)] {
         let (client, context) = (client, context)
         return try await offsetQueue.run(what: "Fetching watermarks", abandoningAfter: timeout + .seconds(1)) {
@@ -243,7 +250,13 @@ public final class KafkaConsumer: Sendable {
                 var low: Int64 = 0
                 var high: Int64 = 0
                 let err = rd_kafka_query_watermark_offsets(
-                    client.pointer, partition.topic, partition.partition, &low, &high, remaining.timeoutMilliseconds)
+                    client.pointer,
+                    partition.topic,
+                    partition.partition,
+                    &low,
+                    &high,
+                    remaining.timeoutMilliseconds
+                )
                 if err == RD_KAFKA_RESP_ERR_NO_ERROR { marks[partition] = (low, high) }
             }
             return marks
@@ -357,7 +370,13 @@ final class ConsumerContext: Sendable {
     /// commit is neither.
     func committed(_ err: rd_kafka_resp_err_t) {
         guard err != RD_KAFKA_RESP_ERR__NO_OFFSET else { return }
-        counts.withLock { err == RD_KAFKA_RESP_ERR_NO_ERROR ? ($0.commits += 1) : ($0.commitFailures += 1) }
+        counts.withLock { counts in
+            if err == RD_KAFKA_RESP_ERR_NO_ERROR {
+                counts.commits += 1
+            } else {
+                counts.commitFailures += 1
+            }
+        }
     }
 
     init(deferRevocations: Bool, events: AsyncStream<KafkaRebalanceEvent>.Continuation) {
@@ -371,7 +390,9 @@ final class ConsumerContext: Sendable {
     func isRevoking(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> Bool {
         revoked.withLock { r in
             guard !r.pending.isEmpty, let rkt = message.pointee.rkt else { return false }
-            return r.pending[TopicPartition(topic: String(cString: rd_kafka_topic_name(rkt)), partition: message.pointee.partition)]
+            return r.pending[
+                TopicPartition(topic: String(cString: rd_kafka_topic_name(rkt)), partition: message.pointee.partition)
+            ]
                 != nil
         }
     }
@@ -387,7 +408,9 @@ final class ConsumerContext: Sendable {
     /// runs on the poll thread.
     func unassign(_ rk: OpaquePointer, _ partitions: [TopicPartition]?) {
         let due = revoked.withLock { r -> [(TopicPartition, Bool)] in
-            let due = partitions.map { $0.compactMap { p in r.pending[p].map { (p, $0) } } } ?? r.pending.map { ($0.key, $0.value) }
+            let due =
+                partitions.map { $0.compactMap { p in r.pending[p].map { (p, $0) } } }
+                ?? r.pending.map { ($0.key, $0.value) }
             for (partition, _) in due { r.pending[partition] = nil }
             return due
         }
@@ -403,7 +426,9 @@ final class ConsumerContext: Sendable {
         }
         if !eager.isEmpty {
             let err = rd_kafka_assign(rk, nil)
-            if err != RD_KAFKA_RESP_ERR_NO_ERROR { setPendingError(KafkaError(err, context: "Unassigning \(eager) failed")) }
+            if err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                setPendingError(KafkaError(err, context: "Unassigning \(eager) failed"))
+            }
         }
         let all = cooperative + eager
         counts.withLock { $0.revocations += 1 }
@@ -480,23 +505,34 @@ final class ConsumerContext: Sendable {
     }
 }
 
-private let rebalanceCallback: @convention(c) (OpaquePointer?, rd_kafka_resp_err_t, CPartitionList?, UnsafeMutableRawPointer?) -> Void = {
-    rk, err, list, opaque in
-    guard let rk, let list, let opaque else { return }
-    Unmanaged<ClientContext>.fromOpaque(opaque).takeUnretainedValue().consumer?.rebalance(rk, err, list)
-}
-
-private let offsetCommitCallback: @convention(c) (OpaquePointer?, rd_kafka_resp_err_t, CPartitionList?, UnsafeMutableRawPointer?) -> Void =
-    {
-        _, err, _, opaque in
-        guard let opaque else { return }
-        Unmanaged<ClientContext>.fromOpaque(opaque).takeUnretainedValue().consumer?.committed(err)
+private let rebalanceCallback:
+    @convention(c) (OpaquePointer?, rd_kafka_resp_err_t, CPartitionList?, UnsafeMutableRawPointer?) -> Void = {
+        rk,
+        err,
+        list,
+        opaque in
+        guard let rk, let list, let opaque else { return }
+        Unmanaged<ClientContext>.fromOpaque(opaque).takeUnretainedValue().consumer?.rebalance(rk, err, list)
     }
+
+private let offsetCommitCallback:
+    @convention(c) (OpaquePointer?, rd_kafka_resp_err_t, CPartitionList?, UnsafeMutableRawPointer?) -> Void =
+        {
+            _,
+            err,
+            _,
+            opaque in
+            guard let opaque else { return }
+            Unmanaged<ClientContext>.fromOpaque(opaque).takeUnretainedValue().consumer?.committed(err)
+        }
 
 private func consumerError(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> KafkaError {
     let text = String(cString: rd_kafka_message_errstr(message))
     guard let rkt = message.pointee.rkt else { return KafkaError(message.pointee.err, "Consumer error: \(text)") }
-    let partition = TopicPartition(topic: String(cString: rd_kafka_topic_name(rkt)), partition: message.pointee.partition)
+    let partition = TopicPartition(
+        topic: String(cString: rd_kafka_topic_name(rkt)),
+        partition: message.pointee.partition
+    )
     return KafkaError(message.pointee.err, "Consumer error on \(partition): \(text)")
 }
 
@@ -517,15 +553,22 @@ extension KafkaMessage {
                 headers.append(
                     KafkaHeader(
                         name.map { String(cString: $0) } ?? "",
-                        value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []))
+                        value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
+                    )
+                )
                 index += 1
             }
         }
         var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
         let timestamp = rd_kafka_message_timestamp(message, &timestampType)
         self.init(
-            topic: String(cString: rd_kafka_topic_name(m.rkt)), partition: m.partition, offset: m.offset,
-            key: bytes(m.key, m.key_len), value: bytes(m.payload, m.len) ?? [], headers: headers,
-            timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp)
+            topic: String(cString: rd_kafka_topic_name(m.rkt)),
+            partition: m.partition,
+            offset: m.offset,
+            key: bytes(m.key, m.key_len),
+            value: bytes(m.payload, m.len) ?? [],
+            headers: headers,
+            timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp
+        )
     }
 }

@@ -41,9 +41,11 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
         defer { rd_kafka_error_destroy(error) }
         let text = String(cString: rd_kafka_error_string(error))
         self.init(
-            rd_kafka_error_code(error), context.map { "\($0): \(text)" } ?? text,
+            rd_kafka_error_code(error),
+            context.map { "\($0): \(text)" } ?? text,
             isRetriable: rd_kafka_error_is_retriable(error) != 0,
-            isFatal: rd_kafka_error_is_fatal(error) != 0)
+            isFatal: rd_kafka_error_is_fatal(error) != 0
+        )
     }
 
     static func closed(_ what: String) -> KafkaError {
@@ -76,5 +78,6 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
             RD_KAFKA_RESP_ERR_NOT_COORDINATOR, RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS,
             RD_KAFKA_RESP_ERR_FENCED_LEADER_EPOCH, RD_KAFKA_RESP_ERR_UNKNOWN_LEADER_EPOCH,
             RD_KAFKA_RESP_ERR_OFFSET_NOT_AVAILABLE, RD_KAFKA_RESP_ERR_THROTTLING_QUOTA_EXCEEDED,
-        ].map(\.rawValue))
+        ].map(\.rawValue)
+    )
 }

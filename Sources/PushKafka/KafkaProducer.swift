@@ -38,7 +38,10 @@ public final class KafkaProducer: Sendable {
     /// Throws `KafkaError` if it could not be enqueued or delivered (e.g. `_MSG_TIMED_OUT`
     /// after `message.timeout.ms`). Cancellation does not abort a send.
     public func send(
-        topic: String, partition: Int32? = nil, key: [UInt8]?, value: [UInt8],
+        topic: String,
+        partition: Int32? = nil,
+        key: [UInt8]?,
+        value: [UInt8],
         headers: [KafkaHeader] = []
     ) async throws(KafkaError) -> KafkaDeliveryReport {
         let message = KafkaOutgoingMessage(topic: topic, partition: partition, key: key, value: value, headers: headers)
@@ -49,7 +52,9 @@ public final class KafkaProducer: Sendable {
     /// many records in flight. Results are in input order. Throws only if the
     /// producer is closed. When the task is cancelled it stops waiting: messages not yet
     /// acknowledged report ``KafkaError/cancelled(_:)`` (librdkafka may still deliver them).
-    public func send(_ messages: [KafkaOutgoingMessage]) async throws(KafkaError) -> [Result<KafkaDeliveryReport, KafkaError>] {
+    public func send(
+        _ messages: [KafkaOutgoingMessage]
+    ) async throws(KafkaError) -> [Result<KafkaDeliveryReport, KafkaError>] {
         guard !runtime.closed.load(ordering: .acquiring) else { throw .closed("KafkaProducer") }
         let batch = DeliveryBatch(count: messages.count)
         for (index, message) in messages.enumerated() {
@@ -84,7 +89,10 @@ public final class KafkaProducer: Sendable {
         try await flushQueue.run { () throws(KafkaError) in
             let err = rd_kafka_flush(client.pointer, timeout.timeoutMilliseconds)
             guard err == RD_KAFKA_RESP_ERR_NO_ERROR else {
-                throw KafkaError(err, context: "\(rd_kafka_outq_len(client.pointer)) messages still outstanding after flush")
+                throw KafkaError(
+                    err,
+                    context: "\(rd_kafka_outq_len(client.pointer)) messages still outstanding after flush"
+                )
             }
         }
     }
@@ -126,7 +134,9 @@ public final class KafkaProducer: Sendable {
                         func copy<C: Collection<UInt8>>(_ bytes: C, nulTerminated: Bool) -> UnsafeMutableRawPointer? {
                             guard nulTerminated || !bytes.isEmpty else { return nil }
                             let buffer = UnsafeMutableRawBufferPointer.allocate(
-                                byteCount: bytes.count + (nulTerminated ? 1 : 0), alignment: 1)
+                                byteCount: bytes.count + (nulTerminated ? 1 : 0),
+                                alignment: 1
+                            )
                             allocations.append(buffer)
                             buffer.copyBytes(from: bytes)
                             if nulTerminated { buffer[bytes.count] = 0 }
@@ -134,7 +144,10 @@ public final class KafkaProducer: Sendable {
                         }
                         append(RD_KAFKA_VTYPE_TOPIC) { $0.u.cstr = topic }
                         append(RD_KAFKA_VTYPE_VALUE) {
-                            $0.u.mem = .init(ptr: UnsafeMutableRawPointer(mutating: value.baseAddress), size: value.count)
+                            $0.u.mem = .init(
+                                ptr: UnsafeMutableRawPointer(mutating: value.baseAddress),
+                                size: value.count
+                            )
                         }
                         append(RD_KAFKA_VTYPE_MSGFLAGS) { $0.u.i = RD_KAFKA_MSG_F_COPY }
                         append(RD_KAFKA_VTYPE_OPAQUE) { $0.u.ptr = opaque }
@@ -143,19 +156,29 @@ public final class KafkaProducer: Sendable {
                         }
                         if let key {
                             append(RD_KAFKA_VTYPE_KEY) {
-                                $0.u.mem = .init(ptr: UnsafeMutableRawPointer(mutating: key.baseAddress), size: key.count)
+                                $0.u.mem = .init(
+                                    ptr: UnsafeMutableRawPointer(mutating: key.baseAddress),
+                                    size: key.count
+                                )
                             }
                         }
                         for header in message.headers {
                             let name = copy(header.key.utf8, nulTerminated: true)
                             let value = copy(header.value, nulTerminated: false)
                             append(RD_KAFKA_VTYPE_HEADER) {
-                                $0.u.header = .init(name: name?.assumingMemoryBound(to: CChar.self), val: value, size: header.value.count)
+                                $0.u.header = .init(
+                                    name: name?.assumingMemoryBound(to: CChar.self),
+                                    val: value,
+                                    size: header.value.count
+                                )
                             }
                         }
                         defer { vus.baseAddress!.deinitialize(count: count) }
                         guard let error = rd_kafka_produceva(client.pointer, vus.baseAddress, count) else { return nil }
-                        return KafkaError(consuming: error, context: "Cannot enqueue message for topic '\(message.topic)'")
+                        return KafkaError(
+                            consuming: error,
+                            context: "Cannot enqueue message for topic '\(message.topic)'"
+                        )
                     }
                 }
             }
@@ -228,7 +251,10 @@ private final class DeliveryBatch: Sendable {
 
     func complete(_ index: Int, _ result: Result<KafkaDeliveryReport, KafkaError>) {
         let finished = state.withLock {
-            state -> (CheckedContinuation<[Result<KafkaDeliveryReport, KafkaError>], Never>, [Result<KafkaDeliveryReport, KafkaError>])? in
+            state -> (
+                CheckedContinuation<[Result<KafkaDeliveryReport, KafkaError>], Never>,
+                [Result<KafkaDeliveryReport, KafkaError>]
+            )? in
             state.results[index] = result
             state.remaining -= 1
             guard state.remaining == 0, let waiter = state.waiter else { return nil }
@@ -260,7 +286,9 @@ private final class DeliveryBatch: Sendable {
         }
     }
 
-    private static func filled(_ results: [Result<KafkaDeliveryReport, KafkaError>?]) -> [Result<KafkaDeliveryReport, KafkaError>] {
+    private static func filled(
+        _ results: [Result<KafkaDeliveryReport, KafkaError>?]
+    ) -> [Result<KafkaDeliveryReport, KafkaError>] {
         results.map { $0 ?? .failure(.cancelled("Waiting for Kafka's acknowledgement")) }
     }
 }
@@ -277,26 +305,30 @@ private final class DeliveryTarget: Sendable {
 }
 
 /// librdkafka delivery-report callback; runs inside `rd_kafka_poll`/`rd_kafka_flush`.
-private let deliveryReportCallback: @convention(c) (OpaquePointer?, UnsafePointer<rd_kafka_message_t>?, UnsafeMutableRawPointer?) -> Void =
-    { rk, message, _ in
-        guard let message, let opaque = message.pointee._private else { return }
-        let target = Unmanaged<DeliveryTarget>.fromOpaque(opaque).takeRetainedValue()
-        let report = message.pointee
-        let topic = String(cString: rd_kafka_topic_name(report.rkt))
-        guard report.err != RD_KAFKA_RESP_ERR_NO_ERROR else {
-            target.batch.complete(
-                target.index, .success(KafkaDeliveryReport(topic: topic, partition: report.partition, offset: report.offset)))
-            return
+private let deliveryReportCallback:
+    @convention(c) (OpaquePointer?, UnsafePointer<rd_kafka_message_t>?, UnsafeMutableRawPointer?) -> Void =
+        { rk, message, _ in
+            guard let message, let opaque = message.pointee._private else { return }
+            let target = Unmanaged<DeliveryTarget>.fromOpaque(opaque).takeRetainedValue()
+            let report = message.pointee
+            let topic = String(cString: rd_kafka_topic_name(report.rkt))
+            guard report.err != RD_KAFKA_RESP_ERR_NO_ERROR else {
+                target.batch.complete(
+                    target.index,
+                    .success(KafkaDeliveryReport(topic: topic, partition: report.partition, offset: report.offset))
+                )
+                return
+            }
+            var error = KafkaError(report.err, context: "Delivery to topic '\(topic)' failed")
+            if report.err == RD_KAFKA_RESP_ERR__FATAL, let rk {
+                var errstr = [CChar](repeating: 0, count: 512)
+                let cause = rd_kafka_fatal_error(rk, &errstr, errstr.count)
+                let detail = errstr.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+                error = KafkaError(
+                    report.err,
+                    "Delivery to topic '\(topic)' failed: producer fatal error \(String(cString: rd_kafka_err2name(cause))): \(detail)",
+                    isFatal: true
+                )
+            }
+            target.batch.complete(target.index, .failure(error))
         }
-        var error = KafkaError(report.err, context: "Delivery to topic '\(topic)' failed")
-        if report.err == RD_KAFKA_RESP_ERR__FATAL, let rk {
-            var errstr = [CChar](repeating: 0, count: 512)
-            let cause = rd_kafka_fatal_error(rk, &errstr, errstr.count)
-            let detail = errstr.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-            error = KafkaError(
-                report.err,
-                "Delivery to topic '\(topic)' failed: producer fatal error \(String(cString: rd_kafka_err2name(cause))): \(detail)",
-                isFatal: true)
-        }
-        target.batch.complete(target.index, .failure(error))
-    }

@@ -42,7 +42,10 @@ extension Logger.Level {
 /// librdkafka's `log_cb`: called on librdkafka's own threads for every line it would
 /// otherwise print to standard error as `%4|…|rdkafka#…`.
 let logCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafePointer<CChar>?) -> Void = {
-    rk, severity, facility, line in
+    rk,
+    severity,
+    facility,
+    line in
     let logger = ClientContext.of(rk)?.logger ?? KafkaConfiguration.defaultLogger
     let level = Logger.Level(syslogSeverity: severity)
     guard logger.logLevel <= level else { return }

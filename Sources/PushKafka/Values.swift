@@ -128,7 +128,9 @@ public struct RevocationMarks: Sendable {
     public func current(_ messages: [KafkaMessage]) -> (current: [KafkaMessage], dropped: Int) {
         guard !at.isEmpty else { return (messages, 0) }
         let current = messages.filter { message in
-            guard let revokedAt = at[TopicPartition(topic: message.topic, partition: message.partition)] else { return true }
+            guard let revokedAt = at[TopicPartition(topic: message.topic, partition: message.partition)] else {
+                return true
+            }
             return message.rebalanceGeneration >= revokedAt
         }
         return (current, messages.count - current.count)
@@ -158,21 +160,28 @@ func makePartitionList(_ offsets: [TopicPartitionOffset]) -> CPartitionList {
 }
 
 /// The list's elements as Swift values.
-func partitionElements(_ list: UnsafePointer<rd_kafka_topic_partition_list_t>) -> [(TopicPartitionOffset, rd_kafka_resp_err_t)] {
+func partitionElements(
+    _ list: UnsafePointer<rd_kafka_topic_partition_list_t>
+) -> [(TopicPartitionOffset, rd_kafka_resp_err_t)] {
     let count = Int(list.pointee.cnt)
     guard count > 0, let elements = list.pointee.elems else { return [] }
     return (0..<count).map { index in
         let element = elements[index]
         return (
             TopicPartitionOffset(
-                topic: String(cString: element.topic), partition: element.partition,
-                offset: element.offset), element.err
+                topic: String(cString: element.topic),
+                partition: element.partition,
+                offset: element.offset
+            ), element.err
         )
     }
 }
 
 /// Throws the first per-partition error in the list.
-func checkPartitionErrors(_ list: UnsafePointer<rd_kafka_topic_partition_list_t>, _ operation: String) throws(KafkaError) {
+func checkPartitionErrors(
+    _ list: UnsafePointer<rd_kafka_topic_partition_list_t>,
+    _ operation: String
+) throws(KafkaError) {
     if let (entry, err) = partitionElements(list).first(where: { $0.1 != RD_KAFKA_RESP_ERR_NO_ERROR }) {
         throw KafkaError(err, context: "\(operation) \(entry.topicPartition)")
     }

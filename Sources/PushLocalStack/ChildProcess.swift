@@ -12,7 +12,9 @@ public final class ChildProcess: @unchecked Sendable {
     /// Starts `executable`. With `stderrFile`, standard error goes to that file (for chatty
     /// processes whose log would otherwise fill the pipe); `environment` adds variables.
     public init(
-        _ executable: String, _ arguments: [String], stderrFile: String? = nil,
+        _ executable: String,
+        _ arguments: [String],
+        stderrFile: String? = nil,
         environment: [String: String] = [:]
     ) throws {
         process.executableURL = URL(fileURLWithPath: executable)
@@ -54,7 +56,9 @@ public final class ChildProcess: @unchecked Sendable {
                     }
                     let chunk = stdoutPipe.fileHandleForReading.availableData
                     if chunk.isEmpty {
-                        continuation.resume(returning: buffered.isEmpty ? nil : String(decoding: buffered, as: UTF8.self))
+                        continuation.resume(
+                            returning: buffered.isEmpty ? nil : String(decoding: buffered, as: UTF8.self)
+                        )
                         buffered = Data()
                         return
                     }

@@ -59,7 +59,11 @@ extension LocalStack {
                 cleanup.run()
                 let program = URL(fileURLWithPath: CommandLine.arguments[0]).lastPathComponent
                 FileHandle.standardError.write(
-                    Data("\(program): stopped by \(signal); the workers and redis-server it started are stopped too\n".utf8))
+                    Data(
+                        "\(program): stopped by \(signal); the workers and redis-server it started are stopped too\n"
+                            .utf8
+                    )
+                )
                 _exit(128 + signal.rawValue)
             }
         }

@@ -95,7 +95,12 @@ extension LocalStack {
 
     /// The workers' configuration file.
     static func workerConfiguration(
-        _ options: Options, directory: String, kafka: String, redis: RedisSetup, simulator: APNSSimulator, http2Port: Int?
+        _ options: Options,
+        directory: String,
+        kafka: String,
+        redis: RedisSetup,
+        simulator: APNSSimulator,
+        http2Port: Int?
     ) -> String {
         func block(_ settings: [String: String], indent: String) -> String {
             settings.sorted { $0.key < $1.key }.map { "\(indent)\($0.key): \($0.value)\n" }.joined()
@@ -108,7 +113,9 @@ extension LocalStack {
         properties.merge(options.kafkaProperties) { _, given in given }
         var text = "kafka:\n  bootstrapServers: \"\(kafka)\"\n"
         if let group = options.groupId { text += "  groupId: \(group)\n" }
-        if !properties.isEmpty { text += "  properties:\n" + block(properties.mapValues { "\"\($0)\"" }, indent: "    ") }
+        if !properties.isEmpty {
+            text += "  properties:\n" + block(properties.mapValues { "\"\($0)\"" }, indent: "    ")
+        }
 
         text += "redis:\n"
         if redis.clusterURLs.isEmpty {

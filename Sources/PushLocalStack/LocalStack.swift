@@ -44,8 +44,14 @@ public final class LocalStack: @unchecked Sendable {
     private let cleanup: Cleanup
 
     private init(
-        options: Options, directory: String, kafka: EmbeddedKafkaCluster, redis: RedisSetup,
-        simulator: APNSSimulator, http2Simulator: APNSHTTP2Simulator?, configPath: String, cleanup: Cleanup
+        options: Options,
+        directory: String,
+        kafka: EmbeddedKafkaCluster,
+        redis: RedisSetup,
+        simulator: APNSSimulator,
+        http2Simulator: APNSHTTP2Simulator?,
+        configPath: String,
+        cleanup: Cleanup
     ) {
         self.options = options
         self.directory = directory
@@ -75,8 +81,10 @@ public final class LocalStack: @unchecked Sendable {
             let redis = try await startRedis(options, certificates: directory + "/certs", cleanup: cleanup)
 
             var configuration = APNSSimulator.Configuration(
-                certificateChainPEM: certificates.server.certificatePEM, privateKeyPEM: certificates.server.keyPEM,
-                clientCAPEM: certificates.ca.certificatePEM)
+                certificateChainPEM: certificates.server.certificatePEM,
+                privateKeyPEM: certificates.server.keyPEM,
+                clientCAPEM: certificates.ca.certificatePEM
+            )
             configuration.badTokens = options.badTokens
             configuration.feedback = options.feedback
             configuration.errorDelay = options.errorDelay
@@ -84,17 +92,32 @@ public final class LocalStack: @unchecked Sendable {
             let simulator = try await APNSSimulator.start(configuration: configuration)
             var http2Simulator: APNSHTTP2Simulator?
             if let app = options.http2App {
-                http2Simulator = try await startHTTP2Simulator(app, certificates: certificates, keyFile: directory + "/certs/AuthKey.p8")
+                http2Simulator = try await startHTTP2Simulator(
+                    app,
+                    certificates: certificates,
+                    keyFile: directory + "/certs/AuthKey.p8"
+                )
             }
 
             let configPath = directory + "/worker.yaml"
             try workerConfiguration(
-                options, directory: directory, kafka: kafka.bootstrapServers, redis: redis, simulator: simulator,
+                options,
+                directory: directory,
+                kafka: kafka.bootstrapServers,
+                redis: redis,
+                simulator: simulator,
                 http2Port: http2Simulator?.port
             ).write(toFile: configPath, atomically: false, encoding: .utf8)
             return LocalStack(
-                options: options, directory: directory, kafka: kafka, redis: redis, simulator: simulator,
-                http2Simulator: http2Simulator, configPath: configPath, cleanup: cleanup)
+                options: options,
+                directory: directory,
+                kafka: kafka,
+                redis: redis,
+                simulator: simulator,
+                http2Simulator: http2Simulator,
+                configPath: configPath,
+                cleanup: cleanup
+            )
         } catch {
             cleanup.run()
             throw error
@@ -102,11 +125,18 @@ public final class LocalStack: @unchecked Sendable {
     }
 
     /// The redis-server of `options`, the cluster, or the given URL.
-    private static func startRedis(_ options: Options, certificates certs: String, cleanup: Cleanup) async throws -> RedisSetup {
+    private static func startRedis(
+        _ options: Options,
+        certificates certs: String,
+        cleanup: Cleanup
+    ) async throws -> RedisSetup {
         if let url = options.redis { return RedisSetup(url: url) }
         if options.redisClusterPrimaries > 0 {
             let cluster = try await RedisClusterProcess.start(
-                primaries: options.redisClusterPrimaries, replicas: options.redisClusterReplicas, executable: options.redisServer)
+                primaries: options.redisClusterPrimaries,
+                replicas: options.redisClusterReplicas,
+                executable: options.redisServer
+            )
             for node in cluster.nodes { cleanup.add(node) }
             let urls = cluster.nodes.map { "redis://127.0.0.1:\($0.port)" }
             return RedisSetup(url: urls[0], cluster: cluster, clusterURLs: urls)
@@ -116,20 +146,31 @@ public final class LocalStack: @unchecked Sendable {
             "--tls-ca-cert-file", "\(certs)/ca.pem", "--tls-auth-clients", "no",
         ]
         let server = try await RedisServerProcess.start(
-            options.redisArguments + (options.redisTLS ? tlsArguments : []), tls: options.redisTLS, executable: options.redisServer)
+            options.redisArguments + (options.redisTLS ? tlsArguments : []),
+            tls: options.redisTLS,
+            executable: options.redisServer
+        )
         cleanup.add(server)
         let scheme = options.redisTLS ? "rediss" : "redis"
-        return RedisSetup(url: "\(scheme)://127.0.0.1:\(server.port)/0", server: server, caFile: options.redisTLS ? "\(certs)/ca.pem" : nil)
+        return RedisSetup(
+            url: "\(scheme)://127.0.0.1:\(server.port)/0",
+            server: server,
+            caFile: options.redisTLS ? "\(certs)/ca.pem" : nil
+        )
     }
 
     /// The HTTP/2 simulator of ``Options/http2App``; with a provider token, its signing key is
     /// written to `keyFile`.
     private static func startHTTP2Simulator(
-        _ app: HTTP2App, certificates: TestCertificates, keyFile: String
+        _ app: HTTP2App,
+        certificates: TestCertificates,
+        keyFile: String
     ) async throws -> APNSHTTP2Simulator {
         var config = APNSHTTP2Simulator.Configuration(
-            certificateChainPEM: certificates.server.certificatePEM, privateKeyPEM: certificates.server.keyPEM,
-            clientCAPEM: app.certificateAuthentication ? certificates.ca.certificatePEM : nil)
+            certificateChainPEM: certificates.server.certificatePEM,
+            privateKeyPEM: certificates.server.keyPEM,
+            clientCAPEM: app.certificateAuthentication ? certificates.ca.certificatePEM : nil
+        )
         let key = P256.Signing.PrivateKey()
         try key.pemRepresentation.write(toFile: keyFile, atomically: false, encoding: .utf8)
         if app.certificateAuthentication {
@@ -173,7 +214,8 @@ public final class LocalStack: @unchecked Sendable {
         try KafkaProducer(
             configuration: KafkaConfiguration([
                 "bootstrap.servers": kafka.bootstrapServers, "linger.ms": "2", "socket.nagle.disable": "true",
-            ]))
+            ])
+        )
     }
 
     /// A consumer of `apn.results` from the start, in a group of its own.
@@ -183,7 +225,8 @@ public final class LocalStack: @unchecked Sendable {
                 "bootstrap.servers": kafka.bootstrapServers, "group.id": "\(group)-\(getpid())",
                 "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
                 "fetch.wait.max.ms": "\(fetchWaitMs)", "socket.nagle.disable": "true",
-            ]))
+            ])
+        )
         try reader.subscribe(topics: ["apn.results"])
         return reader
     }
@@ -198,7 +241,11 @@ public final class LocalStack: @unchecked Sendable {
         let starts = workers.filter { $0.id == id }.count
         let log = "\(directory)/\(id)\(starts > 0 ? "-\(starts)" : "").log"
         let child = try ChildProcess(
-            options.workerExecutable, ["run", "--config", configPath, "--worker-id", id], stderrFile: log, environment: environment)
+            options.workerExecutable,
+            ["run", "--config", configPath, "--worker-id", id],
+            stderrFile: log,
+            environment: environment
+        )
         cleanup.add(child.process)
         let line = await child.readLine()
         let address = line.flatMap { try? JSONValue.parse($0) }?["status"]?.stringValue
@@ -206,7 +253,9 @@ public final class LocalStack: @unchecked Sendable {
         workers.append(worker)
         guard let line, line.contains("\"ready\"") else {
             let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-            throw ServerError("worker \(id) did not start: \(line ?? "no output"); the end of its log \(log):\n\(text.suffix(4000))")
+            throw ServerError(
+                "worker \(id) did not start: \(line ?? "no output"); the end of its log \(log):\n\(text.suffix(4000))"
+            )
         }
         return worker
     }
@@ -222,7 +271,10 @@ public final class LocalStack: @unchecked Sendable {
     /// it did, as `apn-worker run` prints when it stops). One still running after `killAfter` is
     /// killed (SIGKILL; status 9).
     @discardableResult
-    public func stopWorker(_ worker: LocalWorker, killAfter: Duration = .seconds(90)) async -> (status: Int32, report: String?) {
+    public func stopWorker(
+        _ worker: LocalWorker,
+        killAfter: Duration = .seconds(90)
+    ) async -> (status: Int32, report: String?) {
         worker.signal(SIGTERM)
         let finished = await worker.child.finish(killAfter: killAfter)
         return (finished.status, finished.stdout.split(separator: "\n").last.map(String.init))

@@ -22,11 +22,16 @@ public final class RedisClusterProcess: Sendable {
     /// how long a primary may be unreachable before its replica is promoted. `executable` is
     /// the redis-server each node runs.
     public static func start(
-        primaries: Int = 3, replicas: Int = 1, nodeTimeout: Duration = .milliseconds(1000),
-        extraArguments: [String] = [], tls: RedisTLS? = nil, cliArguments: [String] = [],
+        primaries: Int = 3,
+        replicas: Int = 1,
+        nodeTimeout: Duration = .milliseconds(1000),
+        extraArguments: [String] = [],
+        tls: RedisTLS? = nil,
+        cliArguments: [String] = [],
         executable: String = RedisServerProcess.executable
     ) async throws -> RedisClusterProcess {
-        let milliseconds = nodeTimeout.components.seconds * 1000 + nodeTimeout.components.attoseconds / 1_000_000_000_000_000
+        let milliseconds =
+            nodeTimeout.components.seconds * 1000 + nodeTimeout.components.attoseconds / 1_000_000_000_000_000
         let arguments =
             [
                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
@@ -39,7 +44,11 @@ public final class RedisClusterProcess: Sendable {
                 let bus = try RedisServerProcess.freePort()
                 nodes.append(
                     try await RedisServerProcess.start(
-                        arguments + ["--cluster-port", String(bus)], tls: tls != nil, executable: executable))
+                        arguments + ["--cluster-port", String(bus)],
+                        tls: tls != nil,
+                        executable: executable
+                    )
+                )
             }
             var template = nodes[0].configuration(commandTimeout: .seconds(5))
             template.tls = tls

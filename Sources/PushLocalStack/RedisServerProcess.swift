@@ -47,22 +47,36 @@ public final class RedisServerProcess: @unchecked Sendable {
 
     /// A configuration pointing at this server.
     public func configuration(
-        password: String? = nil, username: String? = nil, database: Int = 0,
+        password: String? = nil,
+        username: String? = nil,
+        database: Int = 0,
         commandTimeout: Duration = .seconds(5)
     ) -> RedisConfiguration {
         RedisConfiguration(
-            host: "127.0.0.1", port: port, username: username, password: password,
-            database: database, connectTimeout: .seconds(2), commandTimeout: commandTimeout)
+            host: "127.0.0.1",
+            port: port,
+            username: username,
+            password: password,
+            database: database,
+            connectTimeout: .seconds(2),
+            commandTimeout: commandTimeout
+        )
     }
 
     /// Starts `executable` on a free port; retries with a new port if another process took it.
     public static func start(
-        _ extraArguments: [String] = [], tls: Bool = false, executable: String = RedisServerProcess.executable
+        _ extraArguments: [String] = [],
+        tls: Bool = false,
+        executable: String = RedisServerProcess.executable
     ) async throws -> RedisServerProcess {
         var lastError: (any Error)?
         for _ in 0..<3 {
             let server = try RedisServerProcess(
-                port: try freePort(), extraArguments: extraArguments, tls: tls, executable: executable)
+                port: try freePort(),
+                extraArguments: extraArguments,
+                tls: tls,
+                executable: executable
+            )
             do {
                 try await server.start()
                 return server
@@ -101,13 +115,19 @@ public final class RedisServerProcess: @unchecked Sendable {
             if !process.isRunning {
                 process.waitUntilExit()
                 if process.terminationStatus == 127 {
-                    throw ServerError("cannot start \(executable): not found; install redis-server or name another with its path")
+                    throw ServerError(
+                        "cannot start \(executable): not found; install redis-server or name another with its path"
+                    )
                 }
-                throw ServerError("redis-server on port \(port) exited with status \(process.terminationStatus); log:\n\(log)")
+                throw ServerError(
+                    "redis-server on port \(port) exited with status \(process.terminationStatus); log:\n\(log)"
+                )
             }
             let port = self.port
             let tls = self.tls
-            if try await offPool({ tls ? Self.acceptsConnections(port: port) : Self.answersPing(port: port) }) { return }
+            if try await offPool({ tls ? Self.acceptsConnections(port: port) : Self.answersPing(port: port) }) {
+                return
+            }
             try await Task.sleep(for: .milliseconds(10))  // poll interval, not synchronisation
         }
         kill()

@@ -41,9 +41,17 @@ final class HiredisReplyReader {
             String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
         }
         if reader.pointee.err == REDIS_ERR_OOM {
-            return RedisError(.connection, "hiredis ran out of memory while parsing a reply", detail: "hiredis REDIS_ERR_OOM: \(text)")
+            return RedisError(
+                .connection,
+                "hiredis ran out of memory while parsing a reply",
+                detail: "hiredis REDIS_ERR_OOM: \(text)"
+            )
         }
-        return RedisError(.protocol, "the server sent a reply that hiredis cannot parse: \(text)", detail: "hiredis: \(text)")
+        return RedisError(
+            .protocol,
+            "the server sent a reply that hiredis cannot parse: \(text)",
+            detail: "hiredis: \(text)"
+        )
     }
 }
 

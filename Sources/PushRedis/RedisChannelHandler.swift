@@ -65,7 +65,9 @@ final class RedisChannelHandler: ChannelDuplexHandler {
         }
         var replies: [RedisValue] = []
         replies.reserveCapacity(request.replyCount)
-        waiting.append(Waiting(remaining: request.replyCount, replies: replies, promise: request.promise, timeout: timeout))
+        waiting.append(
+            Waiting(remaining: request.replyCount, replies: replies, promise: request.promise, timeout: timeout)
+        )
         context.write(wrapOutboundOut(request.bytes), promise: promise)
     }
 
@@ -77,7 +79,8 @@ final class RedisChannelHandler: ChannelDuplexHandler {
         }
         let buffer = unwrapInboundIn(data)
         do throws(RedisError) {
-            try buffer.withUnsafeReadableBytes { bytes in Result { () throws(RedisError) in try reader.feed(bytes) } }.get()
+            try buffer.withUnsafeReadableBytes { bytes in Result { () throws(RedisError) in try reader.feed(bytes) } }
+                .get()
             while let reply = try reader.next() {
                 guard !waiting.isEmpty else {
                     throw RedisError(.protocol, "the server sent a reply that no command asked for")

@@ -30,13 +30,17 @@ public enum RedisClient: Sendable {
     }
 
     /// ``RedisConnection/pipeline(_:scripts:)`` or ``RedisCluster/pipeline(_:scripts:)``.
-    public func pipeline(_ commands: [[[UInt8]]], scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue] {
+    public func pipeline(_ commands: [[[UInt8]]], scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue]
+    {
         try await pipeline(try RedisCommands(commands), scripts: scripts)
     }
 
     /// ``pipeline(_:scripts:)`` with commands already encoded (``RedisCommands``): on a
     /// cluster each is routed by the key marked with ``RedisCommands/appendKey(_:)``.
-    public func pipeline(_ commands: RedisCommands, scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue] {
+    public func pipeline(
+        _ commands: RedisCommands,
+        scripts: [RedisScript] = []
+    ) async throws(RedisError) -> [RedisValue] {
         switch self {
         case .server(let connection): try await connection.pipeline(commands, scripts: scripts)
         case .cluster(let cluster): try await cluster.pipeline(commands, scripts: scripts)

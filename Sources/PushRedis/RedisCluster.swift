@@ -79,7 +79,8 @@ public final class RedisCluster: Sendable {
                 throw RedisError(
                     .invalidConfiguration,
                     "invalid Redis Cluster configuration: database \(seed.database) for \(seed.endpoint); "
-                        + "a cluster has only database 0")
+                        + "a cluster has only database 0"
+                )
             }
         }
         let cluster = RedisCluster(seeds: seeds)
@@ -108,13 +109,17 @@ public final class RedisCluster: Sendable {
     /// ``RedisConnection/pipeline(_:scripts:)``, which also handles `NOSCRIPT` per primary.
     ///
     /// - Throws: the first connection, timeout or protocol error of a part.
-    public func pipeline(_ commands: [[[UInt8]]], scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue] {
+    public func pipeline(_ commands: [[[UInt8]]], scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue]
+    {
         try await pipeline(try RedisCommands(commands), scripts: scripts)
     }
 
     /// ``pipeline(_:scripts:)`` with commands already encoded (``RedisCommands``), each routed
     /// by its first key.
-    public func pipeline(_ commands: RedisCommands, scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue] {
+    public func pipeline(
+        _ commands: RedisCommands,
+        scripts: [RedisScript] = []
+    ) async throws(RedisError) -> [RedisValue] {
         try RedisCommands.validate(commands)
         var results = [RedisValue?](repeating: nil, count: commands.count)
         var pending = (0..<commands.count).map { Routed(index: $0, ask: nil) }
@@ -164,7 +169,10 @@ public final class RedisCluster: Sendable {
                             continue
                         }
                         redirected = true
-                        let target = Endpoint(host: redirect.host.isEmpty ? endpoint.host : redirect.host, port: redirect.port)
+                        let target = Endpoint(
+                            host: redirect.host.isEmpty ? endpoint.host : redirect.host,
+                            port: redirect.port
+                        )
                         if redirect.moved {
                             moved = true
                             self.moved.wrappingAdd(1, ordering: .relaxed)
@@ -200,7 +208,11 @@ public final class RedisCluster: Sendable {
     /// Runs `script` with `EVALSHA` on the primary owning its first key, loading it there
     /// first if that primary answers `NOSCRIPT`.
     @discardableResult
-    public func evalsha(_ script: RedisScript, keys: [String] = [], args: [String] = []) async throws(RedisError) -> RedisValue {
+    public func evalsha(
+        _ script: RedisScript,
+        keys: [String] = [],
+        args: [String] = []
+    ) async throws(RedisError) -> RedisValue {
         let reply = try await pipeline([script.evalshaCommand(keys: keys, args: args)], scripts: [script])[0]
         if case .error(let line) = reply { throw RedisError.server(line, command: "EVALSHA \(script.sha1)") }
         return reply
@@ -219,7 +231,9 @@ public final class RedisCluster: Sendable {
                 drop(endpoint)
                 throw error
             case .success(let replies):
-                if case .error(let line) = replies[0] { throw RedisError.server(line, command: "SCRIPT LOAD on \(endpoint)") }
+                if case .error(let line) = replies[0] {
+                    throw RedisError.server(line, command: "SCRIPT LOAD on \(endpoint)")
+                }
             }
         }
         return script.sha1
@@ -283,11 +297,15 @@ public final class RedisCluster: Sendable {
             .connection,
             "cannot read the slot map of the Redis Cluster from any of \(candidates.map(\.description).joined(separator: ", ")): "
                 + (last?.message ?? "no node"),
-            detail: last?.description)
+            detail: last?.description
+        )
     }
 
     /// Parses `CLUSTER SLOTS`: `[[start, end, [host, port, id, ...], replica...], ...]`.
-    private static func parseSlots(_ reply: RedisValue, askedHost: String) throws(RedisError) -> (slots: [Int], primaries: [Endpoint]) {
+    private static func parseSlots(
+        _ reply: RedisValue,
+        askedHost: String
+    ) throws(RedisError) -> (slots: [Int], primaries: [Endpoint]) {
         var slots = Array(repeating: -1, count: RedisClusterSlot.count)
         var primaries: [Endpoint] = []
         for range in reply.array ?? [] {
@@ -295,7 +313,10 @@ public final class RedisCluster: Sendable {
                 let node = fields[2].array, node.count >= 2, let port = node[1].int,
                 0 <= start, start <= end, end < RedisClusterSlot.count
             else {
-                throw RedisError(.protocol, "the Redis Cluster answered CLUSTER SLOTS with an entry it cannot be read from: \(range)")
+                throw RedisError(
+                    .protocol,
+                    "the Redis Cluster answered CLUSTER SLOTS with an entry it cannot be read from: \(range)"
+                )
             }
             let host = node[0].string.flatMap { $0.isEmpty || $0 == "?" ? nil : $0 } ?? askedHost
             let endpoint = Endpoint(host: host, port: Int(port))
@@ -323,14 +344,18 @@ public final class RedisCluster: Sendable {
 
     /// Sends each group to its endpoint, all in parallel; `ASK`ed commands go after `ASKING`.
     private func sendParts(
-        _ groups: [Endpoint: [Routed]], commands: RedisCommands, scripts: [RedisScript]
+        _ groups: [Endpoint: [Routed]],
+        commands: RedisCommands,
+        scripts: [RedisScript]
     ) async -> [(Endpoint, [Routed], Result<[RedisValue], RedisError>)] {
         if groups.count == 1, let (endpoint, entries) = groups.first {
             return [(endpoint, entries, await sendPart(endpoint, entries, commands: commands, scripts: scripts))]
         }
         return await withTaskGroup(of: (Endpoint, [Routed], Result<[RedisValue], RedisError>).self) { group in
             for (endpoint, entries) in groups {
-                group.addTask { (endpoint, entries, await self.sendPart(endpoint, entries, commands: commands, scripts: scripts)) }
+                group.addTask {
+                    (endpoint, entries, await self.sendPart(endpoint, entries, commands: commands, scripts: scripts))
+                }
             }
             var outcomes: [(Endpoint, [Routed], Result<[RedisValue], RedisError>)] = []
             for await outcome in group { outcomes.append(outcome) }
@@ -339,7 +364,10 @@ public final class RedisCluster: Sendable {
     }
 
     private func sendPart(
-        _ endpoint: Endpoint, _ entries: [Routed], commands: RedisCommands, scripts: [RedisScript]
+        _ endpoint: Endpoint,
+        _ entries: [Routed],
+        commands: RedisCommands,
+        scripts: [RedisScript]
     ) async -> Result<[RedisValue], RedisError> {
         do throws(RedisError) {
             let connection = try await connection(for: endpoint)

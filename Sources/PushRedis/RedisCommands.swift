@@ -47,7 +47,9 @@ public struct RedisCommands: Sendable {
     ///
     /// - Throws: `.invalidCommand` for a command without arguments.
     public init(_ commands: [[[UInt8]]]) throws(RedisError) {
-        bytes.reserveCapacity(commands.reduce(0) { total, command in command.reduce(total + 16) { $0 + $1.count + 16 } })
+        bytes.reserveCapacity(
+            commands.reduce(0) { total, command in command.reduce(total + 16) { $0 + $1.count + 16 } }
+        )
         for command in commands {
             guard !command.isEmpty else {
                 throw RedisError(.invalidCommand, "cannot send an empty command: it needs at least the command name")
@@ -159,9 +161,17 @@ public struct RedisCommands: Sendable {
             let entry = other.entries[index]
             let shift = bytes.count - entry.start
             bytes.append(contentsOf: other.bytes[entry.start..<entry.end])
-            func moved(_ range: Range<Int>?) -> Range<Int>? { range.map { ($0.lowerBound + shift)..<($0.upperBound + shift) } }
+            func moved(_ range: Range<Int>?) -> Range<Int>? {
+                range.map { ($0.lowerBound + shift)..<($0.upperBound + shift) }
+            }
             entries.append(
-                Entry(start: bytes.count - (entry.end - entry.start), end: bytes.count, key: moved(entry.key), sha1: moved(entry.sha1)))
+                Entry(
+                    start: bytes.count - (entry.end - entry.start),
+                    end: bytes.count,
+                    key: moved(entry.key),
+                    sha1: moved(entry.sha1)
+                )
+            )
         }
     }
 

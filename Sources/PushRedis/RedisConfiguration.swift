@@ -71,9 +71,15 @@ public struct RedisConfiguration: Sendable, Hashable, CustomStringConvertible {
             throw RedisURL.ParseError.malformed(shown, "the password is empty")
         }
         self.init(
-            host: parsed.host, port: parsed.port, username: parsed.username,
-            password: parsed.password, database: parsed.database,
-            connectTimeout: connectTimeout, commandTimeout: commandTimeout, tls: parsed.tls ? RedisTLS() : nil)
+            host: parsed.host,
+            port: parsed.port,
+            username: parsed.username,
+            password: parsed.password,
+            database: parsed.database,
+            connectTimeout: connectTimeout,
+            commandTimeout: commandTimeout,
+            tls: parsed.tls ? RedisTLS() : nil
+        )
     }
 
     /// `host:port`, with IPv6 hosts in brackets, as used in error messages.
@@ -123,7 +129,8 @@ extension RedisConfiguration {
                     .authentication,
                     "\(target) rejected the credentials for user '\(username ?? "default")': \(line). "
                         + "Check the configured username and password.",
-                    detail: line)
+                    detail: line
+                )
             }
             next += 1
         }

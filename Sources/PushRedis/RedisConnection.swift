@@ -60,8 +60,14 @@ public final class RedisConnection: Sendable {
     /// ``connect(_:)`` over a chosen transport (TLS always takes SwiftNIO); for benchmarks
     /// and tests that compare the two.
     @_spi(Benchmark)
-    public static func connect(_ configuration: RedisConfiguration, transport: Transport) async throws(RedisError) -> RedisConnection {
-        let connection = RedisConnection(configuration: configuration, transport: configuration.tls == nil ? transport : .nio)
+    public static func connect(
+        _ configuration: RedisConfiguration,
+        transport: Transport
+    ) async throws(RedisError) -> RedisConnection {
+        let connection = RedisConnection(
+            configuration: configuration,
+            transport: configuration.tls == nil ? transport : .nio
+        )
         try await connection.open()
         return connection
     }
@@ -117,12 +123,16 @@ public final class RedisConnection: Sendable {
     ///
     /// - Throws: `.connection`, `.timeout`, `.protocol` when the exchange itself fails
     ///   (the connection is then broken); `.invalidCommand` for an empty command.
-    public func pipeline(_ commands: [[[UInt8]]], scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue] {
+    public func pipeline(_ commands: [[[UInt8]]], scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue]
+    {
         try await pipeline(try RedisCommands(commands), scripts: scripts)
     }
 
     /// ``pipeline(_:scripts:)`` with commands already encoded (``RedisCommands``).
-    public func pipeline(_ commands: RedisCommands, scripts: [RedisScript] = []) async throws(RedisError) -> [RedisValue] {
+    public func pipeline(
+        _ commands: RedisCommands,
+        scripts: [RedisScript] = []
+    ) async throws(RedisError) -> [RedisValue] {
         try await core.pipeline(commands, scripts: scripts)
     }
 
@@ -141,13 +151,18 @@ public final class RedisConnection: Sendable {
     ///
     /// - Throws: `.server(prefix)` when the script raises an error.
     @discardableResult
-    public func evalsha(_ script: RedisScript, keys: [String] = [], args: [String] = []) async throws(RedisError) -> RedisValue {
+    public func evalsha(
+        _ script: RedisScript,
+        keys: [String] = [],
+        args: [String] = []
+    ) async throws(RedisError) -> RedisValue {
         try await evalsha(script, keys: keys.map { Array($0.utf8) }, args: args.map { Array($0.utf8) })
     }
 
     /// ``evalsha(_:keys:args:)`` with binary-safe keys and arguments.
     @discardableResult
-    public func evalsha(_ script: RedisScript, keys: [[UInt8]], args: [[UInt8]]) async throws(RedisError) -> RedisValue {
+    public func evalsha(_ script: RedisScript, keys: [[UInt8]], args: [[UInt8]]) async throws(RedisError) -> RedisValue
+    {
         try await core.evalsha(script, keys: keys, args: args)
     }
 

@@ -39,7 +39,8 @@ extension RedisError {
         RedisError(
             .connection,
             "the connection to \(target) is unusable after an earlier error (\(cause.message)); call reconnect()",
-            detail: cause.description)
+            detail: cause.description
+        )
     }
 }
 

@@ -116,7 +116,11 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
         let replies: [RedisValue]
         do throws(RedisError) {
             replies = try await exchange(
-                live, try RedisCommands(handshake), activity: "completing the TLS handshake and the first command", connecting: true)
+                live,
+                try RedisCommands(handshake),
+                activity: "completing the TLS handshake and the first command",
+                connecting: true
+            )
         } catch {
             channel.close(promise: nil)
             throw error
@@ -141,7 +145,8 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
                 throw RedisError(
                     .invalidConfiguration,
                     "cannot use the TLS \(what) file '\(path)' for \(target): \(error); it must be a readable PEM file",
-                    detail: String(describing: error))
+                    detail: String(describing: error)
+                )
             }
         }
         if let caFile = tls.caFile {
@@ -159,7 +164,10 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
             return try NIOSSLContext(configuration: settings)
         } catch {
             throw RedisError(
-                .invalidConfiguration, "cannot set up TLS for \(target): \(error)", detail: String(describing: error))
+                .invalidConfiguration,
+                "cannot set up TLS for \(target): \(error)",
+                detail: String(describing: error)
+            )
         }
     }
 
@@ -199,7 +207,10 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
             guard let retry = NoScriptRetry(replies: replies, commands: commands, scripts: scripts) else {
                 return replies
             }
-            return retry.merge(replies, try await exchange(live, retry.commands, activity: activity + " again after SCRIPT LOAD"))
+            return retry.merge(
+                replies,
+                try await exchange(live, retry.commands, activity: activity + " again after SCRIPT LOAD")
+            )
         }
     }
 
@@ -220,8 +231,10 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
             var reply = try await exchange(live, evalsha, activity: "running EVALSHA \(script.sha1)")[0]
             if reply.isNoScript {
                 reply = try await exchange(
-                    live, eval,
-                    activity: "running EVAL for script \(script.sha1) after NOSCRIPT")[0]
+                    live,
+                    eval,
+                    activity: "running EVAL for script \(script.sha1) after NOSCRIPT"
+                )[0]
             }
             if case .error(let line) = reply {
                 throw RedisError.server(line, command: "EVALSHA \(script.sha1)")
@@ -263,7 +276,10 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
 
     /// Writes `commands` in one flush and waits for one reply per command.
     private func exchange(
-        _ live: Live, _ commands: RedisCommands, activity: String, connecting: Bool = false
+        _ live: Live,
+        _ commands: RedisCommands,
+        activity: String,
+        connecting: Bool = false
     ) async throws(RedisError) -> [RedisValue] {
         let channel = live.channel
         let bytes = channel.allocator.buffer(bytes: commands.bytes)
@@ -278,7 +294,8 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
         counter.increment()
         channel.writeAndFlush(
             RedisRequest(bytes: bytes, replyCount: commands.count, timeout: Self.timeAmount(timeout), promise: replies),
-            promise: written)
+            promise: written
+        )
         do {
             return try await replies.futureResult.get()
         } catch {
@@ -301,30 +318,40 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
                     .timeout,
                     "cannot connect to \(target): no answer within the connect timeout of \(configuration.connectTimeout) "
                         + "while \(activity)\(hint)",
-                    detail: "timeout")
+                    detail: "timeout"
+                )
             }
             return RedisError(
                 .timeout,
                 "\(target) did not answer within the command timeout of \(configuration.commandTimeout) while "
                     + "\(activity); the connection was dropped, call reconnect()",
-                detail: "timeout")
+                detail: "timeout"
+            )
         case RedisChannelFailure.closed:
-            return lost(activity: activity, "the server closed the connection", detail: "channel closed", connecting: connecting)
+            return lost(
+                activity: activity,
+                "the server closed the connection",
+                detail: "channel closed",
+                connecting: connecting
+            )
         case RedisChannelFailure.protocol(let cause):
             if cause.code == .protocol {
                 return RedisError(
                     .protocol,
                     "\(target) sent a reply that hiredis cannot parse while \(activity): \(cause.message); "
                         + "the connection was dropped",
-                    detail: cause.detail)
+                    detail: cause.detail
+                )
             }
             return RedisError(cause.code, "\(cause.message) while \(activity) on \(target)", detail: cause.detail)
         case RedisChannelFailure.channel(let cause):
             return describe(cause, activity: activity, connecting: connecting)
         case ChannelError.connectTimeout:
             return RedisError(
-                .timeout, "cannot connect to \(target) within the connect timeout of \(configuration.connectTimeout)",
-                detail: detail)
+                .timeout,
+                "cannot connect to \(target) within the connect timeout of \(configuration.connectTimeout)",
+                detail: detail
+            )
         case let error as NIOConnectionError:
             let reasons = error.connectionErrors.map { Self.reason($0.error) }
             let text = reasons.isEmpty ? (error.dnsAError ?? error.dnsAAAAError).map { "\($0)" } ?? detail : reasons[0]
@@ -337,9 +364,15 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
                 .connection,
                 "the TLS certificate of \(target) is not valid for the name '\(name)'; connect with the name the "
                     + "certificate carries, or set the TLS server name to it",
-                detail: detail)
+                detail: detail
+            )
         case NIOSSLError.uncleanShutdown:
-            return lost(activity: activity, "the server closed the TLS connection", detail: detail, connecting: connecting)
+            return lost(
+                activity: activity,
+                "the server closed the TLS connection",
+                detail: detail,
+                connecting: connecting
+            )
         default:
             return tlsError(detail, activity: activity, connecting: connecting)
         }
@@ -354,7 +387,8 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
                 .connection,
                 "cannot verify the TLS certificate of \(target): it is not signed by a CA in \(roots); "
                     + "set the CA file to the CA that issued the server's certificate",
-                detail: detail)
+                detail: detail
+            )
         }
         if ["CERTIFICATE_REQUIRED", "PEER_DID_NOT_RETURN_A_CERTIFICATE"].contains(where: detail.contains)
             || (tls?.certFile == nil && detail.contains("ALERT_HANDSHAKE_FAILURE"))
@@ -363,7 +397,8 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
                 .connection,
                 "\(target) refused the TLS connection because it requires a client certificate; set the TLS "
                     + "certificate and key files",
-                detail: detail)
+                detail: detail
+            )
         }
         if ["ALERT_UNKNOWN_CA", "ALERT_BAD_CERTIFICATE", "ALERT_CERTIFICATE_UNKNOWN", "ALERT_DECRYPT_ERROR"]
             .contains(where: detail.contains)
@@ -371,13 +406,15 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
             return RedisError(
                 .connection,
                 "\(target) rejected the TLS client certificate '\(tls?.certFile ?? "")': it does not trust its issuer",
-                detail: detail)
+                detail: detail
+            )
         }
         if detail.contains("WRONG_VERSION_NUMBER") {
             return RedisError(
                 .connection,
                 "cannot connect to \(target) with TLS: the server did not answer in TLS (is it a plain redis:// port?)",
-                detail: detail)
+                detail: detail
+            )
         }
         if connecting {
             return RedisError(.connection, "cannot connect to \(target): TLS failed: \(detail)", detail: detail)
@@ -392,7 +429,8 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
         return RedisError(
             .connection,
             "lost the connection to \(target) while \(activity): \(text); call reconnect() once the server is reachable",
-            detail: detail)
+            detail: detail
+        )
     }
 
     /// `strerror` of an I/O error ("Connection refused").

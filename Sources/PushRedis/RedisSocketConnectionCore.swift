@@ -87,7 +87,10 @@ actor RedisSocketConnectionCore: RedisConnectionCore {
         try configuration.validate()
         guard
             let context = redisConnectWithTimeout(
-                configuration.host, Int32(configuration.port), Self.timeval(configuration.connectTimeout))
+                configuration.host,
+                Int32(configuration.port),
+                Self.timeval(configuration.connectTimeout)
+            )
         else {
             throw RedisError(.connection, "cannot connect to \(target): hiredis could not allocate a context")
         }
@@ -99,14 +102,17 @@ actor RedisSocketConnectionCore: RedisConnectionCore {
                 throw RedisError(
                     .timeout,
                     "cannot connect to \(target) within the connect timeout of \(configuration.connectTimeout): \(text)",
-                    detail: detail)
+                    detail: detail
+                )
             }
             throw RedisError(.connection, "cannot connect to \(target): \(text)", detail: detail)
         }
         if redisSetTimeout(context, Self.timeval(configuration.commandTimeout)) != REDIS_OK {
             let error = RedisError(
-                .connection, "cannot set the command timeout on the connection to \(target): \(Self.errorString(context))",
-                detail: Self.detail(context))
+                .connection,
+                "cannot set the command timeout on the connection to \(target): \(Self.errorString(context))",
+                detail: Self.detail(context)
+            )
             redisFree(context)
             throw error
         }
@@ -122,7 +128,11 @@ actor RedisSocketConnectionCore: RedisConnectionCore {
 
         let replies: [RedisValue]
         do throws(RedisError) {
-            replies = try exchange(context, try RedisCommands(handshake), activity: "authenticating and selecting the database")
+            replies = try exchange(
+                context,
+                try RedisCommands(handshake),
+                activity: "authenticating and selecting the database"
+            )
         } catch {
             redisFree(context)
             throw error
@@ -160,8 +170,13 @@ actor RedisSocketConnectionCore: RedisConnectionCore {
             if commands.isEmpty { return [] }
             let activity = "running a pipeline of \(commands.count) commands"
             let replies = try exchange(context, commands, activity: activity)
-            guard let retry = NoScriptRetry(replies: replies, commands: commands, scripts: scripts) else { return replies }
-            return retry.merge(replies, try exchange(context, retry.commands, activity: activity + " again after SCRIPT LOAD"))
+            guard let retry = NoScriptRetry(replies: replies, commands: commands, scripts: scripts) else {
+                return replies
+            }
+            return retry.merge(
+                replies,
+                try exchange(context, retry.commands, activity: activity + " again after SCRIPT LOAD")
+            )
         }
     }
 
@@ -181,8 +196,10 @@ actor RedisSocketConnectionCore: RedisConnectionCore {
             var reply = try exchange(context, evalsha, activity: "running EVALSHA \(script.sha1)")[0]
             if reply.isNoScript {
                 reply = try exchange(
-                    context, try RedisCommands([script.evalCommand(keys: keys, args: args)]),
-                    activity: "running EVAL for script \(script.sha1) after NOSCRIPT")[0]
+                    context,
+                    try RedisCommands([script.evalCommand(keys: keys, args: args)]),
+                    activity: "running EVAL for script \(script.sha1) after NOSCRIPT"
+                )[0]
             }
             if case .error(let line) = reply {
                 throw RedisError.server(line, command: "EVALSHA \(script.sha1)")
@@ -222,7 +239,9 @@ actor RedisSocketConnectionCore: RedisConnectionCore {
     /// Appends the encoded commands to hiredis' output buffer, then reads one reply per
     /// command: the first `redisGetReply` flushes the buffer, so this is one round trip.
     private func exchange(
-        _ context: UnsafeMutablePointer<redisContext>, _ commands: RedisCommands, activity: String
+        _ context: UnsafeMutablePointer<redisContext>,
+        _ commands: RedisCommands,
+        activity: String
     ) throws(RedisError) -> [RedisValue] {
         let status = commands.bytes.withUnsafeBytes { bytes in
             redisAppendFormattedCommand(context, bytes.baseAddress!.assumingMemoryBound(to: CChar.self), bytes.count)
@@ -254,19 +273,22 @@ actor RedisSocketConnectionCore: RedisConnectionCore {
                 .timeout,
                 "\(target) did not answer within the command timeout of \(configuration.commandTimeout) while "
                     + "\(activity); the connection was dropped, call reconnect()",
-                detail: detail)
+                detail: detail
+            )
         case REDIS_ERR_PROTOCOL:
             return RedisError(
                 .protocol,
                 "\(target) sent a reply that hiredis cannot parse while \(activity): \(text); the connection was dropped",
-                detail: detail)
+                detail: detail
+            )
         case REDIS_ERR_OOM:
             return RedisError(.connection, "hiredis ran out of memory while \(activity) on \(target)", detail: detail)
         default:
             return RedisError(
                 .connection,
                 "lost the connection to \(target) while \(activity): \(text); call reconnect() once the server is reachable",
-                detail: detail)
+                detail: detail
+            )
         }
     }
 
@@ -303,7 +325,9 @@ actor RedisSocketConnectionCore: RedisConnectionCore {
         var microseconds = attoseconds / 1_000_000_000_000
         if seconds == 0 && microseconds == 0 { microseconds = 1 }
         return CHiredis.timeval(
-            tv_sec: .init(truncatingIfNeeded: seconds), tv_usec: .init(truncatingIfNeeded: microseconds))
+            tv_sec: .init(truncatingIfNeeded: seconds),
+            tv_usec: .init(truncatingIfNeeded: microseconds)
+        )
     }
 
     private static func bytes(_ strings: [String]) -> [[UInt8]] {

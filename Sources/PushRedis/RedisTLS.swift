@@ -21,7 +21,10 @@ public struct RedisTLS: Sendable, Hashable {
 
     /// TLS with system trust roots, no client certificate and verification on.
     public init(
-        caFile: String? = nil, certFile: String? = nil, keyFile: String? = nil, serverName: String? = nil,
+        caFile: String? = nil,
+        certFile: String? = nil,
+        keyFile: String? = nil,
+        serverName: String? = nil,
         verify: Bool = true
     ) {
         self.caFile = caFile

@@ -14,14 +14,17 @@ public struct MetricSamples: Sendable {
     /// writes none.
     public init(parsing text: String) {
         samples = text.split(separator: "\n").compactMap { line in
-            guard !line.hasPrefix("#"), let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...])
+            guard !line.hasPrefix("#"), let space = line.lastIndex(of: " "),
+                let value = Double(line[line.index(after: space)...])
             else { return nil }
             let series = line[..<space]
             guard let open = series.firstIndex(of: "{"), series.last == "}" else {
                 return Sample(name: String(series), labels: [:], value: value)
             }
             var labels: [String: String] = [:]
-            for pair in series[series.index(after: open)..<series.index(before: series.endIndex)].split(separator: "\",") {
+            for pair in series[series.index(after: open)..<series.index(before: series.endIndex)].split(
+                separator: "\","
+            ) {
                 guard let equals = pair.firstIndex(of: "=") else { continue }
                 var value = pair[pair.index(after: equals)...]
                 if value.first == "\"" { value = value.dropFirst() }

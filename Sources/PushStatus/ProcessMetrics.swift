@@ -34,17 +34,36 @@ public final class ProcessMetrics: Sendable {
     public init(registry: PrometheusCollectorRegistry) {
         residentMemory = registry.makeGauge(
             descriptor: MetricNameDescriptor(
-                namespace: "process", metricName: "resident_memory", unitName: "bytes", helpText: "Resident memory of the process."))
+                namespace: "process",
+                metricName: "resident_memory",
+                unitName: "bytes",
+                helpText: "Resident memory of the process."
+            )
+        )
         cpuSeconds = registry.makeCounter(
             descriptor: MetricNameDescriptor(
-                namespace: "process", metricName: "cpu_seconds", unitName: "total", helpText: "User and system CPU time of the process."))
+                namespace: "process",
+                metricName: "cpu_seconds",
+                unitName: "total",
+                helpText: "User and system CPU time of the process."
+            )
+        )
         openFileDescriptors = registry.makeGauge(
             descriptor: MetricNameDescriptor(
-                namespace: "process", metricName: "open", unitName: "fds", helpText: "Open file descriptors of the process."))
+                namespace: "process",
+                metricName: "open",
+                unitName: "fds",
+                helpText: "Open file descriptors of the process."
+            )
+        )
         heapAllocated = registry.makeGauge(
             descriptor: MetricNameDescriptor(
-                namespace: "process", metricName: "heap_allocated", unitName: "bytes",
-                helpText: "Bytes the process has allocated on its heap and not freed."))
+                namespace: "process",
+                metricName: "heap_allocated",
+                unitName: "bytes",
+                helpText: "Bytes the process has allocated on its heap and not freed."
+            )
+        )
     }
 
     /// Reads `/proc/self` and sets the metrics. Safe to call from several threads at once.

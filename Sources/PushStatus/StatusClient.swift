@@ -25,7 +25,10 @@ public struct StatusClient: Sendable {
     public var eventLoopGroup: any EventLoopGroup
 
     public init(
-        host: String, port: Int, timeout: Duration = .seconds(5), maximumResponseBytes: Int = 8 << 20,
+        host: String,
+        port: Int,
+        timeout: Duration = .seconds(5),
+        maximumResponseBytes: Int = 8 << 20,
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) {
         self.host = host
@@ -69,7 +72,11 @@ public struct StatusClient: Sendable {
         do {
             return try JSONDecoder().decode(WorkerStatus.self, from: Data(response.body.readableBytesView))
         } catch {
-            throw StatusError(.badResponse, "the answer of \(address) to GET /status is not a worker's status: \(error)", underlying: error)
+            throw StatusError(
+                .badResponse,
+                "the answer of \(address) to GET /status is not a worker's status: \(error)",
+                underlying: error
+            )
         }
     }
 
@@ -84,7 +91,8 @@ public struct StatusClient: Sendable {
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHTTPClientHandlers()
                         return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(
-                            wrappingChannelSynchronously: channel)
+                            wrappingChannelSynchronously: channel
+                        )
                     }
                 }
         } catch {
@@ -92,7 +100,11 @@ public struct StatusClient: Sendable {
         }
         return try await channel.executeThenClose { inbound, outbound in
             var connection = Connection(
-                client: self, channel: channel.channel, responses: inbound.makeAsyncIterator(), requests: outbound)
+                client: self,
+                channel: channel.channel,
+                responses: inbound.makeAsyncIterator(),
+                requests: outbound
+            )
             return try await body(&connection)
         }
     }
@@ -106,7 +118,11 @@ public struct StatusClient: Sendable {
 
         /// Sends `method path` and reads the whole answer. With `keepAlive` false the request
         /// asks the server to close the connection after answering.
-        public mutating func get(_ path: String, method: HTTPMethod = .GET, keepAlive: Bool = true) async throws -> Response {
+        public mutating func get(
+            _ path: String,
+            method: HTTPMethod = .GET,
+            keepAlive: Bool = true
+        ) async throws -> Response {
             let timedOut = TimeoutFlag()
             let channel = channel
             let deadline = channel.eventLoop.scheduleTask(in: TimeAmount(client.timeout)) {
@@ -134,28 +150,39 @@ public struct StatusClient: Sendable {
                         guard body.readableBytes + chunk.readableBytes <= client.maximumResponseBytes else {
                             throw StatusError(
                                 .badResponse,
-                                "the answer of \(client.address) to \(method) \(path) is larger than \(client.maximumResponseBytes) bytes")
+                                "the answer of \(client.address) to \(method) \(path) is larger than \(client.maximumResponseBytes) bytes"
+                            )
                         }
                         body.writeImmutableBuffer(chunk)
                     case .end:
                         guard let responseHead else {
-                            throw StatusError(.badResponse, "\(client.address) ended an answer to \(method) \(path) that had no head")
+                            throw StatusError(
+                                .badResponse,
+                                "\(client.address) ended an answer to \(method) \(path) that had no head"
+                            )
                         }
                         return Response(status: responseHead.status, headers: responseHead.headers, body: body)
                     }
                 }
-                throw StatusError(.badResponse, "\(client.address) closed the connection before its answer to \(method) \(path) ended")
+                throw StatusError(
+                    .badResponse,
+                    "\(client.address) closed the connection before its answer to \(method) \(path) ended"
+                )
             } catch {
                 if timedOut.isSet {
                     throw StatusError(
-                        .timedOut, "the status server at \(client.address) did not answer \(method) \(path) within \(client.timeout)")
+                        .timedOut,
+                        "the status server at \(client.address) did not answer \(method) \(path) within \(client.timeout)"
+                    )
                 }
                 if let error = error as? StatusError {
                     throw error
                 }
                 throw StatusError(
-                    .badResponse, "the connection to \(client.address) failed during \(method) \(path): \(describe(error))",
-                    underlying: error)
+                    .badResponse,
+                    "the connection to \(client.address) failed during \(method) \(path): \(describe(error))",
+                    underlying: error
+                )
             }
         }
     }
@@ -177,7 +204,10 @@ public struct StatusClient: Sendable {
             }
         case ChannelError.connectTimeout:
             return StatusError(
-                .timedOut, "cannot reach the status server at \(address): no connection within \(timeout)", underlying: error)
+                .timedOut,
+                "cannot reach the status server at \(address): no connection within \(timeout)",
+                underlying: error
+            )
         default:
             reason = describe(error)
         }

@@ -24,7 +24,8 @@ public enum StatusReport {
         var lines: [String] = []
         let ready = status.ready ? "yes" : "no" + (status.readyReason.map { ": \($0)" } ?? "")
         let header: [(String, String)] = [
-            ("worker", status.worker), ("group", status.group), ("uptime", uptime(status.uptimeSeconds)), ("ready", ready),
+            ("worker", status.worker), ("group", status.group), ("uptime", uptime(status.uptimeSeconds)),
+            ("ready", ready),
             ("in flight", String(status.inFlight)), ("redis", status.redis.state.rawValue),
         ]
         let labelWidth = header.map(\.0.count).max() ?? 0
@@ -56,7 +57,8 @@ public enum StatusReport {
                 ],
                 rows: status.pools.map { pool in
                     [
-                        pool.app, pool.env, pool.transport, String(pool.open), String(pool.connecting), String(pool.backingOff),
+                        pool.app, pool.env, pool.transport, String(pool.open), String(pool.connecting),
+                        String(pool.backingOff),
                         optional(pool.cachedNotifications), optional(pool.cachedBytes), optional(pool.streamsInUse),
                     ]
                 }

@@ -83,7 +83,11 @@ final class StatusRequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
         }
         if let parserError = error as? HTTPParserError {
             if case .headerOverflow = parserError {
-                refuse(context: context, status: .requestHeaderFieldsTooLarge, "the request's header section is too large")
+                refuse(
+                    context: context,
+                    status: .requestHeaderFieldsTooLarge,
+                    "the request's header section is too large"
+                )
             } else {
                 refuse(context: context, status: .badRequest, "malformed HTTP/1 request")
             }
@@ -116,9 +120,13 @@ final class StatusRequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
         }
         let body = ByteBuffer(string: reason + "\n")
         let headers = HTTPHeaders([
-            ("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", String(body.readableBytes)), ("Connection", "close"),
+            ("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", String(body.readableBytes)),
+            ("Connection", "close"),
         ])
-        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
+        context.write(
+            wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))),
+            promise: nil
+        )
         context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
         let loopBoundContext = context.loopBound
         context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in

@@ -20,8 +20,17 @@ struct StatusResponse: Sendable {
     static let jsonContentType = "application/json"
     static let textContentType = "text/plain; charset=utf-8"
 
-    static func text(_ status: HTTPResponseStatus, _ text: String, extraHeaders: [(String, String)] = []) -> StatusResponse {
-        StatusResponse(status: status, contentType: textContentType, body: ByteBuffer(string: text + "\n"), extraHeaders: extraHeaders)
+    static func text(
+        _ status: HTTPResponseStatus,
+        _ text: String,
+        extraHeaders: [(String, String)] = []
+    ) -> StatusResponse {
+        StatusResponse(
+            status: status,
+            contentType: textContentType,
+            body: ByteBuffer(string: text + "\n"),
+            extraHeaders: extraHeaders
+        )
     }
 
     /// The response head for a request, keeping the connection open only if the request asked
@@ -64,7 +73,10 @@ struct StatusRoutes: Sendable {
     func response(to request: HTTPRequestHead) -> StatusResponse {
         let path = request.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
         guard Self.paths.contains(path) else {
-            return .text(.notFound, "not found: the status server serves /metrics, /health/live, /health/ready and /status")
+            return .text(
+                .notFound,
+                "not found: the status server serves /metrics, /health/live, /health/ready and /status"
+            )
         }
         guard request.method == .GET || request.method == .HEAD else {
             return .text(.methodNotAllowed, "method not allowed: use GET", extraHeaders: [("Allow", "GET, HEAD")])
@@ -87,7 +99,11 @@ struct StatusRoutes: Sendable {
         bytes.reserveCapacity(lastMetricsSize.value)
         registry.emit(into: &bytes)
         lastMetricsSize.value = bytes.count
-        return StatusResponse(status: .ok, contentType: StatusResponse.prometheusContentType, body: ByteBuffer(bytes: bytes))
+        return StatusResponse(
+            status: .ok,
+            contentType: StatusResponse.prometheusContentType,
+            body: ByteBuffer(bytes: bytes)
+        )
     }
 
     private struct Health: Encodable {

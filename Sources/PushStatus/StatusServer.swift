@@ -50,8 +50,12 @@ public final class StatusServer: Service, Sendable {
         public var requestTimeout: Duration
 
         public init(
-            host: String = "0.0.0.0", port: Int = 9400, maximumConnections: Int = 64, maximumHeaderBytes: Int = 16 * 1024,
-            maximumBodyBytes: Int = 1024, requestTimeout: Duration = .seconds(10)
+            host: String = "0.0.0.0",
+            port: Int = 9400,
+            maximumConnections: Int = 64,
+            maximumHeaderBytes: Int = 16 * 1024,
+            maximumBodyBytes: Int = 1024,
+            requestTimeout: Duration = .seconds(10)
         ) {
             self.host = host
             self.port = port
@@ -80,8 +84,11 @@ public final class StatusServer: Service, Sendable {
     ///   - eventLoopGroup: the loops the listener and connections run on.
     ///   - logger: the server logs at info when it listens and stops, and at debug per connection.
     public init(
-        configuration: Configuration, registry: PrometheusCollectorRegistry, provider: any StatusProvider,
-        beforeScrape: (@Sendable () -> Void)? = nil, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        configuration: Configuration,
+        registry: PrometheusCollectorRegistry,
+        provider: any StatusProvider,
+        beforeScrape: (@Sendable () -> Void)? = nil,
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger
     ) {
         precondition(configuration.maximumConnections > 0, "maximumConnections must be at least 1")
@@ -125,7 +132,8 @@ public final class StatusServer: Service, Sendable {
             }
         } onCancel: {
             let continuation = listener.withLock { state -> CheckedContinuation<SocketAddress, any Error>? in
-                guard case .idle(var waiters, let next) = state, let continuation = waiters.removeValue(forKey: waiter) else {
+                guard case .idle(var waiters, let next) = state, let continuation = waiters.removeValue(forKey: waiter)
+                else {
                     return nil
                 }
                 state = .idle(waiters: waiters, nextWaiter: next)
@@ -235,8 +243,13 @@ public final class StatusServer: Service, Sendable {
                     do {
                         let pipeline = channel.pipeline.syncOperations
                         try pipeline.configureHTTPServerPipeline(
-                            withErrorHandling: false, withEncoderConfiguration: .init(), withDecoderLimitConfiguration: limits)
-                        try pipeline.addHandler(StatusRequestGuard(timeout: timeout, maximumBodyBytes: maximumBodyBytes))
+                            withErrorHandling: false,
+                            withEncoderConfiguration: .init(),
+                            withDecoderLimitConfiguration: limits
+                        )
+                        try pipeline.addHandler(
+                            StatusRequestGuard(timeout: timeout, maximumBodyBytes: maximumBodyBytes)
+                        )
                         connection = try NIOAsyncChannel(wrappingChannelSynchronously: channel)
                     } catch {
                         // A failure here must not end the accept loop: drop this connection only.
@@ -340,7 +353,11 @@ private final class ConnectionLimiter: Sendable {
         var current = open.load(ordering: .relaxed)
         while current < limit {
             let (exchanged, original) = open.compareExchange(
-                expected: current, desired: current + 1, successOrdering: .acquiring, failureOrdering: .relaxed)
+                expected: current,
+                desired: current + 1,
+                successOrdering: .acquiring,
+                failureOrdering: .relaxed
+            )
             if exchanged {
                 return true
             }

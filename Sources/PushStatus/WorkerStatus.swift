@@ -23,8 +23,15 @@ public struct WorkerStatus: Codable, Sendable, Hashable {
     public var pools: [Pool]
 
     public init(
-        worker: String, group: String, uptimeSeconds: Double, ready: Bool, readyReason: String? = nil, inFlight: Int,
-        redis: Redis, partitions: [Partition] = [], pools: [Pool] = []
+        worker: String,
+        group: String,
+        uptimeSeconds: Double,
+        ready: Bool,
+        readyReason: String? = nil,
+        inFlight: Int,
+        redis: Redis,
+        partitions: [Partition] = [],
+        pools: [Pool] = []
     ) {
         self.worker = worker
         self.group = group
@@ -95,8 +102,15 @@ public struct WorkerStatus: Codable, Sendable, Hashable {
         public var streamsInUse: Int?
 
         public init(
-            app: String, env: String, transport: String, open: Int, connecting: Int, backingOff: Int,
-            cachedNotifications: Int? = nil, cachedBytes: Int? = nil, streamsInUse: Int? = nil
+            app: String,
+            env: String,
+            transport: String,
+            open: Int,
+            connecting: Int,
+            backingOff: Int,
+            cachedNotifications: Int? = nil,
+            cachedBytes: Int? = nil,
+            streamsInUse: Int? = nil
         ) {
             self.app = app
             self.env = env

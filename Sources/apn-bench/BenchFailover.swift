@@ -45,7 +45,10 @@ struct BenchFailover: AsyncParsableCommand {
     var sessionTimeoutMs = 0
     @Option(help: "Seconds to wait for the last results after the load ends.")
     var drainSeconds = 120
-    @Flag(help: "Send every other job to a second app delivered over HTTP/2 (its gateway stays up in the outage scenario).")
+    @Flag(
+        help:
+            "Send every other job to a second app delivered over HTTP/2 (its gateway stays up in the outage scenario)."
+    )
     var secondApp = false
     @Flag(help: "Keep the working directory with the workers' logs.")
     var keep = false
@@ -53,10 +56,14 @@ struct BenchFailover: AsyncParsableCommand {
     func run() async throws {
         try await reportingFailures {
             guard ["kill", "term", "term-early", "rolling", "outage"].contains(scenario) else {
-                throw UsageFailure(message: "--scenario must be kill, term, term-early, rolling or outage, not \(scenario)")
+                throw UsageFailure(
+                    message: "--scenario must be kill, term, term-early, rolling or outage, not \(scenario)"
+                )
             }
             guard rate > 0, seconds > eventAt, eventAt >= 0, workers >= 1 else {
-                throw UsageFailure(message: "--rate must be positive, --workers at least 1 and --event-at within --seconds")
+                throw UsageFailure(
+                    message: "--rate must be positive, --workers at least 1 and --event-at within --seconds"
+                )
             }
             var options = LocalStack.Options()
             options.brokers = brokers
@@ -204,8 +211,11 @@ struct BenchFailover: AsyncParsableCommand {
                 }
                 let latency = sentAt.get(n).map { (now - $0).milliseconds } ?? 0
                 seen[n] = Seen(
-                    latency: latency, possibleDuplicate: result["possibleDuplicate"]?.boolValue ?? false, arrived: arrived,
-                    worker: worker)
+                    latency: latency,
+                    possibleDuplicate: result["possibleDuplicate"]?.boolValue ?? false,
+                    arrived: arrived,
+                    worker: worker
+                )
             }
         }
         try await producing.value

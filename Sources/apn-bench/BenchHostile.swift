@@ -57,10 +57,14 @@ struct BenchHostile: AsyncParsableCommand {
         Case(name: "nesting 5,000 deep (rejected)") { id in
             Array(
                 (#"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","alert":"Hi","payload":{"d":"#
-                    + String(repeating: "[", count: 5000) + String(repeating: "]", count: 5000) + "}}").utf8)
+                    + String(repeating: "[", count: 5000) + String(repeating: "]", count: 5000) + "}}").utf8
+            )
         },
         Case(name: "600 KB app name (not configured)") { id in
-            Array(#"{"id":"\#(id)","app":"\#(String(repeating: "z", count: 600_000))","token":"\#(token)","alert":"Hi"}"#.utf8)
+            Array(
+                #"{"id":"\#(id)","app":"\#(String(repeating: "z", count: 600_000))","token":"\#(token)","alert":"Hi"}"#
+                    .utf8
+            )
         },
         Case(name: "1 MiB message (payload too large)") { id in
             padded(id, to: 1 << 20)
@@ -113,7 +117,8 @@ struct BenchHostile: AsyncParsableCommand {
             let start = clock.now
             for message in messages {
                 switch parser.parse(message) {
-                case .job(let job): outcome = job.payloadError == nil ? "job, payload \(job.payload.count) bytes" : "job, payload error"
+                case .job(let job):
+                    outcome = job.payloadError == nil ? "job, payload \(job.payload.count) bytes" : "job, payload error"
                 case .rejected(_, _, let tokens, _, _): outcome = "rejected, \(tokens.count) results"
                 case .unreadable: outcome = "unreadable, 1 result"
                 }
@@ -123,7 +128,8 @@ struct BenchHostile: AsyncParsableCommand {
                 jsonLine([
                     ("stage", "parse"), ("case", .string(c.name)), ("messageBytes", .int(Int64(messages[0].count))),
                     ("msPerMessage", .double((elapsed * 100).rounded() / 100)), ("outcome", .string(outcome)),
-                ]))
+                ])
+            )
         }
     }
 
@@ -133,7 +139,8 @@ struct BenchHostile: AsyncParsableCommand {
             configuration: KafkaConfiguration([
                 "bootstrap.servers": stack.kafka.bootstrapServers, "linger.ms": "0", "socket.nagle.disable": "true",
                 "message.max.bytes": "4194304",
-            ]))
+            ])
+        )
         let reader = try stack.resultReader(group: "bench-hostile")
         let worker = try await stack.startWorker(id: "bench")
 
@@ -147,7 +154,8 @@ struct BenchHostile: AsyncParsableCommand {
             let reports = try await producer.send(
                 messages.map {
                     KafkaOutgoingMessage(topic: "apn.requests", key: Array($0.id.utf8), value: $0.bytes)
-                })
+                }
+            )
             for (message, report) in zip(messages, reports) {
                 let stored = try report.get()
                 producedAt[message.id] = now
@@ -165,7 +173,9 @@ struct BenchHostile: AsyncParsableCommand {
                     guard let result = try? JSONValue.parse(message.value) else { continue }
                     let at = Date().timeIntervalSince1970 * 1000
                     var id = result["jobId"]?.stringValue
-                    if result["type"] == "invalidJob", let p = result["partition"]?.intValue, let o = result["offset"]?.intValue {
+                    if result["type"] == "invalidJob", let p = result["partition"]?.intValue,
+                        let o = result["offset"]?.intValue
+                    {
                         id = waitingAt["\(p)@\(o)"]
                     }
                     guard let id, let left = waiting[id] else { continue }
@@ -213,7 +223,8 @@ struct BenchHostile: AsyncParsableCommand {
                     ("aloneP50Ms", .int(Int64(alone[alone.count / 2]))), ("aloneMaxMs", .int(Int64(alone.last!))),
                     ("burstLastMs", .int(Int64(burstTimes.max()!))),
                     ("validBehindBurstMs", .int(Int64(answeredAt[behind.id]! - producedAt[behind.id]!))),
-                ]))
+                ])
+            )
         }
         await stack.stopWorker(worker)
         try? await reader.close()

@@ -10,7 +10,8 @@ import PushRedis
 struct BenchScale: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "scale",
-        abstract: "Measure 1, 2, 4... workers sharing one embedded Kafka, Redis Cluster and simulator (see docs/benchmarks.md).",
+        abstract:
+            "Measure 1, 2, 4... workers sharing one embedded Kafka, Redis Cluster and simulator (see docs/benchmarks.md).",
         discussion: """
             For each count in --workers: starts the embedded Kafka (12 partitions), a Redis Cluster of \
             --primaries redis-server primaries (0: one plain redis-server), the simulator and that many \
@@ -33,20 +34,29 @@ struct BenchScale: AsyncParsableCommand {
         try await reportingFailures {
             let counts = workers.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
             guard !counts.isEmpty, counts.allSatisfy({ (1...12).contains($0) }) else {
-                throw UsageFailure(message: "--workers must be a comma-separated list of counts from 1 to 12, not \(workers)")
+                throw UsageFailure(
+                    message: "--workers must be a comma-separated list of counts from 1 to 12, not \(workers)"
+                )
             }
             guard primaries == 0 || primaries >= 3 else {
-                throw UsageFailure(message: "--primaries must be 0 (one redis-server) or at least 3 (redis-cli needs 3 to make a cluster)")
+                throw UsageFailure(
+                    message:
+                        "--primaries must be 0 (one redis-server) or at least 3 (redis-cli needs 3 to make a cluster)"
+                )
             }
             for count in counts {
                 var options = LocalStack.Options()
                 options.redisClusterPrimaries = primaries
                 options.kafkaProperties = ["fetch.wait.max.ms": "5"]
                 options.worker = [
-                    "logLevel": "warning", "maxInFlight": "100000", "batchSize": "1000", "batchWindowMs": "10", "resultFlushMs": "20",
+                    "logLevel": "warning", "maxInFlight": "100000", "batchSize": "1000", "batchWindowMs": "10",
+                    "resultFlushMs": "20",
                     "statusAddress": "null",
                 ]
-                options.app = ["poolSize": "4", "confirmationWindowMs": "1000", "cacheMaxCount": "100000", "feedbackIntervalSeconds": "0"]
+                options.app = [
+                    "poolSize": "4", "confirmationWindowMs": "1000", "cacheMaxCount": "100000",
+                    "feedbackIntervalSeconds": "0",
+                ]
                 try await LocalStack.with(options) { stack in try await measure(stack, workers: count) }
             }
         }
@@ -58,7 +68,8 @@ struct BenchScale: AsyncParsableCommand {
         func job(_ n: Int) -> KafkaOutgoingMessage {
             let id = "scale-\(n)"
             let token = String(format: "%064lx", 0x5CA1_0000 + n)
-            let value = #"{"id":"\#(id)","app":"\#(LocalStack.app)","token":"\#(token)","alert":"Scale \#(n)","badge":1}"#
+            let value =
+                #"{"id":"\#(id)","app":"\#(LocalStack.app)","token":"\#(token)","alert":"Scale \#(n)","badge":1}"#
             return KafkaOutgoingMessage(topic: "apn.requests", key: Array(id.utf8), value: Array(value.utf8))
         }
 
@@ -77,13 +88,16 @@ struct BenchScale: AsyncParsableCommand {
                     let value =
                         #"{"id":"\#(id)","app":"\#(LocalStack.app)","token":"\#(String(format: "%064lx", 0xA000 + round))","alert":"warm"}"#
                     return KafkaOutgoingMessage(topic: "apn.requests", key: Array(id.utf8), value: Array(value.utf8))
-                })
+                }
+            )
             var seen = Set<String>()
             var by = Set<String>()
             let roundDeadline = ContinuousClock.now + .seconds(10)
             while seen.count < ids.count, ContinuousClock.now < roundDeadline {
                 for message in try await reader.poll(maxMessages: 1000, timeout: .milliseconds(200)) {
-                    guard let result = try? JSONValue.parse(message.value), let id = result["jobId"]?.stringValue, ids.contains(id) else {
+                    guard let result = try? JSONValue.parse(message.value), let id = result["jobId"]?.stringValue,
+                        ids.contains(id)
+                    else {
                         continue
                     }
                     seen.insert(id)
@@ -92,7 +106,9 @@ struct BenchScale: AsyncParsableCommand {
             }
             settled = seen.count == ids.count && by.count == count
         }
-        guard settled else { throw UsageFailure(message: "the \(count) workers did not all deliver warm-up jobs within 120 s") }
+        guard settled else {
+            throw UsageFailure(message: "the \(count) workers did not all deliver warm-up jobs within 120 s")
+        }
 
         let workerPIDs = processes.map(\.processIdentifier)
         func cpu(_ pids: [Int32]) -> Double { pids.reduce(0) { $0 + (cpuSeconds(of: $1) ?? 0) } }
@@ -103,7 +119,9 @@ struct BenchScale: AsyncParsableCommand {
         let start = clock.now
         let producing = Task {
             for chunk in stride(from: 0, to: jobs, by: 10_000) {
-                for report in try await producer.send((chunk..<min(jobs, chunk + 10_000)).map(job)) { _ = try report.get() }
+                for report in try await producer.send((chunk..<min(jobs, chunk + 10_000)).map(job)) {
+                    _ = try report.get()
+                }
             }
         }
         var received = Set<Int>()
@@ -153,14 +171,16 @@ struct BenchScale: AsyncParsableCommand {
                 (
                     "bytesPerNotification",
                     .object([
-                        "job": .int(Int64(job(0).value.count)), "result": .int(Int64(resultBytes / max(received.count, 1))),
+                        "job": .int(Int64(job(0).value.count)),
+                        "result": .int(Int64(resultBytes / max(received.count, 1))),
                         "redisIn": .int(Int64(Double(redisBytesAfter.in - redisBytesBefore.in) / n)),
                         "redisOut": .int(Int64(Double(redisBytesAfter.out - redisBytesBefore.out) / n)),
                     ])
                 ),
                 ("redisRoundTripsPer1000", .double((Double(roundTrips) / n * 1000 * 10).rounded() / 10)),
                 ("redisRedirects", .int(Int64(redirects))),
-            ]))
+            ])
+        )
         if received.count < jobs { throw ExitCode(1) }
     }
 

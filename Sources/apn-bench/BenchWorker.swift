@@ -39,7 +39,9 @@ struct BenchWorker: AsyncParsableCommand {
     @Option(help: "The worker's batchSize.")
     var batchSize = 1000
     @Option(
-        help: "The app's transport: binary, or http2 (provider token; results are final on the server's answer, no confirmation window).")
+        help:
+            "The app's transport: binary, or http2 (provider token; results are final on the server's answer, no confirmation window)."
+    )
     var transport = "binary"
     @Flag(
         help:
@@ -50,7 +52,9 @@ struct BenchWorker: AsyncParsableCommand {
     var status = "on"
     @Option(
         name: .customLong("kafka-property"),
-        help: "A librdkafka property for the worker's clients, as key=value (repeatable), e.g. queued.max.messages.kbytes=16384.")
+        help:
+            "A librdkafka property for the worker's clients, as key=value (repeatable), e.g. queued.max.messages.kbytes=16384."
+    )
     var kafkaProperties: [String] = []
 
     func run() async throws {
@@ -61,9 +65,13 @@ struct BenchWorker: AsyncParsableCommand {
             options.kafkaProperties = ["fetch.wait.max.ms": "\(fetchWaitMs)"]
             for property in kafkaProperties {
                 guard let equals = property.firstIndex(of: "="), equals != property.startIndex else {
-                    throw UsageFailure(message: "--kafka-property takes key=value, e.g. queued.min.messages=10000; got \"\(property)\"")
+                    throw UsageFailure(
+                        message: "--kafka-property takes key=value, e.g. queued.min.messages=10000; got \"\(property)\""
+                    )
                 }
-                options.kafkaProperties[String(property[..<equals])] = String(property[property.index(after: equals)...])
+                options.kafkaProperties[String(property[..<equals])] = String(
+                    property[property.index(after: equals)...]
+                )
             }
             options.worker = [
                 "logLevel": "warning", "maxInFlight": "\(maxInFlight)", "batchSize": "\(batchSize)",
@@ -94,7 +102,8 @@ struct BenchWorker: AsyncParsableCommand {
 
         func job(_ id: String, _ n: Int) -> KafkaOutgoingMessage {
             let token = String(format: "%064lx", 0xB000_0000 + n)
-            let value = #"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","alert":"Benchmark notification \#(n)","badge":1}"#
+            let value =
+                #"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","alert":"Benchmark notification \#(n)","badge":1}"#
             return KafkaOutgoingMessage(topic: "apn.requests", key: Array(id.utf8), value: Array(value.utf8))
         }
 
@@ -173,7 +182,9 @@ struct BenchWorker: AsyncParsableCommand {
                 if let sent = sentAt.get(n) { latencies.append((now - sent).milliseconds) }
                 // Where the time went, by wall clock: until the worker made the result (`at`),
                 // until it handed the result to its producer (the record's timestamp), until read.
-                if let sentWall = sentAt.wallMilliseconds(n), let at = resultAt(message.value), let produced = message.timestamp {
+                if let sentWall = sentAt.wallMilliseconds(n), let at = resultAt(message.value),
+                    let produced = message.timestamp
+                {
                     let readWall = Date().timeIntervalSince1970 * 1000
                     stages[0].append(Double(at) - sentWall)
                     stages[1].append(Double(produced - at))
@@ -222,15 +233,24 @@ struct BenchWorker: AsyncParsableCommand {
                                 ["toResult", "toProduce", "toRead"],
                                 stages.map { s in
                                     let sorted = s.sorted()
-                                    return JSONValue.double(sorted.isEmpty ? 0 : (sorted[sorted.count / 2] * 10).rounded() / 10)
-                                })))
+                                    return JSONValue.double(
+                                        sorted.isEmpty ? 0 : (sorted[sorted.count / 2] * 10).rounded() / 10
+                                    )
+                                }
+                            )
+                        )
+                    )
                 ),
-                ("redisRoundTripsPer1000", .double(notifications > 0 ? (roundTrips / notifications * 1000 * 10).rounded() / 10 : 0)),
+                (
+                    "redisRoundTripsPer1000",
+                    .double(notifications > 0 ? (roundTrips / notifications * 1000 * 10).rounded() / 10 : 0)
+                ),
                 ("workerPeakRSSMB", .int(Int64(rss >> 20))),
                 (
                     "cpuSeconds",
                     .object([
-                        "worker": .double((workerCPU * 10).rounded() / 10), "redis": .double((redisCPU * 10).rounded() / 10),
+                        "worker": .double((workerCPU * 10).rounded() / 10),
+                        "redis": .double((redisCPU * 10).rounded() / 10),
                         "kafkaSimulatorAndLoad": .double((ownCPU * 10).rounded() / 10),
                     ])
                 ),
@@ -240,9 +260,13 @@ struct BenchWorker: AsyncParsableCommand {
                         "worker": micros(workerCPU), "redis": micros(redisCPU), "kafkaSimulatorAndLoad": micros(ownCPU),
                     ])
                 ),
-                ("simulatorAccepted", .int(Int64(stack.simulator.statistics.accepted + (stack.http2Simulator?.statistics.accepted ?? 0)))),
+                (
+                    "simulatorAccepted",
+                    .int(Int64(stack.simulator.statistics.accepted + (stack.http2Simulator?.statistics.accepted ?? 0)))
+                ),
                 ("transport", .string(transport)), ("status", .string(status)),
-            ]))
+            ])
+        )
         if received.count < total { throw ExitCode(1) }
     }
 }
@@ -263,9 +287,13 @@ final class SentTimes: @unchecked Sendable {
             wallTimes[index] = wall
         }
     }
-    func get(_ index: Int) -> ContinuousClock.Instant? { lock.withLock { index >= 0 && index < times.count ? times[index] : nil } }
+    func get(_ index: Int) -> ContinuousClock.Instant? {
+        lock.withLock { index >= 0 && index < times.count ? times[index] : nil }
+    }
     /// When the job was handed to the producer, in UNIX milliseconds.
-    func wallMilliseconds(_ index: Int) -> Double? { lock.withLock { index >= 0 && index < times.count ? wallTimes[index] : nil } }
+    func wallMilliseconds(_ index: Int) -> Double? {
+        lock.withLock { index >= 0 && index < times.count ? wallTimes[index] : nil }
+    }
 }
 
 extension Duration {

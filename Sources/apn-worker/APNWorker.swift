@@ -5,9 +5,11 @@ import Foundation
 struct APNWorker: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "apn-worker",
-        abstract: "Delivers Apple Push Notifications: the Kafka worker, a sender, a feedback reader and an APNs simulator.",
+        abstract:
+            "Delivers Apple Push Notifications: the Kafka worker, a sender, a feedback reader and an APNs simulator.",
         subcommands: [
-            Run.self, Send.self, Demo.self, KafkaEmbedded.self, Push.self, Feedback.self, Simulate.self, StatusCommand.self,
+            Run.self, Send.self, Demo.self, KafkaEmbedded.self, Push.self, Feedback.self, Simulate.self,
+            StatusCommand.self,
         ]
     )
 }

@@ -34,7 +34,9 @@ struct Demo: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingFailures {
-            guard (10...1_000_000).contains(jobs) else { throw UsageFailure(message: "--jobs must be from 10 to 1000000") }
+            guard (10...1_000_000).contains(jobs) else {
+                throw UsageFailure(message: "--jobs must be from 10 to 1000000")
+            }
             guard (1...8).contains(workers) else { throw UsageFailure(message: "--workers must be from 1 to 8") }
             try await runDemo()
         }
@@ -59,20 +61,31 @@ struct Demo: AsyncParsableCommand {
         options.redis = redis
         options.redisServer = redisServer
         options.badTokens = badTokens
-        options.feedback = feedbackTokens.map { FeedbackTuple(timestamp: UInt32(Date().timeIntervalSince1970), token: $0) }
+        options.feedback = feedbackTokens.map {
+            FeedbackTuple(timestamp: UInt32(Date().timeIntervalSince1970), token: $0)
+        }
         options.errorDelay = .milliseconds(20)
         options.worker = ["logLevel": "notice"]
         options.app = ["poolSize": "2", "confirmationWindowMs": "300", "feedbackIntervalSeconds": "2"]
         options.keepDirectory = keep
         options.http2App = LocalStack.HTTP2App(name: Self.http2App, badTokens: badTokens)
         try await LocalStack.with(options) { stack in
-            try await runDemo(on: stack, tokens: tokens, badTokens: badTokens, feedbackTokens: feedbackTokens, started: started)
+            try await runDemo(
+                on: stack,
+                tokens: tokens,
+                badTokens: badTokens,
+                feedbackTokens: feedbackTokens,
+                started: started
+            )
         }
     }
 
     private func runDemo(
-        on stack: LocalStack, tokens: [DeviceToken], badTokens: Set<DeviceToken>,
-        feedbackTokens: [DeviceToken], started: ContinuousClock.Instant
+        on stack: LocalStack,
+        tokens: [DeviceToken],
+        badTokens: Set<DeviceToken>,
+        feedbackTokens: [DeviceToken],
+        started: ContinuousClock.Instant
     ) async throws {
         say("Kafka (embedded)     \(stack.kafka.bootstrapServers)")
         say("Redis                \(stack.redisURL)")
@@ -86,7 +99,9 @@ struct Demo: AsyncParsableCommand {
         for index in 1...workers {
             workerProcesses.append(try await stack.startWorker(id: "demo-\(index)"))
         }
-        say("Workers              \(workers) (logs in \(stack.directory)\(keep ? "" : ", removed at the end; --keep keeps them"))")
+        say(
+            "Workers              \(workers) (logs in \(stack.directory)\(keep ? "" : ", removed at the end; --keep keeps them"))"
+        )
         let statusServers = workerProcesses.compactMap(\.statusAddress)
         say("Status servers       \(statusServers.map { "http://\($0)/status" }.joined(separator: ", "))")
 
@@ -105,14 +120,21 @@ struct Demo: AsyncParsableCommand {
                 ]
                 messages.append(
                     KafkaOutgoingMessage(
-                        topic: "apn.requests", key: Array("bad-\(i)".utf8),
-                        value: Array(samples[(i / 100) % samples.count].utf8)))
+                        topic: "apn.requests",
+                        key: Array("bad-\(i)".utf8),
+                        value: Array(samples[(i / 100) % samples.count].utf8)
+                    )
+                )
                 malformed += 1
                 continue
             }
             let job =
                 #"{"id":"demo-\#(i)","app":"\#((i / 100) % 2 == 1 ? Self.http2App : app)","token":"\#(token.hex)","alert":"Hello \#(i)","badge":\#(i % 10)}"#
-            let message = KafkaOutgoingMessage(topic: "apn.requests", key: Array("demo-\(i)".utf8), value: Array(job.utf8))
+            let message = KafkaOutgoingMessage(
+                topic: "apn.requests",
+                key: Array("demo-\(i)".utf8),
+                value: Array(job.utf8)
+            )
             messages.append(message)
             expectedNotifications += 1
             if i % 20 == 0 {
@@ -122,10 +144,14 @@ struct Demo: AsyncParsableCommand {
         }
         do {
             // Scoped so that the handle is freed (on deinit) long before the brokers stop.
-            let producer = try KafkaProducer(configuration: KafkaConfiguration(["bootstrap.servers": stack.kafka.bootstrapServers]))
+            let producer = try KafkaProducer(
+                configuration: KafkaConfiguration(["bootstrap.servers": stack.kafka.bootstrapServers])
+            )
             for chunk in stride(from: 0, to: messages.count, by: 5000) {
                 for report in try await producer.send(Array(messages[chunk..<min(messages.count, chunk + 5000)])) {
-                    if case .failure(let error) = report { throw UsageFailure(message: "cannot produce a job: \(error)") }
+                    if case .failure(let error) = report {
+                        throw UsageFailure(message: "cannot produce a job: \(error)")
+                    }
                 }
             }
             await producer.close()
@@ -139,7 +165,8 @@ struct Demo: AsyncParsableCommand {
             configuration: KafkaConfiguration([
                 "bootstrap.servers": stack.kafka.bootstrapServers, "group.id": "apn-demo-reader-\(getpid())",
                 "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
-            ]))
+            ])
+        )
         try reader.subscribe(topics: ["apn.results"])
         var byType: [String: Int] = [:]
         var byStatus: [String: Int] = [:]
@@ -168,7 +195,9 @@ struct Demo: AsyncParsableCommand {
         try? await reader.close()
         // The workers' own count, read from their /metrics before they stop.
         let metrics = await Self.scrape(
-            statusServers, until: { $0.total("apn_worker_results_produced_total") >= Double(seen.count + copies) })
+            statusServers,
+            until: { $0.total("apn_worker_results_produced_total") >= Double(seen.count + copies) }
+        )
         for process in workerProcesses { await stack.stopWorker(process) }
         let accepted = stack.simulator.statistics.accepted + (stack.http2Simulator?.statistics.accepted ?? 0)
 
@@ -192,18 +221,22 @@ struct Demo: AsyncParsableCommand {
             }
             let agree =
                 copies == 0
-                && byType.allSatisfy { type, count in metrics.total("apn_worker_notifications_total", ["type": type]) == Double(count) }
+                && byType.allSatisfy { type, count in
+                    metrics.total("apn_worker_notifications_total", ["type": type]) == Double(count)
+                }
             say(
                 "  the workers' /metrics \(counted.joined(separator: ", ")); "
                     + "\(Int(metrics.total("apn_worker_messages_consumed_total"))) messages consumed, "
                     + "\(Int(metrics.total("apn_worker_possible_duplicates_total"))) possible duplicates"
-                    + (agree ? " (the same as the results read back)" : ""))
+                    + (agree ? " (the same as the results read back)" : "")
+            )
         }
         let complete = seen.count >= expected
         say(
             complete
                 ? "Every notification, malformed message and feedback entry has its result."
-                : "Missing results: \(expected - min(seen.count, expected)); see the worker logs (rerun with --keep)")
+                : "Missing results: \(expected - min(seen.count, expected)); see the worker logs (rerun with --keep)"
+        )
         if !complete { throw ExitCode(1) }
     }
 
@@ -211,7 +244,9 @@ struct Demo: AsyncParsableCommand {
     /// just after a batch of results is acknowledged) or five seconds pass; `nil` if none answers.
     private static func scrape(_ addresses: [String], until done: (MetricSamples) -> Bool) async -> MetricSamples? {
         let clients = addresses.compactMap { address -> StatusClient? in
-            guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]) else { return nil }
+            guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]) else {
+                return nil
+            }
             return StatusClient(host: String(address[..<colon]), port: port)
         }
         let deadline = ContinuousClock.now + .seconds(5)

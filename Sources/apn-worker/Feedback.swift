@@ -30,7 +30,12 @@ struct Feedback: AsyncParsableCommand {
         try await reportingFailures {
             let (host, port) = try parseAddress(address, option: "--address")
             let credentials = try loadCredentials(
-                cert: cert, key: key, pfx: pfx, passphrase: passphrase, ca: ca, environment: environment
+                cert: cert,
+                key: key,
+                pfx: pfx,
+                passphrase: passphrase,
+                ca: ca,
+                environment: environment
             )
             var config = APNSFeedbackClient.Configuration(host: host, port: port, credentials: credentials)
             config.readTimeout = .seconds(readTimeout)

@@ -51,7 +51,9 @@ struct KafkaEmbedded: AsyncParsableCommand {
         return try text.split(separator: ",").map { item in
             let parts = item.split(separator: ":")
             guard parts.count == 2, !parts[0].isEmpty, let count = Int32(parts[1]), (1...1000).contains(count) else {
-                throw UsageFailure(message: "--topics entries must be NAME:PARTITIONS with 1 to 1000 partitions, not \"\(item)\"")
+                throw UsageFailure(
+                    message: "--topics entries must be NAME:PARTITIONS with 1 to 1000 partitions, not \"\(item)\""
+                )
             }
             return (String(parts[0]), count)
         }

@@ -22,7 +22,9 @@ struct Push: AsyncParsableCommand {
     var transport: Transport = .binary
     @Option(help: "HTTP/2: the app's bundle ID (apns-topic).")
     var topic: String?
-    @Option(help: "HTTP/2 token authentication: the .p8 signing key (with --key-id and --team-id) instead of a certificate.")
+    @Option(
+        help: "HTTP/2 token authentication: the .p8 signing key (with --key-id and --team-id) instead of a certificate."
+    )
     var signingKey: String?
     @Option(help: "HTTP/2 token authentication: the signing key's 10-character key ID.")
     var keyId: String?
@@ -96,7 +98,12 @@ struct Push: AsyncParsableCommand {
             switch transport {
             case .binary:
                 let credentials = try loadCredentials(
-                    cert: cert, key: key, pfx: pfx, passphrase: passphrase, ca: ca, environment: environment
+                    cert: cert,
+                    key: key,
+                    pfx: pfx,
+                    passphrase: passphrase,
+                    ca: ca,
+                    environment: environment
                 )
                 var config = APNSBinaryConfiguration(host: host, port: port, credentials: credentials)
                 config.verifyServer = !insecure
@@ -119,9 +126,21 @@ struct Push: AsyncParsableCommand {
                 } else {
                     authentication = .certificate(
                         try loadCredentials(
-                            cert: cert, key: key, pfx: pfx, passphrase: passphrase, ca: ca, environment: environment))
+                            cert: cert,
+                            key: key,
+                            pfx: pfx,
+                            passphrase: passphrase,
+                            ca: ca,
+                            environment: environment
+                        )
+                    )
                 }
-                var config = APNSHTTP2Configuration(host: host, port: port, authentication: authentication, topic: topic ?? "")
+                var config = APNSHTTP2Configuration(
+                    host: host,
+                    port: port,
+                    authentication: authentication,
+                    topic: topic ?? ""
+                )
                 if signingKey != nil, let ca {
                     do throws(APNSError) {
                         try config.trust([.file(ca)])

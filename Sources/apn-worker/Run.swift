@@ -61,12 +61,24 @@ struct Run: AsyncParsableCommand {
         do {
             configuration = try WorkerConfiguration.load(
                 overrides: ConfigurationOverrides(
-                    configPath: config, workerId: workerId, brokers: brokers, group: group,
-                    requestsTopic: requestsTopic, resultsTopic: resultsTopic, kafkaProperties: kafkaProperties,
-                    redisURL: redis, redisPassword: redisPassword, batchSize: batchSize, maxInFlight: maxInFlight,
-                    logLevel: logLevel, logFormat: logFormat, shutdownTimeoutSeconds: shutdownTimeout,
-                    statusAddress: statusAddress),
-                environment: ProcessInfo.processInfo.environment)
+                    configPath: config,
+                    workerId: workerId,
+                    brokers: brokers,
+                    group: group,
+                    requestsTopic: requestsTopic,
+                    resultsTopic: resultsTopic,
+                    kafkaProperties: kafkaProperties,
+                    redisURL: redis,
+                    redisPassword: redisPassword,
+                    batchSize: batchSize,
+                    maxInFlight: maxInFlight,
+                    logLevel: logLevel,
+                    logFormat: logFormat,
+                    shutdownTimeoutSeconds: shutdownTimeout,
+                    statusAddress: statusAddress
+                ),
+                environment: ProcessInfo.processInfo.environment
+            )
         } catch {
             printError(error.message)
             throw ExitCode(2)
@@ -85,7 +97,8 @@ struct Run: AsyncParsableCommand {
         let registry = PrometheusCollectorRegistry()
         let metrics =
             configuration.worker.statusAddress == nil
-            ? WorkerMetrics(factory: NOOPMetricsHandler.instance) : WorkerMetrics(factory: PrometheusMetricsFactory(registry: registry))
+            ? WorkerMetrics(factory: NOOPMetricsHandler.instance)
+            : WorkerMetrics(factory: PrometheusMetricsFactory(registry: registry))
         let worker: Worker
         do {
             worker = try Worker(configuration: configuration, metrics: metrics, logger: logger)
@@ -109,23 +122,31 @@ struct Run: AsyncParsableCommand {
         if let address = configuration.worker.statusAddress {
             let process = ProcessMetrics(registry: registry)
             let made = StatusServer(
-                configuration: .init(host: address.host, port: address.port), registry: registry,
+                configuration: .init(host: address.host, port: address.port),
+                registry: registry,
                 provider: WorkerStatusProvider(worker: worker),
                 beforeScrape: {
                     process.update()
                     worker.updateMetrics()
-                }, logger: logger)
+                },
+                logger: logger
+            )
             services.insert(made, at: 0)
             server = made
         }
         let fields: [(String, JSONValue)] = [
-            ("event", "ready"), ("worker", .string(configuration.worker.id)), ("group", .string(configuration.kafka.groupId)),
+            ("event", "ready"), ("worker", .string(configuration.worker.id)),
+            ("group", .string(configuration.kafka.groupId)),
         ]
         do {
             // The drain takes up to shutdownTimeoutSeconds; leaving the group, closing the
             // producer and the Redis connections a few seconds more, each bounded. Past that, what
             // is still running is cancelled: a stop ends within shutdownTimeoutSeconds + 10 s.
-            try await runUntilTerminated(services, logger: logger, stopWithin: configuration.worker.shutdownTimeout + .seconds(8)) {
+            try await runUntilTerminated(
+                services,
+                logger: logger,
+                stopWithin: configuration.worker.shutdownTimeout + .seconds(8)
+            ) {
                 [fields, server] in
                 var fields = fields
                 if let server {
@@ -133,7 +154,13 @@ struct Run: AsyncParsableCommand {
                     guard let address = try? await server.listeningAddress() else { return }
                     let host = address.ipAddress ?? "?"
                     fields.append(
-                        ("status", .string(host.contains(":") ? "[\(host)]:\(address.port ?? 0)" : "\(host):\(address.port ?? 0)")))
+                        (
+                            "status",
+                            .string(
+                                host.contains(":") ? "[\(host)]:\(address.port ?? 0)" : "\(host):\(address.port ?? 0)"
+                            )
+                        )
+                    )
                 }
                 print(jsonLine(fields))
                 fflush(nil)
@@ -152,6 +179,7 @@ struct Run: AsyncParsableCommand {
                 ("skipped", .int(Int64(statistics.skipped))),
                 ("redisRoundTrips", .int(Int64(statistics.redisRoundTrips))),
                 ("redisRedirects", .int(Int64(statistics.redisRedirects))),
-            ]))
+            ])
+        )
     }
 }

@@ -67,7 +67,8 @@ struct Send: AsyncParsableCommand {
                 let reports = try await producer.send(
                     slice.map {
                         KafkaOutgoingMessage(topic: topic, key: $0.key, value: $0.value)
-                    })
+                    }
+                )
                 for report in reports {
                     switch report {
                     case .success: sent += 1
@@ -78,7 +79,9 @@ struct Send: AsyncParsableCommand {
                 }
             }
             await producer.close()
-            var summary: [(String, JSONValue)] = [("event", "sent"), ("topic", .string(topic)), ("jobs", .int(Int64(sent)))]
+            var summary: [(String, JSONValue)] = [
+                ("event", "sent"), ("topic", .string(topic)), ("jobs", .int(Int64(sent))),
+            ]
             if failed > 0 {
                 summary.append(("failed", .int(Int64(failed))))
                 summary.append(("error", .string(firstError ?? "")))
@@ -91,14 +94,18 @@ struct Send: AsyncParsableCommand {
     private func collectJobs() throws -> [(key: [UInt8]?, value: [UInt8])] {
         if let file {
             guard app == nil, token.isEmpty, alert == nil, badge == nil, sound == nil, id == nil, env == nil else {
-                throw UsageFailure(message: "give either --file or the job options (--app, --token, --alert, ...), not both")
+                throw UsageFailure(
+                    message: "give either --file or the job options (--app, --token, --alert, ...), not both"
+                )
             }
             let data: Data
             if file == "-" {
                 data = FileHandle.standardInput.readDataToEndOfFile()
             } else {
                 guard let contents = FileManager.default.contents(atPath: file) else {
-                    throw UsageFailure(message: "--file: cannot read \(file); check that the file exists and is readable")
+                    throw UsageFailure(
+                        message: "--file: cannot read \(file); check that the file exists and is readable"
+                    )
                 }
                 data = contents
             }
@@ -119,7 +126,11 @@ struct Send: AsyncParsableCommand {
         }
         let jobId = id ?? UUID().uuidString.lowercased()
         var fields: [String: JSONValue] = ["id": .string(jobId), "app": .string(app)]
-        if token.count == 1 { fields["token"] = .string(token[0]) } else { fields["tokens"] = .array(token.map(JSONValue.string)) }
+        if token.count == 1 {
+            fields["token"] = .string(token[0])
+        } else {
+            fields["tokens"] = .array(token.map(JSONValue.string))
+        }
         if let alert { fields["alert"] = .string(alert) }
         if let badge { fields["badge"] = .int(Int64(badge)) }
         if let sound { fields["sound"] = .string(sound) }

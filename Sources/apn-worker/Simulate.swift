@@ -9,7 +9,8 @@ import PushCommandLine
 /// `apn-worker simulate`: runs the APNs simulator until SIGINT/SIGTERM.
 struct Simulate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run a simulated APNs binary gateway and feedback service, and optionally the HTTP/2 provider API, over TLS.",
+        abstract:
+            "Run a simulated APNs binary gateway and feedback service, and optionally the HTTP/2 provider API, over TLS.",
         discussion: """
             Prints one JSON line with the ports once listening; on SIGINT/SIGTERM prints statistics and exits. \
             --http2-port starts the HTTP/2 endpoint (ALPN h2): client-certificate connections need --client-ca \
@@ -43,7 +44,10 @@ struct Simulate: AsyncParsableCommand {
     var dropEvery: Int?
     @Option(help: "Payload size limit in bytes.")
     var maxPayload = 2048
-    @Option(help: "Append one JSON line per accepted notification to this file (both APIs; HTTP/2 lines carry \"api\":\"http2\").")
+    @Option(
+        help:
+            "Append one JSON line per accepted notification to this file (both APIs; HTTP/2 lines carry \"api\":\"http2\")."
+    )
     var record: String?
 
     // HTTP/2 provider API (§3, §4).
@@ -52,7 +56,9 @@ struct Simulate: AsyncParsableCommand {
     @Option(
         help: ArgumentHelp(
             "A provider-token key: KEYID=PEMFILE, the PEM being the .p8 private key or the public key. Repeatable.",
-            valueName: "keyid=pemfile"))
+            valueName: "keyid=pemfile"
+        )
+    )
     var jwtKey: [String] = []
     @Option(help: "The team ID of the --jwt-key keys (required with --jwt-key).")
     var team: String?
@@ -60,20 +66,26 @@ struct Simulate: AsyncParsableCommand {
     var maxStreams = 1000
     @Flag(
         name: .customLong("drop-streams-to-1-after-error"),
-        help: "After an error answer (not 410) drop the connection's stream limit to 1 until its next 200.")
+        help: "After an error answer (not 410) drop the connection's stream limit to 1 until its next 200."
+    )
     var dropStreamsToOneAfterError = false
-    @Option(name: .customLong("goaway-every"), help: "Send GOAWAY after every N requests accepted on an HTTP/2 connection, then close it.")
+    @Option(
+        name: .customLong("goaway-every"),
+        help: "Send GOAWAY after every N requests accepted on an HTTP/2 connection, then close it."
+    )
     var goAwayEvery: Int?
     @Option(
         name: .customLong("status-429-every"),
-        help: "Answer every Nth valid HTTP/2 request (over all connections) with 429 TooManyRequests.")
+        help: "Answer every Nth valid HTTP/2 request (over all connections) with 429 TooManyRequests."
+    )
     var status429Every: Int?
     @Option(help: "Delay each HTTP/2 answer by this many milliseconds.")
     var delayMs = 0
     @Option(help: "The environment the HTTP/2 endpoint plays: production or sandbox.")
     var environment: APNSEnvironment = .production
     @Option(
-        help: "The HTTP/2 frame layer: native (the project's own, fast) or nio-http2 (swift-nio-http2's, an independent check of a client)."
+        help:
+            "The HTTP/2 frame layer: native (the project's own, fast) or nio-http2 (swift-nio-http2's, an independent check of a client)."
     )
     var http2Framing: APNSHTTP2Simulator.Configuration.Framing = .native
 
@@ -85,21 +97,30 @@ struct Simulate: AsyncParsableCommand {
         if let n = dropEvery, n < 1 { throw ValidationError("--drop-every must be at least 1") }
         guard (1...65535).contains(maxPayload) else { throw ValidationError("--max-payload must be 1...65535") }
         if let port = http2Port, !(0...65535).contains(port) { throw ValidationError("--http2-port must be 0...65535") }
-        guard (1...Int(Int32.max)).contains(maxStreams) else { throw ValidationError("--max-streams must be at least 1") }
+        guard (1...Int(Int32.max)).contains(maxStreams) else {
+            throw ValidationError("--max-streams must be at least 1")
+        }
         if let n = goAwayEvery, n < 1 { throw ValidationError("--goaway-every must be at least 1") }
         if let n = status429Every, n < 1 { throw ValidationError("--status-429-every must be at least 1") }
         guard delayMs >= 0 else { throw ValidationError("--delay-ms must be zero or more") }
         for value in jwtKey {
-            guard let equals = value.firstIndex(of: "="), equals != value.startIndex, value.index(after: equals) != value.endIndex else {
-                throw ValidationError("--jwt-key must be KEYID=PEMFILE, such as ABCDE12345=AuthKey_ABCDE12345.p8, not \"\(value)\"")
+            guard let equals = value.firstIndex(of: "="), equals != value.startIndex,
+                value.index(after: equals) != value.endIndex
+            else {
+                throw ValidationError(
+                    "--jwt-key must be KEYID=PEMFILE, such as ABCDE12345=AuthKey_ABCDE12345.p8, not \"\(value)\""
+                )
             }
         }
-        if !jwtKey.isEmpty && team == nil { throw ValidationError("--jwt-key needs --team with the keys' 10-character team ID") }
+        if !jwtKey.isEmpty && team == nil {
+            throw ValidationError("--jwt-key needs --team with the keys' 10-character team ID")
+        }
         if team != nil && jwtKey.isEmpty { throw ValidationError("--team needs at least one --jwt-key KEYID=PEMFILE") }
         if http2Port == nil {
             let http2Only = [
                 (!jwtKey.isEmpty, "--jwt-key"), (team != nil, "--team"), (goAwayEvery != nil, "--goaway-every"),
-                (status429Every != nil, "--status-429-every"), (dropStreamsToOneAfterError, "--drop-streams-to-1-after-error"),
+                (status429Every != nil, "--status-429-every"),
+                (dropStreamsToOneAfterError, "--drop-streams-to-1-after-error"),
             ]
             if let (_, flag) = http2Only.first(where: { $0.0 }) {
                 throw ValidationError("\(flag) applies to the HTTP/2 endpoint; add --http2-port (0 picks a free port)")
@@ -120,13 +141,19 @@ struct Simulate: AsyncParsableCommand {
                 caPEM = certs.ca.certificatePEM
             } else {
                 guard let cert, let key else {
-                    throw UsageFailure(message: "give --cert and --key for the server certificate, or --generate-certs DIR")
+                    throw UsageFailure(
+                        message: "give --cert and --key for the server certificate, or --generate-certs DIR"
+                    )
                 }
                 certPEM = try readText(cert, option: "--cert")
                 keyPEM = try readText(key, option: "--key")
                 caPEM = try clientCa.map { try readText($0, option: "--client-ca") }
             }
-            var config = APNSSimulator.Configuration(certificateChainPEM: certPEM, privateKeyPEM: keyPEM, clientCAPEM: caPEM)
+            var config = APNSSimulator.Configuration(
+                certificateChainPEM: certPEM,
+                privateKeyPEM: keyPEM,
+                clientCAPEM: caPEM
+            )
             config.host = host
             config.binaryPort = binaryPort
             config.feedbackPort = feedbackPort
@@ -202,7 +229,8 @@ struct Simulate: AsyncParsableCommand {
                             "streamLimitViolations": .int(Int64(h.streamLimitViolations)),
                             "settingsChanges": .int(Int64(h.settingsChanges)),
                         ])
-                    ))
+                    )
+                )
             }
             print(jsonLine(stopped))
             fflush(nil)
@@ -212,9 +240,17 @@ struct Simulate: AsyncParsableCommand {
     /// The HTTP/2 endpoint's configuration from the flags; the token lists are the binary
     /// simulator's (bad tokens: 400 BadDeviceToken; feedback tokens: 410 Unregistered).
     private func http2Configuration(
-        port: Int, certPEM: String, keyPEM: String, caPEM: String?, binary: APNSSimulator.Configuration
+        port: Int,
+        certPEM: String,
+        keyPEM: String,
+        caPEM: String?,
+        binary: APNSSimulator.Configuration
     ) throws -> APNSHTTP2Simulator.Configuration {
-        var config = APNSHTTP2Simulator.Configuration(certificateChainPEM: certPEM, privateKeyPEM: keyPEM, clientCAPEM: caPEM)
+        var config = APNSHTTP2Simulator.Configuration(
+            certificateChainPEM: certPEM,
+            privateKeyPEM: keyPEM,
+            clientCAPEM: caPEM
+        )
         config.host = host
         config.port = port
         config.environment = environment

@@ -25,14 +25,18 @@ struct StatusCommand: AsyncParsableCommand {
             }
         }
         // An IPv6 address is written in brackets: [::1]:9400.
-        let host = target.host.hasPrefix("[") && target.host.hasSuffix("]") ? String(target.host.dropFirst().dropLast()) : target.host
+        let host =
+            target.host.hasPrefix("[") && target.host.hasSuffix("]")
+            ? String(target.host.dropFirst().dropLast()) : target.host
         let client = StatusClient(host: host, port: target.port, timeout: .milliseconds(Int64(timeout * 1000)))
         do {
             if json {
                 let response = try await client.get("/status")
                 guard response.status == .ok else {
                     throw StatusError(
-                        .badResponse, "\(client.address) answered \(response.status.code) to GET /status; is it a worker's status server?")
+                        .badResponse,
+                        "\(client.address) answered \(response.status.code) to GET /status; is it a worker's status server?"
+                    )
                 }
                 print(response.text, terminator: response.text.hasSuffix("\n") ? "" : "\n")
             } else {

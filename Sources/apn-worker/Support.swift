@@ -54,7 +54,9 @@ private func readLines(path: String, option: String) throws -> [(String, Int)] {
         throw UsageFailure(message: "\(option): cannot read \(path); check that the file exists and is readable")
     }
     var lines: [(String, Int)] = []
-    for (index, raw) in String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+    for (index, raw) in String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false)
+        .enumerated()
+    {
         let line = raw.trimmingCharacters(in: .whitespacesAndNewlines)
         if line.isEmpty || line.hasPrefix("#") { continue }
         lines.append((line, index + 1))
@@ -80,13 +82,18 @@ func unblockTerminationSignals() {
 /// the services still running, and a cancellation that takes more than 1.5 s ends the process:
 /// a stop is bounded whatever the services wait for.
 func runUntilTerminated(
-    _ services: [any Service], logger: Logger, stopWithin: Duration? = nil,
+    _ services: [any Service],
+    logger: Logger,
+    stopWithin: Duration? = nil,
     whenStarted: @escaping @Sendable () async -> Void = {}
 ) async throws {
     unblockTerminationSignals()
     let all: [any Service] = [Announcement(whenStarted: whenStarted)] + services
     var configuration = ServiceGroupConfiguration(
-        services: all.map { .init(service: $0) }, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        services: all.map { .init(service: $0) },
+        gracefulShutdownSignals: [.sigterm, .sigint],
+        logger: logger
+    )
     if let stopWithin {
         configuration.maximumGracefulShutdownDuration = stopWithin
         configuration.maximumCancellationDuration = .milliseconds(1500)
@@ -130,7 +137,13 @@ func loadCredentials(
     guard let cert, let key else {
         throw UsageFailure(message: "credentials are missing: give --cert and --key (PEM files) or --pfx (PKCS#12)")
     }
-    return try APNSCredentials(certificate: .file(cert), key: .file(key), passphrase: passphrase, ca: caSources, environment: environment)
+    return try APNSCredentials(
+        certificate: .file(cert),
+        key: .file(key),
+        passphrase: passphrase,
+        ca: caSources,
+        environment: environment
+    )
 }
 
 extension APNSEnvironment: ExpressibleByArgument {}

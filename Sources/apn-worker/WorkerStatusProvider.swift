@@ -12,20 +12,31 @@ struct WorkerStatusProvider: StatusProvider {
     func status() -> WorkerStatus {
         let snapshot = worker.snapshot
         return WorkerStatus(
-            worker: snapshot.worker, group: snapshot.group,
-            uptimeSeconds: Double(snapshot.uptime.components.seconds) + Double(snapshot.uptime.components.attoseconds) / 1e18,
-            ready: snapshot.readiness.isHealthy, readyReason: snapshot.readiness.problem, inFlight: snapshot.inFlight,
+            worker: snapshot.worker,
+            group: snapshot.group,
+            uptimeSeconds: Double(snapshot.uptime.components.seconds) + Double(snapshot.uptime.components.attoseconds)
+                / 1e18,
+            ready: snapshot.readiness.isHealthy,
+            readyReason: snapshot.readiness.problem,
+            inFlight: snapshot.inFlight,
             redis: .init(state: snapshot.redisUp ? .up : .down),
             partitions: snapshot.partitions.map {
                 .init(topic: $0.partition.topic, partition: Int($0.partition.partition), lag: $0.lag.map { Int($0) })
             },
             pools: snapshot.pools.map {
                 .init(
-                    app: $0.app, env: $0.environment.rawValue, transport: $0.transport, open: $0.snapshot.open,
-                    connecting: $0.snapshot.connecting, backingOff: $0.snapshot.backingOff,
-                    cachedNotifications: $0.snapshot.cachedNotifications, cachedBytes: $0.snapshot.cachedBytes,
-                    streamsInUse: $0.snapshot.streamsInUse)
-            })
+                    app: $0.app,
+                    env: $0.environment.rawValue,
+                    transport: $0.transport,
+                    open: $0.snapshot.open,
+                    connecting: $0.snapshot.connecting,
+                    backingOff: $0.snapshot.backingOff,
+                    cachedNotifications: $0.snapshot.cachedNotifications,
+                    cachedBytes: $0.snapshot.cachedBytes,
+                    streamsInUse: $0.snapshot.streamsInUse
+                )
+            }
+        )
     }
 
     private static func check(_ health: WorkerHealth) -> HealthCheck {

@@ -15,7 +15,13 @@ private func payload(_ text: String) -> ByteBuffer { ByteBuffer(string: text) }
 @Test func framedNotificationHasTheDocumentedLayout() throws {
     var buffer = ByteBuffer()
     let body = Array(#"{"aps":{}}"#.utf8)
-    let written = buffer.writeFramedNotification(token: token32, payload: body, identifier: 0x0102_0304, expiry: 7, priority: 5)
+    let written = buffer.writeFramedNotification(
+        token: token32,
+        payload: body,
+        identifier: 0x0102_0304,
+        expiry: 7,
+        priority: 5
+    )
     // §1.2 worked size: 61 + n bytes on the wire with a 32-byte token.
     #expect(written == 61 + body.count)
     #expect(buffer.readableBytes == written)
@@ -43,7 +49,12 @@ private func payload(_ text: String) -> ByteBuffer { ByteBuffer(string: text) }
     fromArray.writeFramedNotification(token: token32, payload: body, identifier: 9, expiry: 1, priority: 10)
     var fromLazy = ByteBuffer(bytes: [0xEE])  // after bytes already in the buffer
     let written = fromLazy.writeFramedNotification(
-        token: token32, payload: body.indices.lazy.map { body[$0] }, identifier: 9, expiry: 1, priority: 10)
+        token: token32,
+        payload: body.indices.lazy.map { body[$0] },
+        identifier: 9,
+        expiry: 1,
+        priority: 10
+    )
     #expect(written == fromArray.readableBytes)
     #expect(fromLazy.readBytes(length: 1) == [0xEE])
     #expect(fromLazy == fromArray)
@@ -83,22 +94,49 @@ private func payload(_ text: String) -> ByteBuffer { ByteBuffer(string: text) }
 private func frames() -> [(ByteBuffer, [InboundNotification])] {
     var out: [(ByteBuffer, [InboundNotification])] = []
     var b = ByteBuffer()
-    b.writeFramedNotification(token: token32, payload: Array(#"{"aps":{"alert":"a"}}"#.utf8), identifier: 42, expiry: 99, priority: 10)
+    b.writeFramedNotification(
+        token: token32,
+        payload: Array(#"{"aps":{"alert":"a"}}"#.utf8),
+        identifier: 42,
+        expiry: 99,
+        priority: 10
+    )
     out.append(
         (
             b,
             [
                 .notification(
                     BinaryNotificationFrame(
-                        command: .framed, token: token32, payload: payload(#"{"aps":{"alert":"a"}}"#), identifier: 42, expiry: 99,
-                        priority: 10))
+                        command: .framed,
+                        token: token32,
+                        payload: payload(#"{"aps":{"alert":"a"}}"#),
+                        identifier: 42,
+                        expiry: 99,
+                        priority: 10
+                    )
+                )
             ]
-        ))
+        )
+    )
 
     var e = ByteBuffer()
     e.writeEnhancedNotification(token: token32, payload: Array("{}".utf8), identifier: 7, expiry: 0)
     out.append(
-        (e, [.notification(BinaryNotificationFrame(command: .enhanced, token: token32, payload: payload("{}"), identifier: 7, expiry: 0))]))
+        (
+            e,
+            [
+                .notification(
+                    BinaryNotificationFrame(
+                        command: .enhanced,
+                        token: token32,
+                        payload: payload("{}"),
+                        identifier: 7,
+                        expiry: 0
+                    )
+                )
+            ]
+        )
+    )
 
     var s = ByteBuffer()
     s.writeSimpleNotification(token: token32, payload: Array("{}".utf8))
@@ -120,9 +158,17 @@ private func frames() -> [(ByteBuffer, [InboundNotification])] {
             [
                 .notification(BinaryNotificationFrame(command: .simple, token: [1, 2], payload: payload("{}"))),
                 .notification(
-                    BinaryNotificationFrame(command: .enhanced, token: [3], payload: payload("{\"x\":1}"), identifier: 1, expiry: 2)),
+                    BinaryNotificationFrame(
+                        command: .enhanced,
+                        token: [3],
+                        payload: payload("{\"x\":1}"),
+                        identifier: 1,
+                        expiry: 2
+                    )
+                ),
             ]
-        ))
+        )
+    )
     return out
 }
 
@@ -143,7 +189,10 @@ private func frames() -> [(ByteBuffer, [InboundNotification])] {
             (one, [ErrorResponse(status: .shutdown, identifier: 77)]),
             (
                 two,
-                [ErrorResponse(status: .protocolError, identifier: 1), ErrorResponse(status: APNSStatus(rawValue: 200), identifier: .max)]
+                [
+                    ErrorResponse(status: .protocolError, identifier: 1),
+                    ErrorResponse(status: APNSStatus(rawValue: 200), identifier: .max),
+                ]
             ),
         ]
     ) { ErrorResponseDecoder() }

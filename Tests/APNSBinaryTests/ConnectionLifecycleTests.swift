@@ -47,7 +47,9 @@ import Testing
         #expect(outcome?.outcome?.isTransmitted == true)
         let idle = await Self.waitFor(client) { if case .timeout(_, "idle") = $0 { true } else { false } }
         #expect(idle != nil)
-        let closed = await Self.waitFor(client) { if case .disconnected(_, "idle timeout") = $0 { true } else { false } }
+        let closed = await Self.waitFor(client) {
+            if case .disconnected(_, "idle timeout") = $0 { true } else { false }
+        }
         #expect(closed != nil)
         await client.shutdown()
         await simulator.stop()
@@ -60,7 +62,10 @@ import Testing
             .bind(host: "127.0.0.1", port: 0)
             .get()
         var config = APNSBinaryConfiguration(
-            host: "127.0.0.1", port: silent.localAddress!.port!, credentials: try Harness.clientCredentials())
+            host: "127.0.0.1",
+            port: silent.localAddress!.port!,
+            credentials: try Harness.clientCredentials()
+        )
         config.connectTimeout = .milliseconds(300)
         config.connectionRetryLimit = 1
         let client = try APNSBinaryClient(configuration: config)
@@ -69,7 +74,9 @@ import Testing
             [APNSSubmission(tag: 7, token: Harness.token(7), notification: Harness.notification())]
         )
         #expect(run.outcomes[7]?.status == .connectionFailed)
-        #expect(run.events.contains { if case .timeout(_, let reason) = $0 { reason.contains("handshake") } else { false } })
+        #expect(
+            run.events.contains { if case .timeout(_, let reason) = $0 { reason.contains("handshake") } else { false } }
+        )
         try await silent.close()
     }
 }
@@ -84,7 +91,9 @@ import Testing
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connect(host: "127.0.0.1", port: simulator.binaryPort) { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: context, serverHostname: nil))
+                    try channel.pipeline.syncOperations.addHandler(
+                        NIOSSLClientHandler(context: context, serverHostname: nil)
+                    )
                     return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
                 }
             }
@@ -140,7 +149,9 @@ import Testing
     }
 
     @Test func framesAfterABadOneAreDiscardedAndTheOnesBeforeAreKept() async throws {
-        let simulator = try await Harness.simulator { $0.badTokens = [try! DeviceToken(bytes: [UInt8](repeating: 2, count: 32))] }
+        let simulator = try await Harness.simulator {
+            $0.badTokens = [try! DeviceToken(bytes: [UInt8](repeating: 2, count: 32))]
+        }
         var bytes = Self.frame(token: [UInt8](repeating: 1, count: 32), identifier: 1)
         var bad = Self.frame(token: [UInt8](repeating: 2, count: 32), identifier: 2)
         var after = Self.frame(token: [UInt8](repeating: 3, count: 32), identifier: 3)
@@ -185,10 +196,13 @@ private final class StopReadingAfterHandshake: ChannelInboundHandler {
 @Suite(.timeLimit(.minutes(2))) struct StalledGatewayTests {
     @Test func aGatewayThatStopsReadingIsAbandonedAfterTheWriteTimeout() async throws {
         var tls = TLSConfiguration.makeServerConfiguration(
-            certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(Harness.certificates.server.certificatePEM.utf8)).map {
-                .certificate($0)
-            },
-            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(Harness.certificates.server.keyPEM.utf8), format: .pem))
+            certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(Harness.certificates.server.certificatePEM.utf8))
+                .map {
+                    .certificate($0)
+                },
+            privateKey: .privateKey(
+                try NIOSSLPrivateKey(bytes: Array(Harness.certificates.server.keyPEM.utf8), format: .pem)
+            )
         )
         tls.certificateVerification = .none
         let context = try NIOSSLContext(configuration: tls)
@@ -203,7 +217,10 @@ private final class StopReadingAfterHandshake: ChannelInboundHandler {
             .bind(host: "127.0.0.1", port: 0)
             .get()
         var config = APNSBinaryConfiguration(
-            host: "127.0.0.1", port: server.localAddress!.port!, credentials: try Harness.clientCredentials())
+            host: "127.0.0.1",
+            port: server.localAddress!.port!,
+            credentials: try Harness.clientCredentials()
+        )
         config.writeTimeout = .milliseconds(500)
         config.connectionRetryLimit = 2
         config.socketSendBufferSize = 16 << 10
@@ -211,14 +228,18 @@ private final class StopReadingAfterHandshake: ChannelInboundHandler {
         let count = 1500
         let run = try await Harness.run(
             client,
-            (0..<count).map { APNSSubmission(tag: UInt64($0), token: Harness.token($0), notification: Harness.notification()) }
+            (0..<count).map {
+                APNSSubmission(tag: UInt64($0), token: Harness.token($0), notification: Harness.notification())
+            }
         )
         // Delivery does not hang on a gateway that stops reading: each stalled connection is
         // closed and named, and the rest goes out on a new one. Under the binary protocol, frames
         // that reached the peer's kernel and stayed unanswered for the confirmation window count
         // as transmitted (success is silence), so here every notification ends up that way.
         #expect(run.outcomes.count == count)
-        let stalls = run.events.filter { if case .timeout(_, let reason) = $0 { reason.contains("stopped reading") } else { false } }
+        let stalls = run.events.filter {
+            if case .timeout(_, let reason) = $0 { reason.contains("stopped reading") } else { false }
+        }
         #expect(!stalls.isEmpty)
         let connections = run.events.filter { if case .connected = $0 { true } else { false } }
         #expect(connections.count > stalls.count)

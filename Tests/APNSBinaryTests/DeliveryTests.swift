@@ -32,10 +32,14 @@ struct DeliveryTests {
             let token = Harness.token(i)
             let outcome = run.outcomes[UInt64(i)]
             if isBad(i) {
-                if outcome?.status != .invalidToken { wrong.append("bad token \(i): outcome \(String(describing: outcome?.status))") }
+                if outcome?.status != .invalidToken {
+                    wrong.append("bad token \(i): outcome \(String(describing: outcome?.status))")
+                }
                 if accepted[token] != nil { wrong.append("bad token \(i) accepted") }
             } else {
-                if outcome?.isTransmitted != true { wrong.append("token \(i): outcome \(String(describing: outcome?.status))") }
+                if outcome?.isTransmitted != true {
+                    wrong.append("token \(i): outcome \(String(describing: outcome?.status))")
+                }
                 if accepted[token] != 1 { wrong.append("token \(i) accepted \(accepted[token] ?? 0) times") }
             }
             if outcome?.possibleDuplicate == true { wrong.append("token \(i) marked possibleDuplicate") }
@@ -250,7 +254,10 @@ struct DeliveryTests {
             [
                 APNSSubmission(tag: 1, token: Harness.token(1), notification: long),
                 APNSSubmission(
-                    tag: 2, token: try DeviceToken(bytes: [UInt8](repeating: 1, count: 20)), notification: Harness.notification()),
+                    tag: 2,
+                    token: try DeviceToken(bytes: [UInt8](repeating: 1, count: 20)),
+                    notification: Harness.notification()
+                ),
                 APNSSubmission(tag: 3, token: Harness.token(3), notification: Harness.notification()),
             ]
         )

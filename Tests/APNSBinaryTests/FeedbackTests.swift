@@ -11,10 +11,15 @@ import Testing
     }
 
     static func client(
-        _ simulator: APNSSimulator, readTimeout: Duration = .seconds(5), interval: Duration = .seconds(3600)
+        _ simulator: APNSSimulator,
+        readTimeout: Duration = .seconds(5),
+        interval: Duration = .seconds(3600)
     ) throws -> APNSFeedbackClient {
         var config = APNSFeedbackClient.Configuration(
-            host: "127.0.0.1", port: simulator.feedbackPort!, credentials: try Harness.clientCredentials())
+            host: "127.0.0.1",
+            port: simulator.feedbackPort!,
+            credentials: try Harness.clientCredentials()
+        )
         config.readTimeout = readTimeout
         config.interval = interval
         return try APNSFeedbackClient(configuration: config)
@@ -132,7 +137,11 @@ import Testing
     @Test func aClosedPortFailsAfterTheRetryLimitWithTheReason() async throws {
         let refusing = try RefusingPort()
         defer { withExtendedLifetime(refusing) {} }
-        var config = APNSBinaryConfiguration(host: "127.0.0.1", port: refusing.port, credentials: try Harness.clientCredentials())
+        var config = APNSBinaryConfiguration(
+            host: "127.0.0.1",
+            port: refusing.port,
+            credentials: try Harness.clientCredentials()
+        )
         config.connectionRetryLimit = 3
         let client = try APNSBinaryClient(configuration: config)
         let run = try await Harness.run(client, Self.submissions(4))
@@ -143,7 +152,11 @@ import Testing
     }
 
     @Test func invalidConfigurationIsRejectedWithTheSettingNamed() throws {
-        var config = APNSBinaryConfiguration(host: "127.0.0.1", port: 2195, credentials: try Harness.clientCredentials())
+        var config = APNSBinaryConfiguration(
+            host: "127.0.0.1",
+            port: 2195,
+            credentials: try Harness.clientCredentials()
+        )
         config.maxConnections = 0
         #expect {
             _ = try APNSBinaryClient(configuration: config)

@@ -20,7 +20,9 @@ enum Harness {
         )
     }
 
-    static func simulator(_ change: (inout APNSSimulator.Configuration) -> Void = { _ in }) async throws -> APNSSimulator {
+    static func simulator(
+        _ change: (inout APNSSimulator.Configuration) -> Void = { _ in }
+    ) async throws -> APNSSimulator {
         var config = APNSSimulator.Configuration(
             certificateChainPEM: certificates.server.certificatePEM,
             privateKeyPEM: certificates.server.keyPEM,
@@ -36,7 +38,10 @@ enum Harness {
         _ change: (inout APNSBinaryConfiguration) -> Void = { _ in }
     ) throws -> APNSBinaryClient {
         var config = APNSBinaryConfiguration(
-            host: "127.0.0.1", port: simulator.binaryPort, credentials: try credentials ?? clientCredentials())
+            host: "127.0.0.1",
+            port: simulator.binaryPort,
+            credentials: try credentials ?? clientCredentials()
+        )
         change(&config)
         return try APNSBinaryClient(configuration: config)
     }

@@ -15,7 +15,9 @@ private func item(_ tag: Int, retryLimit: Int? = nil) -> PendingNotification {
     )
 }
 
-private func config(_ change: (inout PoolStateMachine.Configuration) -> Void = { _ in }) -> PoolStateMachine.Configuration {
+private func config(
+    _ change: (inout PoolStateMachine.Configuration) -> Void = { _ in }
+) -> PoolStateMachine.Configuration {
     var c = PoolStateMachine.Configuration()
     c.confirmationWindow = .seconds(1)
     change(&c)
@@ -111,7 +113,9 @@ extension PoolStateMachine {
     #expect(actions.contains { if case .connect(_, let d) = $0 { d > .zero } else { false } })
 
     // The resent notifications carry the flag into their outcome.
-    guard case .connect(let next, _) = actions.first(where: { if case .connect = $0 { true } else { false } }) else { return }
+    guard case .connect(let next, _) = actions.first(where: { if case .connect = $0 { true } else { false } }) else {
+        return
+    }
     let began = m.beginConnect(id: next)
     #expect(began)
     _ = m.connectionEstablished(id: next)
@@ -200,7 +204,8 @@ extension PoolStateMachine {
     var actions = m.enqueue([item(0), item(1)])
     var delays: [TimeAmount] = []
     for _ in 0..<3 {
-        guard case .connect(let id, let delay) = actions.first(where: { if case .connect = $0 { true } else { false } }) else {
+        guard case .connect(let id, let delay) = actions.first(where: { if case .connect = $0 { true } else { false } })
+        else {
             Issue.record("expected a connect in \(actions)")
             return
         }
@@ -219,11 +224,13 @@ extension PoolStateMachine {
 }
 
 /// Fails `count` connects in a row, starting from `actions`; returns the delays asked for.
-private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMachine.Action], count: Int) -> [TimeAmount] {
+private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMachine.Action], count: Int) -> [TimeAmount]
+{
     var actions = actions
     var delays: [TimeAmount] = []
     for _ in 0..<count {
-        guard case .connect(let id, let delay) = actions.first(where: { if case .connect = $0 { true } else { false } }) else {
+        guard case .connect(let id, let delay) = actions.first(where: { if case .connect = $0 { true } else { false } })
+        else {
             Issue.record("expected a connect in \(actions)")
             return delays
         }
@@ -250,7 +257,8 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
     var m = PoolStateMachine(configuration: config { $0.connectionRetryLimit = nil })
     var actions = m.enqueue([item(0), item(1)])
     for _ in 0..<3 {
-        guard case .connect(let id, let delay) = actions.first(where: { if case .connect = $0 { true } else { false } }) else {
+        guard case .connect(let id, let delay) = actions.first(where: { if case .connect = $0 { true } else { false } })
+        else {
             Issue.record("expected a connect in \(actions)")
             return
         }
@@ -274,7 +282,8 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
         configuration: config {
             $0.connectionRetryLimit = nil
             $0.now = { 10_000 }
-        })
+        }
+    )
     var stale = item(0)
     stale.staleAt = 9_999
     var fresh = item(1)
@@ -322,7 +331,8 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
         configuration: config {
             $0.maxConnections = 2
             $0.batchMaxCount = 4
-        })
+        }
+    )
     let actions = m.enqueue((0..<8).map { item($0) })
     let ids = actions.compactMap { if case .connect(let id, _) = $0 { id } else { nil } }
     #expect(ids.count == 2)
@@ -340,7 +350,8 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
         configuration: config {
             $0.minConnections = 1
             $0.maxConnections = 2
-        })
+        }
+    )
     let start = m.start()
     #expect(start.count == 1)
     let actions = m.enqueue((0..<600).map { item($0) })
@@ -385,7 +396,8 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
                 s.cachedNotifications = 0
                 s.cachedBytes = 0
                 return s
-            }())
+            }()
+    )
     _ = m.enqueue((0..<10).map { item($0) })
     var s = m.snapshot()
     #expect(s.connecting == 1 && s.open == 0 && s.queued == 10 && s.connectionsOpened == 0)
@@ -430,7 +442,8 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
         configuration: config {
             $0.maxConnections = 3
             $0.batchMaxCount = 2
-        })
+        }
+    )
     let actions = m.enqueue((0..<6).map { item($0) })
     let ids = actions.compactMap { if case .connect(let id, _) = $0 { id } else { nil } }
     #expect(ids.count == 3)
@@ -454,7 +467,8 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
         configuration: config {
             $0.maxConnections = 2
             $0.batchMaxCount = 2
-        })
+        }
+    )
     let actions = m.enqueue((0..<4).map { item($0) })
     let ids = actions.compactMap { if case .connect(let id, _) = $0 { id } else { nil } }
     #expect(ids.count == 2)
@@ -469,7 +483,11 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
     let (probe, _) = m.send(id: ids[1], now: t0 + .milliseconds(10))
     #expect(probe.count == 1 && probe.last?.1 == nil)
     #expect(m.unconfirmedCount == 3 && m.snapshot().cachedNotifications == 2)
-    closing = m.errorResponse(id: ids[1], ErrorResponse(status: .missingPayload, identifier: probe[0].0), now: t0 + .milliseconds(10))
+    closing = m.errorResponse(
+        id: ids[1],
+        ErrorResponse(status: .missingPayload, identifier: probe[0].0),
+        now: t0 + .milliseconds(10)
+    )
     #expect(closing.contains(.close(id: ids[1])) && closing.contains(.close(id: ids[0])))
     _ = m.connectionClosed(id: ids[0], reason: "closed")
     _ = m.connectionClosed(id: ids[1], reason: "closed")
@@ -481,7 +499,8 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
     var m = PoolStateMachine(configuration: config { $0.connectionRetryLimit = nil })
     var actions = m.enqueue([item(0)])
     for failure in [APNSPoolSnapshot.ConnectFailure.refused, .tls, .timeout, .refused] {
-        guard case .connect(let id, let delay) = actions.first(where: { if case .connect = $0 { true } else { false } }) else {
+        guard case .connect(let id, let delay) = actions.first(where: { if case .connect = $0 { true } else { false } })
+        else {
             Issue.record("expected a connect in \(actions)")
             return
         }

@@ -8,8 +8,13 @@ import Testing
 @Suite struct ReconnectBackoffTests {
     static func item(_ tag: Int) -> PendingNotification {
         PendingNotification(
-            tag: UInt64(tag), token: try! DeviceToken(bytes: [UInt8](repeating: UInt8(tag), count: 32)),
-            payload: Array(#"{"aps":{"alert":"hello"}}"#.utf8), expiry: 0, priority: 10, retryLimit: nil)
+            tag: UInt64(tag),
+            token: try! DeviceToken(bytes: [UInt8](repeating: UInt8(tag), count: 32)),
+            payload: Array(#"{"aps":{"alert":"hello"}}"#.utf8),
+            expiry: 0,
+            priority: 10,
+            retryLimit: nil
+        )
     }
 
     static func connectDelays(_ actions: [PoolStateMachine.Action]) -> [TimeAmount] {
@@ -25,7 +30,8 @@ import Testing
         var actions = m.enqueue([Self.item(1)])
         var delays: [TimeAmount] = []
         for _ in 0..<4 {
-            guard case .connect(let id, _)? = actions.first(where: { if case .connect = $0 { true } else { false } }) else {
+            guard case .connect(let id, _)? = actions.first(where: { if case .connect = $0 { true } else { false } })
+            else {
                 Issue.record("no connect in \(actions)")
                 return
             }

@@ -77,9 +77,15 @@ import Testing
         let count = 80
         let run = try await Harness.run(client, Self.submissions(0..<count), shutdown: false)
         #expect(run.outcomes.count == count)
-        #expect(run.outcomes.values.allSatisfy { $0.status == .indeterminate && $0.possibleDuplicate && $0.writtenAt != nil })
+        #expect(
+            run.outcomes.values.allSatisfy {
+                $0.status == .indeterminate && $0.possibleDuplicate && $0.writtenAt != nil
+            }
+        )
         #expect(simulator.statistics.silentDrops == 1)
-        let s = try await DeliveryHarness.snapshot(of: client, "one silent close") { $0.connectionsClosed[.silentClose] == 1 }
+        let s = try await DeliveryHarness.snapshot(of: client, "one silent close") {
+            $0.connectionsClosed[.silentClose] == 1
+        }
         #expect(s.connectionsClosed == [.silentClose: 1])
         #expect(s.writes == count && s.retransmissions == 0 && s.cachedNotifications == 0)
         await client.shutdown()
@@ -88,7 +94,11 @@ import Testing
 
     @Test func aRefusedConnectIsCountedAndItsNotificationWasNeverWritten() async throws {
         let refusing = try RefusingPort()
-        var config = APNSBinaryConfiguration(host: "127.0.0.1", port: refusing.port, credentials: try Harness.clientCredentials())
+        var config = APNSBinaryConfiguration(
+            host: "127.0.0.1",
+            port: refusing.port,
+            credentials: try Harness.clientCredentials()
+        )
         config.connectionRetryLimit = 2
         let client = try APNSBinaryClient(configuration: config)
         let run = try await Harness.run(client, Self.submissions(0..<1))
@@ -107,7 +117,8 @@ import Testing
             certificate: .data(Array(Harness.certificates.client.certificatePEM.utf8)),
             key: .data(Array(Harness.certificates.client.keyPEM.utf8)),
             ca: [.data(Array(other.ca.certificatePEM.utf8))],
-            environment: .sandbox)
+            environment: .sandbox
+        )
         let client = try Harness.client(simulator, credentials: credentials) { $0.connectionRetryLimit = 1 }
         let run = try await Harness.run(client, Self.submissions(0..<1))
         #expect(run.outcomes[0]?.status == .connectionFailed)
@@ -123,7 +134,10 @@ import Testing
             .bind(host: "127.0.0.1", port: 0)
             .get()
         var config = APNSBinaryConfiguration(
-            host: "127.0.0.1", port: silent.localAddress!.port!, credentials: try Harness.clientCredentials())
+            host: "127.0.0.1",
+            port: silent.localAddress!.port!,
+            credentials: try Harness.clientCredentials()
+        )
         config.connectTimeout = .milliseconds(300)
         config.connectionRetryLimit = 1
         let client = try APNSBinaryClient(configuration: config)

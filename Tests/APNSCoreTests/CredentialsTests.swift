@@ -67,7 +67,11 @@ private func temporaryDirectory() throws -> String {
         notValidAfter: Date().addingTimeInterval(-3600)
     )
     let error = credentialsError {
-        _ = try APNSCredentials(certificate: bytes(expired.certificatePEM), key: bytes(expired.keyPEM), environment: .sandbox)
+        _ = try APNSCredentials(
+            certificate: bytes(expired.certificatePEM),
+            key: bytes(expired.keyPEM),
+            environment: .sandbox
+        )
     }
     #expect(error?.code == .certificateExpired)
     #expect(error?.message.contains("expired on") == true)
@@ -79,7 +83,11 @@ private func temporaryDirectory() throws -> String {
         notValidAfter: Date().addingTimeInterval(2 * 86400)
     )
     let error = credentialsError {
-        _ = try APNSCredentials(certificate: bytes(future.certificatePEM), key: bytes(future.keyPEM), environment: .sandbox)
+        _ = try APNSCredentials(
+            certificate: bytes(future.certificatePEM),
+            key: bytes(future.keyPEM),
+            environment: .sandbox
+        )
     }
     #expect(error?.code == .certificateNotYetValid)
 }
@@ -97,13 +105,21 @@ private func temporaryDirectory() throws -> String {
     #expect(error?.message.contains("sandbox only") == true)
     #expect(error?.message.contains("1.2.840.113635.100.6.3.2") == true)
     // The same certificate is fine for sandbox.
-    _ = try APNSCredentials(certificate: bytes(sandboxOnly.certificatePEM), key: bytes(sandboxOnly.keyPEM), environment: .sandbox)
+    _ = try APNSCredentials(
+        certificate: bytes(sandboxOnly.certificatePEM),
+        key: bytes(sandboxOnly.keyPEM),
+        environment: .sandbox
+    )
 }
 
 @Test func certificateWithoutAnyAPNsExtensionIsRejected() throws {
     let plain = try certificates.makeClient(environments: [])
     let error = credentialsError {
-        _ = try APNSCredentials(certificate: bytes(plain.certificatePEM), key: bytes(plain.keyPEM), environment: .sandbox)
+        _ = try APNSCredentials(
+            certificate: bytes(plain.certificatePEM),
+            key: bytes(plain.keyPEM),
+            environment: .sandbox
+        )
     }
     #expect(error?.code == .wrongEnvironment)
     #expect(error?.message.contains("no APNs environment extension") == true)
@@ -111,18 +127,30 @@ private func temporaryDirectory() throws -> String {
 
 @Test func unreadableOrMalformedInputsGetClearErrors() {
     let missing = credentialsError {
-        _ = try APNSCredentials(certificate: .file("/nonexistent/cert.pem"), key: .file("/nonexistent/key.pem"), environment: .sandbox)
+        _ = try APNSCredentials(
+            certificate: .file("/nonexistent/cert.pem"),
+            key: .file("/nonexistent/key.pem"),
+            environment: .sandbox
+        )
     }
     #expect(missing?.code == .invalidCredentials)
     #expect(missing?.message.contains("/nonexistent/cert.pem") == true)
 
     let garbage = credentialsError {
-        _ = try APNSCredentials(certificate: bytes("not a certificate"), key: bytes(certificates.client.keyPEM), environment: .sandbox)
+        _ = try APNSCredentials(
+            certificate: bytes("not a certificate"),
+            key: bytes(certificates.client.keyPEM),
+            environment: .sandbox
+        )
     }
     #expect(garbage?.code == .invalidCredentials)
 
     let badKey = credentialsError {
-        _ = try APNSCredentials(certificate: bytes(certificates.client.certificatePEM), key: bytes("nope"), environment: .sandbox)
+        _ = try APNSCredentials(
+            certificate: bytes(certificates.client.certificatePEM),
+            key: bytes("nope"),
+            environment: .sandbox
+        )
     }
     #expect(badKey?.code == .invalidCredentials)
     #expect(badKey?.message.contains("private key") == true)
@@ -144,7 +172,10 @@ private func temporaryDirectory() throws -> String {
     defer { try? FileManager.default.removeItem(atPath: dir) }
     try certificates.client.certificatePEM.write(toFile: dir + "/c.pem", atomically: false, encoding: .utf8)
     try certificates.client.keyPEM.write(toFile: dir + "/k.pem", atomically: false, encoding: .utf8)
-    try openssl(["pkcs12", "-export", "-in", dir + "/c.pem", "-inkey", dir + "/k.pem", "-out", dir + "/c.p12", "-passout", "pass:s3cret"])
+    try openssl([
+        "pkcs12", "-export", "-in", dir + "/c.pem", "-inkey", dir + "/k.pem", "-out", dir + "/c.p12", "-passout",
+        "pass:s3cret",
+    ])
 
     let loaded = try APNSCredentials(pkcs12: .file(dir + "/c.p12"), passphrase: "s3cret", environment: .production)
     #expect(loaded.subject.contains("com.example.app"))
@@ -160,7 +191,10 @@ private func temporaryDirectory() throws -> String {
     let dir = try temporaryDirectory()
     defer { try? FileManager.default.removeItem(atPath: dir) }
     try certificates.client.keyPEM.write(toFile: dir + "/k.pem", atomically: false, encoding: .utf8)
-    try openssl(["pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in", dir + "/k.pem", "-out", dir + "/enc.pem", "-passout", "pass:open sesame"])
+    try openssl([
+        "pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in", dir + "/k.pem", "-out", dir + "/enc.pem", "-passout",
+        "pass:open sesame",
+    ])
 
     let loaded = try APNSCredentials(
         certificate: bytes(certificates.client.certificatePEM),
@@ -171,7 +205,11 @@ private func temporaryDirectory() throws -> String {
     #expect(loaded.environments.contains(.sandbox))
 
     let missing = credentialsError {
-        _ = try APNSCredentials(certificate: bytes(certificates.client.certificatePEM), key: .file(dir + "/enc.pem"), environment: .sandbox)
+        _ = try APNSCredentials(
+            certificate: bytes(certificates.client.certificatePEM),
+            key: .file(dir + "/enc.pem"),
+            environment: .sandbox
+        )
     }
     #expect(missing?.code == .invalidCredentials)
     #expect(missing?.message.contains("passphrase") == true)
@@ -201,7 +239,11 @@ private func temporaryDirectory() throws -> String {
     #expect(p12.subject == pem.subject)
     // The RSA key of the server certificate does not belong to the client certificate.
     let mismatch = credentialsError {
-        _ = try APNSCredentials(certificate: .file(dir + "/client.pem"), key: .file(dir + "/server-key.pem"), environment: .sandbox)
+        _ = try APNSCredentials(
+            certificate: .file(dir + "/client.pem"),
+            key: .file(dir + "/server-key.pem"),
+            environment: .sandbox
+        )
     }
     #expect(mismatch?.code == .keyDoesNotMatchCertificate)
 }

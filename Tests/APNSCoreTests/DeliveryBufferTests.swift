@@ -6,8 +6,13 @@ import Testing
 private func outcome(_ tag: UInt64) -> APNSDeliveryEvent {
     .transmitted(
         APNSDeliveryOutcome(
-            tag: tag, token: try! DeviceToken(bytes: [UInt8](repeating: 1, count: 32)), status: nil,
-            attempts: 1, possibleDuplicate: false))
+            tag: tag,
+            token: try! DeviceToken(bytes: [UInt8](repeating: 1, count: 32)),
+            status: nil,
+            attempts: 1,
+            possibleDuplicate: false
+        )
+    )
 }
 
 @Test func eventBufferKeepsOutcomesAndCapsConnectionEvents() {
@@ -45,7 +50,9 @@ private final class Parked: Sendable {
 
     func park(_ ids: ClosedRange<Int>) async throws {
         for id in ids {
-            let task = Task { try await withCheckedThrowingContinuation { c in self.continuations.withLock { $0[id] = c } } }
+            let task = Task {
+                try await withCheckedThrowingContinuation { c in self.continuations.withLock { $0[id] = c } }
+            }
             tasks.withLock { $0[id] = task }
         }
         let deadline = ContinuousClock.now + .seconds(30)

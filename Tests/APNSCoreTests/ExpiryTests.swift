@@ -19,7 +19,9 @@ func parsesExpiry(text: String, expected: APNSExpiry) throws {
     #expect(try APNSExpiry(parsing: text) == expected)
 }
 
-@Test(arguments: ["", " ", "abc", "-5", "+5", "1.5h", "10y", "h", "1 h", "1H", "30ss", "0x10", "4294967296", "99999999999999w"])
+@Test(arguments: [
+    "", " ", "abc", "-5", "+5", "1.5h", "10y", "h", "1 h", "1H", "30ss", "0x10", "4294967296", "99999999999999w",
+])
 func rejectsBadExpiry(text: String) {
     do throws(APNSPayloadError) {
         let value = try APNSExpiry(parsing: text)
@@ -37,7 +39,8 @@ func rejectsBadExpiry(text: String) {
     } catch {
         #expect(
             error.message == "expiry \"tomorrow\" is not valid; use 0 (do not store), a UNIX time in seconds "
-                + "such as 1700000000, or a number followed by s, m, h, d or w such as 30s, 15m, 1h, 1d or 2w")
+                + "such as 1700000000, or a number followed by s, m, h, d or w such as 30s, 15m, 1h, 1d or 2w"
+        )
     }
 }
 

@@ -37,7 +37,9 @@ func stringEscapesAtEveryPosition() throws {
                 if length > 0 { characters[position] = Character(special) }
                 let string = String(characters)
                 let written = String(decoding: JSONValue.string(string).serialized(), as: UTF8.self)
-                if string.unicodeScalars.allSatisfy(\.isASCII) { #expect(written == reference(string), "\(string.debugDescription)") }
+                if string.unicodeScalars.allSatisfy(\.isASCII) {
+                    #expect(written == reference(string), "\(string.debugDescription)")
+                }
                 #expect(try JSONValue.parse(Array(written.utf8)) == .string(string), "\(string.debugDescription)")
             }
         }
@@ -127,7 +129,8 @@ func parserScansEveryPosition() throws {
               "IDs": [116, 943, 234, 38793]
             }
         }
-        """)
+        """
+    )
     #expect(image["Image"]?["Width"]?.intValue == 800)
     #expect(image["Image"]?["Thumbnail"]?["Url"]?.stringValue == "http://www.example.com/image/481989943")
     #expect(image["Image"]?["Animated"]?.boolValue == false)
@@ -158,7 +161,8 @@ func parserScansEveryPosition() throws {
              "Country":   "US"
           }
         ]
-        """)
+        """
+    )
     #expect(places.arrayValue?.count == 2)
     #expect(places[1]?["Longitude"] == .double(-122.026020))
     #expect(places[0]?["Address"] == "")
@@ -318,7 +322,8 @@ func rejectsMalformedInput(_ input: Malformed) {
     let texts = [
         #"{"id":"j","app":"a","token":"ab","alert":"hi","badge":1}"#, " { } ", #"{"a":{"b":[1,{"c":null}]}}"#,
         #"{"a":1,"a":2}"#, #"{"a":1,"b":{"a":1,"a":2}}"#, "{\(many),\"k3\":0}", "{\(many),\"k19\":0}", "{\(many)}",
-        "{\"\u{E9}\":1,\"e\u{301}\":2}", #"[1,2]"#, #""text""#, "7", #"{"a":1} x"#, #"{"a":1,}"#, #"{"a" 1}"#, #"{"a":tru}"#,
+        "{\"\u{E9}\":1,\"e\u{301}\":2}", #"[1,2]"#, #""text""#, "7", #"{"a":1} x"#, #"{"a":1,}"#, #"{"a" 1}"#,
+        #"{"a":tru}"#,
         "{", "", #"{"a":"\ud800"}"#, String(repeating: "[", count: 70) + String(repeating: "]", count: 70),
         "{\"a\":" + String(repeating: "[", count: 64) + String(repeating: "]", count: 64) + "}",
     ]
@@ -334,7 +339,10 @@ func rejectsMalformedInput(_ input: Malformed) {
             for (key, value) in list { #expect(dictionary[key] == value, "\(text)") }
             #expect(
                 list.map(\.key)
-                    == list.map(\.key).sorted { text.range(of: "\"\($0)\"")!.lowerBound < text.range(of: "\"\($1)\"")!.lowerBound })
+                    == list.map(\.key).sorted {
+                        text.range(of: "\"\($0)\"")!.lowerBound < text.range(of: "\"\($1)\"")!.lowerBound
+                    }
+            )
         case (.success(let value), .success(nil)):
             if case .object = value { Issue.record("an object gave nil: \(text)") }
         case (.failure(let a), .failure(let b)):

@@ -67,36 +67,51 @@ private func payloadError(_ body: () throws -> Void) -> APNSPayloadError? {
             + #""mutable-content":1,"category":"MESSAGE","thread-id":"chat-7","target-content-id":"window-2","#
             + #""interruption-level":"time-sensitive","relevance-score":0.75,"url-args":["boarding","A998"],"#
             + #""content-state":{"score":3},"event":"update","timestamp":1700000000},"#
-            + #""meta":{"n":1},"orderId":"42"}"#)
+            + #""meta":{"n":1},"orderId":"42"}"#
+    )
 }
 
 @Test func goldenPayloads() throws {
     #expect(
         try text(APNSNotification(alert: "Hello", badge: 3, sound: "default"))
-            == #"{"aps":{"alert":"Hello","badge":3,"sound":"default"}}"#)
+            == #"{"aps":{"alert":"Hello","badge":3,"sound":"default"}}"#
+    )
     #expect(
         try text(APNSNotification(contentAvailable: true, priority: .powerConsiderate))
-            == #"{"aps":{"content-available":1}}"#)
+            == #"{"aps":{"content-available":1}}"#
+    )
     #expect(try text(APNSNotification(custom: ["b": 2, "a": "x"])) == #"{"aps":{},"a":"x","b":2}"#)
     #expect(
         try text(APNSNotification(alert: "Ünïcødé 😀 / \"q\""))
-            == #"{"aps":{"alert":"Ünïcødé 😀 / \"q\""}}"#)
+            == #"{"aps":{"alert":"Ünïcødé 😀 / \"q\""}}"#
+    )
 }
 
 @Test func stringAndDictionaryAlerts() throws {
     #expect(try json(APNSNotification(alert: .text("plain")))["aps"]?["alert"] == "plain")
 
     let fields = APNSAlertFields(
-        title: "T", subtitle: "S", body: "B", launchImage: "L.png",
-        locKey: "LK", locArgs: ["a1"], titleLocKey: "TLK", titleLocArgs: ["t1", "t2"],
-        subtitleLocKey: "SLK", subtitleLocArgs: ["s1"], actionLocKey: "ALK", action: "View")
+        title: "T",
+        subtitle: "S",
+        body: "B",
+        launchImage: "L.png",
+        locKey: "LK",
+        locArgs: ["a1"],
+        titleLocKey: "TLK",
+        titleLocArgs: ["t1", "t2"],
+        subtitleLocKey: "SLK",
+        subtitleLocArgs: ["s1"],
+        actionLocKey: "ALK",
+        action: "View"
+    )
     let alert = try #require(try json(APNSNotification(alert: .fields(fields)))["aps"]?["alert"]?.objectValue)
     #expect(
         alert == [
             "title": "T", "subtitle": "S", "body": "B", "launch-image": "L.png",
             "loc-key": "LK", "loc-args": ["a1"], "title-loc-key": "TLK", "title-loc-args": ["t1", "t2"],
             "subtitle-loc-key": "SLK", "subtitle-loc-args": ["s1"], "action-loc-key": "ALK", "action": "View",
-        ])
+        ]
+    )
 
     // Only set fields are written, in the documented order.
     let partial = APNSNotification(alert: .fields(APNSAlertFields(title: "Hi", body: "There", locArgs: ["x"])))
@@ -113,7 +128,9 @@ private func payloadError(_ body: () throws -> Void) -> APNSPayloadError? {
 @Test func mdmPayload() throws {
     let n = APNSNotification(mdm: "A1B2-PushMagic")
     #expect(try text(n) == #"{"mdm":"A1B2-PushMagic"}"#)
-    #expect(try n.validatedPayload(limit: APNSNotification.binaryPayloadLimit) == Array(#"{"mdm":"A1B2-PushMagic"}"#.utf8))
+    #expect(
+        try n.validatedPayload(limit: APNSNotification.binaryPayloadLimit) == Array(#"{"mdm":"A1B2-PushMagic"}"#.utf8)
+    )
 }
 
 @Test func defaults() {
@@ -154,7 +171,9 @@ private func payloadError(_ body: () throws -> Void) -> APNSPayloadError? {
 @Test func errorCannotTrim() {
     // No body to shorten.
     var noBody = APNSNotification(
-        alert: .fields(APNSAlertFields(title: "T")), custom: ["blob": .string(String(repeating: "z", count: 300))])
+        alert: .fields(APNSAlertFields(title: "T")),
+        custom: ["blob": .string(String(repeating: "z", count: 300))]
+    )
     var error = payloadError { _ = try noBody.trim(toFit: 256) }
     #expect(error?.code == .cannotTrim)
     #expect(error?.message.contains("no alert body") == true)

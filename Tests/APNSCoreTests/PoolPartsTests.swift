@@ -11,8 +11,13 @@ import Testing
 
         func failure(_ status: APNSStatus, message: String) -> APNSDeliveryOutcome {
             APNSDeliveryOutcome(
-                tag: tag, token: try! DeviceToken(bytes: [UInt8](repeating: 7, count: 32)), status: status,
-                message: message, attempts: 1, possibleDuplicate: possibleDuplicate)
+                tag: tag,
+                token: try! DeviceToken(bytes: [UInt8](repeating: 7, count: 32)),
+                status: status,
+                message: message,
+                attempts: 1,
+                possibleDuplicate: possibleDuplicate
+            )
         }
     }
 
@@ -57,7 +62,8 @@ import Testing
         queue.append(contentsOf: [Item(tag: 1), Item(tag: 2), Item(tag: 3)])
         #expect(!queue.mayHoldStale)
         queue.append(contentsOf: [
-            Item(tag: 4, staleAt: 1_000), Item(tag: 5, staleAt: 2_000), Item(tag: 6, staleAt: 1_000, possibleDuplicate: true),
+            Item(tag: 4, staleAt: 1_000), Item(tag: 5, staleAt: 2_000),
+            Item(tag: 6, staleAt: 1_000, possibleDuplicate: true),
         ])
         queue.prepend(Item(tag: 0, staleAt: 999))
         #expect(queue.mayHoldStale)
@@ -86,7 +92,8 @@ import Testing
         #expect(
             Self.connectionEvents(events) == [
                 "unavailable: 4 connection attempts to gateway:443 failed in a row (last: refused)"
-            ])
+            ]
+        )
         #expect(failures.reportedUnavailable && !failures.retryLimitReached)
         failures.connectionOpened(into: &events)
         failures.connectionOpened(into: &events)
@@ -108,7 +115,8 @@ import Testing
         #expect(delays == [.milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(500)])
         #expect(failures.retryLimitReached)
         #expect(
-            failures.summary(peer: "the gateway", last: "refused") == "4 connection attempts to the gateway failed in a row (last: refused)"
+            failures.summary(peer: "the gateway", last: "refused")
+                == "4 connection attempts to the gateway failed in a row (last: refused)"
         )
         failures.reset()
         #expect(!failures.retryLimitReached && failures.reportedUnavailable)

@@ -6,7 +6,8 @@ import Testing
     #expect(
         APNSPoolSnapshot.CloseReason.allCases.map(\.rawValue) == [
             "errorResponse", "silentClose", "goaway", "idle", "shutdown", "other",
-        ])
+        ]
+    )
 }
 
 @Test func aPoolSnapshotCountsEachReasonItSaw() {

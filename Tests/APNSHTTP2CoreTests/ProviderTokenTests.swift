@@ -7,7 +7,11 @@ import Testing
 
 @Test func providerTokenHasAppleHeaderClaimsAndRawSignature() throws {
     let key = try Fixture.signingKey()
-    let token = try APNSProviderToken(signingKey: key, teamID: Fixture.teamID, issuedAt: Fixture.epoch.addingTimeInterval(0.9))
+    let token = try APNSProviderToken(
+        signingKey: key,
+        teamID: Fixture.teamID,
+        issuedAt: Fixture.epoch.addingTimeInterval(0.9)
+    )
 
     #expect(token.issuedAt == 1_700_000_000)
     #expect(token.authorization == "bearer " + token.jwt)

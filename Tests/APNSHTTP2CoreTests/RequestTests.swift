@@ -11,7 +11,11 @@ private func tokenAuth() throws -> APNSAuthentication {
     .token(try APNSProviderToken(signingKey: Fixture.signingKey(), teamID: Fixture.teamID, issuedAt: Fixture.epoch))
 }
 
-private func expectRejected(_ text: String, code: APNSError.Code = .invalidRequest, _ build: () throws(APNSError) -> APNSHTTP2Request) {
+private func expectRejected(
+    _ text: String,
+    code: APNSError.Code = .invalidRequest,
+    _ build: () throws(APNSError) -> APNSHTTP2Request
+) {
     do {
         let request = try build()
         Issue.record("accepted: \(request.headers)")
@@ -33,11 +37,20 @@ private func payload(size: Int) -> [UInt8] {
     notification.priority = .powerConsiderate
     let auth = try tokenAuth()
     let request = try APNSHTTP2Request(
-        notification: notification, deviceToken: Fixture.token64, topic: topic, pushType: .alert,
-        authentication: auth, collapseID: "score", apnsID: fixedID, now: Fixture.epoch)
+        notification: notification,
+        deviceToken: Fixture.token64,
+        topic: topic,
+        pushType: .alert,
+        authentication: auth,
+        collapseID: "score",
+        apnsID: fixedID,
+        now: Fixture.epoch
+    )
 
     #expect(request.path == "/3/device/" + String(repeating: "ab", count: 32))
-    #expect(request.pseudoHeaders == [.init(":method", "POST"), .init(":scheme", "https"), .init(":path", request.path)])
+    #expect(
+        request.pseudoHeaders == [.init(":method", "POST"), .init(":scheme", "https"), .init(":path", request.path)]
+    )
     guard case .token(let token) = auth else { return }
     #expect(
         request.headers == [
@@ -48,7 +61,8 @@ private func payload(size: Int) -> [UInt8] {
             .init("apns-expiration", "1700003600"),
             .init("apns-collapse-id", "score"),
             .init("authorization", "bearer " + token.jwt),
-        ])
+        ]
+    )
     #expect(request.header("apns-id") == request.header("apns-id")?.lowercased())
     #expect(String(decoding: request.body, as: UTF8.self) == #"{"aps":{"alert":"Hello","badge":3}}"#)
     #expect(!request.headers.description.contains(token.jwt))
@@ -56,8 +70,13 @@ private func payload(size: Int) -> [UInt8] {
 
 @Test func certificateRequestsHaveNoAuthorizationAndMayOmitTheTopic() throws {
     let request = try APNSHTTP2Request(
-        notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64, topic: nil, pushType: .alert,
-        authentication: .certificate, now: Fixture.epoch)
+        notification: APNSNotification(alert: "Hi"),
+        deviceToken: Fixture.token64,
+        topic: nil,
+        pushType: .alert,
+        authentication: .certificate,
+        now: Fixture.epoch
+    )
     #expect(request.header("authorization") == nil)
     #expect(request.header("apns-topic") == nil)
     #expect(request.header("apns-expiration") == "0")
@@ -68,22 +87,41 @@ private func payload(size: Int) -> [UInt8] {
     var notification = APNSNotification(alert: "Hi")
     notification.expiry = .after(.seconds(3600))
     let request = try APNSHTTP2Request(
-        notification: notification, deviceToken: Fixture.token64, topic: topic, pushType: .alert,
-        authentication: .certificate, now: Fixture.epoch)
+        notification: notification,
+        deviceToken: Fixture.token64,
+        topic: topic,
+        pushType: .alert,
+        authentication: .certificate,
+        now: Fixture.epoch
+    )
     #expect(request.header("apns-expiration") == "1700003600")
 }
 
 @Test func authorizeReplacesTheToken() throws {
     var request = try APNSHTTP2Request(
-        notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64, topic: topic, pushType: .alert,
-        authentication: tokenAuth(), now: Fixture.epoch)
-    let newer = try APNSProviderToken(signingKey: Fixture.signingKey(), teamID: Fixture.teamID, issuedAt: Fixture.minutes(50))
+        notification: APNSNotification(alert: "Hi"),
+        deviceToken: Fixture.token64,
+        topic: topic,
+        pushType: .alert,
+        authentication: tokenAuth(),
+        now: Fixture.epoch
+    )
+    let newer = try APNSProviderToken(
+        signingKey: Fixture.signingKey(),
+        teamID: Fixture.teamID,
+        issuedAt: Fixture.minutes(50)
+    )
     try request.authorize(with: newer)
     #expect(request.header("authorization") == newer.authorization)
 
     var untopical = try APNSHTTP2Request(
-        notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64, topic: nil, pushType: .alert,
-        authentication: .certificate, now: Fixture.epoch)
+        notification: APNSNotification(alert: "Hi"),
+        deviceToken: Fixture.token64,
+        topic: nil,
+        pushType: .alert,
+        authentication: .certificate,
+        now: Fixture.epoch
+    )
     #expect(throws: APNSError.self) { try untopical.authorize(with: newer) }
 }
 
@@ -93,8 +131,14 @@ private func payload(size: Int) -> [UInt8] {
     let ok = [String(repeating: "c", count: 64), String(repeating: "é", count: 32)]
     for id in ok {
         _ = try APNSHTTP2Request(
-            notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64, topic: topic, pushType: .alert,
-            authentication: .certificate, collapseID: id, now: Fixture.epoch)
+            notification: APNSNotification(alert: "Hi"),
+            deviceToken: Fixture.token64,
+            topic: topic,
+            pushType: .alert,
+            authentication: .certificate,
+            collapseID: id,
+            now: Fixture.epoch
+        )
     }
     for (id, text) in [
         (String(repeating: "c", count: 65), "65 bytes"), (String(repeating: "é", count: 33), "66 bytes"),
@@ -102,8 +146,14 @@ private func payload(size: Int) -> [UInt8] {
     ] {
         expectRejected(text) { () throws(APNSError) in
             try APNSHTTP2Request(
-                notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64, topic: topic, pushType: .alert,
-                authentication: .certificate, collapseID: id, now: Fixture.epoch)
+                notification: APNSNotification(alert: "Hi"),
+                deviceToken: Fixture.token64,
+                topic: topic,
+                pushType: .alert,
+                authentication: .certificate,
+                collapseID: id,
+                now: Fixture.epoch
+            )
         }
     }
 }
@@ -121,8 +171,13 @@ private func payload(size: Int) -> [UInt8] {
     var notification = APNSNotification(alert: "Hi")
     notification.priority = .low
     let request = try APNSHTTP2Request(
-        notification: notification, deviceToken: Fixture.token64, topic: topic, pushType: .alert,
-        authentication: .certificate, now: Fixture.epoch)
+        notification: notification,
+        deviceToken: Fixture.token64,
+        topic: topic,
+        pushType: .alert,
+        authentication: .certificate,
+        now: Fixture.epoch
+    )
     #expect(request.header("apns-priority") == "1")
 }
 
@@ -130,19 +185,35 @@ private func payload(size: Int) -> [UInt8] {
     var silent = APNSNotification(contentAvailable: true)
     silent.priority = .powerConsiderate
     _ = try APNSHTTP2Request(
-        notification: silent, deviceToken: Fixture.token64, topic: topic, pushType: .background,
-        authentication: .certificate, now: Fixture.epoch)
+        notification: silent,
+        deviceToken: Fixture.token64,
+        topic: topic,
+        pushType: .background,
+        authentication: .certificate,
+        now: Fixture.epoch
+    )
     for priority in [APNSPriority.immediate, .low] {
         silent.priority = priority
         expectRejected("allows only priority 5") { () throws(APNSError) in
             try APNSHTTP2Request(
-                notification: silent, deviceToken: Fixture.token64, topic: topic, pushType: .background,
-                authentication: .certificate, now: Fixture.epoch)
+                notification: silent,
+                deviceToken: Fixture.token64,
+                topic: topic,
+                pushType: .background,
+                authentication: .certificate,
+                now: Fixture.epoch
+            )
         }
         expectRejected("allows only priority 5") { () throws(APNSError) in
             try APNSHTTP2Request(
-                payload: Array(#"{"aps":{"content-available":1}}"#.utf8), deviceToken: Fixture.token64, topic: topic,
-                pushType: .background, priority: priority, authentication: .certificate, now: Fixture.epoch)
+                payload: Array(#"{"aps":{"content-available":1}}"#.utf8),
+                deviceToken: Fixture.token64,
+                topic: topic,
+                pushType: .background,
+                priority: priority,
+                authentication: .certificate,
+                now: Fixture.epoch
+            )
         }
     }
 }
@@ -152,36 +223,66 @@ private func payload(size: Int) -> [UInt8] {
     loud.priority = .powerConsiderate
     expectRejected("must not carry an alert") { () throws(APNSError) in
         try APNSHTTP2Request(
-            notification: loud, deviceToken: Fixture.token64, topic: topic, pushType: .background,
-            authentication: .certificate, now: Fixture.epoch)
+            notification: loud,
+            deviceToken: Fixture.token64,
+            topic: topic,
+            pushType: .background,
+            authentication: .certificate,
+            now: Fixture.epoch
+        )
     }
     var quiet = APNSNotification(custom: ["k": 1])
     quiet.priority = .powerConsiderate
     expectRejected("needs content-available") { () throws(APNSError) in
         try APNSHTTP2Request(
-            notification: quiet, deviceToken: Fixture.token64, topic: topic, pushType: .background,
-            authentication: .certificate, now: Fixture.epoch)
+            notification: quiet,
+            deviceToken: Fixture.token64,
+            topic: topic,
+            pushType: .background,
+            authentication: .certificate,
+            now: Fixture.epoch
+        )
     }
     var silent = APNSNotification(contentAvailable: true)
     silent.priority = .powerConsiderate
     expectRejected("push type background") { () throws(APNSError) in
         try APNSHTTP2Request(
-            notification: silent, deviceToken: Fixture.token64, topic: topic, pushType: .alert,
-            authentication: .certificate, now: Fixture.epoch)
+            notification: silent,
+            deviceToken: Fixture.token64,
+            topic: topic,
+            pushType: .alert,
+            authentication: .certificate,
+            now: Fixture.epoch
+        )
     }
     expectRejected("push type mdm") { () throws(APNSError) in
         try APNSHTTP2Request(
-            notification: APNSNotification(mdm: "magic"), deviceToken: Fixture.token64,
-            topic: "com.apple.mgmt.External.1234", pushType: .alert, authentication: .certificate, now: Fixture.epoch)
+            notification: APNSNotification(mdm: "magic"),
+            deviceToken: Fixture.token64,
+            topic: "com.apple.mgmt.External.1234",
+            pushType: .alert,
+            authentication: .certificate,
+            now: Fixture.epoch
+        )
     }
     expectRejected("needs an MDM notification") { () throws(APNSError) in
         try APNSHTTP2Request(
-            notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64,
-            topic: "com.apple.mgmt.External.1234", pushType: .mdm, authentication: .certificate, now: Fixture.epoch)
+            notification: APNSNotification(alert: "Hi"),
+            deviceToken: Fixture.token64,
+            topic: "com.apple.mgmt.External.1234",
+            pushType: .mdm,
+            authentication: .certificate,
+            now: Fixture.epoch
+        )
     }
     let mdm = try APNSHTTP2Request(
-        notification: APNSNotification(mdm: "magic"), deviceToken: Fixture.token64,
-        topic: "com.apple.mgmt.External.1234", pushType: .mdm, authentication: .certificate, now: Fixture.epoch)
+        notification: APNSNotification(mdm: "magic"),
+        deviceToken: Fixture.token64,
+        topic: "com.apple.mgmt.External.1234",
+        pushType: .mdm,
+        authentication: .certificate,
+        now: Fixture.epoch
+    )
     #expect(String(decoding: mdm.body, as: UTF8.self) == #"{"mdm":"magic"}"#)
 }
 
@@ -209,13 +310,25 @@ func topicSuffixFollowsThePushType(type: APNSPushType, expected: String) throws 
         let auth = try tokenAuth()
         expectRejected("does not fit push type \(type.rawValue)") { () throws(APNSError) in
             try APNSHTTP2Request(
-                payload: payload(size: 100), deviceToken: Fixture.token64, topic: "com.example.app",
-                pushType: type, priority: .powerConsiderate, authentication: auth, now: Fixture.epoch)
+                payload: payload(size: 100),
+                deviceToken: Fixture.token64,
+                topic: "com.example.app",
+                pushType: type,
+                priority: .powerConsiderate,
+                authentication: auth,
+                now: Fixture.epoch
+            )
         }
     }
     let request = try APNSHTTP2Request(
-        payload: payload(size: 100), deviceToken: Fixture.token64, topic: expected,
-        pushType: type, priority: .powerConsiderate, authentication: tokenAuth(), now: Fixture.epoch)
+        payload: payload(size: 100),
+        deviceToken: Fixture.token64,
+        topic: expected,
+        pushType: type,
+        priority: .powerConsiderate,
+        authentication: tokenAuth(),
+        now: Fixture.epoch
+    )
     #expect(request.header("apns-push-type") == type.rawValue)
     #expect(request.header("apns-topic") == expected)
 }
@@ -224,14 +337,24 @@ func topicSuffixFollowsThePushType(type: APNSPushType, expected: String) throws 
     let auth = try tokenAuth()
     expectRejected("no apns-topic") { () throws(APNSError) in
         try APNSHTTP2Request(
-            notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64, topic: nil,
-            pushType: .alert, authentication: auth, now: Fixture.epoch)
+            notification: APNSNotification(alert: "Hi"),
+            deviceToken: Fixture.token64,
+            topic: nil,
+            pushType: .alert,
+            authentication: auth,
+            now: Fixture.epoch
+        )
     }
     for bad in ["", "com.example app", "com.example.app\n"] {
         expectRejected("topic") { () throws(APNSError) in
             try APNSHTTP2Request(
-                notification: APNSNotification(alert: "Hi"), deviceToken: Fixture.token64, topic: bad,
-                pushType: .alert, authentication: auth, now: Fixture.epoch)
+                notification: APNSNotification(alert: "Hi"),
+                deviceToken: Fixture.token64,
+                topic: bad,
+                pushType: .alert,
+                authentication: auth,
+                now: Fixture.epoch
+            )
         }
     }
 }
@@ -239,8 +362,13 @@ func topicSuffixFollowsThePushType(type: APNSPushType, expected: String) throws 
 @Test func locationPushesNeedTokenAuthentication() throws {
     expectRejected("only with token authentication") { () throws(APNSError) in
         try APNSHTTP2Request(
-            payload: payload(size: 50), deviceToken: Fixture.token64, topic: "com.example.app.location-query",
-            pushType: .location, authentication: .certificate, now: Fixture.epoch)
+            payload: payload(size: 50),
+            deviceToken: Fixture.token64,
+            topic: "com.example.app.location-query",
+            pushType: .location,
+            authentication: .certificate,
+            now: Fixture.epoch
+        )
     }
 }
 
@@ -251,25 +379,45 @@ func topicSuffixFollowsThePushType(type: APNSPushType, expected: String) throws 
     #expect(APNSPushType.voip.payloadLimit == 5120)
     for (type, topic, limit) in [(APNSPushType.alert, topic, 4096), (.voip, topic + ".voip", 5120)] {
         _ = try APNSHTTP2Request(
-            payload: payload(size: limit), deviceToken: Fixture.token64, topic: topic,
-            pushType: type, authentication: .certificate, now: Fixture.epoch)
+            payload: payload(size: limit),
+            deviceToken: Fixture.token64,
+            topic: topic,
+            pushType: type,
+            authentication: .certificate,
+            now: Fixture.epoch
+        )
         expectRejected("over the \(limit)-byte limit", code: .invalidPayload) { () throws(APNSError) in
             try APNSHTTP2Request(
-                payload: payload(size: limit + 1), deviceToken: Fixture.token64, topic: topic,
-                pushType: type, authentication: .certificate, now: Fixture.epoch)
+                payload: payload(size: limit + 1),
+                deviceToken: Fixture.token64,
+                topic: topic,
+                pushType: type,
+                authentication: .certificate,
+                now: Fixture.epoch
+            )
         }
 
         // The same limits through the notification model.
         let fixed = try APNSNotification(custom: ["x": ""]).payload().count
         let fits = APNSNotification(custom: ["x": .string(String(repeating: "a", count: limit - fixed))])
         _ = try APNSHTTP2Request(
-            notification: fits, deviceToken: Fixture.token64, topic: topic, pushType: type,
-            authentication: .certificate, now: Fixture.epoch)
+            notification: fits,
+            deviceToken: Fixture.token64,
+            topic: topic,
+            pushType: type,
+            authentication: .certificate,
+            now: Fixture.epoch
+        )
         let over = APNSNotification(custom: ["x": .string(String(repeating: "a", count: limit - fixed + 1))])
         do {
             _ = try APNSHTTP2Request(
-                notification: over, deviceToken: Fixture.token64, topic: topic, pushType: type,
-                authentication: .certificate, now: Fixture.epoch)
+                notification: over,
+                deviceToken: Fixture.token64,
+                topic: topic,
+                pushType: type,
+                authentication: .certificate,
+                now: Fixture.epoch
+            )
             Issue.record("accepted \(limit + 1) bytes")
         } catch {
             #expect(error.code == .invalidPayload)
@@ -281,20 +429,35 @@ func topicSuffixFollowsThePushType(type: APNSPushType, expected: String) throws 
 @Test func payloadMustBeANonEmptyJSONObject() throws {
     expectRejected("empty", code: .invalidPayload) { () throws(APNSError) in
         try APNSHTTP2Request(
-            payload: [], deviceToken: Fixture.token64, topic: topic, pushType: .alert,
-            authentication: .certificate, now: Fixture.epoch)
+            payload: [],
+            deviceToken: Fixture.token64,
+            topic: topic,
+            pushType: .alert,
+            authentication: .certificate,
+            now: Fixture.epoch
+        )
     }
     for text in ["[1]", "\"aps\"", "{\"aps\":", "{} x"] {
         expectRejected("not a JSON object", code: .invalidPayload) { () throws(APNSError) in
             try APNSHTTP2Request(
-                payload: Array(text.utf8), deviceToken: Fixture.token64, topic: topic, pushType: .alert,
-                authentication: .certificate, now: Fixture.epoch)
+                payload: Array(text.utf8),
+                deviceToken: Fixture.token64,
+                topic: topic,
+                pushType: .alert,
+                authentication: .certificate,
+                now: Fixture.epoch
+            )
         }
     }
     expectRejected("payload is empty", code: .invalidPayload) { () throws(APNSError) in
         try APNSHTTP2Request(
-            notification: APNSNotification(), deviceToken: Fixture.token64, topic: topic, pushType: .alert,
-            authentication: .certificate, now: Fixture.epoch)
+            notification: APNSNotification(),
+            deviceToken: Fixture.token64,
+            topic: topic,
+            pushType: .alert,
+            authentication: .certificate,
+            now: Fixture.epoch
+        )
     }
 }
 
@@ -302,7 +465,10 @@ func topicSuffixFollowsThePushType(type: APNSPushType, expected: String) throws 
     for topic in ["com.example.app", "com.example.app.voip", "com.exämple.app", "com.example_app-1"] {
         try APNSHTTP2Request.validate(topic: topic)
     }
-    for topic in ["com.example app", "com.example.app\t", "com.example\u{7}.app", "com.example\u{00A0}app", "com.example\u{2028}app"] {
+    for topic in [
+        "com.example app", "com.example.app\t", "com.example\u{7}.app", "com.example\u{00A0}app",
+        "com.example\u{2028}app",
+    ] {
         #expect(throws: APNSError.self, "\(topic.debugDescription)") { try APNSHTTP2Request.validate(topic: topic) }
     }
     #expect(throws: APNSError.self) { try APNSHTTP2Request.validate(topic: "") }

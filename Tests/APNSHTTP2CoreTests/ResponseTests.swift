@@ -26,7 +26,9 @@ import Testing
 }
 
 @Test func neverRetryListIsPermanent() {
-    let never: Set<APNSReason> = [.badDeviceToken, .deviceTokenNotForTopic, .forbidden, .expiredToken, .unregistered, .payloadTooLarge]
+    let never: Set<APNSReason> = [
+        .badDeviceToken, .deviceTokenNotForTopic, .forbidden, .expiredToken, .unregistered, .payloadTooLarge,
+    ]
     for reason in APNSReason.documented {
         let advice = reason.retryAdvice(status: reason.status ?? 0)
         #expect(advice.isPermanent == never.contains(reason), "\(reason)")
@@ -58,7 +60,9 @@ import Testing
     let body = try #require(APNSErrorBody(bytes: Array(#"{"reason":"Unregistered","timestamp":1700000000123}"#.utf8)))
     #expect(body.reason == .unregistered)
     #expect(body.timestamp == Date(timeIntervalSince1970: 1_700_000_000.123))
-    #expect(String(decoding: body.serialized(), as: UTF8.self) == #"{"reason":"Unregistered","timestamp":1700000000123}"#)
+    #expect(
+        String(decoding: body.serialized(), as: UTF8.self) == #"{"reason":"Unregistered","timestamp":1700000000123}"#
+    )
 
     let plain = try #require(APNSErrorBody(bytes: Array(#"{"reason":"BadTopic"}"#.utf8)))
     #expect(plain == APNSErrorBody(reason: .badTopic))
@@ -72,24 +76,35 @@ import Testing
 @Test func responsesMapToOutcomes() throws {
     let id = UUID(uuidString: "7a4e8f9c-1b2d-4e3f-8a9b-0c1d2e3f4a5b")!
     let ok = APNSHTTP2Response(
-        status: 200, headers: [.init("apns-id", "7a4e8f9c-1b2d-4e3f-8a9b-0c1d2e3f4a5b"), .init("apns-unique-id", "u-1")], body: [UInt8]())
+        status: 200,
+        headers: [.init("apns-id", "7a4e8f9c-1b2d-4e3f-8a9b-0c1d2e3f4a5b"), .init("apns-unique-id", "u-1")],
+        body: [UInt8]()
+    )
     #expect(ok.outcome == .delivered(apnsID: id))
     #expect(ok.apnsUniqueID == "u-1")
 
     func outcome(_ status: Int, _ body: String) -> APNSHTTP2Outcome {
-        APNSHTTP2Response(status: status, headers: [.init("content-type", "application/json")], body: Array(body.utf8)).outcome
+        APNSHTTP2Response(status: status, headers: [.init("content-type", "application/json")], body: Array(body.utf8))
+            .outcome
     }
     let gone = outcome(410, #"{"reason":"Unregistered","timestamp":1700000000000}"#)
     #expect(gone == .deviceTokenInvalid(APNSHTTP2Failure(status: 410, reason: .unregistered, timestamp: Fixture.epoch)))
-    #expect(outcome(400, #"{"reason":"BadDeviceToken"}"#) == .deviceTokenInvalid(.init(status: 400, reason: .badDeviceToken)))
     #expect(
-        outcome(400, #"{"reason":"DeviceTokenNotForTopic"}"#) == .deviceTokenInvalid(.init(status: 400, reason: .deviceTokenNotForTopic)))
+        outcome(400, #"{"reason":"BadDeviceToken"}"#)
+            == .deviceTokenInvalid(.init(status: 400, reason: .badDeviceToken))
+    )
+    #expect(
+        outcome(400, #"{"reason":"DeviceTokenNotForTopic"}"#)
+            == .deviceTokenInvalid(.init(status: 400, reason: .deviceTokenNotForTopic))
+    )
     #expect(outcome(413, #"{"reason":"PayloadTooLarge"}"#) == .rejected(.init(status: 413, reason: .payloadTooLarge)))
     #expect(outcome(400, #"{"reason":"BadTopic"}"#) == .rejected(.init(status: 400, reason: .badTopic)))
     #expect(outcome(429, #"{"reason":"TooManyRequests"}"#) == .retry(.init(status: 429, reason: .tooManyRequests)))
     #expect(outcome(503, #"{"reason":"Shutdown"}"#).failure?.replaceConnection == true)
     #expect(outcome(500, #"{"reason":"InternalServerError"}"#).failure?.retry == .withBackoff)
-    #expect(outcome(403, #"{"reason":"ExpiredProviderToken"}"#) == .retry(.init(status: 403, reason: .expiredProviderToken)))
+    #expect(
+        outcome(403, #"{"reason":"ExpiredProviderToken"}"#) == .retry(.init(status: 403, reason: .expiredProviderToken))
+    )
     // No readable reason: decided by the status.
     #expect(outcome(502, "") == .retry(.init(status: 502, reason: nil)))
     #expect(outcome(410, "garbage") == .deviceTokenInvalid(.init(status: 410, reason: nil)))

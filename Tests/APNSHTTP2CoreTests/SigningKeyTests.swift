@@ -13,7 +13,10 @@ import Testing
     let fromText = try APNSSigningKey(keyID: Fixture.keyID, pem: pem)
     #expect(fromText.publicKey.rawRepresentation == key.publicKey.rawRepresentation)
 
-    let crlf = try APNSSigningKey(keyID: Fixture.keyID, pem: "\n" + pem.replacingOccurrences(of: "\n", with: "\r\n") + "\n\n")
+    let crlf = try APNSSigningKey(
+        keyID: Fixture.keyID,
+        pem: "\n" + pem.replacingOccurrences(of: "\n", with: "\r\n") + "\n\n"
+    )
     #expect(crlf.publicKey.rawRepresentation == key.publicKey.rawRepresentation)
 
     let path = FileManager.default.temporaryDirectory

@@ -22,8 +22,11 @@ import Testing
 @Test func injectedClockDrivesTheProvider() throws {
     let clock = ManualClock(Fixture.minutes(0))
     let provider = try APNSTokenProvider(
-        signingKey: Fixture.signingKey(), teamID: Fixture.teamID, refreshInterval: .seconds(20 * 60),
-        clock: { [clock] in clock.now })
+        signingKey: Fixture.signingKey(),
+        teamID: Fixture.teamID,
+        refreshInterval: .seconds(20 * 60),
+        clock: { [clock] in clock.now }
+    )
     let first = try provider.currentToken()
     clock.now = Fixture.minutes(19)
     #expect(try provider.currentToken() == first)
@@ -57,7 +60,10 @@ import Testing
 
 @Test func tokensAreNeverSignedLessThanTwentyMinutesApart() throws {
     let provider = try APNSTokenProvider(
-        signingKey: Fixture.signingKey(), teamID: Fixture.teamID, refreshInterval: .seconds(20 * 60))
+        signingKey: Fixture.signingKey(),
+        teamID: Fixture.teamID,
+        refreshInterval: .seconds(20 * 60)
+    )
     var signed: [Date] = []
     var last: APNSProviderToken?
     // Every 30 seconds for 3 hours, alternate regular and forced refreshes.
@@ -91,7 +97,10 @@ func refreshIntervalsOutsideTwentyToSixtyMinutesAreRejected(seconds: Int) throws
 @Test(arguments: [20 * 60, 30 * 60, 60 * 60])
 func refreshIntervalsFromTwentyToSixtyMinutesAreAccepted(seconds: Int) throws {
     let provider = try APNSTokenProvider(
-        signingKey: Fixture.signingKey(), teamID: Fixture.teamID, refreshInterval: .seconds(seconds))
+        signingKey: Fixture.signingKey(),
+        teamID: Fixture.teamID,
+        refreshInterval: .seconds(seconds)
+    )
     #expect(provider.refreshInterval == .seconds(seconds))
 }
 

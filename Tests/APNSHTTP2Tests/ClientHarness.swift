@@ -25,7 +25,8 @@ enum ClientHarness {
             certificate: .data(Array(certificates.client.certificatePEM.utf8)),
             key: .data(Array(certificates.client.keyPEM.utf8)),
             ca: [.data(Array(certificates.ca.certificatePEM.utf8))],
-            environment: environment)
+            environment: environment
+        )
     }
 
     /// A token provider for the shared key, on `clock`.
@@ -34,18 +35,31 @@ enum ClientHarness {
     }
 
     static func tokenClient(
-        port: Int, provider: APNSTokenProvider? = nil, _ change: (inout APNSHTTP2Configuration) -> Void = { _ in }
+        port: Int,
+        provider: APNSTokenProvider? = nil,
+        _ change: (inout APNSHTTP2Configuration) -> Void = { _ in }
     ) throws -> APNSHTTP2Client {
         var config = APNSHTTP2Configuration(
-            host: "127.0.0.1", port: port, authentication: .token(try provider ?? tokenProvider()), topic: topic)
+            host: "127.0.0.1",
+            port: port,
+            authentication: .token(try provider ?? tokenProvider()),
+            topic: topic
+        )
         config.trustRoots = try NIOSSLCertificate.fromPEMBytes(Array(certificates.ca.certificatePEM.utf8))
         change(&config)
         return try APNSHTTP2Client(configuration: config)
     }
 
-    static func certificateClient(port: Int, _ change: (inout APNSHTTP2Configuration) -> Void = { _ in }) throws -> APNSHTTP2Client {
+    static func certificateClient(
+        port: Int,
+        _ change: (inout APNSHTTP2Configuration) -> Void = { _ in }
+    ) throws -> APNSHTTP2Client {
         var config = APNSHTTP2Configuration(
-            host: "127.0.0.1", port: port, authentication: .certificate(try credentials()), topic: topic)
+            host: "127.0.0.1",
+            port: port,
+            authentication: .certificate(try credentials()),
+            topic: topic
+        )
         change(&config)
         return try APNSHTTP2Client(configuration: config)
     }
@@ -55,7 +69,8 @@ enum ClientHarness {
 
     static func notification(_ text: String = "Hello") -> APNSNotification { DeliveryHarness.notification(text) }
 
-    static func submissions(_ range: Range<Int>, _ notification: APNSNotification = notification()) -> [APNSSubmission] {
+    static func submissions(_ range: Range<Int>, _ notification: APNSNotification = notification()) -> [APNSSubmission]
+    {
         range.map { APNSSubmission(tag: UInt64($0), token: token($0), notification: notification) }
     }
 
@@ -64,7 +79,10 @@ enum ClientHarness {
     /// Sends `submissions` while reading events until every submission has its outcome, then
     /// (unless `shutdown` is false) shuts the client down. Fails if it takes longer than `limit`.
     static func run(
-        _ client: APNSHTTP2Client, _ submissions: [APNSSubmission], limit: Duration = .seconds(120), shutdown: Bool = true
+        _ client: APNSHTTP2Client,
+        _ submissions: [APNSSubmission],
+        limit: Duration = .seconds(120),
+        shutdown: Bool = true
     ) async throws -> Run {
         try await DeliveryHarness.run(client, submissions, limit: limit, shutdown: shutdown, gracePeriod: .seconds(10))
     }
@@ -85,11 +103,14 @@ extension ClientHarness {
     }
 
     /// An HTTP/2 simulator with these certificates that knows the harness's signing key.
-    static func simulator(_ change: (inout APNSHTTP2Simulator.Configuration) -> Void = { _ in }) async throws -> APNSHTTP2Simulator {
+    static func simulator(
+        _ change: (inout APNSHTTP2Simulator.Configuration) -> Void = { _ in }
+    ) async throws -> APNSHTTP2Simulator {
         var config = APNSHTTP2Simulator.Configuration(
             certificateChainPEM: certificates.server.certificatePEM,
             privateKeyPEM: certificates.server.keyPEM,
-            clientCAPEM: certificates.ca.certificatePEM)
+            clientCAPEM: certificates.ca.certificatePEM
+        )
         config.verifier = verifier
         change(&config)
         return try await APNSHTTP2Simulator.start(configuration: config)

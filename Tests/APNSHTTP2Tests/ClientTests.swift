@@ -18,7 +18,8 @@ struct ClientTests {
 
     @Test(
         "20,000 notifications, 1% bad and 1% unregistered tokens, token auth, 2 connections, limit 100: each valid one accepted once",
-        arguments: framings)
+        arguments: framings
+    )
     func twentyThousand(framing: APNSHTTP2Simulator.Configuration.Framing) async throws {
         let total = 20_000
         let bad = Set(stride(from: 7, to: total, by: 100))
@@ -60,7 +61,8 @@ struct ClientTests {
 
     @Test(
         "the stream limit drops to 1 after each error and comes back, hundreds of times; the client follows it on one connection",
-        arguments: framings)
+        arguments: framings
+    )
     func streamLimitDropsToOne(framing: APNSHTTP2Simulator.Configuration.Framing) async throws {
         // 300 errors: 600 SETTINGS frames, beyond NIOHTTP2's default flood limit of 200 per 30 s.
         let bad = Set(stride(from: 10, to: 3_000, by: 10))
@@ -112,7 +114,10 @@ struct ClientTests {
         #expect(stats.accepted == 4_000)
     }
 
-    @Test("GOAWAY every 700 requests: streams above last-stream-id are resent on a new connection, nothing twice", arguments: framings)
+    @Test(
+        "GOAWAY every 700 requests: streams above last-stream-id are resent on a new connection, nothing twice",
+        arguments: framings
+    )
     func goAwayMidStream(framing: APNSHTTP2Simulator.Configuration.Framing) async throws {
         let simulator = try await ClientHarness.simulator {
             $0.framing = framing
@@ -159,19 +164,28 @@ struct ClientTests {
         let refused = try await ClientHarness.run(limited, ClientHarness.submissions(0..<100))
         await storm.stop()
         #expect(refused.outcomes.count == 100)
-        #expect(refused.outcomes.values.allSatisfy { $0.status == .tooManyRequests && $0.reason == "TooManyRequests" && $0.attempts == 3 })
+        #expect(
+            refused.outcomes.values.allSatisfy {
+                $0.status == .tooManyRequests && $0.reason == "TooManyRequests" && $0.attempts == 3
+            }
+        )
         #expect(storm.statistics.accepted == 0)
         #expect(storm.statistics.tooManyRequests == 300)
     }
 
-    @Test("ExpiredProviderToken: the token is refreshed once, the connection replaced, and every notification accepted once")
+    @Test(
+        "ExpiredProviderToken: the token is refreshed once, the connection replaced, and every notification accepted once"
+    )
     func expiredProviderToken() async throws {
         // The shared token is 59 minutes old (refresh interval 60); the server's clock runs
         // two minutes ahead, so it finds the token over an hour old (§4).
         let clock = ManualClock(Date() - 59 * 60)
         let provider = try APNSTokenProvider(
-            signingKey: ClientHarness.signingKey, teamID: ClientHarness.teamID,
-            refreshInterval: .seconds(3600), clock: { clock.now })
+            signingKey: ClientHarness.signingKey,
+            teamID: ClientHarness.teamID,
+            refreshInterval: .seconds(3600),
+            clock: { clock.now }
+        )
         let stale = try provider.currentToken()
         clock.set(Date())
         let simulator = try await ClientHarness.simulator { $0.now = { Date() + 120 } }
@@ -202,7 +216,9 @@ struct ClientTests {
         }
         let first = try ClientHarness.tokenClient(port: simulator.port)
         let second = try ClientHarness.tokenClient(
-            port: simulator.port, provider: try APNSTokenProvider(signingKey: other, teamID: "OTHERTEAM1"))
+            port: simulator.port,
+            provider: try APNSTokenProvider(signingKey: other, teamID: "OTHERTEAM1")
+        )
         async let a = ClientHarness.run(first, ClientHarness.submissions(0..<500))
         async let b = ClientHarness.run(second, ClientHarness.submissions(1_000..<1_500))
         let (runA, runB) = try await (a, b)
@@ -219,12 +235,17 @@ struct ClientTests {
         #expect(teams.values.allSatisfy { $0.count == 1 })
     }
 
-    @Test("refresh timing: the shared token is replaced after the refresh interval, on the same connection, never sooner")
+    @Test(
+        "refresh timing: the shared token is replaced after the refresh interval, on the same connection, never sooner"
+    )
     func refreshTiming() async throws {
         let clock = ManualClock()
         let provider = try APNSTokenProvider(
-            signingKey: ClientHarness.signingKey, teamID: ClientHarness.teamID,
-            refreshInterval: .seconds(50 * 60), clock: { clock.now })
+            signingKey: ClientHarness.signingKey,
+            teamID: ClientHarness.teamID,
+            refreshInterval: .seconds(50 * 60),
+            clock: { clock.now }
+        )
         let simulator = try await ClientHarness.simulator { $0.now = { clock.now } }
         let client = try ClientHarness.tokenClient(port: simulator.port, provider: provider) {
             $0.maxConnections = 1
@@ -319,7 +340,10 @@ struct ClientTests {
         await simulator.stop()
         for tag in 1...4 {
             let outcome = try #require(run.outcomes[UInt64(tag)])
-            #expect(outcome.status == .invalidPayload && outcome.attempts == 0 && (outcome.message?.isEmpty == false), "\(outcome)")
+            #expect(
+                outcome.status == .invalidPayload && outcome.attempts == 0 && (outcome.message?.isEmpty == false),
+                "\(outcome)"
+            )
         }
         #expect(run.outcomes[2]?.message?.contains("carrier-pigeon") == true)
         #expect(run.outcomes[5]?.isTransmitted == true)
@@ -336,7 +360,11 @@ struct ClientTests {
         }
         let run = try await ClientHarness.run(client, ClientHarness.submissions(0..<20))
         #expect(run.outcomes.count == 20)
-        #expect(run.outcomes.values.allSatisfy { $0.status == .connectionFailed && $0.attempts == 0 && !$0.possibleDuplicate })
+        #expect(
+            run.outcomes.values.allSatisfy {
+                $0.status == .connectionFailed && $0.attempts == 0 && !$0.possibleDuplicate
+            }
+        )
         withExtendedLifetime(refusing) {}
     }
 
@@ -354,14 +382,19 @@ struct ClientTests {
         var submissions = ClientHarness.submissions(0..<20)
         // One of them may not wait past a moment ago: it is reported expired, not sent.
         submissions[19] = APNSSubmission(
-            tag: 19, token: ClientHarness.token(19),
+            tag: 19,
+            token: ClientHarness.token(19),
             content: .init(
-                notification: ClientHarness.notification(), staleAt: APNSReconnectBackoff.nowMilliseconds() - 1))
+                notification: ClientHarness.notification(),
+                staleAt: APNSReconnectBackoff.nowMilliseconds() - 1
+            )
+        )
         try await client.send(submissions)
         var outcomes: [UInt64: APNSDeliveryOutcome] = [:]
         var sawUnavailable = false
         let deadline = ContinuousClock.now + .seconds(30)
-        while !sawUnavailable || outcomes.isEmpty, ContinuousClock.now < deadline, let event = await client.nextEvent() {
+        while !sawUnavailable || outcomes.isEmpty, ContinuousClock.now < deadline, let event = await client.nextEvent()
+        {
             if case .unavailable = event { sawUnavailable = true }
             if let outcome = event.outcome { outcomes[outcome.tag] = outcome }
         }
@@ -372,13 +405,17 @@ struct ClientTests {
         refusing = nil
         let simulator = try await ClientHarness.simulator { $0.port = port }
         var sawAvailable = false
-        while outcomes.count < 20 || !sawAvailable, ContinuousClock.now < deadline, let event = await client.nextEvent() {
+        while outcomes.count < 20 || !sawAvailable, ContinuousClock.now < deadline, let event = await client.nextEvent()
+        {
             if case .available = event { sawAvailable = true }
             if let outcome = event.outcome { outcomes[outcome.tag] = outcome }
         }
         #expect(sawAvailable)
         #expect(outcomes.count == 20)
-        #expect(outcomes.filter { $0.key != 19 }.values.allSatisfy { $0.isTransmitted && !$0.possibleDuplicate }, "\(outcomes)")
+        #expect(
+            outcomes.filter { $0.key != 19 }.values.allSatisfy { $0.isTransmitted && !$0.possibleDuplicate },
+            "\(outcomes)"
+        )
         await client.shutdown()
         await simulator.stop()
         withExtendedLifetime(refusing) {}

@@ -65,32 +65,51 @@ import Testing
         var payload: [UInt8] = []
         for (parameter, value) in pairs {
             payload += [UInt8(parameter >> 8), UInt8(parameter & 0xFF)]
-            payload += [UInt8(value >> 24), UInt8((value >> 16) & 0xFF), UInt8((value >> 8) & 0xFF), UInt8(value & 0xFF)]
+            payload += [
+                UInt8(value >> 24), UInt8((value >> 16) & 0xFF), UInt8((value >> 8) & 0xFF), UInt8(value & 0xFF),
+            ]
         }
         return Frame(type: 0x4, flags: 0, streamID: 0, payload: payload)
     }
 
     static func windowUpdate(_ stream: Int32, _ increment: UInt32) -> Frame {
         Frame(
-            type: 0x8, flags: 0, streamID: stream,
-            payload: [UInt8(increment >> 24), UInt8((increment >> 16) & 0xFF), UInt8((increment >> 8) & 0xFF), UInt8(increment & 0xFF)])
+            type: 0x8,
+            flags: 0,
+            streamID: stream,
+            payload: [
+                UInt8(increment >> 24), UInt8((increment >> 16) & 0xFF), UInt8((increment >> 8) & 0xFF),
+                UInt8(increment & 0xFF),
+            ]
+        )
     }
 
     static func request(_ channel: EmbeddedChannel, stream: Int32, body: Int) throws {
         var headers = HPACKHeaders()
         headers.add(name: ":method", value: "POST")
         headers.add(name: ":path", value: "/3/device/abcd")
-        channel.write(HTTP2Frame(streamID: HTTP2StreamID(stream), payload: .headers(.init(headers: headers))), promise: nil)
+        channel.write(
+            HTTP2Frame(streamID: HTTP2StreamID(stream), payload: .headers(.init(headers: headers))),
+            promise: nil
+        )
         let data = ByteBuffer(repeating: 0x7B, count: body)
         channel.write(
-            HTTP2Frame(streamID: HTTP2StreamID(stream), payload: .data(.init(data: .byteBuffer(data), endStream: true))), promise: nil)
+            HTTP2Frame(
+                streamID: HTTP2StreamID(stream),
+                payload: .data(.init(data: .byteBuffer(data), endStream: true))
+            ),
+            promise: nil
+        )
         channel.flush()
     }
 
     @Test func serverSettingsAreAcknowledgedAndPassedOnAndPingsAnswered() throws {
         let channel = try Self.channel()
         try channel.writeInbound(
-            Self.bytes([Self.settings([(3, 7)]), Frame(type: 0x6, flags: 0, streamID: 0, payload: [1, 2, 3, 4, 5, 6, 7, 8])]))
+            Self.bytes([
+                Self.settings([(3, 7)]), Frame(type: 0x6, flags: 0, streamID: 0, payload: [1, 2, 3, 4, 5, 6, 7, 8]),
+            ])
+        )
         let frame = try #require(try channel.readInbound(as: HTTP2Frame.self))
         guard case .settings(.settings(let settings)) = frame.payload else {
             Issue.record("got \(frame)")
@@ -102,7 +121,8 @@ import Testing
             replies == [
                 Frame(type: 0x4, flags: 0x1, streamID: 0, payload: []),
                 Frame(type: 0x6, flags: 0x1, streamID: 0, payload: [1, 2, 3, 4, 5, 6, 7, 8]),
-            ])
+            ]
+        )
     }
 
     @Test func requestsGoOutAsHeadersAndDataInOneWrite() throws {
@@ -162,7 +182,8 @@ import Testing
                 Frame(type: 0x1, flags: 0x0, streamID: 1, payload: Array(bytes[..<half])),
                 Frame(type: 0x9, flags: 0x4, streamID: 1, payload: Array(bytes[half...])),
                 Frame(type: 0x0, flags: 0x9, streamID: 1, payload: padded),
-            ]))
+            ])
+        )
         let headers = try #require(try channel.readInbound(as: HTTP2Frame.self))
         guard case .headers(let h) = headers.payload else {
             Issue.record("got \(headers)")
@@ -185,14 +206,17 @@ import Testing
                 Self.bytes([
                     Frame(type: 0x1, flags: 0x0, streamID: 1, payload: [0x88]),
                     Frame(type: 0x0, flags: 0x1, streamID: 3, payload: [1]),
-                ]))
+                ])
+            )
         }
         // What follows the error is not parsed (it may start in the middle of a frame).
         try channel.writeInbound(Self.bytes([Self.settings([(3, 5)])]))
         #expect(try channel.readInbound(as: HTTP2Frame.self) == nil)
         let other = try Self.channel()
         #expect(throws: HTTP2FrameCodec.ProtocolError.self) {
-            try other.writeInbound(Self.bytes([Frame(type: 0x5, flags: 0x4, streamID: 1, payload: [0, 0, 0, 2, 0x88])]))
+            try other.writeInbound(
+                Self.bytes([Frame(type: 0x5, flags: 0x4, streamID: 1, payload: [0, 0, 0, 2, 0x88])])
+            )
         }
     }
 }

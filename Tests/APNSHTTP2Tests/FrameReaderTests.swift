@@ -43,7 +43,11 @@ import Testing
             Frame(type: 0x3, flags: 0x0, streamID: Int32(bitPattern: 0x8000_0001), payload: [0, 0, 0, 8]),
         ])
         let expected: [HTTP2InboundFrame] = [
-            .headers(streamID: 1, headers: [":status": "200", "apns-id": "01234567-89ab-4def-8000-000000000000"], endStream: false),
+            .headers(
+                streamID: 1,
+                headers: [":status": "200", "apns-id": "01234567-89ab-4def-8000-000000000000"],
+                endStream: false
+            ),
             .data(streamID: 1, body: ByteBuffer(string: "abc"), flowControlled: 6, endStream: true),
             .settings(ByteBuffer(bytes: [0, 3, 0, 0, 0, 7])),
             .ping(0x0102_0304_0506_0708, ack: false),
@@ -94,16 +98,26 @@ import Testing
 
     @Test func frameHeadersAreLaidOutAsRFC9113Says() {
         var buffer = ByteBuffer()
-        buffer.writeHTTP2FrameHeader(length: 0x01_2345, type: .headers, flags: [.endHeaders, .endStream, .priority], streamID: -1)
+        buffer.writeHTTP2FrameHeader(
+            length: 0x01_2345,
+            type: .headers,
+            flags: [.endHeaders, .endStream, .priority],
+            streamID: -1
+        )
         // Length (24), type, flags, then the stream identifier with its reserved bit unset.
         #expect(Array(buffer.readableBytesView) == [0x01, 0x23, 0x45, 0x01, 0x25, 0x7F, 0xFF, 0xFF, 0xFF])
         let types: [HTTP2FrameType] = [
-            .data, .headers, .priority, .rstStream, .settings, .pushPromise, .ping, .goAway, .windowUpdate, .continuation,
+            .data, .headers, .priority, .rstStream, .settings, .pushPromise, .ping, .goAway, .windowUpdate,
+            .continuation,
         ]
         #expect(types.map(\.rawValue) == Array(UInt8(0)...9))
         #expect(HTTP2FrameFlags.ack == .endStream && HTTP2FrameFlags.padded.rawValue == 0x8)
-        #expect(HTTP2SettingCode.code(of: .maxConcurrentStreams) == 3 && HTTP2SettingCode.maxConcurrentStreams.rawValue == 3)
-        #expect(HTTP2SettingCode.code(of: .maxHeaderListSize) == 6 && HTTP2SettingCode.code(of: .enableConnectProtocol) == 8)
+        #expect(
+            HTTP2SettingCode.code(of: .maxConcurrentStreams) == 3 && HTTP2SettingCode.maxConcurrentStreams.rawValue == 3
+        )
+        #expect(
+            HTTP2SettingCode.code(of: .maxHeaderListSize) == 6 && HTTP2SettingCode.code(of: .enableConnectProtocol) == 8
+        )
         #expect(HTTP2SettingCode(rawValue: 7) == nil, "an unknown setting, ignored")
     }
 

@@ -10,7 +10,10 @@ import Testing
 @Suite struct FrameWriterTests {
     typealias Frame = FrameCodecTests.Frame
 
-    static func unflushed(_ writer: inout HTTP2FrameWriter, on loop: EmbeddedEventLoop) -> ([Frame], EventLoopPromise<Void>?) {
+    static func unflushed(
+        _ writer: inout HTTP2FrameWriter,
+        on loop: EmbeddedEventLoop
+    ) -> ([Frame], EventLoopPromise<Void>?) {
         guard case let (bytes, promise)? = writer.takeUnflushed(eventLoop: loop) else { return ([], nil) }
         return (FrameCodecTests.frames(in: bytes), promise)
     }
@@ -40,13 +43,20 @@ import Testing
         let loop = EmbeddedEventLoop()
         var writer = HTTP2FrameWriter()
         let body = ByteBuffer(repeating: 1, count: HTTP2Protocol.defaultWindow + 10)
-        let result = writer.write(HTTP2Frame(streamID: 1, payload: .data(.init(data: .byteBuffer(body), endStream: true))), promise: nil)
+        let result = writer.write(
+            HTTP2Frame(streamID: 1, payload: .data(.init(data: .byteBuffer(body), endStream: true))),
+            promise: nil
+        )
         guard case .success? = result else {
-            Issue.record("the frame layer sends it, so the caller completes the promise now; got \(String(describing: result))")
+            Issue.record(
+                "the frame layer sends it, so the caller completes the promise now; got \(String(describing: result))"
+            )
             return
         }
         let (sent, _) = Self.unflushed(&writer, on: loop)
-        #expect(sent.map(\.payload.count).reduce(0, +) == HTTP2Protocol.defaultWindow && sent.allSatisfy { $0.flags == 0 })
+        #expect(
+            sent.map(\.payload.count).reduce(0, +) == HTTP2Protocol.defaultWindow && sent.allSatisfy { $0.flags == 0 }
+        )
         _ = writer.sendWaitingData()
         let more = Self.unflushed(&writer, on: loop).0
         #expect(more.isEmpty, "no window open, nothing more")
@@ -88,7 +98,8 @@ import Testing
             replies == [
                 Frame(type: 0x6, flags: 0x1, streamID: 0, payload: [0, 0, 0, 0, 0, 0, 0, 7]),
                 Frame(type: 0x4, flags: 0x1, streamID: 0, payload: []),
-            ])
+            ]
+        )
         let queuedAgain = writer.queueReplies()
         #expect(!queuedAgain)
         // "Values outside this range MUST be treated as a connection error" (RFC 9113 §6.5.2).

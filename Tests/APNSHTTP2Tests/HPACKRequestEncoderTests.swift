@@ -9,12 +9,26 @@ import Testing
 /// The client's HPACK encoder, checked by NIOHPACK's decoder (an implementation the project
 /// did not write) block after block, so the two dynamic tables must stay in step.
 @Suite struct HPACKRequestEncoderTests {
-    static func request(topic: String = "com.example.app", expiration: UInt32 = 0, collapseID: String? = nil, n: Int = 0) -> QueuedRequest {
+    static func request(
+        topic: String = "com.example.app",
+        expiration: UInt32 = 0,
+        collapseID: String? = nil,
+        n: Int = 0
+    ) -> QueuedRequest {
         let token = try! DeviceToken(hex: padded(n, 64))
         return QueuedRequest(
-            tag: UInt64(n), token: token, path: "/3/device/\(token.hex)", body: [], pushType: .alert, topic: topic,
-            priority: 10, expiration: expiration, collapseID: collapseID, apnsID: "00000000-0000-4000-8000-\(padded(n, 12))",
-            retryLimit: 0)
+            tag: UInt64(n),
+            token: token,
+            path: "/3/device/\(token.hex)",
+            body: [],
+            pushType: .alert,
+            topic: topic,
+            priority: 10,
+            expiration: expiration,
+            collapseID: collapseID,
+            apnsID: "00000000-0000-4000-8000-\(padded(n, 12))",
+            retryLimit: 0
+        )
     }
 
     static func padded(_ n: Int, _ width: Int) -> String {
@@ -47,7 +61,9 @@ import Testing
             encoder.writeRequest(r, authority: "api.push.apple.com", authorization: authorization, into: &buffer)
             sizes.append(buffer.readableBytes)
             #expect(
-                try Self.decode(&buffer, with: &decoder) == Self.expected(r, authority: "api.push.apple.com", authorization: authorization))
+                try Self.decode(&buffer, with: &decoder)
+                    == Self.expected(r, authority: "api.push.apple.com", authorization: authorization)
+            )
         }
         // The first block carries the authorization and the other stable values; later blocks
         // refer to them with one byte each and carry only what changes.
@@ -62,14 +78,26 @@ import Testing
         for n in 0..<400 {
             // Topics, expirations and collapse ids that keep changing fill and churn the table.
             let r = Self.request(
-                topic: "com.example.app\(n % 37)", expiration: n % 3 == 0 ? 0 : UInt32(1_800_000_000 + n),
-                collapseID: n % 5 == 0 ? "c\(n)" : nil, n: n)
+                topic: "com.example.app\(n % 37)",
+                expiration: n % 3 == 0 ? 0 : UInt32(1_800_000_000 + n),
+                collapseID: n % 5 == 0 ? "c\(n)" : nil,
+                n: n
+            )
             var buffer = ByteBuffer()
             encoder.writeRequest(
-                r, authority: n % 7 == 0 ? "other.example" : "api.push.apple.com", authorization: "bearer t\(n / 50)", into: &buffer)
+                r,
+                authority: n % 7 == 0 ? "other.example" : "api.push.apple.com",
+                authorization: "bearer t\(n / 50)",
+                into: &buffer
+            )
             #expect(
                 try Self.decode(&buffer, with: &decoder)
-                    == Self.expected(r, authority: n % 7 == 0 ? "other.example" : "api.push.apple.com", authorization: "bearer t\(n / 50)"))
+                    == Self.expected(
+                        r,
+                        authority: n % 7 == 0 ? "other.example" : "api.push.apple.com",
+                        authorization: "bearer t\(n / 50)"
+                    )
+            )
             #expect(encoder.tableSize <= 4096)
         }
     }
@@ -93,7 +121,10 @@ import Testing
             buffer.clear()
             encoder.writeRequest(r, authority: "a.example", authorization: authorization, into: &buffer)
             if n == 2 { #expect(buffer.getInteger(at: 0, as: UInt8.self) == 0x20, "a size update to 0 comes first") }
-            #expect(try Self.decode(&buffer, with: &decoder) == Self.expected(r, authority: "a.example", authorization: authorization))
+            #expect(
+                try Self.decode(&buffer, with: &decoder)
+                    == Self.expected(r, authority: "a.example", authorization: authorization)
+            )
             #expect(encoder.tableSize <= 100)
         }
 
@@ -104,7 +135,10 @@ import Testing
             let r = Self.request(n: n)
             buffer.clear()
             encoder.writeRequest(r, authority: "a.example", authorization: authorization, into: &buffer)
-            #expect(try Self.decode(&buffer, with: &decoder) == Self.expected(r, authority: "a.example", authorization: authorization))
+            #expect(
+                try Self.decode(&buffer, with: &decoder)
+                    == Self.expected(r, authority: "a.example", authorization: authorization)
+            )
             #expect(encoder.tableSize == 0)
         }
     }

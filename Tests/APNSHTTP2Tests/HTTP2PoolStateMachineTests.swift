@@ -40,9 +40,19 @@ import Testing
 
     static func request(_ tag: Int, retryLimit: Int = 3, staleAt: Int64? = nil) -> QueuedRequest {
         QueuedRequest(
-            tag: UInt64(tag), token: try! DeviceToken(bytes: [UInt8](repeating: UInt8(tag & 0xff), count: 32)),
-            path: "/3/device/\(tag)", body: Array(#"{"aps":{}}"#.utf8), pushType: .alert, topic: "com.example.app",
-            priority: 10, expiration: 0, collapseID: nil, apnsID: "id-\(tag)", retryLimit: retryLimit, staleAt: staleAt)
+            tag: UInt64(tag),
+            token: try! DeviceToken(bytes: [UInt8](repeating: UInt8(tag & 0xff), count: 32)),
+            path: "/3/device/\(tag)",
+            body: Array(#"{"aps":{}}"#.utf8),
+            pushType: .alert,
+            topic: "com.example.app",
+            priority: 10,
+            expiration: 0,
+            collapseID: nil,
+            apnsID: "id-\(tag)",
+            retryLimit: retryLimit,
+            staleAt: staleAt
+        )
     }
 
     static func requests(_ tags: Range<Int>, staleAt: Int64? = nil) -> [QueuedRequest] {
@@ -183,7 +193,12 @@ import Testing
         _ = m.channelAttached(id: 2)
         _ = m.connectionReady(id: 2, initialLimit: 10)
         let again = Self.written(m.takeWork(id: 2, free: true).work)
-        _ = m.connectionClosed(id: 2, results: again.map { .unknown($0, reason: "closed") }, wasReady: true, reason: "closed")
+        _ = m.connectionClosed(
+            id: 2,
+            results: again.map { .unknown($0, reason: "closed") },
+            wasReady: true,
+            reason: "closed"
+        )
         let failed = Self.outcomes(&m)
         #expect(failed.map(\.tag).sorted() == [0, 1])
         #expect(failed.allSatisfy { $0.status == .indeterminate && $0.possibleDuplicate && $0.attempts == 2 })
@@ -198,7 +213,10 @@ import Testing
         let id = ready(&m, count: 2, limit: 10)
         var sent = Self.written(m.takeWork(id: id, free: true).work)
         let first = m.streamsFinished(
-            id: id, results: [Self.answer(sent[0], 429, reason: "TooManyRequests"), Self.answer(sent[1], 503)], free: true)
+            id: id,
+            results: [Self.answer(sent[0], 429, reason: "TooManyRequests"), Self.answer(sent[1], 503)],
+            free: true
+        )
         // Both wait a second (the first retry); one timer for the earliest.
         #expect(first.actions == [.armDelayedTimer(t0 + .seconds(1))])
         #expect(m.delayed.count == 2 && m.queue.isEmpty && Self.outcomes(&m).isEmpty)
@@ -219,7 +237,9 @@ import Testing
         _ = m.streamsFinished(id: id, results: sent.map { Self.answer($0, 500) }, free: true)
         let failed = Self.outcomes(&m)
         #expect(failed.count == 2)
-        #expect(failed.allSatisfy { $0.status?.rawValue == 500 && ($0.message ?? "").contains("gave up after 3 retries") })
+        #expect(
+            failed.allSatisfy { $0.status?.rawValue == 500 && ($0.message ?? "").contains("gave up after 3 retries") }
+        )
     }
 
     @Test func permanentFailuresAreReportedAtOnce() {
@@ -246,8 +266,11 @@ import Testing
         let sent = Self.written(work)
         // §6.10: the connection drains and closes; the request goes to a new connection.
         let answered = m.streamsFinished(
-            id: id, results: [Self.answer(sent[0], 403, reason: "ExpiredProviderToken")], free: true,
-            token: try Self.offer(provider))
+            id: id,
+            results: [Self.answer(sent[0], 403, reason: "ExpiredProviderToken")],
+            free: true,
+            token: try Self.offer(provider)
+        )
         #expect(answered.work.close)
         // The machine does not sign: it asks the client to refresh the token the connection used.
         let refreshes = answered.actions.compactMap { action -> APNSProviderToken?? in
@@ -275,8 +298,10 @@ import Testing
             // The machine does not log: it asks the client to.
             #expect(
                 actions == [
-                    .logConnectFailure(id: id, reason: "refused", failures: failure), .armReconnectTimer(start + backoff),
-                ])
+                    .logConnectFailure(id: id, reason: "refused", failures: failure),
+                    .armReconnectTimer(start + backoff),
+                ]
+            )
             #expect(m.failures.inARow == failure)
             clocks.advance(backoff)
             let reconnect = m.reconnectTimerFired()
@@ -353,7 +378,11 @@ import Testing
         let notSent = Self.outcomes(&m)
         #expect(notSent.map(\.tag) == [1, 2] && notSent.allSatisfy { $0.status == .shutDown })
         let closing = m.connectionClosed(
-            id: id, results: sent.map { .unknown($0, reason: "closed") }, wasReady: true, reason: "closed")
+            id: id,
+            results: sent.map { .unknown($0, reason: "closed") },
+            wasReady: true,
+            reason: "closed"
+        )
         #expect(closing == [.shutdownComplete])
         let unanswered = Self.outcomes(&m)
         #expect(unanswered.map(\.tag) == [0])
@@ -398,7 +427,8 @@ extension HTTP2PoolStateMachineTests {
                     var s = APNSPoolSnapshot()
                     s.streamsInUse = 0
                     return s
-                }())
+                }()
+        )
         _ = m.enqueue(Self.requests(0..<5), rejected: [])
         var s = m.snapshot()
         #expect(s.connecting == 1 && s.open == 0 && s.queued == 5)
@@ -411,7 +441,9 @@ extension HTTP2PoolStateMachineTests {
         #expect(s.cachedNotifications == nil && s.cachedBytes == nil)
         // Three accepted, one 429 (retried after a delay), one refused (resent at once).
         let results =
-            sent[..<3].map { Self.answer($0, 200) } + [Self.answer(sent[3], 429, reason: "TooManyRequests"), .unprocessed(sent[4])]
+            sent[..<3].map { Self.answer($0, 200) } + [
+                Self.answer(sent[3], 429, reason: "TooManyRequests"), .unprocessed(sent[4]),
+            ]
         let again = Self.written(m.streamsFinished(id: 1, results: results, free: true).work)
         s = m.snapshot()
         #expect(again.map(\.tag) == [4])
@@ -500,14 +532,21 @@ extension HTTP2PoolStateMachineTests {
         #expect(m.snapshot().providerTokenRefreshes == 1)
         sent = Self.written(
             m.streamsFinished(
-                id: id, results: sent.map { Self.answer($0, 200) }, free: true, token: try Self.offer(provider)
-            ).work)
+                id: id,
+                results: sent.map { Self.answer($0, 200) },
+                free: true,
+                token: try Self.offer(provider)
+            ).work
+        )
         #expect(sent.count == 1 && m.snapshot().providerTokenRefreshes == 1)
         // Past the refresh interval (50 minutes) the provider signs a new one.
         clock.advance(by: 51 * 60)
         _ = m.enqueue(Self.requests(2..<3), rejected: [])
         let next = m.streamsFinished(
-            id: id, results: sent.map { Self.answer($0, 200) }, free: true, token: try Self.offer(provider)
+            id: id,
+            results: sent.map { Self.answer($0, 200) },
+            free: true,
+            token: try Self.offer(provider)
         ).work
         #expect(next.requests.count == 1)
         #expect(m.snapshot().providerTokenRefreshes == 2)
@@ -516,15 +555,21 @@ extension HTTP2PoolStateMachineTests {
     @Test func outcomesCarryWhenTheRequestWasLastWritten() {
         var m = machine()
         let rejected = APNSDeliveryOutcome(
-            tag: 9, token: try! DeviceToken(bytes: [UInt8](repeating: 9, count: 32)), status: .invalidPayload,
-            attempts: 0, possibleDuplicate: false)
+            tag: 9,
+            token: try! DeviceToken(bytes: [UInt8](repeating: 9, count: 32)),
+            status: .invalidPayload,
+            attempts: 0,
+            possibleDuplicate: false
+        )
         _ = m.enqueue([], rejected: [rejected])
         let id = ready(&m, count: 2, limit: 10)
         let first: UInt64 = 1_000_000_000
         let second = first + 7_000_000
         let sent = Self.written(m.takeWork(id: id, free: true).work, at: first)
         let resent = Self.written(
-            m.streamsFinished(id: id, results: [Self.answer(sent[0], 200), .unprocessed(sent[1])], free: true).work, at: second)
+            m.streamsFinished(id: id, results: [Self.answer(sent[0], 200), .unprocessed(sent[1])], free: true).work,
+            at: second
+        )
         _ = m.streamsFinished(id: id, results: resent.map { Self.answer($0, 200) }, free: true)
         let got = Dictionary(uniqueKeysWithValues: Self.outcomes(&m).map { ($0.tag, $0) })
         #expect(got[9]?.writtenAt == nil)
@@ -549,10 +594,14 @@ extension HTTP2PoolStateMachineTests {
             results: [
                 answered(written[0], 200, unique: "u-0"), answered(written[1], 200, unique: nil),
                 answered(written[2], 400, unique: "u-2", body: #"{"reason":"BadDeviceToken"}"#),
-            ], free: true)
+            ],
+            free: true
+        )
         let outcomes = Dictionary(uniqueKeysWithValues: Self.outcomes(&m).map { ($0.tag, $0) })
         #expect(outcomes[0]?.apnsID == "id-0" && outcomes[0]?.apnsUniqueID == "u-0")
         #expect(outcomes[1]?.apnsID == "id-1" && outcomes[1]?.apnsUniqueID == nil)
-        #expect(outcomes[2]?.status == .badRequest && outcomes[2]?.apnsID == "id-2" && outcomes[2]?.apnsUniqueID == "u-2")
+        #expect(
+            outcomes[2]?.status == .badRequest && outcomes[2]?.apnsID == "id-2" && outcomes[2]?.apnsUniqueID == "u-2"
+        )
     }
 }

@@ -29,8 +29,11 @@ struct HealthCheckTests {
     static func silentServer() async throws -> any Channel {
         let certificates = ClientHarness.certificates
         var tls = TLSConfiguration.makeServerConfiguration(
-            certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(certificates.server.certificatePEM.utf8)).map { .certificate($0) },
-            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(certificates.server.keyPEM.utf8), format: .pem)))
+            certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(certificates.server.certificatePEM.utf8)).map {
+                .certificate($0)
+            },
+            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(certificates.server.keyPEM.utf8), format: .pem))
+        )
         tls.applicationProtocols = ["h2"]
         let context = try NIOSSLContext(configuration: tls)
         let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)

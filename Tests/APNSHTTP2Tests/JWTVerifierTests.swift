@@ -76,7 +76,10 @@ private func reason(_ result: Result<APNSVerifiedToken, APNSJWTRejection>) -> AP
 
     // Claims changed after signing (another team, same key).
     let forgedClaims = Base64URL.encode(#"{"iss":"OTHERTEAM1","iat":1700000000}"#)
-    #expect(reason(v.verify(authorization: "bearer \(parts[0]).\(forgedClaims).\(parts[2])", now: Fixture.epoch)) == .invalidProviderToken)
+    #expect(
+        reason(v.verify(authorization: "bearer \(parts[0]).\(forgedClaims).\(parts[2])", now: Fixture.epoch))
+            == .invalidProviderToken
+    )
 
     // One signature bit flipped.
     var signature = try #require(Base64URL.decode(Substring(parts[2])))
@@ -104,7 +107,10 @@ private func reason(_ result: Result<APNSVerifiedToken, APNSJWTRejection>) -> AP
 @Test func missingOrEmptyBearerIsMissingProviderToken() throws {
     let v = verifier(try Fixture.signingKey())
     for value in [nil, "", "  ", "bearer", "bearer "] as [String?] {
-        #expect(reason(v.verify(authorization: value, now: Fixture.epoch)) == .missingProviderToken, "\(String(describing: value))")
+        #expect(
+            reason(v.verify(authorization: value, now: Fixture.epoch)) == .missingProviderToken,
+            "\(String(describing: value))"
+        )
     }
 }
 
@@ -119,21 +125,46 @@ private func reason(_ result: Result<APNSVerifiedToken, APNSJWTRejection>) -> AP
         "bearer a.b.c.d",
         "bearer !!!.abc.def",
         // alg none, unsigned
-        "bearer " + Base64URL.encode(#"{"alg":"none","kid":"ABCDE12345"}"#) + "." + Base64URL.encode(Fixture.claims(iat: iat)) + ".",
+        "bearer " + Base64URL.encode(#"{"alg":"none","kid":"ABCDE12345"}"#) + "."
+            + Base64URL.encode(Fixture.claims(iat: iat)) + ".",
         // no alg (like Apple's sample token, §6.12)
-        "bearer " + (try Fixture.jwt(header: #"{"kid":"ABCDE12345"}"#, claims: Fixture.claims(iat: iat), key: key.privateKey)),
+        "bearer "
+            + (try Fixture.jwt(header: #"{"kid":"ABCDE12345"}"#, claims: Fixture.claims(iat: iat), key: key.privateKey)),
         // another algorithm
         "bearer "
-            + (try Fixture.jwt(header: #"{"alg":"HS256","kid":"ABCDE12345"}"#, claims: Fixture.claims(iat: iat), key: key.privateKey)),
+            + (try Fixture.jwt(
+                header: #"{"alg":"HS256","kid":"ABCDE12345"}"#,
+                claims: Fixture.claims(iat: iat),
+                key: key.privateKey
+            )),
         // unknown key
         "bearer "
-            + (try Fixture.jwt(header: #"{"alg":"ES256","kid":"ZZZZZ99999"}"#, claims: Fixture.claims(iat: iat), key: key.privateKey)),
+            + (try Fixture.jwt(
+                header: #"{"alg":"ES256","kid":"ZZZZZ99999"}"#,
+                claims: Fixture.claims(iat: iat),
+                key: key.privateKey
+            )),
         // wrong team
-        "bearer " + (try Fixture.jwt(header: Fixture.header, claims: Fixture.claims(team: "OTHERTEAM1", iat: iat), key: key.privateKey)),
+        "bearer "
+            + (try Fixture.jwt(
+                header: Fixture.header,
+                claims: Fixture.claims(team: "OTHERTEAM1", iat: iat),
+                key: key.privateKey
+            )),
         // iat as a string in milliseconds (Apple's sample, §6.12)
-        "bearer " + (try Fixture.jwt(header: Fixture.header, claims: #"{"iss":"TEAM123456","iat":"1700000000000"}"#, key: key.privateKey)),
+        "bearer "
+            + (try Fixture.jwt(
+                header: Fixture.header,
+                claims: #"{"iss":"TEAM123456","iat":"1700000000000"}"#,
+                key: key.privateKey
+            )),
         // iat in milliseconds as a number: far in the future
-        "bearer " + (try Fixture.jwt(header: Fixture.header, claims: #"{"iss":"TEAM123456","iat":1700000000000}"#, key: key.privateKey)),
+        "bearer "
+            + (try Fixture.jwt(
+                header: Fixture.header,
+                claims: #"{"iss":"TEAM123456","iat":1700000000000}"#,
+                key: key.privateKey
+            )),
         // claims not an object
         "bearer " + (try Fixture.jwt(header: Fixture.header, claims: "[]", key: key.privateKey)),
     ]
@@ -147,13 +178,28 @@ private func reason(_ result: Result<APNSVerifiedToken, APNSJWTRejection>) -> AP
     let key = try Fixture.signingKey()
     let token = try APNSProviderToken(signingKey: key, teamID: Fixture.teamID, issuedAt: Fixture.epoch)
     var v = APNSJWTVerifier(
-        keys: [key.keyID: .init(publicKey: key.publicKey, teamID: Fixture.teamID, topics: ["com.example.app"], environments: [.sandbox])],
-        environment: .sandbox)
-    #expect((try? v.verify(authorization: token.authorization, topic: "com.example.app", now: Fixture.epoch).get()) != nil)
-    #expect(reason(v.verify(authorization: token.authorization, topic: "com.example.other", now: Fixture.epoch)) == .invalidProviderToken)
+        keys: [
+            key.keyID: .init(
+                publicKey: key.publicKey,
+                teamID: Fixture.teamID,
+                topics: ["com.example.app"],
+                environments: [.sandbox]
+            )
+        ],
+        environment: .sandbox
+    )
+    #expect(
+        (try? v.verify(authorization: token.authorization, topic: "com.example.app", now: Fixture.epoch).get()) != nil
+    )
+    #expect(
+        reason(v.verify(authorization: token.authorization, topic: "com.example.other", now: Fixture.epoch))
+            == .invalidProviderToken
+    )
     v.environment = .production
     #expect(
-        reason(v.verify(authorization: token.authorization, topic: "com.example.app", now: Fixture.epoch)) == .badEnvironmentKeyIdInToken)
+        reason(v.verify(authorization: token.authorization, topic: "com.example.app", now: Fixture.epoch))
+            == .badEnvironmentKeyIdInToken
+    )
 }
 
 @Test func trackerAllowsOneTokenChangePerTwentyMinutes() throws {
@@ -165,7 +211,12 @@ private func reason(_ result: Result<APNSVerifiedToken, APNSJWTRejection>) -> AP
     #expect(!tracker.isAuthenticated)
 
     func send(_ token: APNSProviderToken, at minute: Double) -> APNSReason? {
-        reason(tracker.admit(v.verify(authorization: token.authorization, now: Fixture.minutes(minute)), now: Fixture.minutes(minute)))
+        reason(
+            tracker.admit(
+                v.verify(authorization: token.authorization, now: Fixture.minutes(minute)),
+                now: Fixture.minutes(minute)
+            )
+        )
     }
     #expect(send(a, at: 0) == nil)
     #expect(tracker.isAuthenticated)
@@ -195,10 +246,19 @@ private func reason(_ result: Result<APNSVerifiedToken, APNSJWTRejection>) -> AP
     var tracker = APNSConnectionTokenTracker()
     let now = Fixture.minutes(40)
     _ = tracker.admit(v.verify(authorization: first.authorization, now: Fixture.minutes(0)), now: Fixture.minutes(0))
-    #expect(reason(tracker.admit(v.verify(authorization: otherTeam.authorization, now: now), now: now)) == .invalidProviderToken)
     #expect(
-        reason(tracker.admit(v.verify(authorization: topicScoped.authorization, topic: "com.example.app", now: now), now: now))
-            == .unrelatedKeyIdInToken)
+        reason(tracker.admit(v.verify(authorization: otherTeam.authorization, now: now), now: now))
+            == .invalidProviderToken
+    )
+    #expect(
+        reason(
+            tracker.admit(
+                v.verify(authorization: topicScoped.authorization, topic: "com.example.app", now: now),
+                now: now
+            )
+        )
+            == .unrelatedKeyIdInToken
+    )
     #expect(tracker.teamID == Fixture.teamID)
 
     // A fresh connection accepts the other team.
@@ -214,11 +274,17 @@ private func reason(_ result: Result<APNSVerifiedToken, APNSJWTRejection>) -> AP
     let now = Fixture.minutes(70)
 
     var sticky = APNSConnectionTokenTracker(expiredTokenSticks: true)
-    #expect(reason(sticky.admit(v.verify(authorization: old.authorization, now: now), now: now)) == .expiredProviderToken)
+    #expect(
+        reason(sticky.admit(v.verify(authorization: old.authorization, now: now), now: now)) == .expiredProviderToken
+    )
     #expect(sticky.answeredExpired)
-    #expect(reason(sticky.admit(v.verify(authorization: fresh.authorization, now: now), now: now)) == .expiredProviderToken)
+    #expect(
+        reason(sticky.admit(v.verify(authorization: fresh.authorization, now: now), now: now)) == .expiredProviderToken
+    )
 
     var lenient = APNSConnectionTokenTracker()
-    #expect(reason(lenient.admit(v.verify(authorization: old.authorization, now: now), now: now)) == .expiredProviderToken)
+    #expect(
+        reason(lenient.admit(v.verify(authorization: old.authorization, now: now), now: now)) == .expiredProviderToken
+    )
     #expect(reason(lenient.admit(v.verify(authorization: fresh.authorization, now: now), now: now)) == nil)
 }

@@ -38,14 +38,20 @@ struct PeerTests {
 
     static func startPeer(maxStreams: Int = 100, extraArguments: [String] = []) async throws -> Peer {
         guard FileManager.default.isExecutableFile(atPath: python) else {
-            throw ServerError("no Python with h2 at \(python); run scripts/test, or scripts/lib/install-h2-peer.sh .build/h2-peer-venv")
+            throw ServerError(
+                "no Python with h2 at \(python); run scripts/test, or scripts/lib/install-h2-peer.sh .build/h2-peer-venv"
+            )
         }
         let dir = try Paths.temporaryDirectory()
         let certs = ClientHarness.certificates
         try certs.server.certificatePEM.write(toFile: dir + "/server.pem", atomically: false, encoding: .utf8)
         try certs.server.keyPEM.write(toFile: dir + "/server.key", atomically: false, encoding: .utf8)
         try certs.ca.certificatePEM.write(toFile: dir + "/ca.pem", atomically: false, encoding: .utf8)
-        try ClientHarness.privateKey.publicKey.pemRepresentation.write(toFile: dir + "/jwt.pem", atomically: false, encoding: .utf8)
+        try ClientHarness.privateKey.publicKey.pemRepresentation.write(
+            toFile: dir + "/jwt.pem",
+            atomically: false,
+            encoding: .utf8
+        )
         let record = dir + "/requests.jsonl"
         let process = try ChildProcess(
             python,
@@ -54,7 +60,9 @@ struct PeerTests {
                 "--cert", dir + "/server.pem", "--key", dir + "/server.key", "--port", "0", "--record", record,
                 "--jwt-key", "\(ClientHarness.keyID)=\(dir)/jwt.pem", "--team", ClientHarness.teamID,
                 "--client-ca", dir + "/ca.pem", "--max-streams", String(maxStreams),
-            ] + extraArguments, stderrFile: dir + "/peer.log")
+            ] + extraArguments,
+            stderrFile: dir + "/peer.log"
+        )
         guard let line = await process.readLine(), let ready = jsonObject(line), let port = ready["port"] as? Int else {
             throw ServerError("the Python peer did not start; see \(dir)/peer.log")
         }
@@ -81,10 +89,16 @@ struct PeerTests {
         let records = try await peer.stop()
 
         #expect(run.outcomes.count == submissions.count)
-        #expect(run.outcomes.values.allSatisfy { $0.isTransmitted }, "\(run.outcomes.values.filter { !$0.isTransmitted }.prefix(3))")
+        #expect(
+            run.outcomes.values.allSatisfy { $0.isTransmitted },
+            "\(run.outcomes.values.filter { !$0.isTransmitted }.prefix(3))"
+        )
         #expect(run.duplicateOutcomes == 0)
         #expect(records.count == submissions.count)
-        #expect(records.allSatisfy { ($0["status"] as? Int) == 200 }, "\(records.first { ($0["status"] as? Int) != 200 } ?? [:])")
+        #expect(
+            records.allSatisfy { ($0["status"] as? Int) == 200 },
+            "\(records.first { ($0["status"] as? Int) != 200 } ?? [:])"
+        )
         #expect(records.allSatisfy { ($0["auth"] as? String) == "token" })
         // One provider token for every request of both connections (§4: never per request).
         let jwts = Set(records.compactMap { ($0["headers"] as? [String: Any])?["authorization"] as? String })
@@ -115,18 +129,29 @@ struct PeerTests {
         #expect(callHeaders["apns-expiration"] as? String == "2000000000")
     }
 
-    @Test("a 16-byte stream window and no HPACK dynamic table: bodies go in parts as WINDOW_UPDATEs arrive, every request intact")
+    @Test(
+        "a 16-byte stream window and no HPACK dynamic table: bodies go in parts as WINDOW_UPDATEs arrive, every request intact"
+    )
     func smallWindowsAndNoDynamicTable() async throws {
-        let peer = try await Self.startPeer(maxStreams: 20, extraArguments: ["--initial-window", "16", "--header-table-size", "0"])
+        let peer = try await Self.startPeer(
+            maxStreams: 20,
+            extraArguments: ["--initial-window", "16", "--header-table-size", "0"]
+        )
         let client = try ClientHarness.tokenClient(port: peer.port) { $0.maxConnections = 1 }
         let run = try await ClientHarness.run(client, ClientHarness.submissions(0..<200))
         let records = try await peer.stop()
         #expect(run.outcomes.count == 200)
-        #expect(run.outcomes.values.allSatisfy { $0.isTransmitted }, "\(run.outcomes.values.filter { !$0.isTransmitted }.prefix(3))")
+        #expect(
+            run.outcomes.values.allSatisfy { $0.isTransmitted },
+            "\(run.outcomes.values.filter { !$0.isTransmitted }.prefix(3))"
+        )
         #expect(records.count == 200)
         #expect(
-            records.allSatisfy { ($0["status"] as? Int) == 200 && ($0["body"] as? String) == #"{"aps":{"alert":"Hello","badge":1}}"# },
-            "\(records.first { ($0["status"] as? Int) != 200 } ?? [:])")
+            records.allSatisfy {
+                ($0["status"] as? Int) == 200 && ($0["body"] as? String) == #"{"aps":{"alert":"Hello","badge":1}}"#
+            },
+            "\(records.first { ($0["status"] as? Int) != 200 } ?? [:])"
+        )
     }
 
     @Test("certificate-authenticated requests are accepted and carry no authorization header")

@@ -51,8 +51,11 @@ final class RawH2Client: Sendable {
         alpn: [String] = ["h2"]
     ) async throws -> RawH2Client {
         try await connect(
-            port: port, caPEM: certificates.ca.certificatePEM,
-            clientCertificate: clientCertificate.map { ($0.certificatePEM, $0.keyPEM) }, alpn: alpn)
+            port: port,
+            caPEM: certificates.ca.certificatePEM,
+            clientCertificate: clientCertificate.map { ($0.certificatePEM, $0.keyPEM) },
+            alpn: alpn
+        )
     }
 
     /// Connects with TLS (ALPN `h2`) trusting `caPEM`, optionally presenting a client certificate.
@@ -67,7 +70,9 @@ final class RawH2Client: Sendable {
         tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMBytes(Array(caPEM.utf8)))
         tls.applicationProtocols = alpn
         if let pair = clientCertificate {
-            tls.certificateChain = try NIOSSLCertificate.fromPEMBytes(Array(pair.certificatePEM.utf8)).map { .certificate($0) }
+            tls.certificateChain = try NIOSSLCertificate.fromPEMBytes(Array(pair.certificatePEM.utf8)).map {
+                .certificate($0)
+            }
             tls.privateKey = .privateKey(try NIOSSLPrivateKey(bytes: Array(pair.keyPEM.utf8), format: .pem))
         }
         let context = try NIOSSLContext(configuration: tls)
@@ -78,7 +83,12 @@ final class RawH2Client: Sendable {
                     let handler = Handler()
                     try sync.addHandler(NIOSSLClientHandler(context: context, serverHostname: "localhost"))
                     try sync.addHandler(
-                        NIOHTTP2Handler(mode: .client, initialSettings: nioDefaultSettings, headerBlockValidation: .disabled))
+                        NIOHTTP2Handler(
+                            mode: .client,
+                            initialSettings: nioDefaultSettings,
+                            headerBlockValidation: .disabled
+                        )
+                    )
                     try sync.addHandler(handler)
                     return (channel, NIOLoopBound(handler, eventLoop: channel.eventLoop))
                 }
@@ -89,7 +99,10 @@ final class RawH2Client: Sendable {
     /// Sends the requests back to back (each flushed as written) and returns the responses in order.
     /// With `flushEach` off the whole batch goes out with one flush (NIOHTTP2 then sends all
     /// HEADERS frames before the DATA frames).
-    func send(_ requests: [(headers: [(String, String)], body: [UInt8])], flushEach: Bool = true) async throws -> [Response] {
+    func send(
+        _ requests: [(headers: [(String, String)], body: [UInt8])],
+        flushEach: Bool = true
+    ) async throws -> [Response] {
         let handler = self.handler
         let futures = try await channel.eventLoop.submit {
             handler.value.send(requests, flushEach: flushEach)
@@ -121,7 +134,10 @@ final class RawH2Client: Sendable {
     }
 
     /// Waits until the received SETTINGS limits satisfy `condition`; fails after `timeout`.
-    func waitForLimits(timeout: TimeAmount = .seconds(10), _ condition: @escaping @Sendable ([Int]) -> Bool) async throws -> [Int] {
+    func waitForLimits(
+        timeout: TimeAmount = .seconds(10),
+        _ condition: @escaping @Sendable ([Int]) -> Bool
+    ) async throws -> [Int] {
         let handler = self.handler
         try await channel.eventLoop.flatSubmit {
             handler.value.wait(timeout: timeout) { condition($0.limits) }
@@ -169,7 +185,10 @@ final class RawH2Client: Sendable {
 
         func handlerAdded(context: ChannelHandlerContext) { self.context = context }
 
-        func send(_ requests: [(headers: [(String, String)], body: [UInt8])], flushEach: Bool) -> [EventLoopFuture<Response>] {
+        func send(
+            _ requests: [(headers: [(String, String)], body: [UInt8])],
+            flushEach: Bool
+        ) -> [EventLoopFuture<Response>] {
             guard let context else { return [] }
             var futures: [EventLoopFuture<Response>] = []
             for request in requests {
@@ -184,12 +203,17 @@ final class RawH2Client: Sendable {
                 }
                 var headers = HPACKHeaders()
                 for (name, value) in request.headers {
-                    headers.add(name: name, value: value, indexing: name == "authorization" ? .nonIndexable : .indexable)
+                    headers.add(
+                        name: name,
+                        value: value,
+                        indexing: name == "authorization" ? .nonIndexable : .indexable
+                    )
                 }
                 let empty = request.body.isEmpty
                 context.write(
                     NIOAny(HTTP2Frame(streamID: id, payload: .headers(.init(headers: headers, endStream: empty)))),
-                    promise: nil)
+                    promise: nil
+                )
                 var offset = 0
                 while offset < request.body.count {
                     let end = min(offset + 16384, request.body.count)
@@ -197,9 +221,13 @@ final class RawH2Client: Sendable {
                     buffer.writeBytes(request.body[offset..<end])
                     context.write(
                         NIOAny(
-                            HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(buffer), endStream: end == request.body.count)))
+                            HTTP2Frame(
+                                streamID: id,
+                                payload: .data(.init(data: .byteBuffer(buffer), endStream: end == request.body.count))
+                            )
                         ),
-                        promise: nil)
+                        promise: nil
+                    )
                     offset = end
                 }
                 // NIOHTTP2 holds DATA frames until a flush: flushing per request keeps each
@@ -253,7 +281,13 @@ final class RawH2Client: Sendable {
                 }
                 checkWaiters()
             case .goAway(let last, let code, let data):
-                goAways.append(GoAway(lastStreamID: Int(last), errorCode: code, debugData: data.map { Array($0.readableBytesView) }))
+                goAways.append(
+                    GoAway(
+                        lastStreamID: Int(last),
+                        errorCode: code,
+                        debugData: data.map { Array($0.readableBytesView) }
+                    )
+                )
                 checkWaiters()
             default:
                 break
@@ -266,8 +300,11 @@ final class RawH2Client: Sendable {
             {
                 // Keep the connection window open for the server's error bodies.
                 context.writeAndFlush(
-                    NIOAny(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: 65535 - window))),
-                    promise: nil)
+                    NIOAny(
+                        HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: 65535 - window))
+                    ),
+                    promise: nil
+                )
             } else if let closed = event as? StreamClosedEvent, var entry = pending[closed.streamID] {
                 entry.0.reset = closed.reason ?? .cancel
                 finish(closed.streamID, entry.0)

@@ -42,9 +42,15 @@ enum SimulatorFixture {
     }
 
     /// A connection presenting a client certificate (the fixture's, valid for both environments).
-    static func certificateClient(_ simulator: APNSHTTP2Simulator, certificate: TestCertificates.Pair? = nil) async throws -> RawH2Client {
+    static func certificateClient(
+        _ simulator: APNSHTTP2Simulator,
+        certificate: TestCertificates.Pair? = nil
+    ) async throws -> RawH2Client {
         try await RawH2Client.connect(
-            port: simulator.port, certificates: certificates, clientCertificate: certificate ?? certificates.client)
+            port: simulator.port,
+            certificates: certificates,
+            clientCertificate: certificate ?? certificates.client
+        )
     }
 
     /// Token number `i`: 32 distinct bytes.
@@ -62,7 +68,8 @@ enum SimulatorFixture {
 
     /// `bearer <JWT>` signed by the fixture key (or `key`), issued at `issuedAt`; a new token
     /// each call.
-    static func authorization(issuedAt: Date = epoch, key: APNSSigningKey = signingKey, team: String = teamID) -> String {
+    static func authorization(issuedAt: Date = epoch, key: APNSSigningKey = signingKey, team: String = teamID) -> String
+    {
         try! APNSProviderToken(signingKey: key, teamID: team, issuedAt: issuedAt).authorization
     }
 
@@ -88,7 +95,12 @@ enum SimulatorFixture {
     }
 
     /// `header.claims.signature` signed with `key`, the signature in JOSE (r‖s) or DER form (§6.12).
-    static func jwt(issuedAt: Date = epoch, der: Bool, key: APNSSigningKey = signingKey, team: String = teamID) throws -> String {
+    static func jwt(
+        issuedAt: Date = epoch,
+        der: Bool,
+        key: APNSSigningKey = signingKey,
+        team: String = teamID
+    ) throws -> String {
         let header = #"{"alg":"ES256","kid":"\#(key.keyID)"}"#
         let claims = #"{"iss":"\#(team)","iat":\#(Int64(issuedAt.timeIntervalSince1970))}"#
         let input = base64url(Array(header.utf8)) + "." + base64url(Array(claims.utf8))

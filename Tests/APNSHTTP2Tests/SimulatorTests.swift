@@ -15,7 +15,8 @@ struct SimulatorTests {
 
     @Test(
         "200 with an empty body, END_STREAM on HEADERS and apns-id echoed; apns-unique-id only in the sandbox",
-        arguments: APNSEnvironment.allCases)
+        arguments: APNSEnvironment.allCases
+    )
     func successEchoesApnsID(environment: APNSEnvironment) async throws {
         let simulator = try await F.simulator { $0.environment = environment }
         let client = try await F.tokenClient(simulator)
@@ -71,7 +72,10 @@ struct SimulatorTests {
         let simulator = try await F.simulator()
         let client = try await F.tokenClient(simulator)
         let alert = try await client.send(headers: F.headers(), body: Self.body(4096))
-        let voip = try await client.send(headers: F.headers(topic: F.topic + ".voip", pushType: "voip"), body: Self.body(5120))
+        let voip = try await client.send(
+            headers: F.headers(topic: F.topic + ".voip", pushType: "voip"),
+            body: Self.body(5120)
+        )
         #expect(alert.status == 200)
         #expect(voip.status == 200)
         await client.close()
@@ -99,52 +103,158 @@ struct SimulatorTests {
 
     static let reasonCases: [ReasonCase] = [
         ReasonCase(reason: "MethodNotAllowed", status: 405, note: "GET", headers: { $0.setting(":method", "GET") }),
-        ReasonCase(reason: "BadPath", status: 404, note: "not /3/device/", headers: { $0.setting(":path", "/3/devices/abcd") }),
-        ReasonCase(reason: "MissingDeviceToken", status: 400, note: "empty token", headers: { $0.setting(":path", "/3/device/") }),
-        ReasonCase(reason: "BadDeviceToken", status: 400, note: "not hex", headers: { $0.setting(":path", "/3/device/xyz1") }),
+        ReasonCase(
+            reason: "BadPath",
+            status: 404,
+            note: "not /3/device/",
+            headers: { $0.setting(":path", "/3/devices/abcd") }
+        ),
+        ReasonCase(
+            reason: "MissingDeviceToken",
+            status: 400,
+            note: "empty token",
+            headers: { $0.setting(":path", "/3/device/") }
+        ),
+        ReasonCase(
+            reason: "BadDeviceToken",
+            status: 400,
+            note: "not hex",
+            headers: { $0.setting(":path", "/3/device/xyz1") }
+        ),
         ReasonCase(reason: "BadDeviceToken", status: 400, note: "listed", configure: { $0.badTokens = [F.token(1)] }),
-        ReasonCase(reason: "DuplicateHeaders", status: 400, note: "apns-topic twice", headers: { $0 + [("apns-topic", F.topic)] }),
-        ReasonCase(reason: "MissingProviderToken", status: 403, note: "no authorization", headers: { $0.removing("authorization") }),
-        ReasonCase(reason: "MissingProviderToken", status: 403, note: "empty bearer", headers: { $0.setting("authorization", "bearer ") }),
-        ReasonCase(reason: "InvalidProviderToken", status: 403, note: "not a JWT", headers: { $0.setting("authorization", "bearer a.b") }),
-        ReasonCase(reason: "InvalidProviderToken", status: 403, note: "no keys configured", configure: { $0.verifier = nil }),
         ReasonCase(
-            reason: "ExpiredProviderToken", status: 403, note: "iat two hours old",
-            headers: { $0.setting("authorization", F.authorization(issuedAt: F.epoch - 7200)) }),
+            reason: "DuplicateHeaders",
+            status: 400,
+            note: "apns-topic twice",
+            headers: { $0 + [("apns-topic", F.topic)] }
+        ),
         ReasonCase(
-            reason: "BadEnvironmentKeyIdInToken", status: 403, note: "sandbox-only key",
+            reason: "MissingProviderToken",
+            status: 403,
+            note: "no authorization",
+            headers: { $0.removing("authorization") }
+        ),
+        ReasonCase(
+            reason: "MissingProviderToken",
+            status: 403,
+            note: "empty bearer",
+            headers: { $0.setting("authorization", "bearer ") }
+        ),
+        ReasonCase(
+            reason: "InvalidProviderToken",
+            status: 403,
+            note: "not a JWT",
+            headers: { $0.setting("authorization", "bearer a.b") }
+        ),
+        ReasonCase(
+            reason: "InvalidProviderToken",
+            status: 403,
+            note: "no keys configured",
+            configure: { $0.verifier = nil }
+        ),
+        ReasonCase(
+            reason: "ExpiredProviderToken",
+            status: 403,
+            note: "iat two hours old",
+            headers: { $0.setting("authorization", F.authorization(issuedAt: F.epoch - 7200)) }
+        ),
+        ReasonCase(
+            reason: "BadEnvironmentKeyIdInToken",
+            status: 403,
+            note: "sandbox-only key",
             configure: {
                 $0.verifier = APNSJWTVerifier(
-                    keys: [F.keyID: .init(publicKey: F.signingKey.publicKey, teamID: F.teamID, environments: [.sandbox])],
-                    environment: .production)
-            }),
+                    keys: [
+                        F.keyID: .init(publicKey: F.signingKey.publicKey, teamID: F.teamID, environments: [.sandbox])
+                    ],
+                    environment: .production
+                )
+            }
+        ),
         ReasonCase(
-            reason: "BadCertificateEnvironment", status: 403, note: "sandbox certificate on production",
-            connection: .certificate([.sandbox])),
+            reason: "BadCertificateEnvironment",
+            status: 403,
+            note: "sandbox certificate on production",
+            connection: .certificate([.sandbox])
+        ),
         ReasonCase(reason: "BadCertificate", status: 403, note: "no APNs extension", connection: .certificate([])),
-        ReasonCase(reason: "InvalidPushType", status: 400, note: "unknown type", headers: { $0.setting("apns-push-type", "fax") }),
         ReasonCase(
-            reason: "InvalidPushType", status: 400, note: "location on a certificate connection", connection: .certificate([.production]),
-            headers: { $0.setting("apns-push-type", "location").setting("apns-topic", F.topic + ".location-query") }),
-        ReasonCase(reason: "MissingTopic", status: 400, note: "token connection", headers: { $0.removing("apns-topic") }),
-        ReasonCase(reason: "BadTopic", status: 400, note: "voip without .voip", headers: { $0.setting("apns-push-type", "voip") }),
-        ReasonCase(reason: "BadTopic", status: 400, note: "space in topic", headers: { $0.setting("apns-topic", "com.example app") }),
-        ReasonCase(reason: "TopicDisallowed", status: 400, note: "not allowed", configure: { $0.allowedTopics = ["com.example.other"] }),
-        ReasonCase(reason: "BadMessageId", status: 400, note: "not a UUID", headers: { $0.setting("apns-id", "12345") }),
+            reason: "InvalidPushType",
+            status: 400,
+            note: "unknown type",
+            headers: { $0.setting("apns-push-type", "fax") }
+        ),
+        ReasonCase(
+            reason: "InvalidPushType",
+            status: 400,
+            note: "location on a certificate connection",
+            connection: .certificate([.production]),
+            headers: { $0.setting("apns-push-type", "location").setting("apns-topic", F.topic + ".location-query") }
+        ),
+        ReasonCase(
+            reason: "MissingTopic",
+            status: 400,
+            note: "token connection",
+            headers: { $0.removing("apns-topic") }
+        ),
+        ReasonCase(
+            reason: "BadTopic",
+            status: 400,
+            note: "voip without .voip",
+            headers: { $0.setting("apns-push-type", "voip") }
+        ),
+        ReasonCase(
+            reason: "BadTopic",
+            status: 400,
+            note: "space in topic",
+            headers: { $0.setting("apns-topic", "com.example app") }
+        ),
+        ReasonCase(
+            reason: "TopicDisallowed",
+            status: 400,
+            note: "not allowed",
+            configure: { $0.allowedTopics = ["com.example.other"] }
+        ),
+        ReasonCase(
+            reason: "BadMessageId",
+            status: 400,
+            note: "not a UUID",
+            headers: { $0.setting("apns-id", "12345") }
+        ),
         ReasonCase(reason: "BadPriority", status: 400, note: "7", headers: { $0.setting("apns-priority", "7") }),
         ReasonCase(
-            reason: "BadPriority", status: 400, note: "10 with background",
-            headers: { $0.setting("apns-push-type", "background").setting("apns-priority", "10") }),
-        ReasonCase(reason: "BadExpirationDate", status: 400, note: "not a number", headers: { $0.setting("apns-expiration", "tomorrow") }),
+            reason: "BadPriority",
+            status: 400,
+            note: "10 with background",
+            headers: { $0.setting("apns-push-type", "background").setting("apns-priority", "10") }
+        ),
         ReasonCase(
-            reason: "BadCollapseId", status: 400, note: "65 bytes",
-            headers: { $0.setting("apns-collapse-id", String(repeating: "x", count: 65)) }),
+            reason: "BadExpirationDate",
+            status: 400,
+            note: "not a number",
+            headers: { $0.setting("apns-expiration", "tomorrow") }
+        ),
+        ReasonCase(
+            reason: "BadCollapseId",
+            status: 400,
+            note: "65 bytes",
+            headers: { $0.setting("apns-collapse-id", String(repeating: "x", count: 65)) }
+        ),
         ReasonCase(reason: "PayloadEmpty", status: 400, note: "no body", body: []),
         ReasonCase(reason: "PayloadTooLarge", status: 413, note: "4097 bytes alert", body: SimulatorTests.body(4097)),
         ReasonCase(
-            reason: "PayloadTooLarge", status: 413, note: "5121 bytes voip",
-            headers: { $0.setting("apns-push-type", "voip").setting("apns-topic", F.topic + ".voip") }, body: SimulatorTests.body(5121)),
-        ReasonCase(reason: "Unregistered", status: 410, note: "listed", configure: { $0.unregistered = [F.token(1): F.epoch] }),
+            reason: "PayloadTooLarge",
+            status: 413,
+            note: "5121 bytes voip",
+            headers: { $0.setting("apns-push-type", "voip").setting("apns-topic", F.topic + ".voip") },
+            body: SimulatorTests.body(5121)
+        ),
+        ReasonCase(
+            reason: "Unregistered",
+            status: 410,
+            note: "listed",
+            configure: { $0.unregistered = [F.token(1): F.epoch] }
+        ),
         ReasonCase(reason: "TooManyRequests", status: 429, note: "every request", configure: { $0.status429Every = 1 }),
     ]
 
@@ -243,7 +353,9 @@ struct SimulatorTests {
         await simulator.stop()
     }
 
-    @Test("With dropStreamsToOneAfterError the limit drops to 1 after an error, not after a 410, and comes back after a 200 (§6.8)")
+    @Test(
+        "With dropStreamsToOneAfterError the limit drops to 1 after an error, not after a 410, and comes back after a 200 (§6.8)"
+    )
     func dropsToOneAfterErrorAndRestores() async throws {
         let simulator = try await F.simulator {
             $0.maxConcurrentStreams = 20
@@ -285,7 +397,9 @@ struct SimulatorTests {
 
     // MARK: GOAWAY
 
-    @Test("goAwayEvery: GOAWAY names the last stream answered; streams above it are refused and never recorded (§3.5, §6.9)")
+    @Test(
+        "goAwayEvery: GOAWAY names the last stream answered; streams above it are refused and never recorded (§3.5, §6.9)"
+    )
     func goAwayEvery() async throws {
         let simulator = try await F.simulator { $0.goAwayEvery = 3 }
         let client = try await F.certificateClient(simulator)
@@ -352,7 +466,11 @@ struct SimulatorTests {
     @Test("A client that does not offer h2 is disconnected (§3.1)")
     func requiresH2() async throws {
         let simulator = try await F.simulator()
-        let client = try await RawH2Client.connect(port: simulator.port, certificates: F.certificates, alpn: ["http/1.1"])
+        let client = try await RawH2Client.connect(
+            port: simulator.port,
+            certificates: F.certificates,
+            alpn: ["http/1.1"]
+        )
         try await client.waitForClose()
         await simulator.stop()
     }
@@ -374,7 +492,10 @@ struct SimulatorTests {
     func expiredTokenSticks() async throws {
         let simulator = try await F.simulator()
         let client = try await F.tokenClient(simulator)
-        let old = try await client.send(headers: F.headers(authorization: F.authorization(issuedAt: F.epoch - 3601)), body: F.payload)
+        let old = try await client.send(
+            headers: F.headers(authorization: F.authorization(issuedAt: F.epoch - 3601)),
+            body: F.payload
+        )
         #expect(old.status == 403)
         #expect(old.reason == "ExpiredProviderToken")
         let fresh = try await client.send(headers: F.headers(authorization: F.authorization()), body: F.payload)
@@ -398,7 +519,10 @@ struct SimulatorTests {
         let stale = try await client.send(headers: F.headers(), body: F.payload)
         #expect(stale.reason == "ExpiredProviderToken")
         // Without expiredTokenSticks a fresh token works again on the same connection.
-        let fresh = try await client.send(headers: F.headers(authorization: F.authorization(issuedAt: clock.now)), body: F.payload)
+        let fresh = try await client.send(
+            headers: F.headers(authorization: F.authorization(issuedAt: clock.now)),
+            body: F.payload
+        )
         #expect(fresh.status == 200)
         await client.close()
         await simulator.stop()
@@ -416,7 +540,9 @@ struct SimulatorTests {
         let client = try await F.tokenClient(simulator)
         #expect(try await client.send(headers: F.headers(), body: F.payload).status == 200)
         let other = try await client.send(
-            headers: F.headers(authorization: F.authorization(key: otherKey, team: "OTHERTEAM1")), body: F.payload)
+            headers: F.headers(authorization: F.authorization(key: otherKey, team: "OTHERTEAM1")),
+            body: F.payload
+        )
         #expect(other.status == 403)
         #expect(other.reason == "InvalidProviderToken")
         await client.close()
@@ -424,7 +550,9 @@ struct SimulatorTests {
         // The same token is fine on a connection of its own.
         let fresh = try await F.tokenClient(simulator)
         let own = try await fresh.send(
-            headers: F.headers(authorization: F.authorization(key: otherKey, team: "OTHERTEAM1")), body: F.payload)
+            headers: F.headers(authorization: F.authorization(key: otherKey, team: "OTHERTEAM1")),
+            body: F.payload
+        )
         #expect(own.status == 200)
         await fresh.close()
         await simulator.stop()
@@ -441,7 +569,10 @@ struct SimulatorTests {
         }
         let client = try await F.tokenClient(simulator)
         #expect(try await client.send(headers: F.headers(), body: F.payload).status == 200)
-        let response = try await client.send(headers: F.headers(authorization: F.authorization(key: topicKey)), body: F.payload)
+        let response = try await client.send(
+            headers: F.headers(authorization: F.authorization(key: topicKey)),
+            body: F.payload
+        )
         #expect(response.status == 403)
         #expect(response.reason == "UnrelatedKeyIdInToken")
         await client.close()
@@ -455,13 +586,19 @@ struct SimulatorTests {
         let client = try await F.tokenClient(simulator)
         #expect(try await client.send(headers: F.headers(), body: F.payload).status == 200)
         clock.advance(by: 5 * 60)
-        let early = try await client.send(headers: F.headers(authorization: F.authorization(issuedAt: clock.now)), body: F.payload)
+        let early = try await client.send(
+            headers: F.headers(authorization: F.authorization(issuedAt: clock.now)),
+            body: F.payload
+        )
         #expect(early.status == 429)
         #expect(early.reason == "TooManyProviderTokenUpdates")
         // The previous token still works.
         #expect(try await client.send(headers: F.headers(), body: F.payload).status == 200)
         clock.advance(by: 16 * 60)
-        let later = try await client.send(headers: F.headers(authorization: F.authorization(issuedAt: clock.now)), body: F.payload)
+        let later = try await client.send(
+            headers: F.headers(authorization: F.authorization(issuedAt: clock.now)),
+            body: F.payload
+        )
         #expect(later.status == 200)
         await client.close()
         await simulator.stop()
@@ -498,7 +635,8 @@ struct SimulatorTests {
 
     @Test("Accepted requests are recorded as JSON lines with \"api\":\"http2\"")
     func recordFile() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("h2sim-\(UUID().uuidString).jsonl").path
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("h2sim-\(UUID().uuidString).jsonl")
+            .path
         defer { try? FileManager.default.removeItem(atPath: path) }
         let simulator = try await F.simulator { $0.recordPath = path }
         let client = try await F.tokenClient(simulator)
@@ -518,6 +656,7 @@ struct SimulatorTests {
         // A JSON object of exactly `size` bytes.
         let prefix = Array(#"{"aps":{"alert":""#.utf8)
         let suffix = Array(#""}}"#.utf8)
-        return prefix + [UInt8](repeating: UInt8(ascii: "a"), count: max(0, size - prefix.count - suffix.count)) + suffix
+        return prefix + [UInt8](repeating: UInt8(ascii: "a"), count: max(0, size - prefix.count - suffix.count))
+            + suffix
     }
 }

@@ -13,7 +13,9 @@ import Testing
 /// tokens, backpressure, and when each outcome's request was written.
 @Suite("HTTP/2 client snapshots", .timeLimit(.minutes(3)))
 struct SnapshotTests {
-    @Test("after N notifications: N writes, every connection of the pool open, one provider token; closed by the shutdown")
+    @Test(
+        "after N notifications: N writes, every connection of the pool open, one provider token; closed by the shutdown"
+    )
     func afterNNotifications() async throws {
         let simulator = try await ClientHarness.simulator { $0.maxConcurrentStreams = 100 }
         let client = try ClientHarness.tokenClient(port: simulator.port) { $0.maxConnections = 2 }

@@ -22,13 +22,16 @@ struct BoundedStopTests {
 
     @Test(
         "A worker stopped while Kafka, Redis, Apple or all three are gone exits within its bound and loses nothing",
-        arguments: Gone.allCases)
+        arguments: Gone.allCases
+    )
     func aStopEndsWithinItsBound(_ gone: Gone) async throws {
         // A 5 s confirmation window: what the worker sends is still unconfirmed when things go.
         let stack = try await WorkerStack.start(confirmationWindowMs: 5000)
         do {
             try await stack.startWorker(
-                "w1", environment: ["APN_WORKER_SHUTDOWN_TIMEOUT_SECONDS": "\(Self.shutdownTimeoutSeconds)"])
+                "w1",
+                environment: ["APN_WORKER_SHUTDOWN_TIMEOUT_SECONDS": "\(Self.shutdownTimeoutSeconds)"]
+            )
             let jobs = (0..<50).map { ("\(gone.rawValue)-\($0)", [DeviceToken.numbered($0)]) }
             try await stack.produce(jobs.map { WorkerStack.job(id: $0.0, tokens: $0.1) })
             let sent = try await ConfigFeaturesEndToEndTests.eventually {

@@ -35,7 +35,8 @@ struct CommandLineTests {
                 "simulate", "--cert", certs + "/server.pem", "--key", certs + "/server-key.pem",
                 "--client-ca", certs + "/ca.pem", "--bad-tokens", dir + "/bad.txt",
                 "--feedback-tokens", dir + "/feedback.txt", "--error-delay-ms", "50", "--record", dir + "/record.jsonl",
-            ])
+            ]
+        )
         let readyLine = await simulator.readLine()
         let ready = try #require(readyLine.flatMap(jsonObject))
         #expect(ready["event"] as? String == "ready")
@@ -48,7 +49,8 @@ struct CommandLineTests {
                 "push", "--gateway", "127.0.0.1:\(binaryPort)", "--cert", certs + "/client.pem",
                 "--key", certs + "/client-key.pem", "--ca", certs + "/ca.pem", "--tokens", dir + "/tokens.txt",
                 "--count", "3000", "--connections", "2", "--payload-bytes", "200",
-            ])
+            ]
+        )
         #expect(push.status == 0, "push failed: \(push.stderr)")
         let summary = try #require(jsonObject(push.stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
         // 3000 notifications cycle three times over 1000 tokens, 10 of which are bad.
@@ -63,7 +65,8 @@ struct CommandLineTests {
             [
                 "feedback", "--address", "127.0.0.1:\(feedbackPort)", "--pfx", certs + "/client.p12",
                 "--passphrase", "apn-worker", "--ca", certs + "/ca.pem", "--read-timeout", "2",
-            ])
+            ]
+        )
         #expect(fb.status == 0, "feedback failed: \(fb.stderr)")
         let entries = fb.stdout.split(separator: "\n").compactMap { jsonObject(String($0)) }
         #expect(entries.count == 2)
@@ -90,7 +93,10 @@ struct CommandLineTests {
     @Test func theDemoDeliversEveryJobAndSaysSo() async throws {
         let result = try await run(Paths.executable, ["demo", "--jobs", "400"])
         #expect(result.status == 0, "the demo failed: \(result.stdout)\n\(result.stderr)")
-        #expect(result.stdout.contains("Every notification, malformed message and feedback entry has its result."), "\(result.stdout)")
+        #expect(
+            result.stdout.contains("Every notification, malformed message and feedback entry has its result."),
+            "\(result.stdout)"
+        )
         // Every valid notification accepted exactly once: as many accepts as transmitted results.
         let line = try #require(result.stdout.split(separator: "\n").first { $0.contains("the simulator accepted") })
         let numbers = line.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }
@@ -146,15 +152,24 @@ struct CommandLineTests {
         try Self.tokenLine(1).write(toFile: dir + "/tokens.txt", atomically: false, encoding: .utf8)
         let base = ["push", "--gateway", "127.0.0.1:9", "--tokens", dir + "/tokens.txt", "--count", "1"]
 
-        let mismatch = try await run(Paths.executable, base + ["--cert", certs + "/client.pem", "--key", certs + "/server-key.pem"])
+        let mismatch = try await run(
+            Paths.executable,
+            base + ["--cert", certs + "/client.pem", "--key", certs + "/server-key.pem"]
+        )
         #expect(mismatch.status == 2)
         #expect(mismatch.stderr.contains("does not match the certificate"))
 
-        let missing = try await run(Paths.executable, base + ["--cert", dir + "/nope.pem", "--key", certs + "/client-key.pem"])
+        let missing = try await run(
+            Paths.executable,
+            base + ["--cert", dir + "/nope.pem", "--key", certs + "/client-key.pem"]
+        )
         #expect(missing.status == 2)
         #expect(missing.stderr.contains("nope.pem"))
 
-        let wrongPass = try await run(Paths.executable, base + ["--pfx", certs + "/client.p12", "--passphrase", "wrong"])
+        let wrongPass = try await run(
+            Paths.executable,
+            base + ["--pfx", certs + "/client.p12", "--passphrase", "wrong"]
+        )
         #expect(wrongPass.status == 2)
         #expect(wrongPass.stderr.contains("passphrase"))
 
@@ -168,20 +183,31 @@ struct CommandLineTests {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         try "abcd\nnot-hex\n".write(toFile: dir + "/tokens.txt", atomically: false, encoding: .utf8)
 
-        let badGateway = try await run(Paths.executable, ["push", "--gateway", "nowhere", "--tokens", dir + "/tokens.txt", "--count", "1"])
+        let badGateway = try await run(
+            Paths.executable,
+            ["push", "--gateway", "nowhere", "--tokens", dir + "/tokens.txt", "--count", "1"]
+        )
         #expect(badGateway.status == 2)
         #expect(badGateway.stderr.contains("--gateway must be HOST:PORT"))
 
         let badToken = try await run(
-            Paths.executable, ["push", "--gateway", "127.0.0.1:1", "--tokens", dir + "/tokens.txt", "--count", "1"])
+            Paths.executable,
+            ["push", "--gateway", "127.0.0.1:1", "--tokens", dir + "/tokens.txt", "--count", "1"]
+        )
         #expect(badToken.status == 2)
         #expect(badToken.stderr.contains("line 2"))
 
-        let negative = try await run(Paths.executable, ["push", "--gateway", "127.0.0.1:1", "--tokens", dir + "/tokens.txt", "--count=-5"])
+        let negative = try await run(
+            Paths.executable,
+            ["push", "--gateway", "127.0.0.1:1", "--tokens", dir + "/tokens.txt", "--count=-5"]
+        )
         #expect(negative.status != 0)
         #expect(negative.stderr.contains("--count must be zero or more"))
 
-        let simulate = try await run(Paths.executable, ["simulate", "--generate-certs", dir + "/c", "--bad-tokens", dir + "/tokens.txt"])
+        let simulate = try await run(
+            Paths.executable,
+            ["simulate", "--generate-certs", dir + "/c", "--bad-tokens", dir + "/tokens.txt"]
+        )
         #expect(simulate.status == 2)
         #expect(simulate.stderr.contains("--bad-tokens"))
     }
@@ -196,7 +222,8 @@ struct CommandLineTests {
             [
                 "-c",
                 "openssl ecparam -name prime256v1 -genkey -noout | openssl pkcs8 -topk8 -nocrypt -out '\(dir)/AuthKey.p8'",
-            ])
+            ]
+        )
         #expect(key.status == 0, "openssl failed: \(key.stderr)")
         let tokens = (0..<1000).map(Self.tokenLine)
         let bad = tokens.enumerated().filter { $0.offset % 100 == 7 }.map(\.element)
@@ -212,7 +239,8 @@ struct CommandLineTests {
                 "--http2-port", "0", "--jwt-key", "ABCDE12345=\(dir)/AuthKey.p8", "--team", "TEAM123456",
                 "--max-streams", "50", "--bad-tokens", dir + "/bad.txt", "--feedback-tokens", dir + "/feedback.txt",
                 "--record", dir + "/record.jsonl", "--http2-framing", framing,
-            ])
+            ]
+        )
         let ready = try #require(await simulator.readLine().flatMap(jsonObject))
         let port = try #require(ready["http2Port"] as? Int)
 
@@ -222,7 +250,8 @@ struct CommandLineTests {
                 "push", "--transport", "http2", "--gateway", "127.0.0.1:\(port)", "--topic", "com.example.app",
                 "--signing-key", dir + "/AuthKey.p8", "--key-id", "ABCDE12345", "--team-id", "TEAM123456",
                 "--ca", certs + "/ca.pem", "--tokens", dir + "/tokens.txt", "--count", "3000", "--connections", "2",
-            ])
+            ]
+        )
         #expect(push.status == 0, "push failed: \(push.stderr)")
         let summary = try #require(jsonObject(push.stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
         // 3000 notifications cycle three times over 1000 tokens: 10 bad (400), 2 unregistered (410).
@@ -247,23 +276,31 @@ struct CommandLineTests {
         let dir = try Paths.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         try Self.tokenLine(1).write(toFile: dir + "/tokens.txt", atomically: false, encoding: .utf8)
-        let base = ["push", "--transport", "http2", "--gateway", "127.0.0.1:1", "--tokens", dir + "/tokens.txt", "--count", "1"]
+        let base = [
+            "push", "--transport", "http2", "--gateway", "127.0.0.1:1", "--tokens", dir + "/tokens.txt", "--count", "1",
+        ]
         let noTopic = try await run(Paths.executable, base)
         #expect(noTopic.status != 0)
         #expect(noTopic.stderr.contains("--transport http2 needs --topic"))
         let noKeyId = try await run(
-            Paths.executable, base + ["--topic", "com.example.app", "--signing-key", dir + "/k.p8", "--team-id", "TEAM123456"])
+            Paths.executable,
+            base + ["--topic", "com.example.app", "--signing-key", dir + "/k.p8", "--team-id", "TEAM123456"]
+        )
         #expect(noKeyId.status != 0)
         #expect(noKeyId.stderr.contains("--signing-key needs --key-id and --team-id"))
         let missingKey = try await run(
             Paths.executable,
             base + [
-                "--topic", "com.example.app", "--signing-key", dir + "/k.p8", "--key-id", "ABCDE12345", "--team-id", "TEAM123456",
-            ])
+                "--topic", "com.example.app", "--signing-key", dir + "/k.p8", "--key-id", "ABCDE12345", "--team-id",
+                "TEAM123456",
+            ]
+        )
         #expect(missingKey.status == 2)
         #expect(missingKey.stderr.contains("--signing-key"))
         let simulate = try await run(
-            Paths.executable, ["simulate", "--generate-certs", dir + "/c", "--http2-port", "0", "--jwt-key", "ABCDE12345=\(dir)/k.p8"])
+            Paths.executable,
+            ["simulate", "--generate-certs", dir + "/c", "--http2-port", "0", "--jwt-key", "ABCDE12345=\(dir)/k.p8"]
+        )
         #expect(simulate.status != 0)
         #expect(simulate.stderr.contains("--team"))
     }

@@ -17,13 +17,18 @@ struct ConfigFeaturesEndToEndTests {
     }
 
     /// Reads results until every id in `ids` has one; returns them by result id.
-    static func results(_ stack: WorkerStack, for ids: [(String, DeviceToken)]) async throws -> [String: [String: JSONValue]] {
+    static func results(
+        _ stack: WorkerStack,
+        for ids: [(String, DeviceToken)]
+    ) async throws -> [String: [String: JSONValue]] {
         let wanted = Set(ids.map { WorkerResult.notificationId(jobId: $0.0, token: $0.1.hex) })
         try await stack.readResults(timeout: .seconds(60)) { results in
             wanted.isSubset(of: Set(results.compactMap { $0["resultId"]?.stringValue }))
         }
         var byJob: [String: [String: JSONValue]] = [:]
-        for (job, token) in ids { byJob[job] = stack.resultsById[WorkerResult.notificationId(jobId: job, token: token.hex)] }
+        for (job, token) in ids {
+            byJob[job] = stack.resultsById[WorkerResult.notificationId(jobId: job, token: token.hex)]
+        }
         return byJob
     }
 
@@ -37,7 +42,9 @@ struct ConfigFeaturesEndToEndTests {
         return true
     }
 
-    @Test("An MDM job goes out on the binary transport, and on HTTP/2 with the app's mdmTopic; without one it is invalid (517)")
+    @Test(
+        "An MDM job goes out on the binary transport, and on HTTP/2 with the app's mdmTopic; without one it is invalid (517)"
+    )
     func mdmOnBothTransports() async throws {
         let stack = try await WorkerStack.start(http2: (badTokens: [], unregistered: [:]))
         do {
@@ -51,7 +58,10 @@ struct ConfigFeaturesEndToEndTests {
                 Self.job("mdm-http2", app: Self.http2App, token: http2, magic),
                 Self.job("mdm-no-topic", app: "com.example.h2-no-mdm", token: missing, magic),
             ])
-            let results = try await Self.results(stack, for: [("mdm-binary", binary), ("mdm-http2", http2), ("mdm-no-topic", missing)])
+            let results = try await Self.results(
+                stack,
+                for: [("mdm-binary", binary), ("mdm-http2", http2), ("mdm-no-topic", missing)]
+            )
             #expect(results["mdm-binary"]?["type"] == "transmitted")
             #expect(stack.simulator.acceptedByToken[binary] == 1)
             #expect(results["mdm-http2"]?["type"] == "transmitted")
@@ -62,8 +72,11 @@ struct ConfigFeaturesEndToEndTests {
             #expect(refused["type"] == "transmissionError")
             #expect(refused["status"] == .int(517))
             #expect(
-                refused["reason"]?.stringValue?.contains("set apps.com.example.h2-no-mdm.mdmTopic to the topic of the MDM push certificate")
-                    == true)
+                refused["reason"]?.stringValue?.contains(
+                    "set apps.com.example.h2-no-mdm.mdmTopic to the topic of the MDM push certificate"
+                )
+                    == true
+            )
             #expect(stack.http2Simulator?.acceptedByToken[missing] == nil)
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
@@ -89,15 +102,18 @@ struct ConfigFeaturesEndToEndTests {
             let results = try await Self.results(
                 stack,
                 for: [
-                    ("expiry-binary-default", tokens[0]), ("expiry-binary-own", tokens[1]), ("expiry-http2-default", tokens[2]),
+                    ("expiry-binary-default", tokens[0]), ("expiry-binary-own", tokens[1]),
+                    ("expiry-http2-default", tokens[2]),
                     ("expiry-http2-own", tokens[3]),
-                ])
+                ]
+            )
             let after = Int(Date().timeIntervalSince1970)
             #expect(results.values.allSatisfy { $0["type"] == "transmitted" }, "\(results)")
             let binary = stack.simulator.expiryByToken
             let http2 = Dictionary(
                 (stack.http2Simulator?.accepted ?? []).compactMap { a in a.expiration.map { (a.token, $0) } },
-                uniquingKeysWith: { a, _ in a })
+                uniquingKeysWith: { a, _ in a }
+            )
             #expect(binary[tokens[0]].map { (before + 86_400...after + 86_400).contains(Int($0)) } == true, "\(binary)")
             #expect(binary[tokens[1]] == 0)
             #expect(http2[tokens[2]].map { (before + 7_200...after + 7_200).contains($0) } == true, "\(http2)")
@@ -122,7 +138,9 @@ struct ConfigFeaturesEndToEndTests {
             try stack.replaceInConfig("signingKey: \(certs)/AuthKey.p8", with: "signingKeyPem: |\n\(block)")
             try stack.replaceInConfig("logLevel: info", with: "logLevel: trace")
             // The files are gone: the worker can only have the credentials from the variables and the text.
-            for name in ["client.pem", "client-key.pem", "AuthKey.p8"] { try FileManager.default.removeItem(atPath: certs + "/" + name) }
+            for name in ["client.pem", "client-key.pem", "AuthKey.p8"] {
+                try FileManager.default.removeItem(atPath: certs + "/" + name)
+            }
             try await stack.startWorker("w1", environment: ["E2E_CERTIFICATE": certificate, "E2E_KEY": key])
             let binary = DeviceToken.numbered(20), http2 = DeviceToken.numbered(21)
             try await stack.produce([
@@ -169,8 +187,10 @@ struct ConfigFeaturesEndToEndTests {
         #expect(
             result.stderr.hasPrefix(
                 "apn-worker: apps.com.example.app.environments.production: the certificate given in "
-                    + "apps.com.example.app.environments.production.certificatePem "),
-            "\(result.stderr)")
+                    + "apps.com.example.app.environments.production.certificatePem "
+            ),
+            "\(result.stderr)"
+        )
         #expect(!result.stderr.contains("U0VDUkVUS0VZTUFURVJJQUw") && !result.stderr.contains("Tk9UQUNFUlRJRklDQVRF"))
     }
 
@@ -184,8 +204,11 @@ struct ConfigFeaturesEndToEndTests {
             try await stack.startWorker("w1")
             let http2Simulator = try #require(stack.http2Simulator)
             #expect(
-                try await Self.eventually { stack.simulator.openConnections == 1 && http2Simulator.openConnections == 1 },
-                "open before any job: binary \(stack.simulator.openConnections), http2 \(http2Simulator.openConnections)")
+                try await Self.eventually {
+                    stack.simulator.openConnections == 1 && http2Simulator.openConnections == 1
+                },
+                "open before any job: binary \(stack.simulator.openConnections), http2 \(http2Simulator.openConnections)"
+            )
             #expect(stack.simulator.statistics.accepted == 0 && http2Simulator.statistics.requests == 0)
 
             // A job for each: with notifications queued each pool opens its second connection.
@@ -196,12 +219,21 @@ struct ConfigFeaturesEndToEndTests {
                 WorkerStack.job(id: "busy-http2", tokens: http2Tokens, app: Self.http2App),
             ])
             try await stack.readResults(timeout: .seconds(60)) { $0.count >= 600 }
-            #expect(stack.simulator.statistics.connections == 2, "binary connections: \(stack.simulator.statistics.connections)")
-            #expect(http2Simulator.statistics.connections == 2, "http2 connections: \(http2Simulator.statistics.connections)")
+            #expect(
+                stack.simulator.statistics.connections == 2,
+                "binary connections: \(stack.simulator.statistics.connections)"
+            )
+            #expect(
+                http2Simulator.statistics.connections == 2,
+                "http2 connections: \(http2Simulator.statistics.connections)"
+            )
             // Idle for 500 ms: back to the one kept warm, on both.
             #expect(
-                try await Self.eventually { stack.simulator.openConnections == 1 && http2Simulator.openConnections == 1 },
-                "after idling: binary \(stack.simulator.openConnections), http2 \(http2Simulator.openConnections)")
+                try await Self.eventually {
+                    stack.simulator.openConnections == 1 && http2Simulator.openConnections == 1
+                },
+                "after idling: binary \(stack.simulator.openConnections), http2 \(http2Simulator.openConnections)"
+            )
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
         }
@@ -220,11 +252,19 @@ struct ConfigFeaturesEndToEndTests {
             // With the defaults (3 retries, 1 s doubling) this takes 7 s per notification; the
             // settings make it well under the wait below.
             _ = try await Self.results(stack, for: tokens.map { ("refused", $0) })
-            let results = tokens.compactMap { stack.resultsById[WorkerResult.notificationId(jobId: "refused", token: $0.hex)] }
+            let results = tokens.compactMap {
+                stack.resultsById[WorkerResult.notificationId(jobId: "refused", token: $0.hex)]
+            }
             #expect(results.count == 20)
-            #expect(results.allSatisfy { $0["status"] == .int(429) && $0["attempts"] == .int(3) }, "\(results.first ?? [:])")
+            #expect(
+                results.allSatisfy { $0["status"] == .int(429) && $0["attempts"] == .int(3) },
+                "\(results.first ?? [:])"
+            )
             let http2Simulator = try #require(stack.http2Simulator)
-            #expect(http2Simulator.statistics.tooManyRequests == 60, "429s: \(http2Simulator.statistics.tooManyRequests)")
+            #expect(
+                http2Simulator.statistics.tooManyRequests == 60,
+                "429s: \(http2Simulator.statistics.tooManyRequests)"
+            )
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
         }
@@ -255,7 +295,9 @@ extension WorkerStack {
 
     /// Everything a worker wrote to standard error.
     func fullLog(of id: String) throws -> String {
-        try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasPrefix(id) && $0.hasSuffix(".log") }.sorted()
+        try FileManager.default.contentsOfDirectory(atPath: directory).filter {
+            $0.hasPrefix(id) && $0.hasSuffix(".log")
+        }.sorted()
             .map { try String(contentsOfFile: directory + "/" + $0, encoding: .utf8) }.joined(separator: "\n")
     }
 }

@@ -19,9 +19,13 @@ struct FailoverTests {
             [
                 "failover", "--scenario", scenario, "--rate", "200", "--seconds", "20", "--event-at", "5",
                 "--drain-seconds", "60", "--session-timeout-ms", "3000",
-            ] + extra)
+            ] + extra
+        )
         let line = result.stdout.split(separator: "\n").last { $0.hasPrefix("{") }
-        let report = try #require(line.flatMap { jsonObject(String($0)) }, "no report: \(result.stdout)\n\(result.stderr.suffix(3000))")
+        let report = try #require(
+            line.flatMap { jsonObject(String($0)) },
+            "no report: \(result.stdout)\n\(result.stderr.suffix(3000))"
+        )
         // Every run's figures, failed or not: the margins to the targets show in the log.
         print("apn-bench failover \(scenario): \(line ?? "")")
         #expect(result.status == 0, "\(report)")

@@ -13,14 +13,18 @@ struct HostileInputEndToEndTests {
     /// newest 5 MiB of each partition and drops older message sets unread, so the mix stays well
     /// under that per partition.
     static let perKind = 20
-    static let large: [HostileJobs.Kind: Int] = [.tooManyTokens: 2, .oneMiB: 2, .overLimit: 2, .hugeStrings: 3, .bigAlert: 3]
+    static let large: [HostileJobs.Kind: Int] = [
+        .tooManyTokens: 2, .oneMiB: 2, .overLimit: 2, .hugeStrings: 3, .bigAlert: 3,
+    ]
     /// How long after it was produced a message may wait for its results. Generous: the whole
     /// mix (about 8 MB) is produced at once on two shared cores, and valid jobs wait for the
     /// 200 ms confirmation window; the worker's own answer time per message is measured by
     /// `apn-bench hostile` (docs/benchmarks.md).
     static let deadline: Duration = .seconds(10)
 
-    @Test("Every message of a hostile mix is answered within the deadline, valid jobs are delivered, the worker stays up")
+    @Test(
+        "Every message of a hostile mix is answered within the deadline, valid jobs are delivered, the worker stays up"
+    )
     func everyHostileMessageIsAnswered() async throws {
         let stack = try await WorkerStack.start(confirmationWindowMs: 200)
         do {
@@ -29,33 +33,55 @@ struct HostileInputEndToEndTests {
             let first = DeviceToken.numbered(6, salt: 7)
             let firstId = WorkerResult.notificationId(jobId: "before-the-storm", token: first.hex)
             try await stack.produce([WorkerStack.job(id: "before-the-storm", tokens: [first])])
-            try await stack.readResults(timeout: .seconds(60)) { $0.contains { $0["resultId"]?.stringValue == firstId } }
+            try await stack.readResults(timeout: .seconds(60)) {
+                $0.contains { $0["resultId"]?.stringValue == firstId }
+            }
             var rng = SeededGenerator(seed: 2026)
             let mix = HostileJobs.Kind.allCases
                 .flatMap { kind in (0..<(Self.large[kind] ?? Self.perKind)).map { (kind: kind, index: $0) } }
                 .shuffled(using: &rng)
-                .map { (kind: $0.kind, index: $0.index, bytes: HostileJobs.make($0.kind, index: $0.index, app: WorkerStack.app)) }
+                .map {
+                    (
+                        kind: $0.kind, index: $0.index,
+                        bytes: HostileJobs.make($0.kind, index: $0.index, app: WorkerStack.app)
+                    )
+                }
             let producedAt = Date().timeIntervalSince1970 * 1000
             let stored = try await stack.produce(mix.map(\.bytes))
 
             // What each message must get, from the parser the worker uses: one invalidJob result
             // naming the message, or one result per token of the job.
             let parser = JobParser()
-            var expected: [(kind: HostileJobs.Kind, report: KafkaDeliveryReport, invalidAt: KafkaDeliveryReport?, resultIds: Set<String>)] =
-                []
+            var expected:
+                [(
+                    kind: HostileJobs.Kind, report: KafkaDeliveryReport, invalidAt: KafkaDeliveryReport?,
+                    resultIds: Set<String>
+                )] =
+                    []
             var valid: [String: DeviceToken] = [:]  // resultId → token
             for (message, report) in zip(mix, stored) {
                 switch parser.parse(message.bytes) {
                 case .unreadable:
                     expected.append((message.kind, report, report, []))
                 case .rejected(let jobId, _, let tokens, _, _):
-                    expected.append((message.kind, report, nil, Set(tokens.map { WorkerResult.notificationId(jobId: jobId, token: $0) })))
+                    expected.append(
+                        (
+                            message.kind, report, nil,
+                            Set(tokens.map { WorkerResult.notificationId(jobId: jobId, token: $0) })
+                        )
+                    )
                 case .job(let job):
                     expected.append(
-                        (message.kind, report, nil, Set(job.tokens.map { WorkerResult.notificationId(jobId: job.id, token: $0.text) })))
+                        (
+                            message.kind, report, nil,
+                            Set(job.tokens.map { WorkerResult.notificationId(jobId: job.id, token: $0.text) })
+                        )
+                    )
                     // Sendable: a configured app and environment and a payload that fits (a
                     // flipped byte may leave a job valid, or change its app).
-                    if job.payloadError == nil, job.app == WorkerStack.app, (job.environment ?? "production") == "production" {
+                    if job.payloadError == nil, job.app == WorkerStack.app,
+                        (job.environment ?? "production") == "production"
+                    {
                         for case .valid(let token, _) in job.tokens {
                             valid[WorkerResult.notificationId(jobId: job.id, token: token.hex)] = token
                         }
@@ -64,7 +90,9 @@ struct HostileInputEndToEndTests {
             }
             #expect(
                 Set(mix.filter { $0.kind == .valid || $0.kind == .bigAlert }.map { HostileJobs.token($0.index) })
-                    .isSubset(of: Set(valid.values.map(\.hex))), "the parser no longer accepts the valid jobs of the mix")
+                    .isSubset(of: Set(valid.values.map(\.hex))),
+                "the parser no longer accepts the valid jobs of the mix"
+            )
 
             func answers(_ results: [[String: JSONValue]]) -> (answeredAt: [Int64?], all: Bool) {
                 var byId: [String: Int64] = [:]
@@ -101,9 +129,14 @@ struct HostileInputEndToEndTests {
                 slowest[e.kind] = max(slowest[e.kind] ?? 0, waited)
                 if waited > Self.deadline.milliseconds { late.append("\(e.kind.rawValue): \(Int(waited)) ms") }
             }
-            #expect(unanswered.isEmpty, "messages without all their results, by kind: \(unanswered); \(unansweredAt.prefix(20))")
+            #expect(
+                unanswered.isEmpty,
+                "messages without all their results, by kind: \(unanswered); \(unansweredAt.prefix(20))"
+            )
             #expect(late.isEmpty, "answered later than \(Self.deadline) after being produced: \(late.prefix(10))")
-            let slowestText = slowest.sorted { $0.value > $1.value }.prefix(5).map { "\($0.key.rawValue) \(Int($0.value)) ms" }
+            let slowestText = slowest.sorted { $0.value > $1.value }.prefix(5).map {
+                "\($0.key.rawValue) \(Int($0.value)) ms"
+            }
             print("hostile mix: \(mix.count) messages, slowest answers after producing: \(slowestText)")
 
             // The valid jobs (and the trimmed big alerts) are delivered once each.
@@ -113,14 +146,18 @@ struct HostileInputEndToEndTests {
             let sent = Dictionary(valid.values.map { ($0, 1) }, uniquingKeysWith: +)
             let undelivered = sent.filter { accepted[$0.key] != $0.value }
             #expect(undelivered.isEmpty, "\(undelivered.count) of \(sent.count) valid tokens not accepted once per job")
-            let transmitted = Set(results.filter { $0["type"] == "transmitted" }.compactMap { $0["resultId"]?.stringValue })
+            let transmitted = Set(
+                results.filter { $0["type"] == "transmitted" }.compactMap { $0["resultId"]?.stringValue }
+            )
             #expect(transmitted.subtracting([firstId]) == Set(valid.keys))
 
             // Still up: one more job is delivered, and the worker stops cleanly.
             let after = DeviceToken.numbered(7, salt: 7)
             try await stack.produce([WorkerStack.job(id: "after-the-storm", tokens: [after])])
             let afterId = WorkerResult.notificationId(jobId: "after-the-storm", token: after.hex)
-            let final = try await stack.readResults(timeout: .seconds(30)) { $0.contains { $0["resultId"]?.stringValue == afterId } }
+            let final = try await stack.readResults(timeout: .seconds(30)) {
+                $0.contains { $0["resultId"]?.stringValue == afterId }
+            }
             #expect(final.contains { $0["resultId"]?.stringValue == afterId && $0["type"] == "transmitted" })
             #expect(try await stack.waitForAllCommitted())
             #expect(await stack.stopWorker("w1") == 0)
@@ -139,16 +176,22 @@ extension HostileInputEndToEndTests {
         do {
             try await stack.startWorker("w1")
             let long = String(repeating: "q", count: 600)
-            let big = Array(#"{"id":"\#(String(repeating: "j", count: 256))","app":"\#(long)","token":"\#(long)","alert":"x"}"#.utf8)
+            let big = Array(
+                #"{"id":"\#(String(repeating: "j", count: 256))","app":"\#(long)","token":"\#(long)","alert":"x"}"#.utf8
+            )
             let after = DeviceToken.numbered(3, salt: 3)
             let afterId = WorkerResult.notificationId(jobId: "behind-the-big-result", token: after.hex)
             try await stack.produce([big, WorkerStack.job(id: "behind-the-big-result", tokens: [after])])
-            let results = try await stack.readResults(timeout: .seconds(60)) { $0.contains { $0["resultId"]?.stringValue == afterId } }
+            let results = try await stack.readResults(timeout: .seconds(60)) {
+                $0.contains { $0["resultId"]?.stringValue == afterId }
+            }
             #expect(results.contains { $0["resultId"]?.stringValue == afterId && $0["type"] == "transmitted" })
             #expect(!results.contains { $0["jobId"]?.stringValue?.hasPrefix("jjj") == true })
             #expect(try await stack.waitForAllCommitted())
             #expect(await stack.stopWorker("w1") == 0)
-            #expect(stack.log(of: "w1").contains("A result is over the producer's message.max.bytes and is not written"))
+            #expect(
+                stack.log(of: "w1").contains("A result is over the producer's message.max.bytes and is not written")
+            )
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
         }

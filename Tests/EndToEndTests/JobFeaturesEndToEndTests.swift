@@ -19,11 +19,14 @@ struct JobFeaturesEndToEndTests {
         return Array(#"{"id":"\#(id)","app":"\#(app)",\#(tokenField),\#(fields)}"#.utf8)
     }
 
-    static func id(_ job: String, _ token: DeviceToken) -> String { WorkerResult.notificationId(jobId: job, token: token.hex) }
+    static func id(_ job: String, _ token: DeviceToken) -> String {
+        WorkerResult.notificationId(jobId: job, token: token.hex)
+    }
 
     /// Runs `body` with a started stack and one worker; records the worker's log on failure.
     static func withStack(
-        _ stack: WorkerStack, _ body: (WorkerStack) async throws -> Void
+        _ stack: WorkerStack,
+        _ body: (WorkerStack) async throws -> Void
     ) async {
         do {
             try await stack.startWorker("w1")
@@ -44,7 +47,8 @@ struct JobFeaturesEndToEndTests {
     func soundObjects() async throws {
         let stack = try await WorkerStack.start(http2: (badTokens: [], unregistered: [:]), binaryRecord: true)
         await Self.withStack(stack) { stack in
-            let plain = DeviceToken.numbered(1), critical = DeviceToken.numbered(2), unknownKey = DeviceToken.numbered(3)
+            let plain = DeviceToken.numbered(1), critical = DeviceToken.numbered(2),
+                unknownKey = DeviceToken.numbered(3)
             let h2Plain = DeviceToken.numbered(4), h2Critical = DeviceToken.numbered(5)
             try await stack.produce([
                 Self.job("sound-plain", [plain], #""alert":"x","sound":{"name":"a.caf","critical":0}"#),
@@ -52,32 +56,46 @@ struct JobFeaturesEndToEndTests {
                 Self.job("sound-unknown", [unknownKey], #""alert":"x","sound":{"name":"a.caf","loud":true}"#),
                 Self.job("sound-plain", [h2Plain], app: WorkerStack.http2App, #""alert":"x","sound":{"name":"a.caf"}"#),
                 Self.job(
-                    "sound-critical", [h2Critical], app: WorkerStack.http2App, #""alert":"x","sound":{"name":"a.caf","critical":true}"#),
+                    "sound-critical",
+                    [h2Critical],
+                    app: WorkerStack.http2App,
+                    #""alert":"x","sound":{"name":"a.caf","critical":true}"#
+                ),
             ])
             let byId = try await Self.results(
                 stack,
                 [
-                    Self.id("sound-plain", plain), Self.id("sound-critical", critical), Self.id("sound-unknown", unknownKey),
+                    Self.id("sound-plain", plain), Self.id("sound-critical", critical),
+                    Self.id("sound-unknown", unknownKey),
                     Self.id("sound-plain", h2Plain), Self.id("sound-critical", h2Critical),
-                ])
+                ]
+            )
             #expect(byId[Self.id("sound-plain", plain)]?["type"] == "transmitted")
             #expect(byId[Self.id("sound-critical", critical)]?["type"] == "transmitted")
             #expect(byId[Self.id("sound-plain", h2Plain)]?["type"] == "transmitted")
             #expect(byId[Self.id("sound-critical", h2Critical)]?["type"] == "transmitted")
             let unknown = byId[Self.id("sound-unknown", unknownKey)]
             #expect(unknown?["status"] == .int(517))
-            #expect(unknown?["reason"] == "\"sound.loud\" is not a sound field; a sound object has name, critical and volume")
+            #expect(
+                unknown?["reason"]
+                    == "\"sound.loud\" is not a sound field; a sound object has name, critical and volume"
+            )
             // What went out: the plain sound as a name, the critical one as a critical dictionary.
             let plainLength = #"{"aps":{"alert":"x","sound":"a.caf"}}"#.utf8.count
             let criticalLength = #"{"aps":{"alert":"x","sound":{"critical":1,"name":"a.caf","volume":1.0}}}"#.utf8.count
             let h2Lengths = Dictionary(
-                (stack.http2Simulator?.accepted ?? []).map { ($0.token, $0.payloadLength) }, uniquingKeysWith: { a, _ in a })
+                (stack.http2Simulator?.accepted ?? []).map { ($0.token, $0.payloadLength) },
+                uniquingKeysWith: { a, _ in a }
+            )
             #expect(h2Lengths[h2Plain] == plainLength)
             #expect(h2Lengths[h2Critical] == criticalLength)
             await stack.simulator.stop()  // flushes the record
             let binaryLengths = Dictionary(
-                stack.binaryRecord().compactMap { r in r["token"]?.stringValue.map { ($0, r["payloadLength"]?.intValue) } },
-                uniquingKeysWith: { a, _ in a })
+                stack.binaryRecord().compactMap { r in
+                    r["token"]?.stringValue.map { ($0, r["payloadLength"]?.intValue) }
+                },
+                uniquingKeysWith: { a, _ in a }
+            )
             #expect(binaryLengths[plain.hex] == .some(Int64(plainLength)))
             #expect(binaryLengths[critical.hex] == .some(Int64(criticalLength)))
             #expect(binaryLengths[unknownKey.hex] == nil)
@@ -88,7 +106,8 @@ struct JobFeaturesEndToEndTests {
     func numericExpiry() async throws {
         let stack = try await WorkerStack.start()
         await Self.withStack(stack) { stack in
-            let relative = DeviceToken.numbered(1), milliseconds = DeviceToken.numbered(2), absolute = DeviceToken.numbered(3)
+            let relative = DeviceToken.numbered(1), milliseconds = DeviceToken.numbered(2),
+                absolute = DeviceToken.numbered(3)
             let later = Int(Date().timeIntervalSince1970) + 86_400
             try await stack.produce([
                 Self.job("expiry-relative", [relative], #""alert":"x","expiry":3600"#),
@@ -97,10 +116,16 @@ struct JobFeaturesEndToEndTests {
             ])
             let byId = try await Self.results(
                 stack,
-                [Self.id("expiry-relative", relative), Self.id("expiry-ms", milliseconds), Self.id("expiry-absolute", absolute)])
+                [
+                    Self.id("expiry-relative", relative), Self.id("expiry-ms", milliseconds),
+                    Self.id("expiry-absolute", absolute),
+                ]
+            )
             let refused = byId[Self.id("expiry-relative", relative)]
             #expect(refused?["status"] == .int(517))
-            #expect(refused?["reason"]?.stringValue?.contains("a number means an absolute UNIX time in seconds") == true)
+            #expect(
+                refused?["reason"]?.stringValue?.contains("a number means an absolute UNIX time in seconds") == true
+            )
             #expect(refused?["reason"]?.stringValue?.contains("\"30m\"") == true)
             let refusedMilliseconds = byId[Self.id("expiry-ms", milliseconds)]
             #expect(refusedMilliseconds?["status"] == .int(517))
@@ -122,7 +147,8 @@ struct JobFeaturesEndToEndTests {
                 Self.job("meta", [good, bad], #""alert":"x","metadata":\#(metadata)"#),
                 Array(
                     #"{"id":"meta-bad","app":"\#(WorkerStack.app)","tokens":["\#(invalid.hex)","zz"],"badge":-1,"metadata":\#(metadata)}"#
-                        .utf8),
+                        .utf8
+                ),
                 Array(#"{"id":"meta-unreadable","app":"\#(WorkerStack.app)","metadata":\#(metadata)}"#.utf8),
             ])
             let ids = [
@@ -161,11 +187,15 @@ struct JobFeaturesEndToEndTests {
             let byId = try await Self.results(
                 stack,
                 [
-                    Self.id("id-single", single), Self.id("id-many", first), Self.id("id-many", second), Self.id("id-none", plain),
+                    Self.id("id-single", single), Self.id("id-many", first), Self.id("id-many", second),
+                    Self.id("id-none", plain),
                     Self.id("id-binary", binary),
-                ])
+                ]
+            )
             let sent = Dictionary(
-                (stack.http2Simulator?.accepted ?? []).map { ($0.token, $0.apnsID) }, uniquingKeysWith: { a, _ in a })
+                (stack.http2Simulator?.accepted ?? []).map { ($0.token, $0.apnsID) },
+                uniquingKeysWith: { a, _ in a }
+            )
             let lower = given.lowercased()
             let expected: [(String, DeviceToken, String)] = [
                 ("id-single", single, lower),
@@ -193,24 +223,46 @@ struct JobFeaturesEndToEndTests {
     @Test("A job names a topic from its app's topics; another topic fails with 517 for each token")
     func perJobTopics() async throws {
         let stack = try await WorkerStack.start(
-            http2: (badTokens: [], unregistered: [:]), http2AppSettings: ["topics: [\(WorkerStack.http2App), com.example.watch]"])
+            http2: (badTokens: [], unregistered: [:]),
+            http2AppSettings: ["topics: [\(WorkerStack.http2App), com.example.watch]"]
+        )
         await Self.withStack(stack) { stack in
             let watch = DeviceToken.numbered(1), voip = DeviceToken.numbered(2), own = DeviceToken.numbered(3)
             let outside = [DeviceToken.numbered(4), .numbered(5)], binary = DeviceToken.numbered(6)
             try await stack.produce([
-                Self.job("topic-watch", [watch], app: WorkerStack.http2App, #""alert":"x","topic":"com.example.watch""#),
                 Self.job(
-                    "topic-voip", [voip], app: WorkerStack.http2App, #""alert":"x","topic":"com.example.watch","pushType":"voip""#),
+                    "topic-watch",
+                    [watch],
+                    app: WorkerStack.http2App,
+                    #""alert":"x","topic":"com.example.watch""#
+                ),
+                Self.job(
+                    "topic-voip",
+                    [voip],
+                    app: WorkerStack.http2App,
+                    #""alert":"x","topic":"com.example.watch","pushType":"voip""#
+                ),
                 Self.job("topic-own", [own], app: WorkerStack.http2App, #""alert":"x""#),
-                Self.job("topic-outside", outside, app: WorkerStack.http2App, #""alert":"x","topic":"com.example.other""#),
+                Self.job(
+                    "topic-outside",
+                    outside,
+                    app: WorkerStack.http2App,
+                    #""alert":"x","topic":"com.example.other""#
+                ),
                 Self.job("topic-binary", [binary], #""alert":"x","topic":"com.example.watch""#),
             ])
             let byId = try await Self.results(
                 stack,
-                [Self.id("topic-watch", watch), Self.id("topic-voip", voip), Self.id("topic-own", own), Self.id("topic-binary", binary)]
-                    + outside.map { Self.id("topic-outside", $0) })
+                [
+                    Self.id("topic-watch", watch), Self.id("topic-voip", voip), Self.id("topic-own", own),
+                    Self.id("topic-binary", binary),
+                ]
+                    + outside.map { Self.id("topic-outside", $0) }
+            )
             let topics = Dictionary(
-                (stack.http2Simulator?.accepted ?? []).map { ($0.token, $0.topic) }, uniquingKeysWith: { a, _ in a })
+                (stack.http2Simulator?.accepted ?? []).map { ($0.token, $0.topic) },
+                uniquingKeysWith: { a, _ in a }
+            )
             #expect(byId[Self.id("topic-watch", watch)]?["type"] == "transmitted")
             #expect(topics[watch] == .some("com.example.watch"))
             #expect(topics[voip] == .some("com.example.watch.voip"))
@@ -218,7 +270,10 @@ struct JobFeaturesEndToEndTests {
             for token in outside {
                 let result = byId[Self.id("topic-outside", token)]
                 #expect(result?["status"] == .int(517))
-                #expect(result?["reason"]?.stringValue?.contains("is not one of app \"\(WorkerStack.http2App)\"'s topics") == true)
+                #expect(
+                    result?["reason"]?.stringValue?.contains("is not one of app \"\(WorkerStack.http2App)\"'s topics")
+                        == true
+                )
                 #expect(topics[token] == nil)
             }
             #expect(byId[Self.id("topic-binary", binary)]?["status"] == .int(517))
@@ -238,7 +293,10 @@ struct JobFeaturesEndToEndTests {
             let dryResults = try await Self.results(stack, dryIds)
             for id in dryIds {
                 #expect(dryResults[id]?["type"] == "dryRun")
-                #expect(dryResults[id]?["payloadBytes"] == .int(Int64(#"{"aps":{"alert":"Your order has shipped"}}"#.utf8.count)))
+                #expect(
+                    dryResults[id]?["payloadBytes"]
+                        == .int(Int64(#"{"aps":{"alert":"Your order has shipped"}}"#.utf8.count))
+                )
                 #expect(dryResults[id]?["metadata"] == ["m": 1])
             }
             #expect(stack.simulator.acceptedByToken.isEmpty)

@@ -15,7 +15,9 @@ struct JobSummaryEndToEndTests {
     static func job(id: String, tokens: [String], summary: Bool = true) -> [UInt8] {
         let list = tokens.map { "\"\($0)\"" }.joined(separator: ",")
         return Array(
-            #"{"id":"\#(id)","app":"\#(WorkerStack.app)","tokens":[\#(list)],"alert":"Hi"\#(summary ? #","summary":true"# : "")}"#.utf8)
+            #"{"id":"\#(id)","app":"\#(WorkerStack.app)","tokens":[\#(list)],"alert":"Hi"\#(summary ? #","summary":true"# : "")}"#
+                .utf8
+        )
     }
 
     static func summaries(_ results: [Result], of jobId: String) -> [Result] {
@@ -47,9 +49,11 @@ struct JobSummaryEndToEndTests {
             // A job for an app the configuration does not have: every token 517, and its summary.
             let unknownApp = Array(
                 #"{"id":"elsewhere","app":"com.example.nope","tokens":["\#(good[0].hex)","\#(good[1].hex)"],"alert":"x","summary":true}"#
-                    .utf8)
+                    .utf8
+            )
             try await stack.produce([
-                Self.job(id: "plain", tokens: [plain.hex], summary: false), Self.job(id: "summed", tokens: tokens), unknownApp,
+                Self.job(id: "plain", tokens: [plain.hex], summary: false), Self.job(id: "summed", tokens: tokens),
+                unknownApp,
             ])
             // A summary is written after its job's token results, but it is read from another
             // partition (its key is the job id): wait for both.
@@ -61,7 +65,10 @@ struct JobSummaryEndToEndTests {
             #expect(summary["resultId"]?.stringValue == WorkerResult.summaryId(jobId: "summed"))
             #expect(summary["app"]?.stringValue == WorkerStack.app && summary["env"]?.stringValue == "production")
             #expect(summary["tokens"] == .int(24))
-            #expect(summary["counts"]?["transmitted"] == .int(20) && summary["counts"]?["transmissionError"] == .int(4), "\(summary)")
+            #expect(
+                summary["counts"]?["transmitted"] == .int(20) && summary["counts"]?["transmissionError"] == .int(4),
+                "\(summary)"
+            )
             let statuses = summary["statuses"]?.arrayValue ?? []
             #expect(statuses.map { $0["status"] } == [.int(8), .int(518)], "\(summary)")
             #expect(statuses.map { $0["count"] } == [.int(3), .int(1)], "\(summary)")
@@ -85,7 +92,10 @@ struct JobSummaryEndToEndTests {
             let elsewhere = Self.summaries(stack.results, of: "elsewhere")
             #expect(elsewhere.count == 1)
             #expect(elsewhere.first?["app"] == "com.example.nope" && elsewhere.first?["env"] == nil)
-            #expect(elsewhere.first?["counts"]?["transmissionError"] == .int(2) && elsewhere.first?["counts"]?["transmitted"] == .int(0))
+            #expect(
+                elsewhere.first?["counts"]?["transmissionError"] == .int(2)
+                    && elsewhere.first?["counts"]?["transmitted"] == .int(0)
+            )
             #expect(elsewhere.first?["statuses"]?.arrayValue?.map { $0["status"] } == [.int(517)])
             #expect(stack.results.filter { $0["type"] == "jobSummary" }.count == 2)
         } catch {
@@ -106,7 +116,8 @@ struct JobSummaryEndToEndTests {
             func job(dryRun: Bool) -> [UInt8] {
                 Array(
                     #"{"id":"rehearsed","app":"\#(WorkerStack.app)","tokens":[\#(list),"12zz"],"alert":"Hi","summary":true,"metadata":{"run":"\#(dryRun ? "dry" : "real")"}\#(dryRun ? #","dryRun":true"# : "")}"#
-                        .utf8)
+                        .utf8
+                )
             }
             try await stack.produce([job(dryRun: true)])
             _ = try await stack.readResults { Self.summaries($0, of: "rehearsed").count >= 1 }
@@ -118,9 +129,15 @@ struct JobSummaryEndToEndTests {
             #expect(dry["resultId"]?.stringValue == WorkerResult.summaryId(jobId: "rehearsed", dryRun: true))
             #expect(real["resultId"]?.stringValue == WorkerResult.summaryId(jobId: "rehearsed"))
             #expect(
-                dry["tokens"] == .int(6) && dry["counts"]?["dryRun"] == .int(5) && dry["counts"]?["transmissionError"] == .int(1), "\(dry)")
+                dry["tokens"] == .int(6) && dry["counts"]?["dryRun"] == .int(5)
+                    && dry["counts"]?["transmissionError"] == .int(1),
+                "\(dry)"
+            )
             #expect(dry["metadata"]?["run"] == "dry" && real["metadata"]?["run"] == "real", "\(summaries)")
-            #expect(real["counts"]?["transmitted"] == .int(5) && real["counts"]?["transmissionError"] == .int(1), "\(real)")
+            #expect(
+                real["counts"]?["transmitted"] == .int(5) && real["counts"]?["transmissionError"] == .int(1),
+                "\(real)"
+            )
             // Only the real job reached the gateway, each token once.
             let accepted = stack.simulator.acceptedByToken
             #expect(tokens.allSatisfy { accepted[$0] == 1 })
@@ -160,7 +177,9 @@ struct JobSummaryEndToEndTests {
         await stack.shutdown()
     }
 
-    @Test("A worker killed with SIGKILL mid-job: every job's summary is still written, once or flagged possibleDuplicate")
+    @Test(
+        "A worker killed with SIGKILL mid-job: every job's summary is still written, once or flagged possibleDuplicate"
+    )
     func aKilledWorkersJobsStillGetTheirSummaries() async throws {
         let stack = try await WorkerStack.start(confirmationWindowMs: 1000)
         do {
@@ -187,17 +206,29 @@ struct JobSummaryEndToEndTests {
             await stack.killWorker(killed)
             let results = try await stack.readResults(timeout: .seconds(120)) { results in
                 // Token results and summaries are read from different partitions: wait for both.
-                jobs.allSatisfy { !Self.summaries(results, of: $0.0).isEmpty && Self.tokenResults(results, of: $0.0).count == $0.1.count }
+                jobs.allSatisfy {
+                    !Self.summaries(results, of: $0.0).isEmpty
+                        && Self.tokenResults(results, of: $0.0).count == $0.1.count
+                }
             }
             for (id, tokens) in jobs {
                 let summaries = Self.summaries(results, of: id)
                 #expect(!summaries.isEmpty, "\(id) has no summary")
-                #expect(summaries.count == 1 || summaries.contains { $0["possibleDuplicate"] == .bool(true) }, "\(id): \(summaries)")
+                #expect(
+                    summaries.count == 1 || summaries.contains { $0["possibleDuplicate"] == .bool(true) },
+                    "\(id): \(summaries)"
+                )
                 for summary in summaries {
-                    #expect(summary["tokens"] == .int(1000) && summary["counts"]?["transmitted"] == .int(1000), "\(id): \(summary)")
+                    #expect(
+                        summary["tokens"] == .int(1000) && summary["counts"]?["transmitted"] == .int(1000),
+                        "\(id): \(summary)"
+                    )
                 }
                 let perToken = Self.tokenResults(results, of: id)
-                #expect(tokens.allSatisfy { perToken[$0.hex]?["type"] == "transmitted" }, "\(id): a token has no result")
+                #expect(
+                    tokens.allSatisfy { perToken[$0.hex]?["type"] == "transmitted" },
+                    "\(id): a token has no result"
+                )
                 // A job the killed worker was sending when it died is summarised by the other.
                 if perToken.values.contains(where: { $0["possibleDuplicate"] == .bool(true) }) {
                     #expect(summaries.allSatisfy { $0["worker"]?.stringValue != killed }, "\(id): \(summaries)")
@@ -207,7 +238,8 @@ struct JobSummaryEndToEndTests {
             #expect(try await stack.waitForAllCommitted())
             // The premise: the killed worker had claimed notifications that the other took over.
             #expect(
-                results.contains { $0["possibleDuplicate"] == .bool(true) && $0["type"] != "jobSummary" }, "\(killed) had nothing in flight"
+                results.contains { $0["possibleDuplicate"] == .bool(true) && $0["type"] != "jobSummary" },
+                "\(killed) had nothing in flight"
             )
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))\nw2: \(stack.log(of: "w2"))")
@@ -215,7 +247,9 @@ struct JobSummaryEndToEndTests {
         await stack.shutdown()
     }
 
-    @Test("A worker stopped with SIGTERM mid-job hands its jobs over: one summary each, and it stops without waiting out its timeout")
+    @Test(
+        "A worker stopped with SIGTERM mid-job hands its jobs over: one summary each, and it stops without waiting out its timeout"
+    )
     func aStoppedWorkersJobsGetOneSummaryEach() async throws {
         // 500 notifications per second per app: at the stop, most of them wait unclaimed, and go
         // back with their messages.
@@ -231,16 +265,24 @@ struct JobSummaryEndToEndTests {
             #expect(!stack.log(of: "w1").contains("Shutdown timeout reached"), "\(stack.log(of: "w1"))")
             let results = try await stack.readResults(timeout: .seconds(120)) { results in
                 // Token results and summaries are read from different partitions: wait for both.
-                jobs.allSatisfy { !Self.summaries(results, of: $0.0).isEmpty && Self.tokenResults(results, of: $0.0).count == $0.1.count }
+                jobs.allSatisfy {
+                    !Self.summaries(results, of: $0.0).isEmpty
+                        && Self.tokenResults(results, of: $0.0).count == $0.1.count
+                }
             }
             #expect(try await stack.waitForAllCommitted())
             for (id, tokens) in jobs {
                 let summaries = Self.summaries(stack.results, of: id)
                 #expect(summaries.count == 1, "\(id): \(summaries)")
-                #expect(summaries.first?["tokens"] == .int(1000) && summaries.first?["counts"]?["transmitted"] == .int(1000))
+                #expect(
+                    summaries.first?["tokens"] == .int(1000) && summaries.first?["counts"]?["transmitted"] == .int(1000)
+                )
                 #expect(summaries.first?["possibleDuplicate"] == .bool(false))
                 let perToken = Self.tokenResults(results, of: id)
-                #expect(tokens.allSatisfy { perToken[$0.hex]?["type"] == "transmitted" }, "\(id): a token has no result")
+                #expect(
+                    tokens.allSatisfy { perToken[$0.hex]?["type"] == "transmitted" },
+                    "\(id): a token has no result"
+                )
             }
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))\nw2: \(stack.log(of: "w2"))")

@@ -59,9 +59,12 @@ struct RedisClusterEndToEndTests {
                 return try await RedisClusterProcess.run(
                     "/usr/bin/timeout",
                     [
-                        "120", "/usr/bin/redis-cli", "--cluster", "reshard", "127.0.0.1:\(cluster.nodes[primaries[0].index].port)",
-                        "--cluster-from", primaries[0].id, "--cluster-to", primaries[1].id, "--cluster-slots", "2000", "--cluster-yes",
-                    ])
+                        "120", "/usr/bin/redis-cli", "--cluster", "reshard",
+                        "127.0.0.1:\(cluster.nodes[primaries[0].index].port)",
+                        "--cluster-from", primaries[0].id, "--cluster-to", primaries[1].id, "--cluster-slots", "2000",
+                        "--cluster-yes",
+                    ]
+                )
             }
             while !done.isSet, jobs.count < 19_000 {
                 try await wave(200)
@@ -109,7 +112,9 @@ struct RedisClusterEndToEndTests {
         await stack.shutdown()
     }
 
-    @Test("A primary killed mid-run, its replica promoted: no notification lost, none sent twice without possibleDuplicate")
+    @Test(
+        "A primary killed mid-run, its replica promoted: no notification lost, none sent twice without possibleDuplicate"
+    )
     func primaryKilledMidRun() async throws {
         let stack = try await WorkerStack.start(redisCluster: true)
         do {

@@ -9,7 +9,8 @@ import Testing
 @Suite("Worker end to end with Redis over TLS", .serialized, .timeLimit(.minutes(4)))
 struct RedisTLSEndToEndTests {
     @Test(
-        "2,000 jobs through 2 workers over rediss://: one result each, each valid notification accepted once, a job repeated is sent once")
+        "2,000 jobs through 2 workers over rediss://: one result each, each valid notification accepted once, a job repeated is sent once"
+    )
     func jobsOverTLSRedis() async throws {
         let bad = Set((0..<2_000).filter { $0 % 100 == 13 }.map { DeviceToken.numbered($0) })
         let stack = try await WorkerStack.start(badTokens: bad, redisTLS: true)

@@ -32,7 +32,9 @@ struct StatusEndToEndTests {
             let server = try #require(stack.statusServers["w1"])
             var messages = (0..<600).map { WorkerStack.job(id: "metrics-\($0)", tokens: [.numbered($0)]) }
             messages += (0..<20).map { _ in Array("{not json".utf8) }
-            messages += (0..<10).map { Array(#"{"id":"bad-\#($0)","app":"\#(WorkerStack.app)","token":"12zz","alert":"x"}"#.utf8) }
+            messages += (0..<10).map {
+                Array(#"{"id":"bad-\#($0)","app":"\#(WorkerStack.app)","token":"12zz","alert":"x"}"#.utf8)
+            }
             // 1,000 scrapes over 50 connections while the jobs are delivered.
             async let scrapes: Int = withTaskGroup(of: Int.self) { group in
                 for _ in 0..<50 {
@@ -51,7 +53,10 @@ struct StatusEndToEndTests {
 
             var expected: [String: Int] = [:]
             for result in results {
-                expected["\(result["type"]?.stringValue ?? "")/\(result["statusName"]?.stringValue ?? "")", default: 0] += 1
+                expected[
+                    "\(result["type"]?.stringValue ?? "")/\(result["statusName"]?.stringValue ?? "")",
+                    default: 0
+                ] += 1
             }
             #expect(expected["transmitted/"] == 600 - bad.count)
             #expect(expected["transmissionError/invalidToken"] == bad.count)
@@ -61,19 +66,30 @@ struct StatusEndToEndTests {
                 scraped = (try? await server.get("/metrics").text) ?? ""
                 return expected.allSatisfy { key, count in
                     let parts = key.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-                    return Self.total("apn_worker_notifications_total", ["type": parts[0], "status": parts[1]], in: scraped)
+                    return Self.total(
+                        "apn_worker_notifications_total",
+                        ["type": parts[0], "status": parts[1]],
+                        in: scraped
+                    )
                         == Double(count)
                 } && Self.total("apn_worker_notifications_total", in: scraped) == Double(results.count)
             }
-            #expect(agree, "results \(expected); metrics:\n\(scraped.split(separator: "\n").filter { $0.contains("notifications_total") })")
+            #expect(
+                agree,
+                "results \(expected); metrics:\n\(scraped.split(separator: "\n").filter { $0.contains("notifications_total") })"
+            )
             #expect(Self.total("apn_worker_results_produced_total", in: scraped) == Double(results.count))
             #expect(Self.total("apn_worker_invalid_jobs_total", in: scraped) == 20)
             #expect(Self.total("apn_worker_messages_consumed_total", in: scraped) == Double(messages.count))
             #expect(Self.total("apn_worker_end_to_end_latency_seconds_count", in: scraped) == 600)
             #expect(
                 Self.total(
-                    "apn_worker_notifications_total", ["app": WorkerStack.app, "env": "production", "transport": "binary"], in: scraped)
-                    == 610)
+                    "apn_worker_notifications_total",
+                    ["app": WorkerStack.app, "env": "production", "transport": "binary"],
+                    in: scraped
+                )
+                    == 610
+            )
             #expect(Self.total("apn_worker_assigned_partitions", in: scraped) == 12)
             #expect(Self.total("process_resident_memory_bytes", in: scraped) > 0)
             #expect(Self.total("apn_worker_redis_round_trips_total", in: scraped) > 0)
@@ -89,13 +105,23 @@ struct StatusEndToEndTests {
             #expect(Self.total("apn_worker_retransmissions_total", binary, in: scraped) >= 0)
             #expect(Self.total("apn_worker_connections_opened_total", binary, in: scraped) >= 1)
             #expect(
-                Self.total("apn_worker_connections_closed_total", binary.merging(["reason": "errorResponse"]) { $1 }, in: scraped)
-                    == Double(bad.count))
-            #expect(Self.total("apn_worker_pool_connections", binary.merging(["state": "open"]) { $1 }, in: scraped) >= 1)
+                Self.total(
+                    "apn_worker_connections_closed_total",
+                    binary.merging(["reason": "errorResponse"]) { $1 },
+                    in: scraped
+                )
+                    == Double(bad.count)
+            )
+            #expect(
+                Self.total("apn_worker_pool_connections", binary.merging(["state": "open"]) { $1 }, in: scraped) >= 1
+            )
             #expect(Self.total("apn_worker_delivery_latency_seconds_count", binary, in: scraped) == 600)
             let status = try await server.status()
             #expect(status.worker == "w1" && status.ready && status.partitions.count == 12 && status.redis.state == .up)
-            #expect(status.pools.count == 1 && status.pools.first?.transport == "binary" && (status.pools.first?.open ?? 0) >= 1)
+            #expect(
+                status.pools.count == 1 && status.pools.first?.transport == "binary"
+                    && (status.pools.first?.open ?? 0) >= 1
+            )
             #expect(status.pools.first?.cachedNotifications != nil && status.pools.first?.streamsInUse == nil)
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
@@ -132,7 +158,9 @@ struct StatusEndToEndTests {
             let body = await ready()?.1
             #expect(body == #"{"ready":false,"reason":"redis unreachable"}"# + "\n", "\(body ?? "no answer")")
             #expect(await live() == 200)
-            try await stack.produce((0..<300).map { WorkerStack.job(id: "during-\($0)", tokens: [.numbered(1000 + $0)]) })
+            try await stack.produce(
+                (0..<300).map { WorkerStack.job(id: "during-\($0)", tokens: [.numbered(1000 + $0)]) }
+            )
             let lagRose = await Self.eventually(within: .seconds(20)) { await lag() == 300 }
             #expect(lagRose)
             #expect(await live() == 200)
@@ -149,7 +177,9 @@ struct StatusEndToEndTests {
             // SIGTERM with notifications in flight: readiness answers 503 while the worker
             // drains (delivers, writes results, commits, leaves the group); the status server is
             // the last service to stop. Asked every few milliseconds, as a drain can be short.
-            try await stack.produce((0..<200).map { WorkerStack.job(id: "after-\($0)", tokens: [.numbered(2000 + $0)]) })
+            try await stack.produce(
+                (0..<200).map { WorkerStack.job(id: "after-\($0)", tokens: [.numbered(2000 + $0)]) }
+            )
             let process = try #require(stack.workers["w1"])
             process.signal(SIGTERM)
             var sawShuttingDown = false
@@ -175,8 +205,10 @@ struct StatusEndToEndTests {
         let stack = try await WorkerStack.start()
         let taken = try RefusingPort()
         let process = try ChildProcess(
-            Paths.executable, ["run", "--config", stack.configPath, "--status-address", "127.0.0.1:\(taken.port)"],
-            stderrFile: "\(stack.directory)/taken.log")
+            Paths.executable,
+            ["run", "--config", stack.configPath, "--status-address", "127.0.0.1:\(taken.port)"],
+            stderrFile: "\(stack.directory)/taken.log"
+        )
         let result = await process.finish()
         let log = (try? String(contentsOfFile: "\(stack.directory)/taken.log", encoding: .utf8)) ?? ""
         #expect(result.status == 1)

@@ -10,7 +10,10 @@ import Testing
 struct WorkerCommandTests {
     @Test("kafka-embedded prints its bootstrap servers; send produces jobs from options and from a file")
     func embeddedKafkaAndSend() async throws {
-        let kafka = try ChildProcess(Paths.executable, ["kafka-embedded", "--brokers", "1", "--topics", "apn.requests:3,apn.results:3"])
+        let kafka = try ChildProcess(
+            Paths.executable,
+            ["kafka-embedded", "--brokers", "1", "--topics", "apn.requests:3,apn.results:3"]
+        )
         defer { kafka.signal(SIGKILL) }
         let ready = try #require(await kafka.readLine().flatMap(jsonObject))
         #expect(ready["event"] as? String == "ready")
@@ -23,7 +26,8 @@ struct WorkerCommandTests {
             [
                 "send", "--brokers", brokers, "--app", "com.example.app",
                 "--token", token, "--alert", "Hi", "--id", "job-1",
-            ])
+            ]
+        )
         #expect(single.status == 0, "\(single.stderr)")
         #expect(jsonObject(single.stdout.trimmingCharacters(in: .whitespacesAndNewlines))?["jobs"] as? Int == 1)
 
@@ -42,13 +46,17 @@ struct WorkerCommandTests {
         // Read the three jobs back.
         let consumer = try KafkaConsumer(
             configuration: KafkaConfiguration([
-                "bootstrap.servers": brokers, "group.id": "check-\(UUID().uuidString.prefix(6))", "auto.offset.reset": "earliest",
-            ]))
+                "bootstrap.servers": brokers, "group.id": "check-\(UUID().uuidString.prefix(6))",
+                "auto.offset.reset": "earliest",
+            ])
+        )
         try consumer.subscribe(topics: ["apn.requests"])
         var values: [String] = []
         let deadline = ContinuousClock.now + .seconds(30)
         while values.count < 3, ContinuousClock.now < deadline {
-            values += try await consumer.poll(timeout: .milliseconds(200)).map { String(decoding: $0.value, as: UTF8.self) }
+            values += try await consumer.poll(timeout: .milliseconds(200)).map {
+                String(decoding: $0.value, as: UTF8.self)
+            }
         }
         try? await consumer.close()
         #expect(values.count == 3)
@@ -61,7 +69,10 @@ struct WorkerCommandTests {
 
     @Test("send refuses a malformed token with a sentence and exit code 2")
     func sendRejectsBadToken() async throws {
-        let result = try await run(Paths.executable, ["send", "--brokers", "127.0.0.1:1", "--app", "a", "--token", "xyz", "--alert", "Hi"])
+        let result = try await run(
+            Paths.executable,
+            ["send", "--brokers", "127.0.0.1:1", "--app", "a", "--token", "xyz", "--alert", "Hi"]
+        )
         #expect(result.status == 2)
         #expect(result.stderr.contains("--token"))
     }
@@ -69,7 +80,10 @@ struct WorkerCommandTests {
     @Test(arguments: [
         (["run", "--config", "/nonexistent/worker.yaml"], "/nonexistent/worker.yaml"),
         (["run", "--redis", "redis://127.0.0.1:6379"], "kafka.bootstrapServers"),
-        (["run", "--brokers", "127.0.0.1:9092", "--redis", "ftp://127.0.0.1:6379"], "the scheme must be redis:// or rediss://"),
+        (
+            ["run", "--brokers", "127.0.0.1:9092", "--redis", "ftp://127.0.0.1:6379"],
+            "the scheme must be redis:// or rediss://"
+        ),
     ])
     func runConfigurationErrorsNameTheSetting(arguments: [String], fragment: String) async throws {
         let result = try await run(Paths.executable, arguments)
@@ -97,7 +111,10 @@ struct WorkerCommandTests {
         _ = FileManager.default.createFile(atPath: config, contents: Data(text.utf8))
         let result = try await run(Paths.executable, ["run", "--config", config])
         #expect(result.status == 2)
-        #expect(result.stderr.hasPrefix("apn-worker: apps.com.example.app.environments.production: "), "\(result.stderr)")
+        #expect(
+            result.stderr.hasPrefix("apn-worker: apps.com.example.app.environments.production: "),
+            "\(result.stderr)"
+        )
         #expect(result.stderr.split(separator: "\n").count == 1, "one sentence: \(result.stderr)")
     }
 

@@ -25,8 +25,10 @@ struct WorkerEndToEndTests {
     /// Checks the exactly-once promise for valid notifications: each has a result, and the
     /// simulator accepted it once — more than once only if its result says `possibleDuplicate`.
     static func checkDelivered(
-        _ expected: [String: (jobId: String, token: DeviceToken)], bad: Set<DeviceToken>,
-        stack: WorkerStack, allowPossibleDuplicates: Bool
+        _ expected: [String: (jobId: String, token: DeviceToken)],
+        bad: Set<DeviceToken>,
+        stack: WorkerStack,
+        allowPossibleDuplicates: Bool
     ) {
         let byId = stack.resultsById
         let accepted = stack.acceptedByToken
@@ -39,7 +41,9 @@ struct WorkerEndToEndTests {
             }
             let count = accepted[notification.token] ?? 0
             if bad.contains(notification.token) {
-                if result["type"] != "transmissionError" || result["status"] != .int(8) { wrong.append("\(notification.jobId): \(result)") }
+                if result["type"] != "transmissionError" || result["status"] != .int(8) {
+                    wrong.append("\(notification.jobId): \(result)")
+                }
                 if count != 0 { wrong.append("\(notification.jobId): rejected token accepted \(count) times") }
             } else {
                 if result["type"] != "transmitted" { wrong.append("\(notification.jobId): \(result)") }
@@ -63,13 +67,16 @@ struct WorkerEndToEndTests {
             var messages: [[UInt8]] = []
             var invalidMessages = 0
             for i in 0..<10_000 {
-                let tokens = i % 250 == 0 ? [DeviceToken.numbered(i), .numbered(i, salt: 1)] : [DeviceToken.numbered(i)]
+                let tokens =
+                    i % 250 == 0 ? [DeviceToken.numbered(i), .numbered(i, salt: 1)] : [DeviceToken.numbered(i)]
                 jobs.append(("job-\(i)", tokens))
                 messages.append(WorkerStack.job(id: "job-\(i)", tokens: tokens, alert: "Hello \(i)"))
                 if i % 500 == 0 { messages.append(messages.last!) }  // the same job twice, back to back
                 if i % 1000 == 500 {
                     messages.append(Array("not json at all".utf8))
-                    messages.append(Array(#"{"id":"missing-tokens-\#(i)","app":"\#(WorkerStack.app)","alert":"x"}"#.utf8))
+                    messages.append(
+                        Array(#"{"id":"missing-tokens-\#(i)","app":"\#(WorkerStack.app)","alert":"x"}"#.utf8)
+                    )
                     invalidMessages += 2
                 }
             }
@@ -88,8 +95,10 @@ struct WorkerEndToEndTests {
             #expect(ids.count == Set(ids).count, "repeated results: \(ids.count - Set(ids).count)")
             #expect(
                 results.allSatisfy { r in
-                    r["type"] == "invalidJob" || r["worker"].map { ["w1", "w2", "w3"].contains($0.stringValue ?? "") } == true
-                })
+                    r["type"] == "invalidJob"
+                        || r["worker"].map { ["w1", "w2", "w3"].contains($0.stringValue ?? "") } == true
+                }
+            )
             #expect(try await stack.waitForAllCommitted(), "offsets not committed to the end")
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
@@ -108,10 +117,14 @@ struct WorkerEndToEndTests {
             let idA = WorkerResult.notificationId(jobId: "dup-a", token: a.hex)
             let idB = WorkerResult.notificationId(jobId: "dup-b", token: b.hex)
             let idC = WorkerResult.notificationId(jobId: "marker", token: c.hex)
-            try await stack.readResults { results in Set(results.compactMap { $0["resultId"]?.stringValue }).isSuperset(of: [idA, idB]) }
+            try await stack.readResults { results in
+                Set(results.compactMap { $0["resultId"]?.stringValue }).isSuperset(of: [idA, idB])
+            }
             // Both were sent; now the same jobs again, then a marker job behind them.
             try await stack.produce([jobB, jobA, WorkerStack.job(id: "marker", tokens: [c])])
-            let results = try await stack.readResults { results in results.contains { $0["resultId"]?.stringValue == idC } }
+            let results = try await stack.readResults { results in
+                results.contains { $0["resultId"]?.stringValue == idC }
+            }
             #expect(results.filter { $0["resultId"]?.stringValue == idA }.count == 1)
             #expect(results.filter { $0["resultId"]?.stringValue == idB }.count == 1)
             #expect(stack.simulator.acceptedByToken[a] == 1)
@@ -124,7 +137,9 @@ struct WorkerEndToEndTests {
         await stack.shutdown()
     }
 
-    @Test("A worker stopped while the broker refuses its commits: the next owner skips what it wrote and writes no result twice")
+    @Test(
+        "A worker stopped while the broker refuses its commits: the next owner skips what it wrote and writes no result twice"
+    )
     func aHandOverWithoutACommitWritesNoResultTwice() async throws {
         let stack = try await WorkerStack.start()
         do {
@@ -142,7 +157,9 @@ struct WorkerEndToEndTests {
             let invalid = messages.count - jobs.count
             try await stack.produce(messages)
             let expected = Self.expectedIds(jobs)
-            try await stack.readResults { Set($0.compactMap { $0["resultId"]?.stringValue }).count >= expected.count + invalid }
+            try await stack.readResults {
+                Set($0.compactMap { $0["resultId"]?.stringValue }).count >= expected.count + invalid
+            }
             let first = await stack.stopWorkerReporting("w1")
             #expect(first.status == 0)
             #expect(stack.log(of: "w1").contains("leaving hand-off marks"), "w1's commits were not refused")
@@ -156,9 +173,14 @@ struct WorkerEndToEndTests {
             #expect(try await stack.waitForAllCommitted())
             // Operators see the skip in the metrics too.
             let metrics = try await #require(stack.statusServers["w2"]).get("/metrics").text
-            #expect(MetricSamples(parsing: metrics).total("apn_worker_messages_skipped_total") == Double(messages.count))
+            #expect(
+                MetricSamples(parsing: metrics).total("apn_worker_messages_skipped_total") == Double(messages.count)
+            )
             let second = await stack.stopWorkerReporting("w2")
-            #expect(second.report?["skipped"]?.intValue == Int64(messages.count), "\(String(describing: second.report))")
+            #expect(
+                second.report?["skipped"]?.intValue == Int64(messages.count),
+                "\(String(describing: second.report))"
+            )
 
             Self.checkDelivered(expected, bad: [], stack: stack, allowPossibleDuplicates: false)
             let ids = results.compactMap { $0["resultId"]?.stringValue }
@@ -205,7 +227,10 @@ struct WorkerEndToEndTests {
             #expect(try await stack.waitForAllCommitted())
             // The premise: the killed worker had claimed notifications that the others took over.
             let flagged = stack.results.filter { $0["possibleDuplicate"] == .bool(true) }.count
-            #expect(flagged > 0, "\(killed) had nothing in flight when it was killed (\(killedShare) results read from it)")
+            #expect(
+                flagged > 0,
+                "\(killed) had nothing in flight when it was killed (\(killedShare) results read from it)"
+            )
         } catch {
             Issue.record("\(error)\nw2: \(stack.log(of: "w2"))")
         }
@@ -213,7 +238,8 @@ struct WorkerEndToEndTests {
     }
 
     @Test(
-        "A worker stopped while Redis is down: its drain ends at the shutdown timeout, it leaves without waiting more, and nothing is lost")
+        "A worker stopped while Redis is down: its drain ends at the shutdown timeout, it leaves without waiting more, and nothing is lost"
+    )
     func aStopThatReachesItsTimeoutLeavesAtOnce() async throws {
         // A 5 s confirmation window: what the worker sends is still unconfirmed when Redis goes.
         let stack = try await WorkerStack.start(confirmationWindowMs: 5000)
@@ -271,7 +297,9 @@ struct WorkerEndToEndTests {
                 Set(results.compactMap { $0["resultId"]?.stringValue }).count >= expected.count
             }
             Self.checkDelivered(expected, bad: [], stack: stack, allowPossibleDuplicates: false)
-            #expect(stack.log(of: "w1").contains("consumption paused") || stack.log(of: "w2").contains("consumption paused"))
+            #expect(
+                stack.log(of: "w1").contains("consumption paused") || stack.log(of: "w2").contains("consumption paused")
+            )
             #expect(try await stack.waitForAllCommitted())
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
@@ -318,15 +346,20 @@ struct WorkerEndToEndTests {
                 (#"{"id":"no-tokens","app":"\#(app)","alert":"x"}"#, "invalidJob", 517, "neither"),
                 (#"{"id":"no-app","token":"\#(t)","alert":"x"}"#, "transmissionError", 517, "no \"app\""),
                 (
-                    #"{"id":"unknown-app","app":"com.example.other","token":"\#(t)","alert":"x"}"#, "transmissionError", 517,
+                    #"{"id":"unknown-app","app":"com.example.other","token":"\#(t)","alert":"x"}"#, "transmissionError",
+                    517,
                     "not configured"
                 ),
                 (#"{"id":"bad-token","app":"\#(app)","token":"12zz","alert":"x"}"#, "transmissionError", 518, "hex"),
                 (
-                    #"{"id":"too-big","app":"\#(app)","token":"\#(t)","alert":"x","payload":{"blob":"\#(big)"}}"#, "transmissionError", 512,
+                    #"{"id":"too-big","app":"\#(app)","token":"\#(t)","alert":"x","payload":{"blob":"\#(big)"}}"#,
+                    "transmissionError", 512,
                     "2048"
                 ),
-                (#"{"id":"bad-badge","app":"\#(app)","token":"\#(t)","badge":"three"}"#, "transmissionError", 517, "badge"),
+                (
+                    #"{"id":"bad-badge","app":"\#(app)","token":"\#(t)","badge":"three"}"#, "transmissionError", 517,
+                    "badge"
+                ),
             ]
             var messages = cases.map { Array($0.0.utf8) }
             let after = DeviceToken.numbered(99)
@@ -356,7 +389,9 @@ struct WorkerEndToEndTests {
         await stack.shutdown()
     }
 
-    @Test("Unregistered tokens (status 8 and feedback) are skipped unless registeredAt is newer; device and app limits apply")
+    @Test(
+        "Unregistered tokens (status 8 and feedback) are skipped unless registeredAt is newer; device and app limits apply"
+    )
     func unregisteredTokensAndRateLimits() async throws {
         let rejected = DeviceToken.numbered(1, salt: 8)
         let reported = DeviceToken.numbered(2, salt: 8)
@@ -364,11 +399,17 @@ struct WorkerEndToEndTests {
         let stack = try await WorkerStack.start(
             badTokens: [rejected],
             feedback: [FeedbackTuple(timestamp: reportedAt, token: reported)],
-            devicePerHour: 2, appPerSecond: 300)
+            devicePerHour: 2,
+            appPerSecond: 300
+        )
         do {
             try await stack.startWorker("w1")
-            func id(_ job: String, _ token: DeviceToken) -> String { WorkerResult.notificationId(jobId: job, token: token.hex) }
-            func result(_ job: String, _ token: DeviceToken) -> [String: JSONValue]? { stack.resultsById[id(job, token)] }
+            func id(_ job: String, _ token: DeviceToken) -> String {
+                WorkerResult.notificationId(jobId: job, token: token.hex)
+            }
+            func result(_ job: String, _ token: DeviceToken) -> [String: JSONValue]? {
+                stack.resultsById[id(job, token)]
+            }
 
             // Status 8 feeds the unregistered store; the next job to that token is not sent.
             try await stack.produce([WorkerStack.job(id: "reject-1", tokens: [rejected])])
@@ -382,13 +423,17 @@ struct WorkerEndToEndTests {
             // The feedback service's token: a feedback result, then skipped, unless the job says
             // the device registered again after Apple's report.
             let feedbackId = WorkerResult.feedbackId(
-                app: WorkerStack.app, environment: "production", token: reported.hex,
-                timestamp: Int64(reportedAt))
+                app: WorkerStack.app,
+                environment: "production",
+                token: reported.hex,
+                timestamp: Int64(reportedAt)
+            )
             try await stack.readResults { _ in stack.resultsById[feedbackId] != nil }
             #expect(stack.resultsById[feedbackId]?["type"] == "feedback")
             let newer = Array(
                 #"{"id":"again","app":"\#(WorkerStack.app)","token":"\#(reported.hex)","alert":"x","registeredAt":\#(reportedAt + 60)}"#
-                    .utf8)
+                    .utf8
+            )
             try await stack.produce([WorkerStack.job(id: "stale", tokens: [reported]), newer])
             try await stack.readResults { _ in result("stale", reported) != nil && result("again", reported) != nil }
             #expect(result("stale", reported)?["status"] == .int(519))
@@ -420,17 +465,21 @@ struct WorkerEndToEndTests {
 
     @Test(
         "One app on HTTP/2 and one on binary in the same run: one result each; 410 feeds the store and a feedback result",
-        arguments: ["provider token", "client certificate"])
+        arguments: ["provider token", "client certificate"]
+    )
     func http2AndBinaryApps(authentication: String) async throws {
         let count = 1_000
         let h2Tokens = (0..<count).map { DeviceToken.numbered($0, salt: 21) }
         let binaryTokens = (0..<count).map { DeviceToken.numbered($0, salt: 22) }
         let bad = Set(stride(from: 5, to: count, by: 100).map { h2Tokens[$0] })
         let since = Date(timeIntervalSince1970: 1_700_000_000.250)
-        let unregistered = Dictionary(uniqueKeysWithValues: stride(from: 50, to: count, by: 100).map { (h2Tokens[$0], since) })
+        let unregistered = Dictionary(
+            uniqueKeysWithValues: stride(from: 50, to: count, by: 100).map { (h2Tokens[$0], since) }
+        )
         let stack = try await WorkerStack.start(
             http2: (badTokens: bad, unregistered: unregistered),
-            http2CertificateAuth: authentication == "client certificate")
+            http2CertificateAuth: authentication == "client certificate"
+        )
         do {
             try await stack.startWorker("w1")
             try await stack.startWorker("w2")
@@ -440,13 +489,21 @@ struct WorkerEndToEndTests {
                 jobs.append(WorkerStack.job(id: "bin-\(i)", tokens: [binaryTokens[i]]))
             }
             try await stack.produce(jobs)
-            func id(_ job: String, _ token: DeviceToken) -> String { WorkerResult.notificationId(jobId: job, token: token.hex) }
+            func id(_ job: String, _ token: DeviceToken) -> String {
+                WorkerResult.notificationId(jobId: job, token: token.hex)
+            }
             func feedbackId(_ token: DeviceToken) -> String {
-                WorkerResult.feedbackId(app: WorkerStack.http2App, environment: "production", token: token.hex, timestamp: 1_700_000_000)
+                WorkerResult.feedbackId(
+                    app: WorkerStack.http2App,
+                    environment: "production",
+                    token: token.hex,
+                    timestamp: 1_700_000_000
+                )
             }
             try await stack.readResults { _ in
                 (0..<count).allSatisfy {
-                    stack.resultsById[id("h2-\($0)", h2Tokens[$0])] != nil && stack.resultsById[id("bin-\($0)", binaryTokens[$0])] != nil
+                    stack.resultsById[id("h2-\($0)", h2Tokens[$0])] != nil
+                        && stack.resultsById[id("bin-\($0)", binaryTokens[$0])] != nil
                 }
                     && unregistered.keys.allSatisfy { stack.resultsById[feedbackId($0)] != nil }
             }
@@ -456,9 +513,17 @@ struct WorkerEndToEndTests {
             for i in 0..<count {
                 let h2 = try #require(stack.resultsById[id("h2-\(i)", h2Tokens[i])])
                 if bad.contains(h2Tokens[i]) {
-                    #expect(h2["type"] == "transmissionError" && h2["status"] == .int(400) && h2["reason"] == "BadDeviceToken", "\(h2)")
+                    #expect(
+                        h2["type"] == "transmissionError" && h2["status"] == .int(400)
+                            && h2["reason"] == "BadDeviceToken",
+                        "\(h2)"
+                    )
                 } else if unregistered[h2Tokens[i]] != nil {
-                    #expect(h2["type"] == "transmissionError" && h2["status"] == .int(410) && h2["reason"] == "Unregistered", "\(h2)")
+                    #expect(
+                        h2["type"] == "transmissionError" && h2["status"] == .int(410)
+                            && h2["reason"] == "Unregistered",
+                        "\(h2)"
+                    )
                     #expect(stack.resultsById[feedbackId(h2Tokens[i])]?["type"] == "feedback")
                 } else {
                     #expect(h2["type"] == "transmitted", "\(h2)")

@@ -36,7 +36,8 @@ final class WorkerStack: @unchecked Sendable {
         producer = try KafkaProducer(
             configuration: KafkaConfiguration([
                 "bootstrap.servers": local.kafka.bootstrapServers, "message.max.bytes": "4194304",
-            ]))
+            ])
+        )
     }
 
     var kafka: EmbeddedKafkaCluster { local.kafka }
@@ -69,12 +70,21 @@ final class WorkerStack: @unchecked Sendable {
     /// every Nth request with 429 `TooManyRequests`. With `redisCluster`, the workers use a
     /// Redis Cluster of 3 primaries with a replica each (`redis.urls`, every node a seed).
     static func start(
-        badTokens: Set<DeviceToken> = [], feedback: [FeedbackTuple] = [],
-        confirmationWindowMs: Int = 200, devicePerHour: Int = 0, appPerSecond: Int = 0,
+        badTokens: Set<DeviceToken> = [],
+        feedback: [FeedbackTuple] = [],
+        confirmationWindowMs: Int = 200,
+        devicePerHour: Int = 0,
+        appPerSecond: Int = 0,
         http2: (badTokens: Set<DeviceToken>, unregistered: [DeviceToken: Date])? = nil,
-        http2CertificateAuth: Bool = false, kafkaProperties: [String: String] = [:],
-        appSettings: [String] = [], http2AppSettings: [String] = [], http2Sandbox: Bool = false, binaryRecord: Bool = false,
-        redisTLS: Bool = false, http2Status429Every: Int? = nil, redisCluster: Bool = false
+        http2CertificateAuth: Bool = false,
+        kafkaProperties: [String: String] = [:],
+        appSettings: [String] = [],
+        http2AppSettings: [String] = [],
+        http2Sandbox: Bool = false,
+        binaryRecord: Bool = false,
+        redisTLS: Bool = false,
+        http2Status429Every: Int? = nil,
+        redisCluster: Bool = false
     ) async throws -> WorkerStack {
         let groupId = "e2e-\(UUID().uuidString.prefix(8))"
         var options = LocalStack.Options()
@@ -210,11 +220,19 @@ final class WorkerStack: @unchecked Sendable {
             let reports = try await producer.send(
                 slice.map { value in
                     produced += 1
-                    return KafkaOutgoingMessage(topic: "apn.requests", key: Array("message-\(produced)".utf8), value: value)
-                })
+                    return KafkaOutgoingMessage(
+                        topic: "apn.requests",
+                        key: Array("message-\(produced)".utf8),
+                        value: value
+                    )
+                }
+            )
             for report in reports {
                 let delivered = try report.get()
-                producedPerPartition[delivered.partition] = max(producedPerPartition[delivered.partition] ?? 0, delivered.offset + 1)
+                producedPerPartition[delivered.partition] = max(
+                    producedPerPartition[delivered.partition] ?? 0,
+                    delivered.offset + 1
+                )
                 stored.append(delivered)
             }
         }
@@ -225,13 +243,17 @@ final class WorkerStack: @unchecked Sendable {
 
     /// Reads `apn.results` until `done` holds for the results read so far, or the time is up.
     @discardableResult
-    func readResults(timeout: Duration = .seconds(90), until done: ([[String: JSONValue]]) -> Bool) async throws -> [[String: JSONValue]] {
+    func readResults(
+        timeout: Duration = .seconds(90),
+        until done: ([[String: JSONValue]]) -> Bool
+    ) async throws -> [[String: JSONValue]] {
         if reader == nil {
             let consumer = try KafkaConsumer(
                 configuration: KafkaConfiguration([
                     "bootstrap.servers": kafka.bootstrapServers, "group.id": "reader-\(UUID().uuidString.prefix(8))",
                     "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
-                ]))
+                ])
+            )
             try consumer.subscribe(topics: ["apn.results"])
             reader = consumer
         }
@@ -246,7 +268,10 @@ final class WorkerStack: @unchecked Sendable {
 
     /// Results by resultId (the last copy of each).
     var resultsById: [String: [String: JSONValue]] {
-        Dictionary(results.compactMap { r in r["resultId"]?.stringValue.map { ($0, r) } }, uniquingKeysWith: { _, b in b })
+        Dictionary(
+            results.compactMap { r in r["resultId"]?.stringValue.map { ($0, r) } },
+            uniquingKeysWith: { _, b in b }
+        )
     }
 
     /// Waits until the group has committed every produced message of every partition.
@@ -254,7 +279,8 @@ final class WorkerStack: @unchecked Sendable {
         let consumer = try KafkaConsumer(
             configuration: KafkaConfiguration([
                 "bootstrap.servers": kafka.bootstrapServers, "group.id": groupId,
-            ]))
+            ])
+        )
         defer { Task { try? await consumer.close() } }
         let partitions = producedPerPartition.keys.map { TopicPartition(topic: "apn.requests", partition: $0) }
         let deadline = ContinuousClock.now + timeout

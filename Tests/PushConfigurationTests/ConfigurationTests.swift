@@ -62,16 +62,25 @@ private func errorMessage(_ body: () throws(ConfigurationError) -> WorkerConfigu
 }
 
 private func parse(
-    _ text: String, path: String = "/tmp/config.yaml", overrides: ConfigurationOverrides = .init(),
+    _ text: String,
+    path: String = "/tmp/config.yaml",
+    overrides: ConfigurationOverrides = .init(),
     environment: [String: String] = [:]
 ) throws(ConfigurationError) -> WorkerConfiguration {
     try WorkerConfiguration.parse(
-        fileContents: text, path: path, overrides: overrides, environment: environment,
-        hostname: "host", pid: 42)
+        fileContents: text,
+        path: path,
+        overrides: overrides,
+        environment: environment,
+        hostname: "host",
+        pid: 42
+    )
 }
 
 private func parseError(
-    _ text: String, path: String = "/tmp/config.yaml", overrides: ConfigurationOverrides = .init(),
+    _ text: String,
+    path: String = "/tmp/config.yaml",
+    overrides: ConfigurationOverrides = .init(),
     environment: [String: String] = [:]
 ) -> String? {
     errorMessage { () throws(ConfigurationError) in
@@ -149,16 +158,30 @@ private func parseError(
         """
     let path = fixture.write("apn-worker.yaml", yaml)
     let config = try WorkerConfiguration.load(
-        overrides: ConfigurationOverrides(configPath: path), environment: [:], hostname: "host", pid: 1)
+        overrides: ConfigurationOverrides(configPath: path),
+        environment: [:],
+        hostname: "host",
+        pid: 1
+    )
 
     #expect(config.configFile == path)
     #expect(config.warnings.isEmpty)
     #expect(
         config.worker
             == WorkerConfiguration.Worker(
-                id: "worker-a", batchSize: 250, batchWindow: .zero, maxInFlight: 10000, resultFlushInterval: .milliseconds(15),
-                resultBatchSize: 1000, shutdownTimeout: .seconds(45), logLevel: .debug, logFormat: .text, dedupeTTL: .seconds(3600),
-                statusAddress: nil))
+                id: "worker-a",
+                batchSize: 250,
+                batchWindow: .zero,
+                maxInFlight: 10000,
+                resultFlushInterval: .milliseconds(15),
+                resultBatchSize: 1000,
+                shutdownTimeout: .seconds(45),
+                logLevel: .debug,
+                logFormat: .text,
+                dedupeTTL: .seconds(3600),
+                statusAddress: nil
+            )
+    )
     #expect(config.kafka.bootstrapServers == "k1:9092,k2:9092")
     #expect(config.kafka.groupId == "my-group")
     #expect(config.kafka.requestsTopic == "push.requests")
@@ -191,7 +214,10 @@ private func parseError(
     #expect(app.feedbackInterval == .zero)
 
     let production = try #require(app.environments[.production])
-    #expect(production.credentials == .pem(certificate: .file(fixture.path("cert.pem")), key: .file(fixture.path("key.pem"))))
+    #expect(
+        production.credentials
+            == .pem(certificate: .file(fixture.path("cert.pem")), key: .file(fixture.path("key.pem")))
+    )
     #expect(production.certificate == fixture.path("cert.pem"))
     #expect(production.pfx == nil)
     #expect(production.passphrase == "hunter2")
@@ -238,14 +264,19 @@ private func parseError(
         """
     let path = fixture.write("config.json", json)
     let config = try WorkerConfiguration.load(
-        overrides: ConfigurationOverrides(configPath: path), environment: [:], hostname: "h", pid: 2)
+        overrides: ConfigurationOverrides(configPath: path),
+        environment: [:],
+        hostname: "h",
+        pid: 2
+    )
     #expect(config.worker.id == "json-worker")
     #expect(config.worker.batchSize == 10)
     #expect(config.worker.logLevel == .warning)
     #expect(
         config.kafka.properties == [
             "linger.ms": "5", "enable.idempotence": "false", "ratio": "0.5", "client.id": "x",
-        ])
+        ]
+    )
     #expect(config.redis.host == "::1")
     #expect(config.redis.endpoint == "[::1]:6379")
     #expect(config.redis.password == "päss")
@@ -262,7 +293,11 @@ private func parseError(
     let fixture = try Fixture()
     let yamlPath = fixture.write("worker.conf", fixture.minimalYAML())
     let fromYAML = try WorkerConfiguration.load(
-        overrides: ConfigurationOverrides(configPath: yamlPath), environment: [:], hostname: "h", pid: 1)
+        overrides: ConfigurationOverrides(configPath: yamlPath),
+        environment: [:],
+        hostname: "h",
+        pid: 1
+    )
     #expect(fromYAML.apps.keys.sorted() == ["com.example.app"])
 
     let json = """
@@ -271,7 +306,11 @@ private func parseError(
         """
     let jsonPath = fixture.write("worker.cfg", json)
     let fromJSON = try WorkerConfiguration.load(
-        overrides: ConfigurationOverrides(configPath: jsonPath), environment: [:], hostname: "h", pid: 1)
+        overrides: ConfigurationOverrides(configPath: jsonPath),
+        environment: [:],
+        hostname: "h",
+        pid: 1
+    )
     #expect(fromJSON.apps["a"]?.defaultEnvironment == .sandbox)
 
     // Text that starts like JSON reports the JSON error.
@@ -347,7 +386,8 @@ private func parseError(
               logLevel: error
             limits:
               appPerSecond: 5
-            """)
+            """
+    )
     let environment = [
         "APN_WORKER_ID": "from-env",
         "APN_WORKER_BATCH_SIZE": "200",
@@ -372,8 +412,15 @@ private func parseError(
     #expect(
         config.worker
             == WorkerConfiguration.Worker(
-                id: "from-env", batchSize: 200, maxInFlight: 300, shutdownTimeout: .seconds(60), logLevel: .trace,
-                logFormat: .text, dedupeTTL: .seconds(600)))
+                id: "from-env",
+                batchSize: 200,
+                maxInFlight: 300,
+                shutdownTimeout: .seconds(60),
+                logLevel: .trace,
+                logFormat: .text,
+                dedupeTTL: .seconds(600)
+            )
+    )
     #expect(config.kafka.bootstrapServers == "env:9092")
     #expect(config.kafka.groupId == "env-group")
     #expect(config.kafka.requestsTopic == "env.requests")
@@ -389,7 +436,8 @@ private func parseError(
         config.warnings == [
             "APN_WORKER_BATCHSIZE is not a setting of apn-worker run; it was ignored.",
             "APN_WORKER_EMPTY_IS_UNSET is not a setting of apn-worker run; it was ignored.",
-        ])
+        ]
+    )
 
     // An empty variable counts as unset.
     let unset = try parse(yaml, environment: ["APN_WORKER_BATCH_SIZE": ""])
@@ -413,9 +461,19 @@ private func parseError(
         "APN_WORKER_REDIS_PASSWORD": "env-pass",
     ]
     let overrides = ConfigurationOverrides(
-        workerId: "from-flag", brokers: "flag:9092", group: "flag-group", requestsTopic: "flag.requests",
-        resultsTopic: "flag.results", redisURL: "redis://flag-redis:6390", redisPassword: "flag-pass",
-        batchSize: 7, maxInFlight: 8, logLevel: "notice", logFormat: "text", shutdownTimeoutSeconds: 9)
+        workerId: "from-flag",
+        brokers: "flag:9092",
+        group: "flag-group",
+        requestsTopic: "flag.requests",
+        resultsTopic: "flag.results",
+        redisURL: "redis://flag-redis:6390",
+        redisPassword: "flag-pass",
+        batchSize: 7,
+        maxInFlight: 8,
+        logLevel: "notice",
+        logFormat: "text",
+        shutdownTimeoutSeconds: 9
+    )
     let config = try parse(fixture.minimalYAML(), overrides: overrides, environment: environment)
     #expect(config.worker.id == "from-flag")
     #expect(config.worker.batchSize == 7)
@@ -441,18 +499,25 @@ private func parseError(
     #expect(viaEnv.worker.id == "env-file")
     #expect(viaEnv.configFile == fromEnv)
     let viaFlag = try WorkerConfiguration.load(
-        overrides: ConfigurationOverrides(configPath: fromFlag), environment: environment)
+        overrides: ConfigurationOverrides(configPath: fromFlag),
+        environment: environment
+    )
     #expect(viaFlag.worker.id == "flag-file")
 
     let missing = fixture.path("missing.yaml")
     #expect(
         errorMessage { () throws(ConfigurationError) in
             try WorkerConfiguration.load(environment: ["APN_WORKER_CONFIG": missing])
-        } == "APN_WORKER_CONFIG: cannot read \(missing); check that the file exists and is readable.")
+        } == "APN_WORKER_CONFIG: cannot read \(missing); check that the file exists and is readable."
+    )
     #expect(
         errorMessage { () throws(ConfigurationError) in
-            try WorkerConfiguration.load(overrides: ConfigurationOverrides(configPath: fixture.directory), environment: [:])
-        } == "--config: \(fixture.directory) is a directory; name the config file in it.")
+            try WorkerConfiguration.load(
+                overrides: ConfigurationOverrides(configPath: fixture.directory),
+                environment: [:]
+            )
+        } == "--config: \(fixture.directory) is a directory; name the config file in it."
+    )
 }
 
 @Test func kafkaPropertiesMergeFileEnvironmentAndFlags() throws {
@@ -484,26 +549,32 @@ private func parseError(
             "enable.auto.commit": "false",
             "client.id": "a=b",
             "acks": "",
-        ])
+        ]
+    )
     #expect(config.warnings.isEmpty)
 
     #expect(
         parseError(fixture.minimalYAML(), overrides: ConfigurationOverrides(kafkaProperties: ["novalue"]))
-            == "--kafka-property must be written name=value (for example security.protocol=SSL), not \"novalue\".")
+            == "--kafka-property must be written name=value (for example security.protocol=SSL), not \"novalue\"."
+    )
     #expect(
         parseError(fixture.minimalYAML(), environment: ["APN_WORKER_KAFKA_PROPERTY_": "x"])
             == "APN_WORKER_KAFKA_PROPERTY_ needs a librdkafka property name after the prefix, for example "
-            + "APN_WORKER_KAFKA_PROPERTY_SECURITY_PROTOCOL=SSL.")
+            + "APN_WORKER_KAFKA_PROPERTY_SECURITY_PROTOCOL=SSL."
+    )
     #expect(
         parseError(fixture.minimalYAML(), overrides: ConfigurationOverrides(kafkaProperties: ["group.id=x"]))
             == "--kafka-property group.id: set kafka.groupId (APN_WORKER_KAFKA_GROUP_ID, --group) instead of the "
-            + "librdkafka property group.id.")
+            + "librdkafka property group.id."
+    )
     let nested = fixture.minimalYAML(extra: "worker: {}").replacingOccurrences(
         of: "  bootstrapServers: \"127.0.0.1:9092\"",
-        with: "  bootstrapServers: \"127.0.0.1:9092\"\n  properties:\n    security:\n      protocol: SSL")
+        with: "  bootstrapServers: \"127.0.0.1:9092\"\n  properties:\n    security:\n      protocol: SSL"
+    )
     #expect(
         parseError(nested) == "kafka.properties.security must be a string, number or boolean (librdkafka "
-            + "properties are name: value pairs with dotted names), not a mapping.")
+            + "properties are name: value pairs with dotted names), not a mapping."
+    )
 }
 
 // MARK: - Errors
@@ -515,25 +586,30 @@ private func parseError(
         parseError(typoInEnvironment) == "apps.com.example.app.environments.production.certfile: unknown "
             + "setting; known settings here are certificate, certificatePem, certificatePemEnv, key, keyPem, keyPemEnv, "
             + "pfx, pkcs12Base64, pkcs12Base64Env, signingKey, signingKeyPem, signingKeyPemEnv, passphrase, passphraseFile, "
-            + "passphraseEnv, ca, verifyServer, gateway, feedback, keyId, teamId.")
+            + "passphraseEnv, ca, verifyServer, gateway, feedback, keyId, teamId."
+    )
     #expect(
         parseError(fixture.minimalYAML(extra: "wroker:\n  id: x")) == "wroker: unknown setting; known "
-            + "settings here are worker, kafka, redis, limits, apps.")
+            + "settings here are worker, kafka, redis, limits, apps."
+    )
     #expect(
         parseError(fixture.minimalYAML(extra: "worker:\n  batchsize: 5")) == "worker.batchsize: unknown "
             + "setting; known settings here are id, batchSize, batchWindowMs, maxInFlight, resultFlushMs, resultBatchSize, "
-            + "shutdownTimeoutSeconds, logLevel, logFormat, dedupeTTLSeconds, statusAddress.")
+            + "shutdownTimeoutSeconds, logLevel, logFormat, dedupeTTLSeconds, statusAddress."
+    )
     let badEnvironment = fixture.minimalYAML().replacingOccurrences(of: "production:", with: "prod:")
     #expect(
         parseError(badEnvironment) == "apps.com.example.app.environments.prod: unknown setting; known "
-            + "settings here are production, sandbox.")
+            + "settings here are production, sandbox."
+    )
     #expect(
         parseError(fixture.minimalYAML(app: "    pool: 3")) == "apps.com.example.app.pool: unknown "
             + "setting; known settings here are bundleId, defaultEnvironment, transport, poolSize, cacheMaxCount, "
             + "cacheMaxBytes, confirmationWindowMs, resendOnUnknown, connectRetryLimit, appPerSecond, devicePerHour, "
             + "feedbackIntervalSeconds, mdmTopic, defaultExpiry, topics, dryRun, minConnections, connectTimeoutMs, writeTimeoutMs, "
             + "idleTimeoutMs, reconnectBaseDelayMs, reconnectMaxDelayMs, retryLimit, retryBaseDelayMs, retryMaxDelayMs, "
-            + "environments.")
+            + "environments."
+    )
     #expect(parseError(fixture.minimalYAML(extra: "redis:\n  host: x")) != nil)  // redis set twice
 }
 
@@ -541,10 +617,12 @@ private func parseError(
     let fixture = try Fixture()
     #expect(
         parseError(fixture.minimalYAML(extra: "limits:\n  appPerSecond: 1\n  appPerSecond: 2"))
-            == "config file /tmp/config.yaml: line 14, column 3: limits.appPerSecond is set twice; keep one.")
+            == "config file /tmp/config.yaml: line 14, column 3: limits.appPerSecond is set twice; keep one."
+    )
     #expect(
         parseError("{\"limits\": {\"a\": 1, \"a\": 2}}", path: "/tmp/c.json")
-            == "config file /tmp/c.json: line 1, column 21: duplicate member name \"a\" in an object.")
+            == "config file /tmp/c.json: line 1, column 21: duplicate member name \"a\" in an object."
+    )
 }
 
 @Test func missingRequiredSettingsSayWhereToSetThem() throws {
@@ -552,7 +630,8 @@ private func parseError(
     let noKafka = fixture.minimalYAML().replacingOccurrences(of: "  bootstrapServers: \"127.0.0.1:9092\"", with: "")
     #expect(
         parseError(noKafka) == "kafka.bootstrapServers is required: set it in the config file, "
-            + "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS or --brokers.")
+            + "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS or --brokers."
+    )
     // An explicit null is the same as leaving the setting out.
     let nullKafka = fixture.minimalYAML().replacingOccurrences(of: "\"127.0.0.1:9092\"", with: "null")
     #expect(parseError(nullKafka)?.hasPrefix("kafka.bootstrapServers is required") == true)
@@ -568,29 +647,38 @@ private func parseError(
         errorMessage { () throws(ConfigurationError) in
             try WorkerConfiguration.load(environment: environment)
         } == "apps is required: give a config file that lists at least one app under apps with --config or "
-            + "APN_WORKER_CONFIG (apps cannot be set through environment variables or flags).")
+            + "APN_WORKER_CONFIG (apps cannot be set through environment variables or flags)."
+    )
     #expect(
         errorMessage { () throws(ConfigurationError) in
             try WorkerConfiguration.load(environment: [:])
-        } == "kafka.bootstrapServers is required: set it in the config file, APN_WORKER_KAFKA_BOOTSTRAP_SERVERS or --brokers.")
+        }
+            == "kafka.bootstrapServers is required: set it in the config file, APN_WORKER_KAFKA_BOOTSTRAP_SERVERS or --brokers."
+    )
 
     let noApps = "kafka:\n  bootstrapServers: k\nredis:\n  url: redis://r\n"
     #expect(
         parseError(noApps) == "apps is required: list at least one app under apps in the config file "
-            + "/tmp/config.yaml (apps cannot be set through environment variables or flags).")
-    #expect(parseError(noApps + "apps: {}\n") == "apps must list at least one app, keyed by the app name that jobs use.")
+            + "/tmp/config.yaml (apps cannot be set through environment variables or flags)."
+    )
+    #expect(
+        parseError(noApps + "apps: {}\n") == "apps must list at least one app, keyed by the app name that jobs use."
+    )
     #expect(
         parseError(noApps + "apps:\n  a:\n    poolSize: 2\n")
-            == "apps.a.environments must configure at least one of production and sandbox in the config file.")
+            == "apps.a.environments must configure at least one of production and sandbox in the config file."
+    )
     #expect(
         parseError(noApps + "apps:\n  a:\n    environments:\n      sandbox:\n")
             == "apps.a.environments.sandbox needs credentials: set certificate and key (PEM files) or pfx "
             + "(a PKCS#12 file) in the config file (each can also be given inline or from an environment variable; "
-            + "see docs/configuration.md).")
+            + "see docs/configuration.md)."
+    )
     let noKey = fixture.minimalYAML().replacingOccurrences(of: "key: \(fixture.path("key.pem"))", with: "")
     #expect(
         parseError(noKey) == "apps.com.example.app.environments.production.key is required with "
-            + "certificate: set it in the config file to the PEM private key file (or give the key with keyPem or keyPemEnv).")
+            + "certificate: set it in the config file to the PEM private key file (or give the key with keyPem or keyPemEnv)."
+    )
 }
 
 @Test func numbersOutOfRangeOrMalformed() throws {
@@ -598,53 +686,70 @@ private func parseError(
     let yaml = fixture.minimalYAML()
     #expect(
         parseError(yaml, environment: ["APN_WORKER_BATCH_SIZE": "abc"])
-            == "APN_WORKER_BATCH_SIZE must be a whole number from 1 to 100000, not \"abc\".")
+            == "APN_WORKER_BATCH_SIZE must be a whole number from 1 to 100000, not \"abc\"."
+    )
     #expect(
         parseError(yaml, environment: ["APN_WORKER_BATCH_SIZE": "100001"])
-            == "APN_WORKER_BATCH_SIZE must be a whole number from 1 to 100000, not \"100001\".")
+            == "APN_WORKER_BATCH_SIZE must be a whole number from 1 to 100000, not \"100001\"."
+    )
     #expect(
         parseError(yaml, overrides: ConfigurationOverrides(maxInFlight: 0))
-            == "--max-in-flight must be a whole number from 1 to 1000000, not 0.")
+            == "--max-in-flight must be a whole number from 1 to 1000000, not 0."
+    )
     #expect(
         parseError(yaml, overrides: ConfigurationOverrides(shutdownTimeoutSeconds: 3601))
-            == "--shutdown-timeout must be a whole number from 1 to 3600, not 3601.")
+            == "--shutdown-timeout must be a whole number from 1 to 3600, not 3601."
+    )
     #expect(
         parseError(fixture.minimalYAML(extra: "worker:\n  resultFlushMs: 0"))
-            == "worker.resultFlushMs must be a whole number from 1 to 10000, not 0.")
+            == "worker.resultFlushMs must be a whole number from 1 to 10000, not 0."
+    )
     #expect(
         parseError(fixture.minimalYAML(extra: "worker:\n  batchWindowMs: -1"))
-            == "worker.batchWindowMs must be a whole number from 0 to 10000, not -1.")
+            == "worker.batchWindowMs must be a whole number from 0 to 10000, not -1."
+    )
     #expect(
         parseError(fixture.minimalYAML(extra: "worker:\n  dedupeTTLSeconds: 59"))
-            == "worker.dedupeTTLSeconds must be a whole number from 60 to 31536000, not 59.")
+            == "worker.dedupeTTLSeconds must be a whole number from 60 to 31536000, not 59."
+    )
     #expect(
         parseError(fixture.minimalYAML(extra: "worker:\n  batchSize: 2.5"))
-            == "worker.batchSize must be a whole number from 1 to 100000, not 2.5.")
+            == "worker.batchSize must be a whole number from 1 to 100000, not 2.5."
+    )
     #expect(
         parseError(fixture.minimalYAML(extra: "worker:\n  batchSize: [1]"))
-            == "worker.batchSize must be a whole number from 1 to 100000, not a list.")
+            == "worker.batchSize must be a whole number from 1 to 100000, not a list."
+    )
     #expect(
         parseError(fixture.minimalYAML(extra: "worker:\n  batchSize: 99999999999999999999999"))
-            == "worker.batchSize must be a whole number from 1 to 100000, not 99999999999999999999999.")
+            == "worker.batchSize must be a whole number from 1 to 100000, not 99999999999999999999999."
+    )
     #expect(
         parseError(fixture.minimalYAML(app: "    poolSize: 65"))
-            == "apps.com.example.app.poolSize must be a whole number from 1 to 64, not 65.")
+            == "apps.com.example.app.poolSize must be a whole number from 1 to 64, not 65."
+    )
     #expect(
         parseError(fixture.minimalYAML(app: "    cacheMaxBytes: 4095"))
-            == "apps.com.example.app.cacheMaxBytes must be a whole number of at least 4096, not 4095.")
+            == "apps.com.example.app.cacheMaxBytes must be a whole number of at least 4096, not 4095."
+    )
     #expect(
         parseError(fixture.minimalYAML(app: "    feedbackIntervalSeconds: 86401"))
             == "apps.com.example.app.feedbackIntervalSeconds must be 0 (no feedback polling) or a whole number "
-            + "from 1 to 86400, not 86401.")
+            + "from 1 to 86400, not 86401."
+    )
     #expect(
         parseError(fixture.minimalYAML(app: "    appPerSecond: -1"))
-            == "apps.com.example.app.appPerSecond must be 0 (unlimited) or a larger whole number, not -1.")
+            == "apps.com.example.app.appPerSecond must be 0 (unlimited) or a larger whole number, not -1."
+    )
     #expect(
         parseError(yaml, environment: ["APN_WORKER_LIMITS_DEVICE_PER_HOUR": "1e3"])
-            == "APN_WORKER_LIMITS_DEVICE_PER_HOUR must be 0 (unlimited) or a larger whole number, not \"1e3\".")
+            == "APN_WORKER_LIMITS_DEVICE_PER_HOUR must be 0 (unlimited) or a larger whole number, not \"1e3\"."
+    )
 
     // Written the YAML ways, and quoted, whole numbers are accepted.
-    let forms = try parse(fixture.minimalYAML(extra: "worker:\n  batchSize: 1_000\n  maxInFlight: 0x10\n  resultBatchSize: \"30\""))
+    let forms = try parse(
+        fixture.minimalYAML(extra: "worker:\n  batchSize: 1_000\n  maxInFlight: 0x10\n  resultBatchSize: \"30\"")
+    )
     #expect(forms.worker.batchSize == 1000)
     #expect(forms.worker.maxInFlight == 16)
     #expect(forms.worker.resultBatchSize == 30)
@@ -655,44 +760,63 @@ private func parseError(
     let yaml = fixture.minimalYAML()
     #expect(
         parseError(yaml, environment: ["APN_WORKER_LOG_LEVEL": "verbose"])
-            == "APN_WORKER_LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical, not \"verbose\".")
+            == "APN_WORKER_LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical, not \"verbose\"."
+    )
     #expect(
         parseError(yaml, overrides: ConfigurationOverrides(logFormat: "xml"))
-            == "--log-format must be json or text, not \"xml\".")
+            == "--log-format must be json or text, not \"xml\"."
+    )
     #expect(
         parseError(fixture.minimalYAML(app: "    transport: spdy"))
-            == "apps.com.example.app.transport must be binary or http2, not \"spdy\".")
+            == "apps.com.example.app.transport must be binary or http2, not \"spdy\"."
+    )
     #expect(
         parseError(fixture.minimalYAML(app: "    resendOnUnknown: maybe"))
-            == "apps.com.example.app.resendOnUnknown must be true or false, not \"maybe\".")
+            == "apps.com.example.app.resendOnUnknown must be true or false, not \"maybe\"."
+    )
     #expect(
         parseError(yaml, overrides: ConfigurationOverrides(workerId: "has space"))
-            == "--worker-id must be 1 to 64 characters of letters, digits, '.', '_' and '-', not \"has space\".")
+            == "--worker-id must be 1 to 64 characters of letters, digits, '.', '_' and '-', not \"has space\"."
+    )
     #expect(
         parseError(yaml, environment: ["APN_WORKER_KAFKA_RESULTS_TOPIC": "bad/topic"])
             == "APN_WORKER_KAFKA_RESULTS_TOPIC must be a Kafka topic name of 1 to 249 letters, digits, '.', '_' "
-            + "and '-', not \"bad/topic\".")
+            + "and '-', not \"bad/topic\"."
+    )
     #expect(
         parseError(fixture.minimalYAML(extra: "worker: [1, 2]"))
-            == "worker must be a mapping of settings, not a list.")
+            == "worker must be a mapping of settings, not a list."
+    )
     // A variable for a setting in that section does not hide the file's mistake.
     #expect(
         parseError(fixture.minimalYAML(extra: "worker: [1, 2]"), environment: ["APN_WORKER_ID": "w"])
-            == "worker must be a mapping of settings, not a list.")
+            == "worker must be a mapping of settings, not a list."
+    )
     // Variables and flags fill in a section the file leaves out, and say where a bad value came from.
-    #expect(try parse(fixture.minimalYAML(), environment: ["APN_WORKER_LIMITS_APP_PER_SECOND": " 4 "]).limits.appPerSecond == 4)
     #expect(
-        parseError(fixture.minimalYAML(extra: "worker:\n  batchSize: 5"), overrides: ConfigurationOverrides(batchSize: -2))
-            == "--batch-size must be a whole number from 1 to 100000, not -2.")
+        try parse(fixture.minimalYAML(), environment: ["APN_WORKER_LIMITS_APP_PER_SECOND": " 4 "]).limits.appPerSecond
+            == 4
+    )
+    #expect(
+        parseError(
+            fixture.minimalYAML(extra: "worker:\n  batchSize: 5"),
+            overrides: ConfigurationOverrides(batchSize: -2)
+        )
+            == "--batch-size must be a whole number from 1 to 100000, not -2."
+    )
     #expect(
         parseError("- a\n- b\n")
             == "config file /tmp/config.yaml: the top level must be a mapping of settings (worker, kafka, redis, "
-            + "limits, apps), not a list.")
+            + "limits, apps), not a list."
+    )
     let badGateway = fixture.minimalYAML().replacingOccurrences(
-        of: "key: \(fixture.path("key.pem"))", with: "key: \(fixture.path("key.pem"))\n        gateway: host:99999")
+        of: "key: \(fixture.path("key.pem"))",
+        with: "key: \(fixture.path("key.pem"))\n        gateway: host:99999"
+    )
     #expect(
         parseError(badGateway) == "apps.com.example.app.environments.production.gateway must be host:port "
-            + "with a port from 1 to 65535 (an IPv6 address in brackets), not \"host:99999\".")
+            + "with a port from 1 to 65535 (an IPv6 address in brackets), not \"host:99999\"."
+    )
 }
 
 @Test func redisURLs() throws {
@@ -711,15 +835,18 @@ private func parseError(
     #expect(
         parseError(yaml, overrides: ConfigurationOverrides(redisURL: "redis://:secret@h:0"))
             == "--redis must be a Redis URL of the form redis[s]://[[user]:password@]host[:port][/db], not "
-            + "\"redis://:***@h:0\" (the port must be from 1 to 65535).")
+            + "\"redis://:***@h:0\" (the port must be from 1 to 65535)."
+    )
     #expect(
         parseError(yaml, environment: ["APN_WORKER_REDIS_URL": "http://h"])
             == "APN_WORKER_REDIS_URL must be a Redis URL of the form redis[s]://[[user]:password@]host[:port][/db], "
-            + "not \"http://h\" (the scheme must be redis:// or rediss://).")
+            + "not \"http://h\" (the scheme must be redis:// or rediss://)."
+    )
     #expect(
         parseError(yaml, overrides: ConfigurationOverrides(redisURL: "redis://u@h"))
             == "--redis names the user \"u\" but no password is set: add it to the URL or set redis.password, "
-            + "APN_WORKER_REDIS_PASSWORD or --redis-password.")
+            + "APN_WORKER_REDIS_PASSWORD or --redis-password."
+    )
 }
 
 @Test func redisTLSSettings() throws {
@@ -729,13 +856,17 @@ private func parseError(
     let key = fixture.write("redis-client-key.pem", "key")
     func yaml(_ url: String, _ lines: String) -> String {
         fixture.minimalYAML().replacingOccurrences(
-            of: "  url: \"redis://127.0.0.1:6379/0\"", with: "  url: \"\(url)\"\n" + lines)
+            of: "  url: \"redis://127.0.0.1:6379/0\"",
+            with: "  url: \"\(url)\"\n" + lines
+        )
     }
 
     let full = try parse(
         yaml(
             "redis://127.0.0.1:6379/0",
-            "  tls: true\n  caFile: \(ca)\n  certFile: \(cert)\n  keyFile: \(key)\n  serverName: redis.internal"))
+            "  tls: true\n  caFile: \(ca)\n  certFile: \(cert)\n  keyFile: \(key)\n  serverName: redis.internal"
+        )
+    )
     #expect(full.redis.tls == RedisTLS(caFile: ca, certFile: cert, keyFile: key, serverName: "redis.internal"))
     #expect(full.warnings.isEmpty)
 
@@ -748,20 +879,25 @@ private func parseError(
         unverified.warnings == [
             "redis.tlsVerify is false: the worker accepts any certificate from Redis, so an impostor on the "
                 + "network could read and change its data; use it only in tests."
-        ])
+        ]
+    )
 
     #expect(
         parseError(yaml("redis://127.0.0.1:6379/0", "  caFile: \(ca)"))
-            == "redis.caFile only applies with TLS: use a rediss:// URL or set redis.tls to true.")
+            == "redis.caFile only applies with TLS: use a rediss:// URL or set redis.tls to true."
+    )
     #expect(
         parseError(yaml("rediss://127.0.0.1:6380/0", "  tls: false"))
-            == "redis.tls is false but redis.url is a rediss:// (TLS) URL; remove one of them.")
+            == "redis.tls is false but redis.url is a rediss:// (TLS) URL; remove one of them."
+    )
     #expect(
         parseError(yaml("rediss://127.0.0.1:6380/0", "  certFile: \(cert)"))
-            == "redis.certFile and redis.keyFile go together: set both for a client certificate, or neither.")
+            == "redis.certFile and redis.keyFile go together: set both for a client certificate, or neither."
+    )
     #expect(
         parseError(yaml("rediss://127.0.0.1:6380/0", "  caFile: \(fixture.path("missing.pem"))"))
-            == "redis.caFile: cannot read \(fixture.path("missing.pem")); check that the file exists and is readable.")
+            == "redis.caFile: cannot read \(fixture.path("missing.pem")); check that the file exists and is readable."
+    )
     let off = yaml("redis://127.0.0.1:6379/0", "  tls: false")
     #expect(try parse(off).redis.tls == nil)
 }
@@ -773,31 +909,40 @@ private func parseError(
     let missing = fixture.minimalYAML().replacingOccurrences(of: fixture.path("cert.pem"), with: "/x/cert.pem")
     #expect(
         parseError(missing) == "apps.com.example.app.environments.production.certificate: cannot read "
-            + "/x/cert.pem; check that the file exists and is readable.")
+            + "/x/cert.pem; check that the file exists and is readable."
+    )
     let relative = fixture.minimalYAML().replacingOccurrences(of: fixture.path("key.pem"), with: "nope.pem")
     #expect(
         parseError(relative, path: fixture.path("c.yaml")) == "apps.com.example.app.environments.production.key: "
-            + "cannot read \(fixture.path("nope.pem")); check that the file exists and is readable.")
+            + "cannot read \(fixture.path("nope.pem")); check that the file exists and is readable."
+    )
     let directory = fixture.minimalYAML().replacingOccurrences(of: fixture.path("key.pem"), with: fixture.directory)
     #expect(
         parseError(directory) == "apps.com.example.app.environments.production.key: \(fixture.directory) "
-            + "is a directory; name a file.")
+            + "is a directory; name a file."
+    )
     let ca = fixture.minimalYAML().replacingOccurrences(
-        of: "key: \(fixture.path("key.pem"))", with: "key: \(fixture.path("key.pem"))\n        ca: ../missing-ca.pem")
+        of: "key: \(fixture.path("key.pem"))",
+        with: "key: \(fixture.path("key.pem"))\n        ca: ../missing-ca.pem"
+    )
     let expectedCA = URL(fileURLWithPath: fixture.directory).deletingLastPathComponent()
         .appendingPathComponent("missing-ca.pem").path
     #expect(
         parseError(ca, path: fixture.path("c.yaml")) == "apps.com.example.app.environments.production.ca: "
-            + "cannot read \(expectedCA); check that the file exists and is readable.")
+            + "cannot read \(expectedCA); check that the file exists and is readable."
+    )
 }
 
 @Test func pfxCannotBeCombinedWithCertificate() throws {
     let fixture = try Fixture()
     let yaml = fixture.minimalYAML().replacingOccurrences(
-        of: "key: \(fixture.path("key.pem"))", with: "key: \(fixture.path("key.pem"))\n        pfx: app.p12")
+        of: "key: \(fixture.path("key.pem"))",
+        with: "key: \(fixture.path("key.pem"))\n        pfx: app.p12"
+    )
     #expect(
         parseError(yaml, path: fixture.path("c.yaml")) == "apps.com.example.app.environments.production.pfx "
-            + "cannot be used together with certificate and key; set either pfx or certificate and key.")
+            + "cannot be used together with certificate and key; set either pfx or certificate and key."
+    )
 }
 
 @Test func passphraseFileIsReadAndTrimmed() throws {
@@ -806,7 +951,9 @@ private func parseError(
     fixture.write("empty.txt", "\n")
     func environment(_ extra: String) -> String {
         fixture.minimalYAML().replacingOccurrences(
-            of: "key: \(fixture.path("key.pem"))", with: "key: \(fixture.path("key.pem"))\n        \(extra)")
+            of: "key: \(fixture.path("key.pem"))",
+            with: "key: \(fixture.path("key.pem"))\n        \(extra)"
+        )
     }
     let path = fixture.path("c.yaml")
     let plain = try parse(environment("passphraseFile: passphrase.txt"), path: path)
@@ -819,15 +966,18 @@ private func parseError(
     #expect(
         parseError(environment("passphraseFile: empty.txt"), path: path)
             == "apps.com.example.app.environments.production.passphraseFile: \(fixture.path("empty.txt")) is empty; "
-            + "it must hold the passphrase.")
+            + "it must hold the passphrase."
+    )
     #expect(
         parseError(environment("passphraseFile: gone.txt"), path: path)
             == "apps.com.example.app.environments.production.passphraseFile: cannot read \(fixture.path("gone.txt")); "
-            + "check that the file exists and is readable.")
+            + "check that the file exists and is readable."
+    )
     #expect(
         parseError(environment("passphrase: a\n        passphraseFile: passphrase.txt"), path: path)
             == "apps.com.example.app.environments.production.passphrase and passphraseFile cannot both be set; "
-            + "give the passphrase one way only: passphrase, passphraseFile or passphraseEnv.")
+            + "give the passphrase one way only: passphrase, passphraseFile or passphraseEnv."
+    )
 }
 
 // MARK: - Environments
@@ -877,7 +1027,8 @@ private func parseError(
     #expect(try app("sandbox: {pfx: app.p12}, production: {pfx: app.p12}")?.defaultEnvironment == .production)
     #expect(
         try app("sandbox: {pfx: app.p12}, production: {pfx: app.p12}", "defaultEnvironment: sandbox")?
-            .defaultEnvironment == .sandbox)
+            .defaultEnvironment == .sandbox
+    )
     var message: String?
     do {
         _ = try app("sandbox: {pfx: app.p12}", "defaultEnvironment: production")
@@ -886,7 +1037,8 @@ private func parseError(
     }
     #expect(
         message == "apps.a.defaultEnvironment is production, but apps.a.environments has no production "
-            + "entry; configure it or choose sandbox.")
+            + "entry; configure it or choose sandbox."
+    )
     #expect(throws: ConfigurationError.self) { try app("sandbox: {pfx: app.p12}", "defaultEnvironment: staging") }
 }
 
@@ -901,13 +1053,16 @@ private func parseError(
     let json = "{\n  \"kafka\": {\"bootstrapServers\": \"k\",}\n}"
     #expect(
         parseError(json, path: "/etc/apn-worker.json")
-            == "config file /etc/apn-worker.json: line 2, column 37: expected a string member name after ','.")
+            == "config file /etc/apn-worker.json: line 2, column 37: expected a string member name after ','."
+    )
     #expect(
         parseError("{\"a\": tru}", path: "/c.json")
-            == "config file /c.json: line 1, column 7: invalid literal; expected 'true'.")
+            == "config file /c.json: line 1, column 7: invalid literal; expected 'true'."
+    )
     #expect(
         parseError("", path: "/c.json")
-            == "config file /c.json: line 1, column 1: unexpected end of input; expected a value.")
+            == "config file /c.json: line 1, column 1: unexpected end of input; expected a value."
+    )
 
     // An empty YAML file is an empty configuration.
     #expect(parseError("")?.hasPrefix("kafka.bootstrapServers is required") == true)
@@ -941,7 +1096,8 @@ private func parseError(
     var laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
     for level in 1...7 {
         let previous = level == 1 ? "a" : "l\(level - 1)"
-        laughs += "l\(level): &l\(level) [" + Array(repeating: "*\(previous)", count: 10).joined(separator: ", ") + "]\n"
+        laughs +=
+            "l\(level): &l\(level) [" + Array(repeating: "*\(previous)", count: 10).joined(separator: ", ") + "]\n"
     }
     #expect(parseError(laughs)?.contains("more than 1000000 values") == true)
 }
@@ -971,10 +1127,12 @@ private func parseError(
     #expect(
         errorMessage { () throws(ConfigurationError) in
             try WorkerConfiguration.load(overrides: ConfigurationOverrides(configPath: path), environment: [:])
-        } == "config file \(path) is not UTF-8 text; save it as UTF-8.")
+        } == "config file \(path) is not UTF-8 text; save it as UTF-8."
+    )
     #expect(
         parseError("a: 1\n---\nb: 2\n") == "config file /tmp/config.yaml: line 2, column 1: a second YAML "
-            + "document starts here, but a config file holds only one.")
+            + "document starts here, but a config file holds only one."
+    )
     #expect(parseError("\tkafka: 1\n")?.hasSuffix("; YAML cannot be indented with tabs.") == true)
 }
 
@@ -1004,12 +1162,16 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
                       signingKey: \(fixture.path("AuthKey.p8"))
                       keyId: ABCDE12345
                       teamId: TEAM123456
-            """)
+            """
+    )
     let config = try parse(yaml)
     let app = try #require(config.apps["com.example.app"])
     #expect(app.transport == .http2)
     let production = try #require(app.environments[.production])
-    #expect(production.credentials == .token(signingKey: .file(fixture.path("AuthKey.p8")), keyId: "ABCDE12345", teamId: "TEAM123456"))
+    #expect(
+        production.credentials
+            == .token(signingKey: .file(fixture.path("AuthKey.p8")), keyId: "ABCDE12345", teamId: "TEAM123456")
+    )
     #expect(production.gateway == WorkerConfiguration.HostPort(host: "api.push.apple.com", port: 443))
 }
 
@@ -1021,12 +1183,15 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     #expect(
         parseError(
             http2YAML(
-                fixture, transport: "binary",
+                fixture,
+                transport: "binary",
                 environment: """
                               signingKey: \(key)
                               keyId: ABCDE12345
                               teamId: TEAM123456
-                    """))
+                    """
+            )
+        )
             == "\(path).signingKey needs transport http2: the binary protocol authenticates with a certificate only; set the app's transport to http2 or use certificate and key."
     )
     #expect(
@@ -1036,7 +1201,10 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
                 environment: """
                               signingKey: \(key)
                               teamId: TEAM123456
-                    """)) == "\(path).keyId is required with signingKey: set it to the key's 10-character key ID.")
+                    """
+            )
+        ) == "\(path).keyId is required with signingKey: set it to the key's 10-character key ID."
+    )
     #expect(
         parseError(
             http2YAML(
@@ -1045,7 +1213,10 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
                               signingKey: \(key)
                               keyId: ABCDE12345
                               teamId: TEAM
-                    """)) == "\(path).teamId must be 10 letters or digits, not \"TEAM\".")
+                    """
+            )
+        ) == "\(path).teamId must be 10 letters or digits, not \"TEAM\"."
+    )
     #expect(
         parseError(
             http2YAML(
@@ -1056,15 +1227,20 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
                               teamId: TEAM123456
                               certificate: \(fixture.path("cert.pem"))
                               key: \(fixture.path("key.pem"))
-                    """))
-            == "\(path).signingKey cannot be used together with certificate, key or pfx; choose token or certificate authentication.")
+                    """
+            )
+        )
+            == "\(path).signingKey cannot be used together with certificate, key or pfx; choose token or certificate authentication."
+    )
     #expect(
         parseError(
             http2YAML(
                 fixture,
                 environment: """
                               verifyServer: false
-                    """))
+                    """
+            )
+        )
             == "\(path) needs credentials: set certificate and key (PEM files) or pfx (a PKCS#12 file), or signingKey, keyId and teamId, in the config file (each can also be given inline or from an environment variable; see docs/configuration.md)."
     )
 }
@@ -1075,7 +1251,10 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     let fixture = try Fixture()
     let base = fixture.minimalYAML()
     #expect(try parse(base).kafka.groupInstanceId == nil)
-    let fromFile = base.replacingOccurrences(of: "  bootstrapServers:", with: "  groupInstanceId: apn-worker-1\n  bootstrapServers:")
+    let fromFile = base.replacingOccurrences(
+        of: "  bootstrapServers:",
+        with: "  groupInstanceId: apn-worker-1\n  bootstrapServers:"
+    )
     #expect(try parse(fromFile).kafka.groupInstanceId == "apn-worker-1")
     let fromEnvironment = try parse(fromFile, environment: ["APN_WORKER_INSTANCE_ID": "apn-worker-2"])
     #expect(fromEnvironment.kafka.groupInstanceId == "apn-worker-2")
@@ -1083,7 +1262,9 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     let bad = parseError(base, environment: ["APN_WORKER_INSTANCE_ID": "pod name/with spaces"])
     #expect(bad?.contains("APN_WORKER_INSTANCE_ID must be 1 to 249 letters") == true)
     let property = base.replacingOccurrences(
-        of: "  bootstrapServers:", with: "  properties:\n    group.instance.id: x\n  bootstrapServers:")
+        of: "  bootstrapServers:",
+        with: "  properties:\n    group.instance.id: x\n  bootstrapServers:"
+    )
     #expect(parseError(property)?.contains("set kafka.groupInstanceId (APN_WORKER_INSTANCE_ID) instead") == true)
 }
 
@@ -1091,9 +1272,15 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     let fixture = try Fixture()
     let base = fixture.minimalYAML()
     #expect(try parse(base).apps["com.example.app"]?.connectRetryLimit == 0)
-    let limited = base.replacingOccurrences(of: "    environments:", with: "    connectRetryLimit: 20\n    environments:")
+    let limited = base.replacingOccurrences(
+        of: "    environments:",
+        with: "    connectRetryLimit: 20\n    environments:"
+    )
     #expect(try parse(limited).apps["com.example.app"]?.connectRetryLimit == 20)
-    let negative = base.replacingOccurrences(of: "    environments:", with: "    connectRetryLimit: -1\n    environments:")
+    let negative = base.replacingOccurrences(
+        of: "    environments:",
+        with: "    connectRetryLimit: -1\n    environments:"
+    )
     #expect(parseError(negative)?.contains("connectRetryLimit must be 0 (keep waiting for the gateway)") == true)
 }
 
@@ -1107,21 +1294,29 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
         """
     #expect(
         parseError(json, path: "/c.json")
-            == "alpha: unknown setting; known settings here are worker, kafka, redis, limits, apps.")
+            == "alpha: unknown setting; known settings here are worker, kafka, redis, limits, apps."
+    )
     let valid = json.replacingOccurrences(of: "\"zeta\": 1, \"alpha\": 2,", with: "")
     #expect(try parse(valid, path: "/c.json").apps["a"]?.defaultEnvironment == .sandbox)
     #expect(try parse(valid, path: "/c.conf").apps["a"]?.defaultEnvironment == .sandbox)
     // Columns count characters, not bytes.
     #expect(
         parseError("{\"é\": x}", path: "/c.json")
-            == "config file /c.json: line 1, column 7: unexpected character 'x'; expected a value.")
+            == "config file /c.json: line 1, column 7: unexpected character 'x'; expected a value."
+    )
 }
 
 @Test func statusAddressIsOnByDefaultAndTurnedOffByNullOrOff() throws {
     let fixture = try Fixture()
-    func address(_ extra: String, environment: [String: String] = [:], flag: String? = nil) throws -> WorkerConfiguration.HostPort? {
+    func address(
+        _ extra: String,
+        environment: [String: String] = [:],
+        flag: String? = nil
+    ) throws -> WorkerConfiguration.HostPort? {
         try parse(
-            fixture.minimalYAML(extra: extra), overrides: ConfigurationOverrides(statusAddress: flag), environment: environment
+            fixture.minimalYAML(extra: extra),
+            overrides: ConfigurationOverrides(statusAddress: flag),
+            environment: environment
         ).worker.statusAddress
     }
     #expect(try address("") == .init(host: "0.0.0.0", port: 9400))
@@ -1131,7 +1326,10 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     #expect(try address("", environment: ["APN_WORKER_STATUS_ADDRESS": "off"]) == nil)
     #expect(try address("worker:\n  statusAddress: null", flag: "10.0.0.1:9500") == .init(host: "10.0.0.1", port: 9500))
     let error = parseError(fixture.minimalYAML(), overrides: ConfigurationOverrides(statusAddress: "host:99999"))
-    #expect(error == "--status-address must be host:port with a port from 0 to 65535 (an IPv6 address in brackets), not \"host:99999\".")
+    #expect(
+        error
+            == "--status-address must be host:port with a port from 0 to 65535 (an IPv6 address in brackets), not \"host:99999\"."
+    )
 }
 
 // MARK: - Job settings (topics, dryRun)
@@ -1175,20 +1373,26 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     #expect(
         parseError(fixture.minimalYAML(app: "    topics: [com.example.app, com.example.other]"))
             == "apps.com.example.app.topics needs transport http2 with signingKey: the binary protocol sends to the certificate's one "
-            + "topic (bundleId com.example.app); remove topics or set the app's transport to http2.")
+            + "topic (bundleId com.example.app); remove topics or set the app's transport to http2."
+    )
     #expect(
         parseError(fixture.minimalYAML(app: "    topics: com.example.app"))
-            == "apps.com.example.app.topics must be a list of bundle IDs, not \"com.example.app\".")
+            == "apps.com.example.app.topics must be a list of bundle IDs, not \"com.example.app\"."
+    )
     #expect(parseError(fixture.minimalYAML(app: "    topics: [com.example.app]")) == nil)
 }
 
-@Test("redis.urls and redis.cluster: several seed nodes make a Redis Cluster, each reached with the first one's settings")
+@Test(
+    "redis.urls and redis.cluster: several seed nodes make a Redis Cluster, each reached with the first one's settings"
+)
 func redisClusterSettings() throws {
     let fixture = try Fixture()
     func yaml(_ lines: String) -> String {
         fixture.minimalYAML().replacingOccurrences(of: "  url: \"redis://127.0.0.1:6379/0\"\n", with: lines)
     }
-    let seeds = try parse(yaml("  urls: [\"redis://:pw@r1:7000\", \"redis://r2:7001\", \"redis://r3\"]\n  commandTimeoutMs: 900\n"))
+    let seeds = try parse(
+        yaml("  urls: [\"redis://:pw@r1:7000\", \"redis://r2:7001\", \"redis://r3\"]\n  commandTimeoutMs: 900\n")
+    )
     #expect(seeds.redisCluster)
     #expect(seeds.redisSeeds.map(\.endpoint) == ["r1:7000", "r2:7001", "r3:6379"])
     #expect(seeds.redisSeeds.allSatisfy { $0.password == "pw" && $0.commandTimeout == .milliseconds(900) })
@@ -1202,22 +1406,28 @@ func redisClusterSettings() throws {
     #expect(
         parseError(yaml("  urls: [\"redis://r1\", \"redis://r2\"]\n  cluster: false\n"))
             == "redis.cluster is false but redis.urls names 2 servers; several URLs are the seed nodes of a Redis Cluster: "
-            + "set redis.cluster to true, or give one URL.")
+            + "set redis.cluster to true, or give one URL."
+    )
     #expect(
         parseError(yaml("  url: \"redis://r1\"\n  urls: [\"redis://r2\"]\n"))
             == "redis.url and redis.urls are both set: give one server in redis.url, or the seed nodes of a Redis Cluster "
-            + "in redis.urls.")
+            + "in redis.urls."
+    )
     #expect(
         parseError(yaml("  url: \"redis://r1/2\"\n  cluster: true\n"))
-            == "redis.url selects database 2, but a Redis Cluster has only database 0: remove /2 from the URL.")
+            == "redis.url selects database 2, but a Redis Cluster has only database 0: remove /2 from the URL."
+    )
     #expect(
         parseError(yaml("  urls: [\"rediss://r1\", \"redis://r2\"]\n"))
-            == "redis.urls[1] and redis.urls[0] differ in TLS (rediss:// against redis://); use one scheme for every seed.")
+            == "redis.urls[1] and redis.urls[0] differ in TLS (rediss:// against redis://); use one scheme for every seed."
+    )
     #expect(
         parseError(yaml("  urls: \"redis://r1\"\n"))
-            == "redis.urls must be a list of redis:// or rediss:// URLs, at least one, not \"redis://r1\".")
+            == "redis.urls must be a list of redis:// or rediss:// URLs, at least one, not \"redis://r1\"."
+    )
     #expect(
         parseError(yaml("  urls: [\"redis://r1\", \"http://r2\"]\n"))
             == "redis.urls[1] must be a Redis URL of the form redis[s]://[[user]:password@]host[:port][/db], not \"http://r2\" "
-            + "(the scheme must be redis:// or rediss://).")
+            + "(the scheme must be redis:// or rediss://)."
+    )
 }

@@ -33,7 +33,10 @@ import Testing
     func exampleConfiguration() throws {
         let secrets = try Secrets()
         let text = try Self.deployFile("config.example.yaml")
-        let config = try WorkerConfiguration.parse(fileContents: secrets.relocate(text), path: "/etc/apn-worker/config.yaml")
+        let config = try WorkerConfiguration.parse(
+            fileContents: secrets.relocate(text),
+            path: "/etc/apn-worker/config.yaml"
+        )
         #expect(config.apps.map(\.key) == ["com.example.app"])
         #expect(config.kafka.bootstrapServers == "kafka:9092")
 
@@ -44,7 +47,9 @@ import Testing
             lines[index] = "  " + lines[index].dropFirst(4)
         }
         let withHTTP2 = try WorkerConfiguration.parse(
-            fileContents: secrets.relocate(lines.joined(separator: "\n")), path: "/etc/apn-worker/config.yaml")
+            fileContents: secrets.relocate(lines.joined(separator: "\n")),
+            path: "/etc/apn-worker/config.yaml"
+        )
         #expect(withHTTP2.apps.map(\.key).sorted() == ["com.example.app", "com.example.other"])
     }
 
@@ -64,13 +69,16 @@ import Testing
         for line in lines where line.hasPrefix("  APN_WORKER_") {
             let parts = line.dropFirst(2).split(separator: ":", maxSplits: 1)
             environment[String(parts[0])] = parts[1].trimmingCharacters(in: .whitespaces).trimmingCharacters(
-                in: CharacterSet(charactersIn: "\""))
+                in: CharacterSet(charactersIn: "\"")
+            )
         }
         #expect(Set(environment.keys) == ["APN_WORKER_KAFKA_BOOTSTRAP_SERVERS", "APN_WORKER_REDIS_URL"])
         environment["APN_WORKER_ID"] = "apn-worker-7d9c5-x2x8q"
         let config = try WorkerConfiguration.parse(
-            fileContents: secrets.relocate(block.joined(separator: "\n")), path: "/etc/apn-worker/config.yaml",
-            environment: environment)
+            fileContents: secrets.relocate(block.joined(separator: "\n")),
+            path: "/etc/apn-worker/config.yaml",
+            environment: environment
+        )
         #expect(config.apps.map(\.key) == ["com.example.app"])
         #expect(config.kafka.bootstrapServers.hasPrefix("kafka-0.kafka.kafka.svc.cluster.local:9092"))
         #expect(config.worker.id == "apn-worker-7d9c5-x2x8q")

@@ -37,7 +37,10 @@ struct LogTests {
         let (records, continuation) = AsyncStream.makeStream(of: RecordingLogHandler.Record.self)
         let logger = Logger(label: "test.rdkafka") { _ in RecordingLogHandler(records: continuation) }
         // Nothing listens on port 1: connecting fails and librdkafka logs it.
-        var configuration = KafkaConfiguration(["bootstrap.servers": "127.0.0.1:1", "client.id": "log-test"], logger: logger)
+        var configuration = KafkaConfiguration(
+            ["bootstrap.servers": "127.0.0.1:1", "client.id": "log-test"],
+            logger: logger
+        )
         configuration.messageTimeout = .seconds(30)
         let producer = try KafkaProducer(configuration: configuration)
         // The first line librdkafka logs; the suite's time limit is the deadline.

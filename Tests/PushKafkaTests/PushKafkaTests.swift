@@ -10,13 +10,19 @@ struct PushKafkaTests {
         let producer = try KafkaProducer(configuration: producerConfiguration(cluster))
         let outgoing = (0..<1000).map { i in
             KafkaOutgoingMessage(
-                topic: topic, key: bytes("key-\(i)"), value: bytes("value-\(i)"),
-                headers: [KafkaHeader("index", bytes("\(i)")), KafkaHeader("empty", [])])
+                topic: topic,
+                key: bytes("key-\(i)"),
+                value: bytes("value-\(i)"),
+                headers: [KafkaHeader("index", bytes("\(i)")), KafkaHeader("empty", [])]
+            )
         }
 
         let reports = try await producer.send(outgoing).map { try $0.get() }
         #expect(reports.count == 1000)
-        #expect(Set(reports.map { TopicPartitionOffset(topic: $0.topic, partition: $0.partition, offset: $0.offset) }).count == 1000)
+        #expect(
+            Set(reports.map { TopicPartitionOffset(topic: $0.topic, partition: $0.partition, offset: $0.offset) }).count
+                == 1000
+        )
         for (partition, offsets) in Dictionary(grouping: reports, by: \.partition) {
             #expect(offsets.map(\.offset).sorted() == Array(0..<Int64(offsets.count)), "partition \(partition)")
         }
@@ -26,7 +32,9 @@ struct PushKafkaTests {
         try consumer.subscribe(topics: [topic])
         let messages = try await consume(consumer, count: 1000)
         #expect(messages.count == 1000)
-        let byKey = Dictionary(uniqueKeysWithValues: messages.map { (String(decoding: $0.key ?? [], as: UTF8.self), $0) })
+        let byKey = Dictionary(
+            uniqueKeysWithValues: messages.map { (String(decoding: $0.key ?? [], as: UTF8.self), $0) }
+        )
         for i in 0..<1000 {
             let message = try #require(byKey["key-\(i)"])
             #expect(message.topic == topic)
@@ -45,7 +53,9 @@ struct PushKafkaTests {
         let group = uniqueName("group")
         try cluster.createTopic(topic, partitions: 1)
         let producer = try KafkaProducer(configuration: producerConfiguration(cluster))
-        for result in try await producer.send((0..<100).map { KafkaOutgoingMessage(topic: topic, key: nil, value: bytes("\($0)")) }) {
+        for result in try await producer.send(
+            (0..<100).map { KafkaOutgoingMessage(topic: topic, key: nil, value: bytes("\($0)")) }
+        ) {
             _ = try result.get()
         }
         let partition = TopicPartition(topic: topic, partition: 0)
@@ -144,8 +154,11 @@ struct PushKafkaTests {
         await drainA.value
         await drainB.value
         #expect(
-            eventsB.all.contains { if case .assigned(let partitions) = $0 { !Set(partitions).isDisjoint(with: finalA) } else { false } },
-            "B was incrementally assigned A's former partitions")
+            eventsB.all.contains {
+                if case .assigned(let partitions) = $0 { !Set(partitions).isDisjoint(with: finalA) } else { false }
+            },
+            "B was incrementally assigned A's former partitions"
+        )
     }
 
     /// A deferred revocation leaves the partitions assigned, and their messages unreturned, until
@@ -167,12 +180,15 @@ struct PushKafkaTests {
         try await eventually("A is asked to give partitions up") {
             _ = try await a.poll(timeout: .milliseconds(100))
             _ = try await b.poll(timeout: .milliseconds(100))
-            revoking = events.all.compactMap { if case .revoking(let partitions, _) = $0 { partitions } else { nil } }.first ?? []
+            revoking =
+                events.all.compactMap { if case .revoking(let partitions, _) = $0 { partitions } else { nil } }.first
+                ?? []
             return !revoking.isEmpty
         }
         // Not completed: still A's, nothing of them is returned, and B gets none of them.
         _ = try await producer.send(
-            (0..<40).map { KafkaOutgoingMessage(topic: topic, key: bytes("k\($0)"), value: bytes("v")) })
+            (0..<40).map { KafkaOutgoingMessage(topic: topic, key: bytes("k\($0)"), value: bytes("v")) }
+        )
         var seen: [KafkaMessage] = []
         for _ in 0..<20 {
             seen += try await a.poll(timeout: .milliseconds(100))
@@ -204,7 +220,9 @@ struct PushKafkaTests {
         let cluster = try EmbeddedKafkaCluster(brokers: 1)
         let (topic, group, all) = try fourPartitionTopic(on: cluster, "generation")
         let producer = try KafkaProducer(configuration: producerConfiguration(cluster))
-        _ = try await producer.send((0..<8).map { KafkaOutgoingMessage(topic: topic, key: bytes("\($0)"), value: bytes("v")) })
+        _ = try await producer.send(
+            (0..<8).map { KafkaOutgoingMessage(topic: topic, key: bytes("\($0)"), value: bytes("v")) }
+        )
         await producer.close()
 
         let member = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group))
@@ -247,7 +265,10 @@ struct PushKafkaTests {
         try await pollUntil(second, owns: all, "the restarted static member owns every partition")
         let waited = ContinuousClock.now - closed
         // The predecessor's session (6 s) had to expire first: not honoured.
-        #expect(waited >= .seconds(5), "the embedded broker now honours static membership (\(waited)); update docs/architecture.md")
+        #expect(
+            waited >= .seconds(5),
+            "the embedded broker now honours static membership (\(waited)); update docs/architecture.md"
+        )
         try await second.close()
     }
 
@@ -263,7 +284,10 @@ struct PushKafkaTests {
         let (topic, group, all) = try fourPartitionTopic(on: cluster, "join")
 
         let revoked = Recorder<ContinuousClock.Instant>()
-        let first = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group), revocation: .deferred)
+        let first = try KafkaConsumer(
+            configuration: consumerConfiguration(cluster, group: group),
+            revocation: .deferred
+        )
         let drain = Task {
             for await event in first.rebalanceEvents {
                 guard case .revoking(let partitions, _) = event else { continue }
@@ -286,10 +310,12 @@ struct PushKafkaTests {
         let revocation = try #require(revoked.all.first, "the first member gave up no partition")
         #expect(
             revocation - joined >= .milliseconds(4500),
-            "the embedded broker now ends the revoking round early (\(revocation - joined)); update docs/architecture.md")
+            "the embedded broker now ends the revoking round early (\(revocation - joined)); update docs/architecture.md"
+        )
         #expect(
             assigned - revocation >= .milliseconds(4500),
-            "the embedded broker now ends the assigning round early (\(assigned - revocation)); update docs/architecture.md")
+            "the embedded broker now ends the assigning round early (\(assigned - revocation)); update docs/architecture.md"
+        )
         try await second.close()
         try await first.close()
         await drain.value
@@ -330,8 +356,12 @@ struct PushKafkaTests {
         let cluster = try EmbeddedKafkaCluster(brokers: 1)
         let topic = uniqueName("backpressure")
         try cluster.createTopic(topic, partitions: 2)
-        let producer = try KafkaProducer(configuration: producerConfiguration(cluster, ["queue.buffering.max.messages": "20"]))
-        let results = try await producer.send((0..<2000).map { KafkaOutgoingMessage(topic: topic, key: bytes("\($0)"), value: bytes("v")) })
+        let producer = try KafkaProducer(
+            configuration: producerConfiguration(cluster, ["queue.buffering.max.messages": "20"])
+        )
+        let results = try await producer.send(
+            (0..<2000).map { KafkaOutgoingMessage(topic: topic, key: bytes("\($0)"), value: bytes("v")) }
+        )
         #expect(results.allSatisfy { (try? $0.get()) != nil })
         let single = try await producer.send(topic: topic, partition: 1, key: nil, value: bytes("last"))
         #expect(single.partition == 1)

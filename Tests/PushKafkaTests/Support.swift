@@ -31,7 +31,8 @@ func consumerConfiguration(_ cluster: EmbeddedKafkaCluster, group: String) -> Ka
 /// Repeats `attempt` (which should itself wait, e.g. by polling) until it returns true.
 /// Records an issue and throws if `deadline` passes first.
 func eventually(
-    _ condition: Comment, within deadline: Duration = .seconds(60),
+    _ condition: Comment,
+    within deadline: Duration = .seconds(60),
     sourceLocation: SourceLocation = #_sourceLocation,
     _ attempt: () async throws -> Bool
 ) async throws {
@@ -46,7 +47,8 @@ func eventually(
 /// A topic of four partitions on `cluster`, a group name, and the topic's partitions: what the
 /// consumer-group tests start from.
 func fourPartitionTopic(
-    on cluster: EmbeddedKafkaCluster, _ name: String
+    on cluster: EmbeddedKafkaCluster,
+    _ name: String
 ) throws -> (topic: String, group: String, partitions: Set<TopicPartition>) {
     let topic = uniqueName(name)
     try cluster.createTopic(topic, partitions: 4)
@@ -55,7 +57,9 @@ func fourPartitionTopic(
 
 /// Polls `consumer` until it owns exactly `partitions`.
 func pollUntil(
-    _ consumer: KafkaConsumer, owns partitions: Set<TopicPartition>, _ condition: Comment,
+    _ consumer: KafkaConsumer,
+    owns partitions: Set<TopicPartition>,
+    _ condition: Comment,
     sourceLocation: SourceLocation = #_sourceLocation
 ) async throws {
     try await eventually(condition, sourceLocation: sourceLocation) {

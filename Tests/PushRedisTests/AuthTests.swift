@@ -13,9 +13,12 @@ struct AuthTests {
             let wrong = try #require(
                 await redisError {
                     try await RedisConnection.connect(server.configuration(password: "wrong"))
-                })
+                }
+            )
             #expect(wrong.code == .authentication)
-            #expect(wrong.message.hasPrefix("Redis at 127.0.0.1:\(server.port) rejected the credentials for user 'default'"))
+            #expect(
+                wrong.message.hasPrefix("Redis at 127.0.0.1:\(server.port) rejected the credentials for user 'default'")
+            )
             #expect(wrong.message.contains("Check the configured username and password"))
             #expect(!wrong.message.contains("wrong"))  // the password itself is never echoed
             #expect(wrong.detail?.hasPrefix("WRONGPASS") == true)
@@ -33,13 +36,16 @@ struct AuthTests {
             let admin = try await RedisConnection.connect(server.configuration(password: "s3cret"))
             try await admin.send(["ACL", "SETUSER", "apn-worker", "on", ">w0rker", "~*", "&*", "+@all"])
 
-            let worker = try await RedisConnection.connect(server.configuration(password: "w0rker", username: "apn-worker"))
+            let worker = try await RedisConnection.connect(
+                server.configuration(password: "w0rker", username: "apn-worker")
+            )
             #expect(try await worker.send(["ACL", "WHOAMI"]).string == "apn-worker")
 
             let wrong = try #require(
                 await redisError {
                     try await RedisConnection.connect(server.configuration(password: "nope", username: "apn-worker"))
-                })
+                }
+            )
             #expect(wrong.code == .authentication)
             #expect(wrong.message.contains("user 'apn-worker'"))
         }
@@ -57,13 +63,15 @@ struct AuthTests {
             #expect(try await db0.send(["DBSIZE"]) == .integer(1))
 
             let viaURL = try await RedisConnection.connect(
-                RedisConfiguration(url: "redis://:s3cret@127.0.0.1:\(server.port)/3"))
+                RedisConfiguration(url: "redis://:s3cret@127.0.0.1:\(server.port)/3")
+            )
             #expect(try await viaURL.send(["GET", "token"]).string == "three")
 
             let outOfRange = try #require(
                 await redisError {
                     try await RedisConnection.connect(server.configuration(password: "s3cret", database: 99))
-                })
+                }
+            )
             #expect(outOfRange.code == .server("ERR"))
             #expect(outOfRange.message.contains("SELECT 99"))
             #expect(outOfRange.message.contains("out of range"))

@@ -29,7 +29,8 @@ struct ClusterSlotTests {
 
 /// Starts a 3-primary, 3-replica cluster, runs `body`, and stops every node.
 func withCluster<T>(
-    nodeTimeout: Duration = .milliseconds(1000), _ body: (RedisClusterProcess) async throws -> T
+    nodeTimeout: Duration = .milliseconds(1000),
+    _ body: (RedisClusterProcess) async throws -> T
 ) async throws -> T {
     let cluster = try await RedisClusterProcess.start(nodeTimeout: nodeTimeout)
     do {
@@ -64,7 +65,8 @@ struct ClusterTests {
                 for node in process.nodes.indices {
                     let direct = try await RedisConnection.connect(process.configuration(node))
                     let role = try await direct.send(["ROLE"]).array?.first?.string
-                    if role == "master", try await direct.pipeline([["GET", key]])[0] == .bulk(Array("v\(index)".utf8)) {
+                    if role == "master", try await direct.pipeline([["GET", key]])[0] == .bulk(Array("v\(index)".utf8))
+                    {
                         found += 1
                     }
                     await direct.close()
@@ -76,7 +78,9 @@ struct ClusterTests {
             let script = RedisScript("redis.call('SET', KEYS[1], ARGV[1]); return redis.call('INCR', KEYS[2])")
             #expect(try await cluster.scriptLoad(script.source) == script.sha1)
             let scripted = try await cluster.pipeline(
-                (0..<30).map { script.evalshaCommand(keys: ["{job:\($0)}:a", "{job:\($0)}:n"], args: ["x"]) }, scripts: [script])
+                (0..<30).map { script.evalshaCommand(keys: ["{job:\($0)}:a", "{job:\($0)}:n"], args: ["x"]) },
+                scripts: [script]
+            )
             #expect(scripted.allSatisfy { $0 == .integer(1) })
             let cross = try await cluster.pipeline([["MSET", "a", "1", "b", "2"]])
             #expect(cross[0].errorMessage?.hasPrefix("CROSSSLOT") == true)
@@ -88,12 +92,16 @@ struct ClusterTests {
                 await direct.close()
             }
             let again = try await cluster.pipeline(
-                (0..<30).map { script.evalshaCommand(keys: ["{job:\($0)}:a", "{job:\($0)}:n"], args: ["x"]) }, scripts: [script])
+                (0..<30).map { script.evalshaCommand(keys: ["{job:\($0)}:a", "{job:\($0)}:n"], args: ["x"]) },
+                scripts: [script]
+            )
             #expect(again.allSatisfy { $0 == .integer(2) })
         }
     }
 
-    @Test("A slot migrated mid-run (IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE): ASK, MOVED and TRYAGAIN lose no command")
+    @Test(
+        "A slot migrated mid-run (IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE): ASK, MOVED and TRYAGAIN lose no command"
+    )
     func slotMigration() async throws {
         try await withCluster { process in
             let cluster = try await RedisCluster.connect(seeds: process.seeds)
@@ -106,7 +114,9 @@ struct ClusterTests {
                 let direct = try await RedisConnection.connect(process.configuration(node))
                 if try await direct.send(["ROLE"]).array?.first?.string == "master" {
                     let id = try await direct.send(["CLUSTER", "MYID"]).string ?? ""
-                    let owner = try await direct.pipeline([["CLUSTER", "COUNTKEYSINSLOT", String(slot)], ["GET", "{m}:x"]])
+                    let owner = try await direct.pipeline([
+                        ["CLUSTER", "COUNTKEYSINSLOT", String(slot)], ["GET", "{m}:x"],
+                    ])
                     primaries.append((node, id, owner[1].errorMessage?.hasPrefix("MOVED") != true))
                 }
                 await direct.close()
@@ -139,7 +149,9 @@ struct ClusterTests {
 
             // Wait until the writer is under way, then migrate the slot key by key.
             let start = ContinuousClock.now
-            while (try await sourceConnection.send(["GET", keys[0]]).int ?? 0) < 20, ContinuousClock.now - start < .seconds(10) {
+            while (try await sourceConnection.send(["GET", keys[0]]).int ?? 0) < 20,
+                ContinuousClock.now - start < .seconds(10)
+            {
                 await Task.yield()
             }
             try await targetConnection.send(["CLUSTER", "SETSLOT", String(slot), "IMPORTING", source.id])
@@ -151,10 +163,12 @@ struct ClusterTests {
             while cluster.tryAgainRetries == 0, ContinuousClock.now < split { await Task.yield() }
             var first = true
             while true {
-                let batch = try await sourceConnection.send(["CLUSTER", "GETKEYSINSLOT", String(slot), "5"]).array ?? []
+                let batch =
+                    try await sourceConnection.send(["CLUSTER", "GETKEYSINSLOT", String(slot), "5"]).array ?? []
                 if batch.isEmpty { break }
                 try await sourceConnection.send(
-                    ["MIGRATE", "127.0.0.1", targetPort, "", "0", "5000", "KEYS"] + batch.compactMap(\.string))
+                    ["MIGRATE", "127.0.0.1", targetPort, "", "0", "5000", "KEYS"] + batch.compactMap(\.string)
+                )
                 if first {
                     // Some keys are at the target now: the writer's next pipeline meets ASK.
                     first = false
@@ -240,7 +254,9 @@ struct ClusterTests {
                 "--tls-cluster", "yes", "--tls-replication", "yes", "--tls-client-cert-file", files.clientCertificate,
                 "--tls-client-key-file", files.clientKey,
             ],
-            tls: RedisTLS(caFile: files.ca), cliArguments: ["--tls", "--cacert", files.ca])
+            tls: RedisTLS(caFile: files.ca),
+            cliArguments: ["--tls", "--cacert", files.ca]
+        )
         do {
             let cluster = try await RedisCluster.connect(seeds: [process.configuration(0)])
             #expect(Set(cluster.primaries).isSubset(of: Set(process.nodes.map { "127.0.0.1:\($0.port)" })))

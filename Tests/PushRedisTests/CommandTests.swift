@@ -118,7 +118,8 @@ struct CommandTests {
         let error = try #require(
             await redisError {
                 try await RedisConnection.connect(RedisConfiguration(host: "127.0.0.1", port: port))
-            })
+            }
+        )
         #expect(error.code == .connection)
         #expect(error.message == "cannot connect to Redis at 127.0.0.1:\(port): Connection refused")
         #expect(error.detail == "hiredis REDIS_ERR_IO: Connection refused")
@@ -129,21 +130,24 @@ struct CommandTests {
         let badPort = try #require(
             await redisError {
                 try await RedisConnection.connect(RedisConfiguration(port: 0))
-            })
+            }
+        )
         #expect(badPort.code == .invalidConfiguration)
         #expect(badPort.message.contains("port 0"))
 
         let userOnly = try #require(
             await redisError {
                 try await RedisConnection.connect(RedisConfiguration(username: "worker"))
-            })
+            }
+        )
         #expect(userOnly.code == .invalidConfiguration)
         #expect(userOnly.message.contains("password"))
 
         let zeroTimeout = try #require(
             await redisError {
                 try await RedisConnection.connect(RedisConfiguration(commandTimeout: .zero))
-            })
+            }
+        )
         #expect(zeroTimeout.code == .invalidConfiguration)
     }
 
@@ -166,9 +170,12 @@ struct CommandTests {
             let error = try #require(
                 await redisError {
                     try await redis.send(["EVAL", "return {{{{{{{{{1}}}}}}}}}", "0"])
-                })
+                }
+            )
             #expect(error.code == .protocol)
-            #expect(error.detail == "hiredis REDIS_ERR_PROTOCOL: No support for nested multi bulk replies with depth > 7")
+            #expect(
+                error.detail == "hiredis REDIS_ERR_PROTOCOL: No support for nested multi bulk replies with depth > 7"
+            )
             #expect(!(await redis.isConnected))
             try await redis.reconnect()
             #expect(try await redis.send(["PING"]) == .simpleString("PONG"))

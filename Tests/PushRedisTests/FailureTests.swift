@@ -8,7 +8,8 @@ struct FailureTests {
     func serverStoppedMidUse() async throws {
         try await withRedisServer(["--requirepass", "s3cret"]) { server in
             let redis = try await RedisConnection.connect(
-                server.configuration(password: "s3cret", database: 2, commandTimeout: .seconds(10)))
+                server.configuration(password: "s3cret", database: 2, commandTimeout: .seconds(10))
+            )
             try await redis.send(["SET", "before", "1"])
 
             await server.stop()
@@ -17,8 +18,11 @@ struct FailureTests {
             let start = clock.now
             let lost = try #require(await redisError { try await redis.send(["GET", "before"]) })
             #expect(lost.code == .connection)
-            #expect(lost.message.hasPrefix("lost the connection to Redis at 127.0.0.1:\(server.port) while running GET"))
-            #expect(clock.now - start < .seconds(5))  // no hang until the 10 s command timeout (room for a busy machine)
+            #expect(
+                lost.message.hasPrefix("lost the connection to Redis at 127.0.0.1:\(server.port) while running GET")
+            )
+            // No hang until the 10 s command timeout (room for a busy machine).
+            #expect(clock.now - start < .seconds(5))
             #expect(!(await redis.isConnected))
 
             // A broken connection fails at once, without I/O.
@@ -66,7 +70,9 @@ struct FailureTests {
             let error = try #require(await redisError { try await redis.send(["BLPOP", "empty-list", "5"]) })
             let elapsed = clock.now - start
             #expect(error.code == .timeout)
-            #expect(error.message.contains("did not answer within the command timeout of 0.2 seconds while running BLPOP"))
+            #expect(
+                error.message.contains("did not answer within the command timeout of 0.2 seconds while running BLPOP")
+            )
             #expect(elapsed >= .milliseconds(150))
             // Well before BLPOP's own 5 s: the timeout ended the wait (with room for a busy machine).
             #expect(elapsed < .seconds(4))

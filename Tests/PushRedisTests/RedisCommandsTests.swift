@@ -31,7 +31,10 @@ struct RedisCommandsTests {
     func encoding() throws {
         let script = RedisScript("return #KEYS")
         let lists: [[[UInt8]]] = [
-            [Array("SET".utf8), Array("apn:n:{ab}x".utf8), [0, 13, 10, 255, 36, 42], Array("EX".utf8), Array("86400".utf8)],
+            [
+                Array("SET".utf8), Array("apn:n:{ab}x".utf8), [0, 13, 10, 255, 36, 42], Array("EX".utf8),
+                Array("86400".utf8),
+            ],
             script.evalshaCommand(keys: [Array("{t}a".utf8), Array("{t}b".utf8)], args: [Array("-12".utf8)]),
             [Array("PING".utf8)],
         ]
@@ -58,7 +61,9 @@ struct RedisCommandsTests {
             #expect(commands.slot(of: 1) == RedisClusterSlot.of("t"))
             #expect(commands.slot(of: 2) == nil)
             #expect(commands.script(of: 0) == nil)
-            #expect(commands.script(of: 1).map { String(decoding: $0, as: UTF8.self) } == RedisScript("return #KEYS").sha1)
+            #expect(
+                commands.script(of: 1).map { String(decoding: $0, as: UTF8.self) } == RedisScript("return #KEYS").sha1
+            )
 
             // Copied commands keep their keys and scripts.
             var part = RedisCommands()
@@ -75,8 +80,14 @@ struct RedisCommandsTests {
 
     static func lists() -> [[[UInt8]]] {
         [
-            [Array("SET".utf8), Array("apn:n:{ab}x".utf8), [0, 13, 10, 255, 36, 42], Array("EX".utf8), Array("86400".utf8)],
-            RedisScript("return #KEYS").evalshaCommand(keys: [Array("{t}a".utf8), Array("{t}b".utf8)], args: [Array("-12".utf8)]),
+            [
+                Array("SET".utf8), Array("apn:n:{ab}x".utf8), [0, 13, 10, 255, 36, 42], Array("EX".utf8),
+                Array("86400".utf8),
+            ],
+            RedisScript("return #KEYS").evalshaCommand(
+                keys: [Array("{t}a".utf8), Array("{t}b".utf8)],
+                args: [Array("-12".utf8)]
+            ),
             [Array("PING".utf8)],
         ]
     }
@@ -91,7 +102,8 @@ struct RedisCommandsTests {
             let ttl = try await redis.send(["TTL", "apn:n:{ab}x"])
             #expect((ttl.int ?? 0) > 86_000)
         }
-        try await withRedisServer { server in try await check(try await RedisConnection.connect(server.configuration())) }
+        try await withRedisServer { server in try await check(try await RedisConnection.connect(server.configuration()))
+        }
         try await withTLSRedisServer { (server: RedisServerProcess, files: TLSFiles) async throws -> Void in
             try await check(try await RedisConnection.connect(server.tlsConfiguration(files)))
         }

@@ -12,7 +12,8 @@ struct SHA1Tests {
             ("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", "84983e441c3bd26ebaae4aa1f95129e5e54670f1"),
             ("The quick brown fox jumps over the lazy dog", "2fd4e1c67a2d28fced849ee1bb76e7391b93eb12"),
             ("return 1", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"),
-        ])
+        ]
+    )
     func vectors(input: String, expected: String) {
         #expect(RedisScript(input).sha1 == expected)
     }
@@ -35,6 +36,8 @@ struct SHA1Tests {
 
     @Test("One million 'a'")
     func million() {
-        #expect(RedisScript(String(repeating: "a", count: 1_000_000)).sha1 == "34aa973cd4c4daa4f61eeb2bdbad27316534016f")
+        #expect(
+            RedisScript(String(repeating: "a", count: 1_000_000)).sha1 == "34aa973cd4c4daa4f61eeb2bdbad27316534016f"
+        )
     }
 }

@@ -10,7 +10,8 @@ let lockScript = RedisScript(
       return 1
     end
     return 0
-    """)
+    """
+)
 
 @Suite("Lua scripts", .timeLimit(.minutes(2)))
 struct ScriptTests {
@@ -40,7 +41,8 @@ struct ScriptTests {
                     ["TTL", "lock:device-1"].map { Array($0.utf8) },
                     ["GET", "lock:device-1"].map { Array($0.utf8) },
                 ],
-                scripts: [lockScript])
+                scripts: [lockScript]
+            )
             #expect(redis.roundTrips - before == 2)  // the NOSCRIPT pass and the retry
             #expect(replies.count == 4)
             #expect(replies[0] == .integer(1))
@@ -55,13 +57,17 @@ struct ScriptTests {
             // Now loaded: one round trip, no retry.
             let beforeAgain = redis.roundTrips
             let again = try await redis.pipeline(
-                [lockScript.evalshaCommand(keys: ["lock:device-2"], args: ["worker-c", "60"])], scripts: [lockScript])
+                [lockScript.evalshaCommand(keys: ["lock:device-2"], args: ["worker-c", "60"])],
+                scripts: [lockScript]
+            )
             #expect(again == [.integer(1)])
             #expect(redis.roundTrips - beforeAgain == 1)
         }
     }
 
-    @Test("After NOSCRIPT only the EVALSHAs that answered it are sent again: every other command of the pipeline runs once")
+    @Test(
+        "After NOSCRIPT only the EVALSHAs that answered it are sent again: every other command of the pipeline runs once"
+    )
     func noScriptResendsOnlyTheScripts() async throws {
         try await withRedisServer { server in
             let redis = try await RedisConnection.connect(server.configuration())
@@ -72,7 +78,8 @@ struct ScriptTests {
                     ["INCR", "counter"].map { Array($0.utf8) },
                     lockScript.evalshaCommand(keys: ["lock:b"], args: ["worker-a", "60"]),
                 ],
-                scripts: [lockScript])
+                scripts: [lockScript]
+            )
             #expect(replies == [.integer(1), .integer(1), .integer(2), .integer(1)])
             #expect(try await redis.send(["GET", "counter"]).string == "2")
             #expect(try await redis.send(["GET", "lock:b"]).string == "worker-a")
@@ -98,7 +105,10 @@ struct ScriptTests {
         try await withRedisServer { server in
             let redis = try await RedisConnection.connect(server.configuration())
             let broken = RedisScript("return +")
-            let replies = try await redis.pipeline([broken.evalshaCommand(), ["PING"].map { Array($0.utf8) }], scripts: [broken])
+            let replies = try await redis.pipeline(
+                [broken.evalshaCommand(), ["PING"].map { Array($0.utf8) }],
+                scripts: [broken]
+            )
             let message = try #require(replies[0].errorMessage)
             #expect(message.hasPrefix("ERR"))
             #expect(message.contains("compiling"))

@@ -19,9 +19,11 @@ struct TLSFiles {
 
     /// With `dnsNameOnly`, the server certificate names only `redis.test` (no IP address).
     init(dnsNameOnly: Bool = false) throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("pushredis-tls-\(UUID().uuidString)").path
+        directory =
+            FileManager.default.temporaryDirectory.appendingPathComponent("pushredis-tls-\(UUID().uuidString)").path
         let certificates =
-            dnsNameOnly ? try TestCertificates(serverDNSNames: ["redis.test"], serverLoopbackIP: false) : try TestCertificates()
+            dnsNameOnly
+            ? try TestCertificates(serverDNSNames: ["redis.test"], serverLoopbackIP: false) : try TestCertificates()
         try certificates.write(to: directory)
     }
 
@@ -40,12 +42,17 @@ struct TLSFiles {
 
 /// Starts a TLS-only redis-server with fresh certificates, runs `body`, and stops the server.
 func withTLSRedisServer<T>(
-    authClients: Bool = false, dnsNameOnly: Bool = false, _ extraArguments: [String] = [],
+    authClients: Bool = false,
+    dnsNameOnly: Bool = false,
+    _ extraArguments: [String] = [],
     _ body: (RedisServerProcess, TLSFiles) async throws -> T
 ) async throws -> T {
     let files = try TLSFiles(dnsNameOnly: dnsNameOnly)
     defer { files.remove() }
-    let server = try await RedisServerProcess.start(files.serverArguments(authClients: authClients) + extraArguments, tls: true)
+    let server = try await RedisServerProcess.start(
+        files.serverArguments(authClients: authClients) + extraArguments,
+        tls: true
+    )
     do {
         let result = try await body(server, files)
         await server.stop()
@@ -59,7 +66,10 @@ func withTLSRedisServer<T>(
 extension RedisServerProcess {
     /// A TLS configuration for this server, trusting `files`' CA.
     func tlsConfiguration(
-        _ files: TLSFiles, password: String? = nil, database: Int = 0, tls: RedisTLS? = nil,
+        _ files: TLSFiles,
+        password: String? = nil,
+        database: Int = 0,
+        tls: RedisTLS? = nil,
         commandTimeout: Duration = .seconds(5)
     ) -> RedisConfiguration {
         var configuration = configuration(password: password, database: database, commandTimeout: commandTimeout)
@@ -86,7 +96,9 @@ struct TLSTests {
             #expect(wrongType.code == .server("ERR"))
             #expect(await redis.isConnected)
 
-            let replies = try await redis.pipeline([["INCR", "n"], ["INCR", "n"], ["LPUSH", "greeting", "x"], ["MGET", "n", "nope"]])
+            let replies = try await redis.pipeline([
+                ["INCR", "n"], ["INCR", "n"], ["LPUSH", "greeting", "x"], ["MGET", "n", "nope"],
+            ])
             #expect(replies[0] == .integer(1))
             #expect(replies[1] == .integer(2))
             #expect(replies[2].errorMessage?.hasPrefix("WRONGTYPE") == true)
@@ -103,9 +115,14 @@ struct TLSTests {
             #expect(try await redis.scriptLoad(lockScript.source) == lockScript.sha1)
             try await redis.send(["SCRIPT", "FLUSH"])
             let afterFlush = try await redis.pipeline(
-                [lockScript.evalshaCommand(keys: ["lock2"], args: ["me", "60"]), [Array("INCR".utf8), Array("n".utf8)]],
-                scripts: [lockScript])
-            #expect(afterFlush == [.integer(1), .integer(3)])  // NOSCRIPT → SCRIPT LOAD → that EVALSHA again; the INCR ran once
+                [
+                    lockScript.evalshaCommand(keys: ["lock2"], args: ["me", "60"]),
+                    [Array("INCR".utf8), Array("n".utf8)],
+                ],
+                scripts: [lockScript]
+            )
+            // NOSCRIPT → SCRIPT LOAD → that EVALSHA again; the INCR ran once.
+            #expect(afterFlush == [.integer(1), .integer(3)])
         }
     }
 
@@ -132,13 +149,17 @@ struct TLSTests {
 
     @Test("AUTH and SELECT over TLS; a wrong password is .authentication")
     func authentication() async throws {
-        try await withTLSRedisServer(["--requirepass", "s3cret"]) { (server: RedisServerProcess, files: TLSFiles) async throws -> Void in
-            let redis = try await RedisConnection.connect(server.tlsConfiguration(files, password: "s3cret", database: 3))
+        try await withTLSRedisServer(["--requirepass", "s3cret"]) {
+            (server: RedisServerProcess, files: TLSFiles) async throws -> Void in
+            let redis = try await RedisConnection.connect(
+                server.tlsConfiguration(files, password: "s3cret", database: 3)
+            )
             try await redis.send(["SET", "k", "v"])
             #expect(try await redis.send(["CLIENT", "INFO"]).string?.contains("db=3") == true)
 
             let wrong = try #require(
-                await redisError { try await RedisConnection.connect(server.tlsConfiguration(files, password: "nope")) })
+                await redisError { try await RedisConnection.connect(server.tlsConfiguration(files, password: "nope")) }
+            )
             #expect(wrong.code == .authentication)
             #expect(wrong.message.contains("rejected the credentials for user 'default'"))
 
@@ -146,7 +167,8 @@ struct TLSTests {
                 await redisError {
                     let unauthenticated = try await RedisConnection.connect(server.tlsConfiguration(files))
                     return try await unauthenticated.send(["GET", "k"])
-                })
+                }
+            )
             #expect(none.code == .server("NOAUTH"))
         }
     }
@@ -159,65 +181,83 @@ struct TLSTests {
             let error = try #require(
                 await redisError {
                     try await RedisConnection.connect(server.tlsConfiguration(files, tls: RedisTLS(caFile: other.ca)))
-                })
+                }
+            )
             #expect(error.code == .connection)
             #expect(
                 error.message
                     == "cannot verify the TLS certificate of Redis at 127.0.0.1:\(server.port): it is not signed by a CA in "
-                    + "the CA file '\(other.ca)'; set the CA file to the CA that issued the server's certificate")
+                    + "the CA file '\(other.ca)'; set the CA file to the CA that issued the server's certificate"
+            )
 
             // The system's trust roots do not know the test CA either.
             let system = try #require(
                 await redisError {
                     try await RedisConnection.connect(server.tlsConfiguration(files, tls: RedisTLS()))
-                })
+                }
+            )
             #expect(system.message.contains("it is not signed by a CA in the system's trust roots"))
 
             // With verification off, the same server is accepted.
             let unverified = try await RedisConnection.connect(
-                server.tlsConfiguration(files, tls: RedisTLS(caFile: other.ca, verify: false)))
+                server.tlsConfiguration(files, tls: RedisTLS(caFile: other.ca, verify: false))
+            )
             #expect(try await unverified.send(["PING"]) == .simpleString("PONG"))
         }
     }
 
     @Test("The certificate must carry the server name: a wrong name fails, the name it carries works")
     func serverName() async throws {
-        try await withTLSRedisServer(dnsNameOnly: true) { (server: RedisServerProcess, files: TLSFiles) async throws -> Void in
+        try await withTLSRedisServer(dnsNameOnly: true) {
+            (server: RedisServerProcess, files: TLSFiles) async throws -> Void in
             let error = try #require(
                 await redisError {
                     try await RedisConnection.connect(
-                        server.tlsConfiguration(files, tls: RedisTLS(caFile: files.ca, serverName: "other.test")))
-                })
+                        server.tlsConfiguration(files, tls: RedisTLS(caFile: files.ca, serverName: "other.test"))
+                    )
+                }
+            )
             #expect(error.code == .connection)
             #expect(
                 error.message
                     == "the TLS certificate of Redis at 127.0.0.1:\(server.port) is not valid for the name "
-                    + "'other.test'; connect with the name the certificate carries, or set the TLS server name to it")
+                    + "'other.test'; connect with the name the certificate carries, or set the TLS server name to it"
+            )
 
             // The default name is the host, 127.0.0.1, which this certificate does not carry.
-            let byAddress = try #require(await redisError { try await RedisConnection.connect(server.tlsConfiguration(files)) })
+            let byAddress = try #require(
+                await redisError { try await RedisConnection.connect(server.tlsConfiguration(files)) }
+            )
             #expect(byAddress.message.contains("is not valid for the name '127.0.0.1'"), "\(byAddress.message)")
 
             let named = try await RedisConnection.connect(
-                server.tlsConfiguration(files, tls: RedisTLS(caFile: files.ca, serverName: "redis.test")))
+                server.tlsConfiguration(files, tls: RedisTLS(caFile: files.ca, serverName: "redis.test"))
+            )
             #expect(try await named.send(["PING"]) == .simpleString("PONG"))
         }
     }
 
     @Test("tls-auth-clients yes: the client certificate is accepted, and its absence fails with a sentence")
     func clientCertificate() async throws {
-        try await withTLSRedisServer(authClients: true) { (server: RedisServerProcess, files: TLSFiles) async throws -> Void in
+        try await withTLSRedisServer(authClients: true) {
+            (server: RedisServerProcess, files: TLSFiles) async throws -> Void in
             let withCertificate = try await RedisConnection.connect(
                 server.tlsConfiguration(
-                    files, tls: RedisTLS(caFile: files.ca, certFile: files.clientCertificate, keyFile: files.clientKey)))
+                    files,
+                    tls: RedisTLS(caFile: files.ca, certFile: files.clientCertificate, keyFile: files.clientKey)
+                )
+            )
             #expect(try await withCertificate.send(["PING"]) == .simpleString("PONG"))
 
-            let error = try #require(await redisError { try await RedisConnection.connect(server.tlsConfiguration(files)) })
+            let error = try #require(
+                await redisError { try await RedisConnection.connect(server.tlsConfiguration(files)) }
+            )
             #expect(error.code == .connection)
             #expect(
                 error.message
                     == "Redis at 127.0.0.1:\(server.port) refused the TLS connection because it requires a client "
-                    + "certificate; set the TLS certificate and key files")
+                    + "certificate; set the TLS certificate and key files"
+            )
 
             // A client certificate from an unknown CA is refused.
             let other = try TLSFiles()
@@ -226,8 +266,12 @@ struct TLSTests {
                 await redisError {
                     try await RedisConnection.connect(
                         server.tlsConfiguration(
-                            files, tls: RedisTLS(caFile: files.ca, certFile: other.clientCertificate, keyFile: other.clientKey)))
-                })
+                            files,
+                            tls: RedisTLS(caFile: files.ca, certFile: other.clientCertificate, keyFile: other.clientKey)
+                        )
+                    )
+                }
+            )
             #expect(foreign.code == .connection)
             #expect(foreign.message.contains("rejected the TLS client certificate"), "\(foreign.message)")
         }
@@ -255,7 +299,11 @@ struct TLSTests {
             configuration.tls = RedisTLS(caFile: files.ca)
             let error = try #require(await redisError { try await RedisConnection.connect(configuration) })
             #expect(error.code == .timeout)
-            #expect(error.message.hasSuffix("while completing the TLS handshake and the first command (is the port a TLS port?)"))
+            #expect(
+                error.message.hasSuffix(
+                    "while completing the TLS handshake and the first command (is the port a TLS port?)"
+                )
+            )
         }
 
         var refused = RedisConfiguration(port: try RedisServerProcess.freePort(), connectTimeout: .seconds(2))
@@ -267,14 +315,17 @@ struct TLSTests {
 
     @Test("Server killed: .connection, the connection stays broken, reconnect works once it is back")
     func serverKilled() async throws {
-        try await withTLSRedisServer(["--requirepass", "pw"]) { (server: RedisServerProcess, files: TLSFiles) async throws -> Void in
+        try await withTLSRedisServer(["--requirepass", "pw"]) {
+            (server: RedisServerProcess, files: TLSFiles) async throws -> Void in
             let redis = try await RedisConnection.connect(server.tlsConfiguration(files, password: "pw", database: 2))
             try await redis.send(["SET", "before", "1"])
             await server.stop()
 
             let lost = try #require(await redisError { try await redis.send(["GET", "before"]) })
             #expect(lost.code == .connection)
-            #expect(lost.message.hasPrefix("lost the connection to Redis at 127.0.0.1:\(server.port) while running GET"))
+            #expect(
+                lost.message.hasPrefix("lost the connection to Redis at 127.0.0.1:\(server.port) while running GET")
+            )
             #expect(!(await redis.isConnected))
             let broken = try #require(await redisError { try await redis.pipeline([["PING"]]) })
             #expect(broken.message.contains("unusable after an earlier error"))
@@ -289,10 +340,14 @@ struct TLSTests {
     @Test("Command timeout over TLS: .timeout, the connection is dropped, reconnect works")
     func commandTimeout() async throws {
         try await withTLSRedisServer { (server: RedisServerProcess, files: TLSFiles) async throws -> Void in
-            let redis = try await RedisConnection.connect(server.tlsConfiguration(files, commandTimeout: .milliseconds(200)))
+            let redis = try await RedisConnection.connect(
+                server.tlsConfiguration(files, commandTimeout: .milliseconds(200))
+            )
             let error = try #require(await redisError { try await redis.send(["BLPOP", "nothing", "2"]) })
             #expect(error.code == .timeout)
-            #expect(error.message.contains("did not answer within the command timeout of 0.2 seconds while running BLPOP"))
+            #expect(
+                error.message.contains("did not answer within the command timeout of 0.2 seconds while running BLPOP")
+            )
             #expect(!(await redis.isConnected))
             try await redis.reconnect()
             #expect(try await redis.send(["PING"]) == .simpleString("PONG"))
@@ -315,7 +370,8 @@ struct HiredisReplyReaderTests {
             replies == [
                 .simpleString("OK"), .error("ERR bad"), .integer(42), .bulk(Array("a\r\n".utf8)), .bulk(nil),
                 .array([.bulk(Array("x".utf8)), .array([.integer(7)])]),
-            ])
+            ]
+        )
     }
 
     @Test("Bytes that are not RESP are a .protocol error")

@@ -29,13 +29,17 @@ struct ThreadingTests {
                     let info = try await admin.send(["INFO", "clients"]).string ?? ""
                     if info.contains("blocked_clients:\(blockers)") { break }
                 }
-                #expect(try await admin.send(["INFO", "clients"]).string?.contains("blocked_clients:\(blockers)") == true)
+                #expect(
+                    try await admin.send(["INFO", "clients"]).string?.contains("blocked_clients:\(blockers)") == true
+                )
 
                 // While all of them block, ordinary async work still runs: it finishes while
                 // every BLPOP is still blocked, which a pool they occupied could not do.
                 let sum = await Task { (1...1000).reduce(0, +) }.value
                 #expect(sum == 500_500)
-                #expect(try await admin.send(["INFO", "clients"]).string?.contains("blocked_clients:\(blockers)") == true)
+                #expect(
+                    try await admin.send(["INFO", "clients"]).string?.contains("blocked_clients:\(blockers)") == true
+                )
                 // Then each blocked connection gets an item.
                 _ = try await admin.send(["RPUSH", "filled-later"] + Array(repeating: "item", count: blockers))
                 try await group.waitForAll()

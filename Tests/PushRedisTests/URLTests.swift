@@ -38,7 +38,11 @@ struct URLTests {
         #expect(trailingSlash.port == 1)
         #expect(trailingSlash.database == 0)
 
-        let timeouts = try RedisConfiguration(url: "redis://h", connectTimeout: .seconds(1), commandTimeout: .milliseconds(250))
+        let timeouts = try RedisConfiguration(
+            url: "redis://h",
+            connectTimeout: .seconds(1),
+            commandTimeout: .milliseconds(250)
+        )
         #expect(timeouts.connectTimeout == .seconds(1))
         #expect(timeouts.commandTimeout == .milliseconds(250))
     }
@@ -64,7 +68,8 @@ struct URLTests {
             ("redis://[::1:6379", "unclosed '['"),
             ("redis://host:6379?db=1", "query parameters and fragments are not supported"),
             ("redis://ho st:6379", "contains whitespace"),
-        ])
+        ]
+    )
     func malformed(url: String, reason: String) {
         do {
             _ = try RedisConfiguration(url: url)
@@ -120,7 +125,8 @@ struct URLTests {
             ("unix:///tmp/redis.sock", .unixSocket, "unix:///tmp/redis.sock"),
             ("redis://secret@h/x", .badDatabase("x"), "redis://:***@h/x"),
             ("redis://h%:1", .invalidHostCharacter("h%"), "redis://h%:1"),
-        ])
+        ]
+    )
     func problems(url: String, problem: RedisURL.Problem, shown: String) {
         #expect(throws: RedisURL.ParseError(problem: problem, redactedURL: shown)) { try RedisURL(parsing: url) }
     }

@@ -51,7 +51,9 @@ struct ProcessMetricsTests {
                 let parts = line.split(separator: " ")
                 guard parts.count == 2, let value = Double(parts[1]) else { return nil }
                 return (String(parts[0]), value)
-            }, uniquingKeysWith: { $1 })
+            },
+            uniquingKeysWith: { $1 }
+        )
         #expect((values["process_resident_memory_bytes"] ?? 0) > Double(1 << 20))
         #expect((values["process_open_fds"] ?? 0) >= 3)
         #expect((values["process_heap_allocated_bytes"] ?? 0) > Double(1 << 16))

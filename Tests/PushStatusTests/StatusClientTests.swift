@@ -30,12 +30,17 @@ struct StatusClientTests {
 
     @Test func aServerThatNeverAnswersTimesOut() async throws {
         // Accepts connections and never writes.
-        let silent = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).get()
+        let silent = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(
+            host: "127.0.0.1",
+            port: 0
+        ).get()
         let port = try #require(silent.localAddress?.port)
         let client = StatusClient(host: "127.0.0.1", port: port, timeout: .milliseconds(300))
         let error = await #expect(throws: StatusError.self) { _ = try await client.status() }
         #expect(error?.code == .timedOut)
-        #expect(error?.message.hasPrefix("the status server at 127.0.0.1:\(port) did not answer GET /status within") == true)
+        #expect(
+            error?.message.hasPrefix("the status server at 127.0.0.1:\(port) did not answer GET /status within") == true
+        )
         try await silent.close()
     }
 

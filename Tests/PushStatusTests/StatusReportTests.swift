@@ -30,7 +30,13 @@ struct StatusReportTests {
 
     @Test func rendersAReadyWorkerWithNothingAssigned() {
         let status = WorkerStatus(
-            worker: "w", group: "g", uptimeSeconds: 4.9, ready: true, inFlight: 0, redis: .init(state: .up))
+            worker: "w",
+            group: "g",
+            uptimeSeconds: 4.9,
+            ready: true,
+            inFlight: 0,
+            redis: .init(state: .up)
+        )
         let text = StatusReport.render(status)
         #expect(text.contains("ready      yes\n"))
         #expect(text.contains("redis      up\n"))
@@ -53,15 +59,32 @@ struct StatusReportTests {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let status = WorkerStatus(
-            worker: "w", group: "g", uptimeSeconds: 1.5, ready: true, inFlight: 0, redis: .init(state: .up),
+            worker: "w",
+            group: "g",
+            uptimeSeconds: 1.5,
+            ready: true,
+            inFlight: 0,
+            redis: .init(state: .up),
             partitions: [.init(topic: "t", partition: 0)],
-            pools: [.init(app: "a", env: "sandbox", transport: "http2", open: 1, connecting: 0, backingOff: 0, streamsInUse: 2)])
+            pools: [
+                .init(
+                    app: "a",
+                    env: "sandbox",
+                    transport: "http2",
+                    open: 1,
+                    connecting: 0,
+                    backingOff: 0,
+                    streamsInUse: 2
+                )
+            ]
+        )
         let json = String(decoding: try encoder.encode(status), as: UTF8.self)
         #expect(
             json
                 == #"{"group":"g","inFlight":0,"partitions":[{"lag":null,"partition":0,"topic":"t"}],"pools":[{"app":"a","backingOff":0,"#
                 + #""cachedBytes":null,"cachedNotifications":null,"connecting":0,"env":"sandbox","open":1,"streamsInUse":2,"#
-                + #""transport":"http2"}],"ready":true,"readyReason":null,"redis":{"state":"up"},"uptimeSeconds":1.5,"worker":"w"}"#)
+                + #""transport":"http2"}],"ready":true,"readyReason":null,"redis":{"state":"up"},"uptimeSeconds":1.5,"worker":"w"}"#
+        )
         #expect(try JSONDecoder().decode(WorkerStatus.self, from: Data(json.utf8)) == status)
 
         let sparse = #"""

@@ -18,7 +18,10 @@ struct StatusServerHardeningTests {
             #expect(outcome.received.contains("Connection: close\r\n"))
 
             let invalidHeader = try await withDeadline("the answer to an invalid header") {
-                try await RawConnection.exchange(port: client.port, chunks: ["GET /status HTTP/1.1\r\nBad Header\r\n\r\n".bytes])
+                try await RawConnection.exchange(
+                    port: client.port,
+                    chunks: ["GET /status HTTP/1.1\r\nBad Header\r\n\r\n".bytes]
+                )
             }
             #expect(invalidHeader.received.hasPrefix("HTTP/1.1 400 Bad Request\r\n"))
 
@@ -39,12 +42,16 @@ struct StatusServerHardeningTests {
                 try await RawConnection.exchange(port: client.port, chunks: chunks)
             }
             // The server answers 431 and closes; a client still writing may see a reset instead.
-            #expect(outcome.received.hasPrefix("HTTP/1.1 431 Request Header Fields Too Large\r\n") || outcome.received.isEmpty)
+            #expect(
+                outcome.received.hasPrefix("HTTP/1.1 431 Request Header Fields Too Large\r\n")
+                    || outcome.received.isEmpty
+            )
             #expect(outcome.received.isEmpty || outcome.received.contains("Connection: close\r\n"))
 
             // Many header fields, each small, also count against the limit.
             let manyFields =
-                "GET /metrics HTTP/1.1\r\n" + String(repeating: "X-Field: 0123456789abcdef0123456789\r\n", count: 2_000) + "\r\n"
+                "GET /metrics HTTP/1.1\r\n" + String(repeating: "X-Field: 0123456789abcdef0123456789\r\n", count: 2_000)
+                + "\r\n"
             let fieldsOutcome = try await withDeadline("the answer to 2,000 header fields") {
                 try await RawConnection.exchange(port: client.port, chunks: [manyFields.bytes])
             }
@@ -58,7 +65,9 @@ struct StatusServerHardeningTests {
         try await withStatusServer { _, client in
             let declared = try await withDeadline("the answer to a large declared body") {
                 try await RawConnection.exchange(
-                    port: client.port, chunks: ["POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n".bytes])
+                    port: client.port,
+                    chunks: ["POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n".bytes]
+                )
             }
             #expect(declared.received.hasPrefix("HTTP/1.1 413 Payload Too Large\r\n"))
 
@@ -69,7 +78,8 @@ struct StatusServerHardeningTests {
                     chunks: [
                         "POST /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".bytes,
                         "1000\r\n\(chunk)\r\n".bytes,
-                    ])
+                    ]
+                )
             }
             #expect(chunked.received.hasPrefix("HTTP/1.1 413 Payload Too Large\r\n") || chunked.received.isEmpty)
 
@@ -77,7 +87,10 @@ struct StatusServerHardeningTests {
             let small = try await withDeadline("the answer to a small body") {
                 try await RawConnection.exchange(
                     port: client.port,
-                    chunks: ["GET /health/live HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi".bytes])
+                    chunks: [
+                        "GET /health/live HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi".bytes
+                    ]
+                )
             }
             #expect(small.received.hasPrefix("HTTP/1.1 200 OK\r\n"))
             #expect(try await client.get("/health/live").status == .ok)
@@ -92,13 +105,19 @@ struct StatusServerHardeningTests {
             // The connection stays open until the server closes it: the end of the inbound
             // stream is the close event.
             let outcome = try await withDeadline(seconds: 5, "the close of a stalled connection") {
-                try await RawConnection.exchange(port: client.port, chunks: ["GET /metrics HTTP/1.1\r\nHost: loc".bytes])
+                try await RawConnection.exchange(
+                    port: client.port,
+                    chunks: ["GET /metrics HTTP/1.1\r\nHost: loc".bytes]
+                )
             }
             #expect(outcome.received.isEmpty)
 
             // An idle keep-alive connection is closed the same way.
             let idle = try await withDeadline(seconds: 5, "the close of an idle keep-alive connection") {
-                try await RawConnection.exchange(port: client.port, chunks: ["GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n".bytes])
+                try await RawConnection.exchange(
+                    port: client.port,
+                    chunks: ["GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n".bytes]
+                )
             }
             #expect(idle.received.hasPrefix("HTTP/1.1 200 OK\r\n"))
             #expect(try await client.get("/health/live").status == .ok)
@@ -114,7 +133,10 @@ struct StatusServerHardeningTests {
             let outcome = try await withDeadline(seconds: 10, "the close of a trickling connection") {
                 // The pause is the behaviour under test (a slow client), not a synchronisation.
                 try await RawConnection.exchange(
-                    port: client.port, chunks: request.utf8.map { [$0] }, pace: { try await Task.sleep(for: .milliseconds(50)) })
+                    port: client.port,
+                    chunks: request.utf8.map { [$0] },
+                    pace: { try await Task.sleep(for: .milliseconds(50)) }
+                )
             }
             #expect(outcome.received.isEmpty)
         }
@@ -128,7 +150,10 @@ struct StatusServerHardeningTests {
                     #expect(try await fourth.get("/health/live").status == .ok)
                     // A fifth is closed without an answer.
                     let refused = try await withDeadline("the close of a fifth connection") {
-                        try await RawConnection.exchange(port: client.port, chunks: ["GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n".bytes])
+                        try await RawConnection.exchange(
+                            port: client.port,
+                            chunks: ["GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n".bytes]
+                        )
                     }
                     #expect(refused.received.isEmpty)
                     // The four held connections are still served.
@@ -139,7 +164,9 @@ struct StatusServerHardeningTests {
                 let served = try await withDeadline("a connection served after one closed") {
                     while true {
                         let outcome = try await RawConnection.exchange(
-                            port: client.port, chunks: ["GET /health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".bytes])
+                            port: client.port,
+                            chunks: ["GET /health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".bytes]
+                        )
                         if !outcome.received.isEmpty {
                             return outcome
                         }
@@ -153,7 +180,9 @@ struct StatusServerHardeningTests {
 
     /// Runs `body` while `count` keep-alive connections are open, each proven accepted by an answer.
     private func withHeldConnections<Result>(
-        _ count: Int, client: StatusClient, _ body: () async throws -> Result
+        _ count: Int,
+        client: StatusClient,
+        _ body: () async throws -> Result
     ) async throws -> Result {
         guard count > 0 else { return try await body() }
         return try await client.withConnection { connection in
@@ -166,7 +195,12 @@ struct StatusServerHardeningTests {
         let registry = PrometheusCollectorRegistry()
         let counter = registry.makeCounter(
             descriptor: MetricNameDescriptor(
-                namespace: "apn_worker", metricName: "messages_consumed", unitName: "total", helpText: "Kafka messages consumed."))
+                namespace: "apn_worker",
+                metricName: "messages_consumed",
+                unitName: "total",
+                helpText: "Kafka messages consumed."
+            )
+        )
         counter.increment(by: Int64(42))
         let processMetrics = ProcessMetrics(registry: registry)
         let scrapes = CallCounter()
@@ -186,7 +220,9 @@ struct StatusServerHardeningTests {
                             for request in 0..<17 {
                                 let path = (connectionIndex + request) % 4 == 3 ? "/status" : "/metrics"
                                 let response = try await connection.get(path)
-                                let complete = path != "/metrics" || response.text.contains("\napn_worker_messages_consumed_total 42\n")
+                                let complete =
+                                    path != "/metrics"
+                                    || response.text.contains("\napn_worker_messages_consumed_total 42\n")
                                 statuses.append((path, complete ? response.status.code : 0))
                             }
                             return statuses
@@ -208,8 +244,11 @@ struct StatusServerHardeningTests {
     @Test func gracefulShutdownClosesTheListenerAndOpenConnections() async throws {
         try await testGracefulShutdown { trigger in
             let server = StatusServer(
-                configuration: .init(host: "127.0.0.1", port: 0), registry: PrometheusCollectorRegistry(),
-                provider: FakeStatusProvider(), logger: testLogger)
+                configuration: .init(host: "127.0.0.1", port: 0),
+                registry: PrometheusCollectorRegistry(),
+                provider: FakeStatusProvider(),
+                logger: testLogger
+            )
             // The task inherits the graceful shutdown trigger's task local.
             let running = Task { try await server.run() }
             do {
@@ -243,8 +282,11 @@ struct StatusServerHardeningTests {
 
     @Test func cancellationStopsTheServerToo() async throws {
         let server = StatusServer(
-            configuration: .init(host: "127.0.0.1", port: 0), registry: PrometheusCollectorRegistry(), provider: FakeStatusProvider(),
-            logger: testLogger)
+            configuration: .init(host: "127.0.0.1", port: 0),
+            registry: PrometheusCollectorRegistry(),
+            provider: FakeStatusProvider(),
+            logger: testLogger
+        )
         let running = Task { try await server.run() }
         let port = try await server.listeningPort()
         #expect(try await StatusClient(host: "127.0.0.1", port: port).get("/health/live").status == .ok)
@@ -258,11 +300,16 @@ struct StatusServerHardeningTests {
     @Test func aPortInUseFailsRunAndListeningAddressWithASentence() async throws {
         try await withStatusServer { _, client in
             let second = StatusServer(
-                configuration: .init(host: "127.0.0.1", port: client.port), registry: PrometheusCollectorRegistry(),
-                provider: FakeStatusProvider(), logger: testLogger)
+                configuration: .init(host: "127.0.0.1", port: client.port),
+                registry: PrometheusCollectorRegistry(),
+                provider: FakeStatusProvider(),
+                logger: testLogger
+            )
             let error = await #expect(throws: StatusError.self) { try await second.run() }
             #expect(error?.code == .bindFailed)
-            #expect(error?.message.contains("cannot listen on 127.0.0.1:\(client.port): address already in use") == true)
+            #expect(
+                error?.message.contains("cannot listen on 127.0.0.1:\(client.port): address already in use") == true
+            )
             let waiting = await #expect(throws: StatusError.self) { _ = try await second.listeningAddress() }
             #expect(waiting?.code == .bindFailed)
             let again = await #expect(throws: StatusError.self) { try await second.run() }

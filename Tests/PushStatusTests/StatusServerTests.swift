@@ -15,12 +15,21 @@ struct StatusServerRouteTests {
         let registry = PrometheusCollectorRegistry()
         let counter = registry.makeCounter(
             descriptor: MetricNameDescriptor(
-                namespace: "apn_worker", metricName: "results_produced", unitName: "total", helpText: "Result messages produced."))
+                namespace: "apn_worker",
+                metricName: "results_produced",
+                unitName: "total",
+                helpText: "Result messages produced."
+            )
+        )
         counter.increment(by: Int64(3))
         // The swift-metrics path the worker uses: a PrometheusMetricsFactory over the same registry.
         let factory = PrometheusMetricsFactory(registry: registry)
-        CoreMetrics.Counter(label: "apn_worker_messages_consumed_total", dimensions: [("app", "com.example")], factory: factory)
-            .increment(by: 5)
+        CoreMetrics.Counter(
+            label: "apn_worker_messages_consumed_total",
+            dimensions: [("app", "com.example")],
+            factory: factory
+        )
+        .increment(by: 5)
         let scrapes = CallCounter()
         try await withStatusServer(registry: registry, beforeScrape: { scrapes.increment() }) { _, client in
             let response = try await client.get("/metrics")
@@ -140,7 +149,9 @@ struct StatusServerRouteTests {
 
             // HTTP/1.0 without keep-alive: answered, then closed by the server.
             let outcome = try await RawConnection.exchange(
-                port: client.port, chunks: ["GET /health/live HTTP/1.0\r\n\r\n".bytes])
+                port: client.port,
+                chunks: ["GET /health/live HTTP/1.0\r\n\r\n".bytes]
+            )
             #expect(outcome.received.hasPrefix("HTTP/1.0 200 OK\r\n"))
             #expect(outcome.received.hasSuffix("{\"live\":true}\n"))
         }

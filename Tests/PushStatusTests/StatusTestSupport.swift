@@ -48,7 +48,12 @@ func withStatusServer<Result>(
     try await testGracefulShutdown { trigger in
         try await withThrowingTaskGroup(of: Void.self) { group in
             let server = StatusServer(
-                configuration: configuration, registry: registry, provider: provider, beforeScrape: beforeScrape, logger: testLogger)
+                configuration: configuration,
+                registry: registry,
+                provider: provider,
+                beforeScrape: beforeScrape,
+                logger: testLogger
+            )
             group.addTask { try await server.run() }
             do {
                 let port = try await server.listeningPort()
@@ -67,7 +72,9 @@ func withStatusServer<Result>(
 /// Fails with a message if `body` has not finished within `seconds` (a guard against a test
 /// hanging, not a measurement).
 func withDeadline<Result: Sendable>(
-    seconds: Int64 = 10, _ what: String, _ body: @escaping @Sendable () async throws -> Result
+    seconds: Int64 = 10,
+    _ what: String,
+    _ body: @escaping @Sendable () async throws -> Result
 ) async throws -> Result {
     try await withThrowingTaskGroup(of: Result?.self) { group in
         group.addTask { try await body() }
@@ -101,7 +108,9 @@ struct RawConnection {
     /// Connects, sends `chunks` (calling `pace` between them, if given), then reads until the
     /// server closes the connection. Write failures (the server closed first) end the sending.
     static func exchange(
-        port: Int, chunks: [[UInt8]], pace: (@Sendable () async throws -> Void)? = nil
+        port: Int,
+        chunks: [[UInt8]],
+        pace: (@Sendable () async throws -> Void)? = nil
     ) async throws -> Outcome {
         let channel = try await connect(port: port)
         return try await channel.executeThenClose { inbound, outbound in

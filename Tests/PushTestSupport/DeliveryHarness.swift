@@ -76,7 +76,9 @@ public enum DeliveryHarness {
     /// returns it; throws ``ConditionNotMet`` (with the last one) after `limit`.
     @discardableResult
     public static func snapshot(
-        of client: some APNSDeliveryClient, _ condition: String, within limit: Duration = .seconds(30),
+        of client: some APNSDeliveryClient,
+        _ condition: String,
+        within limit: Duration = .seconds(30),
         where satisfied: (APNSPoolSnapshot) -> Bool
     ) async throws -> APNSPoolSnapshot {
         let deadline = ContinuousClock.now + limit

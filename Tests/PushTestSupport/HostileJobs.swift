@@ -61,7 +61,8 @@ public enum HostileJobs {
     public static func valid(index: Int, app: String = defaultApp, alert: String? = nil) -> [UInt8] {
         Array(
             #"{"id":"\#(jobId(.valid, index))","app":"\#(app)","token":"\#(token(index))","alert":"\#(alert ?? "Hello \(index)")","badge":1}"#
-                .utf8)
+                .utf8
+        )
     }
 
     /// Message number `index` of `kind`. The same (kind, index, seed) always gives the same bytes.
@@ -90,13 +91,19 @@ public enum HostileJobs {
                 ("mdm", "7"), ("payload", "[1,2]"), ("expiry", "true"), ("expiry", "\"soon\""), ("priority", "\"10\""),
                 ("priority", "7"), ("env", "3"), ("env", "\"staging\""), ("registeredAt", "\"yesterday\""),
                 ("retryLimit", "-1"), ("pushType", "9"), ("collapseId", "{}"), ("truncateAtWordEnd", "\"no\""),
-                ("aps", "\"alert\""), ("aps", "{\"badge\":\"x\"}"), ("aps", "{\"alert\":[1]}"), ("tokens", "\"\(token)\""),
-                ("alert", "{\"title\":1}"), ("alert", "{\"colour\":\"red\"}"), ("sound", "{\"name\":\"a\",\"volume\":3}"),
+                ("aps", "\"alert\""), ("aps", "{\"badge\":\"x\"}"), ("aps", "{\"alert\":[1]}"),
+                ("tokens", "\"\(token)\""),
+                ("alert", "{\"title\":1}"), ("alert", "{\"colour\":\"red\"}"),
+                ("sound", "{\"name\":\"a\",\"volume\":3}"),
             ]
             let (name, value) = fields[index % fields.count]
             var members = [("id", "\"\(id)\""), ("app", "\"\(app)\""), ("alert", "\"Hello\"")]
             members.append(name == "tokens" ? ("tokens", value) : ("token", "\"\(token)\""))
-            if let at = members.firstIndex(where: { $0.0 == name }) { members[at].1 = value } else { members.append((name, value)) }
+            if let at = members.firstIndex(where: { $0.0 == name }) {
+                members[at].1 = value
+            } else {
+                members.append((name, value))
+            }
             return text("{" + members.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}")
         case .unknownKey:
             return text(#"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","alert":"Hi","colour":"red"}"#)
@@ -108,7 +115,8 @@ public enum HostileJobs {
             let depth = 5000
             return text(
                 #"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","alert":"Hi","payload":{"deep":"#
-                    + String(repeating: "[", count: depth) + String(repeating: "]", count: depth) + "}}")
+                    + String(repeating: "[", count: depth) + String(repeating: "]", count: depth) + "}}"
+            )
         case .bigAlert:
             // Words of mixed scripts, so the cut lands among multi-byte characters and spaces.
             let words = ["push", "notification", "größe", "übermäßig", "日本語", "emoji👍🏽", "flag🇩🇪", "tab\\t"]
@@ -121,7 +129,9 @@ public enum HostileJobs {
             let tokens = (0...10_000).map { "\"" + Self.token($0, salt: UInt64(index)) + "\"" }.joined(separator: ",")
             return text(#"{"id":"\#(id)","app":"\#(app)","tokens":[\#(tokens)],"alert":"Hi"}"#)
         case .invalidUTF8:
-            let bad: [[UInt8]] = [[0xFF], [0xC3, 0x28], [0xE0, 0x80, 0xAF], [0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80], [0x80]]
+            let bad: [[UInt8]] = [
+                [0xFF], [0xC3, 0x28], [0xE0, 0x80, 0xAF], [0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80], [0x80],
+            ]
             return text(#"{"id":"\#(id)","app":"\#(app)","token":"\#(token)","alert":"bad "#)
                 + bad[index % bad.count] + text(#" byte"}"#)
         case .byteOrderMark:
@@ -155,7 +165,10 @@ public enum HostileJobs {
 
     /// `count` messages cycling through `kinds` (kind i % kinds.count), each with its kind.
     public static func mixed(
-        count: Int, kinds: [Kind] = Kind.allCases, seed: UInt64 = 1, app: String = defaultApp
+        count: Int,
+        kinds: [Kind] = Kind.allCases,
+        seed: UInt64 = 1,
+        app: String = defaultApp
     )
         -> [(kind: Kind, index: Int, bytes: [UInt8])]
     {

@@ -30,7 +30,10 @@ public enum Paths {
 }
 
 /// Runs a command to completion.
-public func run(_ executable: String, _ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
+public func run(
+    _ executable: String,
+    _ arguments: [String]
+) async throws -> (status: Int32, stdout: String, stderr: String) {
     try await ChildProcess(executable, arguments).finish()
 }
 

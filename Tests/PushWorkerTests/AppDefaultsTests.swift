@@ -9,7 +9,10 @@ import Testing
     func expiry(_ fields: String, app: String = "a") -> APNSExpiry? {
         var parser = JobParser()
         parser.defaultExpiry = ["a": .after(.seconds(86_400))]
-        guard case .job(let job) = parser.parse(Array(#"{"id":"j","app":"\#(app)","token":"\#(Self.token)","alert":"x"\#(fields)}"#.utf8))
+        guard
+            case .job(let job) = parser.parse(
+                Array(#"{"id":"j","app":"\#(app)","token":"\#(Self.token)","alert":"x"\#(fields)}"#.utf8)
+            )
         else { return nil }
         return job.notification.expiry
     }

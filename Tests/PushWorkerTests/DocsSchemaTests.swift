@@ -10,7 +10,9 @@ import Testing
     @Test func everyJSONExampleInJobsAndResultsMatchesItsSchema() async throws {
         let script = Paths.root + "/Tests/Peers/validate_doc_examples.py"
         // The test peers' virtualenv (scripts/lib/install-h2-peer.sh) has jsonschema.
-        let python = ProcessInfo.processInfo.environment["APN_WORKER_H2_PEER_PYTHON"].flatMap { $0.isEmpty ? nil : $0 } ?? "python3"
+        let python =
+            ProcessInfo.processInfo.environment["APN_WORKER_H2_PEER_PYTHON"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? "python3"
         let child = try ChildProcess("/usr/bin/env", [python, script, Paths.root])
         let (status, stdout, stderr) = await child.finish()
         let lines = stdout.split(separator: "\n")

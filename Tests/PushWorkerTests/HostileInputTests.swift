@@ -34,7 +34,10 @@ import Testing
             }
             switch (whole, members) {
             case (.success(.object(let dictionary)), .success(let list?)):
-                #expect(Dictionary(list, uniquingKeysWith: { a, _ in a }) == dictionary && list.count == dictionary.count, "\(file.name)")
+                #expect(
+                    Dictionary(list, uniquingKeysWith: { a, _ in a }) == dictionary && list.count == dictionary.count,
+                    "\(file.name)"
+                )
             case (.success(let value), .success(nil)):
                 if case .object = value { Issue.record("\(file.name): an object gave nil") }
             case (.failure(let a), .failure(let b)):
@@ -62,7 +65,9 @@ import Testing
     func corpusOutcomes() throws {
         let parser = JobParser()
         for file in Self.corpusFiles() {
-            let bytes = try #require(FileManager.default.contents(atPath: "\(Self.corpus)/\(file.name)").map(Array.init))
+            let bytes = try #require(
+                FileManager.default.contents(atPath: "\(Self.corpus)/\(file.name)").map(Array.init)
+            )
             let problems = JobInvariants.violations(ofInput: bytes)
             #expect(problems.isEmpty, "\(file.name): \(problems)")
             let outcome = parser.parse(bytes)
@@ -121,13 +126,17 @@ import Testing
     func seededMutations() {
         var rng = SeededGenerator(seed: 16)
         let alphabet =
-            Array(#"{}[]":,\ 0123456789-+.eEtrufalsn"#.utf8) + [0x00, 0x1F, 0x7F, 0x80, 0xBF, 0xC3, 0xE2, 0xED, 0xF0, 0xF4, 0xFF]
+            Array(#"{}[]":,\ 0123456789-+.eEtrufalsn"#.utf8) + [
+                0x00, 0x1F, 0x7F, 0x80, 0xBF, 0xC3, 0xE2, 0xED, 0xF0, 0xF4, 0xFF,
+            ]
         var checked = 0
         for index in 0..<3000 {
             var bytes = HostileJobs.valid(index: index, alert: index % 3 == 0 ? "Grüße 👍🏽 \\n tab\\t" : nil)
             for _ in 0..<Int.random(in: 1...6, using: &rng) {
                 let at = Int.random(in: 0...bytes.count, using: &rng)
-                let byte = Bool.random(using: &rng) ? alphabet.randomElement(using: &rng)! : UInt8.random(in: 0...255, using: &rng)
+                let byte =
+                    Bool.random(using: &rng)
+                    ? alphabet.randomElement(using: &rng)! : UInt8.random(in: 0...255, using: &rng)
                 switch Int.random(in: 0..<4, using: &rng) {
                 case 0: bytes.insert(byte, at: at)
                 case 1: if at < bytes.count { bytes[at] = byte }
@@ -138,7 +147,10 @@ import Testing
                 }
             }
             let problems = JobInvariants.violations(ofInput: bytes)
-            #expect(problems.isEmpty, "input \(index) (\(String(decoding: bytes.prefix(200), as: UTF8.self))): \(problems)")
+            #expect(
+                problems.isEmpty,
+                "input \(index) (\(String(decoding: bytes.prefix(200), as: UTF8.self))): \(problems)"
+            )
             checked += 1
         }
         #expect(checked == 3000)
@@ -148,7 +160,8 @@ import Testing
     func seededTrimming() {
         var rng = SeededGenerator(seed: 1616)
         let pieces = [
-            "a", "word ", " ", "\t", "\n", "\"", "\\", "\u{1}", "é", "e\u{301}", "日本", "👍🏽", "👨‍👩‍👧", "🇩🇪", "\r\n", "\u{2028}", "   ",
+            "a", "word ", " ", "\t", "\n", "\"", "\\", "\u{1}", "é", "e\u{301}", "日本", "👍🏽", "👨‍👩‍👧", "🇩🇪", "\r\n",
+            "\u{2028}", "   ",
             "x\u{300}\u{301}\u{302}",
         ]
         for round in 0..<400 {
@@ -157,7 +170,12 @@ import Testing
             for _ in 0..<parts { body += pieces.randomElement(using: &rng)! }
             let limit = Int.random(in: 20...2100, using: &rng)
             let title: String? = Bool.random(using: &rng) ? "Title" : nil
-            let problems = JobInvariants.violations(trimming: body, title: title, limit: limit, atWordEnd: Bool.random(using: &rng))
+            let problems = JobInvariants.violations(
+                trimming: body,
+                title: title,
+                limit: limit,
+                atWordEnd: Bool.random(using: &rng)
+            )
             #expect(problems.isEmpty, "round \(round), limit \(limit): \(problems)")
         }
         // One character of a million combining marks: nothing of it fits, and the cut is clean.
@@ -169,9 +187,19 @@ import Testing
     func resultsAreBounded() throws {
         let long = String(repeating: "z", count: 600_000)
         let result = WorkerResult(
-            kind: .transmissionError, resultId: "r", jobId: String(repeating: "j", count: 256), app: long,
-            environment: long, token: long, status: .invalidJob, reason: "app \"\(long)\" is not configured",
-            attempts: 0, possibleDuplicate: false, worker: "w1", at: 1)
+            kind: .transmissionError,
+            resultId: "r",
+            jobId: String(repeating: "j", count: 256),
+            app: long,
+            environment: long,
+            token: long,
+            status: .invalidJob,
+            reason: "app \"\(long)\" is not configured",
+            attempts: 0,
+            possibleDuplicate: false,
+            worker: "w1",
+            at: 1
+        )
         let value = result.serialized()
         #expect(value.count < 3000)
         #expect(try #require(result.key).count <= WorkerResult.maxEchoBytes + 20)
@@ -181,8 +209,18 @@ import Testing
         // Text within the limits is kept as it is.
         let token = String(repeating: "ab", count: 100)
         let plain = WorkerResult(
-            kind: .transmissionError, resultId: "r", jobId: "j", app: "a", token: token, status: .malformedToken,
-            reason: "r", attempts: 0, possibleDuplicate: false, worker: "w1", at: 1)
+            kind: .transmissionError,
+            resultId: "r",
+            jobId: "j",
+            app: "a",
+            token: token,
+            status: .malformedToken,
+            reason: "r",
+            attempts: 0,
+            possibleDuplicate: false,
+            worker: "w1",
+            at: 1
+        )
         #expect(try JSONValue.parse(plain.serialized())["token"]?.stringValue == token)
     }
 
@@ -204,7 +242,9 @@ import Testing
         func job(depth: Int) -> [UInt8] {
             // `payload` itself is level 2 (the job is level 1).
             let inner = String(repeating: "[", count: depth - 2) + String(repeating: "]", count: depth - 2)
-            return Array(#"{"id":"d","app":"a","token":"\#(HostileJobs.token(1))","alert":"x","payload":{"k":\#(inner)}}"#.utf8)
+            return Array(
+                #"{"id":"d","app":"a","token":"\#(HostileJobs.token(1))","alert":"x","payload":{"k":\#(inner)}}"#.utf8
+            )
         }
         guard case .job = JobParser().parse(job(depth: 64)) else {
             Issue.record("64 levels were not accepted")
@@ -222,14 +262,16 @@ import Testing
         let long = String(repeating: "k", count: 100_000)
         guard
             case .rejected(_, _, _, let reason, _) = JobParser().parse(
-                Array(#"{"id":"u","app":"a","token":"\#(HostileJobs.token(1))","\#(long)":1}"#.utf8))
+                Array(#"{"id":"u","app":"a","token":"\#(HostileJobs.token(1))","\#(long)":1}"#.utf8)
+            )
         else {
             Issue.record("not rejected")
             return
         }
         #expect(reason.contains(String(repeating: "k", count: 64) + "… (100000 bytes)"))
         #expect(reason.utf8.count < 300)
-        guard case .unreadable(_, _, let duplicate, _) = JobParser().parse(Array(#"{"\#(long)":1,"\#(long)":2}"#.utf8)) else {
+        guard case .unreadable(_, _, let duplicate, _) = JobParser().parse(Array(#"{"\#(long)":1,"\#(long)":2}"#.utf8))
+        else {
             Issue.record("not unreadable")
             return
         }

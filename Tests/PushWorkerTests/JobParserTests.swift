@@ -47,12 +47,16 @@ import Testing
         for bad in [#""0s""#, "0", "-5", #""soon""#, #""1700000000""#, "1.5", "true"] {
             guard
                 case .rejected(_, _, _, let reason, _) = parse(
-                    #"{"id":"j","app":"a","token":"\#(token)","alert":"x","staleAfter":\#(bad)}"#)
+                    #"{"id":"j","app":"a","token":"\#(token)","alert":"x","staleAfter":\#(bad)}"#
+                )
             else {
                 Issue.record("staleAfter \(bad) was accepted")
                 continue
             }
-            #expect(reason.contains("\"staleAfter\" must be a positive number of seconds or a string such as \"90s\""), "\(reason)")
+            #expect(
+                reason.contains("\"staleAfter\" must be a positive number of seconds or a string such as \"90s\""),
+                "\(reason)"
+            )
         }
     }
 
@@ -153,10 +157,14 @@ import Testing
         }
     }
 
-    @Test("A repeated member name makes the message unreadable, for fields and other names alike, however many there are")
+    @Test(
+        "A repeated member name makes the message unreadable, for fields and other names alike, however many there are"
+    )
     func repeatedNamesAreRefused() {
         let others = (0..<40).map { #""x\#($0)":1"# }.joined(separator: ",")
-        for repeated in [#""badge":1,"badge":2"#, #""id":"k""#, #""\u0074oken":"aa""#, #""x3":2"#, #""x39":2"#, #""x0":2"#] {
+        for repeated in [
+            #""badge":1,"badge":2"#, #""id":"k""#, #""\u0074oken":"aa""#, #""x3":2"#, #""x39":2"#, #""x0":2"#,
+        ] {
             let text = #"{"id":"j","app":"a","token":"\#(token)",\#(others),\#(repeated)}"#
             guard case .unreadable(_, _, let reason, _) = parse(text) else {
                 Issue.record("expected unreadable for \(repeated)")
@@ -165,7 +173,8 @@ import Testing
             #expect(reason.contains("duplicate member name"), "\(reason)")
         }
         // Forty distinct unknown names: rejected, naming the first in order.
-        guard case .rejected(_, _, _, let reason, _) = parse(#"{"id":"j","app":"a","token":"\#(token)",\#(others)}"#) else {
+        guard case .rejected(_, _, _, let reason, _) = parse(#"{"id":"j","app":"a","token":"\#(token)",\#(others)}"#)
+        else {
             Issue.record("expected rejected")
             return
         }
@@ -173,7 +182,11 @@ import Testing
     }
 
     @Test func missingAppIsRejectedPerToken() {
-        guard case .rejected(_, let app, let tokens, let reason, _) = parse(#"{"id":"j","token":"\#(token)","alert":"x"}"#) else {
+        guard
+            case .rejected(_, let app, let tokens, let reason, _) = parse(
+                #"{"id":"j","token":"\#(token)","alert":"x"}"#
+            )
+        else {
             Issue.record("expected rejected")
             return
         }
@@ -184,7 +197,11 @@ import Testing
 
     @Test func longAlertIsTrimmedToFit() {
         let body = String(repeating: "word ", count: 1000)
-        guard case .job(let job) = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"\#(body)","truncateAtWordEnd":true}"#) else {
+        guard
+            case .job(let job) = parse(
+                #"{"id":"j","app":"a","token":"\#(token)","alert":"\#(body)","truncateAtWordEnd":true}"#
+            )
+        else {
             Issue.record("expected job")
             return
         }
@@ -194,7 +211,11 @@ import Testing
 
     @Test func payloadThatCannotFitIsAnError() {
         let big = String(repeating: "x", count: 3000)
-        guard case .job(let job) = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"hi","payload":{"blob":"\#(big)"}}"#) else {
+        guard
+            case .job(let job) = parse(
+                #"{"id":"j","app":"a","token":"\#(token)","alert":"hi","payload":{"blob":"\#(big)"}}"#
+            )
+        else {
             Issue.record("expected job")
             return
         }
@@ -242,7 +263,8 @@ import Testing
         #expect(other.payloadError != nil)
 
         let voip = String(repeating: "v", count: 4500)
-        let call = #"{"id":"v","app":"h2","token":"\#(token)","alert":"call","pushType":"voip","payload":{"blob":"\#(voip)"}}"#
+        let call =
+            #"{"id":"v","app":"h2","token":"\#(token)","alert":"call","pushType":"voip","payload":{"blob":"\#(voip)"}}"#
         guard case .job(let callJob) = parser.parse(Array(call.utf8)) else {
             Issue.record("expected job")
             return
@@ -252,7 +274,8 @@ import Testing
 
     @Test func badPushTypeOrCollapseIdIsRejectedWithTheField() {
         for (field, fragment) in [
-            (#""pushType":"fax""#, "pushType"), (#""collapseId":"\#(String(repeating: "c", count: 65))""#, "collapseId"),
+            (#""pushType":"fax""#, "pushType"),
+            (#""collapseId":"\#(String(repeating: "c", count: 65))""#, "collapseId"),
         ] {
             let result = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"x",\#(field)}"#)
             guard case .rejected(_, _, _, let reason, _) = result else {
@@ -267,9 +290,19 @@ import Testing
 @Suite struct WorkerResultTests {
     @Test func serializesEveryFieldAsValidJSONInOrder() throws {
         let result = WorkerResult(
-            kind: .transmissionError, resultId: "r", jobId: "j\"1", app: "a", environment: "production",
-            token: "ab", status: .invalidToken, reason: "Invalid token", attempts: 2,
-            possibleDuplicate: false, worker: "w", at: 1700000000000)
+            kind: .transmissionError,
+            resultId: "r",
+            jobId: "j\"1",
+            app: "a",
+            environment: "production",
+            token: "ab",
+            status: .invalidToken,
+            reason: "Invalid token",
+            attempts: 2,
+            possibleDuplicate: false,
+            worker: "w",
+            at: 1700000000000
+        )
         let text = String(decoding: result.serialized(), as: UTF8.self)
         #expect(
             text
@@ -281,8 +314,16 @@ import Testing
 
     @Test func invalidJobCarriesWhereTheMessageWas() throws {
         let result = WorkerResult(
-            kind: .invalidJob, resultId: "r", status: .invalidJob, reason: "bad", topic: "apn.requests",
-            partition: 3, offset: 42, worker: "w", at: 1)
+            kind: .invalidJob,
+            resultId: "r",
+            status: .invalidJob,
+            reason: "bad",
+            topic: "apn.requests",
+            partition: 3,
+            offset: 42,
+            worker: "w",
+            at: 1
+        )
         let parsed = try JSONValue.parse(result.serialized())
         #expect(parsed["partition"] == .int(3))
         #expect(parsed["offset"] == .int(42))
@@ -294,11 +335,23 @@ import Testing
     func reservationFitsTheBytesWritten() {
         let token = String(repeating: "0a1b2c3d", count: 8)
         var full = WorkerResult(
-            kind: .transmissionError, resultId: WorkerResult.notificationId(jobId: "job-1", token: token), jobId: "job-1",
-            app: "news", environment: "production", token: token, status: .invalidToken,
-            reason: String(repeating: "a long reason ", count: 200), attempts: 3, possibleDuplicate: true,
-            timestamp: 1_700_000_000, topic: "apn.requests", partition: 11, offset: 123_456_789, worker: "worker-7",
-            at: 1_700_000_000_000)
+            kind: .transmissionError,
+            resultId: WorkerResult.notificationId(jobId: "job-1", token: token),
+            jobId: "job-1",
+            app: "news",
+            environment: "production",
+            token: token,
+            status: .invalidToken,
+            reason: String(repeating: "a long reason ", count: 200),
+            attempts: 3,
+            possibleDuplicate: true,
+            timestamp: 1_700_000_000,
+            topic: "apn.requests",
+            partition: 11,
+            offset: 123_456_789,
+            worker: "worker-7",
+            at: 1_700_000_000_000
+        )
         full.apnsId = "123e4567-e89b-12d3-a456-426614174000"
         full.apnsUniqueId = "a6d6c6b6-1234-4321-8765-0123456789ab"
         full.payloadBytes = 2048
@@ -306,15 +359,45 @@ import Testing
         let results = [
             full,
             WorkerResult(
-                kind: .transmitted, resultId: full.resultId, jobId: "job-1", app: "news", environment: "production", token: token,
-                attempts: 1, possibleDuplicate: false, worker: "worker-7", at: 1_700_000_000_000),
+                kind: .transmitted,
+                resultId: full.resultId,
+                jobId: "job-1",
+                app: "news",
+                environment: "production",
+                token: token,
+                attempts: 1,
+                possibleDuplicate: false,
+                worker: "worker-7",
+                at: 1_700_000_000_000
+            ),
             WorkerResult(
-                kind: .invalidJob, resultId: "r", status: .invalidJob, reason: "bad", topic: "apn.requests", partition: 3, offset: 42,
-                worker: "w", at: 1),
+                kind: .invalidJob,
+                resultId: "r",
+                status: .invalidJob,
+                reason: "bad",
+                topic: "apn.requests",
+                partition: 3,
+                offset: 42,
+                worker: "w",
+                at: 1
+            ),
             WorkerResult(
-                kind: .feedback, resultId: "f", app: "news", environment: "sandbox", token: token, timestamp: 1_700_000_000,
-                worker: "w", at: 1),
-            WorkerResult(kind: .transmitted, resultId: String(repeating: "x", count: 400), jobId: "😀", worker: "w", at: 1),
+                kind: .feedback,
+                resultId: "f",
+                app: "news",
+                environment: "sandbox",
+                token: token,
+                timestamp: 1_700_000_000,
+                worker: "w",
+                at: 1
+            ),
+            WorkerResult(
+                kind: .transmitted,
+                resultId: String(repeating: "x", count: 400),
+                jobId: "😀",
+                worker: "w",
+                at: 1
+            ),
         ]
         for result in results {
             let count = result.serialized().count
@@ -328,9 +411,16 @@ import Testing
     @Test("A token's text in results is its lowercase hex, however the job wrote it")
     func tokenTextIsLowercaseHex() throws {
         let lower = String(repeating: "0a1b2c3d", count: 8)
-        let forms = [lower, lower.uppercased(), "<" + lower.prefix(32) + " " + lower.dropFirst(32) + ">", String(lower.prefix(62))]
+        let forms = [
+            lower, lower.uppercased(), "<" + lower.prefix(32) + " " + lower.dropFirst(32) + ">",
+            String(lower.prefix(62)),
+        ]
         for form in forms {
-            guard case .job(let job) = JobParser().parse(Array(#"{"id":"t","app":"a","token":"\#(form)","alert":"x"}"#.utf8)) else {
+            guard
+                case .job(let job) = JobParser().parse(
+                    Array(#"{"id":"t","app":"a","token":"\#(form)","alert":"x"}"#.utf8)
+                )
+            else {
                 Issue.record("not a job: \(form)")
                 continue
             }

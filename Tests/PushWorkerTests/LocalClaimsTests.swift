@@ -15,7 +15,9 @@ import Testing
         MessageRef(partition: TopicPartition(topic: "apn.requests", partition: Int32(offset % 12)), offset: offset)
     }
 
-    @Test("The key table agrees with a dictionary through random inserts, replacements and removals, growing from 16 slots")
+    @Test(
+        "The key table agrees with a dictionary through random inserts, replacements and removals, growing from 16 slots"
+    )
     func keyTableAgreesWithADictionary() throws {
         var table = LocalClaims.KeyTable()
         var model: [String: MessageRef] = [:]

@@ -34,7 +34,10 @@ import Yams
     /// label value is never read as a metric.
     static func metricUses(in expression: String) -> [MetricUse] {
         let withoutStrings = expression.replacingOccurrences(
-            of: #""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'"#, with: "\"\"", options: .regularExpression)
+            of: #""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'"#,
+            with: "\"\"",
+            options: .regularExpression
+        )
         // The character before a name is matched (not looked behind at), and whitespace only
         // together with a selector, so that the next name keeps its own preceding character.
         let pattern = #/(?:^|[^A-Za-z0-9_:])((?:apn_worker_|process_)[A-Za-z0-9_:]*)(?:\s*(\{[^}]*\}))?/#
@@ -63,7 +66,9 @@ import Yams
             for suffix in ["_bucket", "_sum", "_count"] where use.name.hasSuffix(suffix) {
                 let base = String(use.name.dropLast(suffix.count))
                 guard let found = catalogue[base] else { continue }
-                guard found.kind == .histogram else { return "\(use.name): \(base) is a \(found.kind.rawValue), not a histogram" }
+                guard found.kind == .histogram else {
+                    return "\(use.name): \(base) is a \(found.kind.rawValue), not a histogram"
+                }
                 metric = found
                 if suffix == "_bucket" { allowed.insert("le") }
             }
@@ -94,7 +99,9 @@ import Yams
     /// Every PromQL expression of the dashboard: its panels' targets and its variables' queries.
     static func dashboardExpressions() throws -> [String] {
         let dashboard = try dashboard()
-        let targets = dashboardPanels(dashboard).flatMap { $0["targets"] as? [[String: Any]] ?? [] }.compactMap { $0["expr"] as? String }
+        let targets = dashboardPanels(dashboard).flatMap { $0["targets"] as? [[String: Any]] ?? [] }.compactMap {
+            $0["expr"] as? String
+        }
         let variables = ((dashboard["templating"] as? [String: Any])?["list"] as? [[String: Any]] ?? []).compactMap {
             $0["definition"] as? String
         }
@@ -105,17 +112,21 @@ import Yams
     func extraction() {
         let uses = Self.metricUses(
             in: #"sum by (le) (rate(apn_worker_redis_latency_seconds_bucket{instance=~"$instance"}[5m])) / "#
-                + #"rate(process_cpu_seconds_total[1m]) + up{job="apn_worker_fake_total"} + x_apn_worker_in_flight"#)
+                + #"rate(process_cpu_seconds_total[1m]) + up{job="apn_worker_fake_total"} + x_apn_worker_in_flight"#
+        )
         #expect(
             uses == [
                 MetricUse(name: "apn_worker_redis_latency_seconds_bucket", labels: ["instance"]),
                 MetricUse(name: "process_cpu_seconds_total", labels: []),
-            ])
+            ]
+        )
         #expect(Self.problem(with: MetricUse(name: "apn_worker_redis_latency_seconds_bucket", labels: ["le"])) == nil)
         #expect(Self.problem(with: MetricUse(name: "apn_worker_redis_latency_seconds", labels: [])) != nil)
         #expect(Self.problem(with: MetricUse(name: "apn_worker_redis_latency_seconds_sum", labels: ["le"])) != nil)
         #expect(Self.problem(with: MetricUse(name: "apn_worker_results_produced_total_count", labels: [])) != nil)
-        #expect(Self.problem(with: MetricUse(name: "apn_worker_notifications_total", labels: ["app", "status"])) == nil)
+        #expect(
+            Self.problem(with: MetricUse(name: "apn_worker_notifications_total", labels: ["app", "status"])) == nil
+        )
         #expect(Self.problem(with: MetricUse(name: "apn_worker_redis_up", labels: ["app"])) != nil)
         #expect(Self.problem(with: MetricUse(name: "apn_worker_nonexistent_total", labels: [])) != nil)
     }
@@ -144,14 +155,19 @@ import Yams
         for expression in try Self.dashboardExpressions() {
             for use in Self.metricUses(in: expression) {
                 if let problem = Self.problem(with: use) { Issue.record("\(problem) in \(expression)") }
-                shown.insert(use.name.replacingOccurrences(of: #"_(bucket|sum|count)$"#, with: "", options: .regularExpression))
+                shown.insert(
+                    use.name.replacingOccurrences(of: #"_(bucket|sum|count)$"#, with: "", options: .regularExpression)
+                )
             }
         }
         let missing = MetricCatalogue.all.map(\.name).filter { !shown.contains($0) }
         #expect(missing.isEmpty, "not on the dashboard: \(missing)")
         // Every panel that queries asks the data source variable.
         for panel in Self.dashboardPanels(dashboard) where panel["targets"] != nil {
-            #expect((panel["datasource"] as? [String: Any])?["uid"] as? String == "${datasource}", "\(panel["title"] ?? "?")")
+            #expect(
+                (panel["datasource"] as? [String: Any])?["uid"] as? String == "${datasource}",
+                "\(panel["title"] ?? "?")"
+            )
         }
     }
 
@@ -167,7 +183,9 @@ import Yams
             guard !inCode, let heading = line.firstMatch(of: #/^#{1,6}\s+(.+?)\s*$/#) else { continue }
             let slug = heading.output.1.lowercased().unicodeScalars.compactMap { scalar -> Character? in
                 if scalar == " " { return "-" }
-                if scalar == "-" || scalar == "_" || CharacterSet.alphanumerics.contains(scalar) { return Character(scalar) }
+                if scalar == "-" || scalar == "_" || CharacterSet.alphanumerics.contains(scalar) {
+                    return Character(scalar)
+                }
                 return nil
             }
             anchors.insert(String(slug))
@@ -188,7 +206,10 @@ import Yams
             let url = try #require(annotations?["runbook_url"]?.string, "\(name) has no runbook_url")
             let parts = url.split(separator: "#", maxSplits: 1).map(String.init)
             #expect(parts.first == "docs/operations.md", "\(name): \(url)")
-            #expect(parts.count == 2 && anchors.contains(parts[1]), "\(name): no heading for \(url) in docs/operations.md")
+            #expect(
+                parts.count == 2 && anchors.contains(parts[1]),
+                "\(name): no heading for \(url) in docs/operations.md"
+            )
         }
     }
 
@@ -219,14 +240,18 @@ import Yams
     func promtool() async throws {
         let promtool = try #require(
             Self.executable("promtool", alternatives: [Paths.root + "/.build/tools/promtool"]),
-            "promtool is not installed (scripts/test unpacks it into .build/tools)")
+            "promtool is not installed (scripts/test unpacks it into .build/tools)"
+        )
         let directory = Paths.root + "/deploy/prometheus"
         for arguments in [
             ["check", "rules", directory + "/alerts.yaml"], ["check", "config", directory + "/prometheus.yml"],
             ["test", "rules", directory + "/alerts.test.yaml"],
         ] {
             let result = try await run(promtool, arguments)
-            #expect(result.status == 0, "promtool \(arguments.joined(separator: " ")):\n\(result.stdout)\(result.stderr)")
+            #expect(
+                result.status == 0,
+                "promtool \(arguments.joined(separator: " ")):\n\(result.stdout)\(result.stderr)"
+            )
         }
     }
 
@@ -240,7 +265,9 @@ import Yams
             result = try await run(kubectl, ["kustomize", directory])
         } else {
             let kustomize = try #require(
-                executable("kustomize"), "neither kubectl nor kustomize is installed (scripts/test installs kubernetes-client)")
+                executable("kustomize"),
+                "neither kubectl nor kustomize is installed (scripts/test installs kubernetes-client)"
+            )
             result = try await run(kustomize, ["build", directory])
         }
         try #require(result.status == 0, "kustomize failed: \(result.stderr)")
@@ -255,13 +282,20 @@ import Yams
         container["env"]?.array().first { $0["name"]?.string == name }
     }
 
-    @Test("kubectl kustomize deploy/k8s renders the StatefulSet with its probes, Service, PodMonitor, PDB and ScaledObject")
+    @Test(
+        "kubectl kustomize deploy/k8s renders the StatefulSet with its probes, Service, PodMonitor, PDB and ScaledObject"
+    )
     func kustomization() async throws {
         let objects = try await Self.renderedKustomization()
-        for kind in ["Namespace", "ConfigMap", "Service", "StatefulSet", "PodDisruptionBudget", "PodMonitor", "ScaledObject"] {
+        for kind in [
+            "Namespace", "ConfigMap", "Service", "StatefulSet", "PodDisruptionBudget", "PodMonitor", "ScaledObject",
+        ] {
             #expect(objects[kind]?.isEmpty == false, "no \(kind)")
         }
-        #expect(objects["HorizontalPodAutoscaler"] == nil, "hpa.yaml is the fallback for ScaledObject, not used with it")
+        #expect(
+            objects["HorizontalPodAutoscaler"] == nil,
+            "hpa.yaml is the fallback for ScaledObject, not used with it"
+        )
         for (kind, list) in objects where kind != "Namespace" {
             for object in list { #expect(object["metadata"]?["namespace"]?.string == "apn-worker", "\(kind)") }
         }
@@ -280,7 +314,10 @@ import Yams
         #expect(port["containerPort"]?.int == 9400)
         #expect(Self.env(container, "APN_WORKER_STATUS_ADDRESS")?["value"]?.string?.hasSuffix(":9400") == true)
         for variable in ["APN_WORKER_ID", "APN_WORKER_INSTANCE_ID"] {
-            #expect(Self.env(container, variable)?["valueFrom"]?["fieldRef"]?["fieldPath"]?.string == "metadata.name", "\(variable)")
+            #expect(
+                Self.env(container, variable)?["valueFrom"]?["fieldRef"]?["fieldPath"]?.string == "metadata.name",
+                "\(variable)"
+            )
         }
         for (probe, path) in [("livenessProbe", "/health/live"), ("readinessProbe", "/health/ready")] {
             #expect(container[probe]?["httpGet"]?["path"]?.string == path, "\(probe)")
@@ -291,12 +328,19 @@ import Yams
         /// A selector's `matchLabels` (or a Service's plain selector) select the worker pods.
         func selectsWorkers(_ selector: Node?, _ what: String) {
             let labels = selector?["matchLabels"]?.mapping ?? selector?.mapping
-            #expect(labels != nil && labels!.allSatisfy { podLabels[$0.key] == $0.value }, "\(what) does not select the workers")
+            #expect(
+                labels != nil && labels!.allSatisfy { podLabels[$0.key] == $0.value },
+                "\(what) does not select the workers"
+            )
         }
         let service = try #require(
-            objects["Service"]?.first { $0["metadata"]?["name"]?.string == statefulSet["spec"]?["serviceName"]?.string })
+            objects["Service"]?.first { $0["metadata"]?["name"]?.string == statefulSet["spec"]?["serviceName"]?.string }
+        )
         #expect(service["spec"]?["clusterIP"]?.string == "None")
-        #expect(service["spec"]?["ports"]?.array().contains { $0["name"]?.string == "status" && $0["port"]?.int == 9400 } == true)
+        #expect(
+            service["spec"]?["ports"]?.array().contains { $0["name"]?.string == "status" && $0["port"]?.int == 9400 }
+                == true
+        )
         selectsWorkers(service["spec"]?["selector"], "the Service")
 
         let podMonitor = try #require(objects["PodMonitor"]?.first)
@@ -312,19 +356,27 @@ import Yams
         // The ScaledObject scales this StatefulSet on the lag of the workers' own group and topic,
         // up to the partitions the compose stack creates the topic with.
         let configMaps = objects["ConfigMap"] ?? []
-        let environment = try #require(configMaps.first { $0["metadata"]?["name"]?.string == "apn-worker-env" }?["data"])
+        let environment = try #require(
+            configMaps.first { $0["metadata"]?["name"]?.string == "apn-worker-env" }?["data"]
+        )
         let fileText = try #require(
-            configMaps.first { $0["metadata"]?["name"]?.string == "apn-worker-config" }?["data"]?["config.yaml"]?.string)
+            configMaps.first { $0["metadata"]?["name"]?.string == "apn-worker-config" }?["data"]?["config.yaml"]?.string
+        )
         let file = try #require(try Yams.compose(yaml: fileText))
         let scaled = try #require(objects["ScaledObject"]?.first)
         #expect(scaled["apiVersion"]?.string == "keda.sh/v1alpha1")
         let spec = try #require(scaled["spec"])
-        #expect(spec["scaleTargetRef"]?["kind"]?.string == "StatefulSet" && spec["scaleTargetRef"]?["name"]?.string == name)
+        #expect(
+            spec["scaleTargetRef"]?["kind"]?.string == "StatefulSet" && spec["scaleTargetRef"]?["name"]?.string == name
+        )
         let trigger = try #require(spec["triggers"]?.array().first)
         #expect(trigger["type"]?.string == "kafka")
         #expect(trigger["metadata"]?["topic"]?.string == file["kafka"]?["requestsTopic"]?.string)
         #expect(trigger["metadata"]?["consumerGroup"]?.string == file["kafka"]?["groupId"]?.string)
-        #expect(trigger["metadata"]?["bootstrapServers"]?.string == environment["APN_WORKER_KAFKA_BOOTSTRAP_SERVERS"]?.string)
+        #expect(
+            trigger["metadata"]?["bootstrapServers"]?.string
+                == environment["APN_WORKER_KAFKA_BOOTSTRAP_SERVERS"]?.string
+        )
         // KEDA's trigger metadata are strings.
         #expect((trigger["metadata"]?["lagThreshold"]?.string.flatMap { Int($0) } ?? 0) > 0)
         let partitions = try Self.composePartitions()
@@ -342,13 +394,18 @@ import Yams
     /// The partitions deploy/docker-compose.yml creates apn.requests with.
     static func composePartitions() throws -> Int {
         let compose = try text("deploy/docker-compose.yml")
-        let match = try #require(compose.firstMatch(of: #/--partitions (\d+)/#), "no --partitions in docker-compose.yml")
+        let match = try #require(
+            compose.firstMatch(of: #/--partitions (\d+)/#),
+            "no --partitions in docker-compose.yml"
+        )
         return Int(match.output.1)!
     }
 
     // MARK: Docker Compose
 
-    @Test("docker-compose.yml: Prometheus scrapes the workers' status port with the rules; Grafana (profile) gets the dashboard")
+    @Test(
+        "docker-compose.yml: Prometheus scrapes the workers' status port with the rules; Grafana (profile) gets the dashboard"
+    )
     func compose() throws {
         let compose = try Self.yaml("deploy/docker-compose.yml")
         let services = try #require(compose["services"])
@@ -356,7 +413,9 @@ import Yams
         func binds(_ service: String) -> [String: String] {
             var binds: [String: String] = [:]
             for volume in services[service]?["volumes"]?.array() ?? [] where volume["type"]?.string == "bind" {
-                if let source = volume["source"]?.string, let target = volume["target"]?.string { binds[target] = source }
+                if let source = volume["source"]?.string, let target = volume["target"]?.string {
+                    binds[target] = source
+                }
             }
             return binds
         }
@@ -376,7 +435,10 @@ import Yams
         #expect(exists(configSource))
         let config = try Self.yaml("deploy/" + configSource.replacingOccurrences(of: "./", with: ""))
         for rules in config["rule_files"]?.array().compactMap(\.string) ?? [] {
-            let source = try #require(prometheusBinds["/etc/prometheus/" + rules], "\(rules) is not mounted beside prometheus.yml")
+            let source = try #require(
+                prometheusBinds["/etc/prometheus/" + rules],
+                "\(rules) is not mounted beside prometheus.yml"
+            )
             #expect(exists(source))
         }
         #expect(config["rule_files"]?.array().isEmpty == false)
@@ -392,10 +454,14 @@ import Yams
         let grafanaBinds = binds("grafana")
         let provisioning = try #require(grafanaBinds["/etc/grafana/provisioning"])
         let dashboardTarget = try #require(grafanaBinds.first { $0.value.hasSuffix("grafana/apn-worker.json") }?.key)
-        let provider = try Self.yaml("deploy/" + provisioning.replacingOccurrences(of: "./", with: "") + "/dashboards/apn-worker.yaml")
+        let provider = try Self.yaml(
+            "deploy/" + provisioning.replacingOccurrences(of: "./", with: "") + "/dashboards/apn-worker.yaml"
+        )
         let providerPath = try #require(provider["providers"]?.array().first?["options"]?["path"]?.string)
         #expect(dashboardTarget.hasPrefix(providerPath + "/"))
-        let datasources = try Self.yaml("deploy/" + provisioning.replacingOccurrences(of: "./", with: "") + "/datasources/prometheus.yaml")
+        let datasources = try Self.yaml(
+            "deploy/" + provisioning.replacingOccurrences(of: "./", with: "") + "/datasources/prometheus.yaml"
+        )
         let datasource = try #require(datasources["datasources"]?.array().first)
         #expect(datasource["type"]?.string == "prometheus")
         #expect(datasource["url"]?.string?.contains("prometheus:9090") == true)

@@ -45,18 +45,39 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
     private static let token = String(repeating: "ab", count: 32)
 
     private func request(
-        _ resultId: String, offset: Int64, token: String = Self.token, appPerSecond: Int = 0, devicePerHour: Int = 0,
+        _ resultId: String,
+        offset: Int64,
+        token: String = Self.token,
+        appPerSecond: Int = 0,
+        devicePerHour: Int = 0,
         registeredAt: Int64? = nil
     ) -> NotificationStore.ClaimRequest {
         .init(
-            resultId: resultId, partition: 3, offset: offset, app: "com.example.app", environment: "production",
-            tokenHex: token, registeredAt: registeredAt, appPerSecond: appPerSecond, devicePerHour: devicePerHour)
+            resultId: resultId,
+            partition: 3,
+            offset: offset,
+            app: "com.example.app",
+            environment: "production",
+            tokenHex: token,
+            registeredAt: registeredAt,
+            appPerSecond: appPerSecond,
+            devicePerHour: devicePerHour
+        )
     }
 
-    private static func record(_ resultId: String, offset: Int64, _ result: [UInt8], feedback: [UInt8]? = nil) -> RecordedResult {
+    private static func record(
+        _ resultId: String,
+        offset: Int64,
+        _ result: [UInt8],
+        feedback: [UInt8]? = nil
+    ) -> RecordedResult {
         RecordedResult(
-            ref: MessageRef(partition: TopicPartition(topic: "apn.requests", partition: 3), offset: offset), resultId: resultId,
-            token: token, result: ResultMessage(key: nil, value: result), feedback: feedback.map { ResultMessage(key: nil, value: $0) })
+            ref: MessageRef(partition: TopicPartition(topic: "apn.requests", partition: 3), offset: offset),
+            resultId: resultId,
+            token: token,
+            result: ResultMessage(key: nil, value: result),
+            feedback: feedback.map { ResultMessage(key: nil, value: $0) }
+        )
     }
 
     private func withStore(_ backend: StoreBackend, _ body: (NotificationStore) async throws -> Void) async throws {
@@ -72,11 +93,19 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
         try await StoreBackend.server.withClients(2) { clients in
             let a = NotificationStore(redis: clients[0], prefix: "test:", owner: "worker-a")
             let b = NotificationStore(redis: clients[1], prefix: "test:", owner: "worker-b")
-            #expect(try await a.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000))
-            #expect(try await !b.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000))
-            #expect(try await !a.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000))
+            #expect(
+                try await a.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000)
+            )
+            #expect(
+                try await !b.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000)
+            )
+            #expect(
+                try await !a.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000)
+            )
             // Another environment (or app) has a lock of its own.
-            #expect(try await b.tryFeedbackLock(app: "com.example.app", environment: "sandbox", ttlMilliseconds: 60_000))
+            #expect(
+                try await b.tryFeedbackLock(app: "com.example.app", environment: "sandbox", ttlMilliseconds: 60_000)
+            )
             // The lock carries its expiry, so a worker that dies holding it does not stop polling for good.
             let key = "test:fl:com.example.app:production"
             let ttl = try await a.redis.send(["PTTL", key]).int ?? -1
@@ -87,7 +116,9 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
             while try await a.redis.send(["EXISTS", key]).int == 1, ContinuousClock.now < deadline {
                 await Task.yield()
             }
-            #expect(try await b.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000))
+            #expect(
+                try await b.tryFeedbackLock(app: "com.example.app", environment: "production", ttlMilliseconds: 60_000)
+            )
         }
     }
 
@@ -98,27 +129,44 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
             let feedback = Array(#"{"type":"feedback","timestamp":1700000000}"#.utf8)
             #expect(
                 try await store.claim(
-                    topic: "apn.requests", [request("r1", offset: 7), request("r2", offset: 8)],
-                    ttlSeconds: 60, nowMilliseconds: 1_000) == [.send, .send])
+                    topic: "apn.requests",
+                    [request("r1", offset: 7), request("r2", offset: 8)],
+                    ttlSeconds: 60,
+                    nowMilliseconds: 1_000
+                ) == [.send, .send]
+            )
             try await store.write(
                 records: [
                     Self.record("r1", offset: 7, result, feedback: feedback),
                     Self.record("r2", offset: 8, Array(#"{"type":"transmitted"}"#.utf8)),
                 ],
-                unregistered: [], released: [], ttlSeconds: 60)
+                unregistered: [],
+                released: [],
+                ttlSeconds: 60
+            )
             // The same messages consumed again (after a crash before the commit).
             let again = try await store.claim(
-                topic: "apn.requests", [request("r1", offset: 7), request("r2", offset: 8)],
-                ttlSeconds: 60, nowMilliseconds: 2_000)
+                topic: "apn.requests",
+                [request("r1", offset: 7), request("r2", offset: 8)],
+                ttlSeconds: 60,
+                nowMilliseconds: 2_000
+            )
             #expect(
                 again == [
                     .recorded(result: result, feedback: feedback),
                     .recorded(result: Array(#"{"type":"transmitted"}"#.utf8), feedback: nil),
-                ])
+                ]
+            )
             // Another message with the same notification is a duplicate job.
             #expect(
-                try await store.claim(topic: "apn.requests", [request("r1", offset: 9)], ttlSeconds: 60, nowMilliseconds: 3_000)
-                    == [.duplicate])
+                try await store.claim(
+                    topic: "apn.requests",
+                    [request("r1", offset: 9)],
+                    ttlSeconds: 60,
+                    nowMilliseconds: 3_000
+                )
+                    == [.duplicate]
+            )
         }
     }
 
@@ -128,35 +176,56 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
             let result = Array(#"{"type":"transmitted"}"#.utf8)
             #expect(
                 try await store.claim(
-                    topic: "apn.requests", [request("r1", offset: 7), request("r2", offset: 8)],
-                    ttlSeconds: 60, nowMilliseconds: 1_000) == [.send, .send])
+                    topic: "apn.requests",
+                    [request("r1", offset: 7), request("r2", offset: 8)],
+                    ttlSeconds: 60,
+                    nowMilliseconds: 1_000
+                ) == [.send, .send]
+            )
             // Both recorded; every result before offset 8 of partition 3 is written.
             try await store.write(
                 records: [
                     Self.record("r1", offset: 7, result),
                     Self.record("r2", offset: 8, result),
                 ],
-                unregistered: [], released: [],
-                positions: [TopicPartitionOffset(topic: "apn.requests", partition: 3, offset: 8)], ttlSeconds: 60)
+                unregistered: [],
+                released: [],
+                positions: [TopicPartitionOffset(topic: "apn.requests", partition: 3, offset: 8)],
+                ttlSeconds: 60
+            )
             // Consumed again by the partition's next owner: the first needs nothing, the second's
             // result may not have been written yet, so it is produced again.
             let again = try await store.claim(
-                topic: "apn.requests", [request("r1", offset: 7), request("r2", offset: 8)],
-                ttlSeconds: 60, nowMilliseconds: 2_000)
+                topic: "apn.requests",
+                [request("r1", offset: 7), request("r2", offset: 8)],
+                ttlSeconds: 60,
+                nowMilliseconds: 2_000
+            )
             #expect(again == [.written, .recorded(result: result, feedback: nil)])
             // A new owner that starts behind it does not move the position back.
             try await store.write(
-                records: [], unregistered: [], released: [],
-                positions: [TopicPartitionOffset(topic: "apn.requests", partition: 3, offset: 2)], ttlSeconds: 60)
+                records: [],
+                unregistered: [],
+                released: [],
+                positions: [TopicPartitionOffset(topic: "apn.requests", partition: 3, offset: 2)],
+                ttlSeconds: 60
+            )
             #expect(
-                try await store.claim(topic: "apn.requests", [request("r1", offset: 7)], ttlSeconds: 60, nowMilliseconds: 3_000)
-                    == [.written])
+                try await store.claim(
+                    topic: "apn.requests",
+                    [request("r1", offset: 7)],
+                    ttlSeconds: 60,
+                    nowMilliseconds: 3_000
+                )
+                    == [.written]
+            )
         }
     }
 
     @Test(
         "hand-off marks: what one worker leaves for several partitions, the next reads back; a partition without one has none",
-        arguments: StoreBackend.allCases)
+        arguments: StoreBackend.allCases
+    )
     func handOffMarksAreReadBack(_ backend: StoreBackend) async throws {
         try await withStore(backend) { store in
             let partitions = (0..<6).map { TopicPartition(topic: "apn.requests", partition: $0) }
@@ -165,45 +234,65 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
                     TopicPartitionOffset(topic: "apn.requests", partition: 1, offset: 40),
                     TopicPartitionOffset(topic: "apn.requests", partition: 4, offset: 7),
                 ],
-                at: 1_700_000_000_000, ttlSeconds: 60)
+                at: 1_700_000_000_000,
+                ttlSeconds: 60
+            )
             let marks = try await store.handoffs(partitions)
             #expect(
                 marks == [
                     partitions[1]: .init(offset: 40, at: 1_700_000_000_000),
                     partitions[4]: .init(offset: 7, at: 1_700_000_000_000),
-                ])
+                ]
+            )
             // Kept as long as the records they stand for.
             let ttl = try await store.redis.send(["TTL", "test:ph:apn.requests:1"]).int ?? -1
             #expect(ttl > 0 && ttl <= 60)
             // A later hand-off of the same partition replaces it.
             try await store.storeHandoffs(
-                [TopicPartitionOffset(topic: "apn.requests", partition: 1, offset: 55)], at: 1_700_000_001_000, ttlSeconds: 60)
-            #expect(try await store.handoffs([partitions[1]]) == [partitions[1]: .init(offset: 55, at: 1_700_000_001_000)])
+                [TopicPartitionOffset(topic: "apn.requests", partition: 1, offset: 55)],
+                at: 1_700_000_001_000,
+                ttlSeconds: 60
+            )
+            #expect(
+                try await store.handoffs([partitions[1]]) == [partitions[1]: .init(offset: 55, at: 1_700_000_001_000)]
+            )
         }
     }
 
     @Test(
         "many tokens in one claim: each notification once, wherever its slot; a released claim can be claimed again",
-        arguments: StoreBackend.allCases)
+        arguments: StoreBackend.allCases
+    )
     func manyTokensAreClaimedOnceEach(_ backend: StoreBackend) async throws {
         try await withStore(backend) { store in
             let tokens = (0..<300).map { String(format: "%064x", $0 * 7919) }
             let requests = tokens.enumerated().map { request("m\($0)", offset: Int64(100 + $0 / 10), token: $1) }
             #expect(
-                try await store.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .send })
+                try await store.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000)
+                    .allSatisfy { $0 == .send }
+            )
             // The same requests again from this worker (a retry after a lost reply): its own claims.
             #expect(
-                try await store.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .resend })
+                try await store.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000)
+                    .allSatisfy { $0 == .resend }
+            )
             // Another message with the same notifications: duplicates.
             let copies = tokens.enumerated().map { request("m\($0)", offset: 5_000, token: $1) }
             #expect(
-                try await store.claim(topic: "apn.requests", copies, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .duplicate }
+                try await store.claim(topic: "apn.requests", copies, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy
+                { $0 == .duplicate }
             )
             // Released claims (never sent) are claimed afresh.
             try await store.write(
-                records: [], unregistered: [], released: tokens.enumerated().map { ("m\($0)", $1) }, ttlSeconds: 60)
+                records: [],
+                unregistered: [],
+                released: tokens.enumerated().map { ("m\($0)", $1) },
+                ttlSeconds: 60
+            )
             #expect(
-                try await store.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .send })
+                try await store.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000)
+                    .allSatisfy { $0 == .send }
+            )
             if backend == .cluster {
                 // The keys are spread over the primaries, each token's keys in one slot.
                 var counts: [Int] = []
@@ -224,23 +313,34 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
 
     @Test(
         "usual notifications claimed with plain commands and the others by the script, in one batch, decide as the script alone",
-        arguments: StoreBackend.allCases)
+        arguments: StoreBackend.allCases
+    )
     func plainAndScriptedClaimsDecideAlike(_ backend: StoreBackend) async throws {
         try await withStore(backend) { store in
             let tokens = (0..<40).map { String(format: "%064x", 5_000 + $0 * 31) }
             // Apple reported the first ten tokens unregistered at 1,500.
             try await store.write(
-                records: [], unregistered: tokens[..<10].map { ("com.example.app", "production", $0, 1_500) }, released: [],
-                ttlSeconds: 60)
+                records: [],
+                unregistered: tokens[..<10].map { ("com.example.app", "production", $0, 1_500) },
+                released: [],
+                ttlSeconds: 60
+            )
             // Tokens 20–29 were claimed by this worker before (a lost reply).
             let before = tokens[20..<30].enumerated().map { request("p\($0 + 20)", offset: 40, token: $1) }
             #expect(
-                try await store.claim(topic: "apn.requests", before, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .send })
+                try await store.claim(topic: "apn.requests", before, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy
+                { $0 == .send }
+            )
             // Odd tokens give registeredAt 2,000 (after Apple's report), which only the script reads.
             let requests = tokens.enumerated().map { n, token in
                 request("p\(n)", offset: 40, token: token, registeredAt: n % 2 == 1 ? 2_000 : nil)
             }
-            let decisions = try await store.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 2_000)
+            let decisions = try await store.claim(
+                topic: "apn.requests",
+                requests,
+                ttlSeconds: 60,
+                nowMilliseconds: 2_000
+            )
             let expected: [NotificationStore.ClaimDecision] = (0..<40).map { n in
                 if n < 10 { return n % 2 == 1 ? .send : .unregistered(since: 1_500) }
                 return (20..<30).contains(n) ? .resend : .send
@@ -249,20 +349,29 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
             // Every one is claimed now: another message with them is a duplicate.
             let copies = tokens.enumerated().map { request("p\($0)", offset: 41, token: $1) }
             #expect(
-                try await store.claim(topic: "apn.requests", copies, ttlSeconds: 60, nowMilliseconds: 3_000).allSatisfy { $0 == .duplicate }
+                try await store.claim(topic: "apn.requests", copies, ttlSeconds: 60, nowMilliseconds: 3_000).allSatisfy
+                { $0 == .duplicate }
             )
         }
     }
 
-    @Test("the app's rate, the device's hourly limit and the unregistered store decide as on one server", arguments: StoreBackend.allCases)
+    @Test(
+        "the app's rate, the device's hourly limit and the unregistered store decide as on one server",
+        arguments: StoreBackend.allCases
+    )
     func limitsAndTheUnregisteredStore(_ backend: StoreBackend) async throws {
         try await withStore(backend) { store in
             let tokens = (0..<6).map { String(format: "%064x", 1_000 + $0) }
             // Apple reported tokens[0] unregistered at 1,500; the job registered tokens[1] after that.
             try await store.write(
                 records: [],
-                unregistered: [("com.example.app", "production", tokens[0], 1_500), ("com.example.app", "production", tokens[1], 1_500)],
-                released: [], ttlSeconds: 60)
+                unregistered: [
+                    ("com.example.app", "production", tokens[0], 1_500),
+                    ("com.example.app", "production", tokens[1], 1_500),
+                ],
+                released: [],
+                ttlSeconds: 60
+            )
             // 3 per second for the app: the claim takes 3 permits for the first three notifications;
             // the unregistered one does not use its permit and gives it back, so the app's counter
             // holds the two sent, and the other three wait for the next second.
@@ -273,10 +382,20 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
             #expect(decisions == [.unregistered(since: 1_500), .send, .send, .throttled, .throttled, .throttled])
             #expect(try await store.redis.send(["GET", "test:ra:com.example.app:7"]).string == "2")
             // The same second has room for one more.
-            let more = try await store.claim(topic: "apn.requests", Array(first[3...]), ttlSeconds: 60, nowMilliseconds: 7_500)
+            let more = try await store.claim(
+                topic: "apn.requests",
+                Array(first[3...]),
+                ttlSeconds: 60,
+                nowMilliseconds: 7_500
+            )
             #expect(more == [.send, .throttled, .throttled])
             // The next second has room again.
-            let later = try await store.claim(topic: "apn.requests", Array(first[4...]), ttlSeconds: 60, nowMilliseconds: 8_000)
+            let later = try await store.claim(
+                topic: "apn.requests",
+                Array(first[4...]),
+                ttlSeconds: 60,
+                nowMilliseconds: 8_000
+            )
             #expect(later == [.send, .send])
             #expect(try await store.redis.send(["GET", "test:ra:com.example.app:8"]).string == "2")
             // 2 per hour for a device: the third notification to it in the hour is refused.
@@ -284,13 +403,15 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
             #expect(
                 try await store.claim(topic: "apn.requests", device, ttlSeconds: 60, nowMilliseconds: 9_000) == [
                     .send, .send, .rateLimited,
-                ])
+                ]
+            )
         }
     }
 
     @Test(
         "another worker's claim for the same message waits while it lives, and is taken over once it is gone",
-        arguments: StoreBackend.allCases)
+        arguments: StoreBackend.allCases
+    )
     func aDeadWorkersClaimIsTakenOver(_ backend: StoreBackend) async throws {
         try await backend.withClients(2) { clients in
             let a = NotificationStore(redis: clients[0], prefix: "test:", owner: "worker-a#1")
@@ -298,13 +419,29 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
             try await a.prepare()
             try await a.heartbeat(ttlMilliseconds: 60_000)
             let requests = (0..<40).map { request("t\($0)", offset: 30, token: String(format: "%064x", 77 * $0)) }
-            #expect(try await a.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .send })
-            #expect(try await b.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .busy })
+            #expect(
+                try await a.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy {
+                    $0 == .send
+                }
+            )
+            #expect(
+                try await b.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy {
+                    $0 == .busy
+                }
+            )
             try await a.retire()
-            #expect(try await b.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .resend })
+            #expect(
+                try await b.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy {
+                    $0 == .resend
+                }
+            )
             // Now b's: a (were it back) waits for b.
             try await b.heartbeat(ttlMilliseconds: 60_000)
-            #expect(try await a.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy { $0 == .busy })
+            #expect(
+                try await a.claim(topic: "apn.requests", requests, ttlSeconds: 60, nowMilliseconds: 1_000).allSatisfy {
+                    $0 == .busy
+                }
+            )
         }
     }
 }

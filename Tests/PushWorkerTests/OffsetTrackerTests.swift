@@ -38,7 +38,9 @@ import Testing
         tracker.register(p0, offset: 5, results: 1)
         tracker.register(p1, offset: 7, results: 1)
         tracker.complete(p1, offset: 7)
-        #expect(Set(tracker.committable()) == [TopicPartitionOffset(p0, offset: 5), TopicPartitionOffset(p1, offset: 8)])
+        #expect(
+            Set(tracker.committable()) == [TopicPartitionOffset(p0, offset: 5), TopicPartitionOffset(p1, offset: 8)]
+        )
         #expect(tracker.outstanding(in: [p0]) == 1)
         #expect(tracker.outstanding(in: [p1]) == 0)
     }

@@ -14,7 +14,10 @@ import Testing
     static let signingKey = TestCertificates.unrelatedKeyPEM()
 
     static func configuration(
-        transport: String, app: String = "", credentials: String, environment: [String: String] = [:]
+        transport: String,
+        app: String = "",
+        credentials: String,
+        environment: [String: String] = [:]
     ) throws
         -> WorkerConfiguration
     {
@@ -29,7 +32,13 @@ import Testing
                   production:
             \(credentials.split(separator: "\n").map { "        \($0)" }.joined(separator: "\n"))
             """
-        return try WorkerConfiguration.parse(fileContents: yaml, path: "/tmp/c.yaml", environment: environment, hostname: "h", pid: 1)
+        return try WorkerConfiguration.parse(
+            fileContents: yaml,
+            path: "/tmp/c.yaml",
+            environment: environment,
+            hostname: "h",
+            pid: 1
+        )
     }
 
     static let connectionLines = """
@@ -48,8 +57,11 @@ import Testing
     @Test("A binary app's connection settings and its credentials from the environment reach its pool")
     func binaryPool() throws {
         let configuration = try Self.configuration(
-            transport: "binary", app: Self.connectionLines, credentials: "certificatePemEnv: CERT\nkeyPemEnv: KEY",
-            environment: ["CERT": Self.certificates.client.certificatePEM, "KEY": Self.certificates.client.keyPEM])
+            transport: "binary",
+            app: Self.connectionLines,
+            credentials: "certificatePemEnv: CERT\nkeyPemEnv: KEY",
+            environment: ["CERT": Self.certificates.client.certificatePEM, "KEY": Self.certificates.client.keyPEM]
+        )
         let pools = try PoolSettings.all(for: configuration)
         guard case .binary(let gateway)? = pools.first?.value.transport else {
             Issue.record("not a binary pool")
@@ -66,8 +78,10 @@ import Testing
     func http2Pool() throws {
         let key = Self.signingKey.split(separator: "\n").map { "  \($0)" }.joined(separator: "\n")
         let configuration = try Self.configuration(
-            transport: "http2", app: Self.connectionLines + "\nmdmTopic: com.apple.mgmt.External.abc",
-            credentials: "signingKeyPem: |\n\(key)\nkeyId: ABCDE12345\nteamId: TEAM123456")
+            transport: "http2",
+            app: Self.connectionLines + "\nmdmTopic: com.apple.mgmt.External.abc",
+            credentials: "signingKeyPem: |\n\(key)\nkeyId: ABCDE12345\nteamId: TEAM123456"
+        )
         let pools = try PoolSettings.all(for: configuration)
         guard case .http2(let gateway)? = pools.first?.value.transport else {
             Issue.record("not an HTTP/2 pool")
@@ -85,7 +99,9 @@ import Testing
     func http2Defaults() throws {
         let key = Self.signingKey.split(separator: "\n").map { "  \($0)" }.joined(separator: "\n")
         let configuration = try Self.configuration(
-            transport: "http2", credentials: "signingKeyPem: |\n\(key)\nkeyId: ABCDE12345\nteamId: TEAM123456")
+            transport: "http2",
+            credentials: "signingKeyPem: |\n\(key)\nkeyId: ABCDE12345\nteamId: TEAM123456"
+        )
         guard case .http2(let gateway)? = try PoolSettings.all(for: configuration).first?.value.transport else {
             Issue.record("not an HTTP/2 pool")
             return
@@ -99,23 +115,32 @@ import Testing
 
     @Test("A PKCS#12 bundle in base64 from the environment loads")
     func pkcs12FromTheEnvironment() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pool-settings-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "pool-settings-\(UUID().uuidString)"
+        ).path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        try Self.certificates.client.certificatePEM.write(toFile: directory + "/c.pem", atomically: false, encoding: .utf8)
+        try Self.certificates.client.certificatePEM.write(
+            toFile: directory + "/c.pem",
+            atomically: false,
+            encoding: .utf8
+        )
         try Self.certificates.client.keyPEM.write(toFile: directory + "/k.pem", atomically: false, encoding: .utf8)
         let openssl = Process()
         openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
         openssl.arguments = [
-            "pkcs12", "-export", "-in", directory + "/c.pem", "-inkey", directory + "/k.pem", "-out", directory + "/c.p12", "-passout",
+            "pkcs12", "-export", "-in", directory + "/c.pem", "-inkey", directory + "/k.pem", "-out",
+            directory + "/c.p12", "-passout",
             "pass:s3cret",
         ]
         try openssl.run()
         openssl.waitUntilExit()
         let bundle = try Data(contentsOf: URL(fileURLWithPath: directory + "/c.p12")).base64EncodedString()
         let configuration = try Self.configuration(
-            transport: "binary", credentials: "pkcs12Base64Env: P12\npassphraseEnv: P12_PASS",
-            environment: ["P12": bundle, "P12_PASS": "s3cret"])
+            transport: "binary",
+            credentials: "pkcs12Base64Env: P12\npassphraseEnv: P12_PASS",
+            environment: ["P12": bundle, "P12_PASS": "s3cret"]
+        )
         guard case .binary(let gateway)? = try PoolSettings.all(for: configuration).first?.value.transport else {
             Issue.record("not a binary pool")
             return
@@ -127,7 +152,11 @@ import Testing
     func unloadableCredentialsAreNamedNotShown() throws {
         let secret = "-----BEGIN PRIVATE KEY-----\nU0VDUkVUU0VDUkVUU0VDUkVU\n-----END PRIVATE KEY-----\n"
         func message(transport: String, _ credentials: String, _ environment: [String: String]) throws -> String? {
-            let configuration = try Self.configuration(transport: transport, credentials: credentials, environment: environment)
+            let configuration = try Self.configuration(
+                transport: transport,
+                credentials: credentials,
+                environment: environment
+            )
             do {
                 _ = try PoolSettings.all(for: configuration)
                 return nil
@@ -136,18 +165,26 @@ import Testing
             }
         }
         let key = try message(
-            transport: "binary", "certificatePemEnv: CERT\nkeyPemEnv: KEY",
-            ["CERT": Self.certificates.client.certificatePEM, "KEY": secret])
+            transport: "binary",
+            "certificatePemEnv: CERT\nkeyPemEnv: KEY",
+            ["CERT": Self.certificates.client.certificatePEM, "KEY": secret]
+        )
         #expect(
             key?.hasPrefix(
                 "apps.a.environments.production: the private key from KEY (apps.a.environments.production.keyPemEnv) is not a readable "
-                    + "PEM private key") == true, "\(key ?? "")")
+                    + "PEM private key"
+            ) == true,
+            "\(key ?? "")"
+        )
         let signingKey = try message(
             transport: "http2",
             "signingKeyPem: \"\(secret.replacingOccurrences(of: "\n", with: "\\n"))\"\nkeyId: ABCDE12345\nteamId: TEAM123456",
-            [:])
+            [:]
+        )
         #expect(
-            signingKey?.contains("the signing key given in apps.a.environments.production.signingKeyPem") == true, "\(signingKey ?? "")")
+            signingKey?.contains("the signing key given in apps.a.environments.production.signingKeyPem") == true,
+            "\(signingKey ?? "")"
+        )
         for text in [key, signingKey] { #expect(text?.contains("U0VDUkVU") == false) }
     }
 }

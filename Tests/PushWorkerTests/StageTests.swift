@@ -19,18 +19,36 @@ import Testing
 
     func intake() throws -> IntakeStage {
         let app = WorkerConfiguration.App(
-            name: "a", bundleId: "a", defaultEnvironment: .production,
-            environments: [.production: .init(name: .production, credentials: .pem(certificate: .file("/c.pem"), key: .file("/k.pem")))])
+            name: "a",
+            bundleId: "a",
+            defaultEnvironment: .production,
+            environments: [
+                .production: .init(
+                    name: .production,
+                    credentials: .pem(certificate: .file("/c.pem"), key: .file("/k.pem"))
+                )
+            ]
+        )
         let configuration = WorkerConfiguration(
-            worker: .init(id: "w1"), kafka: .init(bootstrapServers: "127.0.0.1:9092"), redis: RedisConfiguration(),
-            limits: .init(), apps: ["a": app])
+            worker: .init(id: "w1"),
+            kafka: .init(bootstrapServers: "127.0.0.1:9092"),
+            redis: RedisConfiguration(),
+            limits: .init(),
+            apps: ["a": app]
+        )
         return IntakeStage(configuration: configuration, factory: factory, logger: .init(label: "test"))
     }
 
     static func message(_ text: String, offset: Int64, partition: Int32 = 0) -> KafkaMessage {
         KafkaMessage(
-            topic: "apn.requests", partition: partition, offset: offset, key: nil, value: Array(text.utf8), headers: [],
-            timestamp: 1_700_000_000_000)
+            topic: "apn.requests",
+            partition: partition,
+            offset: offset,
+            key: nil,
+            value: Array(text.utf8),
+            headers: [],
+            timestamp: 1_700_000_000_000
+        )
     }
 
     /// Parses `messages` as if fetched at rebalance generation `epoch`.
@@ -74,7 +92,10 @@ import Testing
             return sizes
         }
         let single = (0..<70).map { n in
-            Self.message(#"{"id":"s\#(n)","app":"a","token":"\#(String(format: "%064x", n))","alert":"hi"}"#, offset: Int64(n))
+            Self.message(
+                #"{"id":"s\#(n)","app":"a","token":"\#(String(format: "%064x", n))","alert":"hi"}"#,
+                offset: Int64(n)
+            )
         }
         #expect(try await chunkSizes(single) == [32, 32, 6])
         let many = (0..<3).map { n in
@@ -88,11 +109,15 @@ import Testing
         let chunk = try await parse(
             [
                 Self.message(
-                    #"{"id":"j1","app":"a","tokens":["\#(Self.token)","\#(Self.otherToken)"],"alert":"hi","staleAfter":"10s"}"#, offset: 7),
+                    #"{"id":"j1","app":"a","tokens":["\#(Self.token)","\#(Self.otherToken)"],"alert":"hi","staleAfter":"10s"}"#,
+                    offset: 7
+                ),
                 Self.message("not json", offset: 8),
                 Self.message(#"{"id":"j2","app":"nope","token":"\#(Self.token)","alert":"hi"}"#, offset: 9),
                 Self.message(#"{"id":"j3","app":"a","tokens":["zz","\#(Self.token)"],"alert":"hi"}"#, offset: 10),
-            ], epoch: 3)
+            ],
+            epoch: 3
+        )
         #expect(chunk.messages == 4)
         #expect(chunk.registrations.map(\.0.offset) == [7, 8, 9, 10])
         #expect(chunk.registrations.map(\.1) == [2, 1, 1, 2])
@@ -116,8 +141,14 @@ import Testing
     func intakeSkipsWhatAHandOffMarkCovers() async throws {
         func message(_ offset: Int64, partition: Int32, producedAt: Int64?) -> KafkaMessage {
             KafkaMessage(
-                topic: "apn.requests", partition: partition, offset: offset, key: nil, value: Array("not json".utf8), headers: [],
-                timestamp: producedAt)
+                topic: "apn.requests",
+                partition: partition,
+                offset: offset,
+                key: nil,
+                value: Array("not json".utf8),
+                headers: [],
+                timestamp: producedAt
+            )
         }
         let handedOn: Int64 = 1_700_000_000_000
         var handoffs = IntakeStage.Handoffs(marks: [
@@ -143,7 +174,8 @@ import Testing
         #expect(
             registrations.map { [Int64($0.0.partition.partition), $0.0.offset, Int64($0.1)] } == [
                 [0, 10, 0], [0, 11, 1], [1, 11, 1], [0, 11, 1], [0, 12, 1], [0, 13, 1],
-            ])
+            ]
+        )
         #expect(results.count == 5)
         // Reached: the mark is dropped, so later messages cost no lookup.
         #expect(handoffs.marks.isEmpty)
@@ -202,9 +234,17 @@ import Testing
         claims.forget([cs[0].resultId])
         #expect(!claims.holds(cs[0].resultId, for: cs[0].ref))
         #expect(LocalClaims.Key("x") == nil)
-        #expect(LocalClaims.Key(cs[0].resultId) != nil && LocalClaims.Key(cs[0].resultId) != LocalClaims.Key(cs[1].resultId))
+        #expect(
+            LocalClaims.Key(cs[0].resultId) != nil && LocalClaims.Key(cs[0].resultId) != LocalClaims.Key(cs[1].resultId)
+        )
         // An id of another length is held by its text.
-        let short = Candidate(ref: cs[1].ref, job: cs[1].job, token: cs[1].token, tokenHex: cs[1].tokenHex, resultId: "short")
+        let short = Candidate(
+            ref: cs[1].ref,
+            job: cs[1].job,
+            token: cs[1].token,
+            tokenHex: cs[1].tokenHex,
+            resultId: "short"
+        )
         claims.claim([short])
         #expect(claims.holds("short", for: cs[1].ref))
         #expect(!claims.holds("Short", for: cs[1].ref))
@@ -218,9 +258,13 @@ import Testing
         let plan = ClaimStage.plan(
             cs,
             [
-                .send, .resend, .recorded(result: Array("{\"r\":1}".utf8), feedback: Array("{\"f\":1}".utf8)), .written, .duplicate,
+                .send, .resend, .recorded(result: Array("{\"r\":1}".utf8), feedback: Array("{\"f\":1}".utf8)), .written,
+                .duplicate,
                 .busy, .throttled, .unregistered(since: 1_600_000_000), .rateLimited,
-            ], factory: factory, now: 42)
+            ],
+            factory: factory,
+            now: 42
+        )
         #expect(plan.sends.count == 1)
         #expect(plan.sends[0].key == PoolKey(app: "a", environment: .production))
         #expect(plan.sends[0].notifications.map(\.candidate.tokenHex) == [cs[0].tokenHex, cs[1].tokenHex])
@@ -251,14 +295,23 @@ import Testing
         let cs = try await candidates(4)
         let contexts = cs.enumerated().map { SentContext(candidate: $1, takeover: $0 == 0) }
         func outcome(_ tag: UInt64, _ status: APNSStatus?) -> APNSDeliveryOutcome {
-            APNSDeliveryOutcome(tag: tag, token: cs[Int(tag)].token, status: status, attempts: 1, possibleDuplicate: false)
+            APNSDeliveryOutcome(
+                tag: tag,
+                token: cs[Int(tag)].token,
+                status: status,
+                attempts: 1,
+                possibleDuplicate: false
+            )
         }
         var gone = outcome(3, .gone)
         gone.unregisteredAt = 1_650_000_000_000
         // The second outcome has no context (not sent by this worker, or already settled): no item.
         let outcomes = [outcome(0, nil), outcome(0, nil), outcome(1, .invalidToken), outcome(2, .shutDown), gone]
         let (items, feedback) = DeliveryStage.results(
-            of: outcomes, contexts: [contexts[0], nil, contexts[1], contexts[2], contexts[3]], factory: factory)
+            of: outcomes,
+            contexts: [contexts[0], nil, contexts[1], contexts[2], contexts[3]],
+            factory: factory
+        )
         #expect(feedback == 1)
         #expect(items.count == 4)
         let first = Self.value(of: items[0])
@@ -288,12 +341,20 @@ import Testing
         let contexts = cs.enumerated().map { SentContext(candidate: $1, takeover: $0 == 2) }
         func shutDown(_ tag: Int, written: Bool) -> APNSDeliveryOutcome {
             APNSDeliveryOutcome(
-                tag: UInt64(tag), token: cs[tag].token, status: .shutDown, attempts: written ? 1 : 0, possibleDuplicate: written)
+                tag: UInt64(tag),
+                token: cs[tag].token,
+                status: .shutDown,
+                attempts: written ? 1 : 0,
+                possibleDuplicate: written
+            )
         }
         let (items, _) = DeliveryStage.results(
             of: [shutDown(0, written: false), shutDown(1, written: true), shutDown(2, written: false)],
-            contexts: contexts, factory: factory)
-        guard items.count == 3, case .released(_, let released, _) = items[0], case .handedBack(_, let maybeWritten) = items[1],
+            contexts: contexts,
+            factory: factory
+        )
+        guard items.count == 3, case .released(_, let released, _) = items[0],
+            case .handedBack(_, let maybeWritten) = items[1],
             case .handedBack(_, let takenOver) = items[2]
         else {
             Issue.record("unexpected items \(items)")
@@ -303,7 +364,10 @@ import Testing
         #expect(maybeWritten == cs[1].resultId)
         #expect(takenOver == cs[2].resultId)
         let plan = ResultStage.plan(items, topic: "apn.results")
-        #expect(plan.released.map(\.resultId) == [cs[0].resultId], "only the claim of what no gateway can have is deleted")
+        #expect(
+            plan.released.map(\.resultId) == [cs[0].resultId],
+            "only the claim of what no gateway can have is deleted"
+        )
         #expect(Set(plan.settled) == Set(cs.map(\.resultId)))
         #expect(plan.results == 0)
         #expect(plan.messages.isEmpty)
@@ -358,14 +422,21 @@ import Testing
         let message = ResultMessage(key: Array("k".utf8), value: Array("{\"r\":1}".utf8))
         let feedback = ResultMessage(key: Array("k".utf8), value: Array("{\"f\":1}".utf8))
         let gone = RecordedResult(
-            ref: ref, resultId: "d", token: "dd", result: message, feedback: feedback,
-            unregister: Unregistration(app: "a", environment: "production", token: "ab", since: 1_650_000_000))
+            ref: ref,
+            resultId: "d",
+            token: "dd",
+            result: message,
+            feedback: feedback,
+            unregister: Unregistration(app: "a", environment: "production", token: "ab", since: 1_650_000_000)
+        )
         let plan = ResultStage.plan(
             [
                 .rejected(ref, message), .reemitted(ref, resultId: "r", [message, feedback]),
                 .decided(RecordedResult(ref: ref, resultId: "c", token: "cc", result: message)), .delivered(gone),
                 .released(ref, resultId: "x", token: "ee"),
-            ], topic: "apn.results")
+            ],
+            topic: "apn.results"
+        )
         #expect(plan.records.map(\.resultId) == ["c", "d"])
         #expect(plan.records[1] === gone)
         #expect(plan.records.allSatisfy { $0.ref == ref })
@@ -377,7 +448,8 @@ import Testing
         // Every result once, the 410's feedback result with it; nothing for the released claim.
         #expect(
             plan.messages.map { String(decoding: $0.value, as: UTF8.self) }
-                == ["{\"r\":1}", "{\"r\":1}", "{\"f\":1}", "{\"r\":1}", "{\"r\":1}", "{\"f\":1}"])
+                == ["{\"r\":1}", "{\"r\":1}", "{\"f\":1}", "{\"r\":1}", "{\"r\":1}", "{\"f\":1}"]
+        )
         #expect(plan.messages.allSatisfy { $0.topic == "apn.results" })
         #expect(plan.settled == ["c", "d", "x"])
         #expect(plan.results == 4)
@@ -386,7 +458,12 @@ import Testing
     @Test func feedbackTuplesBecomeUnregisteredTokensAndFeedbackResults() throws {
         let token = try DeviceToken(hex: String(repeating: "ab", count: 32))
         let (unregistered, messages) = FeedbackStage.results(
-            of: [(token, 1_600_000_000)], app: "a", environment: "production", topic: "apn.results", factory: factory)
+            of: [(token, 1_600_000_000)],
+            app: "a",
+            environment: "production",
+            topic: "apn.results",
+            factory: factory
+        )
         #expect(unregistered.map(\.token) == [token.hex])
         #expect(unregistered.map(\.since) == [1_600_000_000])
         #expect(messages.count == 1)
@@ -396,6 +473,12 @@ import Testing
         #expect(json["at"] as? Int == 1_700_000_000_123)
         #expect(
             json["resultId"] as? String
-                == WorkerResult.feedbackId(app: "a", environment: "production", token: token.hex, timestamp: 1_600_000_000))
+                == WorkerResult.feedbackId(
+                    app: "a",
+                    environment: "production",
+                    token: token.hex,
+                    timestamp: 1_600_000_000
+                )
+        )
     }
 }

@@ -12,7 +12,8 @@ import Glibc
 func cpuMicroseconds() -> Double {
     var usage = rusage()
     getrusage(RUSAGE_SELF.rawValue, &usage)
-    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e6 + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e6
+        + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec)
 }
 
 func measure(_ body: () async throws -> Void) async throws -> (cpu: Double, wall: Double) {
@@ -49,6 +50,7 @@ for transport in [RedisConnection.Transport.socket, .nio, .socket, .nio] {
     func f(_ x: Double) -> String { String(format: "%.2f", x) }
     print(
         "| \(transport) | \(f(pipelined.cpu / commands)) | \(f(pipelined.wall / commands)) | "
-            + "\(f(single.cpu / Double(singles))) | \(f(single.wall / Double(singles))) |")
+            + "\(f(single.cpu / Double(singles))) | \(f(single.wall / Double(singles))) |"
+    )
     await redis.close()
 }

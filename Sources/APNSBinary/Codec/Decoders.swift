@@ -146,7 +146,10 @@ public struct ErrorResponseDecoder: NIOSingleStepByteToMessageDecoder {
         guard buffer.readableBytes >= ErrorResponse.size else { return nil }
         let command = buffer.getInteger(at: buffer.readerIndex, as: UInt8.self)!
         guard command == BinaryCommand.errorResponse.rawValue else {
-            throw APNSError(.malformedFrame, "the gateway sent command \(command) where only error responses (command 8) are defined")
+            throw APNSError(
+                .malformedFrame,
+                "the gateway sent command \(command) where only error responses (command 8) are defined"
+            )
         }
         buffer.moveReaderIndex(forwardBy: 1)
         let status = buffer.readInteger(as: UInt8.self)!

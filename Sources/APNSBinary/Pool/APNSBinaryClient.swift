@@ -71,7 +71,9 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         self.state = Mutex(
             State(
                 machine: PoolStateMachine(configuration: machineConfig),
-                admission: APNSAdmission(maxPending: configuration.maxPending)))
+                admission: APNSAdmission(maxPending: configuration.maxPending)
+            )
+        )
     }
 
     // MARK: Public API
@@ -109,7 +111,8 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
             let compiled: Result<[UInt8], APNSPayloadError>
             if let precompiled = submission.payload {
                 compiled = .success(precompiled)
-            } else if let cached = payloadCache, cached.0 === submission.content || cached.0.notification == submission.content.notification
+            } else if let cached = payloadCache,
+                cached.0 === submission.content || cached.0.notification == submission.content.notification
             {
                 compiled = cached.1
             } else {
@@ -302,7 +305,10 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
             .channelOption(.socketOption(.so_sndbuf), value: SocketOptionValue(configuration.socketSendBufferSize))
             .channelOption(
                 .writeBufferWaterMark,
-                value: .init(low: configuration.writeBufferLowWaterMark, high: configuration.writeBufferLowWaterMark * 2)
+                value: .init(
+                    low: configuration.writeBufferLowWaterMark,
+                    high: configuration.writeBufferLowWaterMark * 2
+                )
             )
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
@@ -321,8 +327,10 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
             logger.debug("connect failed", metadata: ["apns.connection": "\(id)", "error": "\(error)"])
             step {
                 $0.machine.connectFailed(
-                    id: id, reason: "cannot connect to \(host):\(configuration.port): \(error)",
-                    failure: APNSPoolSnapshot.ConnectFailure(connectError: error))
+                    id: id,
+                    reason: "cannot connect to \(host):\(configuration.port): \(error)",
+                    failure: APNSPoolSnapshot.ConnectFailure(connectError: error)
+                )
             }
         }
     }
@@ -401,7 +409,8 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         logger.debug(
             "error response",
             metadata: [
-                "apns.connection": "\(id)", "apns.status": "\(response.status.rawValue)", "apns.identifier": "\(response.identifier)",
+                "apns.connection": "\(id)", "apns.status": "\(response.status.rawValue)",
+                "apns.identifier": "\(response.identifier)",
             ]
         )
         step { $0.machine.errorResponse(id: id, response, now: .now()) }
@@ -410,7 +419,10 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
     /// Connection `id` closed: before its handshake completed because of `failure`, or after
     /// it, closed by its handler for `cause` (`nil` when the handler did not close it itself).
     fileprivate func channelInactive(
-        id: Int, reason: String, established: Bool, failure: APNSPoolSnapshot.ConnectFailure,
+        id: Int,
+        reason: String,
+        established: Bool,
+        failure: APNSPoolSnapshot.ConnectFailure,
         cause: APNSPoolSnapshot.CloseReason?
     ) {
         step { state in
@@ -524,7 +536,13 @@ private final class GatewayConnectionHandler: ChannelInboundHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         timeoutTask?.cancel()
-        client.channelInactive(id: id, reason: closeReason, established: established, failure: failure ?? .other, cause: cause)
+        client.channelInactive(
+            id: id,
+            reason: closeReason,
+            established: established,
+            failure: failure ?? .other,
+            cause: cause
+        )
         context.fireChannelInactive()
     }
 }

@@ -148,12 +148,14 @@ struct PoolStateMachine {
     }
 
     /// Connection `id` could not be established, because of `failure`.
-    mutating func connectFailed(id: Int, reason: String, failure: APNSPoolSnapshot.ConnectFailure = .other) -> [Action] {
+    mutating func connectFailed(id: Int, reason: String, failure: APNSPoolSnapshot.ConnectFailure = .other) -> [Action]
+    {
         var actions: [Action] = []
         guard connections.removeValue(forKey: id) != nil else { return actions }
         counters.count(failure)
         emitConnectionEvent(
-            failure == .timeout ? .timeout(connection: id, reason: reason) : .socketError(connection: id, error: reason))
+            failure == .timeout ? .timeout(connection: id, reason: reason) : .socketError(connection: id, error: reason)
+        )
         recordFailure(reason)
         dispatch(into: &actions)
         return actions
@@ -209,7 +211,9 @@ struct PoolStateMachine {
     /// starts. Counting from here rather than from the pump keeps time spent in the client's own
     /// buffers out of the window.
     mutating func written(
-        id: Int, through lastIdentifier: UInt32, now: NIODeadline
+        id: Int,
+        through lastIdentifier: UInt32,
+        now: NIODeadline
     ) -> [Action] {
         var actions: [Action] = []
         guard var c = connections.removeValue(forKey: id) else { return actions }
@@ -296,7 +300,9 @@ struct PoolStateMachine {
             let sentAt = entries[index].sentAt
             if sentAt != .distantFuture && now - sentAt > .nanoseconds(confirmationWindow.nanoseconds / 2) {
                 widenWindow(
-                    to: now - sentAt + (now - sentAt), because: "an error response took \((now - sentAt).nanoseconds / 1_000_000) ms")
+                    to: now - sentAt + (now - sentAt),
+                    because: "an error response took \((now - sentAt).nanoseconds / 1_000_000) ms"
+                )
             }
         } else {
             let pending = entries.compactMap(\.pending)
@@ -312,7 +318,10 @@ struct PoolStateMachine {
                 )
             }
             requeueFront(pending, possibleDuplicate: true)
-            widenWindow(to: confirmationWindow + confirmationWindow, because: "an error response named a notification already confirmed")
+            widenWindow(
+                to: confirmationWindow + confirmationWindow,
+                because: "an error response named a notification already confirmed"
+            )
         }
         connections[id] = c
         actions.append(.close(id: id))
@@ -460,7 +469,8 @@ struct PoolStateMachine {
 
         // Connections: all of them while there is work, the warm minimum otherwise.
         if lifecycle == .running || !queue.isEmpty {
-            let wanted = queue.isEmpty && lifecycle == .running ? configuration.minConnections : configuration.maxConnections
+            let wanted =
+                queue.isEmpty && lifecycle == .running ? configuration.minConnections : configuration.maxConnections
             let connecting = connections.values.contains { $0.phase == .scheduled || $0.phase == .connecting }
             var live = liveConnectionCount
             var opened = false
@@ -505,13 +515,21 @@ struct PoolStateMachine {
         failures.record(reason, peer: "the gateway", noneOpen: noneReady, into: &events)
         guard noneReady else { return }
         if queue.mayHoldStale {
-            queue.failStale(now: configuration.now(), peer: "the gateway", duplicateNote: Self.duplicateNote, into: &events)
+            queue.failStale(
+                now: configuration.now(),
+                peer: "the gateway",
+                duplicateNote: Self.duplicateNote,
+                into: &events
+            )
         }
         guard failures.retryLimitReached else { return }
         // Give up on what is queued rather than letting it wait forever.
         let message = failures.summary(peer: "the gateway", last: reason)
         if !queue.isEmpty {
-            emitConnectionEvent(.error(APNSError(.connectionFailed, message + "; \(queue.count) queued notifications failed")), force: true)
+            emitConnectionEvent(
+                .error(APNSError(.connectionFailed, message + "; \(queue.count) queued notifications failed")),
+                force: true
+            )
         }
         while let item = queue.popFirst() {
             emitFailure(item, status: .connectionFailed, message: message)

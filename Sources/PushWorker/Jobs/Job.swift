@@ -169,20 +169,32 @@ public struct JobParser: Sendable {
     public func parse(_ bytes: [UInt8]) -> JobParseResult {
         guard bytes.count <= maxMessageBytes else {
             return .unreadable(
-                jobId: nil, app: nil,
-                reason: "the message is \(bytes.count) bytes, over the \(maxMessageBytes)-byte limit for a job", metadata: nil)
+                jobId: nil,
+                app: nil,
+                reason: "the message is \(bytes.count) bytes, over the \(maxMessageBytes)-byte limit for a job",
+                metadata: nil
+            )
         }
         var fields = Fields()
         let isObject: Bool
         do {
             isObject = try JSONValue.parseObjectMembers(bytes) { fields.add($0, $1) }
         } catch {
-            return .unreadable(jobId: nil, app: nil, reason: "the message is not valid JSON: \(error.message)", metadata: nil)
+            return .unreadable(
+                jobId: nil,
+                app: nil,
+                reason: "the message is not valid JSON: \(error.message)",
+                metadata: nil
+            )
         }
         guard isObject else {
             return .unreadable(
-                jobId: nil, app: nil,
-                reason: "the message is JSON but not an object; a job is a JSON object with id, app and token or tokens", metadata: nil)
+                jobId: nil,
+                app: nil,
+                reason:
+                    "the message is JSON but not an object; a job is a JSON object with id, app and token or tokens",
+                metadata: nil
+            )
         }
         let app = fields[.app]?.stringValue
         // Read first, so that every result of the job can carry it, the rejections included.
@@ -219,7 +231,10 @@ public struct JobParser: Sendable {
                 return unreadable(id, "\"tokens\" must be a non-empty array of hex strings")
             }
             guard items.count <= maxTokens else {
-                return unreadable(id, "\"tokens\" has \(items.count) entries, over the limit of \(maxTokens) per job; split the job")
+                return unreadable(
+                    id,
+                    "\"tokens\" has \(items.count) entries, over the limit of \(maxTokens) per job; split the job"
+                )
             }
             var texts: [String] = []
             texts.reserveCapacity(items.count)
@@ -257,10 +272,13 @@ public struct JobParser: Sendable {
             return reject(
                 fields[.app] == nil
                     ? "the job has no \"app\"; name one of the configured apps"
-                    : "\"app\" must be a string naming a configured app")
+                    : "\"app\" must be a string naming a configured app"
+            )
         }
         if let unknown = fields.unknown.min() {
-            return reject("the job has an unknown field \"\(unknown.abbreviated())\"; see docs/jobs.md for the fields a job may have")
+            return reject(
+                "the job has an unknown field \"\(unknown.abbreviated())\"; see docs/jobs.md for the fields a job may have"
+            )
         }
         if let metadataError { return reject(metadataError) }
         var job = Job(id: id, app: app, environment: nil, tokens: tokens, notification: APNSNotification())
@@ -276,7 +294,8 @@ public struct JobParser: Sendable {
         let limit =
             !http2
             ? payloadLimit
-            : job.notification.pushType == APNSPushType.voip.rawValue ? APNSPushType.voipPayloadLimit : APNSPushType.regularPayloadLimit
+            : job.notification.pushType == APNSPushType.voip.rawValue
+                ? APNSPushType.voipPayloadLimit : APNSPushType.regularPayloadLimit
         do {
             job.payload = try job.notification.validatedPayload(limit: limit, allowLowPriority: http2)
         } catch let error where error.code == .tooLarge {
@@ -338,9 +357,13 @@ public struct JobParser: Sendable {
             n.collapseId = text
         }
         if let v = fields[.payload] {
-            guard let custom = v.objectValue else { throw JobFieldError("\"payload\" must be an object of custom keys") }
+            guard let custom = v.objectValue else {
+                throw JobFieldError("\"payload\" must be an object of custom keys")
+            }
             guard custom["aps"] == nil else {
-                throw JobFieldError("\"payload\" may not contain \"aps\"; put aps fields in \"aps\" or the convenience fields")
+                throw JobFieldError(
+                    "\"payload\" may not contain \"aps\"; put aps fields in \"aps\" or the convenience fields"
+                )
             }
             n.custom = custom
         }
@@ -361,7 +384,9 @@ public struct JobParser: Sendable {
         }
         if let v = fields[.priority] {
             guard let raw = v.intValue, let priority = APNSPriority(rawValue: Int(raw)) else {
-                throw JobFieldError("\"priority\" must be 10 (immediate), 5 (power-considerate) or 1 (low, HTTP/2 apps only)")
+                throw JobFieldError(
+                    "\"priority\" must be 10 (immediate), 5 (power-considerate) or 1 (low, HTTP/2 apps only)"
+                )
             }
             n.priority = priority
         }
@@ -382,7 +407,8 @@ public struct JobParser: Sendable {
         if let v = fields[.apnsId] {
             guard let text = v.stringValue, let id = JobAPNSID.canonical(text) else {
                 throw JobFieldError(
-                    "\"apnsId\" must be a UUID string such as \"123e4567-e89b-12d3-a456-426614174000\" (8-4-4-4-12 hex digits)")
+                    "\"apnsId\" must be a UUID string such as \"123e4567-e89b-12d3-a456-426614174000\" (8-4-4-4-12 hex digits)"
+                )
             }
             job.apnsId = id
         }
@@ -398,7 +424,8 @@ public struct JobParser: Sendable {
         }
         if let v = fields[.dryRun] { job.dryRun = try bool(v, "dryRun") }
         if let v = fields[.staleAfter] {
-            let sentence = "\"staleAfter\" must be a positive number of seconds or a string such as \"90s\", \"10m\" or \"1h\""
+            let sentence =
+                "\"staleAfter\" must be a positive number of seconds or a string such as \"90s\", \"10m\" or \"1h\""
             switch v {
             case .int(let seconds):
                 guard seconds > 0, seconds <= 31_536_000 else { throw JobFieldError(sentence) }
@@ -430,7 +457,9 @@ public struct JobParser: Sendable {
             case "target-content-id": n.targetContentId = try string(value, "aps.target-content-id")
             case "interruption-level": n.interruptionLevel = try string(value, "aps.interruption-level")
             case "relevance-score":
-                guard let score = value.doubleValue else { throw JobFieldError("\"aps.relevance-score\" must be a number") }
+                guard let score = value.doubleValue else {
+                    throw JobFieldError("\"aps.relevance-score\" must be a number")
+                }
                 n.relevanceScore = score
             case "url-args": n.urlArgs = try strings(value, "aps.url-args")
             default: n.additionalAPSFields[key] = value
@@ -494,13 +523,16 @@ public struct JobParser: Sendable {
                 }
                 volume = level
             default:
-                throw JobFieldError("\"\(name).\(key.abbreviated())\" is not a sound field; a sound object has name, critical and volume")
+                throw JobFieldError(
+                    "\"\(name).\(key.abbreviated())\" is not a sound field; a sound object has name, critical and volume"
+                )
             }
         }
         if critical { return .critical(name: soundName, volume: volume ?? 1) }
         guard volume == nil else {
             throw JobFieldError(
-                "\"\(name).volume\" applies to critical alerts only; add \"critical\": 1, or leave volume out for a regular sound")
+                "\"\(name).volume\" applies to critical alerts only; add \"critical\": 1, or leave volume out for a regular sound"
+            )
         }
         return .named(soundName)
     }
@@ -514,7 +546,8 @@ public struct JobParser: Sendable {
         if seconds < 0 || seconds > Int64(UInt32.max) {
             if seconds >= 1_000_000_000_000 && seconds < 10_000_000_000_000 {
                 throw JobFieldError(
-                    "\"expiry\" \(written) looks like UNIX milliseconds; expiry counts seconds: \(forms)")
+                    "\"expiry\" \(written) looks like UNIX milliseconds; expiry counts seconds: \(forms)"
+                )
             }
             throw JobFieldError("\"expiry\" must be from 0 to \(UInt32.max), not \(written); \(forms)")
         }
@@ -528,14 +561,17 @@ public struct JobParser: Sendable {
     /// The job's `metadata`: a JSON object of at most ``maxMetadataBytes`` serialized compactly.
     static func metadata(_ value: JSONValue) -> Result<[UInt8], JobFieldError> {
         guard case .object = value else {
-            return .failure(JobFieldError("\"metadata\" must be a JSON object; it is copied into every result of the job"))
+            return .failure(
+                JobFieldError("\"metadata\" must be a JSON object; it is copied into every result of the job")
+            )
         }
         let bytes = value.serialized()
         guard bytes.count <= maxMetadataBytes else {
             return .failure(
                 JobFieldError(
                     "\"metadata\" is \(bytes.count) bytes as compact JSON, over the limit of \(maxMetadataBytes); keep only what a consumer needs to route the results"
-                ))
+                )
+            )
         }
         return .success(bytes)
     }
@@ -601,9 +637,11 @@ public enum JobAPNSID {
         bytes[8] = (bytes[8] & 0x3F) | 0x80
         let uuid = UUID(
             uuid: (
-                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10],
+                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9],
+                bytes[10],
                 bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
-            ))
+            )
+        )
         return uuid.uuidString.lowercased()
     }
 }

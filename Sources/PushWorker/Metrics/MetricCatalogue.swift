@@ -33,119 +33,243 @@ public enum MetricCatalogue {
 
     // Intake
     public static let messagesConsumed = MetricDescription(
-        "apn_worker_messages_consumed_total", .counter, "Kafka messages consumed from the requests topic.")
+        "apn_worker_messages_consumed_total",
+        .counter,
+        "Kafka messages consumed from the requests topic."
+    )
     public static let invalidJobs = MetricDescription(
-        "apn_worker_invalid_jobs_total", .counter, "Messages that were not a valid job (an invalidJob result each).")
+        "apn_worker_invalid_jobs_total",
+        .counter,
+        "Messages that were not a valid job (an invalidJob result each)."
+    )
     public static let messagesSkipped = MetricDescription(
-        "apn_worker_messages_skipped_total", .counter,
+        "apn_worker_messages_skipped_total",
+        .counter,
         "Messages consumed again below their partition's hand-off mark: their results were written before the hand-over, so they are skipped."
     )
 
     // Claim
     public static let duplicatesSuppressed = MetricDescription(
-        "apn_worker_duplicates_suppressed_total", .counter, labels: ["app"],
-        "Notifications not sent again because Redis already held their claim or result.")
+        "apn_worker_duplicates_suppressed_total",
+        .counter,
+        labels: ["app"],
+        "Notifications not sent again because Redis already held their claim or result."
+    )
     public static let rateLimited = MetricDescription(
-        "apn_worker_rate_limited_total", .counter, labels: ["app", "scope"],
-        "Notifications held back (scope app) or refused with status 520 (scope device) by a rate limit.")
+        "apn_worker_rate_limited_total",
+        .counter,
+        labels: ["app", "scope"],
+        "Notifications held back (scope app) or refused with status 520 (scope device) by a rate limit."
+    )
     public static let unregisteredSkipped = MetricDescription(
-        "apn_worker_unregistered_skipped_total", .counter, labels: ["app"],
-        "Notifications not sent because Apple reported the token unregistered (status 519).")
+        "apn_worker_unregistered_skipped_total",
+        .counter,
+        labels: ["app"],
+        "Notifications not sent because Apple reported the token unregistered (status 519)."
+    )
 
     // Delivery
     public static let notifications = MetricDescription(
-        "apn_worker_notifications_total", .counter, labels: ["app", "env", "transport", "type", "status"],
-        "Results by outcome: type transmitted, transmissionError, feedback or invalidJob; status is the result's statusName.")
+        "apn_worker_notifications_total",
+        .counter,
+        labels: ["app", "env", "transport", "type", "status"],
+        "Results by outcome: type transmitted, transmissionError, feedback or invalidJob; status is the result's statusName."
+    )
     public static let deliveryAttempts = MetricDescription(
-        "apn_worker_delivery_attempts_total", .counter, labels: poolLabels, "Notifications written to Apple, resends included.")
+        "apn_worker_delivery_attempts_total",
+        .counter,
+        labels: poolLabels,
+        "Notifications written to Apple, resends included."
+    )
     public static let retransmissions = MetricDescription(
-        "apn_worker_retransmissions_total", .counter, labels: poolLabels,
-        "Notifications written again after Apple discarded them (binary) or a connection was lost.")
+        "apn_worker_retransmissions_total",
+        .counter,
+        labels: poolLabels,
+        "Notifications written again after Apple discarded them (binary) or a connection was lost."
+    )
     public static let possibleDuplicates = MetricDescription(
-        "apn_worker_possible_duplicates_total", .counter, labels: poolLabels, "Results written with possibleDuplicate: true.")
+        "apn_worker_possible_duplicates_total",
+        .counter,
+        labels: poolLabels,
+        "Results written with possibleDuplicate: true."
+    )
     public static let endToEndLatency = MetricDescription(
-        "apn_worker_end_to_end_latency_seconds", .histogram, labels: poolLabels,
-        "From the Kafka timestamp of the job to the result being produced.")
+        "apn_worker_end_to_end_latency_seconds",
+        .histogram,
+        labels: poolLabels,
+        "From the Kafka timestamp of the job to the result being produced."
+    )
     public static let deliveryLatency = MetricDescription(
-        "apn_worker_delivery_latency_seconds", .histogram, labels: poolLabels,
-        "From a notification's write to Apple to its outcome (confirmed or answered).")
+        "apn_worker_delivery_latency_seconds",
+        .histogram,
+        labels: poolLabels,
+        "From a notification's write to Apple to its outcome (confirmed or answered)."
+    )
     public static let poolConnections = MetricDescription(
-        "apn_worker_pool_connections", .gauge, labels: poolLabels + ["state"],
-        "Connections of a pool by state: open, connecting, backoff.")
+        "apn_worker_pool_connections",
+        .gauge,
+        labels: poolLabels + ["state"],
+        "Connections of a pool by state: open, connecting, backoff."
+    )
     public static let connectionsOpened = MetricDescription(
-        "apn_worker_connections_opened_total", .counter, labels: poolLabels, "Connections to Apple established.")
+        "apn_worker_connections_opened_total",
+        .counter,
+        labels: poolLabels,
+        "Connections to Apple established."
+    )
     public static let connectFailures = MetricDescription(
-        "apn_worker_connect_failures_total", .counter, labels: poolLabels + ["reason"],
-        "Failed connects to Apple by reason: tls, refused, timeout, other.")
+        "apn_worker_connect_failures_total",
+        .counter,
+        labels: poolLabels + ["reason"],
+        "Failed connects to Apple by reason: tls, refused, timeout, other."
+    )
     public static let connectionsClosed = MetricDescription(
-        "apn_worker_connections_closed_total", .counter, labels: poolLabels + ["reason"],
-        "Connections closed by reason: errorResponse, silentClose, goaway, idle, shutdown, other.")
+        "apn_worker_connections_closed_total",
+        .counter,
+        labels: poolLabels + ["reason"],
+        "Connections closed by reason: errorResponse, silentClose, goaway, idle, shutdown, other."
+    )
     public static let sentCacheNotifications = MetricDescription(
-        "apn_worker_sent_cache_notifications", .gauge, labels: ["app", "env"],
-        "Notifications held in a binary pool's sent cache for retransmission.")
+        "apn_worker_sent_cache_notifications",
+        .gauge,
+        labels: ["app", "env"],
+        "Notifications held in a binary pool's sent cache for retransmission."
+    )
     public static let backpressureWaits = MetricDescription(
-        "apn_worker_backpressure_waits_total", .counter, labels: poolLabels,
-        "Times a send waited because a pool's queue or sent cache was full.")
+        "apn_worker_backpressure_waits_total",
+        .counter,
+        labels: poolLabels,
+        "Times a send waited because a pool's queue or sent cache was full."
+    )
     public static let http2StreamsInUse = MetricDescription(
-        "apn_worker_http2_streams_in_use", .gauge, labels: ["app", "env"], "HTTP/2 streams open to Apple.")
+        "apn_worker_http2_streams_in_use",
+        .gauge,
+        labels: ["app", "env"],
+        "HTTP/2 streams open to Apple."
+    )
     public static let providerTokenRefreshes = MetricDescription(
-        "apn_worker_provider_token_refreshes_total", .counter, labels: ["app", "env"], "Provider tokens (JWT) signed.")
+        "apn_worker_provider_token_refreshes_total",
+        .counter,
+        labels: ["app", "env"],
+        "Provider tokens (JWT) signed."
+    )
     public static let tooManyRequests = MetricDescription(
-        "apn_worker_http2_too_many_requests_total", .counter, labels: ["app", "env"], "HTTP/2 answers with status 429.")
+        "apn_worker_http2_too_many_requests_total",
+        .counter,
+        labels: ["app", "env"],
+        "HTTP/2 answers with status 429."
+    )
     public static let feedbackTokens = MetricDescription(
-        "apn_worker_feedback_tokens_total", .counter, labels: ["app", "env"], "Tokens read from the feedback service.")
+        "apn_worker_feedback_tokens_total",
+        .counter,
+        labels: ["app", "env"],
+        "Tokens read from the feedback service."
+    )
     public static let inFlight = MetricDescription(
-        "apn_worker_in_flight", .gauge, "Notifications claimed or parsed without a written result.")
+        "apn_worker_in_flight",
+        .gauge,
+        "Notifications claimed or parsed without a written result."
+    )
 
     // Results and Kafka
     public static let resultsProduced = MetricDescription(
-        "apn_worker_results_produced_total", .counter, "Result messages produced to the results topic.")
+        "apn_worker_results_produced_total",
+        .counter,
+        "Result messages produced to the results topic."
+    )
     public static let produceErrors = MetricDescription(
-        "apn_worker_result_produce_errors_total", .counter, "Result messages the producer failed to deliver.")
+        "apn_worker_result_produce_errors_total",
+        .counter,
+        "Result messages the producer failed to deliver."
+    )
     public static let offsetsCommitted = MetricDescription(
-        "apn_worker_offsets_committed_total", .counter, "Offset commits that succeeded.")
+        "apn_worker_offsets_committed_total",
+        .counter,
+        "Offset commits that succeeded."
+    )
     public static let rebalances = MetricDescription(
-        "apn_worker_rebalances_total", .counter, labels: ["kind"], "Partition assignments (kind assign) and revocations (kind revoke).")
+        "apn_worker_rebalances_total",
+        .counter,
+        labels: ["kind"],
+        "Partition assignments (kind assign) and revocations (kind revoke)."
+    )
     public static let assignedPartitions = MetricDescription(
-        "apn_worker_assigned_partitions", .gauge, "Partitions of the requests topic this worker owns.")
+        "apn_worker_assigned_partitions",
+        .gauge,
+        "Partitions of the requests topic this worker owns."
+    )
     public static let consumerLag = MetricDescription(
-        "apn_worker_consumer_lag", .gauge, labels: ["topic", "partition"],
-        "Messages between the partition's high watermark and this worker's position.")
+        "apn_worker_consumer_lag",
+        .gauge,
+        labels: ["topic", "partition"],
+        "Messages between the partition's high watermark and this worker's position."
+    )
 
     // Redis
     public static let redisRoundTrips = MetricDescription(
-        "apn_worker_redis_round_trips_total", .counter, "Pipelined round trips to Redis.")
+        "apn_worker_redis_round_trips_total",
+        .counter,
+        "Pipelined round trips to Redis."
+    )
     public static let redisRedirects = MetricDescription(
-        "apn_worker_redis_redirects_total", .counter,
-        "Redis Cluster MOVED and ASK redirections followed: slots moving between primaries, or a failover.")
+        "apn_worker_redis_redirects_total",
+        .counter,
+        "Redis Cluster MOVED and ASK redirections followed: slots moving between primaries, or a failover."
+    )
     public static let redisLatency = MetricDescription(
-        "apn_worker_redis_latency_seconds", .histogram, "Time of one pipelined Redis round trip.")
+        "apn_worker_redis_latency_seconds",
+        .histogram,
+        "Time of one pipelined Redis round trip."
+    )
     public static let redisErrors = MetricDescription(
-        "apn_worker_redis_errors_total", .counter, "Redis round trips that failed (connection lost, timeout, error reply).")
+        "apn_worker_redis_errors_total",
+        .counter,
+        "Redis round trips that failed (connection lost, timeout, error reply)."
+    )
     public static let redisUp = MetricDescription(
-        "apn_worker_redis_up", .gauge, "1 while Redis answers, 0 while it does not.")
+        "apn_worker_redis_up",
+        .gauge,
+        "1 while Redis answers, 0 while it does not."
+    )
 
     // The worker
     public static let ready = MetricDescription(
-        "apn_worker_ready", .gauge, "1 while the worker is a consuming member of its group with Redis reachable.")
+        "apn_worker_ready",
+        .gauge,
+        "1 while the worker is a consuming member of its group with Redis reachable."
+    )
 
     // The process (Linux /proc)
     public static let processResidentMemory = MetricDescription(
-        "process_resident_memory_bytes", .gauge, "Resident memory of the process.")
+        "process_resident_memory_bytes",
+        .gauge,
+        "Resident memory of the process."
+    )
     public static let processCPU = MetricDescription(
-        "process_cpu_seconds_total", .counter, "User and system CPU time of the process.")
+        "process_cpu_seconds_total",
+        .counter,
+        "User and system CPU time of the process."
+    )
     public static let processOpenFiles = MetricDescription(
-        "process_open_fds", .gauge, "Open file descriptors of the process.")
+        "process_open_fds",
+        .gauge,
+        "Open file descriptors of the process."
+    )
     public static let processHeapAllocated = MetricDescription(
-        "process_heap_allocated_bytes", .gauge, "Bytes the process has allocated on its heap and not freed.")
+        "process_heap_allocated_bytes",
+        .gauge,
+        "Bytes the process has allocated on its heap and not freed."
+    )
 
     /// Every metric, in the order `docs/operations.md` lists them.
     public static let all: [MetricDescription] = [
-        messagesConsumed, invalidJobs, messagesSkipped, duplicatesSuppressed, rateLimited, unregisteredSkipped, notifications,
+        messagesConsumed, invalidJobs, messagesSkipped, duplicatesSuppressed, rateLimited, unregisteredSkipped,
+        notifications,
         deliveryAttempts, retransmissions, possibleDuplicates, endToEndLatency, deliveryLatency, poolConnections,
         connectionsOpened, connectFailures, connectionsClosed, sentCacheNotifications, backpressureWaits,
         http2StreamsInUse, providerTokenRefreshes, tooManyRequests, feedbackTokens, inFlight, resultsProduced,
         produceErrors, offsetsCommitted, rebalances, assignedPartitions, consumerLag, redisRoundTrips, redisRedirects,
-        redisLatency, redisErrors, redisUp, ready, processResidentMemory, processCPU, processOpenFiles, processHeapAllocated,
+        redisLatency, redisErrors, redisUp, ready, processResidentMemory, processCPU, processOpenFiles,
+        processHeapAllocated,
     ]
 }

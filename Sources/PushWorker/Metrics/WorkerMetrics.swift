@@ -99,7 +99,13 @@ public final class WorkerMetrics: Sendable {
             case .counter: handle = .counter(Counter(label: metric.name, dimensions: dimensions, factory: factory))
             case .histogram:
                 handle = .timer(
-                    CoreMetrics.Timer(label: metric.name, dimensions: dimensions, preferredDisplayUnit: .seconds, factory: factory))
+                    CoreMetrics.Timer(
+                        label: metric.name,
+                        dimensions: dimensions,
+                        preferredDisplayUnit: .seconds,
+                        factory: factory
+                    )
+                )
             case .gauge: handle = .meter(Meter(label: metric.name, dimensions: dimensions, factory: factory))
             }
             s.handles[key] = handle
@@ -139,12 +145,19 @@ extension WorkerMetrics {
             guard let (outcome, count) = run else { return }
             outcomes[outcome, default: 0] += count
             if !runLatencies.isEmpty {
-                latencies[Pool(app: outcome.app, environment: outcome.environment), default: []].append(contentsOf: runLatencies)
+                latencies[Pool(app: outcome.app, environment: outcome.environment), default: []].append(
+                    contentsOf: runLatencies
+                )
                 runLatencies.removeAll(keepingCapacity: true)
             }
         }
         for result in results {
-            let outcome = Outcome(app: result.app, environment: result.environment, kind: result.kind, status: result.status)
+            let outcome = Outcome(
+                app: result.app,
+                environment: result.environment,
+                kind: result.kind,
+                status: result.status
+            )
             if run?.outcome == outcome {
                 run!.count += 1
             } else {
@@ -152,7 +165,9 @@ extension WorkerMetrics {
                 run = (outcome, 1)
             }
             if result.kind == .invalidJob { invalid += 1 }
-            if result.possibleDuplicate { duplicates[Pool(app: result.app, environment: result.environment), default: 0] += 1 }
+            if result.possibleDuplicate {
+                duplicates[Pool(app: result.app, environment: result.environment), default: 0] += 1
+            }
             if result.since > 0 { runLatencies.append(now - result.since) }
         }
         endRun()
@@ -161,10 +176,18 @@ extension WorkerMetrics {
             return [app, environment?.rawValue ?? "", transports[app] ?? ""]
         }
         for (o, count) in outcomes {
-            increment(MetricCatalogue.notifications, labels(o.app, o.environment) + [o.kind.rawValue, o.status?.name ?? ""], by: count)
+            increment(
+                MetricCatalogue.notifications,
+                labels(o.app, o.environment) + [o.kind.rawValue, o.status?.name ?? ""],
+                by: count
+            )
         }
-        for (p, count) in duplicates { increment(MetricCatalogue.possibleDuplicates, labels(p.app, p.environment), by: count) }
-        for (p, values) in latencies { observe(MetricCatalogue.endToEndLatency, labels(p.app, p.environment), milliseconds: values) }
+        for (p, count) in duplicates {
+            increment(MetricCatalogue.possibleDuplicates, labels(p.app, p.environment), by: count)
+        }
+        for (p, values) in latencies {
+            observe(MetricCatalogue.endToEndLatency, labels(p.app, p.environment), milliseconds: values)
+        }
         increment(MetricCatalogue.invalidJobs, by: invalid)
         increment(MetricCatalogue.resultsProduced, by: results.count)
     }
@@ -174,7 +197,9 @@ extension WorkerMetrics {
         guard isEnabled else { return }
         for (app, count) in decisions.duplicates { increment(MetricCatalogue.duplicatesSuppressed, [app], by: count) }
         for (app, count) in decisions.throttled { increment(MetricCatalogue.rateLimited, [app, "app"], by: count) }
-        for (app, count) in decisions.deviceLimited { increment(MetricCatalogue.rateLimited, [app, "device"], by: count) }
+        for (app, count) in decisions.deviceLimited {
+            increment(MetricCatalogue.rateLimited, [app, "device"], by: count)
+        }
         for (app, count) in decisions.unregistered { increment(MetricCatalogue.unregisteredSkipped, [app], by: count) }
     }
 }
@@ -183,12 +208,17 @@ extension ResultMetric {
     /// What a stored result counts as, read from its JSON (`type`, `status`, `app`, `env`,
     /// `possibleDuplicate`); `nil` when it is not a result.
     init?(parsing value: [UInt8]) {
-        guard let json = try? JSONValue.parse(value), let kind = json["type"]?.stringValue.flatMap(WorkerResult.Kind.init)
+        guard let json = try? JSONValue.parse(value),
+            let kind = json["type"]?.stringValue.flatMap(WorkerResult.Kind.init)
         else { return nil }
         var status: APNSStatus?
         if case .int(let code)? = json["status"] { status = APNSStatus(rawValue: Int(code)) }
         self.init(
-            kind: kind, possibleDuplicate: json["possibleDuplicate"] == .bool(true),
-            environment: json["env"]?.stringValue.flatMap(APNSEnvironment.init), status: status, app: json["app"]?.stringValue)
+            kind: kind,
+            possibleDuplicate: json["possibleDuplicate"] == .bool(true),
+            environment: json["env"]?.stringValue.flatMap(APNSEnvironment.init),
+            status: status,
+            app: json["app"]?.stringValue
+        )
     }
 }

@@ -66,9 +66,16 @@ final class ClaimStage: Sendable {
     let signalsIn: AsyncStream<Signal>.Continuation
 
     init(
-        store: NotificationStore, results: ResultStage, delivery: DeliveryStage, localClaims: LocalClaims,
-        control: PipelineControl, limit: InFlightLimit, factory: ResultFactory, configuration: WorkerConfiguration,
-        signals: (AsyncStream<Signal>, AsyncStream<Signal>.Continuation), logger: Logger
+        store: NotificationStore,
+        results: ResultStage,
+        delivery: DeliveryStage,
+        localClaims: LocalClaims,
+        control: PipelineControl,
+        limit: InFlightLimit,
+        factory: ResultFactory,
+        configuration: WorkerConfiguration,
+        signals: (AsyncStream<Signal>, AsyncStream<Signal>.Continuation),
+        logger: Logger
     ) {
         self.store = store
         self.results = results
@@ -107,7 +114,8 @@ final class ClaimStage: Sendable {
                 limit.parked(-back.count)
                 logger.notice(
                     "Gateway reachable again: parked notifications go out",
-                    metadata: ["app": "\(key.app)", "env": "\(key.environment)", "parked": "\(back.count)"])
+                    metadata: ["app": "\(key.app)", "env": "\(key.environment)", "parked": "\(back.count)"]
+                )
                 await claimCounted(back)
             case .sweepStale:
                 expireStaleParked()
@@ -244,7 +252,8 @@ final class ClaimStage: Sendable {
             if !control.setRedisDown(true) {
                 logger.error(
                     "Cannot claim notifications in Redis; holding them until it answers",
-                    metadata: ["error": "\(error.message)", "notifications": "\(ready.count)"])
+                    metadata: ["error": "\(error.message)", "notifications": "\(ready.count)"]
+                )
             }
             await store.reconnect(logger: logger)
             hold(ready, for: .milliseconds(500))
@@ -279,7 +288,9 @@ final class ClaimStage: Sendable {
     }
 
     static func plan(
-        _ candidates: [Candidate], _ decisions: [NotificationStore.ClaimDecision], factory: ResultFactory,
+        _ candidates: [Candidate],
+        _ decisions: [NotificationStore.ClaimDecision],
+        factory: ResultFactory,
         now: Int64
     ) -> Plan {
         var plan = Plan()
@@ -321,15 +332,23 @@ final class ClaimStage: Sendable {
                 plan.decisions.unregistered[c.job.app, default: 0] += 1
                 plan.results.append(
                     factory.decided(
-                        c, status: .unregistered,
-                        reason: "Apple reported this token unregistered at \(since), after the job's registeredAt (or the job has none)",
-                        at: now))
+                        c,
+                        status: .unregistered,
+                        reason:
+                            "Apple reported this token unregistered at \(since), after the job's registeredAt (or the job has none)",
+                        at: now
+                    )
+                )
             case .rateLimited:
                 plan.decisions.deviceLimited[c.job.app, default: 0] += 1
                 plan.results.append(
                     factory.decided(
-                        c, status: .rateLimited, reason: "the device reached its limit of \(c.job.devicePerHour) notifications per hour",
-                        at: now))
+                        c,
+                        status: .rateLimited,
+                        reason: "the device reached its limit of \(c.job.devicePerHour) notifications per hour",
+                        at: now
+                    )
+                )
             }
         }
         return plan
@@ -399,13 +418,20 @@ final class ClaimStage: Sendable {
         let stale = state.withLock { s in Self.unpark(&s) { c in c.job.content.staleAt.map { $0 <= now } ?? false } }
         guard !stale.isEmpty else { return }
         limit.parked(-stale.count)
-        logger.warning("Notifications went stale while their gateway was unreachable", metadata: ["count": "\(stale.count)"])
+        logger.warning(
+            "Notifications went stale while their gateway was unreachable",
+            metadata: ["count": "\(stale.count)"]
+        )
         results.submit(
             stale.map {
                 factory.decided(
-                    $0, status: .expired, reason: "the job's staleAfter passed while the gateway was unreachable; not sent",
-                    at: now)
-            })
+                    $0,
+                    status: .expired,
+                    reason: "the job's staleAfter passed while the gateway was unreachable; not sent",
+                    at: now
+                )
+            }
+        )
     }
 
     // MARK: Revocation and shutdown

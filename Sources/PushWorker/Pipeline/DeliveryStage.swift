@@ -30,8 +30,12 @@ final class DeliveryStage: Sendable {
     private let openedIn: AsyncStream<(PoolKey, any APNSDeliveryClient)>.Continuation
 
     init(
-        pools: [PoolKey: PoolSettings], results: ResultStage, claimSignals: AsyncStream<ClaimStage.Signal>.Continuation,
-        factory: ResultFactory, control: PipelineControl, logger: Logger
+        pools: [PoolKey: PoolSettings],
+        results: ResultStage,
+        claimSignals: AsyncStream<ClaimStage.Signal>.Continuation,
+        factory: ResultFactory,
+        control: PipelineControl,
+        logger: Logger
     ) {
         self.pools = pools
         self.results = results
@@ -73,7 +77,11 @@ final class DeliveryStage: Sendable {
     func submit(_ notifications: [SentContext], to key: PoolKey) async {
         var submissions = state.withLock { s in
             notifications.map { context in
-                APNSSubmission(tag: s.sent.insert(context), token: context.candidate.token, content: context.candidate.job.content)
+                APNSSubmission(
+                    tag: s.sent.insert(context),
+                    token: context.candidate.token,
+                    content: context.candidate.job.content
+                )
             }
         }
         // Jobs that give `apnsId`: the id per token, derived outside the lock.
@@ -84,9 +92,16 @@ final class DeliveryStage: Sendable {
         do {
             try await pool(for: key).send(submissions)
         } catch {
-            logger.error("Cannot hand notifications to the \(key.app) \(key.environment) pool", metadata: ["error": "\(error)"])
+            logger.error(
+                "Cannot hand notifications to the \(key.app) \(key.environment) pool",
+                metadata: ["error": "\(error)"]
+            )
             let released = state.withLock { s in submissions.compactMap { s.sent.remove($0.tag) } }
-            results.submit(released.map { .released($0.candidate.ref, resultId: $0.candidate.resultId, token: $0.candidate.tokenHex) })
+            results.submit(
+                released.map {
+                    .released($0.candidate.ref, resultId: $0.candidate.resultId, token: $0.candidate.tokenHex)
+                }
+            )
         }
     }
 
@@ -128,7 +143,8 @@ final class DeliveryStage: Sendable {
                 metadata: [
                     "gateway": "\(transport.endpoint)", "transport": "\(transport.name)",
                     "connections": "\(connections)",
-                ])
+                ]
+            )
         }
         return client
     }
@@ -167,7 +183,8 @@ final class DeliveryStage: Sendable {
     /// The results of a batch of outcomes whose contexts were looked up; no I/O. Returns how
     /// many `feedback` results (HTTP/2 410s) are among them.
     static func results(
-        of outcomes: [APNSDeliveryOutcome], contexts: [SentContext?],
+        of outcomes: [APNSDeliveryOutcome],
+        contexts: [SentContext?],
         factory: ResultFactory
     ) -> (items: [ResultItem], feedback: Int) {
         var items: [ResultItem] = []
@@ -200,12 +217,20 @@ final class DeliveryStage: Sendable {
         case .connected(let connection):
             logger.debug("Gateway connection open", metadata: ["app": "\(app)", "connection": "\(connection)"])
         case .disconnected(let connection, let reason):
-            logger.info("Gateway connection closed", metadata: ["app": "\(app)", "connection": "\(connection)", "reason": "\(reason)"])
+            logger.info(
+                "Gateway connection closed",
+                metadata: ["app": "\(app)", "connection": "\(connection)", "reason": "\(reason)"]
+            )
         case .timeout(let connection, let reason):
             logger.warning(
-                "Gateway connection timed out", metadata: ["app": "\(app)", "connection": "\(connection)", "reason": "\(reason)"])
+                "Gateway connection timed out",
+                metadata: ["app": "\(app)", "connection": "\(connection)", "reason": "\(reason)"]
+            )
         case .socketError(let connection, let error):
-            logger.warning("Gateway socket error", metadata: ["app": "\(app)", "connection": "\(connection)", "error": "\(error)"])
+            logger.warning(
+                "Gateway socket error",
+                metadata: ["app": "\(app)", "connection": "\(connection)", "error": "\(error)"]
+            )
         case .error(let error):
             logger.warning("Delivery pool problem", metadata: ["app": "\(app)", "error": "\(error)"])
         case .unavailable(let reason):
@@ -213,7 +238,8 @@ final class DeliveryStage: Sendable {
             claimSignals.yield(.unavailable(key))
             logger.warning(
                 "Gateway unreachable: this app's new notifications wait until it answers; other apps go on",
-                metadata: ["app": "\(app)", "env": "\(key.environment)", "reason": "\(reason)"])
+                metadata: ["app": "\(app)", "env": "\(key.environment)", "reason": "\(reason)"]
+            )
         case .available:
             state.withLock { _ = $0.unavailable.remove(key) }
             claimSignals.yield(.available(key))
@@ -232,7 +258,11 @@ final class DeliveryStage: Sendable {
             guard !s.unavailable.isEmpty else { return 0 }
             var stuck = 0
             s.sent.forEach { context in
-                if selection.contains(context.candidate.ref.partition) && s.unavailable.contains(context.candidate.poolKey) { stuck += 1 }
+                if selection.contains(context.candidate.ref.partition)
+                    && s.unavailable.contains(context.candidate.poolKey)
+                {
+                    stuck += 1
+                }
             }
             return stuck
         }

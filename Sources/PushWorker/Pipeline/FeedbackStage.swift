@@ -23,11 +23,18 @@ struct FeedbackStage: Sendable {
         let lockTTL = Int(interval / .milliseconds(1))
         while !Task.isCancelled {
             do {
-                if try await store.tryFeedbackLock(app: app, environment: environment.rawValue, ttlMilliseconds: max(1000, lockTTL)) {
+                if try await store.tryFeedbackLock(
+                    app: app,
+                    environment: environment.rawValue,
+                    ttlMilliseconds: max(1000, lockTTL)
+                ) {
                     try await poll()
                 }
             } catch {
-                logger.warning("Feedback polling failed", metadata: ["app": "\(app)", "env": "\(environment)", "error": "\(error)"])
+                logger.warning(
+                    "Feedback polling failed",
+                    metadata: ["app": "\(app)", "env": "\(environment)", "error": "\(error)"]
+                )
             }
             do { try await Task.sleep(for: interval) } catch { return }
         }
@@ -36,7 +43,10 @@ struct FeedbackStage: Sendable {
     /// The unregistered tokens to store and the `feedback` results to produce for what the
     /// service read (token, UNIX seconds); no I/O.
     static func results(
-        of tuples: [(token: DeviceToken, timestamp: Int64)], app: String, environment: String, topic: String,
+        of tuples: [(token: DeviceToken, timestamp: Int64)],
+        app: String,
+        environment: String,
+        topic: String,
         factory: ResultFactory
     ) -> (
         unregistered: [(app: String, environment: String, token: String, since: Int64)],
@@ -45,7 +55,13 @@ struct FeedbackStage: Sendable {
         let now = factory.now()
         let unregistered = tuples.map { (app: app, environment: environment, token: $0.token.hex, since: $0.timestamp) }
         let messages = tuples.map { tuple in
-            let message = factory.feedback(app: app, environment: environment, token: tuple.token.hex, timestamp: tuple.timestamp, at: now)
+            let message = factory.feedback(
+                app: app,
+                environment: environment,
+                token: tuple.token.hex,
+                timestamp: tuple.timestamp,
+                at: now
+            )
             return KafkaOutgoingMessage(topic: topic, key: message.key, value: message.value)
         }
         return (unregistered, messages)
@@ -57,8 +73,12 @@ struct FeedbackStage: Sendable {
         guard !tuples.isEmpty else { return }
         let env = environment.rawValue
         let (unregistered, messages) = Self.results(
-            of: tuples.map { ($0.token, Int64($0.timestamp)) }, app: app, environment: env, topic: resultsTopic,
-            factory: factory)
+            of: tuples.map { ($0.token, Int64($0.timestamp)) },
+            app: app,
+            environment: env,
+            topic: resultsTopic,
+            factory: factory
+        )
         try await store.write(records: [], unregistered: unregistered, released: [], ttlSeconds: dedupeTTLSeconds)
         var pending = messages
         while !pending.isEmpty {
@@ -73,7 +93,9 @@ struct FeedbackStage: Sendable {
         control.metrics.increment(MetricCatalogue.feedbackTokens, [app, env], by: tuples.count)
         control.metrics.produced(
             Array(repeating: ResultMetric(kind: .feedback, environment: environment, app: app), count: tuples.count),
-            transports: [app: "binary"], now: factory.now())
+            transports: [app: "binary"],
+            now: factory.now()
+        )
         logger.info("Feedback read", metadata: ["app": "\(app)", "env": "\(env)", "tokens": "\(tuples.count)"])
     }
 }

@@ -50,7 +50,10 @@ struct IntakeStage: Sendable {
         /// Reads the marks of the partitions of `messages` not looked up since they were
         /// assigned. If Redis cannot answer, they are consumed as usual.
         mutating func lookUp(
-            for messages: [KafkaMessage], control: PipelineControl, store: NotificationStore, logger: Logger
+            for messages: [KafkaMessage],
+            control: PipelineControl,
+            store: NotificationStore,
+            logger: Logger
         ) async {
             let epoch = control.lastRevocation
             if epoch != self.epoch {
@@ -77,12 +80,14 @@ struct IntakeStage: Sendable {
                     marks[partition] = mark
                     logger.info(
                         "Partition handed on without a commit: skipping the messages whose results its previous owner wrote",
-                        metadata: ["partition": "\(partition)", "before": "\(mark.offset)"])
+                        metadata: ["partition": "\(partition)", "before": "\(mark.offset)"]
+                    )
                 }
             } catch {
                 logger.warning(
                     "Cannot read the hand-off marks of newly assigned partitions; results of bad input may be written again",
-                    metadata: ["partitions": "\(fresh)", "error": "\(error.message)"])
+                    metadata: ["partitions": "\(fresh)", "error": "\(error.message)"]
+                )
             }
         }
     }
@@ -106,8 +111,11 @@ struct IntakeStage: Sendable {
     init(configuration: WorkerConfiguration, factory: ResultFactory, logger: Logger) {
         var parser = JobParser()
         parser.http2Apps = Set(
-            configuration.apps.filter { $0.value.transport == .http2 }.keys)
-        parser.defaultExpiry = configuration.apps.compactMapValues { $0.defaultExpiry == .immediately ? nil : $0.defaultExpiry }
+            configuration.apps.filter { $0.value.transport == .http2 }.keys
+        )
+        parser.defaultExpiry = configuration.apps.compactMapValues {
+            $0.defaultExpiry == .immediately ? nil : $0.defaultExpiry
+        }
         self.parser = parser
         self.apps = configuration.apps.mapValues(AppSettings.init)
         self.factory = factory
@@ -123,7 +131,8 @@ struct IntakeStage: Sendable {
     /// Each message's notifications carry the rebalance generation it was fetched at
     /// (``MessageRef/epoch``): which ownership of its partition they belong to.
     func parse(
-        _ messages: [KafkaMessage], handOverEvery interval: Duration = handOverInterval,
+        _ messages: [KafkaMessage],
+        handOverEvery interval: Duration = handOverInterval,
         handOver: (Chunk) async -> Void
     ) async {
         var handoffs = Handoffs()
@@ -133,7 +142,9 @@ struct IntakeStage: Sendable {
     /// ``parse(_:handOverEvery:handOver:)``, skipping the messages that `handoffs` covers
     /// (registered with no result to wait for).
     func parse(
-        _ messages: [KafkaMessage], handoffs: inout Handoffs, handOverEvery interval: Duration = handOverInterval,
+        _ messages: [KafkaMessage],
+        handoffs: inout Handoffs,
+        handOverEvery interval: Duration = handOverInterval,
         handOver: (Chunk) async -> Void
     ) async {
         // Room for a notification per message: the lists grew by doubling, copying, as they filled.
@@ -163,8 +174,10 @@ struct IntakeStage: Sendable {
             chunk.messages += 1
             parsed += 1
             let ref = MessageRef(
-                partition: TopicPartition(topic: message.topic, partition: message.partition), offset: message.offset,
-                epoch: message.rebalanceGeneration)
+                partition: TopicPartition(topic: message.topic, partition: message.partition),
+                offset: message.offset,
+                epoch: message.rebalanceGeneration
+            )
             if handoffs.covers(ref, timestamp: message.timestamp) {
                 chunk.registrations.append((ref, 0))
                 chunk.skipped += 1
@@ -191,19 +204,32 @@ struct IntakeStage: Sendable {
         switch parser.parse(message.value) {
         case .unreadable(let jobId, let app, let reason, let metadata):
             logger.warning("Rejected message \(place): \(reason).")
-            chunk.results.append(factory.invalidJob(ref, jobId: jobId, app: app, reason: reason, metadata: metadata, at: now))
+            chunk.results.append(
+                factory.invalidJob(ref, jobId: jobId, app: app, reason: reason, metadata: metadata, at: now)
+            )
         case .rejected(let jobId, let app, let tokens, let reason, let metadata):
             logger.warning("Rejected job \(jobId) at \(place): \(reason).")
             for token in tokens {
                 chunk.results.append(
                     factory.rejected(
-                        ref, jobId: jobId, app: app, environment: nil, token: token,
-                        status: .invalidJob, reason: reason, metadata: metadata, at: now))
+                        ref,
+                        jobId: jobId,
+                        app: app,
+                        environment: nil,
+                        token: token,
+                        status: .invalidJob,
+                        reason: reason,
+                        metadata: metadata,
+                        at: now
+                    )
+                )
             }
         case .job(var job):
             func expectSummary(environment: String?, dryRun: Bool) {
                 guard job.summary else { return }
-                chunk.summaries.append((ref, PendingSummary(job: job, environment: environment, ref: ref, dryRun: dryRun)))
+                chunk.summaries.append(
+                    (ref, PendingSummary(job: job, environment: environment, ref: ref, dryRun: dryRun))
+                )
             }
             func reject(_ reason: String, environment: String?, app: WorkerConfiguration.App? = nil) {
                 expectSummary(environment: environment, dryRun: job.dryRun || app?.dryRun == true)
@@ -211,19 +237,35 @@ struct IntakeStage: Sendable {
                 for token in job.tokens {
                     chunk.results.append(
                         factory.rejected(
-                            ref, jobId: job.id, app: job.app, environment: environment,
-                            token: token.text, status: .invalidJob, reason: reason, metadata: job.metadata, at: now))
+                            ref,
+                            jobId: job.id,
+                            app: job.app,
+                            environment: environment,
+                            token: token.text,
+                            status: .invalidJob,
+                            reason: reason,
+                            metadata: job.metadata,
+                            at: now
+                        )
+                    )
                 }
             }
             guard let settings = apps[job.app] else {
                 let configured = apps.keys.sorted().joined(separator: ", ")
-                reject("app \"\(job.app.abbreviated())\" is not configured; configured apps: \(configured)", environment: job.environment)
+                reject(
+                    "app \"\(job.app.abbreviated())\" is not configured; configured apps: \(configured)",
+                    environment: job.environment
+                )
                 return
             }
-            let environment = job.environment.flatMap(APNSEnvironment.init(rawValue:)) ?? settings.app.defaultEnvironment
+            let environment =
+                job.environment.flatMap(APNSEnvironment.init(rawValue:)) ?? settings.app.defaultEnvironment
             guard settings.app.environments.index(forKey: environment) != nil else {
                 reject(
-                    "app \"\(job.app)\" has no \(environment) environment configured", environment: environment.rawValue, app: settings.app)
+                    "app \"\(job.app)\" has no \(environment) environment configured",
+                    environment: environment.rawValue,
+                    app: settings.app
+                )
                 return
             }
             // §3.3: an MDM notification's apns-topic is the MDM certificate's, which only the app's configuration knows.
@@ -231,7 +273,9 @@ struct IntakeStage: Sendable {
                 reject(
                     "app \"\(job.app)\" sends over HTTP/2 and has no mdmTopic: set apps.\(job.app).mdmTopic to the topic of the "
                         + "MDM push certificate (com.apple.mgmt.External.<UUID>) to send MDM notifications",
-                    environment: environment.rawValue, app: settings.app)
+                    environment: environment.rawValue,
+                    app: settings.app
+                )
                 return
             }
             if let reason = Self.refusal(of: job, app: settings.app, environment: environment) {
@@ -243,28 +287,56 @@ struct IntakeStage: Sendable {
                 // What the HTTP/2 client checks before it sends (§3.3, §5), which a dry run never reaches.
                 payloadError = Self.http2Problem(of: job.notification, app: settings.app, environment: environment)
             }
-            let shared = SharedJob(taking: &job, environment: environment, app: settings.app, producedAt: message.timestamp ?? now)
+            let shared = SharedJob(
+                taking: &job,
+                environment: environment,
+                app: settings.app,
+                producedAt: message.timestamp ?? now
+            )
             expectSummary(environment: environment.rawValue, dryRun: shared.dryRun)
             for token in job.tokens {
                 switch token {
                 case .malformed(let text, let reason):
                     chunk.results.append(
                         factory.rejected(
-                            ref, jobId: job.id, app: job.app, environment: environment.rawValue,
-                            token: text, status: .malformedToken, reason: reason, metadata: job.metadata, at: now))
+                            ref,
+                            jobId: job.id,
+                            app: job.app,
+                            environment: environment.rawValue,
+                            token: text,
+                            status: .malformedToken,
+                            reason: reason,
+                            metadata: job.metadata,
+                            at: now
+                        )
+                    )
                 case .valid(let deviceToken, let hex):
                     if let payloadError = payloadError {
                         chunk.results.append(
                             factory.rejected(
-                                ref, jobId: job.id, app: job.app, environment: environment.rawValue,
-                                token: hex, status: .invalidPayload, reason: payloadError, metadata: job.metadata, at: now))
+                                ref,
+                                jobId: job.id,
+                                app: job.app,
+                                environment: environment.rawValue,
+                                token: hex,
+                                status: .invalidPayload,
+                                reason: payloadError,
+                                metadata: job.metadata,
+                                at: now
+                            )
+                        )
                     } else {
                         chunk.candidates.append(
                             Candidate(
-                                ref: ref, job: shared, token: deviceToken, tokenHex: hex,
+                                ref: ref,
+                                job: shared,
+                                token: deviceToken,
+                                tokenHex: hex,
                                 resultId: shared.dryRun
                                     ? WorkerResult.dryRunId(jobId: job.id, token: hex)
-                                    : WorkerResult.notificationId(jobId: job.id, token: hex)))
+                                    : WorkerResult.notificationId(jobId: job.id, token: hex)
+                            )
+                        )
                     }
                 }
             }
@@ -283,11 +355,13 @@ struct IntakeStage: Sendable {
         }
         guard let topic = job.topic, topic != app.bundleId else { return nil }
         if app.transport != .http2 {
-            return "\"topic\" \"\(topic.abbreviated())\" is not app \"\(app.name)\"'s bundle ID \(app.bundleId); the binary protocol "
+            return
+                "\"topic\" \"\(topic.abbreviated())\" is not app \"\(app.name)\"'s bundle ID \(app.bundleId); the binary protocol "
                 + "sends to its certificate's one topic"
         }
         guard case .token = app.environments[environment]?.credentials else {
-            return "\"topic\" \"\(topic.abbreviated())\" is not app \"\(app.name)\"'s bundle ID \(app.bundleId); other topics need "
+            return
+                "\"topic\" \"\(topic.abbreviated())\" is not app \"\(app.name)\"'s bundle ID \(app.bundleId); other topics need "
                 + "token authentication (signingKey), and its \(environment) environment authenticates with a certificate"
         }
         guard app.allowsTopic(topic) else {
@@ -299,13 +373,18 @@ struct IntakeStage: Sendable {
 
     /// The request rules an HTTP/2 client applies to a notification before sending it (push type,
     /// its priority and authentication, MDM), as the sentence it would fail with; `nil` if none.
-    static func http2Problem(of notification: APNSNotification, app: WorkerConfiguration.App, environment: APNSEnvironment) -> String? {
+    static func http2Problem(
+        of notification: APNSNotification,
+        app: WorkerConfiguration.App,
+        environment: APNSEnvironment
+    ) -> String? {
         do throws(APNSError) {
             let pushType = try notification.resolvedPushType()
             var token = false
             if case .token = app.environments[environment]?.credentials { token = true }
             if pushType.requiresTokenAuthentication && !token {
-                return "push type \(pushType.rawValue) works only with token authentication; configure a signing key for this app"
+                return
+                    "push type \(pushType.rawValue) works only with token authentication; configure a signing key for this app"
             }
             try pushType.validate(priority: notification.priority)
             try APNSHTTP2Request.validateContent(of: notification, pushType: pushType)
@@ -321,8 +400,14 @@ struct IntakeStage: Sendable {
     /// room, polls a batch, parses it and hands it on. While Redis is unreachable the assigned
     /// partitions are paused and polling goes on, so the group keeps this member.
     func run(
-        consumer: KafkaConsumer, batchSize: Int, window: Duration, control: PipelineControl, limit: InFlightLimit,
-        results: ResultStage, claims: ClaimStage, store: NotificationStore
+        consumer: KafkaConsumer,
+        batchSize: Int,
+        window: Duration,
+        control: PipelineControl,
+        limit: InFlightLimit,
+        results: ResultStage,
+        claims: ClaimStage,
+        store: NotificationStore
     ) async throws {
         var paused = false
         var handoffs = Handoffs()
@@ -346,7 +431,8 @@ struct IntakeStage: Sendable {
             if dropped > 0 {
                 logger.info(
                     "Messages fetched before their partition was revoked are left to its next owner",
-                    metadata: ["messages": "\(dropped)"])
+                    metadata: ["messages": "\(dropped)"]
+                )
             }
             if messages.isEmpty { continue }
             await handoffs.lookUp(for: messages, control: control, store: store, logger: logger)
@@ -376,8 +462,11 @@ struct IntakeStage: Sendable {
             }
         } catch {
             logger.warning(
-                pause ? "Cannot pause consumption while Redis is unreachable; trying again" : "Cannot resume consumption; trying again",
-                metadata: ["error": "\(error)"])
+                pause
+                    ? "Cannot pause consumption while Redis is unreachable; trying again"
+                    : "Cannot resume consumption; trying again",
+                metadata: ["error": "\(error)"]
+            )
             return wasPaused
         }
         if pause != wasPaused {
@@ -388,7 +477,11 @@ struct IntakeStage: Sendable {
 
     /// Polls a batch: up to `batchSize` messages, gathered for at most `window` once the first
     /// arrived.
-    static func pollBatch(_ consumer: KafkaConsumer, batchSize: Int, window: Duration) async throws(KafkaError) -> [KafkaMessage] {
+    static func pollBatch(
+        _ consumer: KafkaConsumer,
+        batchSize: Int,
+        window: Duration
+    ) async throws(KafkaError) -> [KafkaMessage] {
         var messages = try await consumer.poll(maxMessages: batchSize, timeout: .milliseconds(100))
         guard !messages.isEmpty else { return messages }
         let deadline = ContinuousClock.now + window

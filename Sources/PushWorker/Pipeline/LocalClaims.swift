@@ -21,8 +21,10 @@ final class LocalClaims: Sendable {
                 guard bytes.count == 32 else { return nil }
                 let raw = UnsafeRawBufferPointer(bytes)
                 return (
-                    raw.loadUnaligned(fromByteOffset: 0, as: UInt64.self), raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self),
-                    raw.loadUnaligned(fromByteOffset: 16, as: UInt64.self), raw.loadUnaligned(fromByteOffset: 24, as: UInt64.self)
+                    raw.loadUnaligned(fromByteOffset: 0, as: UInt64.self),
+                    raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self),
+                    raw.loadUnaligned(fromByteOffset: 16, as: UInt64.self),
+                    raw.loadUnaligned(fromByteOffset: 24, as: UInt64.self)
                 )
             }
             guard let words = loaded ?? nil else { return nil }
@@ -56,7 +58,9 @@ final class LocalClaims: Sendable {
             var ref: MessageRef
         }
         private static let emptySlot = Slot(
-            key: Key(empty: ()), ref: MessageRef(partition: TopicPartition(topic: "", partition: 0), offset: 0))
+            key: Key(empty: ()),
+            ref: MessageRef(partition: TopicPartition(topic: "", partition: 0), offset: 0)
+        )
 
         private var tags: [UInt8]
         private var slots: [Slot]
@@ -178,7 +182,9 @@ final class LocalClaims: Sendable {
 
     func claim(_ candidates: [Candidate]) {
         let keys = candidates.map { Key($0.resultId) }
-        claims.withLock { c in for (key, candidate) in zip(keys, candidates) { c[candidate.resultId, key: key] = candidate.ref } }
+        claims.withLock { c in
+            for (key, candidate) in zip(keys, candidates) { c[candidate.resultId, key: key] = candidate.ref }
+        }
     }
 
     func forget(_ resultIds: [String]) {

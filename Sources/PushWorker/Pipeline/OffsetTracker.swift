@@ -53,7 +53,9 @@ struct OffsetTracker {
                 let mid = (low + high) / 2
                 if messages[mid].offset < offset { low = mid + 1 } else { high = mid }
             }
-            guard low < messages.count, messages[low].offset == offset, messages[low].remaining > 0 else { return false }
+            guard low < messages.count, messages[low].offset == offset, messages[low].remaining > 0 else {
+                return false
+            }
             messages[low].remaining = max(0, messages[low].remaining - count)
             let finished = messages[low].remaining == 0
             dropFinished()
@@ -72,7 +74,10 @@ struct OffsetTracker {
     /// offset.
     mutating func register(_ partition: TopicPartition, offset: Int64, results: Int, epoch: UInt64 = 0) {
         // Changed in place: one lookup, and the deque is not copied.
-        outstandingMessages += partitions[partition, default: Partition(since: epoch)].register(offset: offset, results: results)
+        outstandingMessages += partitions[partition, default: Partition(since: epoch)].register(
+            offset: offset,
+            results: results
+        )
     }
 
     /// Records that `count` results of the message, parsed at revocation `epoch`, were written.

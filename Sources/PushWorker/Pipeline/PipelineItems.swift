@@ -51,7 +51,8 @@ final class SharedJob: Sendable {
     /// Takes the job's notification, leaving an empty one in its place: the notification is
     /// a large value, and a copy of it (and the destruction of the job's) was about 3% of the
     /// worker's CPU.
-    init(taking job: inout Job, environment: APNSEnvironment, app settings: WorkerConfiguration.App, producedAt: Int64) {
+    init(taking job: inout Job, environment: APNSEnvironment, app settings: WorkerConfiguration.App, producedAt: Int64)
+    {
         jobId = job.id
         app = job.app
         self.environment = environment
@@ -182,7 +183,11 @@ final class RecordedResult: Sendable {
     var unregister: Unregistration? { extra?.unregister }
 
     init(
-        ref: MessageRef, resultId: String, token: String, result: ResultMessage, feedback: ResultMessage? = nil,
+        ref: MessageRef,
+        resultId: String,
+        token: String,
+        result: ResultMessage,
+        feedback: ResultMessage? = nil,
         unregister: Unregistration? = nil
     ) {
         self.ref = ref

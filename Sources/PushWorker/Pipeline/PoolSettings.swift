@@ -52,14 +52,19 @@ struct PoolSettings: Sendable {
         for (name, app) in configuration.apps.sorted(by: { $0.key < $1.key }) {
             for (environment, settings) in app.environments.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
                 pools[PoolKey(app: name, environment: environment)] = try PoolSettings(
-                    app: app, environment: settings, maxPending: configuration.worker.maxInFlight)
+                    app: app,
+                    environment: settings,
+                    maxPending: configuration.worker.maxInFlight
+                )
             }
         }
         return pools
     }
 
     init(
-        app: WorkerConfiguration.App, environment env: WorkerConfiguration.AppEnvironment, maxPending: Int
+        app: WorkerConfiguration.App,
+        environment env: WorkerConfiguration.AppEnvironment,
+        maxPending: Int
     ) throws(ConfigurationError) {
         let path = "apps.\(app.name).environments.\(env.name.rawValue)"
         let ca = env.ca.map { [CredentialSource.file($0)] }
@@ -68,7 +73,12 @@ struct PoolSettings: Sendable {
                 switch env.credentials {
                 case .pem(let certificate, let key):
                     return try APNSCredentials(
-                        certificate: certificate, key: key, passphrase: env.passphrase, ca: ca, environment: env.name)
+                        certificate: certificate,
+                        key: key,
+                        passphrase: env.passphrase,
+                        ca: ca,
+                        environment: env.name
+                    )
                 case .pkcs12(let pfx):
                     return try APNSCredentials(pkcs12: pfx, passphrase: env.passphrase, ca: ca, environment: env.name)
                 case .token:
@@ -79,7 +89,9 @@ struct PoolSettings: Sendable {
             }
         }
         func validated(_ validate: () throws(APNSError) -> Void) throws(ConfigurationError) {
-            do throws(APNSError) { try validate() } catch { throw ConfigurationError("apps.\(app.name): \(error.message).") }
+            do throws(APNSError) { try validate() } catch {
+                throw ConfigurationError("apps.\(app.name): \(error.message).")
+            }
         }
         let retryLimit = app.connectRetryLimit == 0 ? nil : app.connectRetryLimit
         let connection = app.connection
@@ -88,7 +100,11 @@ struct PoolSettings: Sendable {
         switch app.transport {
         case .binary:
             let credentials = try certificate()
-            var gateway = APNSBinaryConfiguration(host: env.gateway.host, port: env.gateway.port, credentials: credentials)
+            var gateway = APNSBinaryConfiguration(
+                host: env.gateway.host,
+                port: env.gateway.port,
+                credentials: credentials
+            )
             gateway.verifyServer = env.verifyServer
             gateway.maxConnections = app.poolSize
             gateway.cacheMaxCount = app.cacheMaxCount
@@ -106,7 +122,11 @@ struct PoolSettings: Sendable {
             try validated(gateway.validate)
             transport = .binary(gateway)
             if app.feedbackInterval > .zero {
-                var feedback = APNSFeedbackClient.Configuration(host: env.feedback.host, port: env.feedback.port, credentials: credentials)
+                var feedback = APNSFeedbackClient.Configuration(
+                    host: env.feedback.host,
+                    port: env.feedback.port,
+                    credentials: credentials
+                )
                 feedback.verifyServer = env.verifyServer
                 self.feedback = feedback
             }
@@ -123,7 +143,11 @@ struct PoolSettings: Sendable {
                 authentication = .certificate(try certificate())
             }
             var gateway = APNSHTTP2Configuration(
-                host: env.gateway.host, port: env.gateway.port, authentication: authentication, topic: app.bundleId)
+                host: env.gateway.host,
+                port: env.gateway.port,
+                authentication: authentication,
+                topic: app.bundleId
+            )
             if case .token = authentication, let ca {
                 do { try gateway.trust(ca) } catch { throw ConfigurationError("\(path).ca: \(error.message).") }
             }

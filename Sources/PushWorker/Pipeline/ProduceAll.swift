@@ -8,7 +8,11 @@ extension KafkaProducer {
     /// `what` names the messages in log lines (`"result"`, `"job summary"`); `attempted` is
     /// called after every attempt. Returns `false` when the task is cancelled meanwhile.
     func produceAll(
-        _ messages: [KafkaOutgoingMessage], what: String, control: PipelineControl, logger: Logger, attempted: () -> Void = {}
+        _ messages: [KafkaOutgoingMessage],
+        what: String,
+        control: PipelineControl,
+        logger: Logger,
+        attempted: () -> Void = {}
     ) async -> Bool {
         var pending = messages
         var delay: Duration = .milliseconds(50)
@@ -24,7 +28,10 @@ extension KafkaProducer {
                     if error.isMessageTooLarge {
                         logger.error(
                             "A \(what) is over the producer's message.max.bytes and is not written; raise kafka.properties.message.max.bytes",
-                            metadata: ["bytes": "\(message.value.count + (message.key?.count ?? 0))", "error": "\(error)"])
+                            metadata: [
+                                "bytes": "\(message.value.count + (message.key?.count ?? 0))", "error": "\(error)",
+                            ]
+                        )
                         continue
                     }
                     failed.append(message)
@@ -32,7 +39,9 @@ extension KafkaProducer {
                 }
                 if let retriable {
                     logger.warning(
-                        "Some \(what)s were not written; retrying", metadata: ["count": "\(failed.count)", "error": "\(retriable)"])
+                        "Some \(what)s were not written; retrying",
+                        metadata: ["count": "\(failed.count)", "error": "\(retriable)"]
+                    )
                 }
             } catch {
                 logger.error("Cannot write \(what)s to Kafka; retrying", metadata: ["error": "\(error)"])

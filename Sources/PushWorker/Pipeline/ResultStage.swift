@@ -72,8 +72,14 @@ final class ResultStage: Sendable {
     private let logger: Logger
 
     init(
-        store: NotificationStore, producer: KafkaProducer, consumer: KafkaConsumer, localClaims: LocalClaims,
-        limit: InFlightLimit, control: PipelineControl, configuration: WorkerConfiguration, summaries: SummaryStage? = nil,
+        store: NotificationStore,
+        producer: KafkaProducer,
+        consumer: KafkaConsumer,
+        localClaims: LocalClaims,
+        limit: InFlightLimit,
+        control: PipelineControl,
+        configuration: WorkerConfiguration,
+        summaries: SummaryStage? = nil,
         logger: Logger
     ) {
         self.store = store
@@ -114,7 +120,9 @@ final class ResultStage: Sendable {
     func registerSummaries(_ summaries: [(MessageRef, PendingSummary)]) {
         guard !summaries.isEmpty else { return }
         let replaced = state.withLock { s in
-            summaries.reduce(0) { count, entry in count + (s.summaries.updateValue(entry.1, forKey: entry.0) == nil ? 0 : 1) }
+            summaries.reduce(0) { count, entry in
+                count + (s.summaries.updateValue(entry.1, forKey: entry.0) == nil ? 0 : 1)
+            }
         }
         limit.remove(replaced)
     }
@@ -275,20 +283,37 @@ final class ResultStage: Sendable {
         // The written positions reached by earlier batches go with this one.
         let marks = state.withLock { $0.pendingMarks() }
         guard
-            await record(plan.records, unregistered: plan.unregistered, released: plan.released, marks: marks, count: batch.count),
-            await producer.produceAll(plan.messages, what: "result", control: control, logger: logger, attempted: attempted)
+            await record(
+                plan.records,
+                unregistered: plan.unregistered,
+                released: plan.released,
+                marks: marks,
+                count: batch.count
+            ),
+            await producer.produceAll(
+                plan.messages,
+                what: "result",
+                control: control,
+                logger: logger,
+                attempted: attempted
+            )
         else { return }
         // The token results of messages whose job asked for a summary, read outside the lock.
-        let summaryRefs = state.withLock { s in s.summaries.isEmpty ? [] : Set(batch.map(\.ref).filter { s.summaries[$0] != nil }) }
+        let summaryRefs = state.withLock { s in
+            s.summaries.isEmpty ? [] : Set(batch.map(\.ref).filter { s.summaries[$0] != nil })
+        }
         let counted =
             summaryRefs.isEmpty
             ? []
             : batch.compactMap { item in
-                item.summaryCount.flatMap { ref, value in summaryRefs.contains(ref) ? (ref, value.flatMap(TokenResult.init(parsing:))) : nil
+                item.summaryCount.flatMap { ref, value in
+                    summaryRefs.contains(ref) ? (ref, value.flatMap(TokenResult.init(parsing:))) : nil
                 }
             }
         let (ready, dropped) = state.withLock { s -> ([(MessageRef, PendingSummary)], Int) in
-            for mark in marks { s.writtenMarks[mark.topicPartition] = max(s.writtenMarks[mark.topicPartition] ?? -1, mark.offset) }
+            for mark in marks {
+                s.writtenMarks[mark.topicPartition] = max(s.writtenMarks[mark.topicPartition] ?? -1, mark.offset)
+            }
             for item in batch {
                 let ref = item.ref
                 // A released notification's message is not complete: it is consumed again.
@@ -314,20 +339,30 @@ final class ResultStage: Sendable {
     }
 
     private func record(
-        _ records: [RecordedResult], unregistered: [(app: String, environment: String, token: String, since: Int64)],
-        released: [(resultId: String, token: String)], marks: [TopicPartitionOffset], count: Int
+        _ records: [RecordedResult],
+        unregistered: [(app: String, environment: String, token: String, since: Int64)],
+        released: [(resultId: String, token: String)],
+        marks: [TopicPartitionOffset],
+        count: Int
     ) async -> Bool {
         var delay: Duration = .milliseconds(50)
         while true {
             do {
                 try await store.write(
-                    records: records, unregistered: unregistered, released: released, positions: marks,
-                    ttlSeconds: configuration.worker.dedupeTTLSeconds)
+                    records: records,
+                    unregistered: unregistered,
+                    released: released,
+                    positions: marks,
+                    ttlSeconds: configuration.worker.dedupeTTLSeconds
+                )
                 if delay > .milliseconds(50) { control.setRedisDown(false) }
                 return true
             } catch {
                 if Task.isCancelled { return false }
-                logger.error("Cannot record outcomes in Redis; retrying", metadata: ["error": "\(error.message)", "results": "\(count)"])
+                logger.error(
+                    "Cannot record outcomes in Redis; retrying",
+                    metadata: ["error": "\(error.message)", "results": "\(count)"]
+                )
                 control.setRedisDown(true)
                 attempted()
                 try? await Task.sleep(for: delay)
@@ -346,7 +381,10 @@ final class ResultStage: Sendable {
             let skipped = Set(try consumer.store(offsets))
             state.withLock { $0.tracker.markCommitted(offsets.filter { !skipped.contains($0) }) }
         } catch {
-            logger.warning("Cannot store offsets for commit; will retry", metadata: ["error": "\(error)", "offsets": "\(offsets)"])
+            logger.warning(
+                "Cannot store offsets for commit; will retry",
+                metadata: ["error": "\(error)", "offsets": "\(offsets)"]
+            )
             ring { $0.commitNeeded = true }
         }
     }
@@ -362,7 +400,9 @@ final class ResultStage: Sendable {
     func positionsStored(for selection: Set<TopicPartition>) -> Bool {
         state.withLock { s in
             s.writerExited
-                || s.tracker.positions(in: selection).allSatisfy { $0.offset <= (s.writtenMarks[$0.topicPartition] ?? -1) }
+                || s.tracker.positions(in: selection).allSatisfy {
+                    $0.offset <= (s.writtenMarks[$0.topicPartition] ?? -1)
+                }
         }
     }
 
@@ -372,12 +412,18 @@ final class ResultStage: Sendable {
         guard !marks.isEmpty else { return }
         do {
             try await store.write(
-                records: [], unregistered: [], released: [], positions: marks, ttlSeconds: configuration.worker.dedupeTTLSeconds)
+                records: [],
+                unregistered: [],
+                released: [],
+                positions: marks,
+                ttlSeconds: configuration.worker.dedupeTTLSeconds
+            )
             state.withLock { s in for mark in marks { s.writtenMarks[mark.topicPartition] = mark.offset } }
         } catch {
             logger.warning(
                 "Cannot store the written positions; the next owners may write some results again",
-                metadata: ["error": "\(error.message)"])
+                metadata: ["error": "\(error.message)"]
+            )
         }
     }
 
@@ -387,11 +433,15 @@ final class ResultStage: Sendable {
     func leaveHandoffs(_ positions: [TopicPartitionOffset]) async {
         do {
             try await store.storeHandoffs(
-                positions, at: ResultFactory.nowMilliseconds(), ttlSeconds: configuration.worker.dedupeTTLSeconds)
+                positions,
+                at: ResultFactory.nowMilliseconds(),
+                ttlSeconds: configuration.worker.dedupeTTLSeconds
+            )
         } catch {
             logger.warning(
                 "Cannot leave hand-off marks; the next owners write the results of bad input again",
-                metadata: ["error": "\(error.message)", "offsets": "\(positions)"])
+                metadata: ["error": "\(error.message)", "offsets": "\(positions)"]
+            )
         }
     }
 

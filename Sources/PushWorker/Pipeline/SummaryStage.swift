@@ -41,9 +41,15 @@ struct PendingSummary: Sendable {
             DeviceToken.lowercaseHex(UnsafeBufferPointer(rebasing: $0.bindMemory(to: UInt8.self)[..<16]))
         }
         check = NotificationStore.SummaryCheck(
-            jobId: job.id, summaryId: WorkerResult.summaryId(jobId: job.id, dryRun: dryRun), fingerprint: fingerprint,
-            tokens: job.tokens.count, topic: ref.partition.topic,
-            partition: ref.partition.partition, offset: ref.offset, outcomes: [])
+            jobId: job.id,
+            summaryId: WorkerResult.summaryId(jobId: job.id, dryRun: dryRun),
+            fingerprint: fingerprint,
+            tokens: job.tokens.count,
+            topic: ref.partition.topic,
+            partition: ref.partition.partition,
+            offset: ref.offset,
+            outcomes: []
+        )
         app = job.app
         self.environment = environment
         remaining = 0
@@ -57,7 +63,9 @@ struct PendingSummary: Sendable {
     mutating func count(_ result: TokenResult?) {
         remaining -= 1
         guard let result, let place = places[result.resultId] else { return }
-        check.outcomes.append(.init(index: place, status: result.status, otherType: result.otherType, token: result.token, at: result.at))
+        check.outcomes.append(
+            .init(index: place, status: result.status, otherType: result.otherType, token: result.token, at: result.at)
+        )
     }
 }
 
@@ -74,7 +82,8 @@ struct TokenResult: Sendable {
     /// A serialized result of a token; `nil` for results of other things (`feedback`,
     /// `invalidJob`, `jobSummary`) and for what cannot be read.
     init?(parsing value: [UInt8]) {
-        guard let json = try? JSONValue.parse(value), let resultId = json["resultId"]?.stringValue, let at = json["at"]?.intValue,
+        guard let json = try? JSONValue.parse(value), let resultId = json["resultId"]?.stringValue,
+            let at = json["at"]?.intValue,
             let type = json["type"]?.stringValue
         else { return nil }
         switch type {
@@ -133,8 +142,12 @@ final class SummaryStage: Sendable {
     static let busyDelay: Duration = .seconds(1)
 
     init(
-        store: NotificationStore, producer: KafkaProducer, control: PipelineControl, factory: ResultFactory,
-        configuration: WorkerConfiguration, logger: Logger
+        store: NotificationStore,
+        producer: KafkaProducer,
+        control: PipelineControl,
+        factory: ResultFactory,
+        configuration: WorkerConfiguration,
+        logger: Logger
     ) {
         self.store = store
         self.producer = producer
@@ -202,7 +215,10 @@ final class SummaryStage: Sendable {
         var held: [Waiting] = []
         var summaries: [(ref: MessageRef, summary: JobSummary)] = []
         let checks = batch.map(\.pending.check)
-        guard let decisions = await retrying({ () throws(RedisError) in try await store.checkSummaries(checks, ttlSeconds: ttl) })
+        guard
+            let decisions = await retrying({ () throws(RedisError) in
+                try await store.checkSummaries(checks, ttlSeconds: ttl)
+            })
         else { return }
         for (item, decision) in zip(batch, decisions) {
             switch decision {
@@ -222,11 +238,20 @@ final class SummaryStage: Sendable {
         }
         if !summaries.isEmpty {
             let messages = summaries.map {
-                KafkaOutgoingMessage(topic: configuration.kafka.resultsTopic, key: $0.summary.key, value: $0.summary.serialized())
+                KafkaOutgoingMessage(
+                    topic: configuration.kafka.resultsTopic,
+                    key: $0.summary.key,
+                    value: $0.summary.serialized()
+                )
             }
-            guard await producer.produceAll(messages, what: "job summary", control: control, logger: logger) else { return }
+            guard await producer.produceAll(messages, what: "job summary", control: control, logger: logger) else {
+                return
+            }
             let summaryIds = summaries.map(\.summary.resultId)
-            guard await retrying({ () throws(RedisError) in try await store.markSummariesWritten(summaryIds, ttlSeconds: ttl) }) != nil
+            guard
+                await retrying({ () throws(RedisError) in
+                    try await store.markSummariesWritten(summaryIds, ttlSeconds: ttl)
+                }) != nil
             else { return }
             control.metrics.increment(MetricCatalogue.resultsProduced, by: summaries.count)
             control.count { $0.results += summaries.count }

@@ -21,7 +21,8 @@ extension Worker {
         // A member that dies is noticed within 10 s (librdkafka's own default is 45 s), and a
         // rebalance reaches the members within a second.
         consumerConfig.properties["session.timeout.ms"] = consumerConfig.properties["session.timeout.ms"] ?? "10000"
-        consumerConfig.properties["heartbeat.interval.ms"] = consumerConfig.properties["heartbeat.interval.ms"] ?? "1000"
+        consumerConfig.properties["heartbeat.interval.ms"] =
+            consumerConfig.properties["heartbeat.interval.ms"] ?? "1000"
         if let instance = configuration.kafka.groupInstanceId {
             // Static membership: a restarted worker with the same id takes its partitions back
             // within the session timeout, without a rebalance.
@@ -31,7 +32,8 @@ extension Worker {
         // Offsets are stored once their results are written; librdkafka commits them.
         consumerConfig.properties["enable.auto.commit"] = "true"
         consumerConfig.properties["enable.auto.offset.store"] = "false"
-        consumerConfig.properties["auto.commit.interval.ms"] = consumerConfig.properties["auto.commit.interval.ms"] ?? "200"
+        consumerConfig.properties["auto.commit.interval.ms"] =
+            consumerConfig.properties["auto.commit.interval.ms"] ?? "200"
         do {
             let producer = try KafkaProducer(configuration: producerConfig)
             // Revocations are reported, not applied: the worker finishes the partitions' work
@@ -60,7 +62,8 @@ extension Worker {
             // Notifications queued in a pool that cannot reach its gateway cannot finish now: the
             // partition is handed on without them (their outcome is recorded when the gateway
             // answers; the next owner waits for that claim and produces its result).
-            stages.results.active(in: selection) - stages.delivery.stuck(in: selection) + stages.claims.pending(in: selection)
+            stages.results.active(in: selection) - stages.delivery.stuck(in: selection)
+                + stages.claims.pending(in: selection)
                 + stages.summaries.active(in: selection)
         }
         let before = outstanding()
@@ -72,7 +75,8 @@ extension Worker {
             if !(await control.waitForProgress(until: deadline)) {
                 logger.warning(
                     "Revoked partitions still had notifications in flight; handing them back",
-                    metadata: ["partitions": "\(partitions)"])
+                    metadata: ["partitions": "\(partitions)"]
+                )
                 break
             }
         }
@@ -86,7 +90,9 @@ extension Worker {
             stages.results.requestPositions()
             if !(await control.waitForProgress(until: marksDeadline)) {
                 logger.warning(
-                    "Cannot store the written positions of revoked partitions in time", metadata: ["partitions": "\(partitions)"])
+                    "Cannot store the written positions of revoked partitions in time",
+                    metadata: ["partitions": "\(partitions)"]
+                )
                 break
             }
         }
@@ -117,7 +123,8 @@ extension Worker {
                 if !error.isRetriable || ContinuousClock.now + delay > deadline {
                     logger.warning(
                         "Cannot commit the offsets of partitions handed on; leaving hand-off marks in Redis so that their next owner skips the messages whose results are written",
-                        metadata: ["error": "\(error)", "offsets": "\(offsets)"])
+                        metadata: ["error": "\(error)", "offsets": "\(offsets)"]
+                    )
                     await results.leaveHandoffs(offsets)
                     return
                 }

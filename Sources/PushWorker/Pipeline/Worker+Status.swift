@@ -72,7 +72,9 @@ extension Worker {
     public var liveness: WorkerHealth {
         guard let results = stages.withLock({ $0?.results }) else { return .healthy }
         if let stuck = results.stuck(for: Self.stuckAfter) {
-            return WorkerHealth(problem: "the result writer has not written for \(stuck.components.seconds) s with results pending")
+            return WorkerHealth(
+                problem: "the result writer has not written for \(stuck.components.seconds) s with results pending"
+            )
         }
         return .healthy
     }
@@ -82,14 +84,25 @@ extension Worker {
         let (stages, lag) = (self.stages.withLock { $0 }, observed.withLock { $0.lag })
         let assigned = (try? stages?.consumer.assignment()) ?? []
         return WorkerSnapshot(
-            worker: configuration.worker.id, group: configuration.kafka.groupId, uptime: .now - started, readiness: readiness,
-            liveness: liveness, inFlight: limit.inFlight, redisUp: stages != nil && !control.isRedisDown,
+            worker: configuration.worker.id,
+            group: configuration.kafka.groupId,
+            uptime: .now - started,
+            readiness: readiness,
+            liveness: liveness,
+            inFlight: limit.inFlight,
+            redisUp: stages != nil && !control.isRedisDown,
             partitions: assigned.sorted { ($0.topic, $0.partition) < ($1.topic, $1.partition) }.map {
                 PartitionLag(partition: $0, lag: lag[$0])
             },
             pools: (stages?.delivery.snapshots() ?? []).map {
-                PoolState(app: $0.key.app, environment: $0.key.environment, transport: $0.transport, snapshot: $0.snapshot)
-            })
+                PoolState(
+                    app: $0.key.app,
+                    environment: $0.key.environment,
+                    transport: $0.transport,
+                    snapshot: $0.snapshot
+                )
+            }
+        )
     }
 
     /// Brings the metrics that are read rather than counted up to date; the status server calls
@@ -120,7 +133,9 @@ extension Worker {
             o.exported = Set(lag.keys)
             return (lag, gone)
         }
-        for partition in gone { metrics.remove(MetricCatalogue.consumerLag, [partition.topic, "\(partition.partition)"]) }
+        for partition in gone {
+            metrics.remove(MetricCatalogue.consumerLag, [partition.topic, "\(partition.partition)"])
+        }
         for (partition, value) in lag {
             metrics.set(MetricCatalogue.consumerLag, [partition.topic, "\(partition.partition)"], to: Int(value))
         }
@@ -133,8 +148,12 @@ extension Worker {
         metrics.set(MetricCatalogue.poolConnections, labels + ["open"], to: pool.open)
         metrics.set(MetricCatalogue.poolConnections, labels + ["connecting"], to: pool.connecting)
         metrics.set(MetricCatalogue.poolConnections, labels + ["backoff"], to: pool.backingOff)
-        if let cached = pool.cachedNotifications { metrics.set(MetricCatalogue.sentCacheNotifications, appEnvironment, to: cached) }
-        if let streams = pool.streamsInUse { metrics.set(MetricCatalogue.http2StreamsInUse, appEnvironment, to: streams) }
+        if let cached = pool.cachedNotifications {
+            metrics.set(MetricCatalogue.sentCacheNotifications, appEnvironment, to: cached)
+        }
+        if let streams = pool.streamsInUse {
+            metrics.set(MetricCatalogue.http2StreamsInUse, appEnvironment, to: streams)
+        }
         metrics.advance(MetricCatalogue.connectionsOpened, labels, to: pool.connectionsOpened)
         for (reason, count) in pool.connectFailures {
             metrics.advance(MetricCatalogue.connectFailures, labels + [reason.rawValue], to: count)
@@ -175,7 +194,9 @@ extension Worker {
             } catch {
                 if error.isCancellation { return }
                 // Once per spell of failures: the lag metric keeps its last value meanwhile.
-                if !failing { logger.warning("Cannot read the consumer lag; retrying", metadata: ["error": "\(error)"]) }
+                if !failing {
+                    logger.warning("Cannot read the consumer lag; retrying", metadata: ["error": "\(error)"])
+                }
                 failing = true
             }
             do { try await Task.sleep(for: Self.lagInterval) } catch { return }

@@ -62,7 +62,9 @@ public final class Worker: Service, Sendable {
     /// - Throws: a ``ConfigurationError`` naming the setting when an app's credentials cannot be
     ///   loaded (a file that is not a certificate or key, a wrong passphrase, a bad signing key).
     public init(
-        configuration: WorkerConfiguration, metrics: WorkerMetrics = WorkerMetrics(), logger: Logger = Logger(label: "apn-worker")
+        configuration: WorkerConfiguration,
+        metrics: WorkerMetrics = WorkerMetrics(),
+        logger: Logger = Logger(label: "apn-worker")
     ) throws(ConfigurationError) {
         self.configuration = configuration
         self.control = PipelineControl(metrics: metrics)
@@ -128,31 +130,78 @@ public final class Worker: Service, Sendable {
         let connections = await cancelWhenGracefulShutdown { await redisService.connections() }
         // Stopped (or cancelled) before Redis answered: nothing was consumed.
         guard let claimRedis = connections?.claims, let stateRedis = connections?.state else { return }
-        let claimStore = NotificationStore(redis: claimRedis, prefix: Worker.redisKeyPrefix, owner: owner, metrics: control.metrics)
-        let store = NotificationStore(redis: stateRedis, prefix: Worker.redisKeyPrefix, owner: owner, metrics: control.metrics)
+        let claimStore = NotificationStore(
+            redis: claimRedis,
+            prefix: Worker.redisKeyPrefix,
+            owner: owner,
+            metrics: control.metrics
+        )
+        let store = NotificationStore(
+            redis: stateRedis,
+            prefix: Worker.redisKeyPrefix,
+            owner: owner,
+            metrics: control.metrics
+        )
 
         let factory = ResultFactory(worker: configuration.worker.id)
         let localClaims = LocalClaims(capacity: configuration.worker.maxInFlight)
         let summaries = SummaryStage(
-            store: store, producer: producer, control: control, factory: factory, configuration: configuration, logger: logger)
+            store: store,
+            producer: producer,
+            control: control,
+            factory: factory,
+            configuration: configuration,
+            logger: logger
+        )
         let results = ResultStage(
-            store: store, producer: producer, consumer: consumer, localClaims: localClaims, limit: limit,
-            control: control, configuration: configuration, summaries: summaries, logger: logger)
+            store: store,
+            producer: producer,
+            consumer: consumer,
+            localClaims: localClaims,
+            limit: limit,
+            control: control,
+            configuration: configuration,
+            summaries: summaries,
+            logger: logger
+        )
         let signals = AsyncStream<ClaimStage.Signal>.makeStream()
         let delivery = DeliveryStage(
-            pools: pools, results: results, claimSignals: signals.continuation, factory: factory,
-            control: control, logger: logger)
+            pools: pools,
+            results: results,
+            claimSignals: signals.continuation,
+            factory: factory,
+            control: control,
+            logger: logger
+        )
         let claims = ClaimStage(
-            store: claimStore, results: results, delivery: delivery, localClaims: localClaims, control: control,
-            limit: limit, factory: factory, configuration: configuration, signals: signals, logger: logger)
+            store: claimStore,
+            results: results,
+            delivery: delivery,
+            localClaims: localClaims,
+            control: control,
+            limit: limit,
+            factory: factory,
+            configuration: configuration,
+            signals: signals,
+            logger: logger
+        )
         let intake = IntakeStage(configuration: configuration, factory: factory, logger: logger)
         let stages = Stages(
-            consumer: consumer, claims: claims, delivery: delivery, results: results, summaries: summaries,
-            redis: [claimRedis, stateRedis])
+            consumer: consumer,
+            claims: claims,
+            delivery: delivery,
+            results: results,
+            summaries: summaries,
+            redis: [claimRedis, stateRedis]
+        )
         self.stages.withLock { $0 = stages }
         logger.info(
             "Worker started",
-            metadata: ["owner": "\(owner)", "group": "\(configuration.kafka.groupId)", "topic": "\(configuration.kafka.requestsTopic)"])
+            metadata: [
+                "owner": "\(owner)", "group": "\(configuration.kafka.groupId)",
+                "topic": "\(configuration.kafka.requestsTopic)",
+            ]
+        )
 
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.heartbeat(store) }
@@ -172,9 +221,15 @@ public final class Worker: Service, Sendable {
             var failure: (any Error)? = nil
             do {
                 try await intake.run(
-                    consumer: consumer, batchSize: configuration.worker.batchSize, window: configuration.worker.batchWindow,
+                    consumer: consumer,
+                    batchSize: configuration.worker.batchSize,
+                    window: configuration.worker.batchWindow,
                     control: control,
-                    limit: limit, results: results, claims: claims, store: store)
+                    limit: limit,
+                    results: results,
+                    claims: claims,
+                    store: store
+                )
             } catch {
                 failure = error
                 logger.error("Consumption failed; shutting down", metadata: ["error": "\(error)"])
@@ -193,17 +248,32 @@ public final class Worker: Service, Sendable {
             $0.redisRoundTrips = claimRedis.roundTrips + stateRedis.roundTrips
             $0.redisRedirects = claimRedis.redirects + stateRedis.redirects
         }
-        do { try await store.retire() } catch { logger.notice("Cannot remove the liveness key", metadata: ["error": "\(error)"]) }
+        do { try await store.retire() } catch {
+            logger.notice("Cannot remove the liveness key", metadata: ["error": "\(error)"])
+        }
         logger.info("Worker stopped", metadata: ["statistics": "\(statistics)"])
     }
 
-    private func feedbackStages(store: NotificationStore, producer: KafkaProducer, factory: ResultFactory) -> [FeedbackStage] {
+    private func feedbackStages(
+        store: NotificationStore,
+        producer: KafkaProducer,
+        factory: ResultFactory
+    ) -> [FeedbackStage] {
         pools.compactMap { key, pool in
             pool.feedback.map {
                 FeedbackStage(
-                    app: key.app, environment: key.environment, configuration: $0, interval: pool.feedbackInterval, store: store,
-                    producer: producer, factory: factory, control: control, resultsTopic: configuration.kafka.resultsTopic,
-                    dedupeTTLSeconds: configuration.worker.dedupeTTLSeconds, logger: logger)
+                    app: key.app,
+                    environment: key.environment,
+                    configuration: $0,
+                    interval: pool.feedbackInterval,
+                    store: store,
+                    producer: producer,
+                    factory: factory,
+                    control: control,
+                    resultsTopic: configuration.kafka.resultsTopic,
+                    dedupeTTLSeconds: configuration.worker.dedupeTTLSeconds,
+                    logger: logger
+                )
             }
         }
     }
@@ -231,7 +301,10 @@ public final class Worker: Service, Sendable {
     /// Stop consuming, finish what was sent, write results, store positions and commit; the
     /// consumer's own service leaves the group once the worker returned.
     private func drain(
-        consumer: KafkaConsumer, claims: ClaimStage, delivery: DeliveryStage, results: ResultStage,
+        consumer: KafkaConsumer,
+        claims: ClaimStage,
+        delivery: DeliveryStage,
+        results: ResultStage,
     ) async {
         let deadline = ContinuousClock.now + configuration.worker.shutdownTimeout
         // Held and parked notifications are not claimed: hand them back.
@@ -242,7 +315,8 @@ public final class Worker: Service, Sendable {
         if !(await limit.waitUntilEmpty(deadline: max(deadline, .now + .milliseconds(100)))) {
             logger.warning(
                 "Shutdown timeout reached with notifications in flight; their messages will be consumed again",
-                metadata: ["inFlight": "\(limit.inFlight)"])
+                metadata: ["inFlight": "\(limit.inFlight)"]
+            )
         }
         // The written positions of everything finished, before the partitions are handed on;
         // then their offsets, committed (or hand-off marks left) while they are this member's.

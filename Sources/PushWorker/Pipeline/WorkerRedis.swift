@@ -31,7 +31,9 @@ final class WorkerRedis: Service, Sendable {
 
     func run() async throws {
         defer { connectedIn.finish() }
-        guard let connections = await Self.connect(configuration: configuration, owner: owner, logger: logger) else { return }
+        guard let connections = await Self.connect(configuration: configuration, owner: owner, logger: logger) else {
+            return
+        }
         connectedIn.yield(connections)
         try? await gracefulShutdown()
         await connections.claims.close()
@@ -45,9 +47,12 @@ final class WorkerRedis: Service, Sendable {
     }
 
     /// Both connections, each retried until Redis answers; `nil` when cancelled meanwhile.
-    private static func connect(configuration: WorkerConfiguration, owner: String, logger: Logger) async -> Connections? {
-        guard let claims = await connect(purpose: "claims", configuration: configuration, owner: owner, logger: logger) else { return nil }
-        guard let state = await connect(purpose: "state", configuration: configuration, owner: owner, logger: logger) else {
+    private static func connect(configuration: WorkerConfiguration, owner: String, logger: Logger) async -> Connections?
+    {
+        guard let claims = await connect(purpose: "claims", configuration: configuration, owner: owner, logger: logger)
+        else { return nil }
+        guard let state = await connect(purpose: "state", configuration: configuration, owner: owner, logger: logger)
+        else {
             await claims.close()
             return nil
         }
@@ -55,12 +60,18 @@ final class WorkerRedis: Service, Sendable {
     }
 
     private static func connect(
-        purpose: String, configuration: WorkerConfiguration, owner: String, logger: Logger
+        purpose: String,
+        configuration: WorkerConfiguration,
+        owner: String,
+        logger: Logger
     ) async -> RedisClient? {
         var delay: Duration = .milliseconds(100)
         while !Task.isCancelled {
             do throws(RedisError) {
-                let client = try await RedisClient.connect(seeds: configuration.redisSeeds, cluster: configuration.redisCluster)
+                let client = try await RedisClient.connect(
+                    seeds: configuration.redisSeeds,
+                    cluster: configuration.redisCluster
+                )
                 do {
                     try await NotificationStore(redis: client, prefix: Worker.redisKeyPrefix, owner: owner).prepare()
                 } catch {
@@ -71,7 +82,11 @@ final class WorkerRedis: Service, Sendable {
             } catch {
                 logger.warning(
                     "Redis is unreachable; retrying",
-                    metadata: ["endpoint": "\(configuration.redis.endpoint)", "purpose": "\(purpose)", "error": "\(error.message)"])
+                    metadata: [
+                        "endpoint": "\(configuration.redis.endpoint)", "purpose": "\(purpose)",
+                        "error": "\(error.message)",
+                    ]
+                )
                 try? await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(2))
             }

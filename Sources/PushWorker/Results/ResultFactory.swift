@@ -15,12 +15,31 @@ struct ResultFactory: Sendable {
     }
 
     /// `invalidJob` for a message that is not a job at all.
-    func invalidJob(_ ref: MessageRef, jobId: String?, app: String?, reason: String, metadata: [UInt8]? = nil, at: Int64) -> ResultItem {
+    func invalidJob(
+        _ ref: MessageRef,
+        jobId: String?,
+        app: String?,
+        reason: String,
+        metadata: [UInt8]? = nil,
+        at: Int64
+    ) -> ResultItem {
         var result = WorkerResult(
             kind: .invalidJob,
-            resultId: WorkerResult.invalidJobId(topic: ref.partition.topic, partition: ref.partition.partition, offset: ref.offset),
-            jobId: jobId, app: app, status: .invalidJob, reason: reason, topic: ref.partition.topic,
-            partition: ref.partition.partition, offset: ref.offset, worker: worker, at: at)
+            resultId: WorkerResult.invalidJobId(
+                topic: ref.partition.topic,
+                partition: ref.partition.partition,
+                offset: ref.offset
+            ),
+            jobId: jobId,
+            app: app,
+            status: .invalidJob,
+            reason: reason,
+            topic: ref.partition.topic,
+            partition: ref.partition.partition,
+            offset: ref.offset,
+            worker: worker,
+            at: at
+        )
         result.metadata = metadata
         return .rejected(ref, result.message())
     }
@@ -28,13 +47,30 @@ struct ResultFactory: Sendable {
     /// A `transmissionError` for a notification that cannot be sent as given (rejected job,
     /// malformed token, invalid payload): produced, not recorded.
     func rejected(
-        _ ref: MessageRef, jobId: String, app: String?, environment: String?, token: String,
-        status: APNSStatus, reason: String, metadata: [UInt8]? = nil, at: Int64
+        _ ref: MessageRef,
+        jobId: String,
+        app: String?,
+        environment: String?,
+        token: String,
+        status: APNSStatus,
+        reason: String,
+        metadata: [UInt8]? = nil,
+        at: Int64
     ) -> ResultItem {
         var result = WorkerResult(
-            kind: .transmissionError, resultId: WorkerResult.notificationId(jobId: jobId, token: token), jobId: jobId,
-            app: app, environment: environment, token: token, status: status, reason: reason, attempts: 0,
-            possibleDuplicate: false, worker: worker, at: at)
+            kind: .transmissionError,
+            resultId: WorkerResult.notificationId(jobId: jobId, token: token),
+            jobId: jobId,
+            app: app,
+            environment: environment,
+            token: token,
+            status: status,
+            reason: reason,
+            attempts: 0,
+            possibleDuplicate: false,
+            worker: worker,
+            at: at
+        )
         result.metadata = metadata
         return .rejected(ref, result.message())
     }
@@ -43,12 +79,28 @@ struct ResultFactory: Sendable {
     /// recorded, then produced.
     func decided(_ c: Candidate, status: APNSStatus, reason: String, at: Int64) -> ResultItem {
         var result = WorkerResult(
-            kind: .transmissionError, resultId: c.resultId, jobId: c.job.jobId, app: c.job.app,
-            environment: c.job.environment.rawValue, token: c.tokenHex, status: status, reason: reason, attempts: 0,
-            possibleDuplicate: false, worker: worker, at: at)
+            kind: .transmissionError,
+            resultId: c.resultId,
+            jobId: c.job.jobId,
+            app: c.job.app,
+            environment: c.job.environment.rawValue,
+            token: c.tokenHex,
+            status: status,
+            reason: reason,
+            attempts: 0,
+            possibleDuplicate: false,
+            worker: worker,
+            at: at
+        )
         result.metadata = c.job.metadata
         return .decided(
-            RecordedResult(ref: c.ref, resultId: c.resultId, token: c.tokenHex, result: result.message(since: c.job.producedAt)))
+            RecordedResult(
+                ref: c.ref,
+                resultId: c.resultId,
+                token: c.tokenHex,
+                result: result.message(since: c.job.producedAt)
+            )
+        )
     }
 
     /// The result of a pool's outcome, made at `at` (UNIX ms; the outcomes of one batch share
@@ -58,10 +110,19 @@ struct ResultFactory: Sendable {
         let c = context.candidate
         let env = c.job.environment.rawValue
         var result = WorkerResult(
-            kind: outcome.isTransmitted ? .transmitted : .transmissionError, resultId: c.resultId, jobId: c.job.jobId,
-            app: c.job.app, environment: env, token: c.tokenHex, status: outcome.status,
+            kind: outcome.isTransmitted ? .transmitted : .transmissionError,
+            resultId: c.resultId,
+            jobId: c.job.jobId,
+            app: c.job.app,
+            environment: env,
+            token: c.tokenHex,
+            status: outcome.status,
             reason: outcome.status.map { outcome.reason ?? outcome.message ?? $0.reason },
-            attempts: outcome.attempts, possibleDuplicate: outcome.possibleDuplicate || context.takeover, worker: worker, at: at)
+            attempts: outcome.attempts,
+            possibleDuplicate: outcome.possibleDuplicate || context.takeover,
+            worker: worker,
+            at: at
+        )
         result.apnsId = outcome.apnsID
         result.apnsUniqueId = outcome.apnsUniqueID
         result.metadata = c.job.metadata
@@ -79,27 +140,53 @@ struct ResultFactory: Sendable {
         }
         return .delivered(
             RecordedResult(
-                ref: c.ref, resultId: c.resultId, token: c.tokenHex, result: result.message(since: c.job.producedAt), feedback: feedback,
-                unregister: unregister))
+                ref: c.ref,
+                resultId: c.resultId,
+                token: c.tokenHex,
+                result: result.message(since: c.job.producedAt),
+                feedback: feedback,
+                unregister: unregister
+            )
+        )
     }
 
     /// A `dryRun` result: the notification was claimed (and counted against the rate limits) but
     /// not written to Apple. Recorded, then produced, like a decided outcome.
     func dryRun(_ c: Candidate, at: Int64) -> ResultItem {
         var result = WorkerResult(
-            kind: .dryRun, resultId: c.resultId, jobId: c.job.jobId, app: c.job.app, environment: c.job.environment.rawValue,
-            token: c.tokenHex, worker: worker, at: at)
+            kind: .dryRun,
+            resultId: c.resultId,
+            jobId: c.job.jobId,
+            app: c.job.app,
+            environment: c.job.environment.rawValue,
+            token: c.tokenHex,
+            worker: worker,
+            at: at
+        )
         result.payloadBytes = c.job.content.payload?.count ?? 0
         result.metadata = c.job.metadata
         return .decided(
-            RecordedResult(ref: c.ref, resultId: c.resultId, token: c.tokenHex, result: result.message(since: c.job.producedAt)))
+            RecordedResult(
+                ref: c.ref,
+                resultId: c.resultId,
+                token: c.tokenHex,
+                result: result.message(since: c.job.producedAt)
+            )
+        )
     }
 
     /// A `feedback` result: the token was reported unregistered at `timestamp` (UNIX seconds).
     func feedback(app: String, environment: String, token: String, timestamp: Int64, at: Int64) -> ResultMessage {
         let result = WorkerResult(
-            kind: .feedback, resultId: WorkerResult.feedbackId(app: app, environment: environment, token: token, timestamp: timestamp),
-            app: app, environment: environment, token: token, timestamp: timestamp, worker: worker, at: at)
+            kind: .feedback,
+            resultId: WorkerResult.feedbackId(app: app, environment: environment, token: token, timestamp: timestamp),
+            app: app,
+            environment: environment,
+            token: token,
+            timestamp: timestamp,
+            worker: worker,
+            at: at
+        )
         return result.message()
     }
 }

@@ -51,10 +51,17 @@ public struct WorkerResult: Sendable, Hashable {
     /// The message for `apn.results`, with what the metrics count it as.
     func message(since: Int64? = nil) -> ResultMessage {
         ResultMessage(
-            key: key, value: serialized(),
+            key: key,
+            value: serialized(),
             metric: ResultMetric(
-                kind: kind, possibleDuplicate: possibleDuplicate ?? false, environment: environment.flatMap(APNSEnvironment.init),
-                status: status, app: app, since: since ?? 0))
+                kind: kind,
+                possibleDuplicate: possibleDuplicate ?? false,
+                environment: environment.flatMap(APNSEnvironment.init),
+                status: status,
+                app: app,
+                since: since ?? 0
+            )
+        )
     }
 
     public var key: [UInt8]? {
@@ -144,7 +151,8 @@ public struct WorkerResult: Sendable, Hashable {
         size += text(topic, 9) + text(worker, 10) + (metadata.map { 12 + $0.count } ?? 0)
         if let status { size += 10 + 6 + text(status.name, 14) }
         size += number(attempts != nil, 12) + (possibleDuplicate != nil ? 26 : 0) + number(payloadBytes != nil, 16)
-        size += number(timestamp != nil, 13) + number(partition != nil, 13) + number(offset != nil, 10) + number(true, 6)
+        size +=
+            number(timestamp != nil, 13) + number(partition != nil, 13) + number(offset != nil, 10) + number(true, 6)
         return size + 1
     }
 
@@ -191,7 +199,9 @@ public struct WorkerResult: Sendable, Hashable {
                     _ = UnsafeMutableBufferPointer(rebasing: text[(3 + a.count)...]).initialize(from: b)
                     let hash = SHA256.hash(data: UnsafeRawBufferPointer(text))
                     return hash.withUnsafeBytes { digest in
-                        DeviceToken.lowercaseHex(UnsafeBufferPointer(rebasing: digest.bindMemory(to: UInt8.self)[..<16]))
+                        DeviceToken.lowercaseHex(
+                            UnsafeBufferPointer(rebasing: digest.bindMemory(to: UInt8.self)[..<16])
+                        )
                     }
                 }
             }

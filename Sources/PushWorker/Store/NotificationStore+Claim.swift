@@ -60,14 +60,25 @@ extension NotificationStore {
     /// each when the claim meets another worker's claim (is it alive?), a recorded outcome
     /// (is its message's result written?), or permits left unused (given back).
     func claim<Request: ClaimSubject>(
-        topic: String, _ requests: [Request], ttlSeconds: Int, nowMilliseconds: Int64
+        topic: String,
+        _ requests: [Request],
+        ttlSeconds: Int,
+        nowMilliseconds: Int64
     ) async throws(RedisError) -> [ClaimDecision] {
         guard !requests.isEmpty else { return [] }
         let tags = requests.map { keys.tag(token: $0.tokenHex) }
         let hour = nowMilliseconds / 3_600_000
         let (permits, taken) = try await takePermits(requests, nowMilliseconds: nowMilliseconds)
         var codes = try await runClaims(
-            topic: topic, requests, Array(requests.indices), tags: tags, hour: hour, permits: permits, dead: [], ttlSeconds: ttlSeconds)
+            topic: topic,
+            requests,
+            Array(requests.indices),
+            tags: tags,
+            hour: hour,
+            permits: permits,
+            dead: [],
+            ttlSeconds: ttlSeconds
+        )
 
         // Claims of other workers for the same message: taken over if the worker is dead.
         let others = codes.indices.filter { ClaimReply(code: codes[$0]) == .otherOwner }
@@ -76,21 +87,35 @@ extension NotificationStore {
             let takeOver = others.filter { dead.contains(String(decoding: codes[$0].dropFirst(), as: UTF8.self)) }
             if !takeOver.isEmpty {
                 let again = try await runClaims(
-                    topic: topic, requests, takeOver, tags: tags, hour: hour, permits: permits, dead: dead, ttlSeconds: ttlSeconds)
+                    topic: topic,
+                    requests,
+                    takeOver,
+                    tags: tags,
+                    hour: hour,
+                    permits: permits,
+                    dead: dead,
+                    ttlSeconds: ttlSeconds
+                )
                 for (index, code) in zip(takeOver, again) { codes[index] = code }
             }
         }
 
         // Outcomes recorded by this same message: is its result written already?
         var written: [Int32: Int64] = [:]
-        let recorded = Set(codes.indices.filter { ClaimReply(code: codes[$0]) == .recorded }.map { requests[$0].partition })
+        let recorded = Set(
+            codes.indices.filter { ClaimReply(code: codes[$0]) == .recorded }.map { requests[$0].partition }
+        )
         if !recorded.isEmpty {
             let partitions = recorded.sorted()
             let replies = try await measured { () throws(RedisError) in
-                try await redis.pipeline(partitions.map { [Array("GET".utf8), keys.writtenPosition(topic: topic, partition: $0)] })
+                try await redis.pipeline(
+                    partitions.map { [Array("GET".utf8), keys.writtenPosition(topic: topic, partition: $0)] }
+                )
             }
             for (partition, reply) in zip(partitions, replies) {
-                if let message = reply.errorMessage { throw RedisError(.server("ERR"), "Redis refused a written position: \(message)") }
+                if let message = reply.errorMessage {
+                    throw RedisError(.server("ERR"), "Redis refused a written position: \(message)")
+                }
                 written[partition] = reply.string.flatMap { Int64($0) } ?? -1
             }
         }
@@ -99,8 +124,10 @@ extension NotificationStore {
         let decisions = try codes.indices.map { index throws(RedisError) in
             let code = codes[index]
             return try Self.decision(
-                code, offset: requests[index].offset,
-                writtenPosition: ClaimReply(code: code) == .recorded ? written[requests[index].partition] ?? -1 : -1)
+                code,
+                offset: requests[index].offset,
+                writtenPosition: ClaimReply(code: code) == .recorded ? written[requests[index].partition] ?? -1 : -1
+            )
         }
         try await returnUnused(taken, requests: requests, permits: permits, decisions: decisions)
         return decisions
@@ -109,7 +136,8 @@ extension NotificationStore {
     /// The app rate limits' permits for this second: which requests may be sent (all of them
     /// for apps without a limit), and how many each app's counter gave.
     private func takePermits<Request: ClaimSubject>(
-        _ requests: [Request], nowMilliseconds: Int64
+        _ requests: [Request],
+        nowMilliseconds: Int64
     ) async throws(RedisError) -> (permits: [Bool], taken: [(app: String, key: [UInt8], count: Int)]) {
         var wanted: [(app: String, key: [UInt8], limit: Int, requests: [Int])] = []
         var place: [String: Int] = [:]
@@ -126,9 +154,14 @@ extension NotificationStore {
         var permits = [Bool](repeating: true, count: requests.count)
         guard !wanted.isEmpty else { return (permits, []) }
         let commands = wanted.map { w in
-            Scripts.takePermits.evalshaCommand(keys: [w.key], args: [Array(String(w.requests.count).utf8), Array(String(w.limit).utf8)])
+            Scripts.takePermits.evalshaCommand(
+                keys: [w.key],
+                args: [Array(String(w.requests.count).utf8), Array(String(w.limit).utf8)]
+            )
         }
-        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Scripts.takePermits]) }
+        let replies = try await measured { () throws(RedisError) in
+            try await redis.pipeline(commands, scripts: [Scripts.takePermits])
+        }
         var taken: [(app: String, key: [UInt8], count: Int)] = []
         for (w, reply) in zip(wanted, replies) {
             guard let count = reply.int else {
@@ -143,20 +176,28 @@ extension NotificationStore {
     /// Gives back the permits of requests that were not sent (already recorded, unregistered,
     /// over the device limit, another worker's): the app's rate counts what it sent.
     private func returnUnused<Request: ClaimSubject>(
-        _ taken: [(app: String, key: [UInt8], count: Int)], requests: [Request], permits: [Bool], decisions: [ClaimDecision]
+        _ taken: [(app: String, key: [UInt8], count: Int)],
+        requests: [Request],
+        permits: [Bool],
+        decisions: [ClaimDecision]
     ) async throws(RedisError) {
         guard !taken.isEmpty else { return }
         var used: [String: Int] = [:]
-        for (index, decision) in decisions.enumerated() where permits[index] && requests[index].appPerSecond > 0 && decision == .send {
+        for (index, decision) in decisions.enumerated()
+        where permits[index] && requests[index].appPerSecond > 0 && decision == .send {
             used[requests[index].app, default: 0] += 1
         }
         var commands: [[[UInt8]]] = []
         for t in taken {
             let unused = t.count - (used[t.app] ?? 0)
-            if unused > 0 { commands.append(Scripts.returnPermits.evalshaCommand(keys: [t.key], args: [Array(String(unused).utf8)])) }
+            if unused > 0 {
+                commands.append(Scripts.returnPermits.evalshaCommand(keys: [t.key], args: [Array(String(unused).utf8)]))
+            }
         }
         guard !commands.isEmpty else { return }
-        _ = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Scripts.returnPermits]) }
+        _ = try await measured { () throws(RedisError) in
+            try await redis.pipeline(commands, scripts: [Scripts.returnPermits])
+        }
     }
 
     /// The decision a claim code stands for (``ClaimReply``).

@@ -14,13 +14,21 @@ extension NotificationStore {
     /// script, in one more round trip, which reads that state as it reads every other. The
     /// other notifications go through the script at once.
     func runClaims<Request: ClaimSubject>(
-        topic: String, _ requests: [Request], _ indices: [Int], tags: [UInt16?], hour: Int64, permits: [Bool],
-        dead: Set<String>, ttlSeconds: Int
+        topic: String,
+        _ requests: [Request],
+        _ indices: [Int],
+        tags: [UInt16?],
+        hour: Int64,
+        permits: [Bool],
+        dead: Set<String>,
+        ttlSeconds: Int
     ) async throws(RedisError) -> [[UInt8]] {
         var usual: [Int] = []
         var scripted: [Int] = []
         for index in indices {
-            if dead.isEmpty && requests[index].registeredAt == nil && requests[index].devicePerHour == 0 && permits[index] {
+            if dead.isEmpty && requests[index].registeredAt == nil && requests[index].devicePerHour == 0
+                && permits[index]
+            {
                 usual.append(index)
             } else {
                 scripted.append(index)
@@ -29,11 +37,24 @@ extension NotificationStore {
         var commands = RedisCommands(capacity: 256 + indices.count * (3 * keys.prefix.utf8.count + 320))
         let plain = appendPlainClaims(topic: topic, requests, usual, tags: tags, ttlSeconds: ttlSeconds, to: &commands)
         let groups = appendClaimScript(
-            topic: topic, requests, scripted, tags: tags, hour: hour, permits: permits, dead: dead, ttlSeconds: ttlSeconds,
-            to: &commands)
-        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Scripts.claim]) }
+            topic: topic,
+            requests,
+            scripted,
+            tags: tags,
+            hour: hour,
+            permits: permits,
+            dead: dead,
+            ttlSeconds: ttlSeconds,
+            to: &commands
+        )
+        let replies = try await measured { () throws(RedisError) in
+            try await redis.pipeline(commands, scripts: [Scripts.claim])
+        }
         guard replies.count == commands.count else {
-            throw RedisError(.protocol, "the claim's pipeline of \(commands.count) commands got \(replies.count) replies")
+            throw RedisError(
+                .protocol,
+                "the claim's pipeline of \(commands.count) commands got \(replies.count) replies"
+            )
         }
         var codes = [[UInt8]?](repeating: nil, count: requests.count)
         let (found, plainFailures) = try Self.readPlainClaims(plain, replies: replies[..<plain.commands], into: &codes)
@@ -43,10 +64,24 @@ extension NotificationStore {
             // The script decides what they found, as it decides for every other notification.
             var again = RedisCommands(capacity: 256 + found.count * (3 * keys.prefix.utf8.count + 320))
             let groups = appendClaimScript(
-                topic: topic, requests, found, tags: tags, hour: hour, permits: permits, dead: dead, ttlSeconds: ttlSeconds, to: &again)
-            let replies = try await measured { () throws(RedisError) in try await redis.pipeline(again, scripts: [Scripts.claim]) }
+                topic: topic,
+                requests,
+                found,
+                tags: tags,
+                hour: hour,
+                permits: permits,
+                dead: dead,
+                ttlSeconds: ttlSeconds,
+                to: &again
+            )
+            let replies = try await measured { () throws(RedisError) in
+                try await redis.pipeline(again, scripts: [Scripts.claim])
+            }
             guard replies.count == again.count else {
-                throw RedisError(.protocol, "the claim's pipeline of \(again.count) commands got \(replies.count) replies")
+                throw RedisError(
+                    .protocol,
+                    "the claim's pipeline of \(again.count) commands got \(replies.count) replies"
+                )
             }
             try checkFailures(try Self.readClaimScript(groups, replies: replies[...], into: &codes), of: groups.count)
         }
@@ -77,11 +112,16 @@ extension NotificationStore {
     /// <ttl>` for each request, then an `HMGET <app's unregistered tokens> <tokens…>` for each
     /// app and environment among them.
     private func appendPlainClaims<Request: ClaimSubject>(
-        topic: String, _ requests: [Request], _ indices: [Int], tags: [UInt16?], ttlSeconds: Int,
+        topic: String,
+        _ requests: [Request],
+        _ indices: [Int],
+        tags: [UInt16?],
+        ttlSeconds: Int,
         to commands: inout RedisCommands
     ) -> PlainClaims {
         var plain = PlainClaims()
-        for group in redis.groupedBySlot(indices, key: { keys.record(resultId: requests[$0].resultId, tag: tags[$0]) }) {
+        for group in redis.groupedBySlot(indices, key: { keys.record(resultId: requests[$0].resultId, tag: tags[$0]) })
+        {
             var lookups: [[Int]] = []
             for index in group {
                 commands.begin(argumentCount: 7)
@@ -103,7 +143,8 @@ extension NotificationStore {
                 commands.append(Int64(ttlSeconds))
                 // Most batches are of one app: the last lookup is tried first.
                 if let place = lookups.lastIndex(where: {
-                    requests[$0[0]].app == requests[index].app && requests[$0[0]].environment == requests[index].environment
+                    requests[$0[0]].app == requests[index].app
+                        && requests[$0[0]].environment == requests[index].environment
                 }) {
                     lookups[place].append(index)
                 } else {
@@ -115,7 +156,12 @@ extension NotificationStore {
                 commands.begin(argumentCount: 2 + lookup.count)
                 commands.append("HMGET")
                 commands.appendKey {
-                    keys.appendUnregistered(app: first.app, environment: first.environment, tag: tags[lookup[0]], to: &$0)
+                    keys.appendUnregistered(
+                        app: first.app,
+                        environment: first.environment,
+                        tag: tags[lookup[0]],
+                        to: &$0
+                    )
                 }
                 for index in lookup { commands.append(requests[index].tokenHex) }
             }
@@ -131,7 +177,9 @@ extension NotificationStore {
     /// script to decide. A slot whose commands failed gets ``ClaimReply/busy`` for its
     /// requests, and its error is returned.
     private static func readPlainClaims(
-        _ plain: PlainClaims, replies: ArraySlice<RedisValue>, into codes: inout [[UInt8]?]
+        _ plain: PlainClaims,
+        replies: ArraySlice<RedisValue>,
+        into codes: inout [[UInt8]?]
     ) throws(RedisError) -> (found: [Int], failures: [String]) {
         var found: [Int] = []
         var failures: [String] = []
@@ -159,7 +207,10 @@ extension NotificationStore {
                     continue
                 }
                 guard let items = answer.array, items.count == lookup.count else {
-                    throw RedisError(.protocol, "the unregistered tokens' HMGET answered \(answer) for \(lookup.count) tokens")
+                    throw RedisError(
+                        .protocol,
+                        "the unregistered tokens' HMGET answered \(answer) for \(lookup.count) tokens"
+                    )
                 }
                 for (index, item) in zip(lookup, items) where codes[index] != nil {
                     if let since = item.bytes { codes[index] = [ClaimReply.unregistered.rawValue] + since }
@@ -177,8 +228,15 @@ extension NotificationStore {
     /// Appends a call of the claim script for the requests at `indices`: one call on a server,
     /// one per hash slot on a cluster. Returns the requests of each call.
     private func appendClaimScript<Request: ClaimSubject>(
-        topic: String, _ requests: [Request], _ indices: [Int], tags: [UInt16?], hour: Int64, permits: [Bool],
-        dead: Set<String>, ttlSeconds: Int, to commands: inout RedisCommands
+        topic: String,
+        _ requests: [Request],
+        _ indices: [Int],
+        tags: [UInt16?],
+        hour: Int64,
+        permits: [Bool],
+        dead: Set<String>,
+        ttlSeconds: Int,
+        to commands: inout RedisCommands
     ) -> [[Int]] {
         let groups = redis.groupedBySlot(indices) { keys.record(resultId: requests[$0].resultId, tag: tags[$0]) }
         let deadOwners = dead.sorted().joined(separator: "\n")
@@ -189,7 +247,12 @@ extension NotificationStore {
                 let tag = tags[index]
                 commands.appendKey { keys.appendRecord(resultId: requests[index].resultId, tag: tag, to: &$0) }
                 commands.append {
-                    keys.appendUnregistered(app: requests[index].app, environment: requests[index].environment, tag: tag, to: &$0)
+                    keys.appendUnregistered(
+                        app: requests[index].app,
+                        environment: requests[index].environment,
+                        tag: tag,
+                        to: &$0
+                    )
                 }
                 if requests[index].devicePerHour == 0 {
                     // Without a device limit the counter is not touched: the record's key
@@ -197,7 +260,13 @@ extension NotificationStore {
                     commands.append { keys.appendRecord(resultId: requests[index].resultId, tag: tag, to: &$0) }
                 } else {
                     commands.append {
-                        keys.appendDeviceCounter(app: requests[index].app, token: requests[index].tokenHex, hour: hour, tag: tag, to: &$0)
+                        keys.appendDeviceCounter(
+                            app: requests[index].app,
+                            token: requests[index].tokenHex,
+                            hour: hour,
+                            tag: tag,
+                            to: &$0
+                        )
                     }
                 }
             }
@@ -216,7 +285,9 @@ extension NotificationStore {
                     commands.append([UInt8]())  // the usual options, in two bytes
                 } else {
                     commands.append { options in
-                        if let registeredAt = requests[index].registeredAt { DecimalText.append(registeredAt, to: &options) }
+                        if let registeredAt = requests[index].registeredAt {
+                            DecimalText.append(registeredAt, to: &options)
+                        }
                         options.append(UInt8(ascii: "|"))
                         DecimalText.append(Int64(requests[index].devicePerHour), to: &options)
                         options.append(UInt8(ascii: "|"))
@@ -231,7 +302,9 @@ extension NotificationStore {
     /// Reads the replies of ``appendClaimScript``'s calls into `codes`. A call that failed gets
     /// ``ClaimReply/busy`` for its requests, and its error is returned.
     private static func readClaimScript(
-        _ groups: [[Int]], replies: ArraySlice<RedisValue>, into codes: inout [[UInt8]?]
+        _ groups: [[Int]],
+        replies: ArraySlice<RedisValue>,
+        into codes: inout [[UInt8]?]
     ) throws(RedisError) -> [String] {
         var failures: [String] = []
         for (group, reply) in zip(groups, replies) {
@@ -244,7 +317,9 @@ extension NotificationStore {
                 throw RedisError(.protocol, "the claim script answered \(reply) for \(group.count) notifications")
             }
             for (index, item) in zip(group, items) {
-                guard let bytes = item.bytes, !bytes.isEmpty else { throw RedisError(.protocol, "the claim script answered \(item)") }
+                guard let bytes = item.bytes, !bytes.isEmpty else {
+                    throw RedisError(.protocol, "the claim script answered \(item)")
+                }
                 codes[index] = bytes
             }
         }

@@ -26,10 +26,12 @@ extension NotificationStore {
             try await redis.pipeline(
                 positions.map {
                     [
-                        Array("SET".utf8), keys.handoff($0.topicPartition), Array("\($0.offset)|\(at)".utf8), Array("EX".utf8),
+                        Array("SET".utf8), keys.handoff($0.topicPartition), Array("\($0.offset)|\(at)".utf8),
+                        Array("EX".utf8),
                         Array("\(ttlSeconds)".utf8),
                     ]
-                })
+                }
+            )
         }
         if let message = replies.lazy.compactMap(\.errorMessage).first {
             throw RedisError(.server("ERR"), "Redis refused a hand-off mark: \(message)")
@@ -44,11 +46,16 @@ extension NotificationStore {
         }
         var marks: [TopicPartition: HandoffMark] = [:]
         for (partition, reply) in zip(partitions, replies) {
-            if let message = reply.errorMessage { throw RedisError(.server("ERR"), "Redis refused a hand-off mark: \(message)") }
+            if let message = reply.errorMessage {
+                throw RedisError(.server("ERR"), "Redis refused a hand-off mark: \(message)")
+            }
             guard let text = reply.string else { continue }
             let parts = text.split(separator: "|")
             guard parts.count == 2, let offset = Int64(parts[0]), let at = Int64(parts[1]) else {
-                throw RedisError(.protocol, "the hand-off mark of \(partition) is \"\(text.prefix(64))\", not <offset>|<at>")
+                throw RedisError(
+                    .protocol,
+                    "the hand-off mark of \(partition) is \"\(text.prefix(64))\", not <offset>|<at>"
+                )
             }
             marks[partition] = HandoffMark(offset: offset, at: at)
         }

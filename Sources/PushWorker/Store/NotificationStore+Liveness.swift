@@ -6,7 +6,8 @@ extension NotificationStore {
     /// Marks this worker incarnation alive for `ttl`.
     func heartbeat(ttlMilliseconds: Int) async throws(RedisError) {
         try await redis.send([
-            Array("SET".utf8), keys.liveness(owner: owner), Array("1".utf8), Array("PX".utf8), Array(String(ttlMilliseconds).utf8),
+            Array("SET".utf8), keys.liveness(owner: owner), Array("1".utf8), Array("PX".utf8),
+            Array(String(ttlMilliseconds).utf8),
         ])
     }
 

@@ -76,7 +76,11 @@ extension NotificationStore {
             let dead = try await deadOwners(Set(others.map(\.1)))
             let takeOver = others.filter { dead.contains($0.1) }
             if !takeOver.isEmpty {
-                let again = try await runSummaryChecks(takeOver.map { checks[$0.0] }, dead: takeOver.map(\.1), ttlSeconds: ttlSeconds)
+                let again = try await runSummaryChecks(
+                    takeOver.map { checks[$0.0] },
+                    dead: takeOver.map(\.1),
+                    ttlSeconds: ttlSeconds
+                )
                 for (entry, decision) in zip(takeOver, again) { decisions[entry.0] = decision }
             }
         }
@@ -97,18 +101,29 @@ extension NotificationStore {
         }
     }
 
-    private func runSummaryChecks(_ checks: [SummaryCheck], dead: [String], ttlSeconds: Int) async throws(RedisError) -> [ScriptAnswer] {
+    private func runSummaryChecks(
+        _ checks: [SummaryCheck],
+        dead: [String],
+        ttlSeconds: Int
+    ) async throws(RedisError) -> [ScriptAnswer] {
         let commands = zip(checks, dead).map { check, dead in
             Scripts.summary.evalshaCommand(
-                keys: keys.summary(summaryId: check.summaryId).all, args: arguments(check, dead: dead, ttlSeconds))
+                keys: keys.summary(summaryId: check.summaryId).all,
+                args: arguments(check, dead: dead, ttlSeconds)
+            )
         }
-        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands, scripts: [Scripts.summary]) }
+        let replies = try await measured { () throws(RedisError) in
+            try await redis.pipeline(commands, scripts: [Scripts.summary])
+        }
         guard replies.count == checks.count else {
             throw RedisError(.protocol, "the summary script answered \(replies.count) times for \(checks.count) checks")
         }
         return try zip(checks, replies).map { check, reply throws(RedisError) in
-            if let message = reply.errorMessage { throw RedisError(.server("ERR"), "the summary script failed: \(message)") }
-            guard let items = reply.array, let code = items.first?.bytes, code.count == 1, let answer = SummaryReply(rawValue: code[0])
+            if let message = reply.errorMessage {
+                throw RedisError(.server("ERR"), "the summary script failed: \(message)")
+            }
+            guard let items = reply.array, let code = items.first?.bytes, code.count == 1,
+                let answer = SummaryReply(rawValue: code[0])
             else {
                 throw RedisError(.protocol, "the summary script answered \(reply)")
             }
@@ -124,15 +139,26 @@ extension NotificationStore {
                 guard items.count == 4, let fields = items[2].array, let failed = items[3].array else {
                     throw RedisError(.protocol, "the summary script answered \(reply)")
                 }
-                return .decided(.write(Self.summary(jobId: check.jobId, takeover: items[1].string == "1", fields: fields, failed: failed)))
+                return .decided(
+                    .write(
+                        Self.summary(
+                            jobId: check.jobId,
+                            takeover: items[1].string == "1",
+                            fields: fields,
+                            failed: failed
+                        )
+                    )
+                )
             }
         }
     }
 
     private func arguments(_ check: SummaryCheck, dead: String, _ ttlSeconds: Int) -> [[UInt8]] {
         var args: [[UInt8]] = [
-            Array(owner.utf8), Array("\(check.topic)|\(check.partition)|\(check.offset)".utf8), Array(String(ttlSeconds).utf8),
-            Array(check.fingerprint.utf8), Array(String(check.tokens).utf8), Array(String(JobSummary.maxFailedTokens).utf8),
+            Array(owner.utf8), Array("\(check.topic)|\(check.partition)|\(check.offset)".utf8),
+            Array(String(ttlSeconds).utf8),
+            Array(check.fingerprint.utf8), Array(String(check.tokens).utf8),
+            Array(String(JobSummary.maxFailedTokens).utf8),
             Array(dead.utf8),
         ]
         args.reserveCapacity(args.count + check.outcomes.count * 4)
@@ -160,8 +186,19 @@ extension NotificationStore {
     /// The summary from the counters' fields and the failed-token list.
     static func summary(jobId: String, takeover: Bool, fields: [RedisValue], failed: [RedisValue]) -> JobSummary {
         var summary = JobSummary(
-            jobId: jobId, tokens: 0, transmitted: 0, failed: 0, statuses: [], failedTokens: [], failedTokensOmitted: 0, firstAt: 0,
-            lastAt: 0, possibleDuplicate: takeover, worker: "", at: 0)
+            jobId: jobId,
+            tokens: 0,
+            transmitted: 0,
+            failed: 0,
+            statuses: [],
+            failedTokens: [],
+            failedTokensOmitted: 0,
+            firstAt: 0,
+            lastAt: 0,
+            possibleDuplicate: takeover,
+            worker: "",
+            at: 0
+        )
         var statuses: [Int: Int] = [:]
         for pair in stride(from: 0, to: fields.count - 1, by: 2) {
             guard let name = fields[pair].string, let value = fields[pair + 1].int else { continue }
@@ -184,8 +221,13 @@ extension NotificationStore {
             JobSummary.StatusCount(status: APNSStatus(rawValue: $0.key), count: $0.value)
         }
         summary.failedTokens = failed.compactMap { entry in
-            guard let text = entry.string, let bar = text.firstIndex(of: "|"), let status = Int(text[..<bar]) else { return nil }
-            return JobSummary.FailedToken(token: String(text[text.index(after: bar)...]), status: APNSStatus(rawValue: status))
+            guard let text = entry.string, let bar = text.firstIndex(of: "|"), let status = Int(text[..<bar]) else {
+                return nil
+            }
+            return JobSummary.FailedToken(
+                token: String(text[text.index(after: bar)...]),
+                status: APNSStatus(rawValue: status)
+            )
         }
         return summary
     }

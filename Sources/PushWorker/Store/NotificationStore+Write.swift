@@ -9,14 +9,18 @@ extension NotificationStore {
     /// are read where they are: copying their fields into records of the store's own retained
     /// each string and buffer in them (1.5% of the worker's samples in a profile).
     func write(
-        records: [RecordedResult], unregistered: [(app: String, environment: String, token: String, since: Int64)],
-        released: [(resultId: String, token: String)], positions: [TopicPartitionOffset] = [], ttlSeconds: Int
+        records: [RecordedResult],
+        unregistered: [(app: String, environment: String, token: String, since: Int64)],
+        released: [(resultId: String, token: String)],
+        positions: [TopicPartitionOffset] = [],
+        ttlSeconds: Int
     ) async throws(RedisError) {
         var commands = RedisCommands(
             capacity: records.reduce(256) {
                 $0 + $1.result.value.count + ($1.feedback?.value.count ?? 0) + $1.ref.partition.topic.utf8.count + 160
             }
-                + (unregistered.count + released.count) * 160 + positions.count * 80)
+                + (unregistered.count + released.count) * 160 + positions.count * 80
+        )
         for record in records {
             commands.begin(argumentCount: 5)
             commands.append("SET")
@@ -44,7 +48,9 @@ extension NotificationStore {
             commands.begin(argumentCount: 4)
             commands.append("HSET")
             let tag = keys.tag(token: entry.token)
-            commands.appendKey { keys.appendUnregistered(app: entry.app, environment: entry.environment, tag: tag, to: &$0) }
+            commands.appendKey {
+                keys.appendUnregistered(app: entry.app, environment: entry.environment, tag: tag, to: &$0)
+            }
             commands.append(entry.token)
             commands.append(entry.since)
         }

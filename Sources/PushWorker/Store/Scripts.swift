@@ -85,7 +85,8 @@ extension NotificationStore {
               out[#out + 1] = code
             end
             return out
-            """#)
+            """#
+        )
 
         /// Takes up to `ARGV[1]` of what is left of an app's per-second limit and returns how
         /// many it took. The counter lives a minute: long enough for every worker, whatever its
@@ -101,7 +102,8 @@ extension NotificationStore {
             if n <= 0 then return 0 end
             if redis.call('INCRBY', KEYS[1], n) == n then redis.call('EXPIRE', KEYS[1], '60') end
             return n
-            """#)
+            """#
+        )
 
         /// Gives back permits taken by ``takePermits`` but not used; returns 0.
         ///
@@ -111,7 +113,8 @@ extension NotificationStore {
             #"""
             if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('DECRBY', KEYS[1], ARGV[1]) end
             return 0
-            """#)
+            """#
+        )
 
         /// Sets each written position to its offset unless it already holds a later one (a
         /// partition's new owner starts behind its previous owner and must not move it back);
@@ -128,7 +131,8 @@ extension NotificationStore {
               if offset > tonumber(redis.call('GET', key) or '-1') then redis.call('SET', key, ARGV[i + 1], 'EX', ARGV[1]) end
             end
             return 0
-            """#)
+            """#
+        )
 
         /// Counts a message's token results into its job's summary and says who writes the
         /// summary (`NotificationStore.checkSummaries(_:ttlSeconds:)`).
@@ -210,7 +214,8 @@ extension NotificationStore {
             end
             redis.call('SET', m, 'P|' .. owner .. '|' .. msg, 'EX', ttl)
             return {'S', takeover, redis.call('HGETALL', h), redis.call('LRANGE', f, 0, -1)}
-            """#)
+            """#
+        )
 
         static let all = [claim, takePermits, returnPermits, advancePositions, summary]
     }
