@@ -354,6 +354,9 @@ final class ConsumerContext: Sendable {
     private struct Revoked {
         var marks = RevocationMarks()
         var pending: [TopicPartition: Bool] = [:]
+        /// Partitions paused by a deferred revocation: librdkafka keeps an application's pause
+        /// across an unassign, so they are resumed when they are assigned again.
+        var paused: Set<TopicPartition> = []
     }
     private let revoked = Mutex(Revoked())
     private let state = Mutex<(closed: Bool, pendingError: KafkaError?)>((false, nil))
@@ -477,8 +480,19 @@ final class ConsumerContext: Sendable {
         switch err {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
             joined.store(true, ordering: .relaxed)
-            revoked.withLock { r in for p in partitions { r.pending[p] = nil } }
+            let pausedBefore = revoked.withLock { r -> [TopicPartition] in
+                for p in partitions { r.pending[p] = nil }
+                guard !r.paused.isEmpty else { return [] }
+                let again = partitions.filter { r.paused.contains($0) }
+                r.paused.subtract(again)
+                return again
+            }
             let ok = cooperative ? check(rd_kafka_incremental_assign(rk, list)) : check(rd_kafka_assign(rk, list))
+            if !pausedBefore.isEmpty {
+                let resumed = makePartitionList(pausedBefore)
+                defer { rd_kafka_topic_partition_list_destroy(resumed) }
+                _ = check(rd_kafka_resume_partitions(rk, resumed))
+            }
             if ok && !partitions.isEmpty {
                 counts.withLock { $0.assignments += 1 }
                 events.yield(.assigned(partitions))
@@ -489,7 +503,10 @@ final class ConsumerContext: Sendable {
             if deferRevocations && !isClosed && !partitions.isEmpty {
                 // Stops fetching them; they stay assigned until ``KafkaConsumer/completeRevocation(_:)``.
                 _ = rd_kafka_pause_partitions(rk, list)
-                revoked.withLock { r in for p in partitions { r.pending[p] = cooperative } }
+                revoked.withLock { r in
+                    for p in partitions { r.pending[p] = cooperative }
+                    r.paused.formUnion(partitions)
+                }
                 events.yield(.revoking(partitions, generation: now))
                 return
             }
