@@ -6,11 +6,32 @@ package protocol APNSQueuedNotification: Sendable {
     var staleAt: Int64? { get }
     /// An earlier attempt may have delivered it.
     var possibleDuplicate: Bool { get }
+    /// Its submission's tag and token (``APNSSubmission``).
+    var tag: UInt64 { get }
+    var token: DeviceToken { get }
+    /// How often it was written to a connection.
+    var attempts: Int { get }
+    /// When it was last written (``APNSDeliveryOutcome/writtenAt``).
+    var writtenAt: UInt64? { get }
     /// Its outcome as a failure with `status` and `message`.
     func failure(_ status: APNSStatus, message: String) -> APNSDeliveryOutcome
 }
 
 extension APNSQueuedNotification {
+    /// Its outcome now, with what every transport reports: transmitted when `status` is `nil`.
+    package func baseOutcome(status: APNSStatus?, message: String?) -> APNSDeliveryOutcome {
+        var outcome = APNSDeliveryOutcome(
+            tag: tag,
+            token: token,
+            status: status,
+            message: message,
+            attempts: attempts,
+            possibleDuplicate: possibleDuplicate
+        )
+        outcome.writtenAt = writtenAt
+        return outcome
+    }
+
     /// True when it has a stale time and `now` (milliseconds since the epoch) has reached it.
     @inlinable
     package func isStale(at now: Int64) -> Bool {

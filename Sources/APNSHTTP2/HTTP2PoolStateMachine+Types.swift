@@ -93,3 +93,32 @@ extension HTTP2PoolStateMachine.Configuration {
         if case .token = client.authentication { providerTokens = true }
     }
 }
+
+extension HTTP2PoolStateMachine {
+    enum Phase: Equatable { case connecting, ready, draining }
+
+    enum Action: Equatable {
+        /// Open connection `id`.
+        case connect(id: Int)
+        /// Ask the handler of connection `id` for its next work (``takeWork(id:free:)``).
+        case wake(id: Int)
+        /// Close connection `id`.
+        case close(id: Int)
+        /// Call ``delayedTimerFired()`` at the deadline.
+        case armDelayedTimer(NIODeadline)
+        /// Call ``reconnectTimerFired()`` at the deadline.
+        case armReconnectTimer(NIODeadline)
+        /// Everything is drained and closed after a shutdown.
+        case shutdownComplete
+        /// §6.10: APNs answered `ExpiredProviderToken` on `connection`, which was using
+        /// `rejected`: refresh the provider's token (the connection is replaced anyway).
+        case refreshToken(connection: Int, rejected: APNSProviderToken?)
+        /// Log that connection `id` failed before it got ready, the `failures`-th in a row.
+        case logConnectFailure(id: Int, reason: String, failures: Int)
+    }
+}
+
+extension HTTP2PoolStateMachine {
+    /// A stream limit the server advertised, within 0 and the configured most per connection.
+    func clampLimit(_ limit: Int) -> Int { max(0, min(limit, configuration.maxStreamsPerConnection)) }
+}

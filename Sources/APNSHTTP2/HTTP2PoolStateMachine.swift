@@ -17,28 +17,6 @@ import NIOCore
 /// events, connection identifiers and the lifecycle are the types the binary pool uses too
 /// (``APNSPoolQueue``, ``APNSConnectFailures``, ``APNSConnectionIDs``, ``APNSPoolLifecycle``).
 struct HTTP2PoolStateMachine {
-    enum Phase: Equatable { case connecting, ready, draining }
-
-    enum Action: Equatable {
-        /// Open connection `id`.
-        case connect(id: Int)
-        /// Ask the handler of connection `id` for its next work (``takeWork(id:free:)``).
-        case wake(id: Int)
-        /// Close connection `id`.
-        case close(id: Int)
-        /// Call ``delayedTimerFired()`` at the deadline.
-        case armDelayedTimer(NIODeadline)
-        /// Call ``reconnectTimerFired()`` at the deadline.
-        case armReconnectTimer(NIODeadline)
-        /// Everything is drained and closed after a shutdown.
-        case shutdownComplete
-        /// §6.10: APNs answered `ExpiredProviderToken` on `connection`, which was using
-        /// `rejected`: refresh the provider's token (the connection is replaced anyway).
-        case refreshToken(connection: Int, rejected: APNSProviderToken?)
-        /// Log that connection `id` failed before it got ready, the `failures`-th in a row.
-        case logConnectFailure(id: Int, reason: String, failures: Int)
-    }
-
     let configuration: Configuration
     private(set) var queue = APNSPoolQueue<QueuedRequest>()
     private(set) var delayed: [Delayed] = []
@@ -613,8 +591,6 @@ struct HTTP2PoolStateMachine {
             actions.append(.shutdownComplete)
         }
     }
-
-    private func clampLimit(_ limit: Int) -> Int { max(0, min(limit, configuration.maxStreamsPerConnection)) }
 
     private mutating func noteLimit(_ limit: Int) {
         maxLimitSeen = max(maxLimitSeen, limit)

@@ -4,8 +4,8 @@ import APNSHTTP2Core
 /// One notification on its way through an ``APNSHTTP2Client``: the request as it goes on the
 /// wire plus what the client knows about its attempts.
 package struct QueuedRequest: APNSQueuedNotification {
-    var tag: UInt64
-    var token: DeviceToken
+    package var tag: UInt64
+    package var token: DeviceToken
     /// `/3/device/<hex>` (§3.3).
     var path: String
     var body: [UInt8]
@@ -20,11 +20,11 @@ package struct QueuedRequest: APNSQueuedNotification {
     /// When it goes stale (milliseconds since the epoch); see ``APNSSubmission/Content/staleAt``.
     package var staleAt: Int64? = nil
     /// Writes to a connection (less the ones the server certainly did not process).
-    var attempts = 0
+    package var attempts = 0
     /// Writes to a connection, all of them.
     var writes = 0
     /// When it was last written; see ``APNSDeliveryOutcome/writtenAt``.
-    var writtenAt: UInt64?
+    package var writtenAt: UInt64?
     /// Retries spent (429, 5xx, a reason that asks for a new connection).
     var retries = 0
     /// An earlier attempt was on a stream the server may have processed without answering.
@@ -39,19 +39,11 @@ package struct QueuedRequest: APNSQueuedNotification {
         unregisteredAt: Int64? = nil,
         uniqueID: String? = nil
     ) -> APNSDeliveryOutcome {
-        var outcome = APNSDeliveryOutcome(
-            tag: tag,
-            token: token,
-            status: status,
-            message: message,
-            attempts: attempts,
-            possibleDuplicate: possibleDuplicate
-        )
+        var outcome = baseOutcome(status: status, message: message)
         outcome.reason = reason
         outcome.apnsID = apnsID
         outcome.apnsUniqueID = uniqueID
         outcome.unregisteredAt = unregisteredAt
-        outcome.writtenAt = writtenAt
         return outcome
     }
 

@@ -5,17 +5,6 @@ import NIOCore
 import NIOHPACK
 import NIOHTTP2
 
-/// Notes whether the frame layer (``HTTP2ServerFrameCodec`` or NIOHTTP2Handler) ended the
-/// connection with a GOAWAY carrying an error code, which both do for connection errors, and
-/// only for them.
-final class HTTP2SimulatorGoAwayWatcher: NIOHTTP2FrameDelegate {
-    private(set) var sentErrorGoAway = false
-
-    func wroteFrame(_ frame: HTTP2Frame) {
-        if case .goAway(_, let code, _) = frame.payload, code != .noError { sentErrorGoAway = true }
-    }
-}
-
 /// One HTTP/2 connection. The frame layer (``HTTP2ServerFrameCodec``, or NIOHTTP2Handler
 /// without a stream multiplexer) passes up the frames of every stream, so this handler keeps
 /// per-stream state in a dictionary.
@@ -486,19 +475,6 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    private static func statusText(_ status: Int) -> String {
-        switch status {
-        case 400: "400"
-        case 403: "403"
-        case 404: "404"
-        case 405: "405"
-        case 410: "410"
-        case 413: "413"
-        case 429: "429"
-        default: String(status)
-        }
-    }
-
     // MARK: Limits and GOAWAY
 
     /// Advertises the limit the connection should have now: 1 before authentication and after an
@@ -617,10 +593,5 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
         simulator.record(pendingAccepted, delta)
         pendingAccepted.removeAll(keepingCapacity: true)
         delta = APNSHTTP2Simulator.Delta()
-    }
-
-    static func timeAmount(_ duration: Duration) -> TimeAmount {
-        let (seconds, attoseconds) = duration.components
-        return .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
     }
 }

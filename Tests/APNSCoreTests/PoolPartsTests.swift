@@ -8,11 +8,14 @@ import Testing
         var tag: UInt64
         var staleAt: Int64? = nil
         var possibleDuplicate = false
+        var token = try! DeviceToken(bytes: [UInt8](repeating: 7, count: 32))
+        var attempts = 0
+        var writtenAt: UInt64? = nil
 
         func failure(_ status: APNSStatus, message: String) -> APNSDeliveryOutcome {
             APNSDeliveryOutcome(
                 tag: tag,
-                token: try! DeviceToken(bytes: [UInt8](repeating: 7, count: 32)),
+                token: token,
                 status: status,
                 message: message,
                 attempts: 1,

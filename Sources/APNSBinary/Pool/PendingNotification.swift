@@ -2,8 +2,8 @@ import APNSCore
 
 /// A notification compiled for the binary gateway, as it sits in the queue or a sent cache.
 package struct PendingNotification: APNSQueuedNotification {
-    var tag: UInt64
-    var token: DeviceToken
+    package var tag: UInt64
+    package var token: DeviceToken
     var payload: [UInt8]
     var expiry: UInt32
     var priority: UInt8
@@ -11,27 +11,18 @@ package struct PendingNotification: APNSQueuedNotification {
     /// When it goes stale (milliseconds since the epoch); see ``APNSSubmission/Content/staleAt``.
     package var staleAt: Int64? = nil
     /// How often it has been written to a connection.
-    var attempts: Int = 0
+    package var attempts: Int = 0
     /// Set once an attempt ended on a connection that closed without an error packet.
     package var possibleDuplicate = false
     /// When its frame was last handed to the kernel; see ``APNSDeliveryOutcome/writtenAt``.
-    var writtenAt: UInt64? = nil
+    package var writtenAt: UInt64? = nil
 
     /// Bytes of its command-2 frame: 29 + token + payload (§1.2: 61 + n for a 32-byte token).
     var wireSize: Int { 29 + token.bytes.count + payload.count }
 
     /// Its outcome now: transmitted when `status` is `nil`.
     func outcome(status: APNSStatus?, message: String?) -> APNSDeliveryOutcome {
-        var outcome = APNSDeliveryOutcome(
-            tag: tag,
-            token: token,
-            status: status,
-            message: message,
-            attempts: attempts,
-            possibleDuplicate: possibleDuplicate
-        )
-        outcome.writtenAt = writtenAt
-        return outcome
+        baseOutcome(status: status, message: message)
     }
 
     package func failure(_ status: APNSStatus, message: String) -> APNSDeliveryOutcome {

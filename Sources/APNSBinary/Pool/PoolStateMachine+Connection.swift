@@ -49,3 +49,39 @@ extension PoolStateMachine {
         }
     }
 }
+
+extension PoolStateMachine {
+    struct Configuration {
+        var maxConnections = 1
+        var minConnections = 0
+        var cacheMaxCount = 50_000
+        var cacheMaxBytes = 32 << 20
+        var batchMaxCount = 256
+        var batchMaxBytes = 64 << 10
+        var confirmationWindow = TimeAmount.seconds(1)
+        var resendOnUnknown = true
+        /// Failures in a row after which queued notifications fail; `nil`: they wait.
+        var connectionRetryLimit: Int? = 10
+        var reconnectBaseDelay: Duration = .milliseconds(100)
+        var reconnectMaxDelay: Duration = .seconds(5)
+        /// Wall-clock milliseconds since the epoch, for stale notifications.
+        var now: @Sendable () -> Int64 = APNSReconnectBackoff.nowMilliseconds
+        /// Connection-level events (not outcomes) kept for the consumer before new ones are dropped.
+        var maxBufferedConnectionEvents = 1024
+    }
+}
+
+extension PoolStateMachine {
+    enum Action: Equatable {
+        /// Open connection `id`; wait `delay` first when it is not zero.
+        case connect(id: Int, delay: TimeAmount)
+        /// Run the write pump of connection `id` on its event loop.
+        case schedulePump(id: Int)
+        /// Close connection `id`.
+        case close(id: Int)
+        /// Call ``PoolStateMachine/timerFired(id:now:)`` for connection `id` at `deadline`.
+        case armTimer(id: Int, deadline: NIODeadline)
+        /// Everything is drained and closed after a shutdown.
+        case shutdownComplete
+    }
+}

@@ -44,36 +44,6 @@ public struct Job: Sendable, Hashable {
     public var summary = false
 }
 
-/// A token of a job: parsed, or kept as text with the reason it is malformed.
-public enum JobToken: Sendable, Hashable {
-    /// A token and its lowercase hex (the job's text when it was that already).
-    case valid(DeviceToken, hex: String)
-    case malformed(text: String, reason: String)
-
-    /// A parsed token.
-    public static func valid(_ token: DeviceToken) -> JobToken { .valid(token, hex: token.hex) }
-
-    /// The token as it appears in results: lowercase hex, or the text as given.
-    public var text: String {
-        switch self {
-        case .valid(_, let hex): hex
-        case .malformed(let text, _): text
-        }
-    }
-}
-
-/// What parsing one Kafka message gives.
-public enum JobParseResult: Sendable, Hashable {
-    /// A valid job (some tokens may still be malformed).
-    case job(Job)
-    /// Readable id and tokens but an invalid job: every token gets an `invalidJob` error result.
-    /// `metadata` is the job's `metadata` (compact JSON) when it could be read.
-    case rejected(jobId: String, app: String?, tokens: [String], reason: String, metadata: [UInt8]?)
-    /// Not even the id and tokens could be read: one `invalidJob` result for the message, with the
-    /// job's `metadata` when the message is an object whose `metadata` could be read.
-    case unreadable(jobId: String?, app: String?, reason: String, metadata: [UInt8]?)
-}
-
 /// Parses and validates job messages (`docs/jobs.md`).
 public struct JobParser: Sendable {
     /// Largest accepted message, in bytes.
@@ -614,34 +584,4 @@ public struct JobParser: Sendable {
 struct JobFieldError: Error {
     var message: String
     init(_ message: String) { self.message = message }
-}
-
-/// The `apns-id` of a job's notifications when the job gives `apnsId` (HTTP/2 apps).
-public enum JobAPNSID {
-    /// `text` as a canonical lower-case UUID (8-4-4-4-12 hex digits), or `nil` if it is not one.
-    public static func canonical(_ text: String) -> String? {
-        guard text.utf8.count == 36, let uuid = UUID(uuidString: text) else { return nil }
-        return uuid.uuidString.lowercased()
-    }
-
-    /// The id for `token` (lower-case hex) in a job of several tokens: the name-based UUID of
-    /// RFC 9562 §5.5 (version 5, SHA-1) with the job's `apnsId` as namespace and the token's
-    /// hex digits as name — Python's `uuid.uuid5(uuid.UUID(apnsId), token)`.
-    public static func derived(from apnsId: String, token: String) -> String {
-        guard let namespace = UUID(uuidString: apnsId) else { return apnsId }
-        var hasher = Insecure.SHA1()
-        withUnsafeBytes(of: namespace.uuid) { hasher.update(bufferPointer: $0) }
-        hasher.update(data: Array(token.utf8))
-        var bytes = Array(hasher.finalize().prefix(16))
-        bytes[6] = (bytes[6] & 0x0F) | 0x50
-        bytes[8] = (bytes[8] & 0x3F) | 0x80
-        let uuid = UUID(
-            uuid: (
-                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9],
-                bytes[10],
-                bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
-            )
-        )
-        return uuid.uuidString.lowercased()
-    }
 }

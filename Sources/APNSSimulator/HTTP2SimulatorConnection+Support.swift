@@ -1,0 +1,35 @@
+import NIOCore
+import NIOHTTP2
+
+/// Notes whether the frame layer (``HTTP2ServerFrameCodec`` or NIOHTTP2Handler) ended the
+/// connection with a GOAWAY carrying an error code, which both do for connection errors, and
+/// only for them.
+final class HTTP2SimulatorGoAwayWatcher: NIOHTTP2FrameDelegate {
+    private(set) var sentErrorGoAway = false
+
+    func wroteFrame(_ frame: HTTP2Frame) {
+        if case .goAway(_, let code, _) = frame.payload, code != .noError { sentErrorGoAway = true }
+    }
+}
+
+extension HTTP2SimulatorConnectionHandler {
+    /// The `:status` value of an answer.
+    static func statusText(_ status: Int) -> String {
+        switch status {
+        case 400: "400"
+        case 403: "403"
+        case 404: "404"
+        case 405: "405"
+        case 410: "410"
+        case 413: "413"
+        case 429: "429"
+        default: String(status)
+        }
+    }
+
+    /// A `Duration` as NIO's `TimeAmount`.
+    static func timeAmount(_ duration: Duration) -> TimeAmount {
+        let (seconds, attoseconds) = duration.components
+        return .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+    }
+}
