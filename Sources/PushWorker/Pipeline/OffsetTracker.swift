@@ -9,8 +9,8 @@ import PushKafka
 /// before every result of that message and of all earlier messages of the partition is written.
 struct OffsetTracker {
     private struct Partition {
-        /// The revocation epoch of this ownership of the partition: the epoch its first message
-        /// was parsed at (see ``MessageRef/epoch``).
+        /// This ownership of the partition: the rebalance generation its first message was
+        /// fetched at (see ``MessageRef/epoch``).
         var since: UInt64
         /// Registered messages in offset order with their outstanding result counts.
         var messages = Deque<(offset: Int64, remaining: Int)>()
@@ -68,7 +68,7 @@ struct OffsetTracker {
     /// Messages with results outstanding, over all partitions.
     private(set) var outstandingMessages = 0
 
-    /// Registers a message, parsed at revocation `epoch`, that will produce `results` results
+    /// Registers a message, fetched at rebalance generation `epoch`, that will produce `results` results
     /// (0: nothing to wait for). A message at or before the newest one registered restarts the
     /// partition's tracking, as happens when a partition is consumed again from its committed
     /// offset.
@@ -80,7 +80,8 @@ struct OffsetTracker {
         )
     }
 
-    /// Records that `count` results of the message, parsed at revocation `epoch`, were written.
+    /// Records that `count` results of the message, fetched at rebalance generation `epoch`, were
+    /// written.
     /// Unknown messages (of a partition since revoked or restarted) are ignored, and so are
     /// those of an earlier ownership of the partition: a notification still in a pool when its
     /// partition was revoked may finish after the partition came back, and its message, consumed

@@ -99,8 +99,8 @@ final class Candidate: Sendable {
         self.resultId = resultId
     }
 
-    /// The intake's revocation count when it was parsed: a candidate parsed before its
-    /// partition was revoked is handed back instead of claimed (see ``ClaimStage``).
+    /// The rebalance generation its message was fetched at: a candidate fetched before its
+    /// partition's revocation took effect is handed back instead of claimed (see ``ClaimStage``).
     var epoch: UInt64 { ref.epoch }
 
     var poolKey: PoolKey { job.poolKey }
