@@ -47,15 +47,7 @@ extension NotificationStore {
             ttlSeconds: ttlSeconds,
             to: &commands
         )
-        let replies = try await measured { () throws(RedisError) in
-            try await redis.pipeline(commands, scripts: [Scripts.claim])
-        }
-        guard replies.count == commands.count else {
-            throw RedisError(
-                .protocol,
-                "the claim's pipeline of \(commands.count) commands got \(replies.count) replies"
-            )
-        }
+        let replies = try await claimRoundTrip(commands)
         var codes = [[UInt8]?](repeating: nil, count: requests.count)
         let (found, plainFailures) = try Self.readPlainClaims(plain, replies: replies[..<plain.commands], into: &codes)
         let scriptFailures = try Self.readClaimScript(groups, replies: replies[plain.commands...], into: &codes)
@@ -74,15 +66,7 @@ extension NotificationStore {
                 ttlSeconds: ttlSeconds,
                 to: &again
             )
-            let replies = try await measured { () throws(RedisError) in
-                try await redis.pipeline(again, scripts: [Scripts.claim])
-            }
-            guard replies.count == again.count else {
-                throw RedisError(
-                    .protocol,
-                    "the claim's pipeline of \(again.count) commands got \(replies.count) replies"
-                )
-            }
+            let replies = try await claimRoundTrip(again)
             try checkFailures(try Self.readClaimScript(groups, replies: replies[...], into: &codes), of: groups.count)
         }
         return indices.map { codes[$0]! }
@@ -91,6 +75,21 @@ extension NotificationStore {
     /// A claim's commands that failed, one error message per slot: on a cluster, a slot
     /// without a primary answers ``ClaimReply/busy`` for its requests, and the claim fails only when
     /// every slot did; on a server, any failure fails the claim.
+    /// One claim pipeline (plain claims, the claim script, or both) and its replies, one per
+    /// command.
+    private func claimRoundTrip(_ commands: RedisCommands) async throws(RedisError) -> [RedisValue] {
+        let replies = try await measured { () throws(RedisError) in
+            try await redis.pipeline(commands, scripts: [Scripts.claim])
+        }
+        guard replies.count == commands.count else {
+            throw RedisError(
+                .protocol,
+                "the claim's pipeline of \(commands.count) commands got \(replies.count) replies"
+            )
+        }
+        return replies
+    }
+
     private func checkFailures(_ failures: [String], of groups: Int) throws(RedisError) {
         guard let first = failures.first, !redis.isCluster || failures.count == groups else { return }
         throw RedisError(.server("ERR"), "the claim failed: \(first)")
