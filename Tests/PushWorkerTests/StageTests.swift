@@ -373,44 +373,6 @@ import Testing
         #expect(plan.messages.isEmpty)
         #expect(items.allSatisfy { $0.isGivenBack })
     }
-
-    // MARK: The in-flight bound
-
-    @Test func inFlightLimitMakesIntakeWaitUntilThereIsRoom() async {
-        let limit = InFlightLimit(maximum: 2)
-        limit.add(2)
-        let waiter = Task {
-            await limit.waitForRoom()
-            return limit.inFlight
-        }
-        limit.remove(1)
-        #expect(await waiter.value == 1)
-        // Parked notifications have a bound of their own: other apps go on meanwhile.
-        limit.add(3)
-        limit.parked(3)
-        #expect(limit.inFlight == 4)
-        let parkedFull = Task { await limit.waitForRoom() }
-        limit.parked(-2)
-        limit.remove(2)
-        await parkedFull.value
-    }
-
-    @Test func inFlightLimitReportsWhenEmptyOrWhenTheDeadlinePasses() async {
-        let limit = InFlightLimit(maximum: 10)
-        limit.add(2)
-        #expect(await limit.waitUntilEmpty(deadline: .now + .milliseconds(20)) == false)
-        let empty = Task { await limit.waitUntilEmpty(deadline: .now + .seconds(60)) }
-        limit.remove(2)
-        #expect(await empty.value == true)
-    }
-
-    @Test func closingTheLimitLetsWaitersThrough() async {
-        let limit = InFlightLimit(maximum: 1)
-        limit.add(5)
-        let waiter = Task { await limit.waitForRoom() }
-        limit.close()
-        await waiter.value
-    }
 }
 
 /// The result and feedback stages' plans: what a batch asks of Redis and Kafka.

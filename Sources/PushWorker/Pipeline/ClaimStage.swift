@@ -39,12 +39,9 @@ final class ClaimStage: Sendable {
         var held: [Held] = []
         /// Handed over by intake, not yet taken by a round trip.
         var unclaimed: [Candidate] = []
-        /// Handed over by intake, due again after a hold or unparked, and not yet acted on, by
-        /// partition (a revocation waits for them).
-        var pending: [TopicPartition: Int] = [:]
         var unavailable: Set<PoolKey> = []
+        /// Waiting, unclaimed, for their pool's gateway, by pool (no empty lists).
         var parked: [PoolKey: [Candidate]] = [:]
-        var parkedCount = 0
     }
 
     private let state = Mutex(State())
@@ -53,7 +50,7 @@ final class ClaimStage: Sendable {
     private let delivery: DeliveryStage
     private let localClaims: LocalClaims
     private let control: PipelineControl
-    private let limit: InFlightLimit
+    private let ledger: SharedLedger
     private let factory: ResultFactory
     private let logger: Logger
     private let topic: String
@@ -71,7 +68,7 @@ final class ClaimStage: Sendable {
         delivery: DeliveryStage,
         localClaims: LocalClaims,
         control: PipelineControl,
-        limit: InFlightLimit,
+        ledger: SharedLedger,
         factory: ResultFactory,
         configuration: WorkerConfiguration,
         signals: (AsyncStream<Signal>, AsyncStream<Signal>.Continuation),
@@ -82,7 +79,7 @@ final class ClaimStage: Sendable {
         self.delivery = delivery
         self.localClaims = localClaims
         self.control = control
-        self.limit = limit
+        self.ledger = ledger
         self.factory = factory
         self.logger = logger
         self.topic = configuration.kafka.requestsTopic
@@ -107,11 +104,12 @@ final class ClaimStage: Sendable {
             case .available(let key):
                 let back = state.withLock { s in
                     s.unavailable.remove(key)
-                    let back = Self.unpark(&s) { $0.poolKey == key }
-                    Self.count(back, into: &s.pending, by: 1)
-                    return back
+                    return Self.unpark(&s) { $0.poolKey == key }
                 }
-                limit.parked(-back.count)
+                ledger.update { ledger in
+                    ledger.unparked(back.count)
+                    ledger.claiming(back.lazy.map(\.ref.partition))
+                }
                 logger.notice(
                     "Gateway reachable again: parked notifications go out",
                     metadata: ["app": "\(key.app)", "env": "\(key.environment)", "parked": "\(back.count)"]
@@ -151,8 +149,8 @@ final class ClaimStage: Sendable {
     /// them); a revocation waits for them until they are acted on.
     func handOver(_ candidates: [Candidate]) {
         guard !candidates.isEmpty else { return }
+        ledger.update { $0.claiming(candidates.lazy.map(\.ref.partition)) }
         let wake = state.withLock { s -> Bool in
-            Self.count(candidates, into: &s.pending, by: 1)
             defer { s.unclaimed += candidates }
             return s.unclaimed.isEmpty
         }
@@ -172,26 +170,12 @@ final class ClaimStage: Sendable {
         }
     }
 
-    /// Adds `delta` per candidate to its partition's count; consecutive candidates mostly share
-    /// a partition, so runs are counted first.
-    private static func count(_ candidates: [Candidate], into counts: inout [TopicPartition: Int], by delta: Int) {
-        var index = 0
-        while index < candidates.count {
-            let partition = candidates[index].ref.partition
-            var end = index + 1
-            while end < candidates.count, candidates[end].ref.partition == partition { end += 1 }
-            let value = (counts[partition] ?? 0) + delta * (end - index)
-            counts[partition] = value > 0 ? value : nil
-            index = end
-        }
-    }
-
-    /// Claims candidates counted in `pending` (handed over by intake, due again after a hold,
-    /// or unparked), so that a revocation waits for their round trip instead of handing their
-    /// partition on while it is under way.
+    /// Claims candidates reported ``PipelineLedger/claiming(_:)`` (handed over by intake, due
+    /// again after a hold, or unparked), and reports the round trip over, so that a revocation
+    /// waits for it instead of handing their partition on while it is under way.
     private func claimCounted(_ candidates: [Candidate]) async {
         await claim(candidates)
-        state.withLock { s in Self.count(candidates, into: &s.pending, by: -1) }
+        ledger.update { $0.claimed(candidates.lazy.map(\.ref.partition)) }
         control.madeProgress()
     }
 
@@ -202,23 +186,20 @@ final class ClaimStage: Sendable {
         defer { control.madeProgress() }
         // Stopping: nothing more is claimed; their messages are consumed again.
         if control.isStopping {
-            limit.remove(candidates.count)
-            results.dropSummaries(of: candidates.map(\.ref))
+            ledger.update { $0.handedBack(candidates.map(\.ref)) }
             return
         }
         // Parsed before their partition was revoked: handed back (the next owner consumes them).
         var candidates = candidates
         let revokedAt = control.revocations()
         if !revokedAt.isEmpty {
-            let before = candidates.count
             var stale: [MessageRef] = []
             candidates.removeAll { c in
                 guard revokedAt[c.ref.partition].map({ c.epoch < $0 }) ?? false else { return false }
                 stale.append(c.ref)
                 return true
             }
-            limit.remove(before - candidates.count)
-            results.dropSummaries(of: stale)
+            if !stale.isEmpty { ledger.update { $0.handedBack(stale) } }
         }
         // A notification this process still has in flight for the same message waits for it.
         var ready: [Candidate] = []
@@ -237,10 +218,9 @@ final class ClaimStage: Sendable {
                 s.parked[c.poolKey, default: []].append(c)
                 return true
             }
-            s.parkedCount += before - ready.count
             return before - ready.count
         }
-        limit.parked(parked)
+        if parked > 0 { ledger.update { $0.parked(parked) } }
         guard !ready.isEmpty else { return }
 
         let now = factory.now()
@@ -364,7 +344,7 @@ final class ClaimStage: Sendable {
         control.metrics.claimed(plan.decisions)
         for run in plan.sends {
             localClaims.claim(run.notifications.map(\.candidate))
-            results.activate(run.notifications.map(\.candidate.ref.partition))
+            ledger.update { $0.sending(run.notifications.lazy.map(\.candidate.ref.partition)) }
         }
         results.complete(plan.completed)
         results.submit(plan.results)
@@ -390,16 +370,17 @@ final class ClaimStage: Sendable {
     private func takeDue() -> [Candidate] {
         guard !control.isStopping else { return [] }
         let now = ContinuousClock.now
-        return state.withLock { s in
+        let due = state.withLock { s in
             let due = s.held.filter { $0.due <= now }.map(\.candidate)
             s.held.removeAll { $0.due <= now }
-            Self.count(due, into: &s.pending, by: 1)
             return due
         }
+        ledger.update { $0.claiming(due.lazy.map(\.ref.partition)) }
+        return due
     }
 
     private static func unpark(_ s: inout State, where match: (Candidate) -> Bool) -> [Candidate] {
-        guard s.parkedCount > 0 else { return [] }
+        guard !s.parked.isEmpty else { return [] }
         var out: [Candidate] = []
         for (key, list) in s.parked {
             let taken = list.filter(match)
@@ -408,7 +389,6 @@ final class ClaimStage: Sendable {
             s.parked[key] = left.isEmpty ? nil : left
             out += taken
         }
-        s.parkedCount -= out.count
         return out
     }
 
@@ -417,7 +397,7 @@ final class ClaimStage: Sendable {
         let now = factory.now()
         let stale = state.withLock { s in Self.unpark(&s) { c in c.job.content.staleAt.map { $0 <= now } ?? false } }
         guard !stale.isEmpty else { return }
-        limit.parked(-stale.count)
+        ledger.update { $0.unparked(stale.count) }
         logger.warning(
             "Notifications went stale while their gateway was unreachable",
             metadata: ["count": "\(stale.count)"]
@@ -436,31 +416,29 @@ final class ClaimStage: Sendable {
 
     // MARK: Revocation and shutdown
 
-    /// Notifications of `selection` that intake handed over and that are not acted on yet.
-    func pending(in selection: Set<TopicPartition>) -> Int {
-        state.withLock { s in selection.reduce(0) { $0 + (s.pending[$1] ?? 0) } }
-    }
-
     /// Hands back (unclaimed) the held and parked notifications of the partitions that match,
     /// and with `unclaimedToo` those intake handed over that no round trip took yet; returns how
     /// many.
     @discardableResult
     func handBack(unclaimedToo: Bool = false, where match: (TopicPartition) -> Bool) -> Int {
-        let handedBack = state.withLock { s -> (held: [Candidate], parked: [Candidate]) in
-            var held = s.held.filter { match($0.candidate.ref.partition) }.map(\.candidate)
+        let handedBack = state.withLock { s -> (held: [Candidate], unclaimed: [Candidate], parked: [Candidate]) in
+            let held = s.held.filter { match($0.candidate.ref.partition) }.map(\.candidate)
             s.held.removeAll { match($0.candidate.ref.partition) }
+            var unclaimed: [Candidate] = []
             if unclaimedToo {
-                let dropped = s.unclaimed.filter { match($0.ref.partition) }
+                unclaimed = s.unclaimed.filter { match($0.ref.partition) }
                 s.unclaimed.removeAll { match($0.ref.partition) }
-                Self.count(dropped, into: &s.pending, by: -1)
-                held += dropped
             }
-            return (held, Self.unpark(&s) { match($0.ref.partition) })
+            return (held, unclaimed, Self.unpark(&s) { match($0.ref.partition) })
         }
-        let (held, parked) = (handedBack.held.count, handedBack.parked.count)
-        limit.parked(-parked)
-        limit.remove(held + parked)
-        results.dropSummaries(of: (handedBack.held + handedBack.parked).map(\.ref))
-        return held + parked
+        let all = handedBack.held + handedBack.unclaimed + handedBack.parked
+        guard !all.isEmpty else { return 0 }
+        ledger.update { ledger in
+            // Handed over but never taken by a round trip: no round trip reports them.
+            ledger.claimed(handedBack.unclaimed.lazy.map(\.ref.partition))
+            ledger.unparked(handedBack.parked.count)
+            ledger.handedBack(all.map(\.ref))
+        }
+        return all.count
     }
 }

@@ -404,7 +404,7 @@ struct IntakeStage: Sendable {
         batchSize: Int,
         window: Duration,
         control: PipelineControl,
-        limit: InFlightLimit,
+        ledger: SharedLedger,
         results: ResultStage,
         claims: ClaimStage,
         store: NotificationStore
@@ -412,7 +412,7 @@ struct IntakeStage: Sendable {
         var paused = false
         var handoffs = Handoffs()
         while true {
-            await limit.waitForRoom()
+            await ledger.waitForRoom()
             if control.isStopping || Task.isCancelled { return }
             let redisDown = control.isRedisDown
             if redisDown || paused {
@@ -437,8 +437,7 @@ struct IntakeStage: Sendable {
             if messages.isEmpty { continue }
             await handoffs.lookUp(for: messages, control: control, store: store, logger: logger)
             await parse(messages, handoffs: &handoffs) { chunk in
-                results.register(chunk.registrations)
-                results.registerSummaries(chunk.summaries)
+                results.register(chunk.registrations, summaries: chunk.summaries)
                 control.count { s in
                     s.messages += chunk.messages
                     s.notifications += chunk.candidates.count

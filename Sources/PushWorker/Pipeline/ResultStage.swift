@@ -5,22 +5,16 @@ import PushKafka
 import Synchronization
 
 /// The last stage: records outcomes in Redis, produces one result per notification to
-/// `apn.results`, and once Kafka has acknowledged them marks their messages written in the
-/// ``OffsetTracker`` and hands the committable offsets to librdkafka.
+/// `apn.results`, and once Kafka has acknowledged them reports them written to the
+/// ``PipelineLedger`` and hands the committable offsets to librdkafka.
 ///
 /// Every stage hands it ``ResultItem``s; they wait in one list, which holds in-flight
-/// notifications only (``InFlightLimit`` bounds it), and a doorbell (an `AsyncStream` that keeps
+/// notifications only (the ledger's `maxInFlight` bounds it), and a doorbell (an `AsyncStream` that keeps
 /// at most one ring) wakes the writer. The writer takes what has gathered, at most
 /// `resultBatchSize`, and after a smaller batch lets `resultFlushInterval` pass before it takes
 /// the next, so that results are written in few round trips.
 final class ResultStage: Sendable {
     private struct State {
-        var tracker = OffsetTracker()
-        /// Notifications in a pool or waiting here, by partition (a revocation waits for them).
-        var active: [TopicPartition: Int] = [:]
-        /// The written positions stored in Redis (`pw:`), by partition.
-        var writtenMarks: [TopicPartition: Int64] = [:]
-        var writerExited = false
         /// What waits for the writer. A deque: the writer takes up to `resultBatchSize` from the
         /// front of a list that may hold `maxInFlight` items, and an array shifted the rest down
         /// each time (a profile of `bench-worker` put that copy at 1–3% of the worker's CPU).
@@ -31,27 +25,8 @@ final class ResultStage: Sendable {
         var positionsRequested = false
         /// When the writer last started or finished an attempt to write (liveness).
         var lastAttempt = ContinuousClock.now
-        /// Results taken by the writer and not yet written.
-        var writing = 0
-        /// Messages of jobs that asked for a summary, until their token results are all written.
-        var summaries: [MessageRef: PendingSummary] = [:]
-
-        /// Counts token results of messages with a summary; returns the messages whose token
-        /// results are now all written. A result is `nil` for a token settled without one.
-        mutating func countForSummaries(_ counted: [(MessageRef, TokenResult?)]) -> [(MessageRef, PendingSummary)] {
-            var ready: [(MessageRef, PendingSummary)] = []
-            for (ref, result) in counted {
-                guard var pending = summaries.removeValue(forKey: ref) else { continue }
-                pending.count(result)
-                if pending.remaining > 0 { summaries[ref] = pending } else { ready.append((ref, pending)) }
-            }
-            return ready
-        }
-
-        /// Written positions that moved since they were last stored.
-        func pendingMarks() -> [TopicPartitionOffset] {
-            tracker.allPositions().filter { $0.offset > (writtenMarks[$0.topicPartition] ?? -1) }
-        }
+        /// The writer took a batch and has not written it yet.
+        var writing = false
     }
 
     private let state = Mutex(State())
@@ -61,12 +36,12 @@ final class ResultStage: Sendable {
     private let producer: KafkaProducer
     private let consumer: KafkaConsumer
     private let localClaims: LocalClaims
-    private let limit: InFlightLimit
+    private let ledger: SharedLedger
     private let control: PipelineControl
     private let configuration: WorkerConfiguration
     /// Where messages go once their token results are all written, when their job asked for a
     /// summary.
-    private let summaryStage: SummaryStage?
+    private let summaryStage: SummaryStage
     /// Each configured app's transport, for the metrics' labels.
     private let transports: [String: String]
     private let logger: Logger
@@ -76,17 +51,17 @@ final class ResultStage: Sendable {
         producer: KafkaProducer,
         consumer: KafkaConsumer,
         localClaims: LocalClaims,
-        limit: InFlightLimit,
+        ledger: SharedLedger,
         control: PipelineControl,
         configuration: WorkerConfiguration,
-        summaries: SummaryStage? = nil,
+        summaries: SummaryStage,
         logger: Logger
     ) {
         self.store = store
         self.producer = producer
         self.consumer = consumer
         self.localClaims = localClaims
-        self.limit = limit
+        self.ledger = ledger
         self.control = control
         self.configuration = configuration
         self.summaryStage = summaries
@@ -97,58 +72,21 @@ final class ResultStage: Sendable {
 
     // MARK: What the other stages call
 
-    /// Registers parsed messages with how many results each waits for.
-    func register(_ registrations: [(MessageRef, Int)]) {
+    /// Registers parsed messages with how many results each waits for, and the messages whose
+    /// jobs asked for a summary (``PipelineLedger/registered(_:summaries:)``).
+    func register(_ registrations: [(MessageRef, Int)], summaries: [(MessageRef, PendingSummary)]) {
         guard !registrations.isEmpty else { return }
-        var total = 0
-        var empty = false
-        state.withLock { s in
-            for (ref, count) in registrations {
-                s.tracker.register(ref.partition, offset: ref.offset, results: count, epoch: ref.epoch)
-                total += count
-                empty = empty || count == 0
-            }
+        if ledger.update({ $0.registered(registrations, summaries: summaries) }).commit {
+            ring { $0.commitNeeded = true }
         }
-        limit.add(total)
-        if empty { ring { $0.commitNeeded = true } }
-    }
-
-    /// Registers the messages (registered already, with one result more than their token
-    /// results) whose jobs asked for a summary. Each holds its summary's place under
-    /// `maxInFlight` until the summary stage settles it, or until it is dropped (its message is
-    /// then consumed again).
-    func registerSummaries(_ summaries: [(MessageRef, PendingSummary)]) {
-        guard !summaries.isEmpty else { return }
-        let replaced = state.withLock { s in
-            summaries.reduce(0) { count, entry in
-                count + (s.summaries.updateValue(entry.1, forKey: entry.0) == nil ? 0 : 1)
-            }
-        }
-        limit.remove(replaced)
-    }
-
-    /// Forgets the summaries of messages some of whose notifications were handed back unclaimed
-    /// (their messages are consumed again, and their summaries are counted then).
-    func dropSummaries(of refs: [MessageRef]) {
-        guard !refs.isEmpty else { return }
-        let dropped = state.withLock { s in
-            s.summaries.isEmpty ? 0 : Set(refs).reduce(0) { $0 + (s.summaries.removeValue(forKey: $1) == nil ? 0 : 1) }
-        }
-        limit.remove(dropped)
-    }
-
-    /// Notifications of these partitions went into a pool.
-    func activate(_ partitions: [TopicPartition]) {
-        guard !partitions.isEmpty else { return }
-        state.withLock { s in for p in partitions { s.active[p, default: 0] += 1 } }
     }
 
     /// Hands results (and released claims) to the writer.
     func submit(_ items: [ResultItem]) {
         guard !items.isEmpty else { return }
+        ledger.update { $0.submitted(items) }
         ring { s in
-            for item in items where !item.fromPool { s.active[item.ref.partition, default: 0] += 1 }
-            if s.waiting.isEmpty && s.writing == 0 { s.lastAttempt = .now }
+            if s.waiting.isEmpty && !s.writing { s.lastAttempt = .now }
             s.waiting.append(contentsOf: items)
         }
     }
@@ -156,13 +94,18 @@ final class ResultStage: Sendable {
     /// Messages consumed again whose notifications need nothing written.
     func complete(_ refs: [MessageRef]) {
         guard !refs.isEmpty else { return }
-        let ready = state.withLock { s in
-            for ref in refs { s.tracker.complete(ref.partition, offset: ref.offset, epoch: ref.epoch) }
-            return s.summaries.isEmpty ? [] : s.countForSummaries(refs.map { ($0, nil) as (MessageRef, TokenResult?) })
-        }
-        limit.remove(refs.count)
-        ring { $0.commitNeeded = true }
-        summaryStage?.submit(ready)
+        carryOut(ledger.update { $0.completed(refs) })
+    }
+
+    /// Job summaries settled by the summary stage (written, or not this message's to write).
+    func settleSummaries(_ refs: [MessageRef]) {
+        guard !refs.isEmpty else { return }
+        carryOut(ledger.update { $0.summariesSettled(refs) })
+    }
+
+    private func carryOut(_ actions: PipelineLedger.Actions) {
+        if actions.commit { ring { $0.commitNeeded = true } }
+        summaryStage.submit(actions.summaries)
     }
 
     /// Asks the writer to store the written positions now.
@@ -181,7 +124,7 @@ final class ResultStage: Sendable {
     func stuck(for limit: Duration) -> Duration? {
         state.withLock { s in
             let idle = ContinuousClock.now - s.lastAttempt
-            return (s.waiting.count + s.writing > 0 && idle > limit) ? idle : nil
+            return ((!s.waiting.isEmpty || s.writing) && idle > limit) ? idle : nil
         }
     }
 
@@ -191,7 +134,7 @@ final class ResultStage: Sendable {
 
     func run() async {
         defer {
-            state.withLock { $0.writerExited = true }
+            ledger.update { $0.writerEnded() }
             control.madeProgress()
         }
         var rings = doorbell.makeAsyncIterator()
@@ -204,7 +147,7 @@ final class ResultStage: Sendable {
                 batch.reserveCapacity(count)
                 // Moved out one by one: no copy of each item and no release of the original.
                 for _ in 0..<count { batch.append(s.waiting.removeFirst()) }
-                s.writing = count
+                s.writing = count > 0
                 return (batch, s.commitNeeded, s.positionsRequested)
             }
             guard !batch.isEmpty || commit || positions else {
@@ -215,7 +158,7 @@ final class ResultStage: Sendable {
             attempted()
             await write(batch, positions: positions)
             state.withLock { s in
-                s.writing = 0
+                s.writing = false
                 s.lastAttempt = .now
             }
             if commit || !batch.isEmpty { self.commit() }
@@ -281,7 +224,7 @@ final class ResultStage: Sendable {
         guard positions || !batch.isEmpty else { return }
         let plan = Self.plan(batch, topic: configuration.kafka.resultsTopic)
         // The written positions reached by earlier batches go with this one.
-        let marks = state.withLock { $0.pendingMarks() }
+        let marks = ledger.read { $0.pendingMarks() }
         guard
             await record(
                 plan.records,
@@ -299,9 +242,7 @@ final class ResultStage: Sendable {
             )
         else { return }
         // The token results of messages whose job asked for a summary, read outside the lock.
-        let summaryRefs = state.withLock { s in
-            s.summaries.isEmpty ? [] : Set(batch.map(\.ref).filter { s.summaries[$0] != nil })
-        }
+        let summaryRefs = ledger.read { $0.summaryRefs(among: batch.lazy.map(\.ref)) }
         let counted =
             summaryRefs.isEmpty
             ? []
@@ -310,31 +251,10 @@ final class ResultStage: Sendable {
                     summaryRefs.contains(ref) ? (ref, value.flatMap(TokenResult.init(parsing:))) : nil
                 }
             }
-        let (ready, dropped) = state.withLock { s -> ([(MessageRef, PendingSummary)], Int) in
-            for mark in marks {
-                s.writtenMarks[mark.topicPartition] = max(s.writtenMarks[mark.topicPartition] ?? -1, mark.offset)
-            }
-            for item in batch {
-                let ref = item.ref
-                // A released notification's message is not complete: it is consumed again.
-                if !item.isGivenBack { s.tracker.complete(ref.partition, offset: ref.offset, epoch: ref.epoch) }
-                let left = (s.active[ref.partition] ?? 1) - 1
-                s.active[ref.partition] = left > 0 ? left : nil
-            }
-            guard !s.summaries.isEmpty else { return ([], 0) }
-            // A released notification's message is consumed again; its summary waits for that.
-            var dropped = 0
-            for item in batch {
-                if item.isGivenBack, s.summaries.removeValue(forKey: item.ref) != nil { dropped += 1 }
-            }
-            return (s.countForSummaries(counted), dropped)
-        }
-        limit.remove(dropped)
-        summaryStage?.submit(ready)
+        localClaims.forget(plan.settled)
+        carryOut(ledger.update { $0.written(batch, marks: marks, counted: counted) })
         control.count { $0.results += plan.results }
         control.metrics.produced(plan.metrics, transports: transports, now: ResultFactory.nowMilliseconds())
-        localClaims.forget(plan.settled)
-        limit.remove(batch.count)
         control.madeProgress()
     }
 
@@ -375,11 +295,11 @@ final class ResultStage: Sendable {
     /// Hands the offsets of fully written messages to librdkafka, which commits them on its
     /// auto-commit timer and on close. (A revocation commits its partitions itself.)
     func commit() {
-        let offsets = state.withLock { $0.tracker.committable() }
+        let offsets = ledger.read { $0.committable() }
         guard !offsets.isEmpty else { return }
         do {
             let skipped = Set(try consumer.store(offsets))
-            state.withLock { $0.tracker.markCommitted(offsets.filter { !skipped.contains($0) }) }
+            ledger.update { $0.markCommitted(offsets.filter { !skipped.contains($0) }) }
         } catch {
             logger.warning(
                 "Cannot store offsets for commit; will retry",
@@ -391,24 +311,9 @@ final class ResultStage: Sendable {
 
     // MARK: Revocation and shutdown
 
-    /// Notifications of `selection` in a pool or waiting to be written.
-    func active(in selection: Set<TopicPartition>) -> Int {
-        state.withLock { s in selection.reduce(0) { $0 + (s.active[$1] ?? 0) } }
-    }
-
-    /// Whether the written positions of `selection` are stored (or can no longer be).
-    func positionsStored(for selection: Set<TopicPartition>) -> Bool {
-        state.withLock { s in
-            s.writerExited
-                || s.tracker.positions(in: selection).allSatisfy {
-                    $0.offset <= (s.writtenMarks[$0.topicPartition] ?? -1)
-                }
-        }
-    }
-
     /// Stores the written positions that moved, directly (shutdown, once the writer is idle).
     func storePositions() async {
-        let marks = state.withLock { $0.pendingMarks() }
+        let marks = ledger.read { $0.pendingMarks() }
         guard !marks.isEmpty else { return }
         do {
             try await store.write(
@@ -418,7 +323,7 @@ final class ResultStage: Sendable {
                 positions: marks,
                 ttlSeconds: configuration.worker.dedupeTTLSeconds
             )
-            state.withLock { s in for mark in marks { s.writtenMarks[mark.topicPartition] = mark.offset } }
+            ledger.update { $0.marksStored(marks) }
         } catch {
             logger.warning(
                 "Cannot store the written positions; the next owners may write some results again",
@@ -445,24 +350,8 @@ final class ResultStage: Sendable {
         }
     }
 
-    func positions(in selection: Set<TopicPartition>) -> [TopicPartitionOffset] {
-        state.withLock { $0.tracker.positions(in: selection) }
-    }
-
     func markCommitted(_ offsets: [TopicPartitionOffset]) {
-        state.withLock { $0.tracker.markCommitted(offsets) }
-    }
-
-    /// Forgets revoked partitions.
-    func remove(_ selection: Set<TopicPartition>) {
-        let dropped = state.withLock { s in
-            s.tracker.remove(selection)
-            for partition in selection { s.writtenMarks.removeValue(forKey: partition) }
-            let before = s.summaries.count
-            if before > 0 { s.summaries = s.summaries.filter { !selection.contains($0.key.partition) } }
-            return before - s.summaries.count
-        }
-        limit.remove(dropped)
+        ledger.update { $0.markCommitted(offsets) }
     }
 }
 

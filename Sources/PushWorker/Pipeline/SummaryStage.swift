@@ -107,10 +107,10 @@ struct TokenResult: Sendable {
 /// are all written, counts them into the job's summary in Redis
 /// (``NotificationStore/checkSummaries(_:ttlSeconds:)``, one round trip for all that are ready);
 /// when that makes the job complete and no other worker is writing it, produces the summary,
-/// marks it written, and then lets the message's offset go (``ResultStage/complete(_:)``).
+/// marks it written, and then lets the message's offset go (``ResultStage/settleSummaries(_:)``).
 ///
 /// What waits here is bounded by `maxInFlight`: each message's summary place was counted in
-/// ``InFlightLimit`` when it was registered. A summary that a live worker is writing for the same
+/// the ``PipelineLedger`` when it was registered. A summary that a live worker is writing for the same
 /// message (consumed again after a hand-over) is asked about again a second later, on a timer.
 final class SummaryStage: Sendable {
     private struct Waiting {
@@ -120,9 +120,8 @@ final class SummaryStage: Sendable {
     }
 
     private struct State {
+        /// Waiting or held back (the ledger counts them working until they are settled).
         var waiting: [Waiting] = []
-        /// Waiting or being written, by partition (a revocation waits for them).
-        var active: [TopicPartition: Int] = [:]
     }
 
     private let state = Mutex(State())
@@ -164,17 +163,9 @@ final class SummaryStage: Sendable {
         guard !ready.isEmpty else { return }
         let now = ContinuousClock.now
         state.withLock { s in
-            for (ref, pending) in ready {
-                s.waiting.append(Waiting(ref: ref, pending: pending, due: now))
-                s.active[ref.partition, default: 0] += 1
-            }
+            for (ref, pending) in ready { s.waiting.append(Waiting(ref: ref, pending: pending, due: now)) }
         }
         doorbellIn.yield()
-    }
-
-    /// Summaries of `selection` waiting or being written.
-    func active(in selection: Set<TopicPartition>) -> Int {
-        state.withLock { s in selection.reduce(0) { $0 + (s.active[$1] ?? 0) } }
     }
 
     /// Ends the loops (shutdown).
@@ -262,13 +253,7 @@ final class SummaryStage: Sendable {
             state.withLock { s in s.waiting += held.map { Waiting(ref: $0.ref, pending: $0.pending, due: due) } }
             wakeUpsIn.yield(due)
         }
-        state.withLock { s in
-            for ref in settled {
-                let left = (s.active[ref.partition] ?? 1) - 1
-                s.active[ref.partition] = left > 0 ? left : nil
-            }
-        }
-        results.complete(settled)
+        results.settleSummaries(settled)
         control.madeProgress()
     }
 

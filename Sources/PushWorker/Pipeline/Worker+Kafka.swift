@@ -62,9 +62,7 @@ extension Worker {
             // Notifications queued in a pool that cannot reach its gateway cannot finish now: the
             // partition is handed on without them (their outcome is recorded when the gateway
             // answers; the next owner waits for that claim and produces its result).
-            stages.results.active(in: selection) - stages.delivery.stuck(in: selection)
-                + stages.claims.pending(in: selection)
-                + stages.summaries.active(in: selection)
+            ledger.read { $0.working(in: selection) } - stages.delivery.stuck(in: selection)
         }
         let before = outstanding()
         logger.info("Partitions revoked", metadata: ["partitions": "\(partitions)", "inFlight": "\(before)"])
@@ -86,7 +84,7 @@ extension Worker {
         control.markRevoked(selection, generation: generation)
         stages.claims.handBack(unclaimedToo: true, where: inSelection)
         let marksDeadline = ContinuousClock.now + .seconds(2)
-        while !stages.results.positionsStored(for: selection) {
+        while !ledger.read({ $0.positionsStored(for: selection) }) {
             stages.results.requestPositions()
             if !(await control.waitForProgress(until: marksDeadline)) {
                 logger.warning(
@@ -96,8 +94,8 @@ extension Worker {
                 break
             }
         }
-        await commitForHandover(stages.consumer, stages.results, stages.results.positions(in: selection))
-        stages.results.remove(selection)
+        await commitForHandover(stages.consumer, stages.results, ledger.read { $0.positions(in: selection) })
+        ledger.update { $0.removed(selection) }
     }
 
     /// Commits the written position of partitions about to be handed on, retrying briefly while

@@ -89,7 +89,7 @@ extension Worker {
             uptime: .now - started,
             readiness: readiness,
             liveness: liveness,
-            inFlight: limit.inFlight,
+            inFlight: ledger.inFlight,
             redisUp: stages != nil && !control.isRedisDown,
             partitions: assigned.sorted { ($0.topic, $0.partition) < ($1.topic, $1.partition) }.map {
                 PartitionLag(partition: $0, lag: lag[$0])
@@ -112,7 +112,7 @@ extension Worker {
         let statistics = control.statistics
         metrics.advance(MetricCatalogue.messagesConsumed, to: statistics.messages)
         metrics.advance(MetricCatalogue.messagesSkipped, to: statistics.skipped)
-        metrics.set(MetricCatalogue.inFlight, to: limit.inFlight)
+        metrics.set(MetricCatalogue.inFlight, to: ledger.inFlight)
         metrics.set(MetricCatalogue.ready, to: readiness.isHealthy ? 1 : 0)
         guard let stages = stages.withLock({ $0 }) else { return }
         metrics.set(MetricCatalogue.redisUp, to: control.isRedisDown ? 0 : 1)

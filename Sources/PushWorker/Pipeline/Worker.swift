@@ -23,7 +23,7 @@ public final class Worker: Service, Sendable {
     /// id does not mistake the claims of its dead predecessor for its own.
     let owner: String
     let control: PipelineControl
-    let limit: InFlightLimit
+    let ledger: SharedLedger
     /// The stages once ``run()`` built them, for the status server.
     let stages = Mutex<Stages?>(nil)
     /// The services ``services()`` made, which ``run()`` uses.
@@ -74,7 +74,7 @@ public final class Worker: Service, Sendable {
         self.logger = logger
         let suffix = (0..<6).map { _ in "0123456789abcdefghijklmnopqrstuvwxyz".randomElement()! }
         self.owner = "\(configuration.worker.id)#\(String(suffix))"
-        self.limit = InFlightLimit(maximum: configuration.worker.maxInFlight)
+        self.ledger = SharedLedger(maximum: configuration.worker.maxInFlight)
     }
 
     /// The services of one worker, in the order a `ServiceGroup` starts them: its Redis
@@ -102,7 +102,7 @@ public final class Worker: Service, Sendable {
     /// results written and offsets committed, then everything is closed.
     public func stop() {
         control.stop()
-        limit.close()
+        ledger.update { $0.close() }
     }
 
     // MARK: Run
@@ -158,7 +158,7 @@ public final class Worker: Service, Sendable {
             producer: producer,
             consumer: consumer,
             localClaims: localClaims,
-            limit: limit,
+            ledger: ledger,
             control: control,
             configuration: configuration,
             summaries: summaries,
@@ -179,7 +179,7 @@ public final class Worker: Service, Sendable {
             delivery: delivery,
             localClaims: localClaims,
             control: control,
-            limit: limit,
+            ledger: ledger,
             factory: factory,
             configuration: configuration,
             signals: signals,
@@ -225,7 +225,7 @@ public final class Worker: Service, Sendable {
                     batchSize: configuration.worker.batchSize,
                     window: configuration.worker.batchWindow,
                     control: control,
-                    limit: limit,
+                    ledger: ledger,
                     results: results,
                     claims: claims,
                     store: store
@@ -309,13 +309,13 @@ public final class Worker: Service, Sendable {
         let deadline = ContinuousClock.now + configuration.worker.shutdownTimeout
         // Held and parked notifications are not claimed: hand them back.
         claims.handBack(unclaimedToo: true) { _ in true }
-        logger.info("Draining", metadata: ["inFlight": "\(limit.inFlight)", "pools": "\(delivery.poolCount)"])
+        logger.info("Draining", metadata: ["inFlight": "\(ledger.inFlight)", "pools": "\(delivery.poolCount)"])
         await delivery.shutdown(gracePeriod: max(.seconds(1), deadline - .now))
         // Wait for the writer to write what the pools reported.
-        if !(await limit.waitUntilEmpty(deadline: max(deadline, .now + .milliseconds(100)))) {
+        if !(await ledger.waitUntilEmpty(deadline: max(deadline, .now + .milliseconds(100)))) {
             logger.warning(
                 "Shutdown timeout reached with notifications in flight; their messages will be consumed again",
-                metadata: ["inFlight": "\(limit.inFlight)"]
+                metadata: ["inFlight": "\(ledger.inFlight)"]
             )
         }
         // The written positions of everything finished, before the partitions are handed on;
@@ -324,7 +324,7 @@ public final class Worker: Service, Sendable {
         results.commit()
         do {
             let assigned = Set(try consumer.assignment())
-            await commitForHandover(consumer, results, results.positions(in: assigned))
+            await commitForHandover(consumer, results, ledger.read { $0.positions(in: assigned) })
         } catch {
             logger.warning("Cannot read the assignment to commit it before leaving", metadata: ["error": "\(error)"])
         }

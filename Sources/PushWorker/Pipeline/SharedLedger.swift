@@ -1,17 +1,12 @@
 import Synchronization
 
-/// The worker's one memory bound: notifications between consumption and a written result
-/// (`maxInFlight`). Intake waits for room before it polls Kafka; every stage that finishes or
-/// hands back a notification gives its slot back. Every queue behind intake holds in-flight
-/// notifications only, so this bound is theirs too.
-///
-/// Parked notifications (waiting for an unreachable gateway) have a bound of their own of the
-/// same size, so that other apps go on while one app's gateway is down.
-final class InFlightLimit: Sendable {
+/// The ``PipelineLedger`` the stages share: one lock around it, and the waiters for what it
+/// bounds. Intake waits for room before it polls Kafka (``waitForRoom()``); a drain waits until
+/// nothing is in flight (``waitUntilEmpty(deadline:)``). Every event applied with
+/// ``update(_:)`` wakes the waiters whose condition now holds.
+final class SharedLedger: Sendable {
     private struct State {
-        var inFlight = 0
-        var parked = 0
-        var closed = false
+        var ledger: PipelineLedger
         /// Waiters by id, so that a cancelled or timed-out one is resumed alone.
         var roomWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
         var emptyWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
@@ -25,27 +20,51 @@ final class InFlightLimit: Sendable {
         }
     }
 
-    let maximum: Int
-    private let state = Mutex(State())
+    private let state: Mutex<State>
 
     init(maximum: Int) {
-        self.maximum = maximum
+        state = Mutex(State(ledger: PipelineLedger(maximum: maximum)))
     }
 
-    var inFlight: Int { state.withLock { $0.inFlight } }
+    var inFlight: Int { state.withLock { $0.ledger.inFlight } }
 
-    private static func hasRoom(_ s: State, _ maximum: Int) -> Bool {
-        s.closed || (s.inFlight - s.parked < maximum && s.parked < maximum)
+    /// Reads the ledger.
+    func read<T>(_ query: (borrowing PipelineLedger) -> T) -> T {
+        state.withLock { query($0.ledger) }
     }
 
-    /// Waits until there is room for more (or the limit is closed for shutdown, or the task is
+    /// Applies events to the ledger, then wakes the waiters for room and for an empty pipeline
+    /// whose condition holds; returns what `event` returns (its actions).
+    @discardableResult
+    func update<T>(_ event: (inout PipelineLedger) -> T) -> T {
+        let (result, room, empty) = state.withLock {
+            s -> (T, [CheckedContinuation<Void, Never>], [CheckedContinuation<Bool, Never>]) in
+            let result = event(&s.ledger)
+            var room: [CheckedContinuation<Void, Never>] = []
+            var empty: [CheckedContinuation<Bool, Never>] = []
+            if !s.roomWaiters.isEmpty, s.ledger.hasRoom {
+                room = Array(s.roomWaiters.values)
+                s.roomWaiters.removeAll()
+            }
+            if !s.emptyWaiters.isEmpty, s.ledger.isEmpty {
+                empty = Array(s.emptyWaiters.values)
+                s.emptyWaiters.removeAll()
+            }
+            return (result, room, empty)
+        }
+        room.forEach { $0.resume() }
+        empty.forEach { $0.resume(returning: true) }
+        return result
+    }
+
+    /// Waits until there is room for more (or the ledger is closed for shutdown, or the task is
     /// cancelled: the caller checks for that).
     func waitForRoom() async {
         let id = state.withLock { $0.makeId() }
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let ready = state.withLock { s -> Bool in
-                    if s.gone.remove(id) != nil || Self.hasRoom(s, maximum) { return true }
+                    if s.gone.remove(id) != nil || s.ledger.hasRoom { return true }
                     s.roomWaiters[id] = continuation
                     return false
                 }
@@ -81,7 +100,7 @@ final class InFlightLimit: Sendable {
                     await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                         let answer = self.state.withLock { s -> Bool? in
                             if s.gone.remove(id) != nil { return false }
-                            if s.inFlight <= 0 { return true }
+                            if s.ledger.isEmpty { return true }
                             s.emptyWaiters[id] = continuation
                             return nil
                         }
@@ -102,47 +121,5 @@ final class InFlightLimit: Sendable {
             group.cancelAll()
             return answer
         }
-    }
-
-    /// `count` more notifications are in flight.
-    func add(_ count: Int) {
-        guard count != 0 else { return }
-        state.withLock { $0.inFlight += count }
-    }
-
-    /// `count` notifications are finished or handed back.
-    func remove(_ count: Int) {
-        guard count != 0 else { return }
-        changed { $0.inFlight -= count }
-    }
-
-    /// `delta` notifications started (positive) or stopped (negative) waiting for their gateway.
-    func parked(_ delta: Int) {
-        guard delta != 0 else { return }
-        changed { $0.parked += delta }
-    }
-
-    /// Lets every waiter for room through from now on (shutdown).
-    func close() {
-        changed { $0.closed = true }
-    }
-
-    private func changed(_ body: (inout State) -> Void) {
-        let waiters = state.withLock { s -> ([CheckedContinuation<Void, Never>], [CheckedContinuation<Bool, Never>]) in
-            body(&s)
-            var room: [CheckedContinuation<Void, Never>] = []
-            var empty: [CheckedContinuation<Bool, Never>] = []
-            if !s.roomWaiters.isEmpty, Self.hasRoom(s, maximum) {
-                room = Array(s.roomWaiters.values)
-                s.roomWaiters.removeAll()
-            }
-            if s.inFlight <= 0, !s.emptyWaiters.isEmpty {
-                empty = Array(s.emptyWaiters.values)
-                s.emptyWaiters.removeAll()
-            }
-            return (room, empty)
-        }
-        waiters.0.forEach { $0.resume() }
-        waiters.1.forEach { $0.resume(returning: true) }
     }
 }
