@@ -42,6 +42,8 @@ public struct Job: Sendable, Hashable {
     public var dryRun = false
     /// Whether a `jobSummary` result is written once every token has its result.
     public var summary = false
+    /// A Live Activity's ActivityKit notification (HTTP/2 apps), when the job has `liveActivity`.
+    public var liveActivity: LiveActivity? = nil
 }
 
 /// Parses and validates job messages (`docs/jobs.md`).
@@ -72,7 +74,7 @@ public struct JobParser: Sendable {
             case id, app, token, tokens, aps, alert, badge, sound, contentAvailable, mutableContent
             case category, threadId, urlArgs, mdm, payload, expiry, priority, truncateAtWordEnd, env
             case registeredAt, retryLimit, pushType, collapseId, staleAfter
-            case metadata, apnsId, topic, dryRun, summary
+            case metadata, apnsId, topic, dryRun, summary, liveActivity
 
             /// The JSON names, in the order of the cases, whose names they are. Spelled out: a
             /// case's name read by reflection costs microseconds, which the first job paid.
@@ -80,7 +82,7 @@ public struct JobParser: Sendable {
                 "id", "app", "token", "tokens", "aps", "alert", "badge", "sound", "contentAvailable", "mutableContent",
                 "category", "threadId", "urlArgs", "mdm", "payload", "expiry", "priority", "truncateAtWordEnd", "env",
                 "registeredAt", "retryLimit", "pushType", "collapseId", "staleAfter",
-                "metadata", "apnsId", "topic", "dryRun", "summary",
+                "metadata", "apnsId", "topic", "dryRun", "summary", "liveActivity",
             ]
 
             /// The names by their length in bytes.
@@ -105,7 +107,7 @@ public struct JobParser: Sendable {
         }
 
         /// By ``Name/rawValue``; inline, so that no job allocates a table of its members.
-        private var values = InlineArray<29, JSONValue?>(repeating: nil)
+        private var values = InlineArray<30, JSONValue?>(repeating: nil)
         /// Member names that are not job fields.
         private(set) var unknown: [String] = []
         /// The unknown names as a set, once there are more than a few to compare.
@@ -136,7 +138,9 @@ public struct JobParser: Sendable {
         }
     }
 
-    public func parse(_ bytes: [UInt8]) -> JobParseResult {
+    /// Parses one message; `producedAt` is its Kafka timestamp (UNIX ms), the default
+    /// `timestamp` of a Live Activity (the parse time when `nil`).
+    public func parse(_ bytes: [UInt8], producedAt: Int64? = nil) -> JobParseResult {
         guard bytes.count <= maxMessageBytes else {
             return .unreadable(
                 jobId: nil,
@@ -254,7 +258,7 @@ public struct JobParser: Sendable {
         var job = Job(id: id, app: app, environment: nil, tokens: tokens, notification: APNSNotification())
         job.metadata = metadata
         do throws(JobFieldError) {
-            try fill(&job, from: fields)
+            try fill(&job, from: fields, producedAt: producedAt)
         } catch {
             return reject(error.message)
         }
@@ -293,7 +297,7 @@ public struct JobParser: Sendable {
 
     // MARK: Fields
 
-    private func fill(_ job: inout Job, from fields: Fields) throws(JobFieldError) {
+    private func fill(_ job: inout Job, from fields: Fields, producedAt: Int64?) throws(JobFieldError) {
         var n = APNSNotification()
         if let aps = fields[.aps] {
             guard let dict = aps.objectValue else { throw JobFieldError("\"aps\" must be an object") }
@@ -410,6 +414,10 @@ public struct JobParser: Sendable {
             }
         }
         if let v = fields[.summary] { job.summary = try bool(v, "summary") }
+        if let v = fields[.liveActivity] {
+            let seconds = producedAt.map { $0 / 1000 } ?? Int64(Date().timeIntervalSince1970)
+            job.liveActivity = try applyLiveActivity(v, app: job.app, producedAt: seconds, fields: fields, to: &n)
+        }
         swap(&job.notification, &n)
     }
 
@@ -546,7 +554,7 @@ public struct JobParser: Sendable {
         return .success(bytes)
     }
 
-    private func string(_ value: JSONValue, _ name: String) throws(JobFieldError) -> String {
+    func string(_ value: JSONValue, _ name: String) throws(JobFieldError) -> String {
         guard let text = value.stringValue else { throw JobFieldError("\"\(name)\" must be a string") }
         return text
     }

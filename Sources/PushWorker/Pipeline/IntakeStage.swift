@@ -201,7 +201,7 @@ struct IntakeStage: Sendable {
 
     private func parse(_ message: KafkaMessage, ref: MessageRef, now: Int64, into chunk: inout Chunk) {
         var place: String { "\(message.topic)[\(message.partition)]@\(message.offset)" }
-        switch parser.parse(message.value) {
+        switch parser.parse(message.value, producedAt: message.timestamp) {
         case .unreadable(let jobId, let app, let reason, let metadata):
             logger.warning("Rejected message \(place): \(reason).")
             chunk.results.append(
