@@ -423,10 +423,15 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         switch action {
         case .refreshToken(let id, let rejected):
             guard let tokenProvider else { return }
-            let refresh = try? tokenProvider.forceRefresh(rejected: rejected)
+            let refresh: String
+            do {
+                refresh = "\(try tokenProvider.forceRefresh(rejected: rejected))"
+            } catch {
+                refresh = "failed: \(error)"
+            }
             logger.info(
                 "APNs answered ExpiredProviderToken; replacing the connection",
-                metadata: ["apns.connection": "\(id)", "refresh": "\(refresh.map { "\($0)" } ?? "failed")"]
+                metadata: ["apns.connection": "\(id)", "refresh": "\(refresh)"]
             )
         case .logConnectFailure(let id, let reason, let failures):
             logger.warning(
