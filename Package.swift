@@ -190,7 +190,9 @@ let package = Package(
         // What the two executables share: a failure the user can act on, its exit code, JSON lines.
         .target(
             name: "PushCommandLine",
-            dependencies: ["APNSCore", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: [
+                "APNSCore", "PushConfiguration", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
         ),
         .executableTarget(
             name: "apn-worker",
@@ -307,7 +309,13 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
-        .testTarget(name: "PushConfigurationTests", dependencies: ["PushConfiguration", "PushTestSupport"]),
+        .testTarget(
+            name: "PushConfigurationTests",
+            dependencies: [
+                "PushConfiguration", "PushCommandLine", "PushTestSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [

@@ -153,6 +153,15 @@ package struct APNSAdmission<Batch: Sendable>: Sendable {
         return Array(waiters)
     }
 
+    /// Fails the callers whose batches were still waiting when admission stopped.
+    package static func reject(_ waiters: [Waiter]) {
+        for waiter in waiters {
+            waiter.continuation.resume(
+                throwing: APNSError(.shutDown, "the client shut down before these notifications were queued")
+            )
+        }
+    }
+
     /// Registers the consumer unless `eventsReady`; returns true when it should not wait.
     package mutating func waitForEvents(_ continuation: CheckedContinuation<Void, Never>, eventsReady: Bool) -> Bool {
         if eventsReady { return true }
@@ -273,14 +282,6 @@ extension APNSBufferedDeliveryClient {
         }
     }
 
-    /// Stops admitting and fails the callers whose batches were still waiting.
-    package static func rejectWaiters(_ waiters: [APNSAdmission<Batch>.Waiter]) {
-        for waiter in waiters {
-            waiter.continuation.resume(
-                throwing: APNSError(.shutDown, "the client shut down before these notifications were queued")
-            )
-        }
-    }
 }
 
 /// The events of a delivery client as an `AsyncSequence`: outcomes and connection events in

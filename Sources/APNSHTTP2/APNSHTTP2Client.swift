@@ -34,12 +34,16 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
     /// Requests handed in by one `send` call, and the outcomes of those rejected up front.
     package typealias Batch = APNSSubmissionBatch<QueuedRequest, APNSDeliveryOutcome>
 
-    private struct State {
+    private struct State: APNSPoolShutdownState {
         var machine: HTTP2PoolStateMachine
         var admission: APNSAdmission<Batch>
         var channels: [Int: any Channel] = [:]
         var handlers: [Int: NIOLoopBound<HTTP2ConnectionHandler>] = [:]
         var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
+
+        var lifecycle: APNSPoolLifecycle { machine.lifecycle }
+
+        mutating func beginShutdown() -> [HTTP2PoolStateMachine.Action] { machine.beginShutdown() }
     }
 
     /// What a state-machine step asks for, with channels and handlers already looked up.
@@ -213,21 +217,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                 step { $0.machine.abandon(reason: "the shutdown grace period of \(period) ran out") }
             }
         }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            var rejected: [APNSAdmission<Batch>.Waiter] = []
-            var done = false
-            step { s in
-                rejected = s.admission.stop()
-                if s.machine.lifecycle == .finished {
-                    done = true
-                    return []
-                }
-                s.shutdownWaiters.append(continuation)
-                return s.machine.beginShutdown()
-            }
-            Self.rejectWaiters(rejected)
-            if done { continuation.resume() }
-        }
+        await State.shutDown(through: step)
         deadline?.cancel()
     }
 
@@ -433,10 +423,15 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         switch action {
         case .refreshToken(let id, let rejected):
             guard let tokenProvider else { return }
-            let refresh = try? tokenProvider.forceRefresh(rejected: rejected)
+            let refresh: String
+            do {
+                refresh = "\(try tokenProvider.forceRefresh(rejected: rejected))"
+            } catch {
+                refresh = "failed: \(error)"
+            }
             logger.info(
                 "APNs answered ExpiredProviderToken; replacing the connection",
-                metadata: ["apns.connection": "\(id)", "refresh": "\(refresh.map { "\($0)" } ?? "failed")"]
+                metadata: ["apns.connection": "\(id)", "refresh": "\(refresh)"]
             )
         case .logConnectFailure(let id, let reason, let failures):
             logger.warning(

@@ -332,7 +332,7 @@ public final class APNSHTTP2Simulator: Sendable {
             try? await connection.channel.close()
         }
         flushRecord()
-        try? recordFile?.close()
+        RecordFile.close(recordFile, logger: logger)
     }
 
     /// How often each token was accepted.

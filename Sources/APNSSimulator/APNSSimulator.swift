@@ -195,7 +195,7 @@ public final class APNSSimulator: Sendable {
         // The gateway goes away: its open connections are cut too, without an error packet.
         await accepted.closeAll()
         flushRecord()
-        try? recordFile?.close()
+        RecordFile.close(recordFile, logger: logger)
     }
 
     /// How often each token was accepted.

@@ -34,7 +34,7 @@ extension ConfigurationBuilder {
                 urls.append((text, "\(label)[\(index)]"))
             }
         } else {
-            throw required("redis.url", variable: "APN_WORKER_REDIS_URL", flag: "--redis")
+            throw required(.redisURL)
         }
         var cluster = urls.count > 1
         if let value = file.value("cluster") {
@@ -85,7 +85,7 @@ extension ConfigurationBuilder {
         if let username = redis.username, redis.password == nil {
             throw ConfigurationError(
                 "\(urls[0].label) names the user \(quoted(username)) but no password is set: add it to the "
-                    + "URL or set redis.password, APN_WORKER_REDIS_PASSWORD or --redis-password."
+                    + "URL or set \(ConfigurationSetting.redisPassword.names)."
             )
         }
         try file.read("connectTimeoutMs", .from(1, to: 600_000), .milliseconds(1), into: &redis.connectTimeout)

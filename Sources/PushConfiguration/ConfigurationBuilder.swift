@@ -14,18 +14,18 @@ struct ConfigurationBuilder {
     private var warnings: [String] = []
 
     private static let environmentPrefix = "APN_WORKER_"
-    private static let kafkaPropertyPrefix = "APN_WORKER_KAFKA_PROPERTY_"
+    private static let kafkaPropertyPrefix = WorkerConfiguration.kafkaPropertyVariablePrefix
 
     /// Every `APN_WORKER_*` variable read, apart from the Kafka property prefix.
-    private static let knownVariables = Set(ConfigurationOverlay.settings.map(\.variable))
+    private static let knownVariables = Set(ConfigurationSetting.allCases.map(\.variable))
         .union([WorkerConfiguration.configPathVariable])
 
     /// librdkafka properties that have settings of their own.
     private static let reservedKafkaProperties: [String: String] = [
-        "bootstrap.servers": "kafka.bootstrapServers (APN_WORKER_KAFKA_BOOTSTRAP_SERVERS, --brokers)",
-        "metadata.broker.list": "kafka.bootstrapServers (APN_WORKER_KAFKA_BOOTSTRAP_SERVERS, --brokers)",
-        "group.id": "kafka.groupId (APN_WORKER_KAFKA_GROUP_ID, --group)",
-        "group.instance.id": "kafka.groupInstanceId (APN_WORKER_INSTANCE_ID)",
+        "bootstrap.servers": ConfigurationSetting.kafkaBootstrapServers.withSources,
+        "metadata.broker.list": ConfigurationSetting.kafkaBootstrapServers.withSources,
+        "group.id": ConfigurationSetting.kafkaGroupId.withSources,
+        "group.instance.id": ConfigurationSetting.kafkaGroupInstanceId.withSources,
     ]
 
     init(
@@ -123,7 +123,7 @@ struct ConfigurationBuilder {
         ])
 
         guard let serversValue = file.value("bootstrapServers") else {
-            throw required("kafka.bootstrapServers", variable: "APN_WORKER_KAFKA_BOOTSTRAP_SERVERS", flag: "--brokers")
+            throw required(.kafkaBootstrapServers)
         }
         let servers = try SettingParsing.string(serversValue).trimmingCharacters(in: .whitespacesAndNewlines)
 
@@ -575,8 +575,8 @@ struct ConfigurationBuilder {
 
     // MARK: - Messages
 
-    func required(_ path: String, variable: String, flag: String) -> ConfigurationError {
-        ConfigurationError("\(path) is required: set it in the config file, \(variable) or \(flag).")
+    func required(_ setting: ConfigurationSetting) -> ConfigurationError {
+        ConfigurationError("\(setting.path) is required: set it in \(setting.sourcesInWords).")
     }
 
     /// Warns about `APN_WORKER_*` variables that are not settings (most likely misspelt) and

@@ -3,72 +3,34 @@
 public struct ConfigurationOverrides: Sendable, Hashable {
     /// `--config PATH`: the config file (wins over `APN_WORKER_CONFIG`).
     public var configPath: String?
-    /// `--worker-id`
-    public var workerId: String?
-    /// `--brokers`: Kafka bootstrap servers.
-    public var brokers: String?
-    /// `--group`: Kafka consumer group id.
-    public var group: String?
-    /// `--requests-topic`
-    public var requestsTopic: String?
-    /// `--results-topic`
-    public var resultsTopic: String?
     /// `--kafka-property k=v`, repeatable; merged over the file's and the environment's.
     public var kafkaProperties: [String]
-    /// `--redis URL`
-    public var redisURL: String?
-    /// `--redis-password`
-    public var redisPassword: String?
-    /// `--batch-size`
-    public var batchSize: Int?
-    /// `--max-in-flight`
-    public var maxInFlight: Int?
-    /// `--log-level`
-    public var logLevel: String?
-    /// `--log-format`
-    public var logFormat: String?
-    /// `--shutdown-timeout`, in seconds.
-    public var shutdownTimeoutSeconds: Int?
-    /// `--status-address HOST:PORT`, or `off`.
-    public var statusAddress: String?
+    /// The flags of ``ConfigurationSetting``s given, by setting: their values as written (a
+    /// whole number in decimal).
+    public private(set) var values: [ConfigurationSetting: String]
 
-    /// No flags given.
-    public init() {
-        kafkaProperties = []
-    }
-
-    /// Sets any of the flags by name.
+    /// `configPath`, `kafkaProperties` and the settings' flags in `values` (`nil`: not given).
+    ///
+    /// - Precondition: every setting given a value has a flag.
     public init(
         configPath: String? = nil,
-        workerId: String? = nil,
-        brokers: String? = nil,
-        group: String? = nil,
-        requestsTopic: String? = nil,
-        resultsTopic: String? = nil,
         kafkaProperties: [String] = [],
-        redisURL: String? = nil,
-        redisPassword: String? = nil,
-        batchSize: Int? = nil,
-        maxInFlight: Int? = nil,
-        logLevel: String? = nil,
-        logFormat: String? = nil,
-        shutdownTimeoutSeconds: Int? = nil,
-        statusAddress: String? = nil
+        _ values: [ConfigurationSetting: String?] = [:]
     ) {
         self.configPath = configPath
-        self.workerId = workerId
-        self.brokers = brokers
-        self.group = group
-        self.requestsTopic = requestsTopic
-        self.resultsTopic = resultsTopic
         self.kafkaProperties = kafkaProperties
-        self.redisURL = redisURL
-        self.redisPassword = redisPassword
-        self.batchSize = batchSize
-        self.maxInFlight = maxInFlight
-        self.logLevel = logLevel
-        self.logFormat = logFormat
-        self.shutdownTimeoutSeconds = shutdownTimeoutSeconds
-        self.statusAddress = statusAddress
+        self.values = [:]
+        for (setting, value) in values { self[setting] = value }
+    }
+
+    /// The value of `setting`'s flag, `nil` when it was not given.
+    ///
+    /// - Precondition: a setting given a value has a flag.
+    public subscript(setting: ConfigurationSetting) -> String? {
+        get { values[setting] }
+        set {
+            precondition(newValue == nil || setting.flag != nil, "\(setting.path) has no flag")
+            values[setting] = newValue
+        }
     }
 }

@@ -4,6 +4,10 @@ extension WorkerConfiguration {
     /// Environment variable naming the config file (`--config` wins over it).
     public static let configPathVariable = "APN_WORKER_CONFIG"
 
+    /// Prefix of the environment variables that set librdkafka properties
+    /// (`APN_WORKER_KAFKA_PROPERTY_SECURITY_PROTOCOL` sets `security.protocol`).
+    public static let kafkaPropertyVariablePrefix = "APN_WORKER_KAFKA_PROPERTY_"
+
     /// Loads and validates the configuration of `apn-worker run`.
     ///
     /// The config file is `overrides.configPath`, else `APN_WORKER_CONFIG`; without either,

@@ -163,10 +163,13 @@ extension WorkerConfiguration {
         public var requestsTopic: String
         /// Topic the results are written to.
         public var resultsTopic: String
-        /// Extra librdkafka properties, passed through as they are.
+        /// Extra librdkafka properties, passed through as they are; each overrides the same
+        /// property of ``clientDefaults``.
         public var properties: [String: String]
         /// Static membership (`group.instance.id`): a stable name per replica; `nil` for none.
         public var groupInstanceId: String?
+        /// The librdkafka properties the worker sets unless ``properties`` does.
+        public var clientDefaults = KafkaClientDefaults()
 
         public static let defaultGroupId = "apn-worker"
         public static let defaultRequestsTopic = "apn.requests"

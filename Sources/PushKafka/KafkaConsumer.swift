@@ -291,6 +291,7 @@ public final class KafkaConsumer: Sendable {
     /// meanwhile) are skipped.
     public func completeRevocation(_ partitions: [TopicPartition]) async {
         let (client, context) = (client, context)
+        // Only a cancelled wait throws; the unassignment still runs on the poll thread.
         _ = try? await pollQueue.run(what: "Completing a revocation") { () throws(KafkaError) in
             context.unassign(client.pointer, partitions)
         }

@@ -185,6 +185,8 @@ public final class RedisCluster: Sendable {
                     }
                 }
             }
+            // Refreshes are best effort: after a failure, the failure is what the caller needs;
+            // after MOVED, the replies have already corrected the slots they named.
             if let failure {
                 try? await refreshSlots()
                 throw failure

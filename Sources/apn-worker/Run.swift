@@ -25,58 +25,13 @@ struct Run: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "Configuration file (YAML or JSON).")
-    var config: String?
-    @Option(help: "Worker id used in results and logs (default: HOSTNAME-PID).")
-    var workerId: String?
-    @Option(help: "Kafka bootstrap servers.")
-    var brokers: String?
-    @Option(help: "Kafka consumer group.")
-    var group: String?
-    @Option(help: "Topic to consume jobs from.")
-    var requestsTopic: String?
-    @Option(help: "Topic to write results to.")
-    var resultsTopic: String?
-    @Option(name: .customLong("kafka-property"), help: "A librdkafka property, KEY=VALUE (repeatable).")
-    var kafkaProperties: [String] = []
-    @Option(help: "Redis URL, redis://[user:password@]host[:port][/db], or rediss:// for TLS.")
-    var redis: String?
-    @Option(help: "Redis password (overrides one in the URL).")
-    var redisPassword: String?
-    @Option(help: "Most Kafka messages per batch.")
-    var batchSize: Int?
-    @Option(help: "Most notifications in flight.")
-    var maxInFlight: Int?
-    @Option(help: "Log level: trace, debug, info, notice, warning, error or critical.")
-    var logLevel: String?
-    @Option(help: "Log format: json or text.")
-    var logFormat: String?
-    @Option(help: "Seconds a graceful shutdown may take.")
-    var shutdownTimeout: Int?
-    @Option(help: "Where the status server listens (host:port), or off.")
-    var statusAddress: String?
+    @OptionGroup var flags: ConfigurationFlags
 
     func run() async throws {
         let configuration: WorkerConfiguration
         do {
             configuration = try WorkerConfiguration.load(
-                overrides: ConfigurationOverrides(
-                    configPath: config,
-                    workerId: workerId,
-                    brokers: brokers,
-                    group: group,
-                    requestsTopic: requestsTopic,
-                    resultsTopic: resultsTopic,
-                    kafkaProperties: kafkaProperties,
-                    redisURL: redis,
-                    redisPassword: redisPassword,
-                    batchSize: batchSize,
-                    maxInFlight: maxInFlight,
-                    logLevel: logLevel,
-                    logFormat: logFormat,
-                    shutdownTimeoutSeconds: shutdownTimeout,
-                    statusAddress: statusAddress
-                ),
+                overrides: flags.overrides,
                 environment: ProcessInfo.processInfo.environment
             )
         } catch {

@@ -215,7 +215,7 @@ private final class EchoClient: APNSBufferedDeliveryClient {
             waiters = s.admission.stop()
             s.events.finish()
         }
-        Self.rejectWaiters(waiters)
+        APNSAdmission.reject(waiters)
     }
 
     /// Waits until `count` batches wait for room.

@@ -460,20 +460,20 @@ private func parseError(
         "APN_WORKER_REDIS_URL": "redis://env-redis",
         "APN_WORKER_REDIS_PASSWORD": "env-pass",
     ]
-    let overrides = ConfigurationOverrides(
-        workerId: "from-flag",
-        brokers: "flag:9092",
-        group: "flag-group",
-        requestsTopic: "flag.requests",
-        resultsTopic: "flag.results",
-        redisURL: "redis://flag-redis:6390",
-        redisPassword: "flag-pass",
-        batchSize: 7,
-        maxInFlight: 8,
-        logLevel: "notice",
-        logFormat: "text",
-        shutdownTimeoutSeconds: 9
-    )
+    let overrides = ConfigurationOverrides([
+        .workerId: "from-flag",
+        .kafkaBootstrapServers: "flag:9092",
+        .kafkaGroupId: "flag-group",
+        .kafkaRequestsTopic: "flag.requests",
+        .kafkaResultsTopic: "flag.results",
+        .redisURL: "redis://flag-redis:6390",
+        .redisPassword: "flag-pass",
+        .batchSize: "7",
+        .maxInFlight: "8",
+        .logLevel: "notice",
+        .logFormat: "text",
+        .shutdownTimeoutSeconds: "9",
+    ])
     let config = try parse(fixture.minimalYAML(), overrides: overrides, environment: environment)
     #expect(config.worker.id == "from-flag")
     #expect(config.worker.batchSize == 7)
@@ -693,11 +693,11 @@ private func parseError(
             == "APN_WORKER_BATCH_SIZE must be a whole number from 1 to 100000, not \"100001\"."
     )
     #expect(
-        parseError(yaml, overrides: ConfigurationOverrides(maxInFlight: 0))
+        parseError(yaml, overrides: ConfigurationOverrides([.maxInFlight: "0"]))
             == "--max-in-flight must be a whole number from 1 to 1000000, not 0."
     )
     #expect(
-        parseError(yaml, overrides: ConfigurationOverrides(shutdownTimeoutSeconds: 3601))
+        parseError(yaml, overrides: ConfigurationOverrides([.shutdownTimeoutSeconds: "3601"]))
             == "--shutdown-timeout must be a whole number from 1 to 3600, not 3601."
     )
     #expect(
@@ -763,7 +763,7 @@ private func parseError(
             == "APN_WORKER_LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical, not \"verbose\"."
     )
     #expect(
-        parseError(yaml, overrides: ConfigurationOverrides(logFormat: "xml"))
+        parseError(yaml, overrides: ConfigurationOverrides([.logFormat: "xml"]))
             == "--log-format must be json or text, not \"xml\"."
     )
     #expect(
@@ -775,7 +775,7 @@ private func parseError(
             == "apps.com.example.app.resendOnUnknown must be true or false, not \"maybe\"."
     )
     #expect(
-        parseError(yaml, overrides: ConfigurationOverrides(workerId: "has space"))
+        parseError(yaml, overrides: ConfigurationOverrides([.workerId: "has space"]))
             == "--worker-id must be 1 to 64 characters of letters, digits, '.', '_' and '-', not \"has space\"."
     )
     #expect(
@@ -800,7 +800,7 @@ private func parseError(
     #expect(
         parseError(
             fixture.minimalYAML(extra: "worker:\n  batchSize: 5"),
-            overrides: ConfigurationOverrides(batchSize: -2)
+            overrides: ConfigurationOverrides([.batchSize: "-2"])
         )
             == "--batch-size must be a whole number from 1 to 100000, not -2."
     )
@@ -823,7 +823,7 @@ private func parseError(
     let fixture = try Fixture()
     let yaml = fixture.minimalYAML()
     func redis(_ url: String, password: String? = nil) throws -> WorkerConfiguration.Redis {
-        try parse(yaml, overrides: ConfigurationOverrides(redisURL: url, redisPassword: password)).redis
+        try parse(yaml, overrides: ConfigurationOverrides([.redisURL: url, .redisPassword: password])).redis
     }
     #expect(try redis("redis://h").endpoint == "h:6379")
     #expect(try redis("redis://:pw@h:1/15").password == "pw")
@@ -833,7 +833,7 @@ private func parseError(
     #expect(try redis("rediss://h").tls == RedisTLS())
     #expect(try redis("redis://h").tls == nil)
     #expect(
-        parseError(yaml, overrides: ConfigurationOverrides(redisURL: "redis://:secret@h:0"))
+        parseError(yaml, overrides: ConfigurationOverrides([.redisURL: "redis://:secret@h:0"]))
             == "--redis must be a Redis URL of the form redis[s]://[[user]:password@]host[:port][/db], not "
             + "\"redis://:***@h:0\" (the port must be from 1 to 65535)."
     )
@@ -843,7 +843,7 @@ private func parseError(
             + "not \"http://h\" (the scheme must be redis:// or rediss://)."
     )
     #expect(
-        parseError(yaml, overrides: ConfigurationOverrides(redisURL: "redis://u@h"))
+        parseError(yaml, overrides: ConfigurationOverrides([.redisURL: "redis://u@h"]))
             == "--redis names the user \"u\" but no password is set: add it to the URL or set redis.password, "
             + "APN_WORKER_REDIS_PASSWORD or --redis-password."
     )
@@ -1315,7 +1315,7 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     ) throws -> WorkerConfiguration.HostPort? {
         try parse(
             fixture.minimalYAML(extra: extra),
-            overrides: ConfigurationOverrides(statusAddress: flag),
+            overrides: ConfigurationOverrides([.statusAddress: flag]),
             environment: environment
         ).worker.statusAddress
     }
@@ -1325,7 +1325,7 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
     #expect(try address("worker:\n  statusAddress: \"[::1]\"") == .init(host: "::1", port: 9400))
     #expect(try address("", environment: ["APN_WORKER_STATUS_ADDRESS": "off"]) == nil)
     #expect(try address("worker:\n  statusAddress: null", flag: "10.0.0.1:9500") == .init(host: "10.0.0.1", port: 9500))
-    let error = parseError(fixture.minimalYAML(), overrides: ConfigurationOverrides(statusAddress: "host:99999"))
+    let error = parseError(fixture.minimalYAML(), overrides: ConfigurationOverrides([.statusAddress: "host:99999"]))
     #expect(
         error
             == "--status-address must be host:port with a port from 0 to 65535 (an IPv6 address in brackets), not \"host:99999\"."

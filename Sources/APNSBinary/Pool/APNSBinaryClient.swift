@@ -26,12 +26,19 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
     /// Notifications handed in by one `send` call: the valid ones and those rejected up front.
     package typealias Batch = APNSSubmissionBatch<PendingNotification, (PendingNotification, String)>
 
-    private struct State {
+    private struct State: APNSPoolShutdownState {
         var machine: PoolStateMachine
         var admission: APNSAdmission<Batch>
         var channels: [Int: any Channel] = [:]
         var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
         var started = false
+
+        var lifecycle: APNSPoolLifecycle { machine.lifecycle }
+
+        mutating func beginShutdown() -> [PoolStateMachine.Action] {
+            started = true
+            return machine.beginShutdown()
+        }
     }
 
     /// What a state-machine step asks for, with channels already looked up.
@@ -273,22 +280,7 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
     }
 
     private func drain() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            var rejectedWaiters: [APNSAdmission<Batch>.Waiter] = []
-            var done = false
-            step { state in
-                rejectedWaiters = state.admission.stop()
-                if state.machine.lifecycle == .finished {
-                    done = true
-                    return []
-                }
-                state.shutdownWaiters.append(continuation)
-                state.started = true
-                return state.machine.beginShutdown()
-            }
-            Self.rejectWaiters(rejectedWaiters)
-            if done { continuation.resume() }
-        }
+        await State.shutDown(through: step)
     }
 
     // MARK: Connections

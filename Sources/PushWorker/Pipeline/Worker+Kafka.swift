@@ -7,33 +7,26 @@ import PushKafka
 /// (`docs/architecture.md`, "Healing").
 extension Worker {
     func makeKafkaClients() throws -> (KafkaProducer, KafkaConsumer) {
+        // The worker's defaults (``WorkerConfiguration/KafkaClientDefaults``), each overridden
+        // by the same property in kafka.properties, but for those the delivery guarantee rests on.
+        let defaults = configuration.kafka.clientDefaults
         var kafka = KafkaConfiguration(configuration.kafka.properties)
         kafka.properties["bootstrap.servers"] = configuration.kafka.bootstrapServers
         kafka.properties["client.id"] = kafka.properties["client.id"] ?? "apn-worker-\(configuration.worker.id)"
         kafka.logger = Logger(label: KafkaConfiguration.loggerLabel)
-        // Requests go out at once instead of waiting for the previous segment's ACK (Nagle):
-        // a result's latency includes an acknowledged produce.
-        kafka.properties["socket.nagle.disable"] = kafka.properties["socket.nagle.disable"] ?? "true"
+        kafka.properties.merge(defaults.clientProperties) { given, _ in given }
         var producerConfig = kafka
-        producerConfig.properties["linger.ms"] = producerConfig.properties["linger.ms"] ?? "2"
+        producerConfig.properties.merge(defaults.producerProperties) { given, _ in given }
         var consumerConfig = kafka
         consumerConfig.properties["group.id"] = configuration.kafka.groupId
-        // A member that dies is noticed within 10 s (librdkafka's own default is 45 s), and a
-        // rebalance reaches the members within a second.
-        consumerConfig.properties["session.timeout.ms"] = consumerConfig.properties["session.timeout.ms"] ?? "10000"
-        consumerConfig.properties["heartbeat.interval.ms"] =
-            consumerConfig.properties["heartbeat.interval.ms"] ?? "1000"
+        consumerConfig.properties.merge(defaults.consumerProperties) { given, _ in given }
         if let instance = configuration.kafka.groupInstanceId {
             // Static membership: a restarted worker with the same id takes its partitions back
             // within the session timeout, without a rebalance.
             consumerConfig.properties["group.instance.id"] = instance
         }
-        consumerConfig.properties["auto.offset.reset"] = consumerConfig.properties["auto.offset.reset"] ?? "earliest"
         // Offsets are stored once their results are written; librdkafka commits them.
-        consumerConfig.properties["enable.auto.commit"] = "true"
-        consumerConfig.properties["enable.auto.offset.store"] = "false"
-        consumerConfig.properties["auto.commit.interval.ms"] =
-            consumerConfig.properties["auto.commit.interval.ms"] ?? "200"
+        consumerConfig.properties.merge(defaults.consumerForcedProperties) { _, forced in forced }
         do {
             let producer = try KafkaProducer(configuration: producerConfig)
             // Revocations are reported, not applied: the worker finishes the partitions' work
