@@ -134,9 +134,9 @@ extension APNSHTTP2Simulator {
         return .ok(policy)
     }
 
-    /// §7.2: `apns-channel-id`, present and well formed.
+    /// §7.2: `apns-channel-id`, present (an empty value is missing) and well formed.
     static func channelID(_ head: HTTP2SimulatorRequestHead) -> HTTP2SimulatorCheck<String> {
-        guard let id = head.channelID else { return .reject(Reason.missingChannelId) }
+        guard let id = head.channelID, !id.isEmpty else { return .reject(Reason.missingChannelId) }
         guard HTTP2SimulatorChannelStore.isWellFormed(channelID: id) else { return .reject(Reason.badChannelId) }
         return .ok(id)
     }

@@ -27,7 +27,7 @@ import Foundation
 /// | create: `push-type` is not `LiveActivity` (any case) | 400 `InvalidPushType` |
 /// | create: the body is not a JSON object, or `message-storage-policy` is not 0 or 1 | 400 `CannotCreateChannelConfig` |
 /// | create: the app has ``Configuration/maxChannelsPerApp`` channels | 400 `CannotCreateChannelConfig` |
-/// | read, delete, broadcast: no `apns-channel-id` | 400 `MissingChannelId` |
+/// | read, delete, broadcast: no or an empty `apns-channel-id` | 400 `MissingChannelId` |
 /// | read, delete, broadcast: `apns-channel-id` is not base64, or is over 128 characters | 400 `BadChannelId` |
 /// | broadcast: no `apns-push-type` | 400 `MissingPushType` |
 /// | broadcast: `apns-push-type` is not `liveactivity` (any case) | 400 `InvalidPushType` |

@@ -259,6 +259,7 @@ struct SimulatorChannelTests {
         let id = try #require(try await Self.create(client).header("apns-channel-id"))
         let cases: [([(String, String)], [UInt8], Int, String)] = [
             (Self.broadcastHeaders(nil), Self.update, 400, "MissingChannelId"),
+            (Self.broadcastHeaders(""), Self.update, 400, "MissingChannelId"),
             (Self.broadcastHeaders("%%%"), Self.update, 400, "BadChannelId"),
             (Self.broadcastHeaders("c29tZUNoYW5uZWw="), Self.update, 400, "ChannelNotRegistered"),
             (Self.broadcastHeaders(id, pushType: nil), Self.update, 400, "MissingPushType"),
