@@ -73,6 +73,9 @@ import Synchronization
 /// §3.5), and the connection closes once every answered stream is done. The debug data cycles
 /// through JSON `{"reason":"Shutdown"}`, plain text and empty (§6.9).
 ///
+/// Channel management and broadcasts (§7) share the listener; their rules are on
+/// ``channels(bundleID:)``'s extension (`HTTP2SimulatorChannels.swift`).
+///
 /// Performance: frames of all streams arrive on the connection channel (no child channel per
 /// stream); answers are flushed once per read burst, and accepted requests are recorded under
 /// one lock per burst.
@@ -119,8 +122,11 @@ public final class APNSHTTP2Simulator: Sendable {
         /// Write one JSON line per accepted request (with `"api":"http2"`) to this file, which
         /// is emptied at start and appended to, so the binary simulator may share it.
         public var recordPath: String?
-        /// How many accepted requests ``accepted`` keeps (the counts cover all of them).
+        /// How many accepted requests ``accepted`` keeps, and how many entries
+        /// ``channelOperations`` and ``broadcasts`` keep (the counts cover all of them).
         public var acceptedListLimit = 1_000_000
+        /// Channels per app and environment; one more is 400 `CannotCreateChannelConfig` (§7.1).
+        public var maxChannelsPerApp = 10_000
         /// The clock for provider-token checks (§4).
         public var now: @Sendable () -> Date = { Date() }
         /// The HTTP/2 frame layer the endpoint runs on.
@@ -185,6 +191,12 @@ public final class APNSHTTP2Simulator: Sendable {
         public var streamLimitViolations = 0
         /// SETTINGS frames sent after the connection preface (limit raised, dropped, restored or changed).
         public var settingsChanges = 0
+        /// Successful channel-management requests (§7.2).
+        public var channelOperations = 0
+        /// Accepted broadcasts (§7.3).
+        public var broadcasts = 0
+        /// Channels that exist now, over all apps.
+        public var channels = 0
     }
 
     struct State {
@@ -196,6 +208,9 @@ public final class APNSHTTP2Simulator: Sendable {
         var nextConnection = 1
         var recordBuffer: [UInt8] = []
         var connections: [Int: Connection] = [:]
+        var channels = HTTP2SimulatorChannelStore()
+        var channelOperations: [ChannelOperation] = []
+        var broadcasts: [Broadcast] = []
     }
 
     /// An open connection: its channel, and its handler for calls on its event loop.
@@ -279,6 +294,12 @@ public final class APNSHTTP2Simulator: Sendable {
         }
         if let n = configuration.goAwayEvery, n < 1 {
             throw APNSError(.invalidConfiguration, "goAwayEvery must be at least 1, not \(n)")
+        }
+        guard configuration.maxChannelsPerApp >= 0 else {
+            throw APNSError(
+                .invalidConfiguration,
+                "maxChannelsPerApp must be zero or more, not \(configuration.maxChannelsPerApp)"
+            )
         }
         if let n = configuration.status429Every, n < 1 {
             throw APNSError(.invalidConfiguration, "status429Every must be at least 1, not \(n)")
@@ -457,15 +478,22 @@ public final class APNSHTTP2Simulator: Sendable {
         if shouldFlush { flushRecord() }
     }
 
+    /// A JSON string literal for a record line; `null` for `nil`.
+    static func jsonString(_ value: String?) -> String {
+        value.map { String(decoding: JSONValue.string($0).serialized(), as: UTF8.self) } ?? "null"
+    }
+
+    /// A record line's `authorization` value.
+    static func recordAuthorization(_ authorization: Authorization) -> String {
+        switch authorization {
+        case .certificate: "\"certificate\""
+        case .token(let team, let key): "{\"team\":\(jsonString(team)),\"kid\":\(jsonString(key))}"
+        }
+    }
+
     private static func appendRecordLine(_ a: Accepted, to buffer: inout [UInt8]) {
-        func string(_ value: String?) -> String {
-            value.map { String(decoding: JSONValue.string($0).serialized(), as: UTF8.self) } ?? "null"
-        }
-        let authorization: String
-        switch a.authorization {
-        case .certificate: authorization = "\"certificate\""
-        case .token(let team, let key): authorization = "{\"team\":\(string(team)),\"kid\":\(string(key))}"
-        }
+        let string = jsonString
+        let authorization = recordAuthorization(a.authorization)
         let line =
             "{\"api\":\"http2\",\"connection\":\(a.connection),\"streamID\":\(a.streamID),\"token\":\"\(a.token.hex)\",\"apnsID\":\(string(a.apnsID)),\"topic\":\(string(a.topic)),\"pushType\":\(string(a.pushType)),\"priority\":\(a.priority.map(String.init) ?? "null"),\"payloadLength\":\(a.payloadLength),\"authorization\":\(authorization)}\n"
         buffer += line.utf8

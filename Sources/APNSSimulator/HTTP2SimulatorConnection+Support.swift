@@ -27,6 +27,30 @@ extension HTTP2SimulatorConnectionHandler {
         }
     }
 
+    /// A fresh lower-case 8-4-4-4-12 identifier: a random per-connection prefix and a counter.
+    func generateID() -> String {
+        generatedIDs &+= 1
+        let digits = Array("0123456789abcdef".utf8)
+        var bytes = [UInt8](repeating: UInt8(ascii: "-"), count: 36)
+        var high = idPrefix
+        var low = generatedIDs
+        var position = 35
+        for index in 0..<32 {
+            if position == 8 || position == 13 || position == 18 || position == 23 { position -= 1 }
+            let nibble: UInt64
+            if index < 16 {
+                nibble = low & 0xf
+                low >>= 4
+            } else {
+                nibble = high & 0xf
+                high >>= 4
+            }
+            bytes[position] = digits[Int(nibble)]
+            position -= 1
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// A `Duration` as NIO's `TimeAmount`.
     static func timeAmount(_ duration: Duration) -> TimeAmount {
         let (seconds, attoseconds) = duration.components

@@ -16,6 +16,8 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
     struct Stream {
         var head: HTTP2SimulatorRequestHead
         var bodyLength = 0
+        /// The start of the body, kept for channel and broadcast requests only (§7).
+        var body: [UInt8]?
     }
 
     /// The connection-level receive window the simulator keeps open (RFC 9113 §6.9). The
@@ -23,13 +25,13 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
     static let connectionWindow = 1 << 22
     static let streamWindow = 65535
 
-    private let simulator: APNSHTTP2Simulator
-    private let configuration: APNSHTTP2Simulator.Configuration
-    private let authentication: HTTP2SimulatorAuthentication
+    let simulator: APNSHTTP2Simulator
+    let configuration: APNSHTTP2Simulator.Configuration
+    let authentication: HTTP2SimulatorAuthentication
     let channel: any Channel
     let goAwayWatcher = HTTP2SimulatorGoAwayWatcher()
     private var context: ChannelHandlerContext?
-    private var connection = 0
+    var connection = 0
 
     // §3.2, §4: provider-token state.
     private var tracker: APNSConnectionTokenTracker
@@ -56,7 +58,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
 
     // Gathered during a read burst, handed to the simulator once per burst.
     private var pendingAccepted: [APNSHTTP2Simulator.Accepted] = []
-    private var delta = APNSHTTP2Simulator.Delta()
+    var delta = APNSHTTP2Simulator.Delta()
     private var delayedFrames: [HTTP2Frame] = []
     private var delayedFrameAnswers = 0
     private var needsFlush = false
@@ -65,8 +67,8 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
     private let maximumTokenAge: TimeInterval
     private var lastRead = NIODeadline.now()
     private var idleTask: Scheduled<Void>?
-    private var generatedIDs: UInt64 = 0
-    private let idPrefix: UInt64
+    var generatedIDs: UInt64 = 0
+    let idPrefix: UInt64
 
     init(simulator: APNSHTTP2Simulator, authentication: HTTP2SimulatorAuthentication, channel: any Channel) {
         self.simulator = simulator
@@ -138,7 +140,8 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
             // (the frame layer refuses them before they get here).
             if let last = goAwayLastStreamID, id > last { return }
             highestStreamID = id
-            streams[id] = Stream(head: HTTP2SimulatorRequestHead(headers: headers.headers))
+            let head = HTTP2SimulatorRequestHead(headers: headers.headers)
+            streams[id] = Stream(head: head, body: head.isChannelAPI ? [] : nil)
             let open = streams.count + delayedAnswers
             if open > delta.maxOpenStreams { delta.maxOpenStreams = open }
             if headers.endStream { complete(id, context: context) }
@@ -146,6 +149,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
             let id = frame.streamID
             guard let index = streams.index(forKey: id) else { return }
             streams.values[index].bodyLength += body.data.readableBytes
+            streams.values[index].keep(body.data)
             if body.endStream { complete(id, context: context) }
         default:
             // SETTINGS, PING and WINDOW_UPDATE are handled by the frame layer.
@@ -228,6 +232,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
     private func complete(_ id: HTTP2StreamID, context: ChannelHandlerContext) {
         guard let stream = streams.removeValue(forKey: id) else { return }
         delta.requests += 1
+        if stream.head.isChannelAPI { return completeChannelRequest(stream, id: id, context: context) }
         let apnsID = stream.head.apnsID.flatMap { HTTP2SimulatorRequestHead.isUUID($0) ? $0 : nil } ?? generateID()
         let verdict = evaluate(stream, streamID: id, apnsID: apnsID)
         switch verdict {
@@ -359,7 +364,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
 
     /// Checks the provider token of a request on a token connection (§4) and applies the
     /// connection rules (§3.2, §6.10). The first admitted token raises the stream limit.
-    private func admit(_ head: HTTP2SimulatorRequestHead) -> Result<APNSVerifiedToken, APNSJWTRejection> {
+    func admit(_ head: HTTP2SimulatorRequestHead) -> Result<APNSVerifiedToken, APNSJWTRejection> {
         let now = configuration.now()
         // The same token as last time only needs its age checked again (§4: one hour); the
         // signature was verified when it was admitted.
@@ -393,7 +398,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
 
     // MARK: Answers
 
-    private func answer(_ frames: [HTTP2Frame], context: ChannelHandlerContext) {
+    func answer(_ frames: [HTTP2Frame], context: ChannelHandlerContext) {
         if configuration.responseDelay == .zero && configuration.answerGate == nil {
             write(frames, context: context)
             needsFlush = true
@@ -444,35 +449,11 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
         closeIfDone()
     }
 
-    private func addUniqueID(to headers: inout HPACKHeaders) {
+    func addUniqueID(to headers: inout HPACKHeaders) {
         // §3.4: apns-unique-id in the development environment only.
         if configuration.environment == .sandbox {
             headers.add(name: "apns-unique-id", value: generateID(), indexing: .nonIndexable)
         }
-    }
-
-    /// A fresh lower-case 8-4-4-4-12 identifier: a random per-connection prefix and a counter.
-    private func generateID() -> String {
-        generatedIDs &+= 1
-        let digits = Array("0123456789abcdef".utf8)
-        var bytes = [UInt8](repeating: UInt8(ascii: "-"), count: 36)
-        var high = idPrefix
-        var low = generatedIDs
-        var position = 35
-        for index in 0..<32 {
-            if position == 8 || position == 13 || position == 18 || position == 23 { position -= 1 }
-            let nibble: UInt64
-            if index < 16 {
-                nibble = low & 0xf
-                low >>= 4
-            } else {
-                nibble = high & 0xf
-                high >>= 4
-            }
-            bytes[position] = digits[Int(nibble)]
-            position -= 1
-        }
-        return String(decoding: bytes, as: UTF8.self)
     }
 
     // MARK: Limits and GOAWAY

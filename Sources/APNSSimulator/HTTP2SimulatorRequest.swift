@@ -21,6 +21,12 @@ struct HTTP2SimulatorRequestHead {
     var priority: String?
     var expiration: String?
     var collapseID: String?
+    /// `apns-channel-id` (§7.2, §7.3).
+    var channelID: String?
+    /// `apns-request-id` (§7.2, §7.3).
+    var requestID: String?
+    /// `:path` starts with `/1/` or `/4/`: a channel or broadcast request (§7).
+    var isChannelAPI = false
     /// A header the simulator reads appeared more than once (§3.4 `DuplicateHeaders`).
     var duplicate = false
 
@@ -34,7 +40,11 @@ struct HTTP2SimulatorRequestHead {
         for (name, value, _) in headers {
             // The length first, so each name is compared with at most two candidates.
             switch name.utf8.count {
-            case 5: if name == ":path", once(1 << 1) { path = value }
+            case 5:
+                if name == ":path", once(1 << 1) {
+                    path = value
+                    isChannelAPI = Self.isChannelPath(value)
+                }
             case 7:
                 if name == ":method" {
                     if once(1 << 0) { method = value }
@@ -56,7 +66,14 @@ struct HTTP2SimulatorRequestHead {
                     priority = value
                 }
             case 14: if name == "apns-push-type", once(1 << 6) { pushType = value }
-            case 15: if name == "apns-expiration", once(1 << 9) { expiration = value }
+            case 15:
+                if name == "apns-expiration" {
+                    if once(1 << 9) { expiration = value }
+                } else if name == "apns-channel-id" {
+                    if once(1 << 11) { channelID = value }
+                } else if name == "apns-request-id", once(1 << 12) {
+                    requestID = value
+                }
             case 16: if name == "apns-collapse-id", once(1 << 10) { collapseID = value }
             // Archived docs: APNs ignores any other header (§3.3).
             default: break
@@ -72,6 +89,13 @@ struct HTTP2SimulatorRequestHead {
         guard let path else { return .reject(.badPath) }
         var path8 = path
         return path8.withUTF8 { Self.token(inPath: $0) }
+    }
+
+    /// `/1/…` (channel management, §7.2) or `/4/…` (broadcasts, §7.3).
+    static func isChannelPath(_ path: String) -> Bool {
+        var bytes = path.utf8.makeIterator()
+        guard bytes.next() == UInt8(ascii: "/"), let version = bytes.next() else { return false }
+        return (version == UInt8(ascii: "1") || version == UInt8(ascii: "4")) && bytes.next() == UInt8(ascii: "/")
     }
 
     /// `/3/device/<hex token>`, an optional query string ignored (§3.3).

@@ -14,7 +14,8 @@ struct Simulate: AsyncParsableCommand {
         discussion: """
             Prints one JSON line with the ports once listening; on SIGINT/SIGTERM prints statistics and exits. \
             --http2-port starts the HTTP/2 endpoint (ALPN h2): client-certificate connections need --client-ca \
-            (or --generate-certs), token connections need --jwt-key and --team. See docs/simulator.md.
+            (or --generate-certs), token connections need --jwt-key and --team; it also serves Apple's channel \
+            management and broadcast requests (/1/apps/…, /4/broadcasts/apps/…). See docs/simulator.md.
             """
     )
 
@@ -88,6 +89,8 @@ struct Simulate: AsyncParsableCommand {
             "The HTTP/2 frame layer: native (the project's own, fast) or nio-http2 (swift-nio-http2's, an independent check of a client)."
     )
     var http2Framing: APNSHTTP2Simulator.Configuration.Framing = .native
+    @Option(help: "Broadcast channels per app; one more is refused with 400 CannotCreateChannelConfig.")
+    var maxChannels = 10_000
 
     func validate() throws {
         guard (0...65535).contains(binaryPort) else { throw ValidationError("--binary-port must be 0...65535") }
@@ -103,6 +106,7 @@ struct Simulate: AsyncParsableCommand {
         if let n = goAwayEvery, n < 1 { throw ValidationError("--goaway-every must be at least 1") }
         if let n = status429Every, n < 1 { throw ValidationError("--status-429-every must be at least 1") }
         guard delayMs >= 0 else { throw ValidationError("--delay-ms must be zero or more") }
+        guard maxChannels >= 0 else { throw ValidationError("--max-channels must be zero or more") }
         for value in jwtKey {
             guard let equals = value.firstIndex(of: "="), equals != value.startIndex,
                 value.index(after: equals) != value.endIndex
@@ -121,6 +125,7 @@ struct Simulate: AsyncParsableCommand {
                 (!jwtKey.isEmpty, "--jwt-key"), (team != nil, "--team"), (goAwayEvery != nil, "--goaway-every"),
                 (status429Every != nil, "--status-429-every"),
                 (dropStreamsToOneAfterError, "--drop-streams-to-1-after-error"),
+                (maxChannels != 10_000, "--max-channels"),
             ]
             if let (_, flag) = http2Only.first(where: { $0.0 }) {
                 throw ValidationError("\(flag) applies to the HTTP/2 endpoint; add --http2-port (0 picks a free port)")
@@ -228,6 +233,9 @@ struct Simulate: AsyncParsableCommand {
                             "maxConcurrentStreamsSeen": .int(Int64(h.maxConcurrentStreamsSeen)),
                             "streamLimitViolations": .int(Int64(h.streamLimitViolations)),
                             "settingsChanges": .int(Int64(h.settingsChanges)),
+                            "channelOperations": .int(Int64(h.channelOperations)),
+                            "broadcasts": .int(Int64(h.broadcasts)),
+                            "channels": .int(Int64(h.channels)),
                         ])
                     )
                 )
@@ -262,6 +270,7 @@ struct Simulate: AsyncParsableCommand {
         config.dropStreamsToOneAfterError = dropStreamsToOneAfterError
         config.goAwayEvery = goAwayEvery
         config.status429Every = status429Every
+        config.maxChannelsPerApp = maxChannels
         config.responseDelay = .milliseconds(delayMs)
         config.recordPath = record
         config.badTokens = binary.badTokens

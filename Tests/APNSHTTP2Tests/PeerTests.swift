@@ -1,5 +1,6 @@
 import APNSCore
 import APNSHTTP2Core
+import APNSSimulator
 import Foundation
 import PushLocalStack
 import PushTestSupport
@@ -165,5 +166,81 @@ struct PeerTests {
         #expect(records.count == 300)
         #expect(records.allSatisfy { ($0["status"] as? Int) == 200 && ($0["auth"] as? String) == "certificate" })
         #expect(records.allSatisfy { ($0["headers"] as? [String: Any])?["authorization"] == nil })
+    }
+
+    @Test(
+        "An independent HTTP/2 client (Python h2) creates, lists, reads and deletes channels and broadcasts on the simulator (§7)",
+        arguments: ["certificate", "token"]
+    )
+    func channelsClientAgainstTheSimulator(authentication: String) async throws {
+        guard FileManager.default.isExecutableFile(atPath: Self.python) else {
+            throw ServerError(
+                "no Python with h2 at \(Self.python); run scripts/lib/install-h2-peer.sh .build/h2-peer-venv"
+            )
+        }
+        let dir = try Paths.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let certs = SimulatorFixture.certificates
+        try certs.ca.certificatePEM.write(toFile: dir + "/ca.pem", atomically: false, encoding: .utf8)
+        try certs.client.certificatePEM.write(toFile: dir + "/client.pem", atomically: false, encoding: .utf8)
+        try certs.client.keyPEM.write(toFile: dir + "/client.key", atomically: false, encoding: .utf8)
+        let simulator = try await SimulatorFixture.simulator { $0.environment = .sandbox }
+        let bundle = SimulatorFixture.topic
+        var arguments = [
+            Paths.root + "/Tests/Peers/h2_peer.py", "channels-client", "--port", String(simulator.port),
+            "--ca", dir + "/ca.pem", "--bundle", bundle,
+        ]
+        if authentication == "certificate" {
+            arguments += ["--cert", dir + "/client.pem", "--key", dir + "/client.key"]
+        } else {
+            arguments += ["--authorization", SimulatorFixture.defaultAuthorization]
+        }
+        let client = try ChildProcess(Self.python, arguments, stderrFile: dir + "/client.log")
+        let finished = await client.finish()
+        await simulator.stop()
+        let log = (try? String(contentsOfFile: dir + "/client.log", encoding: .utf8)) ?? ""
+        #expect(finished.status == 0, "the Python client exited with \(finished.status): \(log)")
+        let steps = Dictionary(
+            finished.stdout.split(separator: "\n").compactMap { jsonObject(String($0)) }.map {
+                (($0["step"] as? String) ?? "", $0)
+            },
+            uniquingKeysWith: { first, _ in first }
+        )
+        func status(_ step: String) -> Int? { steps[step]?["status"] as? Int }
+        func header(_ step: String, _ name: String) -> String? {
+            (steps[step]?["headers"] as? [String: Any])?[name] as? String
+        }
+        func body(_ step: String) -> [String: Any]? { (steps[step]?["body"] as? String).flatMap(jsonObject) }
+
+        #expect(status("create-stored") == 201)
+        let stored = try #require(header("create-stored", "apns-channel-id"))
+        let unstored = try #require(header("create-unstored", "apns-channel-id"))
+        #expect(Data(base64Encoded: stored) != nil)
+        #expect(header("create-stored", "apns-request-id") == steps["create-stored"]?["requestID"] as? String)
+        #expect(status("list") == 200)
+        #expect(body("list")?["channels"] as? [String] == [stored, unstored])
+        #expect(status("read") == 200)
+        #expect(body("read")?["message-storage-policy"] as? Int == 1)
+        #expect(body("read")?["push-type"] as? String == "LiveActivity")
+        #expect(status("broadcast") == 200)
+        #expect(header("broadcast", "apns-request-id") == steps["broadcast"]?["requestID"] as? String)
+        #expect(header("broadcast", "apns-unique-id") != nil)
+        #expect(status("broadcast-expiring") == 400)
+        #expect(body("broadcast-expiring")?["reason"] as? String == "BadExpirationDate")
+        #expect(status("delete") == 204)
+        #expect(status("read-deleted") == 400)
+        #expect(body("read-deleted")?["reason"] as? String == "ChannelNotRegistered")
+        #expect(body("list-after-delete")?["channels"] as? [String] == [unstored])
+
+        #expect(simulator.broadcasts.map(\.channelID) == [stored])
+        #expect(simulator.broadcasts.first?.expiration == 1_900_000_000)
+        #expect(
+            simulator.channelOperations.map(\.kind) == [.create, .create, .list, .read, .delete, .list],
+            "\(simulator.channelOperations.map(\.kind))"
+        )
+        let expected: APNSHTTP2Simulator.Authorization =
+            authentication == "certificate"
+            ? .certificate : .token(teamID: SimulatorFixture.teamID, keyID: SimulatorFixture.keyID)
+        #expect(simulator.broadcasts.first?.authorization == expected)
     }
 }

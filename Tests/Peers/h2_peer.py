@@ -77,6 +77,26 @@ RECORD line:
   headers holds every non-pseudo header (a repeated name's values are joined
   with ", "); body is the request body decoded as UTF-8 (invalid bytes
   replaced); jwt is null when no token was present or it could not be parsed.
+
+CHANNELS CLIENT (h2_peer.py channels-client --port N --ca CA [--cert C --key K]
+                 [--authorization "bearer <JWT>"] --bundle BUNDLE_ID)
+  The same libraries as an HTTP/2 *client* of Apple's broadcast API
+  (docs/apns-protocol.md §7): over one TLS connection (ALPN h2, the client
+  certificate when given, the authorization header on every request when
+  given) it runs a fixed script and prints one JSON line per request:
+    create-stored      POST   /1/apps/B/channels  {"message-storage-policy":1,"push-type":"LiveActivity"}
+    create-unstored    POST   /1/apps/B/channels  {"message-storage-policy":0,"push-type":"LiveActivity"}
+    list               GET    /1/apps/B/all-channels
+    read               GET    /1/apps/B/channels      apns-channel-id: <stored>
+    broadcast          POST   /4/broadcasts/apps/B    channel <stored>, liveactivity,
+                                                      priority 10, expiration 1900000000
+    broadcast-expiring POST   /4/broadcasts/apps/B    channel <unstored>, expiration 1900000000
+    delete             DELETE /1/apps/B/channels      apns-channel-id: <stored>
+    read-deleted       GET    /1/apps/B/channels      apns-channel-id: <stored>
+    list-after-delete  GET    /1/apps/B/all-channels
+  Each line: {"step", "method", "path", "status", "headers": {name: value},
+  "body": str, "requestID": the apns-request-id sent}.  Exit status 0 once
+  every request was answered, whatever the answers; 1 on a transport failure.
 """
 
 from __future__ import annotations
@@ -88,6 +108,7 @@ import binascii
 import json
 import re
 import signal
+import socket
 import ssl
 import sys
 import time
@@ -626,7 +647,118 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+# --------------------------------------------------------------------------
+# Channels client
+# --------------------------------------------------------------------------
+
+class ChannelsClient:
+    """A blocking HTTP/2 client on h2: one request at a time on one connection."""
+
+    def __init__(self, args: argparse.Namespace):
+        ctx = ssl.create_default_context(cafile=args.ca)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.set_alpn_protocols(["h2"])
+        if args.cert:
+            ctx.load_cert_chain(args.cert, args.key)
+        raw = socket.create_connection(("127.0.0.1", args.port), timeout=30)
+        self.sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+        if self.sock.selected_alpn_protocol() != "h2":
+            raise RuntimeError(f"ALPN negotiated {self.sock.selected_alpn_protocol()!r}, not h2")
+        self.conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        self.conn.initiate_connection()
+        self.sock.sendall(self.conn.data_to_send())
+        self.authorization = args.authorization
+
+    def request(self, method: str, path: str, headers: list[tuple[str, str]],
+                body: bytes = b"") -> dict[str, Any]:
+        request_id = str(uuid.uuid4())
+        stream_id = self.conn.get_next_available_stream_id()
+        block = [(":method", method), (":scheme", "https"), (":path", path),
+                 (":authority", "127.0.0.1"), ("apns-request-id", request_id)]
+        if self.authorization:
+            block.append(("authorization", self.authorization))
+        self.conn.send_headers(stream_id, block + headers, end_stream=not body)
+        if body:
+            self.conn.send_data(stream_id, body, end_stream=True)
+        self.sock.sendall(self.conn.data_to_send())
+        status, answer, data, ended = None, {}, b"", False
+        while not ended:
+            chunk = self.sock.recv(READ_SIZE)
+            if not chunk:
+                raise RuntimeError("the server closed the connection")
+            for event in self.conn.receive_data(chunk):
+                if isinstance(event, h2.events.ResponseReceived) and event.stream_id == stream_id:
+                    answer = dict_headers(event.headers)
+                    status = int(dict(event.headers)[":status"])
+                elif isinstance(event, h2.events.DataReceived):
+                    self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                    if event.stream_id == stream_id:
+                        data += event.data
+                elif isinstance(event, h2.events.StreamEnded) and event.stream_id == stream_id:
+                    ended = True
+                elif isinstance(event, h2.events.StreamReset) and event.stream_id == stream_id:
+                    raise RuntimeError(f"stream reset with {event.error_code}")
+                elif isinstance(event, h2.events.ConnectionTerminated):
+                    raise RuntimeError(f"GOAWAY {event.error_code}: {event.additional_data!r}")
+            pending = self.conn.data_to_send()
+            if pending:
+                self.sock.sendall(pending)
+        return {"method": method, "path": path, "status": status, "headers": answer,
+                "body": data.decode("utf-8", "replace"), "requestID": request_id}
+
+
+def run_channels_client(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description="HTTP/2 client of the broadcast API (§7)")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--ca", required=True, help="CA (PEM) the server certificate chains to")
+    p.add_argument("--cert", help="client certificate (PEM)")
+    p.add_argument("--key", help="client certificate's private key (PEM)")
+    p.add_argument("--authorization", help="authorization header value for every request")
+    p.add_argument("--bundle", required=True, help="the app's bundle ID")
+    args = p.parse_args(argv)
+    channels = f"/1/apps/{args.bundle}/channels"
+    all_channels = f"/1/apps/{args.bundle}/all-channels"
+    broadcasts = f"/4/broadcasts/apps/{args.bundle}"
+    payload = json.dumps({"aps": {"timestamp": 1700000000, "event": "update",
+                                  "content-state": {"score": "2-1"}}}).encode()
+
+    def show(step: str, answer: dict[str, Any]) -> dict[str, Any]:
+        print(json.dumps({"step": step, **answer}), flush=True)
+        return answer
+
+    try:
+        client = ChannelsClient(args)
+        stored = show("create-stored", client.request(
+            "POST", channels, [("content-type", "application/json")],
+            b'{"message-storage-policy":1,"push-type":"LiveActivity"}'))
+        unstored = show("create-unstored", client.request(
+            "POST", channels, [("content-type", "application/json")],
+            b'{"message-storage-policy":0,"push-type":"LiveActivity"}'))
+        stored_id = stored["headers"].get("apns-channel-id", "")
+        unstored_id = unstored["headers"].get("apns-channel-id", "")
+        show("list", client.request("GET", all_channels, []))
+        show("read", client.request("GET", channels, [("apns-channel-id", stored_id)]))
+        update = [("apns-push-type", "liveactivity"), ("apns-priority", "10"),
+                  ("apns-expiration", "1900000000")]
+        show("broadcast", client.request(
+            "POST", broadcasts, [("apns-channel-id", stored_id)] + update, payload))
+        show("broadcast-expiring", client.request(
+            "POST", broadcasts, [("apns-channel-id", unstored_id)] + update, payload))
+        show("delete", client.request("DELETE", channels, [("apns-channel-id", stored_id)]))
+        show("read-deleted", client.request("GET", channels, [("apns-channel-id", stored_id)]))
+        show("list-after-delete", client.request("GET", all_channels, []))
+        client.conn.close_connection()
+        client.sock.sendall(client.conn.data_to_send())
+        client.sock.close()
+    except (OSError, RuntimeError, h2.exceptions.ProtocolError) as e:
+        log(f"channels-client: {e}")
+        return 1
+    return 0
+
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "channels-client":
+        return run_channels_client(sys.argv[2:])
     args = parse_args()
     try:
         asyncio.run(serve(args))
