@@ -93,7 +93,7 @@ struct Demo: AsyncParsableCommand {
             "APNs simulator       binary gateway 127.0.0.1:\(stack.simulator.binaryPort), feedback 127.0.0.1:\(stack.simulator.feedbackPort ?? 0), HTTP/2 127.0.0.1:\(stack.http2Simulator?.port ?? 0)"
         )
         say(
-            "Apps                 \(LocalStack.app) (binary protocol), \(Self.http2App) (HTTP/2, provider token); jobs alternate in blocks of 100"
+            "Apps                 \(LocalStack.app) (binary protocol), \(Self.http2App) (HTTP/2, provider token, one job in ten a Live Activity); jobs alternate in blocks of 100"
         )
         var workerProcesses: [LocalWorker] = []
         for index in 1...workers {
@@ -128,8 +128,15 @@ struct Demo: AsyncParsableCommand {
                 malformed += 1
                 continue
             }
+            let http2 = (i / 100) % 2 == 1
+            // One HTTP/2 job in ten is a Live Activity: a start, then updates.
+            let liveActivity =
+                i % 100 == 3
+                ? #""liveActivity":{"event":"start","attributesType":"DeliveryAttributes","attributes":{"order":"\#(i)"},"contentState":{"stop":0},"alert":{"title":"On its way","body":"Order \#(i)"},"inputPushToken":true}"#
+                : #""liveActivity":{"event":"update","contentState":{"stop":\#(i % 7)},"relevanceScore":\#(i % 100)}"#
+            let fields = http2 && i % 10 == 3 ? liveActivity : #""alert":"Hello \#(i)","badge":\#(i % 10)"#
             let job =
-                #"{"id":"demo-\#(i)","app":"\#((i / 100) % 2 == 1 ? Self.http2App : app)","token":"\#(token.hex)","alert":"Hello \#(i)","badge":\#(i % 10)}"#
+                #"{"id":"demo-\#(i)","app":"\#(http2 ? Self.http2App : app)","token":"\#(token.hex)",\#(fields)}"#
             let message = KafkaOutgoingMessage(
                 topic: "apn.requests",
                 key: Array("demo-\(i)".utf8),
