@@ -465,7 +465,8 @@ struct ConfigurationBuilder {
     ) throws(ConfigurationError) -> WorkerConfiguration.AppEnvironment {
         try section.checkKnown(
             Self.credentialKeys.flatMap { [$0.file, $0.inline, $0.variable] } + [
-                "passphrase", "passphraseFile", "passphraseEnv", "ca", "verifyServer", "gateway", "feedback", "keyId",
+                "passphrase", "passphraseFile", "passphraseEnv", "ca", "verifyServer", "gateway", "feedback",
+                "channelManagement", "keyId",
                 "teamId",
             ]
         )
@@ -569,6 +570,10 @@ struct ConfigurationBuilder {
         }
         if let value = section.value("feedback") {
             environment.feedback = try SettingParsing.hostPort(value, defaultPort: name.defaultFeedback.port)
+        }
+        if let value = section.value("channelManagement") {
+            let port = name.defaultChannelManagement.port
+            environment.channelManagement = try SettingParsing.hostPort(value, defaultPort: port)
         }
         return environment
     }

@@ -398,6 +398,8 @@ extension WorkerConfiguration {
         public var gateway: HostPort
         /// The feedback service.
         public var feedback: HostPort
+        /// Apple's broadcast channel management API (`channelManagement`, §7.1).
+        public var channelManagement: HostPort
 
         public init(
             name: APNSEnvironment,
@@ -406,7 +408,8 @@ extension WorkerConfiguration {
             ca: String? = nil,
             verifyServer: Bool = true,
             gateway: HostPort? = nil,
-            feedback: HostPort? = nil
+            feedback: HostPort? = nil,
+            channelManagement: HostPort? = nil
         ) {
             self.name = name
             self.credentials = credentials
@@ -415,6 +418,7 @@ extension WorkerConfiguration {
             self.verifyServer = verifyServer
             self.gateway = gateway ?? name.defaultGateway
             self.feedback = feedback ?? name.defaultFeedback
+            self.channelManagement = channelManagement ?? name.defaultChannelManagement
         }
 
         public var customMirror: Mirror {
@@ -424,6 +428,7 @@ extension WorkerConfiguration {
                     "name": name, "credentials": credentials,
                     "passphrase": passphrase == nil ? "none" : "(set, not shown)",
                     "ca": ca as Any, "verifyServer": verifyServer, "gateway": gateway, "feedback": feedback,
+                    "channelManagement": channelManagement,
                 ],
                 displayStyle: .struct
             )
@@ -455,6 +460,14 @@ extension APNSEnvironment {
         switch self {
         case .production: .init(host: "gateway.push.apple.com", port: 2195)
         case .sandbox: .init(host: "gateway.sandbox.push.apple.com", port: 2195)
+        }
+    }
+
+    /// Apple's broadcast channel management API (§7.1).
+    public var defaultChannelManagement: WorkerConfiguration.HostPort {
+        switch self {
+        case .production: .init(host: "api-manage-broadcast.push.apple.com", port: 2196)
+        case .sandbox: .init(host: "api-manage-broadcast.sandbox.push.apple.com", port: 2195)
         }
     }
 

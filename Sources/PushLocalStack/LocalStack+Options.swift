@@ -153,7 +153,7 @@ extension LocalStack {
                     transport: http2
                 \(block(settings, indent: "    "))    environments:
                       \(app.sandbox ? "sandbox" : "production"):
-                \((credentials + ["ca: \(certs)/ca.pem", "gateway: 127.0.0.1:\(http2Port)"]).map { "        \($0)\n" }.joined())
+                \((credentials + ["ca: \(certs)/ca.pem", "gateway: 127.0.0.1:\(http2Port)", "channelManagement: 127.0.0.1:\(http2Port)"]).map { "        \($0)\n" }.joined())
                 """
         }
         return text

@@ -8,7 +8,7 @@ struct APNWorker: AsyncParsableCommand {
         abstract:
             "Delivers Apple Push Notifications: the Kafka worker, a sender, a feedback reader and an APNs simulator.",
         subcommands: [
-            Run.self, Send.self, Demo.self, KafkaEmbedded.self, Push.self, Feedback.self, Simulate.self,
+            Run.self, Send.self, Demo.self, KafkaEmbedded.self, Push.self, Feedback.self, Simulate.self, Channels.self,
             StatusCommand.self,
         ]
     )

@@ -78,4 +78,44 @@ struct LiveActivityEndToEndTests {
             }
         }
     }
+
+    @Test("apn-worker channels creates, lists, reads and deletes channels at the simulator with the app's credentials")
+    func channelsCommand() async throws {
+        let stack = try await WorkerStack.start(http2: (badTokens: [], unregistered: [:]))
+        do {
+            let app = ["--config", stack.configPath, "--app", WorkerStack.http2App]
+            func json(_ arguments: [String]) async throws -> JSONValue? {
+                let result = try await run(Paths.executable, ["channels"] + arguments)
+                #expect(result.status == 0, "\(arguments): \(result.stderr)")
+                return try? JSONValue.parse(Array(result.stdout.utf8))
+            }
+            let created = try await json(["create"] + app + ["--storage", "most-recent"])
+            let id = try #require(created?["channel"]?.stringValue)
+            #expect(created?["storage"] == "most-recent")
+            #expect(created?["env"] == "production")
+            let other = try #require(try await json(["create"] + app)?["channel"]?.stringValue)
+            #expect(try await json(["list"] + app)?["channels"] == .array([.string(id), .string(other)]))
+            #expect(try await json(["get"] + app + [id])?["storage"] == "most-recent")
+            #expect(try await json(["get"] + app + [other])?["storage"] == "none")
+            #expect(try await json(["delete"] + app + [id])?["deleted"] == .bool(true))
+            #expect(try await json(["list"] + app)?["channels"] == .array([.string(other)]))
+            // Apple's refusal: exit 1 with its status and reason.
+            let gone = try await run(Paths.executable, ["channels", "get"] + app + [id])
+            #expect(gone.status == 1)
+            #expect(gone.stderr.contains("ChannelNotRegistered"), "\(gone.stderr)")
+            // A binary app has no channels: exit 2 with the sentence.
+            let binary = try await run(
+                Paths.executable,
+                ["channels", "list", "--config", stack.configPath, "--app", WorkerStack.app]
+            )
+            #expect(binary.status == 2)
+            #expect(binary.stderr.contains("binary protocol"), "\(binary.stderr)")
+            // What the simulator carried out (the refused read is answered, not recorded).
+            let operations = stack.http2Simulator?.channelOperations.map(\.kind) ?? []
+            #expect(operations == [.create, .create, .list, .read, .read, .delete, .list], "\(operations)")
+        } catch {
+            Issue.record("\(error)")
+        }
+        await stack.shutdown()
+    }
 }

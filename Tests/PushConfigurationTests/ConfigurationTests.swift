@@ -586,7 +586,7 @@ private func parseError(
         parseError(typoInEnvironment) == "apps.com.example.app.environments.production.certfile: unknown "
             + "setting; known settings here are certificate, certificatePem, certificatePemEnv, key, keyPem, keyPemEnv, "
             + "pfx, pkcs12Base64, pkcs12Base64Env, signingKey, signingKeyPem, signingKeyPemEnv, passphrase, passphraseFile, "
-            + "passphraseEnv, ca, verifyServer, gateway, feedback, keyId, teamId."
+            + "passphraseEnv, ca, verifyServer, gateway, feedback, channelManagement, keyId, teamId."
     )
     #expect(
         parseError(fixture.minimalYAML(extra: "wroker:\n  id: x")) == "wroker: unknown setting; known "
