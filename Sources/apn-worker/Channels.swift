@@ -39,13 +39,20 @@ struct Channels: AsyncParsableCommand {
             }
         }
 
-        /// Runs one request; Apple's refusal exits 1 with its sentence.
+        /// Runs one request and prints its answer; a configuration problem exits 2 and Apple's
+        /// refusal 1, each with its sentence.
         func answer(
             _ body: (APNSChannelManager) async throws(APNSChannelError) -> [(String, JSONValue)]
         )
             async throws
         {
-            let manager = try manager()
+            let manager: APNSChannelManager
+            do {
+                manager = try self.manager()
+            } catch {
+                printError("\(error)")
+                throw ExitCode(2)
+            }
             do {
                 let fields = try await body(manager)
                 print(jsonLine([("app", .string(app)), ("env", .string(manager.environment.rawValue))] + fields))
@@ -80,10 +87,8 @@ struct Channels: AsyncParsableCommand {
         @OptionGroup var target: Target
 
         func run() async throws {
-            try await reportingFailures {
-                try await target.answer { manager throws(APNSChannelError) in
-                    [("channels", .array(try await manager.list().map { .string($0) }))]
-                }
+            try await target.answer { manager throws(APNSChannelError) in
+                [("channels", .array(try await manager.list().map { .string($0) }))]
             }
         }
     }
@@ -95,11 +100,9 @@ struct Channels: AsyncParsableCommand {
         var id: String
 
         func run() async throws {
-            try await reportingFailures {
-                try await target.answer { manager throws(APNSChannelError) in
-                    let policy = try await manager.read(channelID: id)
-                    return [("channel", .string(id)), ("storage", .string(policy.name))]
-                }
+            try await target.answer { manager throws(APNSChannelError) in
+                let policy = try await manager.read(channelID: id)
+                return [("channel", .string(id)), ("storage", .string(policy.name))]
             }
         }
     }
@@ -111,11 +114,9 @@ struct Channels: AsyncParsableCommand {
         var id: String
 
         func run() async throws {
-            try await reportingFailures {
-                try await target.answer { manager throws(APNSChannelError) in
-                    try await manager.delete(channelID: id)
-                    return [("channel", .string(id)), ("deleted", .bool(true))]
-                }
+            try await target.answer { manager throws(APNSChannelError) in
+                try await manager.delete(channelID: id)
+                return [("channel", .string(id)), ("deleted", .bool(true))]
             }
         }
     }
