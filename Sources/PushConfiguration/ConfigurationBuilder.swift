@@ -285,7 +285,7 @@ struct ConfigurationBuilder {
             [
                 "bundleId", "defaultEnvironment", "transport", "poolSize", "cacheMaxCount", "cacheMaxBytes",
                 "confirmationWindowMs", "resendOnUnknown", "connectRetryLimit", "appPerSecond", "devicePerHour",
-                "feedbackIntervalSeconds", "mdmTopic", "defaultExpiry", "topics", "dryRun",
+                "feedbackIntervalSeconds", "mdmTopic", "defaultExpiry", "staleAfter", "topics", "dryRun",
             ] + Self.connectionKeys + ["environments"]
         )
 
@@ -347,9 +347,8 @@ struct ConfigurationBuilder {
             }
             app.mdmTopic = topic
         }
-        if let value = section.value("defaultExpiry") {
-            app.defaultExpiry = try Self.defaultExpiry(value)
-        }
+        if let value = section.value("defaultExpiry") { app.defaultExpiry = try Self.defaultExpiry(value) }
+        if let value = section.value("staleAfter") { app.staleAfter = try Self.staleAfter(value) }
         try section.read("poolSize", .from(1, to: 64), into: &app.poolSize)
         try section.read("cacheMaxCount", .atLeast(1), into: &app.cacheMaxCount)
         try section.read("cacheMaxBytes", .atLeast(4096), into: &app.cacheMaxBytes)
@@ -384,20 +383,6 @@ struct ConfigurationBuilder {
         try readJobSettings(section, into: &app)
         try readConnection(section, into: &app)
         return app
-    }
-
-    /// An app's `defaultExpiry`: `0` (do not store) or a whole number of s, m, h, d or w.
-    private static func defaultExpiry(_ value: SettingValue) throws(ConfigurationError) -> APNSExpiry {
-        let text = try SettingParsing.string(value)
-        switch try? APNSExpiry(parsing: text) {
-        case .immediately?: return .immediately
-        case .after(let duration)? where duration > .zero: return .after(duration)
-        default:
-            throw ConfigurationError(
-                "\(value.label) must be 0 (do not store) or a time counted from sending: a whole number followed by "
-                    + "s, m, h, d or w such as \"1h\" or \"1d\", not \(value.shown)."
-            )
-        }
     }
 
     // MARK: - Connection settings

@@ -274,6 +274,10 @@ extension WorkerConfiguration {
         /// not store, the default) or ``APNSExpiry/after(_:)``, counted from when a notification
         /// is sent.
         public var defaultExpiry = APNSExpiry.immediately
+        /// The `staleAfter` of jobs that give none: a notification consumed or about to be sent
+        /// later than this after its job was produced is reported `expired` (521) and not sent.
+        /// `nil` (the default): jobs without one are sent however late.
+        public var staleAfter: Duration? = nil
         /// How the app's connections are opened, kept and retried.
         public var connection = Connection()
         /// The configured environments: at least one.

@@ -111,6 +111,23 @@ import Testing
         #expect(Self.error(Self.yaml(appLines: "defaultExpiry: 0s", files: files)) == sentence + "\"0s\".")
     }
 
+    @Test("staleAfter: none by default, seconds or a time from production up to a year; nonsense is refused")
+    func staleAfter() throws {
+        let files = try Files()
+        #expect(try Self.parse(Self.yaml(files: files)).apps["a"]?.staleAfter == nil)
+        #expect(
+            try Self.parse(Self.yaml(appLines: "staleAfter: 10m", files: files)).apps["a"]?.staleAfter == .seconds(600)
+        )
+        #expect(
+            try Self.parse(Self.yaml(appLines: "staleAfter: 90", files: files)).apps["a"]?.staleAfter == .seconds(90)
+        )
+        let sentence =
+            "apps.a.staleAfter must be a time counted from when a job was produced: a whole number of seconds, or a whole number followed by s, m, h, d or w such as \"10m\" or \"1h\", not "
+        #expect(Self.error(Self.yaml(appLines: "staleAfter: 0", files: files)) == sentence + "0.")
+        #expect(Self.error(Self.yaml(appLines: "staleAfter: soon", files: files)) == sentence + "\"soon\".")
+        #expect(Self.error(Self.yaml(appLines: "staleAfter: 2w0d", files: files)) == sentence + "\"2w0d\".")
+    }
+
     // MARK: Connection settings
 
     @Test("Connection settings default to the delivery clients' own, per transport, and are read in their units")

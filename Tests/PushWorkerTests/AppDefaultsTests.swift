@@ -17,6 +17,19 @@ import Testing
         return job.notification.expiry
     }
 
+    @Test func aJobWithoutStaleAfterGetsItsAppsDefaultAndItsOwnWins() {
+        func staleAfter(_ fields: String, app: String = "a") -> Duration? {
+            var parser = JobParser()
+            parser.defaultStaleAfter = ["a": .seconds(600)]
+            let job = #"{"id":"j","app":"\#(app)","token":"\#(Self.token)","alert":"x"\#(fields)}"#
+            guard case .job(let parsed) = parser.parse(Array(job.utf8)) else { return nil }
+            return parsed.staleAfter
+        }
+        #expect(staleAfter("") == .seconds(600))
+        #expect(staleAfter(#","staleAfter":"1m""#) == .seconds(60))
+        #expect(staleAfter("", app: "b") == nil, "an app without a default sends however late")
+    }
+
     @Test func aJobWithoutExpiryGetsItsAppsDefaultAndItsOwnExpiryWins() {
         #expect(expiry("") == .after(.seconds(86_400)))
         #expect(expiry(#","expiry":0"#) == .immediately)

@@ -289,6 +289,24 @@ import Testing
         #expect(plan.results.dropFirst().allSatisfy { if case .decided = $0 { true } else { false } })
     }
 
+    @Test func aSendPastTheJobsStaleAfterIsReportedExpiredInsteadOfSent() async throws {
+        let list = [1, 2].map { "\"" + String(format: "%064x", $0) + "\"" }.joined(separator: ",")
+        let job = #"{"id":"s","app":"a","tokens":[\#(list)],"alert":"hi","staleAfter":60}"#
+        let cs = try await parse([Self.message(job, offset: 7)]).candidates
+        // Produced at 1,700,000,000,000 ms: stale from 60 s later.
+        let inTime = ClaimStage.plan(cs, [.send, .send], factory: factory, now: 1_700_000_059_999)
+        #expect(inTime.sends.map(\.notifications.count) == [2])
+        #expect(inTime.decisions.stale.isEmpty)
+        let late = ClaimStage.plan(cs, [.send, .resend], factory: factory, now: 1_700_000_090_000)
+        #expect(late.sends.map(\.notifications.count) == [1], "a takeover may have been delivered: it goes on")
+        #expect(late.decisions.stale == ["a": 1])
+        #expect(late.results.count == 1)
+        let expired = Self.value(of: late.results[0])
+        #expect(expired["statusName"] as? String == "expired")
+        #expect((expired["reason"] as? String)?.contains("90 s after it was produced") == true)
+        #expect(late.results.allSatisfy { if case .decided = $0 { true } else { false } }, "recorded, then produced")
+    }
+
     // MARK: Delivery
 
     @Test func deliveryTurnsOutcomesIntoResults() async throws {

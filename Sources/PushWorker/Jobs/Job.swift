@@ -62,6 +62,8 @@ public struct JobParser: Sendable {
     /// The expiry of a job without `expiry`, by app (`apps.<name>.defaultExpiry`); an app not
     /// listed keeps 0, do not store.
     public var defaultExpiry: [String: APNSExpiry] = [:]
+    /// The `staleAfter` of a job without one, by app (`apps.<name>.staleAfter`).
+    public var defaultStaleAfter: [String: Duration] = [:]
 
     public init() {}
 
@@ -263,6 +265,7 @@ public struct JobParser: Sendable {
             return reject(error.message)
         }
         if fields[.expiry] == nil, let expiry = defaultExpiry[app] { job.notification.expiry = expiry }
+        if fields[.staleAfter] == nil, let staleAfter = defaultStaleAfter[app] { job.staleAfter = staleAfter }
         // §1.3: the payload must fit; trim the alert body if it does not.
         let http2 = http2Apps.contains(app)
         let limit =

@@ -67,6 +67,12 @@ public enum MetricCatalogue {
         labels: ["app"],
         "Notifications not sent because Apple reported the token unregistered (status 519)."
     )
+    public static let staleSkipped = MetricDescription(
+        "apn_worker_stale_skipped_total",
+        .counter,
+        labels: ["app"],
+        "Notifications not sent because their job's staleAfter had passed when they were consumed or about to be sent (status 521)."
+    )
 
     // Delivery
     public static let notifications = MetricDescription(
@@ -264,7 +270,7 @@ public enum MetricCatalogue {
     /// Every metric, in the order `docs/operations.md` lists them.
     public static let all: [MetricDescription] = [
         messagesConsumed, invalidJobs, messagesSkipped, duplicatesSuppressed, rateLimited, unregisteredSkipped,
-        notifications,
+        staleSkipped, notifications,
         deliveryAttempts, retransmissions, possibleDuplicates, endToEndLatency, deliveryLatency, poolConnections,
         connectionsOpened, connectFailures, connectionsClosed, sentCacheNotifications, backpressureWaits,
         http2StreamsInUse, providerTokenRefreshes, tooManyRequests, feedbackTokens, inFlight, resultsProduced,

@@ -201,6 +201,7 @@ extension WorkerMetrics {
             increment(MetricCatalogue.rateLimited, [app, "device"], by: count)
         }
         for (app, count) in decisions.unregistered { increment(MetricCatalogue.unregisteredSkipped, [app], by: count) }
+        for (app, count) in decisions.stale { increment(MetricCatalogue.staleSkipped, [app], by: count) }
     }
 }
 

@@ -265,6 +265,8 @@ final class ClaimStage: Sendable {
         var deviceLimited: [String: Int] = [:]
         /// Reported unregistered by Apple: failed with status 519.
         var unregistered: [String: Int] = [:]
+        /// Past the job's `staleAfter` before they could be sent: failed with status 521.
+        var stale: [String: Int] = [:]
     }
 
     static func plan(
@@ -280,6 +282,19 @@ final class ClaimStage: Sendable {
             case .send where c.job.dryRun, .resend where c.job.dryRun:
                 // Claimed and counted like a real notification; answered instead of sent.
                 plan.results.append(factory.dryRun(c, at: now))
+            case .send where c.job.content.staleAt.map { $0 <= now } ?? false:
+                // Consumed, or claimed again after a hold, too late: reported, never sent.
+                plan.decisions.stale[c.job.app, default: 0] += 1
+                let late = (now - c.job.producedAt) / 1000
+                plan.results.append(
+                    factory.decided(
+                        c,
+                        status: .expired,
+                        reason:
+                            "the job's staleAfter passed before it could be sent (\(late) s after it was produced); not sent",
+                        at: now
+                    )
+                )
             case .send, .resend:
                 let sent = SentContext(candidate: c, takeover: decision == .resend)
                 if let index = runIndex[c.poolKey] {

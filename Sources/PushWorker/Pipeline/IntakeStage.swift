@@ -116,6 +116,7 @@ struct IntakeStage: Sendable {
         parser.defaultExpiry = configuration.apps.compactMapValues {
             $0.defaultExpiry == .immediately ? nil : $0.defaultExpiry
         }
+        parser.defaultStaleAfter = configuration.apps.compactMapValues(\.staleAfter)
         self.parser = parser
         self.apps = configuration.apps.mapValues(AppSettings.init)
         self.factory = factory
