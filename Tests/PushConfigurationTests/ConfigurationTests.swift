@@ -606,7 +606,8 @@ private func parseError(
         parseError(fixture.minimalYAML(app: "    pool: 3")) == "apps.com.example.app.pool: unknown "
             + "setting; known settings here are bundleId, defaultEnvironment, transport, poolSize, cacheMaxCount, "
             + "cacheMaxBytes, confirmationWindowMs, resendOnUnknown, connectRetryLimit, appPerSecond, devicePerHour, "
-            + "feedbackIntervalSeconds, mdmTopic, defaultExpiry, topics, dryRun, minConnections, connectTimeoutMs, writeTimeoutMs, "
+            + "feedbackIntervalSeconds, mdmTopic, defaultExpiry, staleAfter, topics, dryRun, minConnections, connectTimeoutMs, "
+            + "writeTimeoutMs, "
             + "idleTimeoutMs, reconnectBaseDelayMs, reconnectMaxDelayMs, retryLimit, retryBaseDelayMs, retryMaxDelayMs, "
             + "environments."
     )
