@@ -18,8 +18,8 @@ import NIOCore
 /// (``APNSPoolQueue``, ``APNSConnectFailures``, ``APNSConnectionIDs``, ``APNSPoolLifecycle``).
 struct HTTP2PoolStateMachine {
     let configuration: Configuration
-    private(set) var queue = APNSPoolQueue<QueuedRequest>()
-    private(set) var delayed: [Delayed] = []
+    var queue = APNSPoolQueue<QueuedRequest>()
+    var delayed: [Delayed] = []
     private var delayedTimerDue: NIODeadline?
     private(set) var connections: [Int: Connection] = [:]
     private var connectionIDs = APNSConnectionIDs()
@@ -384,9 +384,8 @@ struct HTTP2PoolStateMachine {
             }
         }
         let count = min(connection.limit - connection.open, queue.count)
-        work.requests.reserveCapacity(count)
-        for _ in 0..<count { work.requests.append(queue.removeFirst()) }
-        connection.open += count
+        work.requests = takeRequests(count)
+        connection.open += work.requests.count
         connections[id] = connection
         return work
     }
@@ -535,25 +534,6 @@ struct HTTP2PoolStateMachine {
             )
         )
     }
-
-    /// While no connection is open: fails the queued and delayed requests whose `staleAt` has
-    /// passed.
-    private mutating func failStale() {
-        guard queue.mayHoldStale || delayed.contains(where: { $0.request.staleAt != nil }) else { return }
-        let now = configuration.now()
-        queue.failStale(now: now, peer: "the server", duplicateNote: Self.duplicateNote, into: &events)
-        for item in delayed where item.request.isStale(at: now) {
-            events.append(
-                outcome: .transmissionError(
-                    item.request.staleFailure(peer: "the server", duplicateNote: Self.duplicateNote)
-                )
-            )
-        }
-        delayed.removeAll { $0.request.isStale(at: now) }
-    }
-
-    /// Why a request that was written before may have been delivered.
-    private static let duplicateNote = "an earlier attempt was left unanswered, so the server may have it"
 
     private mutating func failAll(status: APNSStatus, message: String) {
         // A notification that an earlier connection may have delivered is never reported as

@@ -296,6 +296,27 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
     #expect(m.queue.map(\.tag) == [1, 2])
 }
 
+@Test func aNotificationPastItsStaleAtWhenItsTurnComesIsFailedNotWritten() {
+    var m = PoolStateMachine(configuration: config { $0.now = { 10_000 } })
+    var stale = item(1)
+    stale.staleAt = 9_999
+    var fresh = item(2)
+    fresh.staleAt = 10_001
+    let actions = m.enqueue([item(0), stale, fresh])
+    guard case .connect(let id, _) = actions.first(where: { if case .connect = $0 { true } else { false } }) else {
+        Issue.record("expected a connect action in \(actions)")
+        return
+    }
+    _ = m.connectionEstablished(id: id)
+    m.events.removeAll()
+    let (batch, _) = m.send(id: id, now: t0)
+    #expect(batch.map { $0.1?.tag } == [0, 2])
+    let got = outcomes(&m)
+    #expect(got.map(\.tag) == [1])
+    #expect(got.first?.status == .expired)
+    #expect(m.queue.isEmpty)
+}
+
 @Test func shutdownDrainsWithAProbeThatConfirmsEverythingBeforeIt() {
     var m = PoolStateMachine(configuration: config())
     let id = connected(&m, items: 3)

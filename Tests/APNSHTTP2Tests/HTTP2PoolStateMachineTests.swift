@@ -334,6 +334,23 @@ import Testing
         #expect(m.queue.map(\.tag) == [2])
     }
 
+    @Test func aRequestPastItsStaleAtWhenItsTurnComesIsFailedNotWritten() {
+        var m = machine()
+        let now = clocks.wall.withLock { $0 }
+        var queued = [Self.request(0), Self.request(1, staleAt: now + 500)]
+        queued.append(Self.request(2, staleAt: now + 5_000))
+        let id = Self.connectIDs(m.enqueue(queued, rejected: [])).first ?? -1
+        _ = m.channelAttached(id: id)
+        // The connection is ready only after the second request's time has passed.
+        clocks.advance(.seconds(1))
+        _ = m.connectionReady(id: id, initialLimit: 10)
+        let (work, _) = m.takeWork(id: id, free: true)
+        #expect(work.requests.map(\.tag) == [0, 2])
+        let expired = Self.outcomes(&m).filter { $0.status == .expired }
+        #expect(expired.map(\.tag) == [1])
+        #expect(m.inFlight == 2 && m.queue.isEmpty)
+    }
+
     @Test func connectionRetryLimitFailsWhatIsWaiting() {
         var m = machine { $0.connectionRetryLimit = 2 }
         _ = m.enqueue(Self.requests(0..<3), rejected: [])

@@ -144,7 +144,23 @@ struct PoolStateMachine {
         var batch: [(UInt32, PendingNotification?)] = []
         var batchBytes = 0
         let limit = min(configuration.cacheMaxCount, inflightLimit)
+        // A notification past its `staleAt` when its turn comes is failed instead of written (the
+        // clock is read once, and only when a notification has one).
+        var now: Int64? = nil
         while batch.count < configuration.batchMaxCount, c.cache.count < limit, let next = queue.first {
+            if let staleAt = next.staleAt {
+                let current = now ?? configuration.now()
+                now = current
+                if staleAt <= current {
+                    queue.removeFirst()
+                    events.append(
+                        outcome: .transmissionError(
+                            next.staleFailure(peer: "the gateway", duplicateNote: Self.duplicateNote)
+                        )
+                    )
+                    continue
+                }
+            }
             let size = next.wireSize
             if c.cacheBytes + size > configuration.cacheMaxBytes && !c.cache.isEmpty { break }
             if batchBytes + size > configuration.batchMaxBytes && !batch.isEmpty { break }
