@@ -126,19 +126,23 @@ struct StatusServerHardeningTests {
 
     @Test func aClientThatTricklesItsHeaderIsDisconnectedAfterTheTimeout() async throws {
         // Each byte arrives well within the timeout, so only a deadline on the whole request
-        // (not a read-idle timer) ends this connection.
+        // (not a read-idle timer) ends this connection. The header would take 30 s to trickle
+        // in whole; the server must cut it off long before, even on a machine so busy that its
+        // event loops run late.
         let configuration = StatusServer.Configuration(host: "127.0.0.1", port: 0, requestTimeout: .milliseconds(400))
         try await withStatusServer(configuration: configuration) { _, client in
-            let request = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + String(repeating: "s", count: 200)
-            let outcome = try await withDeadline(seconds: 10, "the close of a trickling connection") {
+            let request = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + String(repeating: "s", count: 600)
+            let chunks = request.utf8.map { [$0] }
+            let outcome = try await withDeadline(seconds: 40, "the close of a trickling connection") {
                 // The pause is the behaviour under test (a slow client), not a synchronisation.
                 try await RawConnection.exchange(
                     port: client.port,
-                    chunks: request.utf8.map { [$0] },
+                    chunks: chunks,
                     pace: { try await Task.sleep(for: .milliseconds(50)) }
                 )
             }
             #expect(outcome.received.isEmpty)
+            #expect(outcome.chunksWritten < chunks.count, "the server let the whole trickled header in")
         }
     }
 

@@ -103,6 +103,8 @@ struct RawConnection {
         var received: String
         /// The connection ended by a reset or a failed write rather than an orderly close.
         var reset: Bool
+        /// How many of the chunks were written before the sending ended.
+        var chunksWritten: Int
     }
 
     /// Connects, sends `chunks` (calling `pace` between them, if given), then reads until the
@@ -115,12 +117,14 @@ struct RawConnection {
         let channel = try await connect(port: port)
         return try await channel.executeThenClose { inbound, outbound in
             var reset = false
+            var chunksWritten = 0
             do {
                 for (index, chunk) in chunks.enumerated() {
                     if index > 0, let pace {
                         try await pace()
                     }
                     try await outbound.write(ByteBuffer(bytes: chunk))
+                    chunksWritten += 1
                 }
             } catch is CancellationError {
                 throw CancellationError()
@@ -135,7 +139,7 @@ struct RawConnection {
             } catch {
                 reset = true
             }
-            return Outcome(received: String(buffer: received), reset: reset)
+            return Outcome(received: String(buffer: received), reset: reset, chunksWritten: chunksWritten)
         }
     }
 
