@@ -15,7 +15,14 @@ public struct APNSSubmission: Sendable {
 
     public var notification: APNSNotification {
         get { content.notification }
-        set { content = Content(notification: newValue, payload: content.payload, staleAt: content.staleAt) }
+        set {
+            content = Content(
+                notification: newValue,
+                payload: content.payload,
+                staleAt: content.staleAt,
+                broadcast: content.broadcast
+            )
+        }
     }
 
     /// The notification's payload when the caller has already built and validated it (with
@@ -23,7 +30,14 @@ public struct APNSSubmission: Sendable {
     /// limit); `nil` makes the client build it.
     public var payload: [UInt8]? {
         get { content.payload }
-        set { content = Content(notification: content.notification, payload: newValue, staleAt: content.staleAt) }
+        set {
+            content = Content(
+                notification: content.notification,
+                payload: newValue,
+                staleAt: content.staleAt,
+                broadcast: content.broadcast
+            )
+        }
     }
 
     /// What is sent: the same for every token of a notification.
@@ -34,11 +48,21 @@ public struct APNSSubmission: Sendable {
         /// cannot reach its gateway until then fails it with ``APNSStatus/expired`` instead of
         /// keeping it queued. `nil`: it waits for a connection however long that takes.
         public let staleAt: Int64?
+        /// HTTP/2: a broadcast to a channel (§7.3) rather than a notification to a device. The
+        /// submission's token is then the channel ID's bytes; the request goes to
+        /// `/4/broadcasts/apps/<bundle ID>` with the ID in `apns-channel-id`.
+        public let broadcast: Bool
 
-        public init(notification: APNSNotification, payload: [UInt8]? = nil, staleAt: Int64? = nil) {
+        public init(
+            notification: APNSNotification,
+            payload: [UInt8]? = nil,
+            staleAt: Int64? = nil,
+            broadcast: Bool = false
+        ) {
             self.notification = notification
             self.payload = payload
             self.staleAt = staleAt
+            self.broadcast = broadcast
         }
     }
 

@@ -156,13 +156,18 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                     }
                     body = payload
                 }
+                var channelID: String? = nil
+                if t.broadcastPath != nil {
+                    channelID = Data(submission.token.bytes).base64EncodedString()
+                }
                 batch.items.append(
                     QueuedRequest(
                         tag: submission.tag,
                         token: submission.token,
-                        path: submission.token.bytes.withUnsafeBufferPointer {
-                            DeviceToken.lowercaseHex($0, prefix: "/3/device/")
-                        },
+                        path: t.broadcastPath
+                            ?? submission.token.bytes.withUnsafeBufferPointer {
+                                DeviceToken.lowercaseHex($0, prefix: "/3/device/")
+                            },
                         body: body,
                         pushType: t.pushType,
                         topic: t.topic,
@@ -171,7 +176,8 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                         collapseID: t.collapseID,
                         apnsID: submission.apnsID ?? apnsIDs.next(),
                         retryLimit: t.retryLimit,
-                        staleAt: submission.content.staleAt
+                        staleAt: submission.content.staleAt,
+                        channelID: channelID
                     )
                 )
             case .failure(let error):
@@ -248,6 +254,8 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         var collapseID: String?
         var body: [UInt8]
         var retryLimit: Int
+        /// A broadcast's `/4/broadcasts/apps/<bundle ID>` (§7.3); `nil` for a device request.
+        var broadcastPath: String? = nil
     }
 
     /// Runs the §3.3/§5 checks once per distinct notification and builds its payload.
@@ -296,8 +304,26 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
             expiration: content.notification.expiry.unixSeconds(now: now),
             collapseID: content.notification.collapseId,
             body: body,
-            retryLimit: content.notification.retryLimit ?? configuration.defaultRetryLimit
+            retryLimit: content.notification.retryLimit ?? configuration.defaultRetryLimit,
+            broadcastPath: content.broadcast
+                ? try Self.broadcastPath(
+                    pushType: pushType,
+                    bundleID: content.notification.topic ?? configuration.topic
+                )
+                : nil
         )
+    }
+
+    /// A broadcast's path (§7.3): the bundle ID is in the path, not in `apns-topic`. Only Live
+    /// Activity updates are broadcast.
+    private static func broadcastPath(pushType: APNSPushType, bundleID: String) throws(APNSError) -> String {
+        guard pushType == .liveactivity else {
+            throw APNSError(
+                .invalidRequest,
+                "a broadcast to a channel must be a Live Activity update (push type liveactivity), not \(pushType.rawValue)"
+            )
+        }
+        return "/4/broadcasts/apps/" + bundleID
     }
 
     // MARK: Called by connection handlers (on their event loops)

@@ -95,9 +95,16 @@ struct HPACKRequestEncoder {
         buffer.writeInteger(UInt8(0x80 | 7))  // :scheme: https
         write(.authority, authority, into: &buffer)
         Self.writeLiteral(nameIndex: 4, value: request.path, into: &buffer)  // :path
-        Self.writeLiteral(name: "apns-id", value: request.apnsID, into: &buffer)
-        write(.pushType, request.pushType.rawValue, into: &buffer)
-        write(.topic, request.topic, into: &buffer)
+        if let channelID = request.channelID {
+            // §7.3: the bundle ID is in the path; the request's id is `apns-request-id`.
+            Self.writeLiteral(name: "apns-request-id", value: request.apnsID, into: &buffer)
+            Self.writeLiteral(name: "apns-channel-id", value: channelID, into: &buffer)
+            write(.pushType, request.pushType.rawValue, into: &buffer)
+        } else {
+            Self.writeLiteral(name: "apns-id", value: request.apnsID, into: &buffer)
+            write(.pushType, request.pushType.rawValue, into: &buffer)
+            write(.topic, request.topic, into: &buffer)
+        }
         write(.priority, Self.priorityStrings[Int(request.priority)], into: &buffer)
         if request.expiration == 0 {
             write(.expiration, "0", into: &buffer)

@@ -6,7 +6,7 @@ import APNSHTTP2Core
 package struct QueuedRequest: APNSQueuedNotification {
     package var tag: UInt64
     package var token: DeviceToken
-    /// `/3/device/<hex>` (§3.3).
+    /// `/3/device/<hex>` (§3.3), or `/4/broadcasts/apps/<bundle ID>` for a broadcast (§7.3).
     var path: String
     var body: [UInt8]
     var pushType: APNSPushType
@@ -19,6 +19,9 @@ package struct QueuedRequest: APNSQueuedNotification {
     var retryLimit: Int
     /// When it goes stale (milliseconds since the epoch); see ``APNSSubmission/Content/staleAt``.
     package var staleAt: Int64? = nil
+    /// A broadcast's channel ID, base64 (§7.3): sent as `apns-channel-id`, with the request's
+    /// UUID as `apns-request-id` and no `apns-topic` (the bundle ID is in ``path``).
+    var channelID: String? = nil
     /// Writes to a connection (less the ones the server certainly did not process).
     package var attempts = 0
     /// Writes to a connection, all of them.

@@ -114,6 +114,23 @@ extension APNSHTTP2Simulator {
         }
     }
 
+    /// Creates a channel of `bundleID` in the simulator's environment without a request, as if
+    /// an earlier run of the provider had made it, and returns its ID; `nil` at the
+    /// ``Configuration/maxChannelsPerApp`` limit. Not recorded as a channel operation.
+    public func createChannel(bundleID: String, storagePolicy: MessageStoragePolicy) -> String? {
+        let key = HTTP2SimulatorChannelStore.Key(bundleID: bundleID, environment: configuration.environment)
+        return state.withLock { s in
+            var app = s.channels.apps[key] ?? .init()
+            guard app.order.count < configuration.maxChannelsPerApp else { return nil }
+            let id = HTTP2SimulatorChannelStore.newChannelID(in: app)
+            app.order.append(id)
+            app.policies[id] = storagePolicy
+            s.channels.apps[key] = app
+            s.statistics.channels += 1
+            return id
+        }
+    }
+
     /// The successful channel-management requests in the order they were answered (at most
     /// ``Configuration/acceptedListLimit``).
     public var channelOperations: [ChannelOperation] {

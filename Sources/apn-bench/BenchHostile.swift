@@ -119,7 +119,7 @@ struct BenchHostile: AsyncParsableCommand {
                 switch parser.parse(message) {
                 case .job(let job):
                     outcome = job.payloadError == nil ? "job, payload \(job.payload.count) bytes" : "job, payload error"
-                case .rejected(_, _, let tokens, _, _): outcome = "rejected, \(tokens.count) results"
+                case .rejected(_, _, let tokens, _, _, _): outcome = "rejected, \(tokens.count) results"
                 case .unreadable: outcome = "unreadable, 1 result"
                 }
             }
@@ -197,7 +197,7 @@ struct BenchHostile: AsyncParsableCommand {
                 let results =
                     switch parser.parse(bytes) {
                     case .job(let job): job.tokens.count
-                    case .rejected(_, _, let tokens, _, _): tokens.count
+                    case .rejected(_, _, let tokens, _, _, _): tokens.count
                     case .unreadable: 1
                     }
                 return (id, bytes, results)

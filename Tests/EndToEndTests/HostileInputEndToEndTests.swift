@@ -63,7 +63,7 @@ struct HostileInputEndToEndTests {
                 switch parser.parse(message.bytes) {
                 case .unreadable:
                     expected.append((message.kind, report, report, []))
-                case .rejected(let jobId, _, let tokens, _, _):
+                case .rejected(let jobId, _, let tokens, _, _, _):
                     expected.append(
                         (
                             message.kind, report, nil,

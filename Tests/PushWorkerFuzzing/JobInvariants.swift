@@ -50,7 +50,7 @@ public enum JobInvariants {
                     at: 0
                 )
             )
-        case .rejected(let jobId, let app, let tokens, let reason, let kept):
+        case .rejected(let jobId, let app, let tokens, let reason, let kept, _):
             metadata = kept
             if reason.isEmpty { problems.append("a rejected job has no reason") }
             if tokens.isEmpty || tokens.count > parser.maxTokens {

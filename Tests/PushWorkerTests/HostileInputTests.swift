@@ -261,7 +261,7 @@ import Testing
     func longNamesAreAbbreviatedInReasons() {
         let long = String(repeating: "k", count: 100_000)
         guard
-            case .rejected(_, _, _, let reason, _) = JobParser().parse(
+            case .rejected(_, _, _, let reason, _, _) = JobParser().parse(
                 Array(#"{"id":"u","app":"a","token":"\#(HostileJobs.token(1))","\#(long)":1}"#.utf8)
             )
         else {

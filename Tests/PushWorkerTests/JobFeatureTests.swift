@@ -26,7 +26,7 @@ import Testing
     }
 
     func reason(_ fields: String) -> String? {
-        if case .rejected(_, _, _, let reason, _) = parse(fields) { return reason }
+        if case .rejected(_, _, _, let reason, _, _) = parse(fields) { return reason }
         return nil
     }
 
@@ -122,7 +122,7 @@ import Testing
     }
 
     @Test func rejectedAndUnreadableJobsKeepReadableMetadata() {
-        if case .rejected(_, _, _, _, let metadata) = parse(#""alert":"x","badge":-1,"metadata":{"m":1}"#) {
+        if case .rejected(_, _, _, _, let metadata, _) = parse(#""alert":"x","badge":-1,"metadata":{"m":1}"#) {
             #expect(metadata == Array(#"{"m":1}"#.utf8))
         } else {
             Issue.record("not rejected")

@@ -46,7 +46,7 @@ import Testing
         }
         for bad in [#""0s""#, "0", "-5", #""soon""#, #""1700000000""#, "1.5", "true"] {
             guard
-                case .rejected(_, _, _, let reason, _) = parse(
+                case .rejected(_, _, _, let reason, _, _) = parse(
                     #"{"id":"j","app":"a","token":"\#(token)","alert":"x","staleAfter":\#(bad)}"#
                 )
             else {
@@ -118,7 +118,7 @@ import Testing
     ])
     func rejectedJobsNameTheField(field: String, fragment: String) {
         let text = #"{"id":"j","app":"a","token":"\#(token)",\#(field)}"#
-        guard case .rejected(let id, _, let tokens, let reason, _) = parse(text) else {
+        guard case .rejected(let id, _, let tokens, let reason, _, _) = parse(text) else {
             Issue.record("expected rejected for \(text)")
             return
         }
@@ -138,7 +138,7 @@ import Testing
         #expect(job.notification.badge == 3)
         for name in ["Badge", "badges", "badg", #"bad\u0067e2"#, "i", "truncateAtWordEnds"] {
             let text = #"{"id":"j","app":"a","token":"\#(token)","\#(name)":1}"#
-            guard case .rejected(_, _, _, let reason, _) = parse(text) else {
+            guard case .rejected(_, _, _, let reason, _, _) = parse(text) else {
                 Issue.record("expected \(name) to be an unknown field")
                 continue
             }
@@ -173,7 +173,7 @@ import Testing
             #expect(reason.contains("duplicate member name"), "\(reason)")
         }
         // Forty distinct unknown names: rejected, naming the first in order.
-        guard case .rejected(_, _, _, let reason, _) = parse(#"{"id":"j","app":"a","token":"\#(token)",\#(others)}"#)
+        guard case .rejected(_, _, _, let reason, _, _) = parse(#"{"id":"j","app":"a","token":"\#(token)",\#(others)}"#)
         else {
             Issue.record("expected rejected")
             return
@@ -183,7 +183,7 @@ import Testing
 
     @Test func missingAppIsRejectedPerToken() {
         guard
-            case .rejected(_, let app, let tokens, let reason, _) = parse(
+            case .rejected(_, let app, let tokens, let reason, _, _) = parse(
                 #"{"id":"j","token":"\#(token)","alert":"x"}"#
             )
         else {
@@ -278,7 +278,7 @@ import Testing
             (#""collapseId":"\#(String(repeating: "c", count: 65))""#, "collapseId"),
         ] {
             let result = parse(#"{"id":"j","app":"a","token":"\#(token)","alert":"x",\#(field)}"#)
-            guard case .rejected(_, _, _, let reason, _) = result else {
+            guard case .rejected(_, _, _, let reason, _, _) = result else {
                 Issue.record("expected rejection: \(result)")
                 continue
             }

@@ -30,7 +30,7 @@ import Testing
         }
         #expect(!plain.summary && on.summary && !off.summary)
         for bad in ["1", #""yes""#, "null", "{}"] {
-            guard case .rejected(_, _, _, let reason, _) = parse(#","summary":\#(bad)"#) else {
+            guard case .rejected(_, _, _, let reason, _, _) = parse(#","summary":\#(bad)"#) else {
                 Issue.record("summary \(bad) was accepted")
                 continue
             }

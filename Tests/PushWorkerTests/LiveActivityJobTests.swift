@@ -23,7 +23,7 @@ import Testing
     func reason(_ liveActivity: String, extra: String = "", app: String = "a") -> String? {
         switch parse(liveActivity, extra: extra, app: app) {
         case .job: nil
-        case .rejected(_, _, _, let reason, _), .unreadable(_, _, let reason, _): reason
+        case .rejected(_, _, _, let reason, _, _), .unreadable(_, _, let reason, _): reason
         }
     }
 

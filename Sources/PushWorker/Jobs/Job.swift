@@ -44,6 +44,9 @@ public struct Job: Sendable, Hashable {
     public var summary = false
     /// A Live Activity's ActivityKit notification (HTTP/2 apps), when the job has `liveActivity`.
     public var liveActivity: LiveActivity? = nil
+    /// A broadcast (§7.3): ``tokens`` are channel IDs (each `.valid` carries the ID's bytes and
+    /// its base64 text), from `channel` or `channels`.
+    public var broadcast = false
 }
 
 /// Parses and validates job messages (`docs/jobs.md`).
@@ -76,7 +79,7 @@ public struct JobParser: Sendable {
             case id, app, token, tokens, aps, alert, badge, sound, contentAvailable, mutableContent
             case category, threadId, urlArgs, mdm, payload, expiry, priority, truncateAtWordEnd, env
             case registeredAt, retryLimit, pushType, collapseId, staleAfter
-            case metadata, apnsId, topic, dryRun, summary, liveActivity
+            case metadata, apnsId, topic, dryRun, summary, liveActivity, channel, channels
 
             /// The JSON names, in the order of the cases, whose names they are. Spelled out: a
             /// case's name read by reflection costs microseconds, which the first job paid.
@@ -84,7 +87,7 @@ public struct JobParser: Sendable {
                 "id", "app", "token", "tokens", "aps", "alert", "badge", "sound", "contentAvailable", "mutableContent",
                 "category", "threadId", "urlArgs", "mdm", "payload", "expiry", "priority", "truncateAtWordEnd", "env",
                 "registeredAt", "retryLimit", "pushType", "collapseId", "staleAfter",
-                "metadata", "apnsId", "topic", "dryRun", "summary", "liveActivity",
+                "metadata", "apnsId", "topic", "dryRun", "summary", "liveActivity", "channel", "channels",
             ]
 
             /// The names by their length in bytes.
@@ -109,7 +112,7 @@ public struct JobParser: Sendable {
         }
 
         /// By ``Name/rawValue``; inline, so that no job allocates a table of its members.
-        private var values = InlineArray<30, JSONValue?>(repeating: nil)
+        private var values = InlineArray<32, JSONValue?>(repeating: nil)
         /// Member names that are not job fields.
         private(set) var unknown: [String] = []
         /// The unknown names as a set, once there are more than a few to compare.
@@ -191,57 +194,23 @@ public struct JobParser: Sendable {
         guard let id = idValue.stringValue, !id.isEmpty, id.utf8.count <= 256 else {
             return unreadable(nil, "the job's \"id\" must be a string of 1 to 256 bytes")
         }
-        let rawTokens: [String]
-        switch (fields[.token], fields[.tokens]) {
-        case (nil, nil):
-            return unreadable(id, "the job has neither \"token\" nor \"tokens\"")
-        case (.some, .some):
-            return unreadable(id, "the job has both \"token\" and \"tokens\"; give one of them")
-        case (.some(let single), nil):
-            guard let text = single.stringValue else {
-                return unreadable(id, "\"token\" must be a hex string")
-            }
-            rawTokens = [text]
-        case (nil, .some(let many)):
-            guard let items = many.arrayValue, !items.isEmpty else {
-                return unreadable(id, "\"tokens\" must be a non-empty array of hex strings")
-            }
-            guard items.count <= maxTokens else {
-                return unreadable(
-                    id,
-                    "\"tokens\" has \(items.count) entries, over the limit of \(maxTokens) per job; split the job"
-                )
-            }
-            var texts: [String] = []
-            texts.reserveCapacity(items.count)
-            for (index, item) in items.enumerated() {
-                guard let text = item.stringValue else {
-                    return unreadable(id, "tokens[\(index)] is not a string; tokens are hex strings")
-                }
-                texts.append(text)
-            }
-            rawTokens = texts
-        }
-
-        // Tokens in order, once each (by their normalized form).
-        var seen = Set<String>()
-        var tokens: [JobToken] = []
-        tokens.reserveCapacity(rawTokens.count)
-        for text in rawTokens {
-            let entry: JobToken
-            do {
-                let token = try DeviceToken(hex: text)
-                // Most jobs give the token as lowercase hex already: keep that text.
-                entry = .valid(token, hex: Self.isLowercaseHex(text, of: token) ? text : token.hex)
-            } catch {
-                entry = .malformed(text: text, reason: error.message)
-            }
-            if rawTokens.count == 1 || seen.insert(entry.text).inserted { tokens.append(entry) }
+        let tokens: [JobToken]
+        let broadcast: Bool
+        switch targets(fields) {
+        case .success(let parsed): (tokens, broadcast) = parsed
+        case .failure(let error): return unreadable(id, error.message)
         }
         let parsedTokens = tokens
         func reject(_ reason: String) -> JobParseResult {
             // The tokens' text only when the job is rejected: each valid token's hex is a new string.
-            .rejected(jobId: id, app: app, tokens: parsedTokens.map(\.text), reason: reason, metadata: metadata)
+            .rejected(
+                jobId: id,
+                app: app,
+                tokens: parsedTokens.map(\.text),
+                reason: reason,
+                metadata: metadata,
+                broadcast: broadcast
+            )
         }
 
         guard let app else {
@@ -259,12 +228,16 @@ public struct JobParser: Sendable {
         if let metadataError { return reject(metadataError) }
         var job = Job(id: id, app: app, environment: nil, tokens: tokens, notification: APNSNotification())
         job.metadata = metadata
+        job.broadcast = broadcast
         do throws(JobFieldError) {
             try fill(&job, from: fields, producedAt: producedAt)
         } catch {
             return reject(error.message)
         }
-        if fields[.expiry] == nil, let expiry = defaultExpiry[app] { job.notification.expiry = expiry }
+        if broadcast, let reason = Self.broadcastProblem(job) { return reject(reason) }
+        // §7.3: a channel with No Message Stored takes only expiration 0, so a broadcast keeps
+        // the update only when its job says so.
+        if fields[.expiry] == nil, !broadcast, let expiry = defaultExpiry[app] { job.notification.expiry = expiry }
         if fields[.staleAfter] == nil, let staleAfter = defaultStaleAfter[app] { job.staleAfter = staleAfter }
         // §1.3: the payload must fit; trim the alert body if it does not.
         let http2 = http2Apps.contains(app)

@@ -24,7 +24,8 @@ public enum JobParseResult: Sendable, Hashable {
     case job(Job)
     /// Readable id and tokens but an invalid job: every token gets an `invalidJob` error result.
     /// `metadata` is the job's `metadata` (compact JSON) when it could be read.
-    case rejected(jobId: String, app: String?, tokens: [String], reason: String, metadata: [UInt8]?)
+    /// `broadcast`: the tokens are channel IDs (the job named `channel` or `channels`).
+    case rejected(jobId: String, app: String?, tokens: [String], reason: String, metadata: [UInt8]?, broadcast: Bool)
     /// Not even the id and tokens could be read: one `invalidJob` result for the message, with the
     /// job's `metadata` when the message is an object whose `metadata` could be read.
     case unreadable(jobId: String?, app: String?, reason: String, metadata: [UInt8]?)

@@ -208,7 +208,7 @@ struct IntakeStage: Sendable {
             chunk.results.append(
                 factory.invalidJob(ref, jobId: jobId, app: app, reason: reason, metadata: metadata, at: now)
             )
-        case .rejected(let jobId, let app, let tokens, let reason, let metadata):
+        case .rejected(let jobId, let app, let tokens, let reason, let metadata, let broadcast):
             logger.warning("Rejected job \(jobId) at \(place): \(reason).")
             for token in tokens {
                 chunk.results.append(
@@ -221,6 +221,7 @@ struct IntakeStage: Sendable {
                         status: .invalidJob,
                         reason: reason,
                         metadata: metadata,
+                        broadcast: broadcast,
                         at: now
                     )
                 )
@@ -246,6 +247,7 @@ struct IntakeStage: Sendable {
                             status: .invalidJob,
                             reason: reason,
                             metadata: job.metadata,
+                            broadcast: job.broadcast,
                             at: now
                         )
                     )
@@ -308,6 +310,7 @@ struct IntakeStage: Sendable {
                             status: .malformedToken,
                             reason: reason,
                             metadata: job.metadata,
+                            broadcast: job.broadcast,
                             at: now
                         )
                     )
@@ -323,6 +326,7 @@ struct IntakeStage: Sendable {
                                 status: .invalidPayload,
                                 reason: payloadError,
                                 metadata: job.metadata,
+                                broadcast: job.broadcast,
                                 at: now
                             )
                         )

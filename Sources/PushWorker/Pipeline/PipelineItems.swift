@@ -63,7 +63,12 @@ final class SharedJob: Sendable {
         }
         var notification = APNSNotification()
         swap(&notification, &job.notification)
-        content = APNSSubmission.Content(notification: notification, payload: job.payload, staleAt: staleAt)
+        content = APNSSubmission.Content(
+            notification: notification,
+            payload: job.payload,
+            staleAt: staleAt,
+            broadcast: job.broadcast
+        )
         appPerSecond = settings.appPerSecond
         devicePerHour = settings.devicePerHour
         metadata = job.metadata
@@ -80,6 +85,9 @@ final class SharedJob: Sendable {
     }
 
     var poolKey: PoolKey { PoolKey(app: app, environment: environment) }
+
+    /// A broadcast: its candidates' tokens are channel IDs (§7.3).
+    var broadcast: Bool { content.broadcast }
 }
 
 /// A notification on its way to be claimed. A class: it may wait in several lists (held,

@@ -98,7 +98,7 @@ struct TokenResult: Sendable {
             (status, otherType) = (nil, type)
         }
         self.resultId = resultId
-        self.token = status == nil ? "" : json["token"]?.stringValue ?? ""
+        self.token = status == nil ? "" : (json["token"] ?? json["channel"])?.stringValue ?? ""
         self.at = at
     }
 }

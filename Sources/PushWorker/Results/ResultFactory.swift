@@ -55,6 +55,7 @@ struct ResultFactory: Sendable {
         status: APNSStatus,
         reason: String,
         metadata: [UInt8]? = nil,
+        broadcast: Bool = false,
         at: Int64
     ) -> ResultItem {
         var result = WorkerResult(
@@ -72,6 +73,7 @@ struct ResultFactory: Sendable {
             at: at
         )
         result.metadata = metadata
+        if broadcast { result.addressToChannel() }
         return .rejected(ref, result.message())
     }
 
@@ -93,6 +95,7 @@ struct ResultFactory: Sendable {
             at: at
         )
         result.metadata = c.job.metadata
+        if c.job.broadcast { result.addressToChannel() }
         return .decided(
             RecordedResult(
                 ref: c.ref,
@@ -126,9 +129,13 @@ struct ResultFactory: Sendable {
         result.apnsId = outcome.apnsID
         result.apnsUniqueId = outcome.apnsUniqueID
         result.metadata = c.job.metadata
+        if c.job.broadcast { result.addressToChannel() }
         var unregister: Unregistration? = nil
         var feedback: ResultMessage? = nil
-        if outcome.status == .invalidToken {
+        // A channel is not a device: no answer to a broadcast unregisters anything.
+        if c.job.broadcast {
+            unregister = nil
+        } else if outcome.status == .invalidToken {
             // Binary status 8 (§1.4).
             unregister = Unregistration(app: c.job.app, environment: env, token: c.tokenHex, since: at / 1000)
         } else if outcome.status == .gone {
@@ -165,6 +172,7 @@ struct ResultFactory: Sendable {
         )
         result.payloadBytes = c.job.content.payload?.count ?? 0
         result.metadata = c.job.metadata
+        if c.job.broadcast { result.addressToChannel() }
         return .decided(
             RecordedResult(
                 ref: c.ref,
@@ -188,5 +196,13 @@ struct ResultFactory: Sendable {
             at: at
         )
         return result.message()
+    }
+}
+
+extension WorkerResult {
+    /// A broadcast's result names its channel (the text in ``token``) as `channel` instead.
+    mutating func addressToChannel() {
+        channel = token
+        token = nil
     }
 }

@@ -18,6 +18,8 @@ public struct WorkerResult: Sendable, Hashable {
     public var app: String?
     public var environment: String?
     public var token: String?
+    /// A broadcast's channel ID (base64), in place of `token` (§7.3).
+    public var channel: String? = nil
     public var status: APNSStatus?
     public var reason: String?
     public var attempts: Int?
@@ -47,7 +49,6 @@ public struct WorkerResult: Sendable, Hashable {
     /// The most bytes of `reason` a result carries.
     public static let maxReasonBytes = 1024
 
-    /// The Kafka key: the token (per-device ordering), or the job id for an invalid job.
     /// The message for `apn.results`, with what the metrics count it as.
     func message(since: Int64? = nil) -> ResultMessage {
         ResultMessage(
@@ -64,8 +65,9 @@ public struct WorkerResult: Sendable, Hashable {
         )
     }
 
+    /// The Kafka key: the token (per-device ordering) or channel, or the job id for an invalid job.
     public var key: [UInt8]? {
-        if let token { return Array(token.abbreviated(toBytes: Self.maxEchoBytes).utf8) }
+        if let target = token ?? channel { return Array(target.abbreviated(toBytes: Self.maxEchoBytes).utf8) }
         if let jobId { return Array(jobId.abbreviated(toBytes: Self.maxEchoBytes).utf8) }
         return nil
     }
@@ -82,6 +84,7 @@ public struct WorkerResult: Sendable, Hashable {
         out.string(#","app":"#, app)
         out.string(#","env":"#, environment)
         out.string(#","token":"#, token)
+        out.string(#","channel":"#, channel)
         if let status {
             out.integer(#","status":"#, Int64(status.rawValue))
             out.string(#","statusName":"#, status.name)
@@ -147,7 +150,9 @@ public struct WorkerResult: Sendable, Hashable {
         }
         func number(_ present: Bool, _ member: Int) -> Int { present ? member + 20 : 0 }
         var size = text(kind.rawValue, 8) + text(resultId, 12) + text(jobId, 9) + text(app, 7) + text(environment, 7)
-        size += text(token, 9) + text(reason, 10, max: Self.maxReasonBytes) + text(apnsId, 10) + text(apnsUniqueId, 16)
+        size +=
+            text(token, 9) + text(channel, 11) + text(reason, 10, max: Self.maxReasonBytes) + text(apnsId, 10)
+            + text(apnsUniqueId, 16)
         size += text(topic, 9) + text(worker, 10) + (metadata.map { 12 + $0.count } ?? 0)
         if let status { size += 10 + 6 + text(status.name, 14) }
         size += number(attempts != nil, 12) + (possibleDuplicate != nil ? 26 : 0) + number(payloadBytes != nil, 16)

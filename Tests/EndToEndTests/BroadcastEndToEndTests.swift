@@ -1,0 +1,86 @@
+import APNSCore
+import APNSSimulator
+import Foundation
+import PushTestSupport
+import PushWorker
+import Testing
+
+/// Broadcast jobs through `apn-worker run` (`docs/jobs.md`, "Broadcasts"): in through Kafka,
+/// sent to the HTTP/2 simulator's broadcast endpoint (§7.3), one result per (job, channel) out
+/// of Kafka, sent once however often the job is produced.
+@Suite("Broadcasts end to end", .serialized, .timeLimit(.minutes(3)))
+struct BroadcastEndToEndTests {
+    typealias Jobs = JobFeaturesEndToEndTests
+
+    static func job(_ id: String, channels: [String], _ fields: String) -> [UInt8] {
+        let list = channels.map { "\"\($0)\"" }.joined(separator: ",")
+        return Array(#"{"id":"\#(id)","app":"\#(WorkerStack.http2App)","channels":[\#(list)],\#(fields)}"#.utf8)
+    }
+
+    @Test(
+        "A broadcast to 100 channels produced twice: 100 results naming their channels, 100 broadcasts at the simulator"
+    )
+    func aBroadcastProducedTwiceIsSentOncePerChannel() async throws {
+        let stack = try await WorkerStack.start(http2: (badTokens: [], unregistered: [:]))
+        await Jobs.withStack(stack) { stack in
+            let simulator = try #require(stack.http2Simulator)
+            let channels = (0..<100).compactMap { _ in
+                simulator.createChannel(bundleID: WorkerStack.http2App, storagePolicy: .noMessageStored)
+            }
+            #expect(channels.count == 100)
+            let update = #""liveActivity":{"event":"update","contentState":{"score":"2-1"}},"priority":5"#
+            let job = Self.job("bc", channels: channels, update)
+            // A channel nobody created, one that is not base64, and a broadcast that would start
+            // an activity.
+            let unknown = Data(repeating: 7, count: 16).base64EncodedString()
+            let start =
+                #""liveActivity":{"event":"start","attributesType":"T","attributes":{},"contentState":{},"alert":{"title":"t","body":"b"}}"#
+            try await stack.produce([
+                job, job,
+                Self.job("bc-unknown", channels: [unknown], update),
+                Self.job("bc-malformed", channels: ["not base64"], update),
+                Self.job("bc-start", channels: [channels[0]], start),
+            ])
+            let ids =
+                channels.map { Jobs.id("bc", $0) } + [
+                    Jobs.id("bc-unknown", unknown), Jobs.id("bc-malformed", "not base64"),
+                    Jobs.id("bc-start", channels[0]),
+                ]
+            let byId = try await Jobs.results(stack, ids)
+            #expect(try await stack.waitForAllCommitted())
+
+            for channel in channels {
+                let result = byId[Jobs.id("bc", channel)]
+                #expect(result?["type"] == "transmitted", "\(result ?? [:])")
+                #expect(result?["channel"]?.stringValue == channel)
+                #expect(result?["token"] == nil)
+            }
+            let written = stack.results.filter { $0["jobId"] == "bc" }.compactMap { $0["resultId"]?.stringValue }
+            #expect(Set(written).count == 100 && written.count == 100, "\(written.count) results for 100 channels")
+
+            let unknownResult = byId[Jobs.id("bc-unknown", unknown)]
+            #expect(unknownResult?["status"] == .int(400) && unknownResult?["reason"] == "ChannelNotRegistered")
+            #expect(unknownResult?["channel"]?.stringValue == unknown)
+            let malformed = byId[Jobs.id("bc-malformed", "not base64")]
+            #expect(malformed?["status"] == .int(518) && malformed?["channel"] == "not base64")
+            let refused = byId[Jobs.id("bc-start", channels[0])]
+            #expect(refused?["status"] == .int(517))
+            #expect(refused?["reason"]?.stringValue?.hasPrefix("a broadcast cannot start") == true)
+
+            // Once per channel, as Apple documents it: push type, priority, expiration 0.
+            let broadcasts = simulator.broadcasts
+            #expect(broadcasts.count == 100, "\(broadcasts.count) broadcasts")
+            #expect(Set(broadcasts.map(\.channelID)) == Set(channels))
+            #expect(broadcasts.allSatisfy { $0.pushType == "liveactivity" && $0.priority == 5 && $0.expiration == 0 })
+            #expect(broadcasts.allSatisfy { $0.bundleID == WorkerStack.http2App })
+            #expect(simulator.accepted.isEmpty, "a broadcast went to a device endpoint")
+        }
+    }
+}
+
+extension JobFeaturesEndToEndTests {
+    /// A broadcast notification's `resultId`: the channel ID in place of the token.
+    static func id(_ job: String, _ channel: String) -> String {
+        WorkerResult.notificationId(jobId: job, token: channel)
+    }
+}

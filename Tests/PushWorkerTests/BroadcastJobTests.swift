@@ -1,0 +1,147 @@
+import APNSCore
+import Foundation
+import Testing
+
+@testable import PushWorker
+
+/// Broadcast jobs (`docs/jobs.md`, "Broadcasts"): `channel` or `channels` in place of tokens,
+/// each a base64 channel ID (§7.2); a Live Activity update or end (§7.3); expiration 0 unless
+/// the job gives one; a result that names the channel.
+@Suite struct BroadcastJobTests {
+    static let update = #""liveActivity":{"event":"update","contentState":{"score":"1-0"}}"#
+    static let channelA = "c29tZUNoYW5uZWw="
+    static let channelB = Data((0..<16).map { UInt8($0) }).base64EncodedString()
+
+    func parse(_ fields: String, defaultExpiry: APNSExpiry? = nil) -> JobParseResult {
+        var parser = JobParser()
+        parser.http2Apps = ["a"]
+        if let defaultExpiry { parser.defaultExpiry = ["a": defaultExpiry] }
+        return parser.parse(Array(#"{"id":"j","app":"a",\#(fields)}"#.utf8), producedAt: 1_795_651_200_000)
+    }
+
+    func reason(_ fields: String) -> String? {
+        switch parse(fields) {
+        case .job: nil
+        case .rejected(_, _, _, let reason, _, _), .unreadable(_, _, let reason, _): reason
+        }
+    }
+
+    @Test func channelsAreParsedInOrderOnceEachAsBroadcastTargets() throws {
+        let result = parse(#""channels":["\#(Self.channelA)","\#(Self.channelB)","\#(Self.channelA)"],\#(Self.update)"#)
+        guard case .job(let job) = result else {
+            Issue.record("not a job: \(result)")
+            return
+        }
+        #expect(job.broadcast)
+        #expect(job.tokens.map(\.text) == [Self.channelA, Self.channelB])
+        guard case .valid(let bytes, _) = job.tokens[0] else {
+            Issue.record("the channel is not valid: \(job.tokens[0])")
+            return
+        }
+        #expect(bytes.bytes == Array("someChannel".utf8))
+        #expect(job.notification.pushType == "liveactivity")
+        guard case .job(let single) = parse(#""channel":"\#(Self.channelB)",\#(Self.update)"#) else {
+            Issue.record("a job with one channel does not parse")
+            return
+        }
+        #expect(single.broadcast && single.tokens.map(\.text) == [Self.channelB])
+    }
+
+    @Test func aChannelThatIsNotBase64IsMalformedWithASentence() throws {
+        guard
+            case .job(let job) = parse(
+                #""channels":["\#(Self.channelA)","not base64!","c29tZUNoYW5uZWw"],\#(Self.update)"#
+            )
+        else {
+            Issue.record("not a job")
+            return
+        }
+        #expect(job.tokens.count == 3)
+        for entry in job.tokens.dropFirst() {
+            guard case .malformed(_, let reason) = entry else {
+                Issue.record("\(entry.text) was taken as a channel")
+                continue
+            }
+            #expect(reason.contains("is not base64; channel IDs are base64"), "\(reason)")
+        }
+    }
+
+    @Test func theRecipientFieldsExcludeEachOtherAndChannelsAreLimited() {
+        let token = String(repeating: "ab", count: 32)
+        #expect(
+            reason(#""token":"\#(token)","channel":"\#(Self.channelA)",\#(Self.update)"#)
+                == #"the job has both "token" and "channel"; give one of them"#
+        )
+        #expect(
+            reason(#""channel":"\#(Self.channelA)","channels":["\#(Self.channelB)"],\#(Self.update)"#)
+                == #"the job has both "channel" and "channels"; give one of them"#
+        )
+        #expect(
+            reason(#""channels":[],\#(Self.update)"#) == #""channels" must be a non-empty array of base64 channel IDs"#
+        )
+        #expect(reason(#""channel":7,\#(Self.update)"#) == #""channel" must be a base64 channel ID"#)
+        let many = (0...JobParser.maxChannels).map {
+            "\"\(Data([UInt8($0 % 256), UInt8($0 / 256)]).base64EncodedString())\""
+        }
+        #expect(
+            reason(#""channels":[\#(many.joined(separator: ","))],\#(Self.update)"#)
+                == #""channels" has 1001 entries, over the limit of 1000 per job; split the job"#
+        )
+    }
+
+    @Test func aBroadcastMustUpdateOrEndALiveActivity() {
+        #expect(
+            reason(#""channel":"\#(Self.channelA)","alert":"hi""#)?.hasPrefix(
+                "a broadcast to a channel updates a Live Activity"
+            ) == true
+        )
+        let start =
+            #""liveActivity":{"event":"start","attributesType":"T","attributes":{},"contentState":{},"alert":{"title":"t","body":"b"}}"#
+        #expect(reason(#""channel":"\#(Self.channelA)",\#(start)"#)?.hasPrefix("a broadcast cannot start") == true)
+        #expect(reason(#""channel":"\#(Self.channelA)",\#(Self.update)"#) == nil)
+        #expect(
+            reason(#""channel":"\#(Self.channelA)","liveActivity":{"event":"end","contentState":{}}"#) == nil
+        )
+    }
+
+    @Test func aBroadcastIsNotStoredUnlessItsJobSaysSo() {
+        guard
+            case .job(let job) = parse(
+                #""channel":"\#(Self.channelA)",\#(Self.update)"#,
+                defaultExpiry: .after(.seconds(3600))
+            )
+        else {
+            Issue.record("not a job")
+            return
+        }
+        #expect(job.notification.expiry == .immediately)
+        guard
+            case .job(let kept) = parse(
+                #""channel":"\#(Self.channelA)",\#(Self.update),"expiry":"1h""#,
+                defaultExpiry: .after(.seconds(60))
+            )
+        else {
+            Issue.record("not a job")
+            return
+        }
+        #expect(kept.notification.expiry == .after(.seconds(3600)))
+    }
+
+    @Test func aBroadcastResultNamesItsChannelAndIsKeyedByIt() throws {
+        var result = WorkerResult(
+            kind: .transmitted,
+            resultId: WorkerResult.notificationId(jobId: "j", token: Self.channelA),
+            jobId: "j",
+            app: "a",
+            environment: "production",
+            token: Self.channelA,
+            worker: "w",
+            at: 1
+        )
+        result.addressToChannel()
+        let parsed = try JSONValue.parse(result.serialized())
+        #expect(parsed["channel"]?.stringValue == Self.channelA)
+        #expect(parsed["token"] == nil)
+        #expect(result.key == Array(Self.channelA.utf8))
+    }
+}
