@@ -76,6 +76,75 @@ struct BroadcastEndToEndTests {
             #expect(simulator.accepted.isEmpty, "a broadcast went to a device endpoint")
         }
     }
+    @Test("Channel jobs: create (produced twice, one channel) → broadcast → delete, each refusal with its reason")
+    func channelJobsCreateBroadcastAndDelete() async throws {
+        let stack = try await WorkerStack.start(http2: (badTokens: [], unregistered: [:]))
+        await Jobs.withStack(stack) { stack in
+            let simulator = try #require(stack.http2Simulator)
+            let h2 = WorkerStack.http2App
+            func channelJob(_ id: String, _ fields: String, app: String = h2) -> [UInt8] {
+                Array(#"{"id":"\#(id)","app":"\#(app)",\#(fields)}"#.utf8)
+            }
+            let create = channelJob(
+                "ch-create",
+                #""channelAction":"create","storagePolicy":"most-recent","metadata":{"m":1}"#
+            )
+            try await stack.produce([create, create])
+            let createId = WorkerResult.channelJobId(jobId: "ch-create")
+            let created = try #require(try await Jobs.results(stack, [createId])[createId])
+            #expect(created["type"] == "channel" && created["action"] == "create", "\(created)")
+            #expect(created["storagePolicy"] == "most-recent" && created["metadata"] == ["m": 1])
+            let channel = try #require(created["channel"]?.stringValue)
+            #expect(simulator.channels(bundleID: h2).map(\.id) == [channel])
+            #expect(simulator.channels(bundleID: h2).first?.storagePolicy == .mostRecentMessageStored)
+
+            let update = #""liveActivity":{"event":"update","contentState":{"score":"3-1"}},"expiry":"1h""#
+            try await stack.produce([Self.job("ch-broadcast", channels: [channel], update)])
+            let sent = try await Jobs.results(stack, [Jobs.id("ch-broadcast", channel)])
+            #expect(sent[Jobs.id("ch-broadcast", channel)]?["type"] == "transmitted")
+            #expect(simulator.broadcasts.map(\.channelID) == [channel])
+            #expect((simulator.broadcasts.first?.expiration ?? 0) > 0, "the job's expiry was not sent")
+
+            let missing = Data(repeating: 9, count: 16).base64EncodedString()
+            try await stack.produce([
+                channelJob("ch-delete", #""channelAction":"delete","channel":"\#(channel)""#),
+                channelJob("ch-delete-missing", #""channelAction":"delete","channel":"\#(missing)""#),
+                channelJob("ch-bad-policy", #""channelAction":"create","storagePolicy":"forever""#),
+                channelJob("ch-with-alert", #""channelAction":"create","alert":"x""#),
+                channelJob("ch-binary", #""channelAction":"create""#, app: WorkerStack.app),
+            ])
+            let deleteIds = ["ch-delete", "ch-delete-missing"].map { WorkerResult.channelJobId(jobId: $0) }
+            let deletes = try await Jobs.results(stack, deleteIds)
+            #expect(deletes[deleteIds[0]]?["type"] == "channel" && deletes[deleteIds[0]]?["action"] == "delete")
+            #expect(deletes[deleteIds[0]]?["channel"]?.stringValue == channel)
+            let refused = deletes[deleteIds[1]]
+            #expect(refused?["type"] == "transmissionError" && refused?["status"] == .int(400))
+            #expect(refused?["reason"] == "ChannelNotRegistered" && refused?["channel"]?.stringValue == missing)
+            #expect(simulator.channels(bundleID: h2).isEmpty)
+
+            let invalid = try await stack.readResults { results in
+                ["ch-bad-policy", "ch-with-alert", "ch-binary"].allSatisfy { id in
+                    results.contains { $0["jobId"]?.stringValue == id }
+                }
+            }
+            func reason(_ id: String) -> String {
+                let result = invalid.first { $0["jobId"]?.stringValue == id }
+                #expect(result?["type"] == "invalidJob", "\(id): \(result ?? [:])")
+                return result?["reason"]?.stringValue ?? ""
+            }
+            #expect(reason("ch-bad-policy").hasPrefix("\"storagePolicy\" must be \"none\""))
+            #expect(reason("ch-with-alert").contains("not \"alert\""))
+            #expect(reason("ch-binary").contains("binary protocol"))
+
+            #expect(try await stack.waitForAllCommitted())
+            // The create produced twice was carried out once, and had one result.
+            let operations = simulator.channelOperations.map(\.kind)
+            #expect(operations == [.create, .delete], "\(operations)")
+            #expect(operations.filter { $0 == .create }.count == 1)
+            #expect(stack.results.filter { $0["resultId"]?.stringValue == createId }.count == 1)
+        }
+    }
+
 }
 
 extension JobFeaturesEndToEndTests {

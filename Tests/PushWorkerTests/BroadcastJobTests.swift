@@ -144,4 +144,43 @@ import Testing
         #expect(parsed["token"] == nil)
         #expect(result.key == Array(Self.channelA.utf8))
     }
+
+    @Test func channelJobsCreateWithAPolicyOrDeleteANamedChannel() {
+        guard case .job(let create) = parse(#""channelAction":"create""#) else {
+            Issue.record("a create does not parse")
+            return
+        }
+        #expect(create.channelAction == .create(.none))
+        #expect(create.tokens.map(\.text) == [""])
+        guard case .job(let stored) = parse(#""channelAction":"create","storagePolicy":"most-recent","env":"sandbox""#)
+        else {
+            Issue.record("a create with a policy does not parse")
+            return
+        }
+        #expect(stored.channelAction == .create(.mostRecent) && stored.environment == "sandbox")
+        guard case .job(let delete) = parse(#""channelAction":"delete","channel":"\#(Self.channelA)""#) else {
+            Issue.record("a delete does not parse")
+            return
+        }
+        #expect(delete.channelAction == .delete && delete.tokens.map(\.text) == [Self.channelA])
+    }
+
+    @Test func aChannelJobThatCannotBeCarriedOutIsUnreadableWithItsReason() {
+        func unreadable(_ fields: String) -> String? {
+            guard case .unreadable(let id, _, let reason, _) = parse(fields) else { return nil }
+            #expect(id == "j")
+            return reason
+        }
+        #expect(unreadable(#""channelAction":"rename""#) == #""channelAction" must be "create" or "delete""#)
+        #expect(unreadable(#""channelAction":"delete""#)?.hasPrefix("a delete needs \"channel\"") == true)
+        #expect(unreadable(#""channelAction":"delete","channel":"%%%""#)?.contains("is not base64") == true)
+        #expect(
+            unreadable(#""channelAction":"create","channel":"\#(Self.channelA)""#)?.hasPrefix("a create names no")
+                == true
+        )
+        #expect(unreadable(#""channelAction":"create","tokens":["ab"]"#)?.contains(#"not "tokens""#) == true)
+        #expect(
+            unreadable(#""channelAction":"create","storagePolicy":1"#)?.hasPrefix(#""storagePolicy" must be"#) == true
+        )
+    }
 }

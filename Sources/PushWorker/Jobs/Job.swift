@@ -47,6 +47,9 @@ public struct Job: Sendable, Hashable {
     /// A broadcast (§7.3): ``tokens`` are channel IDs (each `.valid` carries the ID's bytes and
     /// its base64 text), from `channel` or `channels`.
     public var broadcast = false
+    /// A channel job (`channelAction`): it creates or deletes a channel instead of sending (§7.2).
+    /// ``tokens`` holds the channel to delete, or one empty entry for a create.
+    public var channelAction: ChannelAction? = nil
 }
 
 /// Parses and validates job messages (`docs/jobs.md`).
@@ -80,6 +83,7 @@ public struct JobParser: Sendable {
             case category, threadId, urlArgs, mdm, payload, expiry, priority, truncateAtWordEnd, env
             case registeredAt, retryLimit, pushType, collapseId, staleAfter
             case metadata, apnsId, topic, dryRun, summary, liveActivity, channel, channels
+            case channelAction, storagePolicy
 
             /// The JSON names, in the order of the cases, whose names they are. Spelled out: a
             /// case's name read by reflection costs microseconds, which the first job paid.
@@ -88,6 +92,7 @@ public struct JobParser: Sendable {
                 "category", "threadId", "urlArgs", "mdm", "payload", "expiry", "priority", "truncateAtWordEnd", "env",
                 "registeredAt", "retryLimit", "pushType", "collapseId", "staleAfter",
                 "metadata", "apnsId", "topic", "dryRun", "summary", "liveActivity", "channel", "channels",
+                "channelAction", "storagePolicy",
             ]
 
             /// The names by their length in bytes.
@@ -112,7 +117,7 @@ public struct JobParser: Sendable {
         }
 
         /// By ``Name/rawValue``; inline, so that no job allocates a table of its members.
-        private var values = InlineArray<32, JSONValue?>(repeating: nil)
+        private var values = InlineArray<34, JSONValue?>(repeating: nil)
         /// Member names that are not job fields.
         private(set) var unknown: [String] = []
         /// The unknown names as a set, once there are more than a few to compare.
@@ -193,6 +198,9 @@ public struct JobParser: Sendable {
         }
         guard let id = idValue.stringValue, !id.isEmpty, id.utf8.count <= 256 else {
             return unreadable(nil, "the job's \"id\" must be a string of 1 to 256 bytes")
+        }
+        if fields[.channelAction] != nil {
+            return channelJob(fields, id: id, app: app, metadata: metadata, metadataError: metadataError)
         }
         let tokens: [JobToken]
         let broadcast: Bool

@@ -25,13 +25,11 @@ public enum ChannelManagement {
             )
         }
         let pool = try PoolSettings(app: app, environment: settings, maxPending: 1)
-        guard case .http2(var http2) = pool.transport else {
+        guard let manager = pool.channelManager else {
             throw ConfigurationError(
                 "broadcast channels are part of the HTTP/2 API, and app \"\(name)\" is delivered over the binary protocol; configure it with transport http2"
             )
         }
-        http2.host = settings.channelManagement.host
-        http2.port = settings.channelManagement.port
-        return APNSChannelManager(configuration: http2, environment: environment)
+        return manager
     }
 }

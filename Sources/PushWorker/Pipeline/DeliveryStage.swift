@@ -28,6 +28,8 @@ final class DeliveryStage: Sendable {
     /// Pools as they are created, for ``run()`` to read.
     private let opened: AsyncStream<(PoolKey, any APNSDeliveryClient)>
     private let openedIn: AsyncStream<(PoolKey, any APNSDeliveryClient)>.Continuation
+    /// Channel jobs go to the channel management API instead of a pool.
+    private let channelActions: ChannelActionStage
 
     init(
         pools: [PoolKey: PoolSettings],
@@ -44,6 +46,7 @@ final class DeliveryStage: Sendable {
         self.control = control
         self.logger = logger
         (opened, openedIn) = AsyncStream.makeStream()
+        channelActions = ChannelActionStage(pools: pools, results: results, factory: factory, logger: logger)
     }
 
     /// Each open pool's state and counters, with its transport.
@@ -66,6 +69,7 @@ final class DeliveryStage: Sendable {
             }
         }
         await withDiscardingTaskGroup { group in
+            group.addTask { await self.channelActions.run() }
             for await (key, client) in opened {
                 group.addTask { await self.readEvents(of: client, key: key) }
             }
@@ -75,6 +79,12 @@ final class DeliveryStage: Sendable {
     /// Hands claimed notifications to their pool. A pool that cannot take them (shutting down,
     /// cannot be built) releases their claims: their messages are consumed again.
     func submit(_ notifications: [SentContext], to key: PoolKey) async {
+        var notifications = notifications
+        if notifications.contains(where: { $0.candidate.job.channelAction != nil }) {
+            channelActions.enqueue(notifications.filter { $0.candidate.job.channelAction != nil })
+            notifications.removeAll { $0.candidate.job.channelAction != nil }
+            if notifications.isEmpty { return }
+        }
         var submissions = state.withLock { s in
             notifications.map { context in
                 APNSSubmission(
@@ -276,6 +286,7 @@ final class DeliveryStage: Sendable {
             openedIn.finish()
             return Array(s.pools.values)
         }
+        channelActions.finish()
         await withTaskGroup(of: Void.self) { group in
             for pool in pools {
                 group.addTask { await pool.shutdown(gracePeriod: gracePeriod) }

@@ -236,6 +236,20 @@ struct IntakeStage: Sendable {
             func reject(_ reason: String, environment: String?, app: WorkerConfiguration.App? = nil) {
                 expectSummary(environment: environment, dryRun: job.dryRun || app?.dryRun == true)
                 logger.warning("Rejected job \(job.id) at \(place): \(reason).")
+                if job.channelAction != nil {
+                    // A channel job has no notifications: one result for the message.
+                    chunk.results.append(
+                        factory.invalidJob(
+                            ref,
+                            jobId: job.id,
+                            app: job.app,
+                            reason: reason,
+                            metadata: job.metadata,
+                            at: now
+                        )
+                    )
+                    return
+                }
                 for token in job.tokens {
                     chunk.results.append(
                         factory.rejected(
@@ -276,6 +290,14 @@ struct IntakeStage: Sendable {
                 reject(
                     "app \"\(job.app)\" sends over HTTP/2 and has no mdmTopic: set apps.\(job.app).mdmTopic to the topic of the "
                         + "MDM push certificate (com.apple.mgmt.External.<UUID>) to send MDM notifications",
+                    environment: environment.rawValue,
+                    app: settings.app
+                )
+                return
+            }
+            if job.channelAction != nil && settings.app.transport != .http2 {
+                reject(
+                    "broadcast channels are part of the HTTP/2 API, and app \"\(job.app)\" is delivered over the binary protocol; configure it with transport http2",
                     environment: environment.rawValue,
                     app: settings.app
                 )
@@ -337,9 +359,11 @@ struct IntakeStage: Sendable {
                                 job: shared,
                                 token: deviceToken,
                                 tokenHex: hex,
-                                resultId: shared.dryRun
-                                    ? WorkerResult.dryRunId(jobId: job.id, token: hex)
-                                    : WorkerResult.notificationId(jobId: job.id, token: hex)
+                                resultId: job.channelAction != nil
+                                    ? WorkerResult.channelJobId(jobId: job.id)
+                                    : shared.dryRun
+                                        ? WorkerResult.dryRunId(jobId: job.id, token: hex)
+                                        : WorkerResult.notificationId(jobId: job.id, token: hex)
                             )
                         )
                     }

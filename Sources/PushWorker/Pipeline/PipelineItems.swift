@@ -47,6 +47,8 @@ final class SharedJob: Sendable {
     let derivesAPNSIDs: Bool
     /// The job or its app asks for a dry run: `dryRun` results instead of sending.
     let dryRun: Bool
+    /// A channel job: carried out by the channel management API, not a pool.
+    let channelAction: ChannelAction?
 
     /// Takes the job's notification, leaving an empty one in its place: the notification is
     /// a large value, and a copy of it (and the destruction of the job's) was about 3% of the
@@ -69,12 +71,14 @@ final class SharedJob: Sendable {
             staleAt: staleAt,
             broadcast: job.broadcast
         )
-        appPerSecond = settings.appPerSecond
-        devicePerHour = settings.devicePerHour
+        // A channel job sends nothing to devices: the send rate limits do not count it.
+        appPerSecond = job.channelAction == nil ? settings.appPerSecond : 0
+        devicePerHour = job.channelAction == nil ? settings.devicePerHour : 0
         metadata = job.metadata
         apnsId = job.apnsId
         derivesAPNSIDs = job.tokens.count > 1
         dryRun = job.dryRun || settings.dryRun
+        channelAction = job.channelAction
     }
 
     /// The `apns-id` to send to `token` (lower-case hex): the job's `apnsId` for a job of one

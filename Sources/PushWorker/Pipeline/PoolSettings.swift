@@ -44,6 +44,8 @@ struct PoolSettings: Sendable {
     /// answers 410 instead, §3.4).
     var feedback: APNSFeedbackClient.Configuration?
     var feedbackInterval: Duration
+    /// HTTP/2: the environment's channel management API (§7.1), for channel jobs.
+    var channelManager: APNSChannelManager? = nil
 
     /// The settings of every configured (app, environment). Fails with a sentence naming the
     /// setting when a credential cannot be loaded.
@@ -166,6 +168,10 @@ struct PoolSettings: Sendable {
             gateway.retryMaxDelay = connection.retryMaxDelay
             try validated(gateway.validate)
             transport = .http2(gateway)
+            var management = gateway
+            management.host = env.channelManagement.host
+            management.port = env.channelManagement.port
+            channelManager = APNSChannelManager(configuration: management, environment: env.name)
         }
     }
 }

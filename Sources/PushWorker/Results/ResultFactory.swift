@@ -1,4 +1,5 @@
 import APNSCore
+import APNSHTTP2
 import Foundation
 
 /// Builds every result a worker writes (`docs/results.md`), so that each kind is made in one
@@ -196,6 +197,54 @@ struct ResultFactory: Sendable {
             at: at
         )
         return result.message()
+    }
+}
+
+/// Channel jobs (`docs/results.md`, "channel").
+extension ResultFactory {
+    /// The result of a channel job Apple answered (`created` is a create's new channel ID) or
+    /// that failed: type `channel`, or `transmissionError` with Apple's status and reason (515
+    /// `connectionFailed` when no answer came). Recorded, then produced, like a pool's outcome.
+    func channel(
+        _ context: SentContext,
+        action: ChannelAction,
+        outcome: Result<String?, APNSChannelError>,
+        at: Int64
+    ) -> ResultItem {
+        let c = context.candidate
+        var result = WorkerResult(
+            kind: .channel,
+            resultId: c.resultId,
+            jobId: c.job.jobId,
+            app: c.job.app,
+            environment: c.job.environment.rawValue,
+            token: nil,
+            attempts: 1,
+            possibleDuplicate: context.takeover,
+            worker: worker,
+            at: at
+        )
+        result.action = action.name
+        if case .create(let policy) = action { result.storagePolicy = policy.name }
+        result.channel = c.tokenHex.isEmpty ? nil : c.tokenHex
+        switch outcome {
+        case .success(let created):
+            if let created { result.channel = created }
+        case .failure(let error):
+            result.kind = .transmissionError
+            result.status = error.status == 0 ? .connectionFailed : APNSStatus(rawValue: error.status)
+            result.reason = error.status == 0 ? error.reason : error.reason.isEmpty ? error.description : error.reason
+            if error.reason == "CannotCreateChannelConfig" { result.reason = error.description }
+        }
+        result.metadata = c.job.metadata
+        return .delivered(
+            RecordedResult(
+                ref: c.ref,
+                resultId: c.resultId,
+                token: c.tokenHex,
+                result: result.message(since: c.job.producedAt)
+            )
+        )
     }
 }
 

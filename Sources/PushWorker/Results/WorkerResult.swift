@@ -10,6 +10,8 @@ public struct WorkerResult: Sendable, Hashable {
         case invalidJob
         /// A notification of a dry run: everything but the write to Apple was done.
         case dryRun
+        /// A channel job carried out: the channel created (its new ID) or deleted (§7.2).
+        case channel
     }
 
     public var kind: Kind
@@ -18,8 +20,11 @@ public struct WorkerResult: Sendable, Hashable {
     public var app: String?
     public var environment: String?
     public var token: String?
-    /// A broadcast's channel ID (base64), in place of `token` (§7.3).
+    /// A broadcast's channel ID (base64), in place of `token` (§7.3); a channel job's channel.
     public var channel: String? = nil
+    /// A channel job's `channelAction` (`create`, `delete`) and a create's storage policy.
+    public var action: String? = nil
+    public var storagePolicy: String? = nil
     public var status: APNSStatus?
     public var reason: String?
     public var attempts: Int?
@@ -85,6 +90,8 @@ public struct WorkerResult: Sendable, Hashable {
         out.string(#","env":"#, environment)
         out.string(#","token":"#, token)
         out.string(#","channel":"#, channel)
+        out.string(#","action":"#, action)
+        out.string(#","storagePolicy":"#, storagePolicy)
         if let status {
             out.integer(#","status":"#, Int64(status.rawValue))
             out.string(#","statusName":"#, status.name)
@@ -151,7 +158,8 @@ public struct WorkerResult: Sendable, Hashable {
         func number(_ present: Bool, _ member: Int) -> Int { present ? member + 20 : 0 }
         var size = text(kind.rawValue, 8) + text(resultId, 12) + text(jobId, 9) + text(app, 7) + text(environment, 7)
         size +=
-            text(token, 9) + text(channel, 11) + text(reason, 10, max: Self.maxReasonBytes) + text(apnsId, 10)
+            text(token, 9) + text(channel, 11) + text(action, 10) + text(storagePolicy, 17)
+            + text(reason, 10, max: Self.maxReasonBytes) + text(apnsId, 10)
             + text(apnsUniqueId, 16)
         size += text(topic, 9) + text(worker, 10) + (metadata.map { 12 + $0.count } ?? 0)
         if let status { size += 10 + 6 + text(status.name, 14) }
@@ -166,6 +174,11 @@ public struct WorkerResult: Sendable, Hashable {
     /// `n\n<jobId>\n<token>`: the same for every copy of a notification's result.
     public static func notificationId(jobId: String, token: String) -> String {
         digest(UInt8(ascii: "n"), jobId, token)
+    }
+
+    /// `c\n<jobId>`: a channel job's one result.
+    public static func channelJobId(jobId: String) -> String {
+        digest("c\n\(jobId)")
     }
 
     /// `d\n<jobId>\n<token>`: a dry run's notification, apart from a real one of the same job id.
