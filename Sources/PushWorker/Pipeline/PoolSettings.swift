@@ -45,6 +45,17 @@ struct PoolSettings: Sendable {
     var feedback: APNSFeedbackClient.Configuration?
     var feedbackInterval: Duration
 
+    /// The client certificate the pool presents to Apple; `nil` with a provider token.
+    var certificate: APNSCredentials? {
+        switch transport {
+        case .binary(let configuration):
+            return configuration.credentials
+        case .http2(let configuration):
+            guard case .certificate(let credentials) = configuration.authentication else { return nil }
+            return credentials
+        }
+    }
+
     /// The settings of every configured (app, environment). Fails with a sentence naming the
     /// setting when a credential cannot be loaded.
     static func all(for configuration: WorkerConfiguration) throws(ConfigurationError) -> [PoolKey: PoolSettings] {
