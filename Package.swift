@@ -291,6 +291,9 @@ let package = Package(
             dependencies: [
                 "PushWorker", "PushConfiguration", "APNSCore", "APNSBinary", "APNSSimulator", "PushKafka", "PushRedis",
                 "PushLocalStack", "PushTestSupport", "PushWorkerFuzzing", .product(name: "Yams", package: "Yams"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
         .testTarget(

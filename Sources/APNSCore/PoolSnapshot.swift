@@ -79,6 +79,16 @@ public struct APNSPoolSnapshot: Sendable, Equatable {
     /// HTTP/2: answers with status 429 (`TooManyRequests`, `TooManyProviderTokenUpdates`).
     public var tooManyRequests = 0
 
+    // MARK: Times
+
+    /// HTTP/2 with provider tokens: when the newest provider token APNs accepted was signed
+    /// (its `iat`, seconds since 1970). A token counts as accepted once a request that carried
+    /// it got a 200 or a 4xx answer other than 403 (`ExpiredProviderToken`,
+    /// `InvalidProviderToken` and the other refusals of a token) and 429 (which includes
+    /// `TooManyProviderTokenUpdates`); a 5xx says nothing about the token. `nil` until then,
+    /// with certificate authentication, and for binary.
+    public var providerTokenAcceptedAt: Int64? = nil
+
     public init() {}
 
     /// Counts one failed connect.
@@ -89,5 +99,11 @@ public struct APNSPoolSnapshot: Sendable, Equatable {
     /// Counts one open connection closed.
     package mutating func count(_ reason: CloseReason) {
         connectionsClosed[reason, default: 0] += 1
+    }
+
+    /// Notes that APNs accepted a request carrying the provider token signed at `issuedAt`;
+    /// an older token than the newest accepted one changes nothing.
+    package mutating func providerTokenAccepted(issuedAt: Int64) {
+        if issuedAt > providerTokenAcceptedAt ?? .min { providerTokenAcceptedAt = issuedAt }
     }
 }

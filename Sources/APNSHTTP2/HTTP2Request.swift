@@ -34,6 +34,9 @@ package struct QueuedRequest: APNSQueuedNotification {
     package var possibleDuplicate = false
     /// The last failure, reported if the notification is given up.
     var lastFailure: APNSHTTP2Failure?
+    /// The `iat` of the provider token its last write carried; `nil` with certificate
+    /// authentication.
+    var providerTokenIssuedAt: Int64? = nil
 
     func outcome(
         status: APNSStatus?,

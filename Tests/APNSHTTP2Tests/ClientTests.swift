@@ -202,6 +202,8 @@ struct ClientTests {
         let fresh = try provider.currentToken()
         #expect(fresh != stale)
         #expect(fresh.issuedAt >= Int64(Date().timeIntervalSince1970) - 60)
+        // The refused token never counted as accepted; the fresh one did.
+        #expect(client.snapshot().providerTokenAcceptedAt == fresh.issuedAt)
     }
 
     @Test("two teams on one simulator: each client keeps its team on its own connections")

@@ -569,6 +569,40 @@ extension HTTP2PoolStateMachineTests {
         #expect(m.snapshot().providerTokenRefreshes == 2)
     }
 
+    @Test func aProviderTokenCountsAsAcceptedOnlyOnA200OrA4xxOtherThan403And429() throws {
+        var c = Machine.Configuration()
+        c.clock = { [clocks] in clocks.deadline }
+        c.providerTokens = true
+        c.retryBaseDelay = .seconds(60)
+        let provider = try ClientHarness.tokenProvider()
+        let token = try provider.currentToken()
+        var m = Machine(configuration: c)
+        let id = ready(&m, count: 6, limit: 10)
+        let sent = Self.written(m.takeWork(id: id, free: true, token: try Self.offer(provider)).work)
+        #expect(sent.count == 6 && sent.allSatisfy { $0.providerTokenIssuedAt == token.issuedAt })
+        // Refusals of the token, and answers that say nothing about it.
+        _ = m.streamsFinished(
+            id: id,
+            results: [
+                Self.answer(sent[0], 403, reason: "InvalidProviderToken"),
+                Self.answer(sent[1], 429, reason: "TooManyProviderTokenUpdates"),
+                Self.answer(sent[2], 500, reason: "InternalServerError"),
+                Self.answer(sent[3], 503, reason: "ServiceUnavailable"),
+            ],
+            free: false
+        )
+        #expect(m.snapshot().providerTokenAcceptedAt == nil)
+        // A 400 is an answer about the notification: the token was taken.
+        _ = m.streamsFinished(id: id, results: [Self.answer(sent[4], 400, reason: "BadDeviceToken")], free: false)
+        #expect(m.snapshot().providerTokenAcceptedAt == token.issuedAt)
+        // An answer to a request written with an older token (one a connection used before it
+        // adopted the current one) leaves the newest one.
+        var older = sent[5]
+        older.providerTokenIssuedAt = token.issuedAt - 3000
+        _ = m.streamsFinished(id: id, results: [Self.answer(older, 200)], free: false)
+        #expect(m.snapshot().providerTokenAcceptedAt == token.issuedAt)
+    }
+
     @Test func outcomesCarryWhenTheRequestWasLastWritten() {
         var m = machine()
         let rejected = APNSDeliveryOutcome(

@@ -122,14 +122,45 @@ struct SnapshotTests {
             $0.maxConnections = 1
             $0.idleTimeout = nil
         }
+        #expect(client.snapshot().providerTokenAcceptedAt == nil)
         let first = try await ClientHarness.run(client, ClientHarness.submissions(0..<50), shutdown: false)
         #expect(first.outcomes.values.allSatisfy { $0.isTransmitted })
         #expect(client.snapshot().providerTokenRefreshes == 1)
+        // Accepted by APNs: the time the token was signed.
+        let firstToken = try provider.currentToken()
+        #expect(client.snapshot().providerTokenAcceptedAt == firstToken.issuedAt)
         clock.advance(by: 51 * 60)  // past the refresh interval of 50 minutes
         let second = try await ClientHarness.run(client, ClientHarness.submissions(50..<100))
         #expect(second.outcomes.values.allSatisfy { $0.isTransmitted })
         #expect(client.snapshot().providerTokenRefreshes == 2)
+        let secondToken = try provider.currentToken()
+        #expect(secondToken.issuedAt >= firstToken.issuedAt + 51 * 60)
+        #expect(client.snapshot().providerTokenAcceptedAt == secondToken.issuedAt)
         #expect(simulator.statistics.rejected == 0)
+        await simulator.stop()
+    }
+
+    @Test("provider tokens: a token APNs refuses (403 InvalidProviderToken) is never counted as accepted")
+    func refusedProviderToken() async throws {
+        // Without a verifier the simulator refuses every provider token.
+        let simulator = try await ClientHarness.simulator { $0.verifier = nil }
+        let client = try ClientHarness.tokenClient(port: simulator.port) { $0.maxConnections = 1 }
+        let run = try await ClientHarness.run(client, ClientHarness.submissions(0..<20))
+        #expect(run.outcomes.count == 20)
+        #expect(run.outcomes.values.allSatisfy { $0.status == .forbidden && $0.reason == "InvalidProviderToken" })
+        let s = client.snapshot()
+        #expect(s.providerTokenRefreshes == 1 && s.writes >= 20)
+        #expect(s.providerTokenAcceptedAt == nil)
+        await simulator.stop()
+    }
+
+    @Test("certificate authentication has no provider token to accept")
+    func certificateHasNoProviderToken() async throws {
+        let simulator = try await ClientHarness.simulator()
+        let client = try ClientHarness.certificateClient(port: simulator.port)
+        let run = try await ClientHarness.run(client, ClientHarness.submissions(0..<10))
+        #expect(run.outcomes.values.allSatisfy { $0.isTransmitted })
+        #expect(client.snapshot().providerTokenAcceptedAt == nil)
         await simulator.stop()
     }
 

@@ -200,6 +200,53 @@ struct StatusEndToEndTests {
         await stack.shutdown()
     }
 
+    @Test(
+        "/metrics has the binary app's certificate notAfter, and once the HTTP/2 app delivers, the iat of its accepted provider token"
+    )
+    func credentialTimes() async throws {
+        let stack = try await WorkerStack.start(http2: (badTokens: [], unregistered: [:]))
+        do {
+            let started = Date().timeIntervalSince1970.rounded(.down)
+            try await stack.startWorker("w1")
+            let server = try #require(stack.statusServers["w1"])
+            let certificate = try APNSCredentials(
+                certificate: .file(stack.directory + "/certs/client.pem"),
+                key: .file(stack.directory + "/certs/client-key.pem"),
+                environment: .production
+            )
+            let expiry = "apn_worker_credential_expiry_timestamp_seconds"
+            let refreshed = "apn_worker_provider_token_refreshed_timestamp_seconds"
+            let binary = ["app": WorkerStack.app, "env": "production"]
+            let http2 = ["app": WorkerStack.http2App, "env": "production"]
+            // Before any notification: the certificate's end, and no provider token yet.
+            let before = try await server.get("/metrics").text
+            #expect(
+                MetricSamples(parsing: before).samples.filter { $0.name == expiry }.map(\.labels) == [
+                    binary.merging(["kind": "certificate"]) { $1 }
+                ]
+            )
+            #expect(Self.total(expiry, binary, in: before) == certificate.notValidAfter.timeIntervalSince1970)
+            #expect(!before.contains(refreshed))
+
+            let job = WorkerStack.job(id: "h2-token", tokens: [.numbered(1)], app: WorkerStack.http2App)
+            try await stack.produce([job])
+            let results = try await stack.readResults { $0.count >= 1 }
+            #expect(results.first?["type"]?.stringValue == "transmitted")
+            var scraped = ""
+            let shown = await Self.eventually(within: .seconds(10)) {
+                scraped = (try? await server.get("/metrics").text) ?? ""
+                return scraped.contains(refreshed)
+            }
+            #expect(shown)
+            let issuedAt = Self.total(refreshed, http2, in: scraped)
+            #expect(issuedAt >= started - 1 && issuedAt <= Date().timeIntervalSince1970, "\(issuedAt)")
+            #expect(Self.total(expiry, binary, in: scraped) == certificate.notValidAfter.timeIntervalSince1970)
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
+        }
+        await stack.shutdown()
+    }
+
     @Test("A status port that is taken stops the worker with exit code 1 and a sentence naming the address")
     func takenStatusPortStopsTheWorker() async throws {
         let stack = try await WorkerStack.start()

@@ -159,6 +159,18 @@ public enum MetricCatalogue {
         labels: ["app", "env"],
         "Provider tokens (JWT) signed."
     )
+    public static let providerTokenRefreshed = MetricDescription(
+        "apn_worker_provider_token_refreshed_timestamp_seconds",
+        .gauge,
+        labels: ["app", "env"],
+        "When the newest provider token APNs accepted was signed (its iat), in seconds since 1970: a token counts once a request that carried it got a 200 or a 4xx answer other than 403 and 429."
+    )
+    public static let credentialExpiry = MetricDescription(
+        "apn_worker_credential_expiry_timestamp_seconds",
+        .gauge,
+        labels: ["app", "env", "kind"],
+        "When a credential configured for an app's environment stops being valid, in seconds since 1970: kind certificate is a client certificate's notAfter."
+    )
     public static let tooManyRequests = MetricDescription(
         "apn_worker_http2_too_many_requests_total",
         .counter,
@@ -273,7 +285,8 @@ public enum MetricCatalogue {
         staleSkipped, notifications,
         deliveryAttempts, retransmissions, possibleDuplicates, endToEndLatency, deliveryLatency, poolConnections,
         connectionsOpened, connectFailures, connectionsClosed, sentCacheNotifications, backpressureWaits,
-        http2StreamsInUse, providerTokenRefreshes, tooManyRequests, feedbackTokens, inFlight, resultsProduced,
+        http2StreamsInUse, providerTokenRefreshes, providerTokenRefreshed, credentialExpiry, tooManyRequests,
+        feedbackTokens, inFlight, resultsProduced,
         produceErrors, offsetsCommitted, rebalances, assignedPartitions, consumerLag, redisRoundTrips, redisRedirects,
         redisLatency, redisErrors, redisUp, ready, processResidentMemory, processCPU, processOpenFiles,
         processHeapAllocated,

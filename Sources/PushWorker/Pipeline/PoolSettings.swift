@@ -47,6 +47,17 @@ struct PoolSettings: Sendable {
     /// HTTP/2: the environment's channel management API (§7.1), for channel jobs.
     var channelManager: APNSChannelManager? = nil
 
+    /// The client certificate the pool presents to Apple; `nil` with a provider token.
+    var certificate: APNSCredentials? {
+        switch transport {
+        case .binary(let configuration):
+            return configuration.credentials
+        case .http2(let configuration):
+            guard case .certificate(let credentials) = configuration.authentication else { return nil }
+            return credentials
+        }
+    }
+
     /// The settings of every configured (app, environment). Fails with a sentence naming the
     /// setting when a credential cannot be loaded.
     static func all(for configuration: WorkerConfiguration) throws(ConfigurationError) -> [PoolKey: PoolSettings] {

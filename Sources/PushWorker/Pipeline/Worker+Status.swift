@@ -114,6 +114,7 @@ extension Worker {
         metrics.advance(MetricCatalogue.messagesSkipped, to: statistics.skipped)
         metrics.set(MetricCatalogue.inFlight, to: ledger.inFlight)
         metrics.set(MetricCatalogue.ready, to: readiness.isHealthy ? 1 : 0)
+        exportCredentialExpiry()
         guard let stages = stages.withLock({ $0 }) else { return }
         metrics.set(MetricCatalogue.redisUp, to: control.isRedisDown ? 0 : 1)
         metrics.advance(MetricCatalogue.redisRoundTrips, to: stages.redis.reduce(0) { $0 + $1.roundTrips })
@@ -167,6 +168,9 @@ extension Worker {
         if labels[2] == "http2" {
             metrics.advance(MetricCatalogue.providerTokenRefreshes, appEnvironment, to: pool.providerTokenRefreshes)
             metrics.advance(MetricCatalogue.tooManyRequests, appEnvironment, to: pool.tooManyRequests)
+            if let acceptedAt = pool.providerTokenAcceptedAt {
+                metrics.set(MetricCatalogue.providerTokenRefreshed, appEnvironment, to: Int(acceptedAt))
+            }
         }
     }
 

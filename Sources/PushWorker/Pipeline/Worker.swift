@@ -126,6 +126,7 @@ public final class Worker: Service, Sendable {
             throw WorkerError("the worker runs as one of the services of Worker.services(), in their ServiceGroup")
         }
         let (producer, consumer, redisService) = services
+        warnOfExpiringCredentials()
         // Redis may not answer before the worker is stopped: the wait ends with the stop.
         let connections = await cancelWhenGracefulShutdown { await redisService.connections() }
         // Stopped (or cancelled) before Redis answered: nothing was consumed.
@@ -205,6 +206,7 @@ public final class Worker: Service, Sendable {
 
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.heartbeat(store) }
+            group.addTask { await self.warnOfExpiringCredentialsDaily() }
             if control.metrics.isEnabled { group.addTask { await self.trackLag(consumer) } }
             group.addTask { await results.run() }
             group.addTask { await summaries.run(results: results) }
