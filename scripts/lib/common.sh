@@ -30,7 +30,7 @@ ensure_dependencies() {
         $sudo apt-get update -qq
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
-    if [[ "${1:-}" == "--tests" ]]; then ensure_promtool; fi
+    if [[ "${1:-}" == "--tests" ]]; then ensure_prometheus_tools; fi
     if ! command -v swift >/dev/null 2>&1; then
         if [[ -x /opt/swift/usr/bin/swift ]]; then
             export PATH="/opt/swift/usr/bin:$PATH"
@@ -41,14 +41,21 @@ ensure_dependencies() {
     fi
 }
 
-# promtool, which checks and unit-tests deploy/prometheus (MonitoringFilesTests): unless one is on
-# PATH, it is taken from Debian's prometheus package, unpacked into .build/tools (installing the
-# package would also install and start a Prometheus server).
-ensure_promtool() {
-    local target
-    target="$(project_root)/.build/tools/promtool"
-    if command -v promtool >/dev/null 2>&1 || [[ -x "$target" ]]; then return; fi
-    echo "==> unpacking promtool from Debian's prometheus package into .build/tools" >&2
+# promtool, which checks and unit-tests deploy/prometheus (MonitoringFilesTests), and the
+# Prometheus server, which scrapes two workers with deploy/prometheus/alerts.yaml loaded
+# (PrometheusEndToEndTests): each one not on PATH is taken from Debian's prometheus package,
+# unpacked into .build/tools (installing the package would also install and start a Prometheus
+# server as a system service).
+ensure_prometheus_tools() {
+    local tools
+    tools="$(project_root)/.build/tools"
+    local missing=()
+    local tool
+    for tool in promtool prometheus; do
+        if ! command -v "$tool" >/dev/null 2>&1 && [[ ! -x "$tools/$tool" ]]; then missing+=("$tool"); fi
+    done
+    if ((${#missing[@]} == 0)); then return; fi
+    echo "==> unpacking ${missing[*]} from Debian's prometheus package into .build/tools" >&2
     local scratch
     scratch=$(mktemp -d)
     if ! (cd "$scratch" && apt-get download -qq prometheus 2>/dev/null); then
@@ -58,8 +65,10 @@ ensure_promtool() {
         (cd "$scratch" && apt-get download -qq prometheus)
     fi
     dpkg-deb -x "$scratch"/prometheus_*.deb "$scratch/unpacked"
-    mkdir -p "$(dirname "$target")"
-    cp "$scratch/unpacked/usr/bin/promtool" "$target"
+    mkdir -p "$tools"
+    for tool in "${missing[@]}"; do
+        cp "$scratch/unpacked/usr/bin/$tool" "$tools/$tool"
+    done
     rm -rf "$scratch"
 }
 
