@@ -115,14 +115,19 @@ extension APNSHTTP2Simulator {
     }
 
     /// Creates a channel of `bundleID` in the simulator's environment without a request, as if
-    /// an earlier run of the provider had made it, and returns its ID; `nil` at the
-    /// ``Configuration/maxChannelsPerApp`` limit. Not recorded as a channel operation.
-    public func createChannel(bundleID: String, storagePolicy: MessageStoragePolicy) -> String? {
+    /// an earlier run of the provider had made it, and returns its ID (`id` when given, which
+    /// must be standard base64); `nil` at the ``Configuration/maxChannelsPerApp`` limit, for an
+    /// `id` that is not well formed or one the app has already. Not recorded as a channel
+    /// operation.
+    public func createChannel(bundleID: String, storagePolicy: MessageStoragePolicy, id given: String? = nil) -> String?
+    {
         let key = HTTP2SimulatorChannelStore.Key(bundleID: bundleID, environment: configuration.environment)
+        if let given, !HTTP2SimulatorChannelStore.isWellFormed(channelID: given) { return nil }
         return state.withLock { s in
             var app = s.channels.apps[key] ?? .init()
             guard app.order.count < configuration.maxChannelsPerApp else { return nil }
-            let id = HTTP2SimulatorChannelStore.newChannelID(in: app)
+            if let given, app.policies[given] != nil { return nil }
+            let id = given ?? HTTP2SimulatorChannelStore.newChannelID(in: app)
             app.order.append(id)
             app.policies[id] = storagePolicy
             s.channels.apps[key] = app

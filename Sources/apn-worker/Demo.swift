@@ -149,6 +149,19 @@ struct Demo: AsyncParsableCommand {
                 duplicates += 1
             }
         }
+        // One broadcast: a Live Activity update to three channels of the HTTP/2 app (§7.3).
+        let channels = (0..<3).compactMap { _ in
+            stack.http2Simulator?.createChannel(bundleID: Self.http2App, storagePolicy: .noMessageStored)
+        }
+        if !channels.isEmpty {
+            let list = channels.map { "\"\($0)\"" }.joined(separator: ",")
+            let job =
+                #"{"id":"demo-broadcast","app":"\#(Self.http2App)","channels":[\#(list)],"liveActivity":{"event":"update","contentState":{"stop":5}}}"#
+            messages.append(
+                KafkaOutgoingMessage(topic: "apn.requests", key: Array("demo-broadcast".utf8), value: Array(job.utf8))
+            )
+            expectedNotifications += channels.count
+        }
         do {
             // Scoped so that the handle is freed (on deinit) long before the brokers stop.
             let producer = try KafkaProducer(
@@ -164,7 +177,7 @@ struct Demo: AsyncParsableCommand {
             await producer.close()
         }
         say(
-            "Produced             \(messages.count) messages: \(expectedNotifications) jobs (\(duplicates) of them twice), \(malformed) malformed"
+            "Produced             \(messages.count) messages: \(expectedNotifications) notifications (\(duplicates) jobs twice, one broadcast to \(channels.count) channels), \(malformed) malformed"
         )
 
         // Read results until every notification, malformed message and feedback entry has one.
@@ -206,7 +219,9 @@ struct Demo: AsyncParsableCommand {
             until: { $0.total("apn_worker_results_produced_total") >= Double(seen.count + copies) }
         )
         for process in workerProcesses { await stack.stopWorker(process) }
-        let accepted = stack.simulator.statistics.accepted + (stack.http2Simulator?.statistics.accepted ?? 0)
+        let accepted =
+            stack.simulator.statistics.accepted + (stack.http2Simulator?.statistics.accepted ?? 0)
+            + (stack.http2Simulator?.statistics.broadcasts ?? 0)
 
         say("")
         say(

@@ -61,6 +61,11 @@ struct Push: AsyncParsableCommand {
     var confirmationWindowMs = 1000
     @Option(help: "Sent-cache size per connection, in notifications.")
     var cacheSize = 50_000
+    @Flag(
+        help:
+            "HTTP/2: broadcast a Live Activity update to channels (§7.3); --tokens then holds base64 channel IDs, one per line."
+    )
+    var broadcast = false
     @Option(help: "Fail unconfirmed notifications of a silently closed connection instead of resending them.")
     var resendOnUnknown = true
 
@@ -76,6 +81,9 @@ struct Push: AsyncParsableCommand {
         if transport == .binary && (signingKey != nil || topic != nil) {
             throw ValidationError("--signing-key and --topic are for --transport http2")
         }
+        if broadcast && transport != .http2 {
+            throw ValidationError("--broadcast needs --transport http2: channels are part of the HTTP/2 API")
+        }
         if transport == .http2 && topic == nil {
             throw ValidationError("--transport http2 needs --topic, the app's bundle ID")
         }
@@ -87,13 +95,14 @@ struct Push: AsyncParsableCommand {
     func run() async throws {
         try await reportingFailures {
             let (host, port) = try parseAddress(gateway, option: "--gateway")
-            let tokenList = try readTokens(path: tokens, option: "--tokens")
+            let tokenList = try broadcast ? readChannels(path: tokens) : readTokens(path: tokens, option: "--tokens")
             guard !tokenList.isEmpty else {
                 throw UsageFailure(message: "--tokens \(tokens) contains no device token")
             }
             var logger = Logger(label: "apn-worker.push")
             logger.logLevel = .warning
-            let notification = try makeNotification(bytes: payloadBytes)
+            let notification =
+                try broadcast ? makeLiveActivityUpdate(bytes: payloadBytes) : makeNotification(bytes: payloadBytes)
             let client: any APNSDeliveryClient
             switch transport {
             case .binary:
@@ -161,7 +170,7 @@ struct Push: AsyncParsableCommand {
             do {
                 // One notification to many devices: every submission shares its content, so the
                 // client checks and encodes it once.
-                let content = APNSSubmission.Content(notification: notification)
+                let content = APNSSubmission.Content(notification: notification, broadcast: broadcast)
                 var index = 0
                 while index < total {
                     let end = min(total, index + 1024)
@@ -248,6 +257,22 @@ struct Push: AsyncParsableCommand {
         } catch {
             throw UsageFailure(message: "--payload-bytes \(bytes) is too small for a notification: \(error.message)")
         }
+        return notification
+    }
+
+    /// A Live Activity update of about `bytes` bytes, for broadcasts (§5.1, §7.3): not stored,
+    /// as channels with No Message Stored require.
+    func makeLiveActivityUpdate(bytes: Int) throws -> APNSNotification {
+        var notification = APNSNotification()
+        notification.pushType = APNSPushType.liveactivity.rawValue
+        notification.expiry = .immediately
+        notification.additionalAPSFields["event"] = .string("update")
+        notification.additionalAPSFields["timestamp"] = .int(Int64(Date().timeIntervalSince1970))
+        notification.additionalAPSFields["content-state"] = .object(["note": .string("")])
+        let base = (try? notification.validatedPayload(limit: 5120, allowLowPriority: true).count) ?? 0
+        notification.additionalAPSFields["content-state"] = .object([
+            "note": .string(String(repeating: "x", count: max(1, bytes - base)))
+        ])
         return notification
     }
 }

@@ -91,6 +91,13 @@ struct Simulate: AsyncParsableCommand {
     var http2Framing: APNSHTTP2Simulator.Configuration.Framing = .native
     @Option(help: "Broadcast channels per app; one more is refused with 400 CannotCreateChannelConfig.")
     var maxChannels = 10_000
+    @Option(
+        help:
+            "File of base64 channel IDs, one per line, that exist from the start (No Message Stored) for the bundle ID --channel-topic names."
+    )
+    var channels: String?
+    @Option(help: "The bundle ID whose channels --channels creates.")
+    var channelTopic: String?
 
     func validate() throws {
         guard (0...65535).contains(binaryPort) else { throw ValidationError("--binary-port must be 0...65535") }
@@ -107,6 +114,11 @@ struct Simulate: AsyncParsableCommand {
         if let n = status429Every, n < 1 { throw ValidationError("--status-429-every must be at least 1") }
         guard delayMs >= 0 else { throw ValidationError("--delay-ms must be zero or more") }
         guard maxChannels >= 0 else { throw ValidationError("--max-channels must be zero or more") }
+        if (channels == nil) != (channelTopic == nil) {
+            throw ValidationError(
+                "--channels and --channel-topic go together: the file of channel IDs and their bundle ID"
+            )
+        }
         for value in jwtKey {
             guard let equals = value.firstIndex(of: "="), equals != value.startIndex,
                 value.index(after: equals) != value.endIndex
@@ -125,7 +137,7 @@ struct Simulate: AsyncParsableCommand {
                 (!jwtKey.isEmpty, "--jwt-key"), (team != nil, "--team"), (goAwayEvery != nil, "--goaway-every"),
                 (status429Every != nil, "--status-429-every"),
                 (dropStreamsToOneAfterError, "--drop-streams-to-1-after-error"),
-                (maxChannels != 10_000, "--max-channels"),
+                (maxChannels != 10_000, "--max-channels"), (channels != nil, "--channels"),
             ]
             if let (_, flag) = http2Only.first(where: { $0.0 }) {
                 throw ValidationError("\(flag) applies to the HTTP/2 endpoint; add --http2-port (0 picks a free port)")
@@ -184,6 +196,7 @@ struct Simulate: AsyncParsableCommand {
             } catch {
                 throw UsageFailure(message: "the simulator cannot start: \(error)")
             }
+            let preloaded = try channels.map { try readLines(path: $0, option: "--channels").map(\.0) } ?? []
             var http2: APNSHTTP2Simulator?
             if let http2Config {
                 do {
@@ -191,6 +204,17 @@ struct Simulate: AsyncParsableCommand {
                 } catch {
                     await simulator.stop()
                     throw UsageFailure(message: "the HTTP/2 simulator cannot start: \(error)")
+                }
+            }
+            if let http2, let channelTopic {
+                for id in preloaded
+                where http2.createChannel(bundleID: channelTopic, storagePolicy: .noMessageStored, id: id) == nil {
+                    await http2.stop()
+                    await simulator.stop()
+                    throw UsageFailure(
+                        message:
+                            "--channels: \"\(id)\" is not a base64 channel ID, is repeated, or is over --max-channels"
+                    )
                 }
             }
             var ready: [(String, JSONValue)] = [

@@ -26,6 +26,18 @@ func readTokens(path: String, option: String) throws -> [DeviceToken] {
     }
 }
 
+/// Reads base64 channel IDs (§7.2), one per line, as the bytes a broadcast submission carries.
+func readChannels(path: String) throws -> [DeviceToken] {
+    try readLines(path: path, option: "--tokens").map { line, number in
+        guard let data = Data(base64Encoded: line), data.base64EncodedString() == line,
+            let channel = try? DeviceToken(bytes: data)
+        else {
+            throw UsageFailure(message: "--tokens \(path), line \(number): \"\(line)\" is not a base64 channel ID")
+        }
+        return channel
+    }
+}
+
 /// Reads feedback entries: `TOKEN` or `UNIXTIME TOKEN` per line.
 func readFeedbackTuples(path: String, option: String, now: Date = Date()) throws -> [FeedbackTupleInput] {
     try readLines(path: path, option: option).map { line, number in
@@ -49,7 +61,7 @@ struct FeedbackTupleInput {
     var token: DeviceToken
 }
 
-private func readLines(path: String, option: String) throws -> [(String, Int)] {
+func readLines(path: String, option: String) throws -> [(String, Int)] {
     guard let data = FileManager.default.contents(atPath: path) else {
         throw UsageFailure(message: "\(option): cannot read \(path); check that the file exists and is readable")
     }
