@@ -213,7 +213,7 @@ final class WorkerStack: @unchecked Sendable {
     /// Produces raw job messages, each with its own key, so they spread over the partitions.
     /// Returns where each message was stored, in order.
     @discardableResult
-    func produce(_ values: [[UInt8]]) async throws -> [KafkaDeliveryReport] {
+    func produce(_ values: [[UInt8]], key: String? = nil) async throws -> [KafkaDeliveryReport] {
         var stored: [KafkaDeliveryReport] = []
         for chunk in stride(from: 0, to: values.count, by: 5000) {
             let slice = values[chunk..<min(values.count, chunk + 5000)]
@@ -222,7 +222,7 @@ final class WorkerStack: @unchecked Sendable {
                     produced += 1
                     return KafkaOutgoingMessage(
                         topic: "apn.requests",
-                        key: Array("message-\(produced)".utf8),
+                        key: Array((key ?? "message-\(produced)").utf8),
                         value: value
                     )
                 }

@@ -42,6 +42,12 @@ public enum MetricCatalogue {
         .counter,
         "Messages that were not a valid job (an invalidJob result each)."
     )
+    public static let messagesLostToRetention = MetricDescription(
+        "apn_worker_messages_lost_to_retention_total",
+        .counter,
+        labels: ["topic", "partition"],
+        "Jobs Kafka deleted (retention) before this worker read them: they get no result."
+    )
     public static let messagesSkipped = MetricDescription(
         "apn_worker_messages_skipped_total",
         .counter,
@@ -281,7 +287,8 @@ public enum MetricCatalogue {
 
     /// Every metric, in the order `docs/operations.md` lists them.
     public static let all: [MetricDescription] = [
-        messagesConsumed, invalidJobs, messagesSkipped, duplicatesSuppressed, rateLimited, unregisteredSkipped,
+        messagesConsumed, invalidJobs, messagesLostToRetention, messagesSkipped, duplicatesSuppressed, rateLimited,
+        unregisteredSkipped,
         staleSkipped, notifications,
         deliveryAttempts, retransmissions, possibleDuplicates, endToEndLatency, deliveryLatency, poolConnections,
         connectionsOpened, connectFailures, connectionsClosed, sentCacheNotifications, backpressureWaits,

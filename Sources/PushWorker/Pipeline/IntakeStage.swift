@@ -440,6 +440,7 @@ struct IntakeStage: Sendable {
     ) async throws {
         var paused = false
         var handoffs = Handoffs()
+        var retention = RetentionWatch()
         while true {
             await ledger.waitForRoom()
             if control.isStopping || Task.isCancelled { return }
@@ -464,6 +465,12 @@ struct IntakeStage: Sendable {
                 )
             }
             if messages.isEmpty { continue }
+            let suspects = retention.note(messages)
+            if !suspects.isEmpty {
+                for loss in await RetentionWatch.check(suspects, consumer: consumer, logger: logger) {
+                    report(loss, metrics: control.metrics)
+                }
+            }
             await handoffs.lookUp(for: messages, control: control, store: store, logger: logger)
             await parse(messages, handoffs: &handoffs) { chunk in
                 results.register(chunk.registrations, summaries: chunk.summaries)
@@ -477,6 +484,22 @@ struct IntakeStage: Sendable {
                 claims.handOver(chunk.candidates)
             }
         }
+    }
+
+    /// Logs and counts jobs Kafka deleted before they were read.
+    private func report(_ loss: RetentionWatch.Loss, metrics: WorkerMetrics) {
+        logger.error(
+            "Kafka deleted \(loss.count) jobs before they were read: \(loss.partition.topic)[\(loss.partition.partition)] offsets \(loss.from) to \(loss.to - 1) get no result. The topic's retention is shorter than this group's lag: raise retention.ms/retention.bytes or add workers (docs/operations.md, \"Retention and lag\")",
+            metadata: [
+                "topic": "\(loss.partition.topic)", "partition": "\(loss.partition.partition)",
+                "from": "\(loss.from)", "to": "\(loss.to)", "lost": "\(loss.count)",
+            ]
+        )
+        metrics.increment(
+            MetricCatalogue.messagesLostToRetention,
+            [loss.partition.topic, String(loss.partition.partition)],
+            by: Int(loss.count)
+        )
     }
 
     /// Pauses (Redis unreachable) or resumes the assigned partitions; returns whether they are
