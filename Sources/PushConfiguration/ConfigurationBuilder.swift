@@ -81,7 +81,7 @@ struct ConfigurationBuilder {
         try file.checkKnown([
             "id", "batchSize", "batchWindowMs", "maxInFlight", "resultFlushMs", "resultBatchSize",
             "shutdownTimeoutSeconds",
-            "logLevel", "logFormat", "dedupeTTLSeconds", "statusAddress",
+            "logLevel", "logFormat", "dedupeTTLSeconds", "statusAddress", "invalidTokenTTLDays",
         ])
 
         var worker = Worker(id: Worker.defaultId(hostname: hostname, pid: pid))
@@ -104,6 +104,7 @@ struct ConfigurationBuilder {
         try file.read("logLevel", into: &worker.logLevel)
         try file.read("logFormat", into: &worker.logFormat)
         try file.read("dedupeTTLSeconds", .from(60, to: 31_536_000), .seconds(1), into: &worker.dedupeTTL)
+        try file.read("invalidTokenTTLDays", .from(1, to: 3_650), .seconds(86_400), into: &worker.invalidTokenTTL)
         if file.isNull("statusAddress") {
             worker.statusAddress = nil
         } else if let value = file.value("statusAddress") {

@@ -76,6 +76,9 @@ extension WorkerConfiguration {
         public var logFormat: LogFormat
         /// How long a job id is remembered to drop duplicates, 60...31536000 s (`dedupeTTLSeconds`).
         public var dedupeTTL: Duration
+        /// How long Apple's permanent verdict on a token is remembered at least (at most twice
+        /// as long), 1...3650 days (`invalidTokenTTLDays`).
+        public var invalidTokenTTL: Duration = Worker.defaultInvalidTokenTTL
         /// Where the status server listens (`/metrics`, `/health/live`, `/health/ready`,
         /// `/status`); `nil` turns it off. Port 0 picks a free port.
         public var statusAddress: HostPort?
@@ -90,6 +93,7 @@ extension WorkerConfiguration {
         public static let defaultResultBatchSize = 2_000
         public static let defaultShutdownTimeout: Duration = .seconds(30)
         public static let defaultDedupeTTL: Duration = .seconds(86_400)
+        public static let defaultInvalidTokenTTL: Duration = .seconds(30 * 86_400)
         public static let defaultStatusAddress: HostPort? = HostPort(host: "0.0.0.0", port: 9400)
 
         public init(

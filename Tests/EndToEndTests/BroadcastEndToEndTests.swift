@@ -136,6 +136,15 @@ struct BroadcastEndToEndTests {
             #expect(reason("ch-with-alert").contains("not \"alert\""))
             #expect(reason("ch-binary").contains("binary protocol"))
 
+            // Apple's limit of 10,000 channels per app and environment: the refused create says so.
+            while simulator.createChannel(bundleID: h2, storagePolicy: .noMessageStored) != nil {}
+            #expect(simulator.channels(bundleID: h2).count == 10_000)
+            try await stack.produce([channelJob("ch-full", #""channelAction":"create""#)])
+            let fullId = WorkerResult.channelJobId(jobId: "ch-full")
+            let full = try await Jobs.results(stack, [fullId])[fullId]
+            #expect(full?["type"] == "transmissionError" && full?["status"] == .int(400), "\(full ?? [:])")
+            #expect(full?["reason"]?.stringValue?.contains("limit of 10,000 channels") == true, "\(full ?? [:])")
+
             #expect(try await stack.waitForAllCommitted())
             // The create produced twice was carried out once, and had one result.
             let operations = simulator.channelOperations.map(\.kind)

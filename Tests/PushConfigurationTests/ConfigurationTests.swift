@@ -595,7 +595,7 @@ private func parseError(
     #expect(
         parseError(fixture.minimalYAML(extra: "worker:\n  batchsize: 5")) == "worker.batchsize: unknown "
             + "setting; known settings here are id, batchSize, batchWindowMs, maxInFlight, resultFlushMs, resultBatchSize, "
-            + "shutdownTimeoutSeconds, logLevel, logFormat, dedupeTTLSeconds, statusAddress."
+            + "shutdownTimeoutSeconds, logLevel, logFormat, dedupeTTLSeconds, statusAddress, invalidTokenTTLDays."
     )
     let badEnvironment = fixture.minimalYAML().replacingOccurrences(of: "production:", with: "prod:")
     #expect(

@@ -1,3 +1,4 @@
+import Foundation
 import PushKafka
 import PushLocalStack
 import PushRedis
@@ -321,7 +322,7 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
             // Apple reported the first ten tokens unregistered at 1,500.
             try await store.write(
                 records: [],
-                unregistered: tokens[..<10].map { ("com.example.app", "production", $0, 1_500) },
+                unregistered: tokens[..<10].map { ("com.example.app", "production", $0, 1_500, "Unregistered") },
                 released: [],
                 ttlSeconds: 60
             )
@@ -342,7 +343,9 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
                 nowMilliseconds: 2_000
             )
             let expected: [NotificationStore.ClaimDecision] = (0..<40).map { n in
-                if n < 10 { return n % 2 == 1 ? .send : .unregistered(since: 1_500) }
+                if n < 10 {
+                    return n % 2 == 1 ? .send : .unregistered(TokenVerdict(reason: "Unregistered", since: 1_500))
+                }
                 return (20..<30).contains(n) ? .resend : .send
             }
             #expect(decisions == expected)
@@ -352,6 +355,58 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
                 try await store.claim(topic: "apn.requests", copies, ttlSeconds: 60, nowMilliseconds: 3_000).allSatisfy
                 { $0 == .duplicate }
             )
+        }
+    }
+
+    @Test(
+        "a token verdict is kept, with its reason, in this generation's hash and the next, each for two periods",
+        arguments: StoreBackend.allCases
+    )
+    func tokenVerdictsExpireByGeneration(_ backend: StoreBackend) async throws {
+        try await withStore(backend) { base in
+            let store = NotificationStore(
+                redis: base.redis,
+                prefix: "test:",
+                owner: "worker-1",
+                invalidTokenTTL: .seconds(100)
+            )
+            let tokens = (0..<2).map { String(format: "%064x", 9_000 + $0) }
+            try await store.write(
+                records: [],
+                unregistered: [("com.example.app", "production", tokens[0], 1_500, "BadDeviceToken")],
+                released: [],
+                ttlSeconds: 60
+            )
+            let now = Int64(Date().timeIntervalSince1970)
+            let generation = store.keys.verdictGeneration(at: now)
+            let tag = store.keys.tag(token: tokens[0])
+            for g in [generation, generation + 1] {
+                var key: [UInt8] = []
+                store.keys.appendUnregistered(
+                    app: "com.example.app",
+                    environment: "production",
+                    generation: g,
+                    tag: tag,
+                    to: &key
+                )
+                let name = String(decoding: key, as: UTF8.self)
+                #expect(try await store.redis.send(["HGET", name, tokens[0]]).string == "1500|BadDeviceToken")
+                let ttl = try await store.redis.send(["TTL", name]).int ?? -1
+                #expect((190...200).contains(ttl), "\(name) expires in \(ttl) s")
+            }
+            // Both claim paths find it (the second request has a registeredAt: the script).
+            let decisions = try await store.claim(
+                topic: "apn.requests",
+                [
+                    request("v0", offset: 1, token: tokens[0]),
+                    request("v1", offset: 1, token: tokens[0], registeredAt: 1_000),
+                ],
+                ttlSeconds: 60,
+                nowMilliseconds: 1_000
+            )
+            let verdict = TokenVerdict(reason: "BadDeviceToken", since: 1_500)
+            #expect(decisions == [.unregistered(verdict), .unregistered(verdict)])
+            #expect(store.keys.verdictGeneration(at: now + 200) == generation + 2)
         }
     }
 
@@ -366,8 +421,8 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
             try await store.write(
                 records: [],
                 unregistered: [
-                    ("com.example.app", "production", tokens[0], 1_500),
-                    ("com.example.app", "production", tokens[1], 1_500),
+                    ("com.example.app", "production", tokens[0], 1_500, "Unregistered"),
+                    ("com.example.app", "production", tokens[1], 1_500, "Unregistered"),
                 ],
                 released: [],
                 ttlSeconds: 60
@@ -379,7 +434,12 @@ enum StoreBackend: String, CaseIterable, CustomTestStringConvertible, Sendable {
                 request("a\($0)", offset: 10, token: $1, appPerSecond: 3, registeredAt: $0 == 1 ? 2_000 : nil)
             }
             let decisions = try await store.claim(topic: "apn.requests", first, ttlSeconds: 60, nowMilliseconds: 7_000)
-            #expect(decisions == [.unregistered(since: 1_500), .send, .send, .throttled, .throttled, .throttled])
+            #expect(
+                decisions == [
+                    .unregistered(TokenVerdict(reason: "Unregistered", since: 1_500)), .send, .send, .throttled,
+                    .throttled, .throttled,
+                ]
+            )
             #expect(try await store.redis.send(["GET", "test:ra:com.example.app:7"]).string == "2")
             // The same second has room for one more.
             let more = try await store.claim(

@@ -260,7 +260,8 @@ import Testing
             [
                 .send, .resend, .recorded(result: Array("{\"r\":1}".utf8), feedback: Array("{\"f\":1}".utf8)), .written,
                 .duplicate,
-                .busy, .throttled, .unregistered(since: 1_600_000_000), .rateLimited,
+                .busy, .throttled, .unregistered(TokenVerdict(reason: "Unregistered", since: 1_600_000_000)),
+                .rateLimited,
             ],
             factory: factory,
             now: 42
@@ -341,11 +342,11 @@ import Testing
             Issue.record("unexpected items \(items)")
             return
         }
-        #expect(invalid.unregister?.since == 1_700_000_000)
+        #expect(invalid.unregister?.verdict == TokenVerdict(reason: "InvalidToken", since: 1_700_000_000))
         #expect(invalid.feedback == nil)
         #expect(released == cs[2].resultId)
         #expect(releasedToken == cs[2].tokenHex)
-        #expect(unregistered.unregister?.since == 1_650_000_000)
+        #expect(unregistered.unregister?.verdict == TokenVerdict(reason: "Unregistered", since: 1_650_000_000))
         let feedbackResult = try #require(unregistered.feedback)
         #expect(String(decoding: feedbackResult.value, as: UTF8.self).contains("\"type\":\"feedback\""))
     }
@@ -407,7 +408,12 @@ import Testing
             token: "dd",
             result: message,
             feedback: feedback,
-            unregister: Unregistration(app: "a", environment: "production", token: "ab", since: 1_650_000_000)
+            unregister: Unregistration(
+                app: "a",
+                environment: "production",
+                token: "ab",
+                verdict: TokenVerdict(reason: "Unregistered", since: 1_650_000_000)
+            )
         )
         let plan = ResultStage.plan(
             [
@@ -422,6 +428,7 @@ import Testing
         #expect(plan.records.allSatisfy { $0.ref == ref })
         #expect(plan.unregistered.map(\.token) == ["ab"])
         #expect(plan.unregistered.map(\.since) == [1_650_000_000])
+        #expect(plan.unregistered.map(\.reason) == ["Unregistered"])
         #expect(plan.released.map(\.resultId) == ["x"])
         #expect(plan.released.map(\.token) == ["ee"])
         #expect(plan.records.map(\.token) == ["cc", "dd"])

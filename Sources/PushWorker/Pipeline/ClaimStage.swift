@@ -323,16 +323,10 @@ final class ClaimStage: Sendable {
             case .throttled:
                 plan.throttled.append(c)
                 plan.decisions.throttled[c.job.app, default: 0] += 1
-            case .unregistered(let since):
+            case .unregistered(let verdict):
                 plan.decisions.unregistered[c.job.app, default: 0] += 1
                 plan.results.append(
-                    factory.decided(
-                        c,
-                        status: .unregistered,
-                        reason:
-                            "Apple reported this token unregistered at \(since), after the job's registeredAt (or the job has none)",
-                        at: now
-                    )
+                    factory.decided(c, status: .unregistered, reason: verdict.sentence, verdict: verdict, at: now)
                 )
             case .rateLimited:
                 plan.decisions.deviceLimited[c.job.app, default: 0] += 1

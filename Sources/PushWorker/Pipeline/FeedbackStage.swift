@@ -49,11 +49,16 @@ struct FeedbackStage: Sendable {
         topic: String,
         factory: ResultFactory
     ) -> (
-        unregistered: [(app: String, environment: String, token: String, since: Int64)],
+        unregistered: [(app: String, environment: String, token: String, since: Int64, reason: String)],
         messages: [KafkaOutgoingMessage]
     ) {
         let now = factory.now()
-        let unregistered = tuples.map { (app: app, environment: environment, token: $0.token.hex, since: $0.timestamp) }
+        let unregistered = tuples.map {
+            (
+                app: app, environment: environment, token: $0.token.hex, since: $0.timestamp,
+                reason: TokenVerdict.unregistered
+            )
+        }
         let messages = tuples.map { tuple in
             let message = factory.feedback(
                 app: app,

@@ -163,8 +163,7 @@ struct Unregistration: Sendable {
     var app: String
     var environment: String
     var token: String
-    /// UNIX seconds.
-    var since: Int64
+    var verdict: TokenVerdict
 }
 
 /// An outcome the result stage records in Redis before producing its result. A class: result

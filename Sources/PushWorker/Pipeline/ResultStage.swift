@@ -173,7 +173,7 @@ final class ResultStage: Sendable {
     /// What one batch asks of Redis and Kafka; no I/O.
     struct WritePlan {
         var records: [RecordedResult] = []
-        var unregistered: [(app: String, environment: String, token: String, since: Int64)] = []
+        var unregistered: [(app: String, environment: String, token: String, since: Int64, reason: String)] = []
         /// Claims to delete: notifications never written to a gateway.
         var released: [(resultId: String, token: String)] = []
         var messages: [KafkaOutgoingMessage] = []
@@ -207,7 +207,9 @@ final class ResultStage: Sendable {
                 plan.settled.append(id)
             case .decided(let r), .delivered(let r):
                 plan.records.append(r)
-                if let u = r.unregister { plan.unregistered.append((u.app, u.environment, u.token, u.since)) }
+                if let u = r.unregister {
+                    plan.unregistered.append((u.app, u.environment, u.token, u.verdict.since, u.verdict.reason))
+                }
                 produce(r.result)
                 if let feedback = r.feedback { produce(feedback) }
                 plan.settled.append(r.resultId)
@@ -260,7 +262,7 @@ final class ResultStage: Sendable {
 
     private func record(
         _ records: [RecordedResult],
-        unregistered: [(app: String, environment: String, token: String, since: Int64)],
+        unregistered: [(app: String, environment: String, token: String, since: Int64, reason: String)],
         released: [(resultId: String, token: String)],
         marks: [TopicPartitionOffset],
         count: Int

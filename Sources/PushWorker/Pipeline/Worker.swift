@@ -135,13 +135,15 @@ public final class Worker: Service, Sendable {
             redis: claimRedis,
             prefix: Worker.redisKeyPrefix,
             owner: owner,
-            metrics: control.metrics
+            metrics: control.metrics,
+            invalidTokenTTL: configuration.worker.invalidTokenTTL
         )
         let store = NotificationStore(
             redis: stateRedis,
             prefix: Worker.redisKeyPrefix,
             owner: owner,
-            metrics: control.metrics
+            metrics: control.metrics,
+            invalidTokenTTL: configuration.worker.invalidTokenTTL
         )
 
         let factory = ResultFactory(worker: configuration.worker.id)

@@ -80,7 +80,13 @@ struct ResultFactory: Sendable {
 
     /// A final `transmissionError` decided without sending (unregistered, rate-limited, expired):
     /// recorded, then produced.
-    func decided(_ c: Candidate, status: APNSStatus, reason: String, at: Int64) -> ResultItem {
+    func decided(
+        _ c: Candidate,
+        status: APNSStatus,
+        reason: String,
+        verdict: TokenVerdict? = nil,
+        at: Int64
+    ) -> ResultItem {
         var result = WorkerResult(
             kind: .transmissionError,
             resultId: c.resultId,
@@ -95,6 +101,7 @@ struct ResultFactory: Sendable {
             worker: worker,
             at: at
         )
+        result.tokenVerdict = verdict
         result.metadata = c.job.metadata
         if c.job.broadcast { result.addressToChannel() }
         return .decided(
@@ -133,18 +140,27 @@ struct ResultFactory: Sendable {
         if c.job.broadcast { result.addressToChannel() }
         var unregister: Unregistration? = nil
         var feedback: ResultMessage? = nil
-        // A channel is not a device: no answer to a broadcast unregisters anything.
+        // A channel is not a device: no answer to a broadcast condemns anything.
+        var verdict: TokenVerdict? = nil
         if c.job.broadcast {
-            unregister = nil
+            verdict = nil
         } else if outcome.status == .invalidToken {
             // Binary status 8 (§1.4).
-            unregister = Unregistration(app: c.job.app, environment: env, token: c.tokenHex, since: at / 1000)
+            verdict = TokenVerdict(reason: TokenVerdict.invalidToken, since: at / 1000)
         } else if outcome.status == .gone {
             // HTTP/2 410 (§3.4): unregistered since its timestamp (ms), published like the
             // feedback service's news.
             let since = (outcome.unregisteredAt ?? at) / 1000
-            unregister = Unregistration(app: c.job.app, environment: env, token: c.tokenHex, since: since)
+            verdict = TokenVerdict(reason: TokenVerdict.unregistered, since: since)
             feedback = self.feedback(app: c.job.app, environment: env, token: c.tokenHex, timestamp: since, at: at)
+        } else if let reason = outcome.reason, TokenVerdict.permanentReasons.contains(reason) {
+            // HTTP/2 400 BadDeviceToken, DeviceTokenNotForTopic (§3.4): never valid for this
+            // app and environment.
+            verdict = TokenVerdict(reason: reason, since: at / 1000)
+        }
+        if let verdict {
+            unregister = Unregistration(app: c.job.app, environment: env, token: c.tokenHex, verdict: verdict)
+            result.tokenVerdict = verdict
         }
         return .delivered(
             RecordedResult(

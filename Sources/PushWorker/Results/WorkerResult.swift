@@ -31,6 +31,8 @@ public struct WorkerResult: Sendable, Hashable {
     public var possibleDuplicate: Bool?
     /// Feedback: the UNIX time Apple gave.
     public var timestamp: Int64?
+    /// Apple's permanent verdict on the token, when this result gave it or was decided by it.
+    public var tokenVerdict: TokenVerdict? = nil
     /// invalidJob: where the message was.
     public var topic: String?
     public var partition: Int32?
@@ -101,6 +103,11 @@ public struct WorkerResult: Sendable, Hashable {
         if let possibleDuplicate {
             out.raw(possibleDuplicate ? #","possibleDuplicate":true"# : #","possibleDuplicate":false"#)
         }
+        if let tokenVerdict {
+            out.string(#","tokenVerdict":{"reason":"#, tokenVerdict.reason)
+            out.integer(#","since":"#, tokenVerdict.since)
+            out.raw("}")
+        }
         out.string(#","apnsId":"#, apnsId)
         out.string(#","apnsUniqueId":"#, apnsUniqueId)
         out.integer(#","payloadBytes":"#, payloadBytes.map(Int64.init))
@@ -161,6 +168,7 @@ public struct WorkerResult: Sendable, Hashable {
             text(token, 9) + text(channel, 11) + text(action, 10) + text(storagePolicy, 17)
             + text(reason, 10, max: Self.maxReasonBytes) + text(apnsId, 10)
             + text(apnsUniqueId, 16)
+        size += tokenVerdict.map { 35 + $0.reason.utf8.count + 20 } ?? 0
         size += text(topic, 9) + text(worker, 10) + (metadata.map { 12 + $0.count } ?? 0)
         if let status { size += 10 + 6 + text(status.name, 14) }
         size += number(attempts != nil, 12) + (possibleDuplicate != nil ? 26 : 0) + number(payloadBytes != nil, 16)

@@ -49,8 +49,8 @@ extension NotificationStore {
         case busy
         /// The app is over its per-second rate: try again next second (not claimed).
         case throttled
-        /// Apple reported the token unregistered at this UNIX time (claimed; do not send).
-        case unregistered(since: Int64)
+        /// Apple gave a permanent verdict on the token (claimed; do not send).
+        case unregistered(TokenVerdict)
         /// The device is over its per-hour limit (claimed; do not send).
         case rateLimited
     }
@@ -219,7 +219,7 @@ extension NotificationStore {
         case .busy, .otherOwner: return .busy
         case .throttled: return .throttled
         case .rateLimited: return .rateLimited
-        case .unregistered: return .unregistered(since: Int64(String(decoding: bytes.dropFirst(), as: UTF8.self)) ?? 0)
+        case .unregistered: return .unregistered(TokenVerdict(stored: bytes.dropFirst()))
         }
     }
 }

@@ -1,4 +1,5 @@
 import APNSCore
+import Foundation
 import PushRedis
 
 // The commands of a claim round trip and the reading of their replies.
@@ -119,6 +120,7 @@ extension NotificationStore {
         to commands: inout RedisCommands
     ) -> PlainClaims {
         var plain = PlainClaims()
+        let generation = keys.verdictGeneration(at: Int64(Date().timeIntervalSince1970))
         for group in redis.groupedBySlot(indices, key: { keys.record(resultId: requests[$0].resultId, tag: tags[$0]) })
         {
             var lookups: [[Int]] = []
@@ -158,6 +160,7 @@ extension NotificationStore {
                     keys.appendUnregistered(
                         app: first.app,
                         environment: first.environment,
+                        generation: generation,
                         tag: tags[lookup[0]],
                         to: &$0
                     )
@@ -239,6 +242,7 @@ extension NotificationStore {
     ) -> [[Int]] {
         let groups = redis.groupedBySlot(indices) { keys.record(resultId: requests[$0].resultId, tag: tags[$0]) }
         let deadOwners = dead.sorted().joined(separator: "\n")
+        let generation = keys.verdictGeneration(at: Int64(Date().timeIntervalSince1970))
         for group in groups {
             commands.beginEvalsha(Scripts.claim, keyCount: group.count * 3, argumentCount: 4 + group.count * 3)
             // The requests are read in place (`requests[index].…`): a copy of one retains its strings.
@@ -249,6 +253,7 @@ extension NotificationStore {
                     keys.appendUnregistered(
                         app: requests[index].app,
                         environment: requests[index].environment,
+                        generation: generation,
                         tag: tag,
                         to: &$0
                     )

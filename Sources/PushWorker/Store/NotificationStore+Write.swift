@@ -1,4 +1,5 @@
 import APNSCore
+import Foundation
 import PushKafka
 import PushRedis
 
@@ -10,7 +11,7 @@ extension NotificationStore {
     /// each string and buffer in them (1.5% of the worker's samples in a profile).
     func write(
         records: [RecordedResult],
-        unregistered: [(app: String, environment: String, token: String, since: Int64)],
+        unregistered: [(app: String, environment: String, token: String, since: Int64, reason: String)],
         released: [(resultId: String, token: String)],
         positions: [TopicPartitionOffset] = [],
         ttlSeconds: Int
@@ -19,7 +20,7 @@ extension NotificationStore {
             capacity: records.reduce(256) {
                 $0 + $1.result.value.count + ($1.feedback?.value.count ?? 0) + $1.ref.partition.topic.utf8.count + 160
             }
-                + (unregistered.count + released.count) * 160 + positions.count * 80
+                + (unregistered.count * 4 + released.count) * 160 + positions.count * 80
         )
         for record in records {
             commands.begin(argumentCount: 5)
@@ -44,15 +45,34 @@ extension NotificationStore {
             commands.append("EX")
             commands.append(Int64(ttlSeconds))
         }
+        // Into this generation's verdicts and the next one's, each kept two periods after its
+        // last write (``RedisKeys``, `u:`).
+        let generation = keys.verdictGeneration(at: Int64(Date().timeIntervalSince1970))
         for entry in unregistered {
-            commands.begin(argumentCount: 4)
-            commands.append("HSET")
             let tag = keys.tag(token: entry.token)
-            commands.appendKey {
-                keys.appendUnregistered(app: entry.app, environment: entry.environment, tag: tag, to: &$0)
+            for g in generation...generation + 1 {
+                var key: [UInt8] = []
+                keys.appendUnregistered(
+                    app: entry.app,
+                    environment: entry.environment,
+                    generation: g,
+                    tag: tag,
+                    to: &key
+                )
+                commands.begin(argumentCount: 4)
+                commands.append("HSET")
+                commands.appendKey(key)
+                commands.append(entry.token)
+                commands.append { value in
+                    DecimalText.append(entry.since, to: &value)
+                    value.append(UInt8(ascii: "|"))
+                    value += entry.reason.utf8
+                }
+                commands.begin(argumentCount: 3)
+                commands.append("EXPIRE")
+                commands.appendKey(key)
+                commands.append(2 * keys.verdictPeriod)
             }
-            commands.append(entry.token)
-            commands.append(entry.since)
         }
         for entry in released {
             commands.begin(argumentCount: 2)

@@ -20,9 +20,20 @@ final class NotificationStore: Sendable {
     /// Where the claim and write round trips report their latency and failures.
     let metrics: WorkerMetrics?
 
-    init(redis: RedisClient, prefix: String, owner: String, metrics: WorkerMetrics? = nil) {
+    /// `invalidTokenTTL`: how long a token verdict is remembered at least (``RedisKeys``, `u:`).
+    init(
+        redis: RedisClient,
+        prefix: String,
+        owner: String,
+        metrics: WorkerMetrics? = nil,
+        invalidTokenTTL: Duration = .seconds(RedisKeys.defaultVerdictPeriod)
+    ) {
         self.redis = redis
-        self.keys = RedisKeys(prefix: prefix, isCluster: redis.isCluster)
+        self.keys = RedisKeys(
+            prefix: prefix,
+            isCluster: redis.isCluster,
+            verdictPeriod: invalidTokenTTL.components.seconds
+        )
         self.owner = owner
         self.metrics = metrics
     }

@@ -10,7 +10,12 @@ import PushKafka
 ///   `D|<topic>|<partition>|<offset>|<result JSON>` once its outcome is known, followed by a
 ///   newline and the `feedback` result JSON when the outcome also published one (an HTTP/2 410).
 ///   The serialized results never contain a raw newline, so it separates them.
-/// - `u:<T><app>:<env>`: hash token → UNIX time Apple reported the token unregistered.
+/// - `u:<T><app>:<env>:<generation>`: hash token → `<since>|<reason>`, Apple's permanent verdict
+///   on the token (`Unregistered`, `BadDeviceToken`, `DeviceTokenNotForTopic`, binary
+///   `InvalidToken`) and the UNIX time it was given. A verdict is written into the hashes of the
+///   current generation (UNIX time ÷ ``verdictPeriod``) and the next, each expiring two periods
+///   after its last write, and looked up in the current one: it is remembered for at least one
+///   period (`invalidTokenTTLDays`) and at most two, and nothing in the store outlives that.
 /// - `rd:<T><app>:<token>:<hour>`: the device's count this hour.
 /// - `ra:<app>:<second>`: the app's count this second.
 /// - `pw:<topic>:<partition>`: the partition's written position: every result of every message
@@ -34,11 +39,20 @@ struct RedisKeys: Sendable {
     let prefix: String
     /// Whether keys carry a token's hash tag (on a Redis Cluster).
     let isCluster: Bool
+    /// How long a token verdict is remembered at least, in seconds: one generation of the
+    /// verdict hashes.
+    let verdictPeriod: Int64
 
-    init(prefix: String, isCluster: Bool) {
+    static let defaultVerdictPeriod: Int64 = 30 * 86_400
+
+    init(prefix: String, isCluster: Bool, verdictPeriod: Int64 = RedisKeys.defaultVerdictPeriod) {
         self.prefix = prefix
         self.isCluster = isCluster
+        self.verdictPeriod = max(1, verdictPeriod)
     }
+
+    /// The verdict hashes' generation at a UNIX time (seconds).
+    func verdictGeneration(at unixSeconds: Int64) -> Int64 { unixSeconds / verdictPeriod }
 
     // MARK: A token's keys
 
@@ -84,8 +98,14 @@ struct RedisKeys: Sendable {
         return key
     }
 
-    /// Appends `u:<T><app>:<environment>`.
-    func appendUnregistered(app: String, environment: String, tag: UInt16?, to key: inout [UInt8]) {
+    /// Appends `u:<T><app>:<environment>:<generation>`.
+    func appendUnregistered(
+        app: String,
+        environment: String,
+        generation: Int64,
+        tag: UInt16?,
+        to key: inout [UInt8]
+    ) {
         key += prefix.utf8
         key.append(UInt8(ascii: "u"))
         key.append(UInt8(ascii: ":"))
@@ -93,6 +113,8 @@ struct RedisKeys: Sendable {
         key += app.utf8
         key.append(UInt8(ascii: ":"))
         key += environment.utf8
+        key.append(UInt8(ascii: ":"))
+        DecimalText.append(generation, to: &key)
     }
 
     /// Appends `rd:<T><app>:<token>:<hour>`.

@@ -9,7 +9,7 @@ extension NotificationStore {
         /// over from); one call per hash slot (`docs/architecture.md#the-claim`).
         ///
         /// - `KEYS[3i-2]`: notification i's record, `n:<T><resultId>`.
-        /// - `KEYS[3i-1]`: its app's unregistered tokens, `u:<T><app>:<env>`.
+        /// - `KEYS[3i-1]`: its app's token verdicts of this generation, `u:<T><app>:<env>:<g>`.
         /// - `KEYS[3i]`: its device counter for this hour, `rd:<T><app>:<token>:<hour>`, or its
         ///   record's key again when it has no device limit (the counter is then not touched).
         /// - `ARGV[1]`: the claiming owner (worker incarnation).
@@ -24,7 +24,7 @@ extension NotificationStore {
         /// Returns one ``ClaimReply`` per notification, its letter followed by its detail.
         static let claim = RedisScript(
             #"""
-            -- KEYS: 3 per notification: its record, its app's unregistered tokens, its device counter
+            -- KEYS: 3 per notification: its record, its app's token verdicts, its device counter
             -- for this hour (one slot on a cluster). ARGV: owner, topic, ttl seconds, owners known to
             -- be dead (newline-separated), then 3 per notification: '<partition>|<offset>', token, and
             -- '<registeredAt>|<device limit per hour>|<1 if it may be sent this second, else 0>', or ''
@@ -70,7 +70,7 @@ extension NotificationStore {
                 end
               else
                 local unreg = redis.call('HGET', ukey, tok)
-                if unreg and (reg == '' or tonumber(reg) <= tonumber(unreg)) then
+                if unreg and (reg == '' or tonumber(reg) <= tonumber(string.match(unreg, '^[^|]*'))) then
                   code = 'U' .. unreg
                 elseif permit ~= '1' then
                   code = 'T'
@@ -239,7 +239,7 @@ extension NotificationStore {
         case throttled = 0x54  // "T"
         /// Over the device's limit this hour (claimed).
         case rateLimited = 0x4C  // "L"
-        /// The token is unregistered; followed by the UNIX time it was reported (claimed).
+        /// Apple gave a permanent verdict on the token; followed by `<since>|<reason>` (claimed).
         case unregistered = 0x55  // "U"
 
         /// The reply a code starts with, `nil` for an empty or unknown one.
