@@ -119,6 +119,7 @@ struct PoolSettings: Sendable {
                 credentials: credentials
             )
             gateway.verifyServer = env.verifyServer
+            gateway.proxy = env.proxy?.proxy(for: env.gateway.host)
             gateway.maxConnections = app.poolSize
             gateway.cacheMaxCount = app.cacheMaxCount
             gateway.cacheMaxBytes = app.cacheMaxBytes
@@ -141,6 +142,7 @@ struct PoolSettings: Sendable {
                     credentials: credentials
                 )
                 feedback.verifyServer = env.verifyServer
+                feedback.proxy = env.proxy?.proxy(for: env.feedback.host)
                 self.feedback = feedback
             }
         case .http2:
@@ -165,6 +167,7 @@ struct PoolSettings: Sendable {
                 do { try gateway.trust(ca) } catch { throw ConfigurationError("\(path).ca: \(error.message).") }
             }
             gateway.verifyServer = env.verifyServer
+            gateway.proxy = env.proxy?.proxy(for: env.gateway.host)
             gateway.maxConnections = app.poolSize
             gateway.maxPending = max(1, min(gateway.maxPending, maxPending))
             gateway.connectionRetryLimit = retryLimit
@@ -182,6 +185,7 @@ struct PoolSettings: Sendable {
             var management = gateway
             management.host = env.channelManagement.host
             management.port = env.channelManagement.port
+            management.proxy = env.proxy?.proxy(for: env.channelManagement.host)
             channelManager = APNSChannelManager(configuration: management, environment: env.name)
         }
     }
