@@ -216,8 +216,9 @@ final class HTTPConnectTunnelHandler: ChannelInboundHandler, RemovableChannelHan
 
     func handlerRemoved(context: ChannelHandlerContext) {
         timer?.cancel()
-        // The pipeline went away (the channel closed) before an answer: no-op once completed.
-        established.fail(ProxyFailure.closed(proxy, target: target))
+        // The pipeline went away (the channel closed) before an answer. While still connecting,
+        // the connect's own error, which the connector passes on, says more.
+        if state == .awaitingAnswer { established.fail(ProxyFailure.closed(proxy, target: target)) }
     }
 
     func channelActive(context: ChannelHandlerContext) {
