@@ -185,16 +185,22 @@ struct ProxyTests {
             $0.proxy = try? APNSProxy(url: proxy.url())
             $0.maxConnections = 2
             $0.minConnections = 1
+            $0.connectionRetryLimit = nil
             $0.reconnectBaseDelay = .milliseconds(20)
             $0.reconnectMaxDelay = .milliseconds(100)
         }
-        let count = 3_000
-        let submissions = Self.submissions(0..<count)
-        // The reader stops the proxy after the first outcomes, waits until the pool has failed
-        // to reconnect through it, and starts it again on the same port.
+        let first = Self.submissions(0..<1_500)
+        let second = Self.submissions(1_500..<3_000)
+        let count = first.count + second.count
+        let (proxyDown, announceProxyDown) = AsyncStream<Void>.makeStream()
+        // Once the first half has its outcomes, the reader kills the proxy (cutting the open
+        // tunnels) and lets the sender hand over the second half, which waits in the pool while
+        // its connects are refused; then it starts the proxy again on the same port.
         let (run, downtime) = try await withThrowingTaskGroup(of: (DeliveryRun, APNSPoolSnapshot)?.self) { group in
             group.addTask {
-                try await client.send(submissions)
+                try await client.send(first)
+                for await _ in proxyDown { break }
+                try await client.send(second)
                 return nil
             }
             group.addTask {
@@ -204,10 +210,12 @@ struct ProxyTests {
                     guard let outcome = event.outcome else { continue }
                     if run.outcomes.updateValue(outcome, forKey: outcome.tag) != nil { run.duplicateOutcomes += 1 }
                     if run.outcomes.count == count { break }
-                    if downtime == nil && run.outcomes.count >= 100 {
+                    if downtime == nil && run.outcomes.count >= first.count {
                         await proxy.stop()
-                        downtime = try await DeliveryHarness.snapshot(of: client, "a failed connect") {
-                            $0.connectFailures.values.reduce(0, +) >= 1
+                        announceProxyDown.yield()
+                        announceProxyDown.finish()
+                        downtime = try await DeliveryHarness.snapshot(of: client, "queued work and a refused connect") {
+                            $0.queued > 0 && $0.connectFailures[.refused, default: 0] >= 1
                         }
                         try await proxy.start()
                     }
@@ -237,7 +245,7 @@ struct ProxyTests {
             #expect(times >= 1, "token \(i) never accepted")
             if times > 1 { #expect(run.outcomes[UInt64(i)]?.possibleDuplicate == true) }
         }
-        #expect(downtime.connectFailures[.refused, default: 0] >= 1)
+        #expect(downtime.queued > 0)
         #expect(after.connectionsOpened > downtime.connectionsOpened)
         // The restarted proxy (a new log) carried the new connections.
         #expect(log.contains("CONNECT 127.0.0.1:\(simulator.binaryPort) HTTP/1.1"), "tinyproxy's log: \(log)")
