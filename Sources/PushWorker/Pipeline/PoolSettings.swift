@@ -19,6 +19,16 @@ enum DeliveryTransport: Sendable {
         }
     }
 
+    /// The proxy of the gateway's connections, for logs: its password masked; `direct` without.
+    var proxyDescription: String {
+        let proxy: APNSProxy? =
+            switch self {
+            case .binary(let c): c.proxy
+            case .http2(let c): c.proxy
+            }
+        return proxy.map { "\($0)" } ?? "direct"
+    }
+
     var name: String {
         switch self {
         case .binary: "binary"
