@@ -238,7 +238,10 @@ let package = Package(
         ),
 
         // MARK: Tests
-        .testTarget(name: "APNSCoreTests", dependencies: ["APNSCore", "APNSSimulator"]),
+        .testTarget(
+            name: "APNSCoreTests",
+            dependencies: ["APNSCore", "APNSSimulator", .product(name: "NIOEmbedded", package: "swift-nio")]
+        ),
         .testTarget(name: "APNSHTTP2CoreTests", dependencies: ["APNSHTTP2Core", "APNSCore"]),
         .testTarget(
             name: "APNSBinaryTests",

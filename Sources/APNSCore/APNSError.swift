@@ -19,6 +19,10 @@ public struct APNSError: Error, Sendable, CustomStringConvertible {
         public static let timeout = Code(rawValue: "timeout")
         public static let cacheInconsistency = Code(rawValue: "cacheInconsistency")
         public static let slowGateway = Code(rawValue: "slowGateway")
+        /// The proxy answered the `CONNECT` with something other than 2xx (407, 403, …).
+        public static let proxyRefused = Code(rawValue: "proxyRefused")
+        /// The proxy could not be reached, or closed before answering the `CONNECT`.
+        public static let proxyUnreachable = Code(rawValue: "proxyUnreachable")
     }
 
     public var code: Code

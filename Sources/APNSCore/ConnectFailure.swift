@@ -15,6 +15,14 @@ extension APNSPoolSnapshot.ConnectFailure {
     /// both delivery clients read their connect errors through it.
     package init(connectError error: any Error) {
         switch error {
+        case let error as APNSError:
+            // A proxy's tunnel (``APNSConnector``): its answer, its silence or what stopped the
+            // connection to it.
+            switch error.code {
+            case .proxyRefused: self = .refused
+            case .timeout: self = .timeout
+            default: self = error.underlying.map { Self(connectError: $0) } ?? .other
+            }
         case is NIOSSLError, is BoringSSLError, is NIOSSLExtraError:
             self = .tls
         case let error as ChannelError:

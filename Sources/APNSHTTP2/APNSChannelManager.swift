@@ -186,18 +186,20 @@ public struct APNSChannelManager: Sendable {
     private func exchange(_ headers: HPACKHeaders, body: [UInt8]?) async throws -> Answer {
         let context = try NIOSSLContext(configuration: configuration.tlsConfiguration())
         let sniName = serverName(host: configuration.host, override: configuration.serverHostname)
-        let (channel, multiplexer) = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .connectTimeout(timeout.timeAmount)
-            .connect(host: configuration.host, port: configuration.port) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(NIOSSLClientHandler(context: context, serverHostname: sniName))
-                    let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .client) { stream in
-                        stream.eventLoop.makeSucceededFuture(stream)
-                    }
-                    return (channel, multiplexer)
-                }
+        let (channel, multiplexer) = try await APNSConnector.connect(
+            host: configuration.host,
+            port: configuration.port,
+            proxy: configuration.proxy,
+            group: MultiThreadedEventLoopGroup.singleton,
+            connectTimeout: timeout.timeAmount
+        ) { channel in
+            let sync = channel.pipeline.syncOperations
+            try sync.addHandler(NIOSSLClientHandler(context: context, serverHostname: sniName))
+            let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .client) { stream in
+                stream.eventLoop.makeSucceededFuture(stream)
             }
+            return (channel, multiplexer)
+        }.get()
         defer { channel.close(promise: nil) }
         let stream = try await multiplexer.openStream { stream in
             stream.eventLoop.makeCompletedFuture {

@@ -523,30 +523,33 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         let sslContext = self.sslContext
         let sniName = serverName(host: configuration.host, override: configuration.serverHostname)
         let authority = self.authority
-        let bootstrap = ClientBootstrap(group: group)
-            .connectTimeout(configuration.connectTimeout.timeAmount)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
-            .channelInitializer { [self] channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniName))
-                    // The frame layer: preface, SETTINGS (no server push, §3.2), HPACK and flow
-                    // control; streams are the connection handler's.
-                    let codec = HTTP2FrameCodec()
-                    try sync.addHandler(codec)
-                    try sync.addHandler(
-                        HTTP2ConnectionHandler(
-                            id: id,
-                            client: self,
-                            codec: codec,
-                            authority: authority,
-                            configuration: configuration
-                        )
-                    )
-                }
-            }
         let connectTimeout = configuration.connectTimeout.timeAmount
-        bootstrap.connect(host: configuration.host, port: configuration.port).whenComplete { [self] result in
+        let connected = APNSConnector.connect(
+            host: configuration.host,
+            port: configuration.port,
+            proxy: configuration.proxy,
+            group: group,
+            connectTimeout: connectTimeout,
+            configure: { $0.channelOption(.socketOption(.tcp_nodelay), value: 1) }
+        ) { [self] channel in
+            let sync = channel.pipeline.syncOperations
+            try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniName))
+            // The frame layer: preface, SETTINGS (no server push, §3.2), HPACK and flow
+            // control; streams are the connection handler's.
+            let codec = HTTP2FrameCodec()
+            try sync.addHandler(codec)
+            try sync.addHandler(
+                HTTP2ConnectionHandler(
+                    id: id,
+                    client: self,
+                    codec: codec,
+                    authority: authority,
+                    configuration: configuration
+                )
+            )
+            return channel
+        }
+        connected.whenComplete { [self] result in
             switch result {
             case .success(let channel):
                 let closeNow = state.withLock { s in

@@ -29,6 +29,8 @@ public struct APNSHTTP2Configuration: Sendable {
     public var verifyServer = true
     /// Name used for SNI and certificate verification; defaults to `host` unless it is an IP address.
     public var serverHostname: String?
+    /// An HTTP proxy to reach the server through, with a `CONNECT` tunnel (``APNSConnector``).
+    public var proxy: APNSProxy?
 
     /// Most connections to the server at once.
     public var maxConnections = 2

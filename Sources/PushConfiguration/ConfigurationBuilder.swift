@@ -81,7 +81,7 @@ struct ConfigurationBuilder {
         try file.checkKnown([
             "id", "batchSize", "batchWindowMs", "maxInFlight", "resultFlushMs", "resultBatchSize",
             "shutdownTimeoutSeconds",
-            "logLevel", "logFormat", "dedupeTTLSeconds", "statusAddress", "invalidTokenTTLDays",
+            "logLevel", "logFormat", "dedupeTTLSeconds", "statusAddress", "invalidTokenTTLDays", "proxy",
         ])
 
         var worker = Worker(id: Worker.defaultId(hostname: hostname, pid: pid))
@@ -453,7 +453,7 @@ struct ConfigurationBuilder {
             Self.credentialKeys.flatMap { [$0.file, $0.inline, $0.variable] } + [
                 "passphrase", "passphraseFile", "passphraseEnv", "ca", "verifyServer", "gateway", "feedback",
                 "channelManagement", "keyId",
-                "teamId",
+                "teamId", "proxy",
             ]
         )
 
@@ -561,6 +561,7 @@ struct ConfigurationBuilder {
             let port = name.defaultChannelManagement.port
             environment.channelManagement = try SettingParsing.hostPort(value, defaultPort: port)
         }
+        environment.proxy = try proxyRoute(environment: section)
         return environment
     }
 

@@ -408,6 +408,8 @@ extension WorkerConfiguration {
         public var feedback: HostPort
         /// Apple's broadcast channel management API (`channelManagement`, §7.1).
         public var channelManagement: HostPort
+        /// The proxy the connections to Apple go through; `nil`: directly.
+        public var proxy: ProxyRoute?
 
         public init(
             name: APNSEnvironment,
@@ -436,7 +438,7 @@ extension WorkerConfiguration {
                     "name": name, "credentials": credentials,
                     "passphrase": passphrase == nil ? "none" : "(set, not shown)",
                     "ca": ca as Any, "verifyServer": verifyServer, "gateway": gateway, "feedback": feedback,
-                    "channelManagement": channelManagement,
+                    "channelManagement": channelManagement, "proxy": proxy.map { "\($0)" } ?? "none",
                 ],
                 displayStyle: .struct
             )

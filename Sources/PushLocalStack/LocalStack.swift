@@ -235,16 +235,19 @@ public final class LocalStack: @unchecked Sendable {
 
     /// Starts `apn-worker run` (``Options/workerExecutable``) with this stack's configuration and
     /// `environment` added to its variables, its log in the working directory; returns once it
-    /// has printed its ready line.
+    /// has printed its ready line. Everything of the stack is on this machine, so a proxy that
+    /// the caller's own environment names (`HTTPS_PROXY`) is not passed on unless `environment`
+    /// names it again.
     @discardableResult
     public func startWorker(id: String, environment: [String: String] = [:]) async throws -> LocalWorker {
         let starts = workers.filter { $0.id == id }.count
         let log = "\(directory)/\(id)\(starts > 0 ? "-\(starts)" : "").log"
+        let noProxy = ["https_proxy": "", "HTTPS_PROXY": ""]
         let child = try ChildProcess(
             options.workerExecutable,
             ["run", "--config", configPath, "--worker-id", id],
             stderrFile: log,
-            environment: environment
+            environment: noProxy.merging(environment) { _, given in given }
         )
         cleanup.add(child.process)
         let line = await child.readLine()

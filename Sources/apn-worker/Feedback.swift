@@ -25,6 +25,8 @@ struct Feedback: AsyncParsableCommand {
     var environment: APNSEnvironment = .sandbox
     @Option(help: "Seconds without data after which the session ends.")
     var readTimeout = 5
+    @Option(help: "HTTP proxy to connect through with a CONNECT tunnel: http://[user:password@]host:port.")
+    var proxy: String?
 
     func run() async throws {
         try await reportingFailures {
@@ -39,6 +41,7 @@ struct Feedback: AsyncParsableCommand {
             )
             var config = APNSFeedbackClient.Configuration(host: host, port: port, credentials: credentials)
             config.readTimeout = .seconds(readTimeout)
+            config.proxy = try parseProxy(proxy)
             let client = try APNSFeedbackClient(configuration: config)
             try await client.fetch(batchSize: 256) { batch in
                 for tuple in batch {

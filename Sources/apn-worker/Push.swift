@@ -49,6 +49,8 @@ struct Push: AsyncParsableCommand {
     var environment: APNSEnvironment = .sandbox
     @Flag(help: "Do not verify the gateway's certificate.")
     var insecure = false
+    @Option(help: "HTTP proxy to connect through with a CONNECT tunnel: http://[user:password@]host:port.")
+    var proxy: String?
     @Option(help: "File with one hex device token per line; notifications cycle through it.")
     var tokens: String
     @Option(help: "Number of notifications to send.")
@@ -116,6 +118,7 @@ struct Push: AsyncParsableCommand {
                 )
                 var config = APNSBinaryConfiguration(host: host, port: port, credentials: credentials)
                 config.verifyServer = !insecure
+                config.proxy = try parseProxy(proxy)
                 config.maxConnections = connections
                 config.confirmationWindow = .milliseconds(confirmationWindowMs)
                 config.cacheMaxCount = cacheSize
@@ -150,6 +153,7 @@ struct Push: AsyncParsableCommand {
                     authentication: authentication,
                     topic: topic ?? ""
                 )
+                config.proxy = try parseProxy(proxy)
                 if signingKey != nil, let ca {
                     do throws(APNSError) {
                         try config.trust([.file(ca)])

@@ -159,3 +159,13 @@ func loadCredentials(
 }
 
 extension APNSEnvironment: ExpressibleByArgument {}
+
+/// `--proxy`: the proxy a command connects through, `nil` without the option.
+func parseProxy(_ url: String?) throws -> APNSProxy? {
+    guard let url else { return nil }
+    do throws(APNSError) {
+        return try APNSProxy(url: url)
+    } catch {
+        throw UsageFailure(message: "--proxy: \(error.message)")
+    }
+}

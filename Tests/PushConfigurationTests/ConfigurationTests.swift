@@ -586,7 +586,7 @@ private func parseError(
         parseError(typoInEnvironment) == "apps.com.example.app.environments.production.certfile: unknown "
             + "setting; known settings here are certificate, certificatePem, certificatePemEnv, key, keyPem, keyPemEnv, "
             + "pfx, pkcs12Base64, pkcs12Base64Env, signingKey, signingKeyPem, signingKeyPemEnv, passphrase, passphraseFile, "
-            + "passphraseEnv, ca, verifyServer, gateway, feedback, channelManagement, keyId, teamId."
+            + "passphraseEnv, ca, verifyServer, gateway, feedback, channelManagement, keyId, teamId, proxy."
     )
     #expect(
         parseError(fixture.minimalYAML(extra: "wroker:\n  id: x")) == "wroker: unknown setting; known "
@@ -595,7 +595,7 @@ private func parseError(
     #expect(
         parseError(fixture.minimalYAML(extra: "worker:\n  batchsize: 5")) == "worker.batchsize: unknown "
             + "setting; known settings here are id, batchSize, batchWindowMs, maxInFlight, resultFlushMs, resultBatchSize, "
-            + "shutdownTimeoutSeconds, logLevel, logFormat, dedupeTTLSeconds, statusAddress, invalidTokenTTLDays."
+            + "shutdownTimeoutSeconds, logLevel, logFormat, dedupeTTLSeconds, statusAddress, invalidTokenTTLDays, proxy."
     )
     let badEnvironment = fixture.minimalYAML().replacingOccurrences(of: "production:", with: "prod:")
     #expect(

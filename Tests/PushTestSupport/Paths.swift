@@ -29,12 +29,13 @@ public enum Paths {
     }
 }
 
-/// Runs a command to completion.
+/// Runs a command to completion, without the proxy variables of the test run's environment:
+/// the servers the commands reach are on this machine.
 public func run(
     _ executable: String,
     _ arguments: [String]
 ) async throws -> (status: Int32, stdout: String, stderr: String) {
-    try await ChildProcess(executable, arguments).finish()
+    try await ChildProcess(executable, arguments, environment: ["https_proxy": "", "HTTPS_PROXY": ""]).finish()
 }
 
 /// Parses a JSON object line.

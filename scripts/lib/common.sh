@@ -2,9 +2,11 @@
 
 # The Debian packages apn-worker needs at build and test time.
 APN_WORKER_DEBIAN_PACKAGES=(librdkafka-dev libhiredis-dev libjemalloc-dev libssl-dev redis-server openssl pkg-config)
-# Also needed by the tests: Python with venv, for the independent HTTP/2 peer (Tests/Peers), and
-# gdb, with which scripts/test shows the threads of a test run that is stuck.
-APN_WORKER_TEST_DEBIAN_PACKAGES=(python3 python3-venv gdb)
+# Also needed by the tests: Python with venv, for the independent HTTP/2 peer (Tests/Peers), gdb,
+# with which scripts/test shows the threads of a test run that is stuck, and tinyproxy's binary
+# (tinyproxy-bin, without the package that runs it as a system service), the HTTP proxy of the
+# CONNECT tunnel tests, which start their own instances on 127.0.0.1.
+APN_WORKER_TEST_DEBIAN_PACKAGES=(python3 python3-venv gdb tinyproxy-bin)
 # And `kubectl kustomize`, to render deploy/k8s (MonitoringFilesTests): Debian's kubectl, unless a
 # kubectl or kustomize is already on PATH.
 APN_WORKER_TEST_KUBECTL_PACKAGE=kubernetes-client

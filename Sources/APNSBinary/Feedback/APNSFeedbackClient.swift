@@ -16,6 +16,8 @@ public struct APNSFeedbackClient: Sendable {
         public var credentials: APNSCredentials
         public var verifyServer = true
         public var serverHostname: String?
+        /// An HTTP proxy to reach the feedback service through, with a `CONNECT` tunnel (``APNSConnector``).
+        public var proxy: APNSProxy?
         public var connectTimeout: Duration = .seconds(10)
         /// The session ends when no byte arrives for this long.
         public var readTimeout: Duration = .seconds(5)
@@ -67,18 +69,20 @@ public struct APNSFeedbackClient: Sendable {
         let readTimeout = configuration.readTimeout.timeAmount
         let channel: NIOAsyncChannel<FeedbackTuple, ByteBuffer>
         do {
-            channel = try await ClientBootstrap(group: group)
-                .connectTimeout(configuration.connectTimeout.timeAmount)
-                .connect(host: host, port: configuration.port) { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        let sync = channel.pipeline.syncOperations
-                        try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniName))
-                        try sync.addHandler(IdleStateHandler(readTimeout: readTimeout))
-                        try sync.addHandler(CloseOnIdleHandler())
-                        try sync.addHandler(ByteToMessageHandler(FeedbackTupleDecoder()))
-                        return try NIOAsyncChannel<FeedbackTuple, ByteBuffer>(wrappingChannelSynchronously: channel)
-                    }
-                }
+            channel = try await APNSConnector.connect(
+                host: host,
+                port: configuration.port,
+                proxy: configuration.proxy,
+                group: group,
+                connectTimeout: configuration.connectTimeout.timeAmount
+            ) { channel in
+                let sync = channel.pipeline.syncOperations
+                try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniName))
+                try sync.addHandler(IdleStateHandler(readTimeout: readTimeout))
+                try sync.addHandler(CloseOnIdleHandler())
+                try sync.addHandler(ByteToMessageHandler(FeedbackTupleDecoder()))
+                return try NIOAsyncChannel<FeedbackTuple, ByteBuffer>(wrappingChannelSynchronously: channel)
+            }.get()
         } catch {
             throw APNSError(
                 .connectionFailed,

@@ -291,31 +291,39 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         let connectTimeout = configuration.connectTimeout
         let idleTimeout = configuration.idleTimeout
         let sslContext = self.sslContext
-        let bootstrap = ClientBootstrap(group: group)
-            .connectTimeout(connectTimeout.timeAmount)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
-            .channelOption(.socketOption(.so_sndbuf), value: SocketOptionValue(configuration.socketSendBufferSize))
-            .channelOption(
-                .writeBufferWaterMark,
-                value: .init(
-                    low: configuration.writeBufferLowWaterMark,
-                    high: configuration.writeBufferLowWaterMark * 2
-                )
-            )
-            .channelInitializer { [self] channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniName))
-                    try sync.addHandler(ByteToMessageHandler(ErrorResponseDecoder()))
-                    if let idleTimeout {
-                        try sync.addHandler(IdleStateHandler(allTimeout: idleTimeout.timeAmount))
-                    }
-                    try sync.addHandler(
-                        GatewayConnectionHandler(client: self, id: id, handshakeTimeout: connectTimeout.timeAmount)
+        let connected = APNSConnector.connect(
+            host: host,
+            port: configuration.port,
+            proxy: configuration.proxy,
+            group: group,
+            connectTimeout: connectTimeout.timeAmount,
+            configure: { [configuration] bootstrap in
+                bootstrap
+                    .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                    .channelOption(
+                        .socketOption(.so_sndbuf),
+                        value: SocketOptionValue(configuration.socketSendBufferSize)
                     )
-                }
+                    .channelOption(
+                        .writeBufferWaterMark,
+                        value: .init(
+                            low: configuration.writeBufferLowWaterMark,
+                            high: configuration.writeBufferLowWaterMark * 2
+                        )
+                    )
             }
-        bootstrap.connect(host: host, port: configuration.port).whenFailure { [self] error in
+        ) { [self] channel in
+            let sync = channel.pipeline.syncOperations
+            try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniName))
+            try sync.addHandler(ByteToMessageHandler(ErrorResponseDecoder()))
+            if let idleTimeout {
+                try sync.addHandler(IdleStateHandler(allTimeout: idleTimeout.timeAmount))
+            }
+            try sync.addHandler(
+                GatewayConnectionHandler(client: self, id: id, handshakeTimeout: connectTimeout.timeAmount)
+            )
+        }
+        connected.whenFailure { [self] error in
             logger.debug("connect failed", metadata: ["apns.connection": "\(id)", "error": "\(error)"])
             step {
                 $0.machine.connectFailed(

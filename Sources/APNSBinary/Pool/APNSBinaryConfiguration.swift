@@ -18,6 +18,8 @@ public struct APNSBinaryConfiguration: Sendable {
     /// Name used for SNI and certificate verification; defaults to `host` unless it is an IP address.
     public var serverHostname: String?
     public var frameFormat = FrameFormat.framed
+    /// An HTTP proxy to reach the gateway through, with a `CONNECT` tunnel (``APNSConnector``).
+    public var proxy: APNSProxy?
 
     /// Most connections to the gateway at once.
     public var maxConnections = 1

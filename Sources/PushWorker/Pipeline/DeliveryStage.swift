@@ -152,7 +152,7 @@ final class DeliveryStage: Sendable {
                 "Opened a delivery pool",
                 metadata: [
                     "gateway": "\(transport.endpoint)", "transport": "\(transport.name)",
-                    "connections": "\(connections)",
+                    "connections": "\(connections)", "proxy": "\(transport.proxyDescription)",
                 ]
             )
         }

@@ -19,6 +19,16 @@ enum DeliveryTransport: Sendable {
         }
     }
 
+    /// The proxy of the gateway's connections, for logs: its password masked; `direct` without.
+    var proxyDescription: String {
+        let proxy: APNSProxy? =
+            switch self {
+            case .binary(let c): c.proxy
+            case .http2(let c): c.proxy
+            }
+        return proxy.map { "\($0)" } ?? "direct"
+    }
+
     var name: String {
         switch self {
         case .binary: "binary"
@@ -119,6 +129,7 @@ struct PoolSettings: Sendable {
                 credentials: credentials
             )
             gateway.verifyServer = env.verifyServer
+            gateway.proxy = env.proxy?.proxy(for: env.gateway.host)
             gateway.maxConnections = app.poolSize
             gateway.cacheMaxCount = app.cacheMaxCount
             gateway.cacheMaxBytes = app.cacheMaxBytes
@@ -141,6 +152,7 @@ struct PoolSettings: Sendable {
                     credentials: credentials
                 )
                 feedback.verifyServer = env.verifyServer
+                feedback.proxy = env.proxy?.proxy(for: env.feedback.host)
                 self.feedback = feedback
             }
         case .http2:
@@ -165,6 +177,7 @@ struct PoolSettings: Sendable {
                 do { try gateway.trust(ca) } catch { throw ConfigurationError("\(path).ca: \(error.message).") }
             }
             gateway.verifyServer = env.verifyServer
+            gateway.proxy = env.proxy?.proxy(for: env.gateway.host)
             gateway.maxConnections = app.poolSize
             gateway.maxPending = max(1, min(gateway.maxPending, maxPending))
             gateway.connectionRetryLimit = retryLimit
@@ -182,6 +195,7 @@ struct PoolSettings: Sendable {
             var management = gateway
             management.host = env.channelManagement.host
             management.port = env.channelManagement.port
+            management.proxy = env.proxy?.proxy(for: env.channelManagement.host)
             channelManager = APNSChannelManager(configuration: management, environment: env.name)
         }
     }

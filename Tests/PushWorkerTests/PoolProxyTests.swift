@@ -1,0 +1,69 @@
+import APNSCore
+import PushConfiguration
+import Testing
+
+@testable import PushWorker
+
+/// Each client of an app environment gets the proxy for its own host: the gateway, the feedback
+/// service and the channel management API are matched against `no_proxy` one by one.
+@Suite struct PoolProxyTests {
+    static let credentials = """
+        certificatePemEnv: CERT
+        keyPemEnv: KEY
+        gateway: gateway.push.apple.com:2195
+        feedback: feedback.internal:2196
+        channelManagement: channels.internal:2196
+        """
+
+    static func configuration(transport: String, proxyVariables: [String: String]) throws -> WorkerConfiguration {
+        try PoolSettingsTests.configuration(
+            transport: transport,
+            credentials: credentials,
+            environment: [
+                "CERT": PoolSettingsTests.certificates.client.certificatePEM,
+                "KEY": PoolSettingsTests.certificates.client.keyPEM,
+            ].merging(proxyVariables) { $1 }
+        )
+    }
+
+    @Test("A binary pool and its feedback client: the gateway through the proxy, the feedback service not")
+    func binary() throws {
+        let configuration = try Self.configuration(
+            transport: "binary",
+            proxyVariables: ["HTTPS_PROXY": "http://bob:pw@proxy.internal:3128", "NO_PROXY": ".internal"]
+        )
+        let pool = try #require(try PoolSettings.all(for: configuration).first?.value)
+        guard case .binary(let gateway) = pool.transport else {
+            Issue.record("not a binary pool")
+            return
+        }
+        let proxy = APNSProxy(host: "proxy.internal", port: 3128, username: "bob", password: "pw")
+        #expect(gateway.proxy == proxy)
+        #expect(pool.feedback?.proxy == nil)
+        #expect(pool.transport.proxyDescription == "http://bob:***@proxy.internal:3128")
+    }
+
+    @Test("An HTTP/2 pool through the proxy, its channel manager directly")
+    func http2() throws {
+        let configuration = try Self.configuration(
+            transport: "http2",
+            proxyVariables: ["https_proxy": "http://proxy.internal:3128", "no_proxy": "channels.internal"]
+        )
+        let pool = try #require(try PoolSettings.all(for: configuration).first?.value)
+        guard case .http2(let gateway) = pool.transport else {
+            Issue.record("not an HTTP/2 pool")
+            return
+        }
+        #expect(gateway.proxy == APNSProxy(host: "proxy.internal", port: 3128))
+        let manager = try ChannelManagement.manager(for: configuration, app: "a", environment: nil)
+        #expect(manager.configuration.host == "channels.internal")
+        #expect(manager.configuration.proxy == nil)
+
+        let everywhere = try Self.configuration(
+            transport: "http2",
+            proxyVariables: ["https_proxy": "http://proxy.internal:3128"]
+        )
+        let managed = try ChannelManagement.manager(for: everywhere, app: "a", environment: nil)
+        #expect(managed.configuration.proxy == APNSProxy(host: "proxy.internal", port: 3128))
+    }
+}
