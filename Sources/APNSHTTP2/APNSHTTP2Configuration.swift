@@ -53,8 +53,10 @@ public struct APNSHTTP2Configuration: Sendable {
     /// Close a connection that had no stream for this long (`nil` keeps it open).
     public var idleTimeout: Duration? = .seconds(300)
 
-    /// Retries per notification after `429 TooManyRequests`, a 5xx, or a reason that asks for a
-    /// new connection, when the notification sets no `retryLimit` (§3.4).
+    /// Retries per notification after `429 TooManyRequests` or a 5xx other than `Shutdown`, when
+    /// the notification sets no `retryLimit` (§3.4). Resends on a new connection after an answer
+    /// about the connection or the provider token (`ExpiredProviderToken`, `IdleTimeout`,
+    /// `Shutdown`, …) do not count: at most 3 of them per notification.
     public var defaultRetryLimit = 3
     /// First delay before a retry after 429 or 5xx; doubled for each further retry.
     public var retryBaseDelay: Duration = .seconds(1)

@@ -11,6 +11,12 @@ extension HTTP2PoolStateMachine {
         var maxStreamsPerConnection = 1000
         /// Writes of one request after which a stream left unanswered is not tried again.
         var maxAttempts = 5
+        /// Resends of one request on another connection after answers that are about the
+        /// connection or the provider token (``APNSRetryAdvice/onNewConnection``): enough for a
+        /// token refresh, an idle connection and a server shutting down to meet one
+        /// notification, few enough that a server answering nothing else cannot keep it
+        /// forever. Independent of the request's `retryLimit`, which counts 429 and 5xx.
+        var maxConnectionResends = 3
         /// Failed connects in a row after which waiting requests fail; `nil`: they wait.
         var connectionRetryLimit: Int? = 10
         var reconnectBaseDelay: Duration = .milliseconds(100)

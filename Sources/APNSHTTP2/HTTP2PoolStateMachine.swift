@@ -20,7 +20,8 @@ struct HTTP2PoolStateMachine {
     let configuration: Configuration
     var queue = APNSPoolQueue<QueuedRequest>()
     var delayed: [Delayed] = []
-    private var delayedTimerDue: NIODeadline?
+    /// When the armed retry timer fires, if one is armed.
+    var delayedTimerDue: NIODeadline?
     private(set) var connections: [Int: Connection] = [:]
     private var connectionIDs = APNSConnectionIDs()
     /// Connects in a row that failed before the connection got ready; one that gets ready
@@ -411,7 +412,7 @@ struct HTTP2PoolStateMachine {
         }
     }
 
-    private static func nanoseconds(_ duration: Duration) -> Int64 {
+    static func nanoseconds(_ duration: Duration) -> Int64 {
         duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000
     }
 
@@ -452,6 +453,11 @@ struct HTTP2PoolStateMachine {
             case .deviceTokenInvalid(let failure), .rejected(let failure):
                 report(request, failure, uniqueID: response.apnsUniqueID)
             case .retry:
+                if failure.replaceConnection, var connection = connections[id] {
+                    connection.phase = .draining
+                    connection.closeReason = connection.closeReason ?? .other
+                    connections[id] = connection
+                }
                 retry(request, failure, connection: id, &actions)
             }
         case .unprocessed(let request):
@@ -476,71 +482,6 @@ struct HTTP2PoolStateMachine {
                 queue.prepend(request)
             }
         }
-    }
-
-    /// §3.4: an answer that asks for a retry, now, after a delay, or on a new connection.
-    private mutating func retry(
-        _ request: QueuedRequest,
-        _ failure: APNSHTTP2Failure,
-        connection id: Int,
-        _ actions: inout [Action]
-    ) {
-        var request = request
-        request.lastFailure = failure
-        if failure.reason == .expiredProviderToken, configuration.providerTokens {
-            // §6.10: refresh once (the provider never signs twice in 20 minutes) and
-            // replace this connection, which would keep answering ExpiredProviderToken.
-            actions.append(.refreshToken(connection: id, rejected: connections[id]?.currentToken))
-        }
-        if failure.replaceConnection, var connection = connections[id] {
-            connection.phase = .draining
-            connection.closeReason = connection.closeReason ?? .other
-            connections[id] = connection
-        }
-        guard request.retries < request.retryLimit else {
-            report(request, failure, gaveUp: true)
-            return
-        }
-        request.retries += 1
-        if failure.retry == .onNewConnection {
-            queue.prepend(request)
-        } else {
-            let delay = APNSReconnectBackoff.delay(
-                afterFailures: request.retries,
-                base: configuration.retryBaseDelay,
-                maximum: configuration.retryMaxDelay
-            )
-            let due = configuration.clock() + .nanoseconds(Self.nanoseconds(delay))
-            delayed.append(Delayed(due: due, request: request))
-            if delayedTimerDue.map({ due < $0 }) ?? true {
-                delayedTimerDue = due
-                actions.append(.armDelayedTimer(due))
-            }
-        }
-    }
-
-    private mutating func report(
-        _ request: QueuedRequest,
-        _ failure: APNSHTTP2Failure,
-        gaveUp: Bool = false,
-        uniqueID: String? = nil
-    ) {
-        let meaning = failure.reason?.entry?.meaning ?? APNSStatus(rawValue: failure.status).reason
-        let message = gaveUp ? "\(meaning); gave up after \(request.retries) retries" : meaning
-        let unregisteredAt =
-            failure.status == 410
-            ? failure.timestamp.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } : nil
-        events.append(
-            outcome: .transmissionError(
-                request.outcome(
-                    status: APNSStatus(rawValue: failure.status),
-                    message: message,
-                    reason: failure.reason?.rawValue,
-                    unregisteredAt: unregisteredAt,
-                    uniqueID: uniqueID
-                )
-            )
-        )
     }
 
     private mutating func failAll(status: APNSStatus, message: String) {

@@ -28,8 +28,14 @@ package struct QueuedRequest: APNSQueuedNotification {
     var writes = 0
     /// When it was last written; see ``APNSDeliveryOutcome/writtenAt``.
     package var writtenAt: UInt64?
-    /// Retries spent (429, 5xx, a reason that asks for a new connection).
+    /// Retries spent after `429 TooManyRequests` and 5xx answers other than `Shutdown`: the
+    /// budget ``retryLimit`` bounds.
     var retries = 0
+    /// Resends on another connection after a reason that is about the connection or its
+    /// provider token, not the notification (`ExpiredProviderToken`, `IdleTimeout`,
+    /// `Shutdown`, …; ``APNSRetryAdvice/onNewConnection``). They do not spend ``retries``;
+    /// ``HTTP2PoolStateMachine/Configuration/maxConnectionResends`` bounds them.
+    var connectionResends = 0
     /// An earlier attempt was on a stream the server may have processed without answering.
     package var possibleDuplicate = false
     /// The last failure, reported if the notification is given up.

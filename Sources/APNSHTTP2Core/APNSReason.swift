@@ -99,6 +99,9 @@ public struct APNSReason: RawRepresentable, Sendable, Hashable, CustomStringConv
     // cause is fixed. Connection replacement: ExpiredProviderToken (§6.10),
     // UnrelatedKeyIdInToken ("open a new connection"), TooManyProviderTokenUpdates (the
     // count is per connection, §4), IdleTimeout and Shutdown (the server ends the connection).
+    // Those are retried at once on another connection: a 503 Shutdown is about the connection
+    // (§3.4: "the server is shutting down"), not the service, as ServiceUnavailable is; pushy
+    // and apns2 send such a request again on a new connection.
     private static let table: [(APNSReason, Entry)] = [
         (
             .badCollapseId,
@@ -415,7 +418,7 @@ public struct APNSReason: RawRepresentable, Sendable, Hashable, CustomStringConv
             Entry(
                 status: 503,
                 meaning: "the server is shutting down",
-                retry: .withBackoff,
+                retry: .onNewConnection,
                 invalidatesDeviceToken: false,
                 replaceConnection: true
             )

@@ -50,14 +50,15 @@ import Synchronization
 /// | the token is in ``Configuration/badTokens`` | 400 `BadDeviceToken` |
 /// | the token is in ``Configuration/unregistered`` | 410 `Unregistered` with `"timestamp"` in ms |
 /// | every Nth request that passed all rules, over all connections (``Configuration/status429Every``) | 429 `TooManyRequests` |
+/// | the first N requests that passed all rules, over all connections (``Configuration/answerFirst``) | its status and reason |
 ///
 /// An idle connection (``Configuration/idleTimeout``) gets a GOAWAY whose debug data is
 /// `{"reason":"IdleTimeout"}` and is closed. ``Configuration/goAwayEvery`` and
 /// ``sendGoAwayToAll(debugData:)`` send GOAWAY too (see below).
 ///
 /// Never produced: `DeviceTokenNotForTopic`, `Forbidden`, `ExpiredToken`, `InternalServerError`,
-/// `ServiceUnavailable` and `Shutdown` as a response reason (`Shutdown` appears only as
-/// GOAWAY debug data). The body is not parsed as JSON: APNs documents no reason for a
+/// `ServiceUnavailable` and `Shutdown` as a response reason (`Shutdown` appears as GOAWAY
+/// debug data), except through ``Configuration/answerFirst``. The body is not parsed as JSON: APNs documents no reason for a
 /// malformed payload.
 ///
 /// Stream limits: with ``Configuration/dropStreamsToOneAfterError`` the limit drops to 1
@@ -109,6 +110,9 @@ public final class APNSHTTP2Simulator: Sendable {
         public var goAwayEvery: Int?
         /// Every Nth request that passed validation, over all connections: 429 `TooManyRequests`.
         public var status429Every: Int?
+        /// The first `count` requests that passed validation, over all connections, are answered
+        /// with `reason` and its documented status (`IdleTimeout`, `Shutdown`, …).
+        public var answerFirst: (reason: APNSReason, count: Int)?
         /// Delay before each answer (scheduled on the event loop).
         public var responseDelay: Duration = .zero
         /// While set and closed, answers are held (streams stay open) until ``AnswerGate/open()``;
@@ -246,6 +250,8 @@ public final class APNSHTTP2Simulator: Sendable {
     let state: Mutex<State>
     /// Requests that passed validation, over all connections (`status429Every`).
     let validRequests = Atomic<Int>(0)
+    /// Requests answered by ``Configuration/answerFirst`` so far.
+    let answeredFirst = Atomic<Int>(0)
     /// Bumped whenever the token lists change, so connections reload them.
     let listsVersion = Atomic<Int>(0)
     /// GOAWAYs sent with rotating debug data (§6.9).

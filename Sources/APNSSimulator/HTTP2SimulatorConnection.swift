@@ -337,6 +337,11 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
             return .rejected(.unregistered, status: 410, timestamp: timestamp)
         }
 
+        if let fault = configuration.answerFirst,
+            simulator.answeredFirst.wrappingAdd(1, ordering: .relaxed).oldValue < fault.count
+        {
+            return reject(fault.reason)
+        }
         if let n = configuration.status429Every {
             let count = simulator.validRequests.wrappingAdd(1, ordering: .relaxed).newValue
             if count % n == 0 { return reject(.tooManyRequests) }

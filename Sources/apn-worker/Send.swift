@@ -11,7 +11,10 @@ struct Send: AsyncParsableCommand {
         discussion: """
             Either one job from the options (--app, --token, --alert, ...) or every line of --file \
             (one JSON job per line, see docs/jobs.md). Lines are sent as they are, so invalid jobs can be \
-            produced on purpose; the worker answers them with error results. Prints a JSON summary.
+            produced on purpose; the worker answers them with error results. --json adds the members of a \
+            JSON object to the job built from the options, for fields without an option of their own \
+            (liveActivity, channels, channelAction, payload, ...); a field that an option sets too is \
+            refused. Prints a JSON summary.
             """
     )
 
@@ -44,6 +47,35 @@ struct Send: AsyncParsableCommand {
 
     @Option(help: "Environment: production or sandbox (default: the app's).")
     var env: String?
+
+    @Option(help: "A JSON object copied into the job's \"metadata\" and into each of its results.")
+    var metadata: String?
+
+    @Option(
+        name: .customLong("apns-topic"),
+        help: "HTTP/2 apps: the job's \"topic\", a bundle ID from the app's topics (--topic is the Kafka topic)."
+    )
+    var apnsTopic: String?
+
+    @Option(name: .customLong("apns-id"), help: "HTTP/2 apps: the job's \"apnsId\", a UUID.")
+    var apnsID: String?
+
+    @Flag(help: "Write a jobSummary result once every token has its result.")
+    var summary = false
+
+    @Flag(help: "Everything but the write to Apple: the results are of type dryRun.")
+    var dryRun = false
+
+    @Option(
+        help: "How long after it is produced the job may still be sent: seconds, or \"90s\", \"10m\", \"1h\", \"1d\"."
+    )
+    var staleAfter: String?
+
+    @Option(
+        name: .customLong("json"),
+        help: "A JSON object whose members are added to the job (a member an option sets too is refused)."
+    )
+    var template: String?
 
     @Option(name: .customLong("kafka-property"), help: "A librdkafka property, KEY=VALUE (repeatable).")
     var kafkaProperties: [String] = []
@@ -93,7 +125,7 @@ struct Send: AsyncParsableCommand {
 
     private func collectJobs() throws -> [(key: [UInt8]?, value: [UInt8])] {
         if let file {
-            guard app == nil, token.isEmpty, alert == nil, badge == nil, sound == nil, id == nil, env == nil else {
+            guard try jobOptions.isEmpty, template == nil else {
                 throw UsageFailure(
                     message: "give either --file or the job options (--app, --token, --alert, ...), not both"
                 )
@@ -116,28 +148,99 @@ struct Send: AsyncParsableCommand {
                 return (key, bytes)
             }
         }
-        guard let app else { throw UsageFailure(message: "--app is required unless --file is given") }
-        guard !token.isEmpty else { throw UsageFailure(message: "give at least one --token") }
-        for t in token {
-            do { _ = try DeviceToken(hex: t) } catch { throw UsageFailure(message: "--token: \(error.message)") }
+        let template = try self.template.map { try Self.object($0, option: "--json") } ?? [:]
+        var fields: [String: JSONValue] = [:]
+        for (option, key, value) in try jobOptions {
+            if template[key] != nil {
+                throw UsageFailure(message: "--json sets \"\(key)\", which \(option) sets too; give it once")
+            }
+            fields[key] = value
         }
-        if let env, env != "production" && env != "sandbox" {
-            throw UsageFailure(message: "--env must be production or sandbox, not \"\(env)\"")
+        let targets = ["token", "tokens", "channel", "channels"]
+        if !token.isEmpty, let other = targets.first(where: { template[$0] != nil }) {
+            throw UsageFailure(
+                message:
+                    "--json sets \"\(other)\" and --token gives tokens; a job has one of token, tokens, channel and channels"
+            )
         }
-        let jobId = id ?? UUID().uuidString.lowercased()
-        var fields: [String: JSONValue] = ["id": .string(jobId), "app": .string(app)]
-        if token.count == 1 {
-            fields["token"] = .string(token[0])
-        } else {
-            fields["tokens"] = .array(token.map(JSONValue.string))
+        fields.merge(template) { option, _ in option }
+        guard fields["app"] != nil else {
+            throw UsageFailure(message: "--app is required unless --file is given or --json sets \"app\"")
         }
-        if let alert { fields["alert"] = .string(alert) }
-        if let badge { fields["badge"] = .int(Int64(badge)) }
-        if let sound { fields["sound"] = .string(sound) }
-        if let env { fields["env"] = .string(env) }
-        if alert == nil && badge == nil && sound == nil {
+        guard !token.isEmpty || targets.contains(where: { fields[$0] != nil }) || fields["channelAction"] != nil else {
+            throw UsageFailure(message: "give at least one --token, or a channel or channelAction in --json")
+        }
+        if self.template == nil && alert == nil && badge == nil && sound == nil {
             throw UsageFailure(message: "a job needs something to show: give --alert, --badge or --sound")
         }
-        return [(Array(jobId.utf8), JSONValue.object(fields).serialized())]
+        if fields["id"] == nil { fields["id"] = .string(UUID().uuidString.lowercased()) }
+        let key = fields["id"]?.stringValue.map { Array($0.utf8) }
+        return [(key, JSONValue.object(fields).serialized())]
+    }
+
+    /// The options that set job fields, each with the field it sets and its value, checked.
+    private var jobOptions: [(option: String, key: String, value: JSONValue)] {
+        get throws {
+            var options: [(String, String, JSONValue)] = []
+            if let app { options.append(("--app", "app", .string(app))) }
+            for t in token {
+                do { _ = try DeviceToken(hex: t) } catch { throw UsageFailure(message: "--token: \(error.message)") }
+            }
+            if token.count == 1 {
+                options.append(("--token", "token", .string(token[0])))
+            } else if !token.isEmpty {
+                options.append(("--token", "tokens", .array(token.map(JSONValue.string))))
+            }
+            if let alert { options.append(("--alert", "alert", .string(alert))) }
+            if let badge { options.append(("--badge", "badge", .int(Int64(badge)))) }
+            if let sound { options.append(("--sound", "sound", .string(sound))) }
+            if let id { options.append(("--id", "id", .string(id))) }
+            if let env {
+                guard env == "production" || env == "sandbox" else {
+                    throw UsageFailure(message: "--env must be production or sandbox, not \"\(env)\"")
+                }
+                options.append(("--env", "env", .string(env)))
+            }
+            if let metadata {
+                options.append(("--metadata", "metadata", .object(try Self.object(metadata, option: "--metadata"))))
+            }
+            if let apnsTopic { options.append(("--apns-topic", "topic", .string(apnsTopic))) }
+            if let apnsID {
+                guard UUID(uuidString: apnsID) != nil else {
+                    throw UsageFailure(message: "--apns-id must be a UUID (8-4-4-4-12 hex digits), not \"\(apnsID)\"")
+                }
+                options.append(("--apns-id", "apnsId", .string(apnsID)))
+            }
+            if summary { options.append(("--summary", "summary", .bool(true))) }
+            if dryRun { options.append(("--dry-run", "dryRun", .bool(true))) }
+            if let staleAfter { options.append(("--stale-after", "staleAfter", try Self.staleAfter(staleAfter))) }
+            return options
+        }
+    }
+
+    /// `text` parsed as a JSON object, or a one-sentence usage failure naming `option`.
+    private static func object(_ text: String, option: String) throws -> [String: JSONValue] {
+        let value: JSONValue
+        do {
+            value = try JSONValue.parse(text)
+        } catch {
+            throw UsageFailure(message: "\(option) must be a JSON object, but it is not JSON (\(error.message))")
+        }
+        guard case .object(let members) = value else {
+            throw UsageFailure(message: "\(option) must be a JSON object, such as {\"key\":\"value\"}, not \(text)")
+        }
+        return members
+    }
+
+    /// `--stale-after`: a number of seconds (sent as a number) or a duration such as "10m".
+    private static func staleAfter(_ text: String) throws -> JSONValue {
+        if let seconds = Int64(text), seconds > 0, seconds <= 31_536_000 { return .int(seconds) }
+        guard case .after(let duration)? = try? APNSExpiry(parsing: text), duration > .zero else {
+            throw UsageFailure(
+                message:
+                    "--stale-after must be a positive number of seconds or a duration such as 90s, 10m or 1h, not \"\(text)\""
+            )
+        }
+        return .string(text)
     }
 }

@@ -38,10 +38,12 @@ import Testing
 
 @Test func serverErrorsAndThrottlingAreRetryable() {
     #expect(APNSReason.tooManyRequests.entry?.retry == .afterDelay)
-    for reason in [APNSReason.internalServerError, .serviceUnavailable, .shutdown] {
+    for reason in [APNSReason.internalServerError, .serviceUnavailable] {
         #expect(reason.entry?.retry == .withBackoff, "\(reason)")
         #expect(reason.retryAdvice(status: 503).isRetryable)
     }
+    // A 503 Shutdown is about the connection: resent at once on another one (§3.4, §3.5).
+    #expect(APNSReason.shutdown.entry?.retry == .onNewConnection)
     #expect(APNSReason.shutdown.entry?.replaceConnection == true)
     #expect(APNSReason.expiredProviderToken.entry?.retry == .onNewConnection)
     #expect(APNSReason.expiredProviderToken.entry?.replaceConnection == true)

@@ -279,7 +279,7 @@ import Testing
         #expect(refreshes.count == 1 && refreshes.first == .some(m.connections[id]?.currentToken))
         let next = Self.connectIDs(answered.actions)
         #expect(next.count == 1 && next.first != id)
-        #expect(m.queue.map(\.tag) == [0] && m.queue.first?.retries == 1)
+        #expect(m.queue.map(\.tag) == [0] && m.queue.first?.retries == 0 && m.queue.first?.connectionResends == 1)
         #expect(Self.outcomes(&m).isEmpty)
     }
 

@@ -77,6 +77,93 @@ struct WorkerCommandTests {
         #expect(result.stderr.contains("--token"))
     }
 
+    @Test("send sets metadata, topic, apnsId, summary, dryRun and staleAfter from options and adds --json's members")
+    func sendJobFieldOptionsAndTemplate() async throws {
+        let kafka = try ChildProcess(
+            Paths.executable,
+            ["kafka-embedded", "--brokers", "1", "--topics", "apn.requests:1"]
+        )
+        defer { kafka.signal(SIGKILL) }
+        let ready = try #require(await kafka.readLine().flatMap(jsonObject))
+        let brokers = try #require(ready["bootstrapServers"] as? String)
+        let token = String(repeating: "cd", count: 32)
+        let apnsID = "8E2B1C9A-1F1B-4C7E-9A55-2D0E5B6F7A11"
+        let sent = try await run(
+            Paths.executable,
+            [
+                "send", "--brokers", brokers, "--app", "com.example.app", "--token", token, "--alert", "Hi",
+                "--id", "job-fields", "--metadata", #"{"order":1234,"tags":["a"]}"#, "--apns-topic",
+                "com.example.other",
+                "--apns-id", apnsID, "--summary", "--dry-run", "--stale-after", "10m",
+                "--json", #"{"payload":{"deepLink":"/orders/1234"},"priority":5,"retryLimit":0}"#,
+            ]
+        )
+        #expect(sent.status == 0, "\(sent.stderr)")
+        // A job with a channel from --json needs no --token and nothing to show from the options.
+        let channel = try await run(
+            Paths.executable,
+            [
+                "send", "--brokers", brokers, "--app", "com.example.app", "--stale-after", "90",
+                "--json", #"{"id":"job-channel","channel":"dHdvY2hhbm5lbA==","alert":"All"}"#,
+            ]
+        )
+        #expect(channel.status == 0, "\(channel.stderr)")
+
+        let consumer = try KafkaConsumer(
+            configuration: KafkaConfiguration([
+                "bootstrap.servers": brokers, "group.id": "check-\(UUID().uuidString.prefix(6))",
+                "auto.offset.reset": "earliest",
+            ])
+        )
+        try consumer.subscribe(topics: ["apn.requests"])
+        var messages: [(key: String?, value: JSONValue)] = []
+        let deadline = ContinuousClock.now + .seconds(30)
+        while messages.count < 2, ContinuousClock.now < deadline {
+            messages += try await consumer.poll(timeout: .milliseconds(200)).compactMap { message in
+                guard let value = try? JSONValue.parse(message.value) else { return nil }
+                return (message.key.map { String(decoding: $0, as: UTF8.self) }, value)
+            }
+        }
+        try? await consumer.close()
+        let job = try #require(messages.first { $0.value["id"] == "job-fields" })
+        #expect(job.key == "job-fields")
+        #expect(job.value["metadata"] == .object(["order": .int(1234), "tags": .array(["a"])]))
+        #expect(job.value["topic"] == "com.example.other")
+        #expect(job.value["apnsId"] == .string(apnsID))
+        #expect(job.value["summary"] == .bool(true) && job.value["dryRun"] == .bool(true))
+        #expect(job.value["staleAfter"] == "10m")
+        #expect(job.value["payload"] == .object(["deepLink": "/orders/1234"]))
+        #expect(job.value["priority"] == .int(5) && job.value["retryLimit"] == .int(0))
+        #expect(job.value["token"] == .string(token) && job.value["alert"] == "Hi")
+        let broadcast = try #require(messages.first { $0.value["id"] == "job-channel" })
+        #expect(broadcast.key == "job-channel")
+        #expect(broadcast.value["channel"] == "dHdvY2hhbm5lbA==" && broadcast.value["token"] == nil)
+        #expect(broadcast.value["staleAfter"] == .int(90))
+    }
+
+    @Test(
+        "send refuses bad --json, --metadata, --apns-id and --stale-after, and a field given twice, with one sentence and exit code 2",
+        arguments: [
+            (["--alert", "Hi", "--json", #"{"priority":5"#], "--json must be a JSON object, but it is not JSON"),
+            (["--alert", "Hi", "--json", "[1]"], "--json must be a JSON object"),
+            (["--alert", "Hi", "--json", #"{"alert":"Other"}"#], #"--json sets "alert", which --alert sets too"#),
+            (["--alert", "Hi", "--json", #"{"tokens":["00ff"]}"#], #"--json sets "tokens" and --token gives tokens"#),
+            (["--alert", "Hi", "--metadata", "order=1234"], "--metadata must be a JSON object"),
+            (["--alert", "Hi", "--apns-id", "not-a-uuid"], "--apns-id must be a UUID"),
+            (["--alert", "Hi", "--stale-after", "soon"], "--stale-after must be a positive number of seconds"),
+        ]
+    )
+    func sendRefusesBadJobOptions(options: [String], fragment: String) async throws {
+        let token = String(repeating: "ab", count: 32)
+        let result = try await run(
+            Paths.executable,
+            ["send", "--brokers", "127.0.0.1:1", "--app", "a", "--token", token] + options
+        )
+        #expect(result.status == 2)
+        #expect(result.stderr.contains(fragment), "\(result.stderr)")
+        #expect(result.stderr.split(separator: "\n").count == 1, "one sentence: \(result.stderr)")
+    }
+
     @Test(arguments: [
         (["run", "--config", "/nonexistent/worker.yaml"], "/nonexistent/worker.yaml"),
         (["run", "--redis", "redis://127.0.0.1:6379"], "kafka.bootstrapServers"),
