@@ -156,10 +156,6 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                     }
                     body = payload
                 }
-                var channelID: String? = nil
-                if t.broadcastPath != nil {
-                    channelID = Data(submission.token.bytes).base64EncodedString()
-                }
                 batch.items.append(
                     QueuedRequest(
                         tag: submission.tag,
@@ -172,12 +168,12 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                         pushType: t.pushType,
                         topic: t.topic,
                         priority: t.priority,
+                        isBroadcast: t.broadcastPath != nil,
                         expiration: t.expiration,
                         collapseID: t.collapseID,
                         apnsID: submission.apnsID ?? apnsIDs.next(),
                         retryLimit: t.retryLimit,
-                        staleAt: submission.content.staleAt,
-                        channelID: channelID
+                        staleAt: submission.content.staleAt
                     )
                 )
             case .failure(let error):

@@ -1,4 +1,5 @@
 import APNSCore
+import Foundation
 import NIOCore
 import NIOHPACK
 
@@ -95,9 +96,10 @@ struct HPACKRequestEncoder {
         buffer.writeInteger(UInt8(0x80 | 7))  // :scheme: https
         write(.authority, authority, into: &buffer)
         Self.writeLiteral(nameIndex: 4, value: request.path, into: &buffer)  // :path
-        if let channelID = request.channelID {
+        if request.isBroadcast {
             // §7.3: the bundle ID is in the path; the request's id is `apns-request-id`.
             Self.writeLiteral(name: "apns-request-id", value: request.apnsID, into: &buffer)
+            let channelID = Data(request.token.bytes).base64EncodedString()
             Self.writeLiteral(name: "apns-channel-id", value: channelID, into: &buffer)
             write(.pushType, request.pushType.rawValue, into: &buffer)
         } else {

@@ -28,7 +28,7 @@ extension HTTP2PoolStateMachine {
             actions.append(.refreshToken(connection: id, rejected: connections[id]?.currentToken))
         }
         if failure.retry == .onNewConnection {
-            guard request.connectionResends < configuration.maxConnectionResends else {
+            guard Int(request.connectionResends) < configuration.maxConnectionResends else {
                 report(
                     request,
                     failure,

@@ -387,7 +387,8 @@ struct HTTP2PoolStateMachine {
         let count = min(connection.limit - connection.open, queue.count)
         work.requests = takeRequests(count)
         if let issuedAt = connection.currentToken?.issuedAt {
-            for index in work.requests.indices { work.requests[index].providerTokenIssuedAt = issuedAt }
+            let stamp = UInt32(clamping: issuedAt)
+            for index in work.requests.indices { work.requests[index].providerTokenIssuedAt = stamp }
         }
         connection.open += work.requests.count
         connections[id] = connection
@@ -427,8 +428,8 @@ struct HTTP2PoolStateMachine {
             if status == 429 { counters.tooManyRequests += 1 }
             // §3.4: a 200 or a 4xx other than 403 (the token refused) and 429 (which includes
             // TooManyProviderTokenUpdates) means APNs took the request's provider token.
-            if status < 500, status != 403, status != 429, let issuedAt = request.providerTokenIssuedAt {
-                counters.providerTokenAccepted(issuedAt: issuedAt)
+            if status < 500, status != 403, status != 429, request.providerTokenIssuedAt != 0 {
+                counters.providerTokenAccepted(issuedAt: Int64(request.providerTokenIssuedAt))
             }
             if status == 200 {
                 // §3.4: apns-unique-id in the development environment only.

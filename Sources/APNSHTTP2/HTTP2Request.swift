@@ -11,17 +11,28 @@ package struct QueuedRequest: APNSQueuedNotification {
     var body: [UInt8]
     var pushType: APNSPushType
     var topic: String
+    // The one-byte and four-byte fields sit together, in what would otherwise be padding: the
+    // pool keeps one of these per notification it holds.
     var priority: UInt8
+    /// A broadcast (§7.3): the token is the channel ID's bytes, sent base64 as `apns-channel-id`,
+    /// with the request's UUID as `apns-request-id` and no `apns-topic` (the bundle ID is in
+    /// ``path``).
+    var isBroadcast = false
+    /// Resends on another connection after a reason that is about the connection or its
+    /// provider token, not the notification (`ExpiredProviderToken`, `IdleTimeout`,
+    /// `Shutdown`, …; ``APNSRetryAdvice/onNewConnection``). They do not spend ``retries``;
+    /// ``HTTP2PoolStateMachine/Configuration/maxConnectionResends`` bounds them.
+    var connectionResends: UInt8 = 0
     var expiration: UInt32
+    /// The `iat` (UNIX seconds) of the provider token its last write carried; 0 with
+    /// certificate authentication.
+    var providerTokenIssuedAt: UInt32 = 0
     var collapseID: String?
     /// Set by the client, kept across retries so one notification has one id in the logs (§3.5).
     var apnsID: String
     var retryLimit: Int
     /// When it goes stale (milliseconds since the epoch); see ``APNSSubmission/Content/staleAt``.
     package var staleAt: Int64? = nil
-    /// A broadcast's channel ID, base64 (§7.3): sent as `apns-channel-id`, with the request's
-    /// UUID as `apns-request-id` and no `apns-topic` (the bundle ID is in ``path``).
-    var channelID: String? = nil
     /// Writes to a connection (less the ones the server certainly did not process).
     package var attempts = 0
     /// Writes to a connection, all of them.
@@ -31,18 +42,10 @@ package struct QueuedRequest: APNSQueuedNotification {
     /// Retries spent after `429 TooManyRequests` and 5xx answers other than `Shutdown`: the
     /// budget ``retryLimit`` bounds.
     var retries = 0
-    /// Resends on another connection after a reason that is about the connection or its
-    /// provider token, not the notification (`ExpiredProviderToken`, `IdleTimeout`,
-    /// `Shutdown`, …; ``APNSRetryAdvice/onNewConnection``). They do not spend ``retries``;
-    /// ``HTTP2PoolStateMachine/Configuration/maxConnectionResends`` bounds them.
-    var connectionResends = 0
     /// An earlier attempt was on a stream the server may have processed without answering.
     package var possibleDuplicate = false
     /// The last failure, reported if the notification is given up.
     var lastFailure: APNSHTTP2Failure?
-    /// The `iat` of the provider token its last write carried; `nil` with certificate
-    /// authentication.
-    var providerTokenIssuedAt: Int64? = nil
 
     func outcome(
         status: APNSStatus?,

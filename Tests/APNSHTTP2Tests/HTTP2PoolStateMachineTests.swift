@@ -579,7 +579,7 @@ extension HTTP2PoolStateMachineTests {
         var m = Machine(configuration: c)
         let id = ready(&m, count: 6, limit: 10)
         let sent = Self.written(m.takeWork(id: id, free: true, token: try Self.offer(provider)).work)
-        #expect(sent.count == 6 && sent.allSatisfy { $0.providerTokenIssuedAt == token.issuedAt })
+        #expect(sent.count == 6 && sent.allSatisfy { Int64($0.providerTokenIssuedAt) == token.issuedAt })
         // Refusals of the token, and answers that say nothing about it.
         _ = m.streamsFinished(
             id: id,
@@ -598,7 +598,7 @@ extension HTTP2PoolStateMachineTests {
         // An answer to a request written with an older token (one a connection used before it
         // adopted the current one) leaves the newest one.
         var older = sent[5]
-        older.providerTokenIssuedAt = token.issuedAt - 3000
+        older.providerTokenIssuedAt = UInt32(token.issuedAt - 3000)
         _ = m.streamsFinished(id: id, results: [Self.answer(older, 200)], free: false)
         #expect(m.snapshot().providerTokenAcceptedAt == token.issuedAt)
     }

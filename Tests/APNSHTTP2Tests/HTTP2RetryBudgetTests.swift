@@ -65,7 +65,7 @@ extension HTTP2PoolStateMachineTests {
         var id = start(&m, retryLimit: 5)
         for resends in 0...3 {
             let sent = write(&m, on: id)
-            #expect(sent.map(\.connectionResends) == [resends])
+            #expect(sent.map { Int($0.connectionResends) } == [resends])
             let answered = m.streamsFinished(
                 id: id,
                 results: [Self.answer(sent[0], 400, reason: "IdleTimeout")],
