@@ -1,3 +1,5 @@
+import Foundation
+
 /// The parts of a `redis://[[user]:password@]host[:port][/db]` (or `rediss://`, TLS) URL.
 ///
 /// The one parser of Redis URLs: ``RedisConfiguration/init(url:connectTimeout:commandTimeout:)``
@@ -134,29 +136,10 @@ public struct RedisURL: Sendable, Hashable {
         return String(url[..<schemeEnd.upperBound]) + String(user) + ":***" + String(rest[at...])
     }
 
-    /// Decodes `%XX` escapes; `nil` for a broken escape or invalid UTF-8.
+    /// Decodes `%XX` escapes (Foundation's `removingPercentEncoding`); `nil` for a broken
+    /// escape or invalid UTF-8.
     static func percentDecoded(_ text: Substring) -> String? {
-        var bytes: [UInt8] = []
-        var iterator = Array(text.utf8).makeIterator()
-        while let byte = iterator.next() {
-            guard byte == UInt8(ascii: "%") else {
-                bytes.append(byte)
-                continue
-            }
-            guard let high = iterator.next().flatMap(hexValue), let low = iterator.next().flatMap(hexValue)
-            else { return nil }
-            bytes.append(high << 4 | low)
-        }
-        return String(validating: bytes, as: UTF8.self)
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
+        String(text).removingPercentEncoding
     }
 }
 
