@@ -249,8 +249,9 @@ extension ResultFactory {
         case .failure(let error):
             result.kind = .transmissionError
             result.status = error.status == 0 ? .connectionFailed : APNSStatus(rawValue: error.status)
-            result.reason = error.status == 0 ? error.reason : error.reason.isEmpty ? error.description : error.reason
-            if error.reason == "CannotCreateChannelConfig" { result.reason = error.description }
+            // Apple's reason as it gave it, as for notifications; the channel limit as its sentence.
+            let sentence = error.reason.isEmpty || error.reason == "CannotCreateChannelConfig"
+            result.reason = sentence ? error.description : error.reason
         }
         result.metadata = c.job.metadata
         return .delivered(
