@@ -120,7 +120,8 @@ struct ConfigurationBuilder {
     private func buildKafka() throws(ConfigurationError) -> WorkerConfiguration.Kafka {
         let file = try root.section("kafka")
         try file.checkKnown([
-            "bootstrapServers", "groupId", "groupInstanceId", "requestsTopic", "resultsTopic", "properties",
+            "bootstrapServers", "groupId", "groupInstanceId", "requestsTopic", "requestsTopics", "resultsTopic",
+            "properties",
         ])
 
         guard let serversValue = file.value("bootstrapServers") else {
@@ -138,6 +139,7 @@ struct ConfigurationBuilder {
         if let value = file.value("resultsTopic") {
             kafka.resultsTopic = try Self.topic(value)
         }
+        if let lanes = try requestsTopics(file, resultsTopic: kafka.resultsTopic) { kafka.requestsTopics = lanes }
         if let value = file.value("groupInstanceId") {
             let id = try SettingParsing.string(value, allowEmpty: true)
             guard (1...249).contains(id.unicodeScalars.count),
@@ -155,7 +157,7 @@ struct ConfigurationBuilder {
     }
 
     /// A legal Kafka topic name: 1 to 249 characters of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
-    private static func topic(_ value: SettingValue) throws(ConfigurationError) -> String {
+    static func topic(_ value: SettingValue) throws(ConfigurationError) -> String {
         let name = try SettingParsing.string(value, allowEmpty: true)
         let legal =
             (1...249).contains(name.unicodeScalars.count) && name != "." && name != ".."

@@ -163,8 +163,15 @@ extension WorkerConfiguration {
         public var bootstrapServers: String
         /// Consumer group id.
         public var groupId: String
-        /// Topic the jobs are read from.
-        public var requestsTopic: String
+        /// The topics the jobs are read from, in priority order (`kafka.requestsTopics`, or the one
+        /// topic of `kafka.requestsTopic`): a worker serves a topic's jobs ahead of those of the
+        /// topics after it (`docs/configuration.md`, "Priority lanes").
+        public var requestsTopics: [String]
+        /// The first of ``requestsTopics``; setting it makes it the only one.
+        public var requestsTopic: String {
+            get { requestsTopics[0] }
+            set { requestsTopics = [newValue] }
+        }
         /// Topic the results are written to.
         public var resultsTopic: String
         /// Extra librdkafka properties, passed through as they are; each overrides the same
@@ -188,7 +195,7 @@ extension WorkerConfiguration {
         ) {
             self.bootstrapServers = bootstrapServers
             self.groupId = groupId
-            self.requestsTopic = requestsTopic
+            self.requestsTopics = [requestsTopic]
             self.resultsTopic = resultsTopic
             self.properties = properties
         }

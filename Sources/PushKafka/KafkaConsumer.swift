@@ -79,11 +79,20 @@ public final class KafkaConsumer: Sendable {
         let (client, context) = (client, context)
         pollQueue.async {
             if context.markClosed() { _ = rd_kafka_consumer_close(client.pointer) }
+            context.lanes.close()
             let opaque = rd_kafka_opaque(client.pointer)
             rd_kafka_destroy(client.pointer)
             context.events.finish()
             if let opaque { Unmanaged<ClientContext>.fromOpaque(opaque).release() }
         }
+    }
+
+    /// Subscribes to `lanes`, topics in priority order: ``poll(maxMessages:timeout:lanes:)``
+    /// returns the messages of a topic before those of the topics after it, however they were
+    /// fetched. Call it once, before the first poll; one topic is ``subscribe(topics:)``.
+    public func subscribe(lanes: [String]) throws(KafkaError) {
+        if lanes.count > 1 { try context.lanes.open(client.pointer, topics: lanes) }
+        try subscribe(topics: lanes)
     }
 
     /// Replaces the subscription. Assignment follows asynchronously, during `poll`.
@@ -101,32 +110,29 @@ public final class KafkaConsumer: Sendable {
     /// other consumer error is thrown (after any messages already gathered have been
     /// returned, on the next call). Check `isFatal`: non-fatal errors (e.g. a
     /// subscribed topic that does not exist yet) leave the consumer usable.
-    public func poll(maxMessages: Int = 1000, timeout: Duration) async throws(KafkaError) -> [KafkaMessage] {
+    ///
+    /// Subscribed with priority lanes (``subscribe(lanes:)``), the messages of a higher lane come
+    /// before those of a lower one, and only the first `lanes` lanes are read.
+    public func poll(
+        maxMessages: Int = 1000,
+        timeout: Duration,
+        lanes: Int = .max
+    ) async throws(KafkaError) -> [KafkaMessage] {
         let (client, context) = (client, context)
         return try await pollQueue.run { () throws(KafkaError) in
             try context.checkUsable()
             let deadline = ContinuousClock.now + timeout
             var messages: [KafkaMessage] = []
-            while messages.count < maxMessages {
-                let wait = messages.isEmpty ? (deadline - .now).timeoutMilliseconds : 0
-                guard let message = rd_kafka_consumer_poll(client.pointer, wait) else {
-                    if messages.isEmpty && ContinuousClock.now < deadline { continue }
-                    break
-                }
-                defer { rd_kafka_message_destroy(message) }
-                let err = message.pointee.err
-                if err == RD_KAFKA_RESP_ERR_NO_ERROR {
-                    // After any rebalance callback this call ran: librdkafka drops what it had
-                    // fetched for partitions that callback took away. A partition whose
-                    // deferred revocation is under way is paused; whatever of it was fetched
-                    // before is its next owner's.
-                    if context.isRevoking(message) { continue }
-                    var copy = KafkaMessage(copying: message)
-                    copy.rebalanceGeneration = context.rebalanceGeneration
-                    messages.append(copy)
-                } else if err != RD_KAFKA_RESP_ERR__PARTITION_EOF {
-                    context.setPendingError(consumerError(message))
-                    break
+            if context.lanes.isActive {
+                context.pollLanes(client.pointer, lanes, maxMessages, deadline, into: &messages)
+            } else {
+                while messages.count < maxMessages {
+                    let wait = messages.isEmpty ? (deadline - .now).timeoutMilliseconds : 0
+                    guard let message = rd_kafka_consumer_poll(client.pointer, wait) else {
+                        if messages.isEmpty && ContinuousClock.now < deadline { continue }
+                        break
+                    }
+                    if !context.take(message, into: &messages) { break }
                 }
             }
             if messages.isEmpty { try context.checkUsable() }
@@ -350,6 +356,8 @@ public final class KafkaConsumer: Sendable {
 final class ConsumerContext: Sendable {
     let deferRevocations: Bool
     let events: AsyncStream<KafkaRebalanceEvent>.Continuation
+    /// The queues of the priority lanes, when there are several (``KafkaConsumer/subscribe(lanes:)``).
+    let lanes = LaneQueues()
     /// Revocations by partition: the generation of each partition's latest, and the partitions
     /// whose deferred revocation is not completed (with the protocol it was made under).
     private struct Revoked {
@@ -489,6 +497,7 @@ final class ConsumerContext: Sendable {
                 return again
             }
             let ok = cooperative ? check(rd_kafka_incremental_assign(rk, list)) : check(rd_kafka_assign(rk, list))
+            if ok { lanes.forward(rk, partitions) }
             if !pausedBefore.isEmpty {
                 let resumed = makePartitionList(pausedBefore)
                 defer { rd_kafka_topic_partition_list_destroy(resumed) }
@@ -543,50 +552,3 @@ private let offsetCommitCallback:
             guard let opaque else { return }
             Unmanaged<ClientContext>.fromOpaque(opaque).takeUnretainedValue().consumer?.committed(err)
         }
-
-private func consumerError(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> KafkaError {
-    let text = String(cString: rd_kafka_message_errstr(message))
-    guard let rkt = message.pointee.rkt else { return KafkaError(message.pointee.err, "Consumer error: \(text)") }
-    let partition = TopicPartition(
-        topic: String(cString: rd_kafka_topic_name(rkt)),
-        partition: message.pointee.partition
-    )
-    return KafkaError(message.pointee.err, "Consumer error on \(partition): \(text)")
-}
-
-extension KafkaMessage {
-    init(copying message: UnsafeMutablePointer<rd_kafka_message_t>) {
-        let m = message.pointee
-        func bytes(_ pointer: UnsafeMutableRawPointer?, _ count: Int) -> [UInt8]? {
-            pointer.map { Array(UnsafeRawBufferPointer(start: $0, count: count)) }
-        }
-        var headers: [KafkaHeader] = []
-        var list: OpaquePointer?
-        if rd_kafka_message_headers(message, &list) == RD_KAFKA_RESP_ERR_NO_ERROR, let list {
-            var name: UnsafePointer<CChar>?
-            var value: UnsafeRawPointer?
-            var size = 0
-            var index = 0
-            while rd_kafka_header_get_all(list, index, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR {
-                headers.append(
-                    KafkaHeader(
-                        name.map { String(cString: $0) } ?? "",
-                        value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-                    )
-                )
-                index += 1
-            }
-        }
-        var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
-        let timestamp = rd_kafka_message_timestamp(message, &timestampType)
-        self.init(
-            topic: String(cString: rd_kafka_topic_name(m.rkt)),
-            partition: m.partition,
-            offset: m.offset,
-            key: bytes(m.key, m.key_len),
-            value: bytes(m.payload, m.len) ?? [],
-            headers: headers,
-            timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp
-        )
-    }
-}
