@@ -20,7 +20,8 @@ public struct APNSSubmission: Sendable {
                 notification: newValue,
                 payload: content.payload,
                 staleAt: content.staleAt,
-                broadcast: content.broadcast
+                broadcast: content.broadcast,
+                urgent: content.urgent
             )
         }
     }
@@ -35,7 +36,8 @@ public struct APNSSubmission: Sendable {
                 notification: content.notification,
                 payload: newValue,
                 staleAt: content.staleAt,
-                broadcast: content.broadcast
+                broadcast: content.broadcast,
+                urgent: content.urgent
             )
         }
     }
@@ -52,17 +54,22 @@ public struct APNSSubmission: Sendable {
         /// submission's token is then the channel ID's bytes; the request goes to
         /// `/4/broadcasts/apps/<bundle ID>` with the ID in `apns-channel-id`.
         public let broadcast: Bool
+        /// Written ahead of every notification that is not urgent, which waits in the pool
+        /// (``APNSPoolQueue``): the highest priority lane's jobs.
+        public let urgent: Bool
 
         public init(
             notification: APNSNotification,
             payload: [UInt8]? = nil,
             staleAt: Int64? = nil,
-            broadcast: Bool = false
+            broadcast: Bool = false,
+            urgent: Bool = false
         ) {
             self.notification = notification
             self.payload = payload
             self.staleAt = staleAt
             self.broadcast = broadcast
+            self.urgent = urgent
         }
     }
 

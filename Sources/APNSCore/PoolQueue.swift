@@ -6,6 +6,8 @@ package protocol APNSQueuedNotification: Sendable {
     var staleAt: Int64? { get }
     /// An earlier attempt may have delivered it.
     var possibleDuplicate: Bool { get }
+    /// Written before every notification that is not (``APNSSubmission/Content/urgent``).
+    var urgent: Bool { get }
     /// Its submission's tag and token (``APNSSubmission``).
     var tag: UInt64 { get }
     var token: DeviceToken { get }
@@ -18,6 +20,9 @@ package protocol APNSQueuedNotification: Sendable {
 }
 
 extension APNSQueuedNotification {
+    /// Not urgent, unless the type says otherwise.
+    package var urgent: Bool { false }
+
     /// Its outcome now, with what every transport reports: transmitted when `status` is `nil`.
     package func baseOutcome(status: APNSStatus?, message: String?) -> APNSDeliveryOutcome {
         var outcome = APNSDeliveryOutcome(
@@ -50,11 +55,14 @@ extension APNSQueuedNotification {
 }
 
 /// The notifications a connection pool holds for its next connection with room, in order: new
-/// ones join at the back, ones to write again go back to the front.
+/// ones join at the back, ones to write again go back to the front; urgent ones
+/// (``APNSQueuedNotification/urgent``) come before all the others, in their own order.
 ///
 /// Every method is inlinable so that a pool's per-notification work (an append, a pop) is
 /// specialised for its element and stays a `Deque` operation.
 package struct APNSPoolQueue<Element: APNSQueuedNotification>: Sequence, Sendable {
+    @usableFromInline
+    var urgent = Deque<Element>()
     @usableFromInline
     var items = Deque<Element>()
 
@@ -62,48 +70,58 @@ package struct APNSPoolQueue<Element: APNSQueuedNotification>: Sequence, Sendabl
     package init() {}
 
     @inlinable
-    package var count: Int { items.count }
+    package var count: Int { urgent.count + items.count }
 
     @inlinable
-    package var isEmpty: Bool { items.isEmpty }
+    package var isEmpty: Bool { urgent.isEmpty && items.isEmpty }
 
     /// The next notification to write.
     @inlinable
-    package var first: Element? { items.first }
+    package var first: Element? { urgent.first ?? items.first }
 
     @inlinable
-    package func makeIterator() -> Deque<Element>.Iterator { items.makeIterator() }
+    package func makeIterator() -> Array<Element>.Iterator { (Array(urgent) + Array(items)).makeIterator() }
 
     @inlinable
-    package mutating func append(_ item: Element) { items.append(item) }
+    package mutating func append(_ item: Element) {
+        if item.urgent { urgent.append(item) } else { items.append(item) }
+    }
 
     @inlinable
-    package mutating func append(contentsOf newItems: some Sequence<Element>) { items.append(contentsOf: newItems) }
+    package mutating func append(contentsOf newItems: some Sequence<Element>) {
+        for item in newItems { append(item) }
+    }
 
-    /// Puts a notification back in front of all the others.
+    /// Puts a notification back in front of all the others of its kind.
     @inlinable
-    package mutating func prepend(_ item: Element) { items.prepend(item) }
+    package mutating func prepend(_ item: Element) {
+        if item.urgent { urgent.prepend(item) } else { items.prepend(item) }
+    }
 
     @inlinable
-    package mutating func popFirst() -> Element? { items.popFirst() }
+    package mutating func popFirst() -> Element? { urgent.popFirst() ?? items.popFirst() }
 
     @inlinable
     @discardableResult
-    package mutating func removeFirst() -> Element { items.removeFirst() }
+    package mutating func removeFirst() -> Element { urgent.isEmpty ? items.removeFirst() : urgent.removeFirst() }
 
     /// True when some notification has a stale time, so that ``failStale(now:peer:duplicateNote:into:)``
     /// has something to look at.
     @inlinable
-    package var mayHoldStale: Bool { items.contains { $0.staleAt != nil } }
+    package var mayHoldStale: Bool { urgent.contains { $0.staleAt != nil } || items.contains { $0.staleAt != nil } }
 
     /// Fails the notifications that are stale at `now` (milliseconds since the epoch), in order,
     /// with ``APNSQueuedNotification/staleFailure(peer:duplicateNote:)``; the others keep their
     /// order.
     package mutating func failStale(now: Int64, peer: String, duplicateNote: String, into events: inout APNSEventBuffer)
     {
+        for item in urgent where item.isStale(at: now) {
+            events.append(outcome: .transmissionError(item.staleFailure(peer: peer, duplicateNote: duplicateNote)))
+        }
         for item in items where item.isStale(at: now) {
             events.append(outcome: .transmissionError(item.staleFailure(peer: peer, duplicateNote: duplicateNote)))
         }
+        urgent.removeAll { $0.isStale(at: now) }
         items.removeAll { $0.isStale(at: now) }
     }
 }

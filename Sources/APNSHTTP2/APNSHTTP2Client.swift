@@ -169,6 +169,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                         topic: t.topic,
                         priority: t.priority,
                         isBroadcast: t.broadcastPath != nil,
+                        urgent: submission.content.urgent,
                         expiration: t.expiration,
                         collapseID: t.collapseID,
                         apnsID: submission.apnsID ?? apnsIDs.next(),

@@ -18,6 +18,8 @@ package struct QueuedRequest: APNSQueuedNotification {
     /// with the request's UUID as `apns-request-id` and no `apns-topic` (the bundle ID is in
     /// ``path``).
     var isBroadcast = false
+    /// Written before the requests that are not (``APNSSubmission/Content/urgent``).
+    package var urgent = false
     /// Resends on another connection after a reason that is about the connection or its
     /// provider token, not the notification (`ExpiredProviderToken`, `IdleTimeout`,
     /// `Shutdown`, …; ``APNSRetryAdvice/onNewConnection``). They do not spend ``retries``;

@@ -11,6 +11,7 @@ import Testing
         var token = try! DeviceToken(bytes: [UInt8](repeating: 7, count: 32))
         var attempts = 0
         var writtenAt: UInt64? = nil
+        var urgent = false
 
         func failure(_ status: APNSStatus, message: String) -> APNSDeliveryOutcome {
             APNSDeliveryOutcome(
@@ -46,6 +47,20 @@ import Testing
         #expect(APNSPoolLifecycle.draining.isStopping)
         #expect(APNSPoolLifecycle.abandoning.isStopping)
         #expect(!APNSPoolLifecycle.finished.isStopping)
+    }
+
+    @Test func urgentNotificationsAreWrittenBeforeTheOthersInTheirOwnOrder() {
+        var queue = APNSPoolQueue<Item>()
+        queue.append(contentsOf: [Item(tag: 1), Item(tag: 2)])
+        queue.append(contentsOf: [Item(tag: 10, urgent: true), Item(tag: 3), Item(tag: 11, urgent: true)])
+        queue.prepend(Item(tag: 0))
+        queue.prepend(Item(tag: 9, urgent: true))
+        #expect(queue.map(\.tag) == [9, 10, 11, 0, 1, 2, 3] && queue.count == 7)
+        #expect(queue.first?.tag == 9)
+        #expect(queue.popFirst()?.tag == 9)
+        #expect(queue.removeFirst().tag == 10)
+        #expect(queue.popFirst()?.tag == 11)
+        #expect(queue.popFirst()?.tag == 0, "the others follow in their order once no urgent one waits")
     }
 
     @Test func theQueueKeepsOrderWithNewOnesAtTheBackAndResendsAtTheFront() {

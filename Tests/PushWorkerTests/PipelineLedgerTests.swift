@@ -86,6 +86,23 @@ import Testing
         #expect(ledger.hasRoom, "a closed ledger lets intake through to see the stop")
     }
 
+    @Test func theHighestLaneKeepsItsReserveWhateverTheLowerLanesTook() {
+        let urgent = TopicPartition(topic: "urgent", partition: 0)
+        var ledger = PipelineLedger(maximum: 10, highestLane: "urgent", laneReserve: 2)
+        // One batch of a lower lane's many-token jobs goes past the bound at once.
+        _ = ledger.registered([(ref(p0, 0), 30)])
+        ledger.claiming(Array(repeating: p0, count: 30))
+        #expect(!ledger.hasRoom(reserving: 2), "the lower lanes wait")
+        #expect(ledger.hasRoom, "the highest lane has its reserve")
+        _ = ledger.registered([(ref(urgent, 0), 2)])
+        ledger.claiming([urgent, urgent])
+        #expect(!ledger.hasRoom, "the highest lane has used its reserve")
+        var plain = PipelineLedger(maximum: 10)
+        _ = plain.registered([(ref(p0, 0), 30)])
+        plain.claiming(Array(repeating: p0, count: 30))
+        #expect(!plain.hasRoom, "without lanes there is no reserve")
+    }
+
     @Test func aMessageWithNothingToSendIsCommittableAtOnce() {
         var ledger = PipelineLedger(maximum: 10)
         let actions = ledger.registered([(ref(p0, 4), 0)])

@@ -137,6 +137,7 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
                 payload: [],
                 expiry: content.notification.expiry.unixSeconds(now: now),
                 priority: content.notification.priority.rawValue,
+                urgent: content.urgent,
                 retryLimit: content.notification.retryLimit ?? configuration.defaultRetryLimit,
                 staleAt: content.staleAt
             )

@@ -7,6 +7,8 @@ package struct PendingNotification: APNSQueuedNotification {
     var payload: [UInt8]
     var expiry: UInt32
     var priority: UInt8
+    /// Written before the notifications that are not (``APNSSubmission/Content/urgent``).
+    package var urgent = false
     var retryLimit: Int?
     /// When it goes stale (milliseconds since the epoch); see ``APNSSubmission/Content/staleAt``.
     package var staleAt: Int64? = nil

@@ -3,6 +3,7 @@ import AsyncAlgorithms
 import Logging
 import PushConfiguration
 import PushKafka
+import PushRedis
 import Synchronization
 
 /// The second stage: parsed notifications are claimed in Redis, one round trip per chunk
@@ -39,6 +40,9 @@ final class ClaimStage: Sendable {
         var held: [Held] = []
         /// Handed over by intake, not yet taken by a round trip.
         var unclaimed: [Candidate] = []
+        /// The first of `unclaimed` that are urgent (the highest priority lane's): they are
+        /// claimed before the others.
+        var urgentUnclaimed = 0
         var unavailable: Set<PoolKey> = []
         /// Waiting, unclaimed, for their pool's gateway, by pool (no empty lists).
         var parked: [PoolKey: [Candidate]] = [:]
@@ -53,8 +57,9 @@ final class ClaimStage: Sendable {
     private let ledger: SharedLedger
     private let factory: ResultFactory
     private let logger: Logger
-    private let topic: String
     private let dedupeTTLSeconds: Int
+    /// The worker reads priority lanes: the highest lane's notifications are claimed first.
+    private let hasLanes: Bool
     private let maxChunk: Int
     /// Held notifications' wake-ups, one timer at a time (see ``runTimers()``).
     private let wakeUps: AsyncStream<ContinuousClock.Instant>
@@ -82,8 +87,8 @@ final class ClaimStage: Sendable {
         self.ledger = ledger
         self.factory = factory
         self.logger = logger
-        self.topic = configuration.kafka.requestsTopic
         self.dedupeTTLSeconds = configuration.worker.dedupeTTLSeconds
+        self.hasLanes = configuration.kafka.requestsTopics.count > 1
         self.maxChunk = max(configuration.worker.batchSize, 5000)
         (wakeUps, wakeUpsIn) = AsyncStream.makeStream()
         (self.signals, self.signalsIn) = signals
@@ -151,16 +156,27 @@ final class ClaimStage: Sendable {
         guard !candidates.isEmpty else { return }
         ledger.update { $0.claiming(candidates.lazy.map(\.ref.partition)) }
         let wake = state.withLock { s -> Bool in
-            defer { s.unclaimed += candidates }
+            defer {
+                if hasLanes && candidates.contains(where: \.job.content.urgent) {
+                    let urgent = candidates.filter(\.job.content.urgent)
+                    s.unclaimed.insert(contentsOf: urgent, at: s.urgentUnclaimed)
+                    s.urgentUnclaimed += urgent.count
+                    s.unclaimed += candidates.filter { !$0.job.content.urgent }
+                } else {
+                    s.unclaimed += candidates
+                }
+            }
             return s.unclaimed.isEmpty
         }
         if wake { signalsIn.yield(.parsed) }
     }
 
-    /// Up to 5,000 (or `batchSize`) of the notifications intake handed over, oldest first.
+    /// Up to 5,000 (or `batchSize`) of the notifications intake handed over, urgent ones first,
+    /// then the oldest.
     private func takeUnclaimed() -> [Candidate]? {
         state.withLock { s in
             guard !s.unclaimed.isEmpty else { return nil }
+            s.urgentUnclaimed = max(0, s.urgentUnclaimed - maxChunk)
             if s.unclaimed.count <= maxChunk {
                 defer { s.unclaimed = [] }
                 return s.unclaimed
@@ -226,7 +242,7 @@ final class ClaimStage: Sendable {
         let now = factory.now()
         let decisions: [NotificationStore.ClaimDecision]
         do {
-            decisions = try await store.claim(topic: topic, ready, ttlSeconds: dedupeTTLSeconds, nowMilliseconds: now)
+            decisions = try await claimByTopic(ready, now: now)
             if control.setRedisDown(false) { logger.notice("Redis answers again") }
         } catch {
             if !control.setRedisDown(true) {
@@ -240,6 +256,33 @@ final class ClaimStage: Sendable {
             return
         }
         await act(on: Self.plan(ready, decisions, factory: factory, now: now))
+    }
+
+    /// Claims `ready`: one claim per topic their messages came from (one, unless the worker
+    /// reads priority lanes), each naming its topic in the claims it makes.
+    private func claimByTopic(
+        _ ready: [Candidate],
+        now: Int64
+    ) async throws(RedisError) -> [NotificationStore.ClaimDecision] {
+        let topic = ready[0].ref.partition.topic
+        guard ready.contains(where: { $0.ref.partition.topic != topic }) else {
+            return try await store.claim(topic: topic, ready, ttlSeconds: dedupeTTLSeconds, nowMilliseconds: now)
+        }
+        var byTopic: [String: [Int]] = [:]
+        for (index, candidate) in ready.enumerated() {
+            byTopic[candidate.ref.partition.topic, default: []].append(index)
+        }
+        var decisions = [NotificationStore.ClaimDecision?](repeating: nil, count: ready.count)
+        for (topic, indices) in byTopic {
+            let claimed = try await store.claim(
+                topic: topic,
+                indices.map { ready[$0] },
+                ttlSeconds: dedupeTTLSeconds,
+                nowMilliseconds: now
+            )
+            for (index, decision) in zip(indices, claimed) { decisions[index] = decision }
+        }
+        return decisions.map { $0! }
     }
 
     /// What to do with one round trip's decisions; no I/O.
@@ -437,6 +480,7 @@ final class ClaimStage: Sendable {
             if unclaimedToo {
                 unclaimed = s.unclaimed.filter { match($0.ref.partition) }
                 s.unclaimed.removeAll { match($0.ref.partition) }
+                s.urgentUnclaimed = s.unclaimed.prefix(while: \.job.content.urgent).count
             }
             return (held, unclaimed, Self.unpark(&s) { match($0.ref.partition) })
         }

@@ -107,8 +107,22 @@ struct IntakeStage: Sendable {
     }
     let factory: ResultFactory
     let logger: Logger
+    /// The priority lanes read (``WorkerConfiguration/Kafka/requestsTopics``).
+    let lanes: Int
+    /// The part of `maxInFlight` that only the highest lane may take: a tenth.
+    static func laneReserve(_ configuration: WorkerConfiguration) -> Int {
+        max(1, configuration.worker.maxInFlight / 10)
+    }
+
+    /// The highest lane, when there are several: its notifications are urgent in the pools.
+    let urgentTopic: String?
+    /// The part of `maxInFlight` that only the highest lane may take: a tenth.
+    let laneReserve: Int
 
     init(configuration: WorkerConfiguration, factory: ResultFactory, logger: Logger) {
+        self.lanes = configuration.kafka.requestsTopics.count
+        self.urgentTopic = lanes > 1 ? configuration.kafka.requestsTopics[0] : nil
+        self.laneReserve = Self.laneReserve(configuration)
         var parser = JobParser()
         parser.http2Apps = Set(
             configuration.apps.filter { $0.value.transport == .http2 }.keys
@@ -316,7 +330,8 @@ struct IntakeStage: Sendable {
                 taking: &job,
                 environment: environment,
                 app: settings.app,
-                producedAt: message.timestamp ?? now
+                producedAt: message.timestamp ?? now,
+                urgent: message.topic == urgentTopic
             )
             expectSummary(environment: environment.rawValue, dryRun: shared.dryRun)
             for token in job.tokens {
@@ -448,9 +463,11 @@ struct IntakeStage: Sendable {
             if redisDown || paused {
                 paused = pauseOrResume(consumer, pause: redisDown, wasPaused: paused)
             }
+            // The lower lanes wait while only the highest lane's reserve is left.
+            let readable = lanes > 1 && !ledger.read { $0.hasRoom(reserving: laneReserve) } ? 1 : lanes
             let polled: [KafkaMessage]
             do {
-                polled = try await Self.pollBatch(consumer, batchSize: batchSize, window: window)
+                polled = try await Self.pollBatch(consumer, batchSize: batchSize, window: window, lanes: readable)
             } catch {
                 if error.isFatal { throw WorkerError("Kafka consumer failed: \(error)") }
                 if error.isClosed || error.isCancellation { return }
@@ -526,20 +543,25 @@ struct IntakeStage: Sendable {
         return pause
     }
 
-    /// Polls a batch: up to `batchSize` messages, gathered for at most `window` once the first
-    /// arrived.
+    /// Polls a batch from the first `lanes` priority lanes: up to `batchSize` messages, gathered
+    /// for at most `window` once the first arrived.
     static func pollBatch(
         _ consumer: KafkaConsumer,
         batchSize: Int,
-        window: Duration
+        window: Duration,
+        lanes: Int = .max
     ) async throws(KafkaError) -> [KafkaMessage] {
-        var messages = try await consumer.poll(maxMessages: batchSize, timeout: .milliseconds(100))
+        var messages = try await consumer.poll(maxMessages: batchSize, timeout: .milliseconds(100), lanes: lanes)
         guard !messages.isEmpty else { return messages }
         let deadline = ContinuousClock.now + window
         while messages.count < batchSize {
             let remaining = deadline - .now
             if remaining <= .zero { break }
-            let more = try await consumer.poll(maxMessages: batchSize - messages.count, timeout: remaining)
+            let more = try await consumer.poll(
+                maxMessages: batchSize - messages.count,
+                timeout: remaining,
+                lanes: lanes
+            )
             if more.isEmpty { break }
             messages += more
         }

@@ -53,8 +53,13 @@ final class SharedJob: Sendable {
     /// Takes the job's notification, leaving an empty one in its place: the notification is
     /// a large value, and a copy of it (and the destruction of the job's) was about 3% of the
     /// worker's CPU.
-    init(taking job: inout Job, environment: APNSEnvironment, app settings: WorkerConfiguration.App, producedAt: Int64)
-    {
+    init(
+        taking job: inout Job,
+        environment: APNSEnvironment,
+        app settings: WorkerConfiguration.App,
+        producedAt: Int64,
+        urgent: Bool = false
+    ) {
         jobId = job.id
         app = job.app
         self.environment = environment
@@ -69,7 +74,8 @@ final class SharedJob: Sendable {
             notification: notification,
             payload: job.payload,
             staleAt: staleAt,
-            broadcast: job.broadcast
+            broadcast: job.broadcast,
+            urgent: urgent
         )
         // A channel job sends nothing to devices: the send rate limits do not count it.
         appPerSecond = job.channelAction == nil ? settings.appPerSecond : 0

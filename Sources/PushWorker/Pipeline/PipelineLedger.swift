@@ -54,15 +54,37 @@ struct PipelineLedger: Sendable {
     /// Messages of jobs that asked for a summary, until their token results are all written.
     private var summaries: [MessageRef: PendingSummary] = [:]
 
-    init(maximum: Int) {
+    /// Priority lanes: the highest lane's topic, and the part of ``maximum`` it may always
+    /// take, whatever the lower lanes took (a lower lane's batch of many-token jobs can go past
+    /// ``maximum`` at once).
+    let highestLane: String?
+    let laneReserve: Int
+
+    init(maximum: Int, highestLane: String? = nil, laneReserve: Int = 0) {
         self.maximum = maximum
+        self.highestLane = highestLane
+        self.laneReserve = laneReserve
     }
 
     // MARK: Queries
 
     /// Whether intake may poll more: fewer than `maximum` in flight besides the parked ones,
     /// and fewer than `maximum` parked (or the ledger is closed).
-    var hasRoom: Bool { closed || (inFlight - parked < maximum && parked < maximum) }
+    var hasRoom: Bool { hasRoom(reserving: 0) || highestLaneHasRoom }
+
+    /// Whether the highest priority lane has used less than its reserve.
+    var highestLaneHasRoom: Bool {
+        guard let highestLane else { return false }
+        var used = 0
+        for (partition, count) in working where partition.topic == highestLane { used += count }
+        return used < laneReserve
+    }
+
+    /// Whether there is room with `reserve` of the bound kept for others: the lower priority
+    /// lanes leave room for the highest.
+    func hasRoom(reserving reserve: Int) -> Bool {
+        closed || (inFlight - parked < maximum - reserve && parked < maximum)
+    }
 
     /// Nothing in flight.
     var isEmpty: Bool { inFlight <= 0 }

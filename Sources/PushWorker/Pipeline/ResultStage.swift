@@ -19,6 +19,9 @@ final class ResultStage: Sendable {
         /// front of a list that may hold `maxInFlight` items, and an array shifted the rest down
         /// each time (a profile of `bench-worker` put that copy at 1–3% of the worker's CPU).
         var waiting = Deque<ResultItem>()
+        /// The results of the highest priority lane's jobs, when the worker reads several: they
+        /// are written before `waiting`.
+        var urgent = Deque<ResultItem>()
         /// Offsets may have moved without a result (a message with nothing to send, a duplicate).
         var commitNeeded = false
         /// A revocation waits for the written positions of its partitions.
@@ -42,6 +45,8 @@ final class ResultStage: Sendable {
     /// Where messages go once their token results are all written, when their job asked for a
     /// summary.
     private let summaryStage: SummaryStage
+    /// The highest priority lane, when the worker reads several (``State/urgent``).
+    private let urgentTopic: String?
     /// Each configured app's transport, for the metrics' labels.
     private let transports: [String: String]
     private let logger: Logger
@@ -66,6 +71,8 @@ final class ResultStage: Sendable {
         self.configuration = configuration
         self.summaryStage = summaries
         self.transports = configuration.apps.mapValues(\.transport.rawValue)
+        let lanes = configuration.kafka.requestsTopics
+        self.urgentTopic = lanes.count > 1 ? lanes[0] : nil
         self.logger = logger
         (doorbell, doorbellIn) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
     }
@@ -86,8 +93,14 @@ final class ResultStage: Sendable {
         guard !items.isEmpty else { return }
         ledger.update { $0.submitted(items) }
         ring { s in
-            if s.waiting.isEmpty && !s.writing { s.lastAttempt = .now }
-            s.waiting.append(contentsOf: items)
+            if s.waiting.isEmpty && s.urgent.isEmpty && !s.writing { s.lastAttempt = .now }
+            if let urgentTopic, items.contains(where: { $0.ref.partition.topic == urgentTopic }) {
+                for item in items {
+                    if item.ref.partition.topic == urgentTopic { s.urgent.append(item) } else { s.waiting.append(item) }
+                }
+            } else {
+                s.waiting.append(contentsOf: items)
+            }
         }
     }
 
@@ -124,7 +137,7 @@ final class ResultStage: Sendable {
     func stuck(for limit: Duration) -> Duration? {
         state.withLock { s in
             let idle = ContinuousClock.now - s.lastAttempt
-            return ((!s.waiting.isEmpty || s.writing) && idle > limit) ? idle : nil
+            return ((!s.waiting.isEmpty || !s.urgent.isEmpty || s.writing) && idle > limit) ? idle : nil
         }
     }
 
@@ -142,11 +155,11 @@ final class ResultStage: Sendable {
         while true {
             let (batch, commit, positions) = state.withLock { s in
                 defer { (s.commitNeeded, s.positionsRequested) = (false, false) }
-                let count = min(s.waiting.count, configuration.worker.resultBatchSize)
+                let count = min(s.urgent.count + s.waiting.count, configuration.worker.resultBatchSize)
                 var batch: [ResultItem] = []
                 batch.reserveCapacity(count)
                 // Moved out one by one: no copy of each item and no release of the original.
-                for _ in 0..<count { batch.append(s.waiting.removeFirst()) }
+                for _ in 0..<count { batch.append(s.urgent.popFirst() ?? s.waiting.removeFirst()) }
                 s.writing = count > 0
                 return (batch, s.commitNeeded, s.positionsRequested)
             }

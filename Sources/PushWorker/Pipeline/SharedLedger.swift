@@ -22,8 +22,10 @@ final class SharedLedger: Sendable {
 
     private let state: Mutex<State>
 
-    init(maximum: Int) {
-        state = Mutex(State(ledger: PipelineLedger(maximum: maximum)))
+    init(maximum: Int, highestLane: String? = nil, laneReserve: Int = 0) {
+        state = Mutex(
+            State(ledger: PipelineLedger(maximum: maximum, highestLane: highestLane, laneReserve: laneReserve))
+        )
     }
 
     var inFlight: Int { state.withLock { $0.ledger.inFlight } }

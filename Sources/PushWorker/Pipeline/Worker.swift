@@ -74,7 +74,12 @@ public final class Worker: Service, Sendable {
         self.logger = logger
         let suffix = (0..<6).map { _ in "0123456789abcdefghijklmnopqrstuvwxyz".randomElement()! }
         self.owner = "\(configuration.worker.id)#\(String(suffix))"
-        self.ledger = SharedLedger(maximum: configuration.worker.maxInFlight)
+        let lanes = configuration.kafka.requestsTopics
+        self.ledger = SharedLedger(
+            maximum: configuration.worker.maxInFlight,
+            highestLane: lanes.count > 1 ? lanes[0] : nil,
+            laneReserve: IntakeStage.laneReserve(configuration)
+        )
     }
 
     /// The services of one worker, in the order a `ServiceGroup` starts them: its Redis
@@ -146,7 +151,8 @@ public final class Worker: Service, Sendable {
             invalidTokenTTL: configuration.worker.invalidTokenTTL
         )
 
-        let factory = ResultFactory(worker: configuration.worker.id)
+        var factory = ResultFactory(worker: configuration.worker.id)
+        factory.namesTopics = configuration.kafka.requestsTopics.count > 1
         let localClaims = LocalClaims(capacity: configuration.worker.maxInFlight)
         let summaries = SummaryStage(
             store: store,
@@ -202,7 +208,7 @@ public final class Worker: Service, Sendable {
             "Worker started",
             metadata: [
                 "owner": "\(owner)", "group": "\(configuration.kafka.groupId)",
-                "topic": "\(configuration.kafka.requestsTopic)",
+                "topics": "\(configuration.kafka.requestsTopics.joined(separator: ","))",
             ]
         )
 

@@ -8,6 +8,8 @@ import Foundation
 struct ResultFactory: Sendable {
     /// The worker id results name.
     var worker: String
+    /// Every result names the topic its job came from (`topic`): the worker reads priority lanes.
+    var namesTopics = false
     /// UNIX milliseconds now; a parameter so that tests can fix it.
     var now: @Sendable () -> Int64 = ResultFactory.nowMilliseconds
 
@@ -74,6 +76,7 @@ struct ResultFactory: Sendable {
             at: at
         )
         result.metadata = metadata
+        if namesTopics { result.topic = ref.partition.topic }
         if broadcast { result.addressToChannel() }
         return .rejected(ref, result.message())
     }
@@ -103,6 +106,7 @@ struct ResultFactory: Sendable {
         )
         result.tokenVerdict = verdict
         result.metadata = c.job.metadata
+        if namesTopics { result.topic = c.ref.partition.topic }
         if c.job.broadcast { result.addressToChannel() }
         return .decided(
             RecordedResult(
@@ -137,6 +141,7 @@ struct ResultFactory: Sendable {
         result.apnsId = outcome.apnsID
         result.apnsUniqueId = outcome.apnsUniqueID
         result.metadata = c.job.metadata
+        if namesTopics { result.topic = c.ref.partition.topic }
         if c.job.broadcast { result.addressToChannel() }
         var unregister: Unregistration? = nil
         var feedback: ResultMessage? = nil
@@ -189,6 +194,7 @@ struct ResultFactory: Sendable {
         )
         result.payloadBytes = c.job.content.payload?.count ?? 0
         result.metadata = c.job.metadata
+        if namesTopics { result.topic = c.ref.partition.topic }
         if c.job.broadcast { result.addressToChannel() }
         return .decided(
             RecordedResult(
@@ -254,6 +260,7 @@ extension ResultFactory {
             result.reason = sentence ? error.description : error.reason
         }
         result.metadata = c.job.metadata
+        if namesTopics { result.topic = c.ref.partition.topic }
         return .delivered(
             RecordedResult(
                 ref: c.ref,
