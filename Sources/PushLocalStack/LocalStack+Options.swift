@@ -38,6 +38,10 @@ extension LocalStack {
         /// The binary simulator writes a line per accepted notification to
         /// `binary-record.jsonl` in the working directory.
         public var binaryRecord = false
+        /// Priority lanes (`kafka.requestsTopics`), highest first: each is made beside
+        /// `apn.requests` (which may be one of them), with 12 partitions. Empty: the workers read
+        /// `apn.requests` alone.
+        public var requestsTopics: [String] = []
         /// Extra librdkafka properties for the workers.
         public var kafkaProperties: [String: String] = [:]
         /// The workers' `session.timeout.ms` (heartbeats every twelfth of it); `nil` keeps the
@@ -113,6 +117,9 @@ extension LocalStack {
         properties.merge(options.kafkaProperties) { _, given in given }
         var text = "kafka:\n  bootstrapServers: \"\(kafka)\"\n"
         if let group = options.groupId { text += "  groupId: \(group)\n" }
+        if !options.requestsTopics.isEmpty {
+            text += "  requestsTopics: [\(options.requestsTopics.joined(separator: ", "))]\n"
+        }
         if !properties.isEmpty {
             text += "  properties:\n" + block(properties.mapValues { "\"\($0)\"" }, indent: "    ")
         }

@@ -76,6 +76,9 @@ public final class LocalStack: @unchecked Sendable {
             let kafka = try EmbeddedKafkaCluster(brokers: options.brokers)
             try kafka.createTopic("apn.requests", partitions: 12)
             try kafka.createTopic("apn.results", partitions: 12)
+            for topic in options.requestsTopics where topic != "apn.requests" {
+                try kafka.createTopic(topic, partitions: 12)
+            }
             let certificates = try TestCertificates()
             try certificates.write(to: directory + "/certs")
             let redis = try await startRedis(options, certificates: directory + "/certs", cleanup: cleanup)

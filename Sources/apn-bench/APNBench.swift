@@ -12,7 +12,7 @@ struct APNBench: AsyncParsableCommand {
             processes (the apn-worker beside this executable), measures, prints JSON lines and stops \
             everything it started.
             """,
-        subcommands: [BenchWorker.self, BenchScale.self, BenchFailover.self, BenchHostile.self]
+        subcommands: [BenchWorker.self, BenchScale.self, BenchFailover.self, BenchHostile.self, BenchLanes.self]
     )
 }
 

@@ -69,6 +69,8 @@ final class WorkerStack: @unchecked Sendable {
     /// `rediss://`, trusting the test CA. `http2Status429Every` makes the HTTP/2 simulator answer
     /// every Nth request with 429 `TooManyRequests`. With `redisCluster`, the workers use a
     /// Redis Cluster of 3 primaries with a replica each (`redis.urls`, every node a seed).
+    /// `requestsTopics` are the workers' priority lanes (made beside `apn.requests`), and
+    /// `maxInFlight` their `worker.maxInFlight`.
     static func start(
         badTokens: Set<DeviceToken> = [],
         feedback: [FeedbackTuple] = [],
@@ -84,7 +86,9 @@ final class WorkerStack: @unchecked Sendable {
         binaryRecord: Bool = false,
         redisTLS: Bool = false,
         http2Status429Every: Int? = nil,
-        redisCluster: Bool = false
+        redisCluster: Bool = false,
+        requestsTopics: [String] = [],
+        maxInFlight: Int? = nil
     ) async throws -> WorkerStack {
         let groupId = "e2e-\(UUID().uuidString.prefix(8))"
         var options = LocalStack.Options()
@@ -104,6 +108,8 @@ final class WorkerStack: @unchecked Sendable {
         options.binaryRecord = binaryRecord
         options.kafkaProperties = kafkaProperties
         options.worker = ["logLevel": "info", "statusAddress": "\"127.0.0.1:0\"", "shutdownTimeoutSeconds": "20"]
+        if let maxInFlight { options.worker["maxInFlight"] = "\(maxInFlight)" }
+        options.requestsTopics = requestsTopics
         options.limits = ["devicePerHour": "\(devicePerHour)", "appPerSecond": "\(appPerSecond)"]
         options.app = settings(appSettings).merging(
             [
@@ -213,7 +219,11 @@ final class WorkerStack: @unchecked Sendable {
     /// Produces raw job messages, each with its own key, so they spread over the partitions.
     /// Returns where each message was stored, in order.
     @discardableResult
-    func produce(_ values: [[UInt8]], key: String? = nil) async throws -> [KafkaDeliveryReport] {
+    func produce(
+        _ values: [[UInt8]],
+        key: String? = nil,
+        topic: String = "apn.requests"
+    ) async throws -> [KafkaDeliveryReport] {
         var stored: [KafkaDeliveryReport] = []
         for chunk in stride(from: 0, to: values.count, by: 5000) {
             let slice = values[chunk..<min(values.count, chunk + 5000)]
@@ -221,7 +231,7 @@ final class WorkerStack: @unchecked Sendable {
                 slice.map { value in
                     produced += 1
                     return KafkaOutgoingMessage(
-                        topic: "apn.requests",
+                        topic: topic,
                         key: Array((key ?? "message-\(produced)").utf8),
                         value: value
                     )
@@ -229,10 +239,13 @@ final class WorkerStack: @unchecked Sendable {
             )
             for report in reports {
                 let delivered = try report.get()
-                producedPerPartition[delivered.partition] = max(
-                    producedPerPartition[delivered.partition] ?? 0,
-                    delivered.offset + 1
-                )
+                // Only apn.requests is watched by ``waitForAllCommitted(timeout:)``.
+                if topic == "apn.requests" {
+                    producedPerPartition[delivered.partition] = max(
+                        producedPerPartition[delivered.partition] ?? 0,
+                        delivered.offset + 1
+                    )
+                }
                 stored.append(delivered)
             }
         }
