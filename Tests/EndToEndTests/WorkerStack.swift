@@ -48,6 +48,9 @@ final class WorkerStack: @unchecked Sendable {
     var simulator: APNSSimulator { local.simulator }
     /// The HTTP/2 simulator of ``http2App``.
     var http2Simulator: APNSHTTP2Simulator? { local.http2Simulator }
+    /// The sandbox simulators (`sandboxBadTokens`, `http2SandboxBadTokens`).
+    var sandboxSimulator: APNSSimulator? { local.sandboxSimulator }
+    var sandboxHTTP2Simulator: APNSHTTP2Simulator? { local.sandboxHTTP2Simulator }
     var directory: String { local.directory }
     var configPath: String { local.configPath }
     /// The running workers by id.
@@ -69,6 +72,8 @@ final class WorkerStack: @unchecked Sendable {
     /// `rediss://`, trusting the test CA. `http2Status429Every` makes the HTTP/2 simulator answer
     /// every Nth request with 429 `TooManyRequests`. With `redisCluster`, the workers use a
     /// Redis Cluster of 3 primaries with a replica each (`redis.urls`, every node a seed).
+    /// `sandboxBadTokens` (binary app) and `http2SandboxBadTokens` (HTTP/2 app) add the app's
+    /// `sandbox` environment, served by a simulator of its own that refuses those tokens.
     static func start(
         badTokens: Set<DeviceToken> = [],
         feedback: [FeedbackTuple] = [],
@@ -84,7 +89,9 @@ final class WorkerStack: @unchecked Sendable {
         binaryRecord: Bool = false,
         redisTLS: Bool = false,
         http2Status429Every: Int? = nil,
-        redisCluster: Bool = false
+        redisCluster: Bool = false,
+        sandboxBadTokens: Set<DeviceToken>? = nil,
+        http2SandboxBadTokens: Set<DeviceToken>? = nil
     ) async throws -> WorkerStack {
         let groupId = "e2e-\(UUID().uuidString.prefix(8))"
         var options = LocalStack.Options()
@@ -102,6 +109,7 @@ final class WorkerStack: @unchecked Sendable {
         options.badTokens = badTokens
         options.feedback = feedback
         options.binaryRecord = binaryRecord
+        options.sandboxBadTokens = sandboxBadTokens
         options.kafkaProperties = kafkaProperties
         options.worker = ["logLevel": "info", "statusAddress": "\"127.0.0.1:0\"", "shutdownTimeoutSeconds": "20"]
         options.limits = ["devicePerHour": "\(devicePerHour)", "appPerSecond": "\(appPerSecond)"]
@@ -118,6 +126,7 @@ final class WorkerStack: @unchecked Sendable {
             app.certificateAuthentication = http2CertificateAuth
             app.sandbox = http2Sandbox
             app.status429Every = http2Status429Every
+            app.sandboxBadTokens = http2SandboxBadTokens
             app.settings = settings(http2AppSettings).merging(["poolSize": "2"]) { given, _ in given }
             options.http2App = app
         }
