@@ -1,5 +1,6 @@
 import APNSBinary
 import APNSCore
+import APNSHTTP2Core
 import APNSSimulator
 import Foundation
 
@@ -82,6 +83,8 @@ extension LocalStack {
         public var sandbox = false
         /// The simulator answers every Nth request with 429 `TooManyRequests`.
         public var status429Every: Int?
+        /// The simulator answers its first `count` requests with `reason` (its status).
+        public var answerFirst: (reason: APNSReason, count: Int)?
         /// With it, the app configures both environments: `production` served by the simulator of
         /// ``badTokens``, `sandbox` by a second one that answers these tokens with 400
         /// `BadDeviceToken` (``sandbox`` is then ignored).

@@ -108,6 +108,7 @@ public final class LocalStack: @unchecked Sendable {
                     var sandboxApp = app
                     sandboxApp.badTokens = bad
                     sandboxApp.unregistered = [:]
+                    sandboxApp.answerFirst = nil
                     sandboxApp.sandbox = true
                     sandboxHTTP2Simulator = try await startHTTP2Simulator(
                         sandboxApp,
@@ -210,6 +211,7 @@ public final class LocalStack: @unchecked Sendable {
         config.unregistered = app.unregistered
         if app.sandbox { config.environment = .sandbox }
         config.status429Every = app.status429Every
+        config.answerFirst = app.answerFirst
         return try await APNSHTTP2Simulator.start(configuration: config)
     }
 

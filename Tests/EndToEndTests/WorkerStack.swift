@@ -74,6 +74,7 @@ final class WorkerStack: @unchecked Sendable {
     /// Redis Cluster of 3 primaries with a replica each (`redis.urls`, every node a seed).
     /// `sandboxBadTokens` (binary app) and `http2SandboxBadTokens` (HTTP/2 app) add the app's
     /// `sandbox` environment, served by a simulator of its own that refuses those tokens.
+    /// `http2AnswerFirst` makes the HTTP/2 simulator answer its first requests with a reason.
     static func start(
         badTokens: Set<DeviceToken> = [],
         feedback: [FeedbackTuple] = [],
@@ -91,7 +92,8 @@ final class WorkerStack: @unchecked Sendable {
         http2Status429Every: Int? = nil,
         redisCluster: Bool = false,
         sandboxBadTokens: Set<DeviceToken>? = nil,
-        http2SandboxBadTokens: Set<DeviceToken>? = nil
+        http2SandboxBadTokens: Set<DeviceToken>? = nil,
+        http2AnswerFirst: (reason: APNSReason, count: Int)? = nil
     ) async throws -> WorkerStack {
         let groupId = "e2e-\(UUID().uuidString.prefix(8))"
         var options = LocalStack.Options()
@@ -127,6 +129,7 @@ final class WorkerStack: @unchecked Sendable {
             app.sandbox = http2Sandbox
             app.status429Every = http2Status429Every
             app.sandboxBadTokens = http2SandboxBadTokens
+            app.answerFirst = http2AnswerFirst
             app.settings = settings(http2AppSettings).merging(["poolSize": "2"]) { given, _ in given }
             options.http2App = app
         }
