@@ -48,8 +48,11 @@ struct EnvironmentFallbackEndToEndTests {
 
     @Test("Binary: a sandbox token refused with status 8 is delivered by sandbox, then sent straight there")
     func binary() async throws {
+        // A confirmation window long enough for a loaded machine: an error packet later than it
+        // would leave the refused notification counted as transmitted (docs/delivery.md).
         let stack = try await WorkerStack.start(
             badTokens: [Self.sandboxOnly, Self.nowhere],
+            confirmationWindowMs: 3000,
             appSettings: ["environmentFallback: true"],
             sandboxBadTokens: [Self.nowhere, Self.productionOnly]
         )
