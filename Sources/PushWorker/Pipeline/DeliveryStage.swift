@@ -258,9 +258,13 @@ final class DeliveryStage: Sendable {
             if !redirected.isEmpty {
                 countRedirects(redirected.count, from: key, via: "fallback")
                 if case .terminated = redirectsIn.yield(redirected) {
-                    // Stopped: given back, as a notification its pool could not take.
-                    items += redirected.map {
-                        .released($0.candidate.ref, resultId: $0.candidate.resultId, token: $0.candidate.tokenHex)
+                    // Stopped: given back as at a pool's shutdown; one taken over from a dead
+                    // worker, which may have delivered it, keeps its claim for the next owner.
+                    items += redirected.map { context in
+                        let c = context.candidate
+                        return context.takeover
+                            ? .handedBack(c.ref, resultId: c.resultId)
+                            : .released(c.ref, resultId: c.resultId, token: c.tokenHex)
                     }
                 }
             }
