@@ -180,6 +180,7 @@ let package = Package(
             dependencies: [
                 "APNSBinary",
                 "APNSCore",
+                "APNSHTTP2Core",
                 "APNSSimulator",
                 "PushKafka",
                 "PushRedis",

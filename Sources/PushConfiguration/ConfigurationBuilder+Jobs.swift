@@ -1,8 +1,15 @@
 extension ConfigurationBuilder {
     /// The app settings jobs refer to: `topics` (the bundle IDs a job may name in `topic`) and
-    /// `dryRun`.
+    /// `dryRun`, and `environmentFallback` (which needs both environments).
     func readJobSettings(_ section: ConfigSection, into app: inout WorkerConfiguration.App) throws(ConfigurationError) {
         try section.read("dryRun", into: &app.dryRun)
+        try section.read("environmentFallback", into: &app.environmentFallback)
+        if app.environmentFallback && app.environments.count < 2 {
+            throw ConfigurationError(
+                "\(section.label("environmentFallback")) needs both environments: configure "
+                    + "environments.production and environments.sandbox, or remove environmentFallback."
+            )
+        }
         app.topics = [app.bundleId]
         guard let node = section.node("topics") else { return }
         let label = section.label("topics")

@@ -289,6 +289,7 @@ struct ConfigurationBuilder {
                 "bundleId", "defaultEnvironment", "transport", "poolSize", "cacheMaxCount", "cacheMaxBytes",
                 "confirmationWindowMs", "resendOnUnknown", "connectRetryLimit", "appPerSecond", "devicePerHour",
                 "feedbackIntervalSeconds", "mdmTopic", "defaultExpiry", "staleAfter", "topics", "dryRun",
+                "environmentFallback",
             ] + Self.connectionKeys + ["environments"]
         )
 

@@ -300,6 +300,10 @@ extension WorkerConfiguration {
         /// Every job of the app is a dry run: parsed, claimed and rate-counted, never written to
         /// Apple, answered with `dryRun` results.
         public var dryRun = false
+        /// `environmentFallback`: a notification refused with `BadDeviceToken` (binary status 8)
+        /// in one environment is sent once in the other, and the environment that delivered it
+        /// is remembered for the token. Only for an app that configures both environments.
+        public var environmentFallback = false
 
         /// Whether a job may name `topic`: the bundle ID or one of ``topics``.
         public func allowsTopic(_ topic: String) -> Bool { topic == bundleId || topics.contains(topic) }

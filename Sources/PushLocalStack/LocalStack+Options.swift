@@ -1,5 +1,6 @@
 import APNSBinary
 import APNSCore
+import APNSHTTP2Core
 import APNSSimulator
 import Foundation
 
@@ -60,6 +61,10 @@ extension LocalStack {
         public var keepDirectory = false
         /// A second app, delivered over HTTP/2 to an HTTP/2 simulator.
         public var http2App: HTTP2App?
+        /// With it, the binary app also configures `sandbox`, served by a binary simulator of its
+        /// own that refuses these tokens with status 8 (as the production one refuses
+        /// ``badTokens``).
+        public var sandboxBadTokens: Set<DeviceToken>?
 
         public init() {}
     }
@@ -82,6 +87,12 @@ extension LocalStack {
         public var sandbox = false
         /// The simulator answers every Nth request with 429 `TooManyRequests`.
         public var status429Every: Int?
+        /// The simulator answers its first `count` requests with `reason` (its status).
+        public var answerFirst: (reason: APNSReason, count: Int)?
+        /// With it, the app configures both environments: `production` served by the simulator of
+        /// ``badTokens``, `sandbox` by a second one that answers these tokens with 400
+        /// `BadDeviceToken` (``sandbox`` is then ignored).
+        public var sandboxBadTokens: Set<DeviceToken>?
         /// Extra YAML under the app; `poolSize` is the binary app's, or 2.
         public var settings: [String: String] = [:]
 
@@ -104,7 +115,8 @@ extension LocalStack {
         kafka: String,
         redis: RedisSetup,
         simulator: APNSSimulator,
-        http2Port: Int?
+        http2Port: Int?,
+        sandbox: (binary: APNSSimulator?, http2Port: Int?) = (nil, nil)
     ) -> String {
         func block(_ settings: [String: String], indent: String) -> String {
             settings.sorted { $0.key < $1.key }.map { "\(indent)\($0.key): \($0.value)\n" }.joined()
@@ -137,31 +149,44 @@ extension LocalStack {
         if !options.limits.isEmpty { text += "limits:\n" + block(options.limits, indent: "  ") }
 
         let certs = directory + "/certs"
+        func binaryEnvironment(_ name: String, _ simulator: APNSSimulator) -> String {
+            "      \(name):\n"
+                + [
+                    "certificate: \(certs)/client.pem", "key: \(certs)/client-key.pem", "ca: \(certs)/ca.pem",
+                    "gateway: 127.0.0.1:\(simulator.binaryPort)", "feedback: 127.0.0.1:\(simulator.feedbackPort ?? 0)",
+                ].map { "        \($0)\n" }.joined()
+        }
         text += """
             apps:
               \(options.appName):
             \(block(options.app, indent: "    "))    environments:
-                  production:
-                    certificate: \(certs)/client.pem
-                    key: \(certs)/client-key.pem
-                    ca: \(certs)/ca.pem
-                    gateway: 127.0.0.1:\(simulator.binaryPort)
-                    feedback: 127.0.0.1:\(simulator.feedbackPort ?? 0)
 
             """
+        text +=
+            binaryEnvironment("production", simulator) + (sandbox.binary.map { binaryEnvironment("sandbox", $0) } ?? "")
         if let app = options.http2App, let http2Port {
             let settings = ["poolSize": options.app["poolSize"] ?? "2"].merging(app.settings) { _, given in given }
             let credentials =
                 app.certificateAuthentication
                 ? ["certificate: \(certs)/client.pem", "key: \(certs)/client-key.pem"]
                 : ["signingKey: \(certs)/AuthKey.p8", "keyId: \(HTTP2App.keyID)", "teamId: \(HTTP2App.teamID)"]
+            func environment(_ name: String, port: Int) -> String {
+                "      \(name):\n"
+                    + (credentials + [
+                        "ca: \(certs)/ca.pem", "gateway: 127.0.0.1:\(port)", "channelManagement: 127.0.0.1:\(port)",
+                    ]).map { "        \($0)\n" }.joined()
+            }
             text += """
                   \(app.name):
                     transport: http2
                 \(block(settings, indent: "    "))    environments:
-                      \(app.sandbox ? "sandbox" : "production"):
-                \((credentials + ["ca: \(certs)/ca.pem", "gateway: 127.0.0.1:\(http2Port)", "channelManagement: 127.0.0.1:\(http2Port)"]).map { "        \($0)\n" }.joined())
+
                 """
+            if let sandboxPort = sandbox.http2Port {
+                text += environment("production", port: http2Port) + environment("sandbox", port: sandboxPort)
+            } else {
+                text += environment(app.sandbox ? "sandbox" : "production", port: http2Port)
+            }
         }
         return text
     }

@@ -37,6 +37,10 @@ public final class LocalStack: @unchecked Sendable {
     private var retiredAccepted: [DeviceToken: Int] = [:]
     /// The HTTP/2 simulator of ``Options/http2App``, when there is one.
     public let http2Simulator: APNSHTTP2Simulator?
+    /// The sandbox environments' simulators (``Options/sandboxBadTokens``,
+    /// ``HTTP2App/sandboxBadTokens``), when there are.
+    public private(set) var sandboxSimulator: APNSSimulator?
+    public private(set) var sandboxHTTP2Simulator: APNSHTTP2Simulator?
     /// The workers' configuration file.
     public let configPath: String
     /// Every worker started, in order, running or not.
@@ -94,12 +98,35 @@ public final class LocalStack: @unchecked Sendable {
             if options.binaryRecord { configuration.recordPath = directory + "/binary-record.jsonl" }
             let simulator = try await APNSSimulator.start(configuration: configuration)
             var http2Simulator: APNSHTTP2Simulator?
+            var sandboxHTTP2Simulator: APNSHTTP2Simulator?
             if let app = options.http2App {
-                http2Simulator = try await startHTTP2Simulator(
-                    app,
-                    certificates: certificates,
-                    keyFile: directory + "/certs/AuthKey.p8"
+                let key = P256.Signing.PrivateKey()
+                try key.pemRepresentation.write(
+                    toFile: directory + "/certs/AuthKey.p8",
+                    atomically: false,
+                    encoding: .utf8
                 )
+                http2Simulator = try await startHTTP2Simulator(app, certificates: certificates, key: key)
+                if let bad = app.sandboxBadTokens {
+                    var sandboxApp = app
+                    sandboxApp.badTokens = bad
+                    sandboxApp.unregistered = [:]
+                    sandboxApp.answerFirst = nil
+                    sandboxApp.sandbox = true
+                    sandboxHTTP2Simulator = try await startHTTP2Simulator(
+                        sandboxApp,
+                        certificates: certificates,
+                        key: key
+                    )
+                }
+            }
+            var sandboxSimulator: APNSSimulator?
+            if let bad = options.sandboxBadTokens {
+                var sandboxConfiguration = configuration
+                sandboxConfiguration.badTokens = bad
+                sandboxConfiguration.feedback = []
+                sandboxConfiguration.recordPath = nil
+                sandboxSimulator = try await APNSSimulator.start(configuration: sandboxConfiguration)
             }
 
             let configPath = directory + "/worker.yaml"
@@ -109,9 +136,10 @@ public final class LocalStack: @unchecked Sendable {
                 kafka: kafka.bootstrapServers,
                 redis: redis,
                 simulator: simulator,
-                http2Port: http2Simulator?.port
+                http2Port: http2Simulator?.port,
+                sandbox: (sandboxSimulator, sandboxHTTP2Simulator?.port)
             ).write(toFile: configPath, atomically: false, encoding: .utf8)
-            return LocalStack(
+            let stack = LocalStack(
                 options: options,
                 directory: directory,
                 kafka: kafka,
@@ -121,6 +149,9 @@ public final class LocalStack: @unchecked Sendable {
                 configPath: configPath,
                 cleanup: cleanup
             )
+            stack.sandboxSimulator = sandboxSimulator
+            stack.sandboxHTTP2Simulator = sandboxHTTP2Simulator
+            return stack
         } catch {
             cleanup.run()
             throw error
@@ -162,20 +193,17 @@ public final class LocalStack: @unchecked Sendable {
         )
     }
 
-    /// The HTTP/2 simulator of ``Options/http2App``; with a provider token, its signing key is
-    /// written to `keyFile`.
+    /// An HTTP/2 simulator of ``Options/http2App``; with a provider token, it knows `key`.
     private static func startHTTP2Simulator(
         _ app: HTTP2App,
         certificates: TestCertificates,
-        keyFile: String
+        key: P256.Signing.PrivateKey
     ) async throws -> APNSHTTP2Simulator {
         var config = APNSHTTP2Simulator.Configuration(
             certificateChainPEM: certificates.server.certificatePEM,
             privateKeyPEM: certificates.server.keyPEM,
             clientCAPEM: app.certificateAuthentication ? certificates.ca.certificatePEM : nil
         )
-        let key = P256.Signing.PrivateKey()
-        try key.pemRepresentation.write(toFile: keyFile, atomically: false, encoding: .utf8)
         if app.certificateAuthentication {
             config.allowedTopics = [app.name]
         } else {
@@ -186,6 +214,7 @@ public final class LocalStack: @unchecked Sendable {
         config.unregistered = app.unregistered
         if app.sandbox { config.environment = .sandbox }
         config.status429Every = app.status429Every
+        config.answerFirst = app.answerFirst
         return try await APNSHTTP2Simulator.start(configuration: config)
     }
 
@@ -309,6 +338,8 @@ public final class LocalStack: @unchecked Sendable {
         cleanup.run(removingDirectories: false)
         await simulator.stop()
         await http2Simulator?.stop()
+        await sandboxHTTP2Simulator?.stop()
+        await sandboxSimulator?.stop()
         await redis?.stop()
         await redisCluster?.stop()
         // librdkafka joins the brokers' thread: blocking work, kept off the cooperative pool.

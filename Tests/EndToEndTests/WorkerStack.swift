@@ -48,6 +48,9 @@ final class WorkerStack: @unchecked Sendable {
     var simulator: APNSSimulator { local.simulator }
     /// The HTTP/2 simulator of ``http2App``.
     var http2Simulator: APNSHTTP2Simulator? { local.http2Simulator }
+    /// The sandbox simulators (`sandboxBadTokens`, `http2SandboxBadTokens`).
+    var sandboxSimulator: APNSSimulator? { local.sandboxSimulator }
+    var sandboxHTTP2Simulator: APNSHTTP2Simulator? { local.sandboxHTTP2Simulator }
     var directory: String { local.directory }
     var configPath: String { local.configPath }
     /// The running workers by id.
@@ -71,6 +74,9 @@ final class WorkerStack: @unchecked Sendable {
     /// Redis Cluster of 3 primaries with a replica each (`redis.urls`, every node a seed).
     /// `requestsTopics` are the workers' priority lanes (made beside `apn.requests`), and
     /// `maxInFlight` their `worker.maxInFlight`.
+    /// `sandboxBadTokens` (binary app) and `http2SandboxBadTokens` (HTTP/2 app) add the app's
+    /// `sandbox` environment, served by a simulator of its own that refuses those tokens.
+    /// `http2AnswerFirst` makes the HTTP/2 simulator answer its first requests with a reason.
     static func start(
         badTokens: Set<DeviceToken> = [],
         feedback: [FeedbackTuple] = [],
@@ -88,7 +94,10 @@ final class WorkerStack: @unchecked Sendable {
         http2Status429Every: Int? = nil,
         redisCluster: Bool = false,
         requestsTopics: [String] = [],
-        maxInFlight: Int? = nil
+        maxInFlight: Int? = nil,
+        sandboxBadTokens: Set<DeviceToken>? = nil,
+        http2SandboxBadTokens: Set<DeviceToken>? = nil,
+        http2AnswerFirst: (reason: APNSReason, count: Int)? = nil
     ) async throws -> WorkerStack {
         let groupId = "e2e-\(UUID().uuidString.prefix(8))"
         var options = LocalStack.Options()
@@ -106,6 +115,7 @@ final class WorkerStack: @unchecked Sendable {
         options.badTokens = badTokens
         options.feedback = feedback
         options.binaryRecord = binaryRecord
+        options.sandboxBadTokens = sandboxBadTokens
         options.kafkaProperties = kafkaProperties
         options.worker = ["logLevel": "info", "statusAddress": "\"127.0.0.1:0\"", "shutdownTimeoutSeconds": "20"]
         if let maxInFlight { options.worker["maxInFlight"] = "\(maxInFlight)" }
@@ -124,6 +134,8 @@ final class WorkerStack: @unchecked Sendable {
             app.certificateAuthentication = http2CertificateAuth
             app.sandbox = http2Sandbox
             app.status429Every = http2Status429Every
+            app.sandboxBadTokens = http2SandboxBadTokens
+            app.answerFirst = http2AnswerFirst
             app.settings = settings(http2AppSettings).merging(["poolSize": "2"]) { given, _ in given }
             options.http2App = app
         }

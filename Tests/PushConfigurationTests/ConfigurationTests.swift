@@ -606,7 +606,8 @@ private func parseError(
         parseError(fixture.minimalYAML(app: "    pool: 3")) == "apps.com.example.app.pool: unknown "
             + "setting; known settings here are bundleId, defaultEnvironment, transport, poolSize, cacheMaxCount, "
             + "cacheMaxBytes, confirmationWindowMs, resendOnUnknown, connectRetryLimit, appPerSecond, devicePerHour, "
-            + "feedbackIntervalSeconds, mdmTopic, defaultExpiry, staleAfter, topics, dryRun, minConnections, connectTimeoutMs, "
+            + "feedbackIntervalSeconds, mdmTopic, defaultExpiry, staleAfter, topics, dryRun, environmentFallback, "
+            + "minConnections, connectTimeoutMs, "
             + "writeTimeoutMs, "
             + "idleTimeoutMs, reconnectBaseDelayMs, reconnectMaxDelayMs, retryLimit, retryBaseDelayMs, retryMaxDelayMs, "
             + "environments."
@@ -1381,6 +1382,34 @@ private func http2YAML(_ fixture: Fixture, transport: String = "http2", environm
             == "apps.com.example.app.topics must be a list of bundle IDs, not \"com.example.app\"."
     )
     #expect(parseError(fixture.minimalYAML(app: "    topics: [com.example.app]")) == nil)
+}
+
+@Test("environmentFallback is off by default and needs both environments")
+func environmentFallbackNeedsBothEnvironments() throws {
+    let fixture = try Fixture()
+    #expect(try parse(fixture.minimalYAML()).apps["com.example.app"]?.environmentFallback == false)
+    #expect(
+        parseError(fixture.minimalYAML(app: "    environmentFallback: true"))
+            == "apps.com.example.app.environmentFallback needs both environments: configure "
+            + "environments.production and environments.sandbox, or remove environmentFallback."
+    )
+    let both = """
+        kafka:
+          bootstrapServers: "127.0.0.1:9092"
+        redis:
+          url: "redis://127.0.0.1:6379/0"
+        apps:
+          both:
+            environmentFallback: true
+            environments:
+              production:
+                certificate: \(fixture.path("cert.pem"))
+                key: \(fixture.path("key.pem"))
+              sandbox:
+                certificate: \(fixture.path("cert.pem"))
+                key: \(fixture.path("key.pem"))
+        """
+    #expect(try parse(both).apps["both"]?.environmentFallback == true)
 }
 
 @Test(

@@ -326,7 +326,7 @@ import Testing
         gone.unregisteredAt = 1_650_000_000_000
         // The second outcome has no context (not sent by this worker, or already settled): no item.
         let outcomes = [outcome(0, nil), outcome(0, nil), outcome(1, .invalidToken), outcome(2, .shutDown), gone]
-        let (items, feedback) = DeliveryStage.results(
+        let (items, feedback, _) = DeliveryStage.results(
             of: outcomes,
             contexts: [contexts[0], nil, contexts[1], contexts[2], contexts[3]],
             factory: factory
@@ -367,7 +367,7 @@ import Testing
                 possibleDuplicate: written
             )
         }
-        let (items, _) = DeliveryStage.results(
+        let (items, _, _) = DeliveryStage.results(
             of: [shutDown(0, written: false), shutDown(1, written: true), shutDown(2, written: false)],
             contexts: contexts,
             factory: factory
@@ -391,6 +391,93 @@ import Testing
         #expect(plan.results == 0)
         #expect(plan.messages.isEmpty)
         #expect(items.allSatisfy { $0.isGivenBack })
+    }
+
+    /// `environmentFallback`: a token refused where it was sent is sent once in the other
+    /// environment, without a result yet; that send's delivery names its environment, says
+    /// `redirected` and remembers the token's environment; refused there too, the result is the
+    /// refusal in the job's environment, which condemns the token there as without the fallback.
+    @Test func environmentFallbackSendsOnceInTheOtherEnvironment() async throws {
+        let cs = try await candidates(4)
+        let job = cs[0].job.environment
+        let other: APNSEnvironment = job == .production ? .sandbox : .production
+        func outcome(_ index: Int, _ status: APNSStatus?, reason: String? = nil) -> APNSDeliveryOutcome {
+            var o = APNSDeliveryOutcome(
+                tag: 0,
+                token: cs[index].token,
+                status: status,
+                attempts: 1,
+                possibleDuplicate: false
+            )
+            o.reason = reason
+            return o
+        }
+        func recorded(_ item: ResultItem) -> RecordedResult? {
+            if case .delivered(let record) = item { record } else { nil }
+        }
+        let refusal = outcome(0, .badRequest, reason: "BadDeviceToken")
+        let fallback: Set<String> = ["a"]
+        let first = DeliveryStage.results(
+            of: [refusal, outcome(1, .invalidToken), outcome(2, .badRequest, reason: "BadTopic"), outcome(3, nil)],
+            contexts: cs.map { SentContext(candidate: $0, takeover: false) },
+            factory: factory,
+            fallbackApps: fallback
+        )
+        #expect(first.redirects.map(\.candidate.resultId) == [cs[0].resultId, cs[1].resultId])
+        #expect(first.redirects.allSatisfy { $0.poolKey.environment == other })
+        #expect(first.items.count == 2, "the other answers are results as without the fallback")
+        #expect(Self.value(of: first.items[1])["redirected"] == nil)
+
+        // Delivered in the other environment: its result says where, and the token's environment is remembered.
+        let delivered = DeliveryStage.results(
+            of: [outcome(0, nil)],
+            contexts: [first.redirects[0]],
+            factory: factory,
+            fallbackApps: fallback
+        )
+        let result = Self.value(of: delivered.items[0])
+        #expect(result["type"] as? String == "transmitted")
+        #expect(result["env"] as? String == other.rawValue)
+        #expect(result["redirected"] as? Bool == true)
+        #expect(result["attempts"] as? Int == 2, "one write in each environment")
+        let record = try #require(recorded(delivered.items[0]))
+        #expect(record.environment?.environment == other.rawValue && record.unregister == nil)
+
+        // Refused in both: the first refusal, in the job's environment, with its verdict.
+        let refusedTwice = DeliveryStage.results(
+            of: [outcome(0, .badRequest, reason: "BadDeviceToken")],
+            contexts: [first.redirects[0]],
+            factory: factory,
+            fallbackApps: fallback
+        )
+        #expect(refusedTwice.redirects.isEmpty)
+        let refused = Self.value(of: refusedTwice.items[0])
+        #expect(refused["env"] as? String == job.rawValue && refused["redirected"] == nil)
+        #expect(refused["reason"] as? String == "BadDeviceToken")
+        let refusedRecord = try #require(recorded(refusedTwice.items[0]))
+        #expect(refusedRecord.unregister?.environment == job.rawValue && refusedRecord.environment == nil)
+
+        // Sent first to a remembered environment that refuses it: once more in the job's; refused
+        // there too, the job's environment's refusal, and the remembered environment is forgotten.
+        var remembered = SentContext(candidate: cs[0], takeover: false)
+        remembered.redirect = Redirect(environment: other)
+        let again = DeliveryStage.results(
+            of: [refusal],
+            contexts: [remembered],
+            factory: factory,
+            fallbackApps: fallback
+        )
+        #expect(again.redirects.map(\.poolKey.environment) == [job])
+        let last = DeliveryStage.results(
+            of: [outcome(0, .badRequest, reason: "BadDeviceToken")],
+            contexts: again.redirects,
+            factory: factory,
+            fallbackApps: fallback
+        )
+        let lastRecord = try #require(recorded(last.items[0]))
+        #expect(Self.value(of: last.items[0])["env"] as? String == job.rawValue)
+        #expect(lastRecord.environment != nil && lastRecord.environment?.environment == nil, "forgotten")
+        #expect(lastRecord.unregister?.environment == job.rawValue)
     }
 }
 

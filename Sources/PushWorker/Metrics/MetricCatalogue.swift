@@ -79,6 +79,12 @@ public enum MetricCatalogue {
         labels: ["app"],
         "Notifications not sent because their job's staleAfter had passed when they were consumed or about to be sent (status 521)."
     )
+    public static let redirected = MetricDescription(
+        "apn_worker_redirected_total",
+        .counter,
+        labels: ["app", "env", "via"],
+        "Notifications of apps with environmentFallback sent in the other environment than their job's (env): via fallback after a BadDeviceToken or status 8, or via remembered, the token's remembered environment."
+    )
 
     // Delivery
     public static let notifications = MetricDescription(
@@ -289,7 +295,7 @@ public enum MetricCatalogue {
     public static let all: [MetricDescription] = [
         messagesConsumed, invalidJobs, messagesLostToRetention, messagesSkipped, duplicatesSuppressed, rateLimited,
         unregisteredSkipped,
-        staleSkipped, notifications,
+        staleSkipped, redirected, notifications,
         deliveryAttempts, retransmissions, possibleDuplicates, endToEndLatency, deliveryLatency, poolConnections,
         connectionsOpened, connectFailures, connectionsClosed, sentCacheNotifications, backpressureWaits,
         http2StreamsInUse, providerTokenRefreshes, providerTokenRefreshed, credentialExpiry, tooManyRequests,

@@ -9,6 +9,11 @@ import Synchronization
 /// The third stage: one delivery pool per (app, environment), created on first use, and one
 /// reader of each pool's events. Claimed notifications go in tagged; each outcome comes back as
 /// a result for the result stage, and a pool's reachability goes to the claim stage.
+///
+/// Apps with `environmentFallback` (`docs/jobs.md`, "Environment"): a notification whose token
+/// has a remembered environment goes straight to that environment's pool, and one refused with
+/// `BadDeviceToken` (binary status 8) goes once to the other environment's pool, under the same
+/// claim, before its outcome becomes a result.
 final class DeliveryStage: Sendable {
     private struct State {
         var pools: [PoolKey: any APNSDeliveryClient] = [:]
@@ -30,6 +35,13 @@ final class DeliveryStage: Sendable {
     private let openedIn: AsyncStream<(PoolKey, any APNSDeliveryClient)>.Continuation
     /// Channel jobs go to the channel management API instead of a pool.
     private let channelActions: ChannelActionStage
+    /// The apps with `environmentFallback`, and where their tokens' environments are remembered.
+    private let fallbackApps: Set<String>
+    private let environments: NotificationStore?
+    /// Notifications refused in one environment, on their way to the other (read by ``run()``,
+    /// so that no pool's reader waits for another pool's room).
+    private let redirects: AsyncStream<[SentContext]>
+    private let redirectsIn: AsyncStream<[SentContext]>.Continuation
 
     init(
         pools: [PoolKey: PoolSettings],
@@ -37,8 +49,13 @@ final class DeliveryStage: Sendable {
         claimSignals: AsyncStream<ClaimStage.Signal>.Continuation,
         factory: ResultFactory,
         control: PipelineControl,
-        logger: Logger
+        logger: Logger,
+        fallbackApps: Set<String> = [],
+        environments: NotificationStore? = nil
     ) {
+        self.fallbackApps = fallbackApps
+        self.environments = environments
+        (redirects, redirectsIn) = AsyncStream.makeStream()
         self.pools = pools
         self.results = results
         self.claimSignals = claimSignals
@@ -70,6 +87,13 @@ final class DeliveryStage: Sendable {
         }
         await withDiscardingTaskGroup { group in
             group.addTask { await self.channelActions.run() }
+            group.addTask {
+                for await batch in self.redirects {
+                    for (key, contexts) in Dictionary(grouping: batch, by: \.poolKey) {
+                        await self.send(contexts, to: key)
+                    }
+                }
+            }
             for await (key, client) in opened {
                 group.addTask { await self.readEvents(of: client, key: key) }
             }
@@ -85,6 +109,60 @@ final class DeliveryStage: Sendable {
             notifications.removeAll { $0.candidate.job.channelAction != nil }
             if notifications.isEmpty { return }
         }
+        if fallbackApps.contains(key.app) {
+            notifications = await redirectRemembered(notifications, from: key)
+            if notifications.isEmpty { return }
+        }
+        await send(notifications, to: key)
+    }
+
+    /// Sends the notifications whose token has a remembered environment other than `key`'s to
+    /// that environment's pool; returns the others. Without an answer from Redis, none is moved:
+    /// the fallback still finds the token's environment.
+    private func redirectRemembered(_ notifications: [SentContext], from key: PoolKey) async -> [SentContext] {
+        guard let environments else { return notifications }
+        let remembered: [String?]
+        do {
+            remembered = try await environments.rememberedEnvironments(
+                app: key.app,
+                tokens: notifications.map(\.candidate.tokenHex)
+            )
+        } catch {
+            logger.debug("Cannot read remembered token environments", metadata: ["error": "\(error.message)"])
+            return notifications
+        }
+        var stay: [SentContext] = []
+        var moved: [SentContext] = []
+        for (context, environment) in zip(notifications, remembered) {
+            if let environment = environment.flatMap(APNSEnvironment.init), environment != key.environment,
+                !context.candidate.job.broadcast
+            {
+                var redirected = context
+                redirected.redirect = Redirect(environment: environment)
+                moved.append(redirected)
+            } else {
+                stay.append(context)
+            }
+        }
+        if !moved.isEmpty {
+            countRedirects(moved.count, from: key, via: "remembered")
+            await send(moved, to: PoolKey(app: key.app, environment: key.environment.other))
+        }
+        return stay
+    }
+
+    /// Counts notifications sent from the pool of `key` to the other environment's
+    /// (`apn_worker_redirected_total`).
+    private func countRedirects(_ count: Int, from key: PoolKey, via: String) {
+        control.metrics.increment(
+            MetricCatalogue.redirected,
+            [key.app, key.environment.other.rawValue, via],
+            by: count
+        )
+    }
+
+    /// Hands notifications to the pool of `key`, or releases their claims when it cannot take them.
+    private func send(_ notifications: [SentContext], to key: PoolKey) async {
         var submissions = state.withLock { s in
             notifications.map { context in
                 APNSSubmission(
@@ -173,8 +251,23 @@ final class DeliveryStage: Sendable {
                 }
             }
             let contexts = state.withLock { s in outcomes.map { s.sent.remove($0.tag) } }
-            let (items, feedback) = Self.results(of: outcomes, contexts: contexts, factory: factory)
+            let made = Self.results(of: outcomes, contexts: contexts, factory: factory, fallbackApps: fallbackApps)
+            var items = made.items
+            let (feedback, redirected) = (made.feedback, made.redirects)
             if feedback > 0 { control.count { $0.feedback += feedback } }
+            if !redirected.isEmpty {
+                countRedirects(redirected.count, from: key, via: "fallback")
+                if case .terminated = redirectsIn.yield(redirected) {
+                    // Stopped: given back as at a pool's shutdown; one taken over from a dead
+                    // worker, which may have delivered it, keeps its claim for the next owner.
+                    items += redirected.map { context in
+                        let c = context.candidate
+                        return context.takeover
+                            ? .handedBack(c.ref, resultId: c.resultId)
+                            : .released(c.ref, resultId: c.resultId, token: c.tokenHex)
+                    }
+                }
+            }
             if control.metrics.isEnabled {
                 let now = DispatchTime.now().uptimeNanoseconds
                 var latencies: [Int64] = []
@@ -191,14 +284,18 @@ final class DeliveryStage: Sendable {
     }
 
     /// The results of a batch of outcomes whose contexts were looked up; no I/O. Returns how
-    /// many `feedback` results (HTTP/2 410s) are among them.
+    /// many `feedback` results (HTTP/2 410s) are among them, and the notifications of
+    /// `fallbackApps` to send once more, in the other environment (refused with `BadDeviceToken`
+    /// or binary status 8 where they were sent first): they get no result yet.
     static func results(
         of outcomes: [APNSDeliveryOutcome],
         contexts: [SentContext?],
-        factory: ResultFactory
-    ) -> (items: [ResultItem], feedback: Int) {
+        factory: ResultFactory,
+        fallbackApps: Set<String> = []
+    ) -> (items: [ResultItem], feedback: Int, redirects: [SentContext]) {
         var items: [ResultItem] = []
         items.reserveCapacity(outcomes.count)
+        var redirects: [SentContext] = []
         var feedback = 0
         let at = factory.now()
         for (outcome, context) in zip(outcomes, contexts) {
@@ -214,11 +311,66 @@ final class DeliveryStage: Sendable {
                 }
                 continue
             }
-            let item = factory.delivered(outcome, context: context, at: at)
+            let item: ResultItem
+            if !fallbackApps.isEmpty, fallbackApps.contains(context.candidate.job.app) {
+                let fallback = Self.fallback(outcome, context: context, factory: factory, at: at)
+                if let redirect = fallback.redirect {
+                    redirects.append(redirect)
+                    continue
+                }
+                item = fallback.item ?? factory.delivered(outcome, context: context, at: at)
+            } else {
+                item = factory.delivered(outcome, context: context, at: at)
+            }
             if case .delivered(let record) = item, record.feedback != nil { feedback += 1 }
             items.append(item)
         }
-        return (items, feedback)
+        return (items, feedback, redirects)
+    }
+
+    /// What `environmentFallback` makes of an outcome: the notification to send in the other
+    /// environment (the first refusal of its token), or the result (a redirected send's: the
+    /// token's environment remembered when it was delivered; the refusal in the job's environment
+    /// when it was refused in both), or neither: its result as usual.
+    static func fallback(
+        _ outcome: APNSDeliveryOutcome,
+        context: SentContext,
+        factory: ResultFactory,
+        at: Int64
+    ) -> (redirect: SentContext?, item: ResultItem?) {
+        let c = context.candidate
+        guard !c.job.broadcast else { return (nil, nil) }
+        let refused =
+            outcome.status == .invalidToken || (outcome.status == .badRequest && outcome.reason == "BadDeviceToken")
+        guard let redirect = context.redirect, let first = redirect.firstRefusal,
+            let firstEnvironment = redirect.firstEnvironment
+        else {
+            guard refused else { return (nil, nil) }
+            // Refused where it was sent first: once more, in the other environment.
+            let here = context.poolKey.environment
+            var again = context
+            again.redirect = Redirect(environment: here.other, firstRefusal: outcome, in: here)
+            return (again, nil)
+        }
+        let memory = { (environment: APNSEnvironment?) in
+            TokenEnvironment(app: c.job.app, token: c.tokenHex, environment: environment?.rawValue)
+        }
+        guard refused else {
+            // The fallback's own outcome, counting the writes to both environments; delivered:
+            // this is the token's environment.
+            var outcome = outcome
+            outcome.attempts += first.attempts
+            let remember = outcome.isTransmitted ? memory(redirect.environment) : nil
+            return (nil, factory.delivered(outcome, context: context, at: at, environment: remember))
+        }
+        // Refused in both: the refusal in the job's environment. The first was there unless the
+        // token's remembered environment was tried first, which is then forgotten.
+        if firstEnvironment == c.job.environment {
+            var original = context
+            original.redirect = nil
+            return (nil, factory.delivered(first, context: original, at: at))
+        }
+        return (nil, factory.delivered(outcome, context: context, at: at, environment: memory(nil)))
     }
 
     private func report(_ event: APNSDeliveryEvent, key: PoolKey) {
@@ -269,7 +421,7 @@ final class DeliveryStage: Sendable {
             var stuck = 0
             s.sent.forEach { context in
                 if selection.contains(context.candidate.ref.partition)
-                    && s.unavailable.contains(context.candidate.poolKey)
+                    && s.unavailable.contains(context.poolKey)
                 {
                     stuck += 1
                 }
@@ -292,6 +444,8 @@ final class DeliveryStage: Sendable {
                 group.addTask { await pool.shutdown(gracePeriod: gracePeriod) }
             }
         }
+        // A notification refused after this is given back (``readEvents(of:key:)``).
+        redirectsIn.finish()
     }
 
     var poolCount: Int { state.withLock { $0.pools.count } }

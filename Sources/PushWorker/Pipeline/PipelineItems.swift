@@ -25,6 +25,11 @@ struct PoolKey: Hashable, Sendable {
     var environment: APNSEnvironment
 }
 
+extension APNSEnvironment {
+    /// The other environment: where `environmentFallback` tries a token refused in this one.
+    var other: APNSEnvironment { self == .production ? .sandbox : .production }
+}
+
 /// What the notifications of one job share (one allocation per job, not per token).
 /// Its fields are ordered so that the few of one byte come last, where they pad nothing: one
 /// is kept per notification in flight, in 128 bytes instead of 160.
@@ -139,6 +144,38 @@ struct SentContext: Sendable {
     var candidate: Candidate
     /// The claim was taken over from a dead worker: the result says `possibleDuplicate`.
     var takeover: Bool
+    /// Sent in another environment than its job's (`environmentFallback`); `nil`: in its job's.
+    var redirect: Redirect? = nil
+
+    /// The pool it is in.
+    var poolKey: PoolKey {
+        PoolKey(app: candidate.job.app, environment: redirect?.environment ?? candidate.job.environment)
+    }
+}
+
+/// Where a notification of an app with `environmentFallback` is sent instead of its job's
+/// environment, and why. A class: it is rare, and a reference keeps ``SentContext`` small.
+final class Redirect: Sendable {
+    /// The environment it is sent in now.
+    let environment: APNSEnvironment
+    /// Its refusal (`BadDeviceToken`, binary status 8) in the environment it was sent in first:
+    /// this send is the one fallback. `nil`: sent here first, the token's remembered environment.
+    let firstRefusal: APNSDeliveryOutcome?
+    /// The environment of ``firstRefusal``.
+    let firstEnvironment: APNSEnvironment?
+
+    init(environment: APNSEnvironment, firstRefusal: APNSDeliveryOutcome? = nil, in first: APNSEnvironment? = nil) {
+        self.environment = environment
+        self.firstRefusal = firstRefusal
+        self.firstEnvironment = first
+    }
+}
+
+/// A token's environment to remember (``RedisKeys``, `e:`), or to forget (`environment` `nil`).
+struct TokenEnvironment: Sendable {
+    var app: String
+    var token: String
+    var environment: String?
 }
 
 /// One message for `apn.results`.
@@ -188,9 +225,11 @@ final class RecordedResult: Sendable {
     private final class Extra: Sendable {
         let feedback: ResultMessage?
         let unregister: Unregistration?
-        init(feedback: ResultMessage?, unregister: Unregistration?) {
+        let environment: TokenEnvironment?
+        init(feedback: ResultMessage?, unregister: Unregistration?, environment: TokenEnvironment?) {
             self.feedback = feedback
             self.unregister = unregister
+            self.environment = environment
         }
     }
 
@@ -198,6 +237,8 @@ final class RecordedResult: Sendable {
     var feedback: ResultMessage? { extra?.feedback }
     /// The token to store as unregistered.
     var unregister: Unregistration? { extra?.unregister }
+    /// The token's environment to remember or forget (`environmentFallback`).
+    var environment: TokenEnvironment? { extra?.environment }
 
     init(
         ref: MessageRef,
@@ -205,13 +246,16 @@ final class RecordedResult: Sendable {
         token: String,
         result: ResultMessage,
         feedback: ResultMessage? = nil,
-        unregister: Unregistration? = nil
+        unregister: Unregistration? = nil,
+        environment: TokenEnvironment? = nil
     ) {
         self.ref = ref
         self.resultId = resultId
         self.token = token
         self.result = result
-        extra = feedback == nil && unregister == nil ? nil : Extra(feedback: feedback, unregister: unregister)
+        extra =
+            feedback == nil && unregister == nil && environment == nil
+            ? nil : Extra(feedback: feedback, unregister: unregister, environment: environment)
     }
 }
 

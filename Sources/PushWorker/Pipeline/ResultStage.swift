@@ -187,6 +187,8 @@ final class ResultStage: Sendable {
     struct WritePlan {
         var records: [RecordedResult] = []
         var unregistered: [(app: String, environment: String, token: String, since: Int64, reason: String)] = []
+        /// Tokens' environments to remember or forget (`environmentFallback`).
+        var environments: [TokenEnvironment] = []
         /// Claims to delete: notifications never written to a gateway.
         var released: [(resultId: String, token: String)] = []
         var messages: [KafkaOutgoingMessage] = []
@@ -223,6 +225,7 @@ final class ResultStage: Sendable {
                 if let u = r.unregister {
                     plan.unregistered.append((u.app, u.environment, u.token, u.verdict.since, u.verdict.reason))
                 }
+                if let environment = r.environment { plan.environments.append(environment) }
                 produce(r.result)
                 if let feedback = r.feedback { produce(feedback) }
                 plan.settled.append(r.resultId)
@@ -244,6 +247,7 @@ final class ResultStage: Sendable {
             await record(
                 plan.records,
                 unregistered: plan.unregistered,
+                environments: plan.environments,
                 released: plan.released,
                 marks: marks,
                 count: batch.count
@@ -276,6 +280,7 @@ final class ResultStage: Sendable {
     private func record(
         _ records: [RecordedResult],
         unregistered: [(app: String, environment: String, token: String, since: Int64, reason: String)],
+        environments: [TokenEnvironment],
         released: [(resultId: String, token: String)],
         marks: [TopicPartitionOffset],
         count: Int
@@ -288,6 +293,7 @@ final class ResultStage: Sendable {
                     unregistered: unregistered,
                     released: released,
                     positions: marks,
+                    environments: environments,
                     ttlSeconds: configuration.worker.dedupeTTLSeconds
                 )
                 if delay > .milliseconds(50) { control.setRedisDown(false) }

@@ -180,7 +180,9 @@ public final class Worker: Service, Sendable {
             claimSignals: signals.continuation,
             factory: factory,
             control: control,
-            logger: logger
+            logger: logger,
+            fallbackApps: Set(configuration.apps.values.filter(\.environmentFallback).map(\.name)),
+            environments: store
         )
         let claims = ClaimStage(
             store: claimStore,

@@ -120,10 +120,17 @@ struct ResultFactory: Sendable {
 
     /// The result of a pool's outcome, made at `at` (UNIX ms; the outcomes of one batch share
     /// it). A binary status 8 or an HTTP/2 410 also stores the token as unregistered; a 410 is
-    /// published as a `feedback` result too (§3.4).
-    func delivered(_ outcome: APNSDeliveryOutcome, context: SentContext, at: Int64) -> ResultItem {
+    /// published as a `feedback` result too (§3.4). The result names the environment the
+    /// notification was sent in, and says `redirected` when that is not its job's;
+    /// `environment` is the token's environment to remember or forget with it.
+    func delivered(
+        _ outcome: APNSDeliveryOutcome,
+        context: SentContext,
+        at: Int64,
+        environment memory: TokenEnvironment? = nil
+    ) -> ResultItem {
         let c = context.candidate
-        let env = c.job.environment.rawValue
+        let env = context.poolKey.environment.rawValue
         var result = WorkerResult(
             kind: outcome.isTransmitted ? .transmitted : .transmissionError,
             resultId: c.resultId,
@@ -142,6 +149,7 @@ struct ResultFactory: Sendable {
         result.apnsUniqueId = outcome.apnsUniqueID
         result.metadata = c.job.metadata
         if namesTopics { result.topic = c.ref.partition.topic }
+        if let redirect = context.redirect, redirect.environment != c.job.environment { result.redirected = true }
         if c.job.broadcast { result.addressToChannel() }
         var unregister: Unregistration? = nil
         var feedback: ResultMessage? = nil
@@ -174,7 +182,8 @@ struct ResultFactory: Sendable {
                 token: c.tokenHex,
                 result: result.message(since: c.job.producedAt),
                 feedback: feedback,
-                unregister: unregister
+                unregister: unregister,
+                environment: memory
             )
         )
     }

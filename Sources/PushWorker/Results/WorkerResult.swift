@@ -29,6 +29,9 @@ public struct WorkerResult: Sendable, Hashable {
     public var reason: String?
     public var attempts: Int?
     public var possibleDuplicate: Bool?
+    /// Sent in the other environment than its job's (`environmentFallback`): `env` names the
+    /// one it was sent in. `nil` otherwise (not written).
+    public var redirected: Bool? = nil
     /// Feedback: the UNIX time Apple gave.
     public var timestamp: Int64?
     /// Apple's permanent verdict on the token, when this result gave it or was decided by it.
@@ -103,6 +106,7 @@ public struct WorkerResult: Sendable, Hashable {
         if let possibleDuplicate {
             out.raw(possibleDuplicate ? #","possibleDuplicate":true"# : #","possibleDuplicate":false"#)
         }
+        if redirected == true { out.raw(#","redirected":true"#) }
         if let tokenVerdict {
             out.string(#","tokenVerdict":{"reason":"#, tokenVerdict.reason)
             out.integer(#","since":"#, tokenVerdict.since)
@@ -171,7 +175,9 @@ public struct WorkerResult: Sendable, Hashable {
         size += tokenVerdict.map { 35 + $0.reason.utf8.count + 20 } ?? 0
         size += text(topic, 9) + text(worker, 10) + (metadata.map { 12 + $0.count } ?? 0)
         if let status { size += 10 + 6 + text(status.name, 14) }
-        size += number(attempts != nil, 12) + (possibleDuplicate != nil ? 26 : 0) + number(payloadBytes != nil, 16)
+        size +=
+            number(attempts != nil, 12) + (possibleDuplicate != nil ? 26 : 0) + (redirected != nil ? 18 : 0)
+            + number(payloadBytes != nil, 16)
         size +=
             number(timestamp != nil, 13) + number(partition != nil, 13) + number(offset != nil, 10) + number(true, 6)
         return size + 1

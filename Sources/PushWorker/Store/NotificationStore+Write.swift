@@ -5,7 +5,8 @@ import PushRedis
 
 extension NotificationStore {
     /// Records outcomes (each with the `feedback` result produced with it, re-emitted with it
-    /// after a crash), unregistered tokens, released claims (result id and token) and written
+    /// after a crash), unregistered tokens, tokens' environments found by `environmentFallback`
+    /// (``RedisKeys``, `e:`), released claims (result id and token) and written
     /// positions (``RedisKeys``, `pw:`), in one round trip (per primary on a cluster). The outcomes
     /// are read where they are: copying their fields into records of the store's own retained
     /// each string and buffer in them (1.5% of the worker's samples in a profile).
@@ -14,6 +15,7 @@ extension NotificationStore {
         unregistered: [(app: String, environment: String, token: String, since: Int64, reason: String)],
         released: [(resultId: String, token: String)],
         positions: [TopicPartitionOffset] = [],
+        environments: [TokenEnvironment] = [],
         ttlSeconds: Int
     ) async throws(RedisError) {
         var commands = RedisCommands(
@@ -74,6 +76,7 @@ extension NotificationStore {
                 commands.append(2 * keys.verdictPeriod)
             }
         }
+        appendEnvironments(environments, to: &commands)
         for entry in released {
             commands.begin(argumentCount: 2)
             commands.append("DEL")

@@ -16,6 +16,9 @@ import PushKafka
 ///   current generation (UNIX time ÷ ``verdictPeriod``) and the next, each expiring two periods
 ///   after its last write, and looked up in the current one: it is remembered for at least one
 ///   period (`invalidTokenTTLDays`) and at most two, and nothing in the store outlives that.
+/// - `e:<T><app>:<token>`: the token's environment (`production`, `sandbox`), found by
+///   `environmentFallback` when the other environment refused the token and this one delivered
+///   the notification; kept for ``verdictPeriod`` (`invalidTokenTTLDays`) after it was found.
 /// - `rd:<T><app>:<token>:<hour>`: the device's count this hour.
 /// - `ra:<app>:<second>`: the app's count this second.
 /// - `pw:<topic>:<partition>`: the partition's written position: every result of every message
@@ -117,16 +120,28 @@ struct RedisKeys: Sendable {
         DecimalText.append(generation, to: &key)
     }
 
+    /// `e:<T><app>:<token>`.
+    func tokenEnvironment(app: String, token: String, tag: UInt16?) -> [UInt8] {
+        var key: [UInt8] = []
+        appendAppToken("e:", app: app, token: token, tag: tag, to: &key)
+        return key
+    }
+
     /// Appends `rd:<T><app>:<token>:<hour>`.
     func appendDeviceCounter(app: String, token: String, hour: Int64, tag: UInt16?, to key: inout [UInt8]) {
+        appendAppToken("rd:", app: app, token: token, tag: tag, to: &key)
+        key.append(UInt8(ascii: ":"))
+        DecimalText.append(hour, to: &key)
+    }
+
+    /// Appends `<kind><T><app>:<token>`.
+    private func appendAppToken(_ kind: StaticString, app: String, token: String, tag: UInt16?, to key: inout [UInt8]) {
         key += prefix.utf8
-        key += "rd:".utf8
+        kind.withUTF8Buffer { key += $0 }
         Self.append(tag: tag, to: &key)
         key += app.utf8
         key.append(UInt8(ascii: ":"))
         key += token.utf8
-        key.append(UInt8(ascii: ":"))
-        DecimalText.append(hour, to: &key)
     }
 
     // MARK: Keys in slots of their own
