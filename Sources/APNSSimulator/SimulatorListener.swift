@@ -33,6 +33,60 @@ enum SimulatorListener {
     }
 }
 
+/// The server side of a simulator's TLS, whose trusted client CA can change while it runs
+/// (Apple trusting a renewed push certificate, and no longer the old one): a connection accepted
+/// afterwards is checked against the new CA; the connections already open stay as they are.
+final class SimulatorTLS: Sendable {
+    private let certificateChainPEM: String
+    private let privateKeyPEM: String
+    private let clientVerification: CertificateVerification
+    private let minimumTLSVersion: TLSVersion?
+    private let applicationProtocols: [String]
+    private let current: Mutex<NIOSSLContext>
+
+    init(
+        certificateChainPEM: String,
+        privateKeyPEM: String,
+        clientCAPEM: String?,
+        clientVerification: CertificateVerification,
+        minimumTLSVersion: TLSVersion? = nil,
+        applicationProtocols: [String] = []
+    ) throws {
+        self.certificateChainPEM = certificateChainPEM
+        self.privateKeyPEM = privateKeyPEM
+        self.clientVerification = clientVerification
+        self.minimumTLSVersion = minimumTLSVersion
+        self.applicationProtocols = applicationProtocols
+        current = Mutex(
+            try SimulatorListener.tlsContext(
+                certificateChainPEM: certificateChainPEM,
+                privateKeyPEM: privateKeyPEM,
+                clientCAPEM: clientCAPEM,
+                clientVerification: clientVerification,
+                minimumTLSVersion: minimumTLSVersion,
+                applicationProtocols: applicationProtocols
+            )
+        )
+    }
+
+    /// The context of the next connection accepted.
+    var context: NIOSSLContext { current.withLock { $0 } }
+
+    /// Trusts client certificates chaining to `clientCAPEM` (one or more PEM certificates) from
+    /// the next connection on; `nil` asks for none.
+    func trust(clientCAPEM: String?) throws {
+        let context = try SimulatorListener.tlsContext(
+            certificateChainPEM: certificateChainPEM,
+            privateKeyPEM: privateKeyPEM,
+            clientCAPEM: clientCAPEM,
+            clientVerification: clientVerification,
+            minimumTLSVersion: minimumTLSVersion,
+            applicationProtocols: applicationProtocols
+        )
+        current.withLock { $0 = context }
+    }
+}
+
 /// Lets channel initializers reach the simulator created after binding.
 final class SimulatorBox<Simulator: Sendable>: Sendable {
     private let value = Mutex<Simulator?>(nil)
