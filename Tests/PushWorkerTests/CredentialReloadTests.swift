@@ -1,5 +1,6 @@
 import APNSCore
 import APNSHTTP2
+import APNSHTTP2Core
 import APNSSimulator
 import Foundation
 import Logging
@@ -55,6 +56,14 @@ import Testing
 
         var errors: [String] { records.all.filter { $0.level == .error }.map(\.message) }
 
+        /// The signing key app `a`'s pool signs provider tokens with.
+        var signingKey: APNSSigningKey? {
+            guard case .http2(let gateway)? = worker.pools[CredentialReloadTests.key]?.transport,
+                case .token(let provider) = gateway.authentication
+            else { return nil }
+            return provider.signingKey
+        }
+
         func check(forced: Bool = false) -> [PoolKey: CredentialCheck] {
             worker.checkCredentials(forced: forced, delivery: nil)
         }
@@ -93,6 +102,15 @@ import Testing
             transport: "binary",
             credentials: "certificate: SECRET/client.pem\nkey: SECRET/client-key.pem",
             files: ["client.pem": pair.certificatePEM, "client-key.pem": pair.keyPEM]
+        )
+    }
+
+    /// An HTTP/2 app signing provider tokens with key `OLDKEY0001` of the secret.
+    static func tokenApp() throws -> Setup {
+        try setUp(
+            transport: "http2",
+            credentials: "signingKey: SECRET/AuthKey.p8\nkeyId: OLDKEY0001\nteamId: TEAM123456",
+            files: ["AuthKey.p8": TestCertificates.unrelatedKeyPEM()]
         )
     }
 
@@ -161,11 +179,7 @@ import Testing
 
     @Test("A new .p8 key with its new key ID in the config file of the same secret is put in force together")
     func signingKeyAndKeyIdAreApplied() throws {
-        let setup = try Self.setUp(
-            transport: "http2",
-            credentials: "signingKey: SECRET/AuthKey.p8\nkeyId: OLDKEY0001\nteamId: TEAM123456",
-            files: ["AuthKey.p8": TestCertificates.unrelatedKeyPEM()]
-        )
+        let setup = try Self.tokenApp()
         let config = try String(contentsOfFile: setup.secret.path("worker.yaml"), encoding: .utf8)
         let newKey = TestCertificates.unrelatedKeyPEM()
         try setup.secret.update([
@@ -174,25 +188,16 @@ import Testing
         ])
 
         #expect(setup.check() == [Self.key: .applied])
-        guard case .http2(let gateway)? = setup.worker.pools[Self.key]?.transport,
-            case .token(let provider) = gateway.authentication
-        else {
-            Issue.record("not a provider-token pool")
-            return
-        }
-        #expect(provider.signingKey.keyID == "NEWKEY0002")
-        #expect(provider.signingKey.privateKey.pemRepresentation == newKey)
+        let signingKey = try #require(setup.signingKey)
+        #expect(signingKey.keyID == "NEWKEY0002")
+        #expect(signingKey.privateKey.pemRepresentation == newKey)
         // A .p8 key has no end of validity: no expiry series before or after.
         #expect(setup.samples(MetricCatalogue.credentialExpiry).isEmpty)
     }
 
     @Test("An invalid .p8 key or config file keeps the key in use, with the start's sentence and the failed gauge")
     func invalidSigningKeyOrConfigKeepsTheOldOne() throws {
-        let setup = try Self.setUp(
-            transport: "http2",
-            credentials: "signingKey: SECRET/AuthKey.p8\nkeyId: OLDKEY0001\nteamId: TEAM123456",
-            files: ["AuthKey.p8": TestCertificates.unrelatedKeyPEM()]
-        )
+        let setup = try Self.tokenApp()
         let config = try String(contentsOfFile: setup.secret.path("worker.yaml"), encoding: .utf8)
         try setup.secret.update(["AuthKey.p8": "-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n"])
         let keySentence = try #require(setup.startSentence())
@@ -204,12 +209,6 @@ import Testing
         #expect(setup.check() == [Self.key: .failed(configSentence)])
         #expect(setup.errors == [keySentence, configSentence])
         #expect(setup.samples(MetricCatalogue.credentialReloadFailed) == [Self.labels: 1])
-        guard case .http2(let gateway)? = setup.worker.pools[Self.key]?.transport,
-            case .token(let provider) = gateway.authentication
-        else {
-            Issue.record("not a provider-token pool")
-            return
-        }
-        #expect(provider.signingKey.keyID == "OLDKEY0001")
+        #expect(setup.signingKey?.keyID == "OLDKEY0001")
     }
 }
