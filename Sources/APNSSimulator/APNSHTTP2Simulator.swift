@@ -256,7 +256,12 @@ public final class APNSHTTP2Simulator: Sendable {
     let listsVersion = Atomic<Int>(0)
     /// GOAWAYs sent with rotating debug data (§6.9).
     let goAwayRotation = Atomic<Int>(0)
-    let sslContext: NIOSSLContext
+    /// The server side of TLS, whose trusted client CA ``trustClients(caPEM:)`` changes.
+    let tls: SimulatorTLS
+    /// The provider-token keys in force: ``Configuration/verifier`` until
+    /// ``acceptProviderTokens(_:)`` replaces them; `version` counts the replacements, so that a
+    /// connection verifies again a token it admitted under other keys.
+    let tokenKeys: Mutex<(verifier: APNSJWTVerifier?, version: Int)>
     private let channel: ServerChannelBox
     private let recordFile: FileHandle?
     let logger: Logger
@@ -264,14 +269,15 @@ public final class APNSHTTP2Simulator: Sendable {
     private init(
         configuration: Configuration,
         port: Int,
-        sslContext: NIOSSLContext,
+        tls: SimulatorTLS,
         channel: ServerChannelBox,
         recordFile: FileHandle?,
         logger: Logger
     ) {
         self.configuration = configuration
         self.port = port
-        self.sslContext = sslContext
+        self.tls = tls
+        self.tokenKeys = Mutex((configuration.verifier, 0))
         self.channel = channel
         self.recordFile = recordFile
         self.logger = logger
@@ -312,7 +318,7 @@ public final class APNSHTTP2Simulator: Sendable {
         }
         // §3.1: HTTP/2 over TLS 1.2 or later, negotiated with ALPN. A client certificate is
         // asked for but optional: connections without one use tokens.
-        let sslContext = try SimulatorListener.tlsContext(
+        let tls = try SimulatorTLS(
             certificateChainPEM: configuration.certificateChainPEM,
             privateKeyPEM: configuration.privateKeyPEM,
             clientCAPEM: configuration.clientCAPEM,
@@ -333,7 +339,7 @@ public final class APNSHTTP2Simulator: Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     let simulator = try box.started()
                     let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(NIOSSLServerHandler(context: simulator.sslContext))
+                    try sync.addHandler(NIOSSLServerHandler(context: simulator.tls.context))
                     try sync.addHandler(HTTP2SimulatorSetupHandler(simulator: simulator))
                 }
             }
@@ -342,7 +348,7 @@ public final class APNSHTTP2Simulator: Sendable {
         let simulator = APNSHTTP2Simulator(
             configuration: configuration,
             port: server.localAddress!.port!,
-            sslContext: sslContext,
+            tls: tls,
             channel: ServerChannelBox(channel: server),
             recordFile: recordFile,
             logger: logger

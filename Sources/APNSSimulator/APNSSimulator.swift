@@ -93,6 +93,8 @@ public final class APNSSimulator: Sendable {
     let state: Mutex<State>
     private let channels: [any Channel]
     private let accepted: AcceptedConnections
+    /// The server side of TLS, whose trusted client CA ``trustClients(caPEM:)`` changes.
+    let tls: SimulatorTLS
     private let recordFile: FileHandle?
     private let logger: Logger
 
@@ -103,10 +105,12 @@ public final class APNSSimulator: Sendable {
         state: State,
         channels: [any Channel],
         accepted: AcceptedConnections,
+        tls: SimulatorTLS,
         recordFile: FileHandle?,
         logger: Logger
     ) {
         self.accepted = accepted
+        self.tls = tls
         self.configuration = configuration
         self.binaryPort = binaryPort
         self.feedbackPort = feedbackPort
@@ -122,7 +126,7 @@ public final class APNSSimulator: Sendable {
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "apns.simulator")
     ) async throws -> APNSSimulator {
-        let sslContext = try SimulatorListener.tlsContext(
+        let tls = try SimulatorTLS(
             certificateChainPEM: configuration.certificateChainPEM,
             privateKeyPEM: configuration.privateKeyPEM,
             clientCAPEM: configuration.clientCAPEM,
@@ -147,7 +151,7 @@ public final class APNSSimulator: Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     accepted.add(channel)
-                    try sync.addHandler(NIOSSLServerHandler(context: sslContext))
+                    try sync.addHandler(NIOSSLServerHandler(context: tls.context))
                     try sync.addHandler(ByteToMessageHandler(NotificationFrameDecoder()))
                     try sync.addHandler(GatewayHandler(simulator: try box.started()))
                 }
@@ -163,7 +167,7 @@ public final class APNSSimulator: Sendable {
                     channel.eventLoop.makeCompletedFuture {
                         let sync = channel.pipeline.syncOperations
                         accepted.add(channel)
-                        try sync.addHandler(NIOSSLServerHandler(context: sslContext))
+                        try sync.addHandler(NIOSSLServerHandler(context: tls.context))
                         try sync.addHandler(FeedbackHandler(simulator: try box.started()))
                     }
                 }
@@ -179,6 +183,7 @@ public final class APNSSimulator: Sendable {
             state: state,
             channels: channels,
             accepted: accepted,
+            tls: tls,
             recordFile: recordFile,
             logger: logger
         )

@@ -38,6 +38,8 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
     /// The `authorization` value of the last admitted token, to skip verifying it again.
     private var admittedAuthorization: String?
     private var admittedToken: APNSVerifiedToken?
+    /// The simulator's ``APNSHTTP2Simulator/tokenKeys`` version the admitted token was verified under.
+    private var admittedKeysVersion = 0
 
     // §3.2, §6.8: stream limits.
     private var authenticated: Bool
@@ -373,8 +375,10 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
         let now = configuration.now()
         // The same token as last time only needs its age checked again (§4: one hour); the
         // signature was verified when it was admitted.
+        let keys = simulator.tokenKeys.withLock { $0 }
         if let authorization = head.authorization, let token = admittedToken, authorization == admittedAuthorization,
-            !token.isTopicSpecific, !(tracker.answeredExpired && tracker.expiredTokenSticks)
+            admittedKeysVersion == keys.version, !token.isTopicSpecific,
+            !(tracker.answeredExpired && tracker.expiredTokenSticks)
         {
             let age = now.timeIntervalSince1970 - TimeInterval(token.issuedAt)
             if age >= 0 && age <= maximumTokenAge { return .success(token) }
@@ -383,7 +387,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
             return .failure(.init(.missingProviderToken, "the request has no authorization header"))
         }
         let verification: Result<APNSVerifiedToken, APNSJWTRejection>
-        if let verifier = configuration.verifier {
+        if let verifier = keys.verifier {
             verification = verifier.verify(authorization: authorization, topic: head.topic, now: now)
         } else {
             verification = .failure(.init(.invalidProviderToken, "the simulator has no keys for token authentication"))
@@ -392,6 +396,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
         if case .success(let token) = result {
             admittedAuthorization = authorization
             admittedToken = token
+            admittedKeysVersion = keys.version
             if !authenticated {
                 // §3.2: one stream until a valid token has gone through.
                 authenticated = true

@@ -10,6 +10,7 @@ import PushKafka
 import PushStatus
 import PushWorker
 import ServiceLifecycle
+import UnixSignals
 
 /// `apn-worker run`: one member of the worker group.
 struct Run: AsyncParsableCommand {
@@ -21,7 +22,8 @@ struct Run: AsyncParsableCommand {
             {"event":"ready",...} on standard output once its services have started (and its status \
             server listens), before it has joined the group; logs go to standard \
             error. SIGTERM or SIGINT stops it gracefully: consumption stops, notifications in flight are \
-            finished, their results written and offsets committed.
+            finished, their results written and offsets committed. SIGHUP reloads the credentials \
+            (they are also reloaded when their files change; see docs/operations.md).
             """
     )
 
@@ -56,7 +58,12 @@ struct Run: AsyncParsableCommand {
             : WorkerMetrics(factory: PrometheusMetricsFactory(registry: registry))
         let worker: Worker
         do {
-            worker = try Worker(configuration: configuration, metrics: metrics, logger: logger)
+            // A credential reload loads the config file again as it was loaded now.
+            let overrides = flags.overrides
+            worker = try Worker(configuration: configuration, metrics: metrics, logger: logger) {
+                () throws(ConfigurationError) -> WorkerConfiguration in
+                try WorkerConfiguration.load(overrides: overrides, environment: ProcessInfo.processInfo.environment)
+            }
         } catch {
             printError(error.message)
             throw ExitCode(2)
@@ -73,6 +80,9 @@ struct Run: AsyncParsableCommand {
             printError("\(error)")
             throw ExitCode(1)
         }
+        // Trapped before the worker announces that it is ready: from then on, SIGHUP asks for a
+        // credential reload instead of ending the process.
+        services.append(ReloadOnHangup(signals: await UnixSignalsSequence(trapping: .sighup), worker: worker))
         var server: StatusServer?
         if let address = configuration.worker.statusAddress {
             let process = ProcessMetrics(registry: registry)
@@ -136,5 +146,18 @@ struct Run: AsyncParsableCommand {
                 ("redisRedirects", .int(Int64(statistics.redisRedirects))),
             ])
         )
+    }
+}
+
+/// Asks the worker to check its credentials again at each SIGHUP (`docs/operations.md`,
+/// "Rotating credentials"), until the group shuts down.
+private struct ReloadOnHangup: Service {
+    var signals: UnixSignalsSequence
+    var worker: Worker
+
+    func run() async {
+        try? await cancelWhenGracefulShutdown {
+            for await _ in signals { worker.reloadCredentials() }
+        }
     }
 }

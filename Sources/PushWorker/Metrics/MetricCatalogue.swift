@@ -183,6 +183,18 @@ public enum MetricCatalogue {
         labels: ["app", "env", "kind"],
         "When a credential configured for an app's environment stops being valid, in seconds since 1970: kind certificate is a client certificate's notAfter."
     )
+    public static let credentialReloadFailed = MetricDescription(
+        "apn_worker_credential_reload_failed",
+        .gauge,
+        labels: ["app", "env"],
+        "1 while an app environment's changed credential files (or config file) fail the checks of the start, so the worker goes on with the credentials it has; 0 otherwise."
+    )
+    public static let credentialReloads = MetricDescription(
+        "apn_worker_credential_reloads_total",
+        .counter,
+        labels: ["app", "env", "result"],
+        "Credential reloads of an app environment: result applied (new connections use the new credentials) or failed (the old ones stay in use)."
+    )
     public static let tooManyRequests = MetricDescription(
         "apn_worker_http2_too_many_requests_total",
         .counter,
@@ -298,7 +310,8 @@ public enum MetricCatalogue {
         staleSkipped, redirected, notifications,
         deliveryAttempts, retransmissions, possibleDuplicates, endToEndLatency, deliveryLatency, poolConnections,
         connectionsOpened, connectFailures, connectionsClosed, sentCacheNotifications, backpressureWaits,
-        http2StreamsInUse, providerTokenRefreshes, providerTokenRefreshed, credentialExpiry, tooManyRequests,
+        http2StreamsInUse, providerTokenRefreshes, providerTokenRefreshed, credentialExpiry, credentialReloadFailed,
+        credentialReloads, tooManyRequests,
         feedbackTokens, inFlight, resultsProduced,
         produceErrors, offsetsCommitted, rebalances, assignedPartitions, consumerLag, redisRoundTrips, redisRedirects,
         redisLatency, redisErrors, redisUp, ready, processResidentMemory, processCPU, processOpenFiles,

@@ -9,7 +9,8 @@ import Synchronization
 /// request at a time is enough; the queue holds only claimed jobs, which the in-flight limit
 /// bounds.
 final class ChannelActionStage: Sendable {
-    private let managers: [PoolKey: APNSChannelManager]
+    /// Each app environment's settings in force, with its channel management API.
+    private let pools: PoolSettingsStore
     private let results: ResultStage
     private let factory: ResultFactory
     private let logger: Logger
@@ -22,14 +23,8 @@ final class ChannelActionStage: Sendable {
     /// for one in progress stays within its bound.
     static let requestTimeout: Duration = .seconds(5)
 
-    init(pools: [PoolKey: PoolSettings], results: ResultStage, factory: ResultFactory, logger: Logger) {
-        var managers: [PoolKey: APNSChannelManager] = [:]
-        for (key, settings) in pools {
-            guard var manager = settings.channelManager else { continue }
-            manager.timeout = Self.requestTimeout
-            managers[key] = manager
-        }
-        self.managers = managers
+    init(pools: PoolSettingsStore, results: ResultStage, factory: ResultFactory, logger: Logger) {
+        self.pools = pools
         self.results = results
         self.factory = factory
         self.logger = logger
@@ -73,7 +68,8 @@ final class ChannelActionStage: Sendable {
         let candidate = context.candidate
         guard let action = candidate.job.channelAction else { return }
         let outcome: Result<String?, APNSChannelError>
-        if let manager = managers[candidate.poolKey] {
+        if var manager = pools[candidate.poolKey]?.channelManager {
+            manager.timeout = Self.requestTimeout
             do throws(APNSChannelError) {
                 switch action {
                 case .create(let policy): outcome = .success(try await manager.create(storagePolicy: policy))

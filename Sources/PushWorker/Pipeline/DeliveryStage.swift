@@ -14,25 +14,39 @@ import Synchronization
 /// has a remembered environment goes straight to that environment's pool, and one refused with
 /// `BadDeviceToken` (binary status 8) goes once to the other environment's pool, under the same
 /// claim, before its outcome becomes a result.
+///
+/// A credential reload replaces an (app, environment)'s pool (``replacePool(_:)``): the new
+/// one takes every notification from then on, the old one finishes what it holds and closes.
 final class DeliveryStage: Sendable {
     private struct State {
         var pools: [PoolKey: any APNSDeliveryClient] = [:]
+        /// Pools replaced by a credential reload that are still finishing what they hold.
+        var retiring: [any APNSDeliveryClient] = []
         /// What each notification in a pool needs to become a result, by tag.
         var sent = TagTable<SentContext>()
         var unavailable: Set<PoolKey> = []
         var stopping = false
     }
 
+    /// A pool as it opens, for ``run()`` to read its events; or as it is replaced, for
+    /// ``run()`` to shut it down.
+    private enum PoolChange: Sendable {
+        case opened(PoolKey, any APNSDeliveryClient)
+        case retired(PoolKey, any APNSDeliveryClient)
+    }
+
     private let state = Mutex(State())
-    private let pools: [PoolKey: PoolSettings]
+    private let pools: PoolSettingsStore
+    /// How long a replaced pool may take to finish what it holds.
+    private let drainTimeout: Duration
     private let results: ResultStage
     private let claimSignals: AsyncStream<ClaimStage.Signal>.Continuation
     private let factory: ResultFactory
     private let control: PipelineControl
     private let logger: Logger
-    /// Pools as they are created, for ``run()`` to read.
-    private let opened: AsyncStream<(PoolKey, any APNSDeliveryClient)>
-    private let openedIn: AsyncStream<(PoolKey, any APNSDeliveryClient)>.Continuation
+    /// Pools as they are created and replaced, for ``run()`` to read.
+    private let opened: AsyncStream<PoolChange>
+    private let openedIn: AsyncStream<PoolChange>.Continuation
     /// Channel jobs go to the channel management API instead of a pool.
     private let channelActions: ChannelActionStage
     /// The apps with `environmentFallback`, and where their tokens' environments are remembered.
@@ -44,7 +58,8 @@ final class DeliveryStage: Sendable {
     private let redirectsIn: AsyncStream<[SentContext]>.Continuation
 
     init(
-        pools: [PoolKey: PoolSettings],
+        pools: PoolSettingsStore,
+        drainTimeout: Duration,
         results: ResultStage,
         claimSignals: AsyncStream<ClaimStage.Signal>.Continuation,
         factory: ResultFactory,
@@ -57,6 +72,7 @@ final class DeliveryStage: Sendable {
         self.environments = environments
         (redirects, redirectsIn) = AsyncStream.makeStream()
         self.pools = pools
+        self.drainTimeout = drainTimeout
         self.results = results
         self.claimSignals = claimSignals
         self.factory = factory
@@ -69,7 +85,8 @@ final class DeliveryStage: Sendable {
     /// Each open pool's state and counters, with its transport.
     func snapshots() -> [(key: PoolKey, transport: String, snapshot: APNSPoolSnapshot)] {
         let open = state.withLock { $0.pools }
-        return open.map { key, client in (key, pools[key]?.transport.name ?? "", client.snapshot()) }
+        let settings = pools.all
+        return open.map { key, client in (key, settings[key]?.transport.name ?? "", client.snapshot()) }
             .sorted { ($0.key.app, $0.key.environment.rawValue) < ($1.key.app, $1.key.environment.rawValue) }
     }
 
@@ -77,8 +94,9 @@ final class DeliveryStage: Sendable {
     /// them, then reads the events of every pool, each in a child task, until the pools are
     /// shut down.
     func run() async {
-        for key in pools.keys.sorted(by: { ($0.app, $0.environment.rawValue) < ($1.app, $1.environment.rawValue) })
-        where pools[key]?.transport.minConnections ?? 0 > 0 {
+        let settings = pools.all
+        for key in settings.keys.sorted(by: { ($0.app, $0.environment.rawValue) < ($1.app, $1.environment.rawValue) })
+        where settings[key]?.transport.minConnections ?? 0 > 0 {
             do {
                 try pool(for: key).start()
             } catch {
@@ -94,8 +112,13 @@ final class DeliveryStage: Sendable {
                     }
                 }
             }
-            for await (key, client) in opened {
-                group.addTask { await self.readEvents(of: client, key: key) }
+            for await change in opened {
+                switch change {
+                case .opened(let key, let client):
+                    group.addTask { await self.readEvents(of: client, key: key) }
+                case .retired(let key, let client):
+                    group.addTask { await self.retire(client, key: key) }
+                }
             }
         }
     }
@@ -178,7 +201,17 @@ final class DeliveryStage: Sendable {
             submissions[index].apnsID = candidate.job.apnsID(for: candidate.tokenHex)
         }
         do {
-            try await pool(for: key).send(submissions)
+            var client = try pool(for: key)
+            while true {
+                do {
+                    try await client.send(submissions)
+                    break
+                } catch {
+                    // Replaced by a credential reload while they waited for room: to the new pool.
+                    guard let current = try? pool(for: key), current !== client else { throw error }
+                    client = current
+                }
+            }
         } catch {
             logger.error(
                 "Cannot hand notifications to the \(key.app) \(key.environment) pool",
@@ -204,37 +237,85 @@ final class DeliveryStage: Sendable {
         guard let transport = pools[key]?.transport else {
             throw WorkerError("app \(key.app) has no \(key.environment) environment")
         }
-        var logger = self.logger
-        logger[metadataKey: "app"] = "\(key.app)"
-        logger[metadataKey: "env"] = "\(key.environment)"
-        let created: any APNSDeliveryClient
-        let connections: Int
-        switch transport {
-        case .binary(let configuration):
-            created = try APNSBinaryClient(configuration: configuration, logger: logger)
-            connections = configuration.maxConnections
-        case .http2(let configuration):
-            created = try APNSHTTP2Client(configuration: configuration, logger: logger)
-            connections = configuration.maxConnections
-        }
+        let created = try makePool(key, transport)
         let (client, isNew) = try state.withLock { s throws -> (any APNSDeliveryClient, Bool) in
             if s.stopping { throw APNSError(.shutDown, "the worker is stopping") }
             if let existing = s.pools[key] { return (existing, false) }
             s.pools[key] = created
             // Under the lock, so that no pool is opened after ``shutdown(gracePeriod:)`` ends the stream.
-            openedIn.yield((key, created))
+            openedIn.yield(.opened(key, created))
             return (created, true)
         }
-        if isNew {
-            logger.info(
-                "Opened a delivery pool",
-                metadata: [
-                    "gateway": "\(transport.endpoint)", "transport": "\(transport.name)",
-                    "connections": "\(connections)", "proxy": "\(transport.proxyDescription)",
-                ]
-            )
-        }
+        if isNew { logOpened(key, transport, "Opened a delivery pool") }
         return client
+    }
+
+    private func makePool(_ key: PoolKey, _ transport: DeliveryTransport) throws -> any APNSDeliveryClient {
+        var logger = self.logger
+        logger[metadataKey: "app"] = "\(key.app)"
+        logger[metadataKey: "env"] = "\(key.environment)"
+        switch transport {
+        case .binary(let configuration): return try APNSBinaryClient(configuration: configuration, logger: logger)
+        case .http2(let configuration): return try APNSHTTP2Client(configuration: configuration, logger: logger)
+        }
+    }
+
+    private func logOpened(_ key: PoolKey, _ transport: DeliveryTransport, _ message: Logger.Message) {
+        logger.info(
+            message,
+            metadata: [
+                "app": "\(key.app)", "env": "\(key.environment)", "gateway": "\(transport.endpoint)",
+                "transport": "\(transport.name)", "connections": "\(transport.maxConnections)",
+                "proxy": "\(transport.proxyDescription)",
+            ]
+        )
+    }
+
+    /// Replaces the pool of `key`, if it has one, by a pool made with the settings now in
+    /// force (after a credential reload): notifications go to the new pool from now on; the
+    /// old one finishes what it holds (within the drain timeout) and closes its connections.
+    /// What the old pool gives back unsent goes to the new one. Without a pool yet, the
+    /// first one is made with the new settings anyway.
+    func replacePool(_ key: PoolKey) {
+        guard let transport = pools[key]?.transport else { return }
+        let created: any APNSDeliveryClient
+        do {
+            created = try makePool(key, transport)
+        } catch {
+            logger.error(
+                "Cannot open the \(key.app) \(key.environment) pool with the reloaded credentials",
+                metadata: ["error": "\(error)"]
+            )
+            return
+        }
+        let (replaced, wasUnavailable) = state.withLock { s in
+            guard !s.stopping, let old = s.pools[key] else { return (false, false) }
+            s.pools[key] = created
+            s.retiring.append(old)
+            openedIn.yield(.opened(key, created))
+            openedIn.yield(.retired(key, old))
+            // The old pool's unreachability is not the new one's, which reports its own.
+            return (true, s.unavailable.remove(key) != nil)
+        }
+        guard replaced else { return }
+        if wasUnavailable { claimSignals.yield(.available(key)) }
+        if transport.minConnections > 0 { created.start() }
+        logOpened(key, transport, "Opened a delivery pool with the reloaded credentials")
+    }
+
+    /// Shuts down a pool replaced by ``replacePool(_:)``; its reader goes on until its last
+    /// event, then forgets it.
+    private func retire(_ client: any APNSDeliveryClient, key: PoolKey) async {
+        await client.shutdown(gracePeriod: drainTimeout)
+        logger.info(
+            "The replaced delivery pool finished what it held and closed",
+            metadata: ["app": "\(key.app)", "env": "\(key.environment)"]
+        )
+    }
+
+    /// Whether `client` was replaced by a credential reload (and the worker is not stopping).
+    private func isRetired(_ client: any APNSDeliveryClient) -> Bool {
+        state.withLock { s in !s.stopping && s.retiring.contains { $0 === client } }
     }
 
     /// Turns a pool's outcomes into results, in batches.
@@ -250,7 +331,19 @@ final class DeliveryStage: Sendable {
                 default: others.append(event)
                 }
             }
-            let contexts = state.withLock { s in outcomes.map { s.sent.remove($0.tag) } }
+            var contexts = state.withLock { s in outcomes.map { s.sent.remove($0.tag) } }
+            let retired = isRetired(client)
+            // A replaced pool gives back what it never wrote: to the pool in force.
+            var resend: [SentContext] = []
+            if retired {
+                for index in outcomes.indices
+                where outcomes[index].status == .shutDown && !outcomes[index].possibleDuplicate {
+                    if let context = contexts[index], !context.takeover {
+                        resend.append(context)
+                        contexts[index] = nil
+                    }
+                }
+            }
             let made = Self.results(of: outcomes, contexts: contexts, factory: factory, fallbackApps: fallbackApps)
             var items = made.items
             let (feedback, redirected) = (made.feedback, made.redirects)
@@ -279,8 +372,15 @@ final class DeliveryStage: Sendable {
                 control.metrics.observe(MetricCatalogue.deliveryLatency, labels, nanoseconds: latencies)
             }
             results.submit(items)
-            for event in others { report(event, key: key) }
+            if !resend.isEmpty { await submit(resend, to: key) }
+            for event in others {
+                // A replaced pool's reachability is not its app's: the pool in force reports that.
+                if retired, case .unavailable = event { continue }
+                if retired, case .available = event { continue }
+                report(event, key: key)
+            }
         }
+        state.withLock { s in s.retiring.removeAll { $0 === client } }
     }
 
     /// The results of a batch of outcomes whose contexts were looked up; no I/O. Returns how
@@ -436,7 +536,7 @@ final class DeliveryStage: Sendable {
         let pools = state.withLock { s in
             s.stopping = true
             openedIn.finish()
-            return Array(s.pools.values)
+            return Array(s.pools.values) + s.retiring
         }
         channelActions.finish()
         await withTaskGroup(of: Void.self) { group in

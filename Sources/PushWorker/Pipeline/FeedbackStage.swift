@@ -9,7 +9,8 @@ import PushKafka
 struct FeedbackStage: Sendable {
     var app: String
     var environment: APNSEnvironment
-    var configuration: APNSFeedbackClient.Configuration
+    /// The feedback service and the credentials in force (they follow a credential reload).
+    var configuration: @Sendable () -> APNSFeedbackClient.Configuration?
     var interval: Duration
     var store: NotificationStore
     var producer: KafkaProducer
@@ -73,6 +74,7 @@ struct FeedbackStage: Sendable {
     }
 
     private func poll() async throws {
+        guard let configuration = configuration() else { return }
         let client = try APNSFeedbackClient(configuration: configuration, logger: logger)
         let tuples = try await client.fetch()
         guard !tuples.isEmpty else { return }

@@ -36,6 +36,14 @@ enum DeliveryTransport: Sendable {
         }
     }
 
+    /// The most connections the pool opens.
+    var maxConnections: Int {
+        switch self {
+        case .binary(let c): c.maxConnections
+        case .http2(let c): c.maxConnections
+        }
+    }
+
     /// Connections opened when the worker starts and kept open while idle.
     var minConnections: Int {
         switch self {

@@ -16,8 +16,16 @@ import Synchronization
 /// shutdown of its `ServiceGroup` stops it as ``stop()`` does.
 public final class Worker: Service, Sendable {
     public let configuration: WorkerConfiguration
-    /// Every (app, environment)'s pool settings, credentials loaded.
-    let pools: [PoolKey: PoolSettings]
+    /// Every (app, environment)'s pool settings, credentials loaded: those of the start, then
+    /// those of each credential reload (``checkCredentials(forced:delivery:)``).
+    let settings: PoolSettingsStore
+    /// What the credential reload remembers between its checks.
+    let reload: Mutex<CredentialReloadState>
+    /// Checks of the credentials: `true` asked for (SIGHUP), `false` the periodic ones.
+    let reloadRequests = AsyncStream<Bool>.makeStream(bufferingPolicy: .bufferingNewest(4))
+    /// Loads the configuration again (from the config file, as at start), for a credential
+    /// reload to take the credential settings from; `nil`: only the credential files are read again.
+    let loadConfiguration: (@Sendable () throws(ConfigurationError) -> WorkerConfiguration)?
     let logger: Logger
     /// This incarnation: the worker id plus a random suffix, so a restarted worker with the same
     /// id does not mistake the claims of its dead predecessor for its own.
@@ -59,16 +67,23 @@ public final class Worker: Service, Sendable {
 
     /// A worker for a loaded configuration (``WorkerConfiguration/load(overrides:environment:hostname:pid:)``).
     ///
+    /// `loadConfiguration`, when given, loads the configuration again as it was loaded: a
+    /// credential reload then follows changes of the config file's credential settings (a new
+    /// `keyId`, a `passphrase`) too; without it, only the credential files are read again.
+    ///
     /// - Throws: a ``ConfigurationError`` naming the setting when an app's credentials cannot be
     ///   loaded (a file that is not a certificate or key, a wrong passphrase, a bad signing key).
     public init(
         configuration: WorkerConfiguration,
         metrics: WorkerMetrics = WorkerMetrics(),
-        logger: Logger = Logger(label: "apn-worker")
+        logger: Logger = Logger(label: "apn-worker"),
+        loadConfiguration: (@Sendable () throws(ConfigurationError) -> WorkerConfiguration)? = nil
     ) throws(ConfigurationError) {
         self.configuration = configuration
         self.control = PipelineControl(metrics: metrics)
-        self.pools = try PoolSettings.all(for: configuration)
+        self.settings = PoolSettingsStore(try PoolSettings.all(for: configuration))
+        self.reload = Mutex(CredentialReloadState(configuration: configuration))
+        self.loadConfiguration = loadConfiguration
         var logger = logger
         logger[metadataKey: "worker"] = "\(configuration.worker.id)"
         self.logger = logger
@@ -99,6 +114,9 @@ public final class Worker: Service, Sendable {
         }
         return [redis, producer, consumer, self]
     }
+
+    /// Every (app, environment)'s pool settings in force.
+    var pools: [PoolKey: PoolSettings] { settings.all }
 
     /// Counters for logs, tests and benchmarks.
     public var statistics: WorkerStatistics { control.statistics }
@@ -175,7 +193,8 @@ public final class Worker: Service, Sendable {
         )
         let signals = AsyncStream<ClaimStage.Signal>.makeStream()
         let delivery = DeliveryStage(
-            pools: pools,
+            pools: settings,
+            drainTimeout: configuration.worker.shutdownTimeout,
             results: results,
             claimSignals: signals.continuation,
             factory: factory,
@@ -217,6 +236,7 @@ public final class Worker: Service, Sendable {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.heartbeat(store) }
             group.addTask { await self.warnOfExpiringCredentialsDaily() }
+            group.addTask { await self.watchCredentials(delivery) }
             if control.metrics.isEnabled { group.addTask { await self.trackLag(consumer) } }
             group.addTask { await results.run() }
             group.addTask { await summaries.run(results: results) }
@@ -272,11 +292,11 @@ public final class Worker: Service, Sendable {
         factory: ResultFactory
     ) -> [FeedbackStage] {
         pools.compactMap { key, pool in
-            pool.feedback.map {
+            pool.feedback.map { _ in
                 FeedbackStage(
                     app: key.app,
                     environment: key.environment,
-                    configuration: $0,
+                    configuration: { [settings] in settings[key]?.feedback },
                     interval: pool.feedbackInterval,
                     store: store,
                     producer: producer,
