@@ -6,22 +6,26 @@ public final class ChildProcess: @unchecked Sendable {
     public let process = Process()
     private let stdoutPipe = Pipe()
     private let stderrPipe = Pipe()
+    private let stdinPipe: Pipe?
     private var buffered = Data()
     private var capturesStderr = true
 
     /// Starts `executable`. With `stderrFile`, standard error goes to that file (for chatty
-    /// processes whose log would otherwise fill the pipe); `environment` adds variables.
+    /// processes whose log would otherwise fill the pipe); `environment` adds variables. With
+    /// `input`, its standard input is a pipe that ``write(_:)`` writes to.
     public init(
         _ executable: String,
         _ arguments: [String],
         stderrFile: String? = nil,
-        environment: [String: String] = [:]
+        environment: [String: String] = [:],
+        input: Bool = false
     ) throws {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         // Never the test run's own standard input: a child reading a terminal from the
         // background would be stopped (SIGTTIN), and one reading a pipe would take the run's input.
-        process.standardInput = FileHandle.nullDevice
+        stdinPipe = input ? Pipe() : nil
+        process.standardInput = stdinPipe ?? FileHandle.nullDevice
         process.standardOutput = stdoutPipe
         if let stderrFile {
             FileManager.default.createFile(atPath: stderrFile, contents: nil)
@@ -97,6 +101,11 @@ public final class ChildProcess: @unchecked Sendable {
                 continuation.resume(returning: (process.terminationStatus, rest, String(decoding: err, as: UTF8.self)))
             }
         }
+    }
+
+    /// Writes `text` to the process's standard input (started with `input`).
+    public func write(_ text: String) {
+        stdinPipe?.fileHandleForWriting.write(Data(text.utf8))
     }
 
     public func signal(_ sig: Int32) {

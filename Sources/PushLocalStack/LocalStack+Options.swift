@@ -50,6 +50,8 @@ extension LocalStack {
         public var sessionTimeoutMs: Int? = 6000
         /// Brokers of the embedded Kafka.
         public var brokers = 1
+        /// Replicas of each partition of `apn.requests` and `apn.results` (at most ``brokers``).
+        public var replicationFactor = 1
         /// Extra YAML under `worker:` (each worker's status server is on a free port unless
         /// `statusAddress` says otherwise).
         public var worker: [String: String] = [:]

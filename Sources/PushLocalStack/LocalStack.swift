@@ -78,10 +78,11 @@ public final class LocalStack: @unchecked Sendable {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             if !options.keepDirectory { cleanup.add(directory: directory) }
             let kafka = try EmbeddedKafkaCluster(brokers: options.brokers)
-            try kafka.createTopic("apn.requests", partitions: 12)
-            try kafka.createTopic("apn.results", partitions: 12)
+            let replicationFactor = Int32(options.replicationFactor)
+            try kafka.createTopic("apn.requests", partitions: 12, replicationFactor: replicationFactor)
+            try kafka.createTopic("apn.results", partitions: 12, replicationFactor: replicationFactor)
             for topic in options.requestsTopics where topic != "apn.requests" {
-                try kafka.createTopic(topic, partitions: 12)
+                try kafka.createTopic(topic, partitions: 12, replicationFactor: replicationFactor)
             }
             let certificates = try TestCertificates()
             try certificates.write(to: directory + "/certs")
@@ -250,11 +251,14 @@ public final class LocalStack: @unchecked Sendable {
         )
     }
 
-    /// A consumer of `apn.results` from the start, in a group of its own.
+    /// The consumer group of ``resultReader(group:fetchWaitMs:)``: `group` made unique to this process.
+    public func readerGroup(_ group: String) -> String { "\(group)-\(getpid())" }
+
+    /// A consumer of `apn.results` from the start, in a group of its own (``readerGroup(_:)``).
     public func resultReader(group: String, fetchWaitMs: Int = 5) throws -> KafkaConsumer {
         let reader = try KafkaConsumer(
             configuration: KafkaConfiguration([
-                "bootstrap.servers": kafka.bootstrapServers, "group.id": "\(group)-\(getpid())",
+                "bootstrap.servers": kafka.bootstrapServers, "group.id": readerGroup(group),
                 "auto.offset.reset": "earliest", "session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
                 "fetch.wait.max.ms": "\(fetchWaitMs)", "socket.nagle.disable": "true",
             ])

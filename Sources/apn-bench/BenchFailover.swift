@@ -6,7 +6,8 @@ import PushKafka
 import PushLocalStack
 
 /// `apn-bench failover`: several workers under a steady load while one of them is killed,
-/// stopped or restarted, or while the gateway is away; measures how fast the fleet heals.
+/// stopped or restarted, while the gateway is away, or under a fault of the embedded Kafka;
+/// measures how fast the fleet heals.
 struct BenchFailover: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "failover",
@@ -18,14 +19,21 @@ struct BenchFailover: AsyncParsableCommand {
             seconds later), \
             term (SIGTERM one worker and start a replacement at once), term-early (start one more worker and \
             SIGTERM it a second later, before its first assignment), rolling (SIGTERM and restart every \
-            worker, one after another, each once its predecessor's replacement has partitions), or outage (the gateway unreachable for --outage-seconds). Prints one \
+            worker, one after another, each once its predecessor's replacement has partitions), outage (the gateway \
+            unreachable for --outage-seconds), or a Kafka fault of --fault-seconds: broker-down (broker 1, \
+            leading half the partitions of both topics, down), leader-moves (every partition's leader moved, \
+            and again --fault-seconds later), request-errors (bursts of retriable errors on Produce, Fetch, \
+            OffsetCommit and Heartbeat) or coordinator-down (the group coordinator's broker down). Prints one \
             JSON line: the slowest notification's latency from produce to result, the seconds until the result \
             rate is back to 80% of the load, results written more than once, 515 results, lost and unflagged \
             duplicate notifications.
             """
     )
 
-    @Option(help: "kill, term, term-early, rolling or outage.")
+    @Option(
+        help:
+            "kill, term, term-early, rolling, outage, broker-down, leader-moves, request-errors or coordinator-down."
+    )
     var scenario: String
     @Option(help: "Jobs produced per second.")
     var rate = 2000
@@ -37,6 +45,8 @@ struct BenchFailover: AsyncParsableCommand {
     var restartAfter = 2
     @Option(help: "Seconds the gateway stays away in the outage scenario.")
     var outageSeconds = 90
+    @Option(help: "Seconds a Kafka fault lasts (a broker down, between two leadership moves, of error bursts).")
+    var faultSeconds = 15
     @Option(help: "Workers in the group.")
     var workers = 3
     @Option(help: "Brokers of the embedded Kafka.")
@@ -55,10 +65,14 @@ struct BenchFailover: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingFailures {
-            guard ["kill", "term", "term-early", "rolling", "outage"].contains(scenario) else {
+            let scenarios = ["kill", "term", "term-early", "rolling", "outage"] + Self.kafkaScenarios
+            guard scenarios.contains(scenario) else {
                 throw UsageFailure(
-                    message: "--scenario must be kill, term, term-early, rolling or outage, not \(scenario)"
+                    message: "--scenario must be one of \(scenarios.joined(separator: ", ")), not \(scenario)"
                 )
+            }
+            guard !Self.kafkaScenarios.contains(scenario) || brokers >= 2, faultSeconds > 0 else {
+                throw UsageFailure(message: "a Kafka fault needs --brokers 2 or more and a positive --fault-seconds")
             }
             guard rate > 0, seconds > eventAt, eventAt >= 0, workers >= 1 else {
                 throw UsageFailure(
@@ -67,6 +81,7 @@ struct BenchFailover: AsyncParsableCommand {
             }
             var options = LocalStack.Options()
             options.brokers = brokers
+            options.replicationFactor = min(3, brokers)
             options.sessionTimeoutMs = sessionTimeoutMs > 0 ? sessionTimeoutMs : nil
             options.kafkaProperties = ["fetch.wait.max.ms": "5"]
             options.worker = ["logLevel": "info", "shutdownTimeoutSeconds": "20"]
@@ -80,6 +95,14 @@ struct BenchFailover: AsyncParsableCommand {
     static let http2App = "com.example.failover.h2"
 
     private func measure(_ stack: LocalStack) async throws {
+        if Self.kafkaScenarios.contains(scenario) {
+            try Self.placeKafkaRoles(
+                scenario,
+                stack,
+                brokers: brokers,
+                readerGroup: stack.readerGroup("failover-reader")
+            )
+        }
         let producer = try stack.loadProducer()
         let reader = try stack.resultReader(group: "failover-reader")
         func token(_ n: Int) -> String { String(format: "%064lx", 0xF000_0000 + n) }
@@ -131,7 +154,8 @@ struct BenchFailover: AsyncParsableCommand {
 
         // The scenario, in its own task: it waits on processes.
         let eventStart = start + .seconds(eventAt)
-        let scenarioTask = Task { [scenario, outageSeconds, restartAfter] () -> (Duration, Duration?, Duration?) in
+        let scenarioTask = Task {
+            [scenario, outageSeconds, restartAfter, brokers, faultSeconds] () -> (Duration, Duration?, Duration?) in
             try await Task.sleep(until: eventStart, clock: clock)
             var gatewayBack: Duration? = nil
             var exited: Duration? = nil
@@ -164,6 +188,8 @@ struct BenchFailover: AsyncParsableCommand {
                         try await Task.sleep(for: .milliseconds(200))
                     }
                 }
+            case _ where Self.kafkaScenarios.contains(scenario):
+                try await Self.injectKafkaFault(scenario, stack, brokers: brokers, faultSeconds: faultSeconds)
             default:
                 await stack.stopGateway()
                 try await Task.sleep(for: .seconds(outageSeconds))
@@ -187,7 +213,8 @@ struct BenchFailover: AsyncParsableCommand {
         var failedOther: [String: Int] = [:]
         var arrivalsPerSecond: [Int: Int] = [:]
         let loadEnd = start + .seconds(seconds)
-        let deadline = loadEnd + .seconds(drainSeconds + (scenario == "outage" ? outageSeconds : 0))
+        let held = scenario == "outage" ? outageSeconds : Self.kafkaScenarios.contains(scenario) ? faultSeconds : 0
+        let deadline = loadEnd + .seconds(drainSeconds + held)
         while seen.count < total, clock.now < deadline {
             for message in try await reader.poll(maxMessages: 10_000, timeout: .milliseconds(100)) {
                 guard let n = benchJobNumber(message.value), n >= 0, n < total,
@@ -235,11 +262,17 @@ struct BenchFailover: AsyncParsableCommand {
         for (token, count) in stack.http2Simulator?.acceptedByToken ?? [:] { accepted[token, default: 0] += count }
         var unflagged = 0
         var acceptedTwice = 0
+        // Lost notifications the gateway accepted: their results, not their jobs, went missing.
+        var lostButDelivered = 0
         for n in 0..<total {
-            guard let t = try? DeviceToken(hex: token(n)), let count = accepted[t], count > 1 else { continue }
+            guard let t = try? DeviceToken(hex: token(n)), let count = accepted[t] else { continue }
+            if seen[n] == nil { lostButDelivered += 1 }
+            guard count > 1 else { continue }
             acceptedTwice += 1
             if seen[n]?.possibleDuplicate != true { unflagged += 1 }
         }
+        let lostNumbers = (0..<total).filter { seen[$0] == nil }
+        let lostBeforeTheWorkers = try await Self.jobsMissingFromKafka(lostNumbers, stack: stack)
         let latencies = seen.values.map(\.latency).sorted()
         let secondAppSlowest = seen.filter { $0.key % 2 == 1 }.map(\.value.latency).max() ?? 0
         func percentile(_ p: Double) -> Double {
@@ -259,6 +292,8 @@ struct BenchFailover: AsyncParsableCommand {
             ("sessionTimeoutMs", .int(Int64(sessionTimeoutMs))),
             ("received", .int(Int64(seen.count))),
             ("lost", .int(Int64(total - seen.count))),
+            ("lostButDelivered", .int(Int64(lostButDelivered))),
+            ("lostBeforeTheWorkers", .int(Int64(lostBeforeTheWorkers))),
             ("slowestMs", .int(Int64(latencies.last ?? 0))),
             ("secondAppSlowestMs", secondApp ? .int(Int64(secondAppSlowest)) : .null),
             ("p99Ms", .int(Int64(percentile(0.99)))),
@@ -285,6 +320,7 @@ struct BenchFailover: AsyncParsableCommand {
         }
         if keep { fields.append(("directory", .string(stack.directory))) }
         print(jsonLine(fields))
-        if seen.count < total || unflagged > 0 { throw ExitCode(1) }
+        // Jobs the broker lost after acknowledging them (lostBeforeTheWorkers) are its own.
+        if seen.count + lostBeforeTheWorkers < total || unflagged > 0 { throw ExitCode(1) }
     }
 }

@@ -13,7 +13,9 @@ struct KafkaEmbedded: AsyncParsableCommand {
             Prints one JSON line {"event":"ready","bootstrapServers":"..."} when the brokers listen, and runs \
             until SIGINT or SIGTERM. Data lives in memory only, about the newest 5 MiB of each partition: \
             older messages are dropped, read or not. Topics not created here are created on first use with \
-            4 partitions.
+            4 partitions. With --control it reads fault commands from standard input, one per line (down 2, \
+            leader apn.requests all 3, errors Heartbeat NOT_COORDINATOR 5, help; see docs/simulator.md), and \
+            answers each with a JSON line.
             """
     )
 
@@ -23,26 +25,67 @@ struct KafkaEmbedded: AsyncParsableCommand {
     @Option(help: "Topics to create, as NAME:PARTITIONS separated by commas.")
     var topics = "apn.requests:12,apn.results:12"
 
+    @Option(help: "Replicas of each partition of --topics (at most --brokers).")
+    var replicationFactor = 1
+
+    @Flag(help: "Read fault commands from standard input, one per line, and answer each on standard output.")
+    var control = false
+
     func run() async throws {
         try await reportingFailures {
             guard (1...16).contains(brokers) else {
                 throw UsageFailure(message: "--brokers must be from 1 to 16, not \(brokers)")
             }
+            guard (1...brokers).contains(replicationFactor) else {
+                throw UsageFailure(
+                    message: "--replication-factor must be from 1 to --brokers, not \(replicationFactor)"
+                )
+            }
             let specs = try parseTopics(topics)
             let cluster = try EmbeddedKafkaCluster(brokers: brokers)
             for (name, partitions) in specs {
-                try cluster.createTopic(name, partitions: partitions)
+                try cluster.createTopic(name, partitions: partitions, replicationFactor: Int32(replicationFactor))
             }
             let ready = jsonLine([
                 ("event", .string("ready")),
                 ("bootstrapServers", .string(cluster.bootstrapServers)),
                 ("topics", .object(Dictionary(uniqueKeysWithValues: specs.map { ($0.0, JSONValue.int(Int64($0.1))) }))),
             ])
-            await waitForTerminationSignal {
+            let partitions = Dictionary(specs) { _, last in last }
+            await waitForTerminationSignal { [control] in
                 print(ready)
                 fflush(nil)
+                if control {
+                    // Reading standard input blocks: a thread of its own, off the cooperative pool.
+                    Thread.detachNewThread { Self.answerCommands(cluster, partitions: partitions) }
+                }
             }
             cluster.shutdown()
+        }
+    }
+
+    /// Applies each line of standard input to the cluster and prints a JSON line for it, until
+    /// the end of input (the cluster runs on until a signal).
+    private static func answerCommands(_ cluster: EmbeddedKafkaCluster, partitions: [String: Int32]) {
+        var partitions = partitions
+        while let line = readLine() {
+            var fields: [(String, JSONValue)] = [("event", .string("control")), ("command", .string(line))]
+            do throws(KafkaError) {
+                if let command = try EmbeddedKafkaCommand.parse(line) {
+                    try command.apply(to: cluster, partitions: partitions)
+                    if case .createTopic(let name, let count, _) = command { partitions[name] = count }
+                    fields.append(("ok", .bool(true)))
+                } else {
+                    fields.append(("ok", .bool(true)))
+                    if line.trimmingCharacters(in: .whitespaces) == "help" {
+                        fields.append(("commands", .array(EmbeddedKafkaCommand.usage.map(JSONValue.string))))
+                    }
+                }
+            } catch {
+                fields += [("ok", .bool(false)), ("error", .string(error.message))]
+            }
+            print(jsonLine(fields))
+            fflush(nil)
         }
     }
 

@@ -82,4 +82,26 @@ struct FailoverTests {
         // Everything held during the outage is delivered soon after the gateway is back.
         #expect((report["lastResultAfterReturnS"] as? Double ?? .infinity) <= 15, "\(report)")
     }
+
+    // MARK: Kafka faults on the embedded broker (docs/simulator.md, "Kafka faults")
+
+    /// Each Kafka fault scenario, with 6 s of fault where the benchmark holds it 15 s: what is
+    /// checked, that nothing is lost and every duplicate flagged, needs the fault to outlast the
+    /// 3 s session timeout (a broker or the coordinator down) and two bursts (errors). The
+    /// scenarios: the broker leading half the partitions down, every partition's leadership
+    /// moved twice, bursts of retriable errors on Produce, Fetch, OffsetCommit and Heartbeat,
+    /// and the group coordinator's broker down.
+    @Test(arguments: ["broker-down", "leader-moves", "request-errors", "coordinator-down"])
+    func aKafkaFaultLosesNothingInTheWorkersAndLetsNoDuplicateThroughUnflagged(_ scenario: String) async throws {
+        let report = try await failover(scenario, ["--fault-seconds", "6"])
+        // The workers lose nothing; what the mock broker lost after acknowledging it (a refused
+        // produce with later ones in flight, docs/simulator.md) no worker ever saw.
+        let lostBeforeTheWorkers = report["lostBeforeTheWorkers"] as? Int ?? -1
+        #expect(report["lost"] as? Int == lostBeforeTheWorkers, "\(report)")
+        #expect(report["unflaggedDuplicates"] as? Int == 0, "\(report)")
+        #expect(report["connectionFailed515"] as? Int == 0, "\(report)")
+        withKnownIssue("the embedded broker can lose an acknowledged produce", isIntermittent: true) {
+            #expect(lostBeforeTheWorkers == 0, "\(report)")
+        }
+    }
 }

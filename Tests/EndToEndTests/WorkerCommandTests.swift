@@ -67,6 +67,36 @@ struct WorkerCommandTests {
         #expect(values.contains("not even JSON"))
     }
 
+    @Test("kafka-embedded --control answers each fault command on standard input with a JSON line")
+    func embeddedKafkaControl() async throws {
+        let kafka = try ChildProcess(
+            Paths.executable,
+            [
+                "kafka-embedded", "--brokers", "3", "--replication-factor", "3", "--topics", "apn.requests:4",
+                "--control",
+            ],
+            input: true
+        )
+        defer { kafka.signal(SIGKILL) }
+        let ready = try #require(await kafka.readLine().flatMap(jsonObject))
+        #expect(ready["event"] as? String == "ready")
+        for (line, ok) in [
+            ("help", true), ("leader apn.requests all 2", true), ("leader apn.requests 3 none", true),
+            ("coordinator apn-worker 3", true), ("down 2", true), ("up 2", true), ("rtt all 0", true),
+            ("errors Heartbeat NOT_COORDINATOR 3", true), ("broker-errors 1 Fetch NOT_LEADER_FOR_PARTITION 2 50", true),
+            ("clear-errors Heartbeat", true), ("topic extra 2 3", true), ("leader extra all 1", true),
+            ("leader unknown all 1", false), ("down 9", false), ("reboot 1", false),
+        ] {
+            kafka.write(line + "\n")
+            let answer = try #require(await kafka.readLine().flatMap(jsonObject))
+            #expect(answer["event"] as? String == "control")
+            #expect(answer["command"] as? String == line)
+            #expect(answer["ok"] as? Bool == ok, "\(answer)")
+            if line == "help" { #expect((answer["commands"] as? [String])?.count == EmbeddedKafkaCommand.usage.count) }
+            if !ok { #expect((answer["error"] as? String)?.isEmpty == false, "\(answer)") }
+        }
+    }
+
     @Test("send refuses a malformed token with a sentence and exit code 2")
     func sendRejectsBadToken() async throws {
         let result = try await run(
