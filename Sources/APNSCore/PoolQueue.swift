@@ -88,8 +88,13 @@ package struct APNSPoolQueue<Element: APNSQueuedNotification>: Sequence, Sendabl
     }
 
     @inlinable
-    package mutating func append(contentsOf newItems: some Sequence<Element>) {
-        for item in newItems { append(item) }
+    package mutating func append(contentsOf newItems: some Collection<Element>) {
+        // Most batches hold no urgent notification: appended at once.
+        if newItems.contains(where: \.urgent) {
+            for item in newItems { append(item) }
+        } else {
+            items.append(contentsOf: newItems)
+        }
     }
 
     /// Puts a notification back in front of all the others of its kind.

@@ -77,7 +77,7 @@ struct PoolStateMachine {
     }
 
     /// Adds notifications at the back of the queue.
-    mutating func enqueue(_ items: some Sequence<PendingNotification>) -> [Action] {
+    mutating func enqueue(_ items: some Collection<PendingNotification>) -> [Action] {
         precondition(lifecycle == .running, "enqueue after shutdown")
         queue.append(contentsOf: items)
         var actions: [Action] = []

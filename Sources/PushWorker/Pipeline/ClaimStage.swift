@@ -265,7 +265,7 @@ final class ClaimStage: Sendable {
         now: Int64
     ) async throws(RedisError) -> [NotificationStore.ClaimDecision] {
         let topic = ready[0].ref.partition.topic
-        guard ready.contains(where: { $0.ref.partition.topic != topic }) else {
+        guard hasLanes, ready.contains(where: { $0.ref.partition.topic != topic }) else {
             return try await store.claim(topic: topic, ready, ttlSeconds: dedupeTTLSeconds, nowMilliseconds: now)
         }
         var byTopic: [String: [Int]] = [:]
