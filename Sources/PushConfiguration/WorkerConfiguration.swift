@@ -167,6 +167,8 @@ extension WorkerConfiguration {
         /// topic of `kafka.requestsTopic`): a worker serves a topic's jobs ahead of those of the
         /// topics after it (`docs/configuration.md`, "Priority lanes").
         public var requestsTopics: [String]
+        /// The highest priority lane when there are several (its jobs go first); `nil` with one topic.
+        public var highestLane: String? { requestsTopics.count > 1 ? requestsTopics[0] : nil }
         /// The first of ``requestsTopics``; setting it makes it the only one.
         public var requestsTopic: String {
             get { requestsTopics[0] }

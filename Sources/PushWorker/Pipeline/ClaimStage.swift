@@ -88,7 +88,7 @@ final class ClaimStage: Sendable {
         self.factory = factory
         self.logger = logger
         self.dedupeTTLSeconds = configuration.worker.dedupeTTLSeconds
-        self.hasLanes = configuration.kafka.requestsTopics.count > 1
+        self.hasLanes = configuration.kafka.highestLane != nil
         self.maxChunk = max(configuration.worker.batchSize, 5000)
         (wakeUps, wakeUpsIn) = AsyncStream.makeStream()
         (self.signals, self.signalsIn) = signals

@@ -121,7 +121,7 @@ struct IntakeStage: Sendable {
 
     init(configuration: WorkerConfiguration, factory: ResultFactory, logger: Logger) {
         self.lanes = configuration.kafka.requestsTopics.count
-        self.urgentTopic = lanes > 1 ? configuration.kafka.requestsTopics[0] : nil
+        self.urgentTopic = configuration.kafka.highestLane
         self.laneReserve = Self.laneReserve(configuration)
         var parser = JobParser()
         parser.http2Apps = Set(

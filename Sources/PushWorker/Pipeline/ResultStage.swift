@@ -71,8 +71,7 @@ final class ResultStage: Sendable {
         self.configuration = configuration
         self.summaryStage = summaries
         self.transports = configuration.apps.mapValues(\.transport.rawValue)
-        let lanes = configuration.kafka.requestsTopics
-        self.urgentTopic = lanes.count > 1 ? lanes[0] : nil
+        self.urgentTopic = configuration.kafka.highestLane
         self.logger = logger
         (doorbell, doorbellIn) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
     }

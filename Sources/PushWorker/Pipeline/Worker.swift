@@ -89,10 +89,9 @@ public final class Worker: Service, Sendable {
         self.logger = logger
         let suffix = (0..<6).map { _ in "0123456789abcdefghijklmnopqrstuvwxyz".randomElement()! }
         self.owner = "\(configuration.worker.id)#\(String(suffix))"
-        let lanes = configuration.kafka.requestsTopics
         self.ledger = SharedLedger(
             maximum: configuration.worker.maxInFlight,
-            highestLane: lanes.count > 1 ? lanes[0] : nil,
+            highestLane: configuration.kafka.highestLane,
             laneReserve: IntakeStage.laneReserve(configuration)
         )
     }
@@ -170,7 +169,7 @@ public final class Worker: Service, Sendable {
         )
 
         var factory = ResultFactory(worker: configuration.worker.id)
-        factory.namesTopics = configuration.kafka.requestsTopics.count > 1
+        factory.namesTopics = configuration.kafka.highestLane != nil
         let localClaims = LocalClaims(capacity: configuration.worker.maxInFlight)
         let summaries = SummaryStage(
             store: store,
