@@ -81,7 +81,8 @@ struct ConfigurationBuilder {
         try file.checkKnown([
             "id", "batchSize", "batchWindowMs", "maxInFlight", "resultFlushMs", "resultBatchSize",
             "shutdownTimeoutSeconds",
-            "logLevel", "logFormat", "dedupeTTLSeconds", "statusAddress", "invalidTokenTTLDays", "proxy",
+            "logLevel", "logFormat", "dedupeTTLSeconds", "dedupeBuckets", "statusAddress", "invalidTokenTTLDays",
+            "proxy",
         ])
 
         var worker = Worker(id: Worker.defaultId(hostname: hostname, pid: pid))
@@ -104,6 +105,7 @@ struct ConfigurationBuilder {
         try file.read("logLevel", into: &worker.logLevel)
         try file.read("logFormat", into: &worker.logFormat)
         try file.read("dedupeTTLSeconds", .from(60, to: 31_536_000), .seconds(1), into: &worker.dedupeTTL)
+        try file.read("dedupeBuckets", .from(1, to: 1 << 32), into: &worker.dedupeBuckets)
         try file.read("invalidTokenTTLDays", .from(1, to: 3_650), .seconds(86_400), into: &worker.invalidTokenTTL)
         if file.isNull("statusAddress") {
             worker.statusAddress = nil

@@ -76,6 +76,10 @@ extension WorkerConfiguration {
         public var logFormat: LogFormat
         /// How long a job id is remembered to drop duplicates, 60...31536000 s (`dedupeTTLSeconds`).
         public var dedupeTTL: Duration
+        /// Redis sets per ``dedupeTTL`` that remember the notifications whose results are
+        /// written, 1...4294967296 (`dedupeBuckets`): about 150 to 400 notifications a bucket
+        /// per ``dedupeTTL`` keep each set small and compact in Redis (`docs/capacity.md`).
+        public var dedupeBuckets: Int = Worker.defaultDedupeBuckets
         /// How long Apple's permanent verdict on a token is remembered at least (at most twice
         /// as long), 1...3650 days (`invalidTokenTTLDays`).
         public var invalidTokenTTL: Duration = Worker.defaultInvalidTokenTTL
@@ -93,6 +97,7 @@ extension WorkerConfiguration {
         public static let defaultResultBatchSize = 2_000
         public static let defaultShutdownTimeout: Duration = .seconds(30)
         public static let defaultDedupeTTL: Duration = .seconds(86_400)
+        public static let defaultDedupeBuckets = 65_536
         public static let defaultInvalidTokenTTL: Duration = .seconds(30 * 86_400)
         public static let defaultStatusAddress: HostPort? = HostPort(host: "0.0.0.0", port: 9400)
 

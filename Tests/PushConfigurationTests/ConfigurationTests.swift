@@ -104,6 +104,7 @@ private func parseError(
           logLevel: debug
           logFormat: text
           dedupeTTLSeconds: 3600
+          dedupeBuckets: 1048576
           statusAddress: null
         kafka:
           bootstrapServers: "k1:9092,k2:9092"
@@ -180,7 +181,7 @@ private func parseError(
                 logFormat: .text,
                 dedupeTTL: .seconds(3600),
                 statusAddress: nil
-            )
+            ).with(dedupeBuckets: 1_048_576)
     )
     #expect(config.kafka.bootstrapServers == "k1:9092,k2:9092")
     #expect(config.kafka.groupId == "my-group")
@@ -334,6 +335,7 @@ private func parseError(
     #expect(config.worker.logLevel == .info)
     #expect(config.worker.logFormat == .json)
     #expect(config.worker.dedupeTTL == .seconds(86400))
+    #expect(config.worker.dedupeBuckets == 65_536)
     #expect(config.worker.statusAddress == .init(host: "0.0.0.0", port: 9400))
     #expect(config.kafka.groupId == "apn-worker")
     #expect(config.kafka.requestsTopic == "apn.requests")
@@ -595,7 +597,8 @@ private func parseError(
     #expect(
         parseError(fixture.minimalYAML(extra: "worker:\n  batchsize: 5")) == "worker.batchsize: unknown "
             + "setting; known settings here are id, batchSize, batchWindowMs, maxInFlight, resultFlushMs, resultBatchSize, "
-            + "shutdownTimeoutSeconds, logLevel, logFormat, dedupeTTLSeconds, statusAddress, invalidTokenTTLDays, proxy."
+            + "shutdownTimeoutSeconds, logLevel, logFormat, dedupeTTLSeconds, dedupeBuckets, statusAddress, invalidTokenTTLDays, "
+            + "proxy."
     )
     let badEnvironment = fixture.minimalYAML().replacingOccurrences(of: "production:", with: "prod:")
     #expect(
@@ -709,6 +712,10 @@ private func parseError(
     #expect(
         parseError(fixture.minimalYAML(extra: "worker:\n  batchWindowMs: -1"))
             == "worker.batchWindowMs must be a whole number from 0 to 10000, not -1."
+    )
+    #expect(
+        parseError(fixture.minimalYAML(extra: "worker:\n  dedupeBuckets: 0"))
+            == "worker.dedupeBuckets must be a whole number from 1 to 4294967296, not 0."
     )
     #expect(
         parseError(fixture.minimalYAML(extra: "worker:\n  dedupeTTLSeconds: 59"))
@@ -1460,4 +1467,12 @@ func redisClusterSettings() throws {
             == "redis.urls[1] must be a Redis URL of the form redis[s]://[[user]:password@]host[:port][/db], not \"http://r2\" "
             + "(the scheme must be redis:// or rediss://)."
     )
+}
+
+extension WorkerConfiguration.Worker {
+    fileprivate func with(dedupeBuckets: Int) -> Self {
+        var copy = self
+        copy.dedupeBuckets = dedupeBuckets
+        return copy
+    }
 }

@@ -30,6 +30,49 @@ final class ResultStage: Sendable {
         var lastAttempt = ContinuousClock.now
         /// The writer took a batch and has not written it yet.
         var writing = false
+        /// Written outcomes whose records give way to fingerprints once their messages are
+        /// before their partitions' stored written positions (``compactable(with:)``).
+        var settledRecords = Deque<(record: SettledRecord, partition: TopicPartition, offset: Int64)>()
+        /// The written positions this writer stored.
+        var storedPositions: [TopicPartition: Int64] = [:]
+
+        /// Takes the settled records whose messages are before the written positions stored
+        /// already or about to be with `marks`.
+        mutating func compactable(with marks: [TopicPartitionOffset]) -> [SettledRecord] {
+            guard !settledRecords.isEmpty else { return [] }
+            var positions = storedPositions
+            for mark in marks {
+                positions[mark.topicPartition] = max(positions[mark.topicPartition] ?? -1, mark.offset)
+            }
+            var taken: [SettledRecord] = []
+            var kept = Deque<(record: SettledRecord, partition: TopicPartition, offset: Int64)>()
+            for entry in settledRecords {
+                if entry.offset < positions[entry.partition] ?? -1 {
+                    taken.append(entry.record)
+                } else {
+                    kept.append(entry)
+                }
+            }
+            settledRecords = kept
+            return taken
+        }
+
+        /// Notes the positions stored and the records of a written batch. At most `limit`
+        /// records wait: beyond it the oldest are left to expire with the dedupe TTL.
+        mutating func written(_ records: [RecordedResult], stored marks: [TopicPartitionOffset], limit: Int) {
+            for mark in marks {
+                storedPositions[mark.topicPartition] = max(storedPositions[mark.topicPartition] ?? -1, mark.offset)
+            }
+            for record in records {
+                settledRecords.append(
+                    (
+                        SettledRecord(resultId: record.resultId, token: record.token), record.ref.partition,
+                        record.ref.offset
+                    )
+                )
+            }
+            if settledRecords.count > limit { settledRecords.removeFirst(settledRecords.count - limit) }
+        }
     }
 
     private let state = Mutex(State())
@@ -240,8 +283,10 @@ final class ResultStage: Sendable {
     private func write(_ batch: [ResultItem], positions: Bool) async {
         guard positions || !batch.isEmpty else { return }
         let plan = Self.plan(batch, topic: configuration.kafka.resultsTopic)
-        // The written positions reached by earlier batches go with this one.
+        // The written positions reached by earlier batches go with this one, and the records
+        // they leave behind give way to fingerprints.
         let marks = ledger.read { $0.pendingMarks() }
+        let compacted = state.withLock { $0.compactable(with: marks) }
         guard
             await record(
                 plan.records,
@@ -249,6 +294,7 @@ final class ResultStage: Sendable {
                 environments: plan.environments,
                 released: plan.released,
                 marks: marks,
+                compacted: compacted,
                 count: batch.count
             ),
             await producer.produceAll(
@@ -270,6 +316,7 @@ final class ResultStage: Sendable {
                 }
             }
         localClaims.forget(plan.settled)
+        state.withLock { $0.written(plan.records, stored: marks, limit: configuration.worker.maxInFlight) }
         carryOut(ledger.update { $0.written(batch, marks: marks, counted: counted) })
         control.count { $0.results += plan.results }
         control.metrics.produced(plan.metrics, transports: transports, now: ResultFactory.nowMilliseconds())
@@ -282,6 +329,7 @@ final class ResultStage: Sendable {
         environments: [TokenEnvironment],
         released: [(resultId: String, token: String)],
         marks: [TopicPartitionOffset],
+        compacted: [SettledRecord],
         count: Int
     ) async -> Bool {
         var delay: Duration = .milliseconds(50)
@@ -293,6 +341,7 @@ final class ResultStage: Sendable {
                     released: released,
                     positions: marks,
                     environments: environments,
+                    compacted: compacted,
                     ttlSeconds: configuration.worker.dedupeTTLSeconds
                 )
                 if delay > .milliseconds(50) { control.setRedisDown(false) }
@@ -335,14 +384,17 @@ final class ResultStage: Sendable {
     func storePositions() async {
         let marks = ledger.read { $0.pendingMarks() }
         guard !marks.isEmpty else { return }
+        let compacted = state.withLock { $0.compactable(with: marks) }
         do {
             try await store.write(
                 records: [],
                 unregistered: [],
                 released: [],
                 positions: marks,
+                compacted: compacted,
                 ttlSeconds: configuration.worker.dedupeTTLSeconds
             )
+            state.withLock { $0.written([], stored: marks, limit: configuration.worker.maxInFlight) }
             ledger.update { $0.marksStored(marks) }
         } catch {
             logger.warning(

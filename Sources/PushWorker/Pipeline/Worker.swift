@@ -158,14 +158,16 @@ public final class Worker: Service, Sendable {
             prefix: Worker.redisKeyPrefix,
             owner: owner,
             metrics: control.metrics,
-            invalidTokenTTL: configuration.worker.invalidTokenTTL
+            invalidTokenTTL: configuration.worker.invalidTokenTTL,
+            fingerprintBuckets: configuration.worker.dedupeBuckets
         )
         let store = NotificationStore(
             redis: stateRedis,
             prefix: Worker.redisKeyPrefix,
             owner: owner,
             metrics: control.metrics,
-            invalidTokenTTL: configuration.worker.invalidTokenTTL
+            invalidTokenTTL: configuration.worker.invalidTokenTTL,
+            fingerprintBuckets: configuration.worker.dedupeBuckets
         )
 
         var factory = ResultFactory(worker: configuration.worker.id)

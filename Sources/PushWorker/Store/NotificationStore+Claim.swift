@@ -100,10 +100,13 @@ extension NotificationStore {
             }
         }
 
-        // Outcomes recorded by this same message: is its result written already?
+        // Outcomes recorded by this same message, and settled notifications (their records
+        // given way to fingerprints): is the message's result written already?
         var written: [Int32: Int64] = [:]
         let recorded = Set(
-            codes.indices.filter { ClaimReply(code: codes[$0]) == .recorded }.map { requests[$0].partition }
+            codes.indices.filter { [.recorded, .settled].contains(ClaimReply(code: codes[$0])) }.map {
+                requests[$0].partition
+            }
         )
         if !recorded.isEmpty {
             let partitions = recorded.sorted()
@@ -126,7 +129,8 @@ extension NotificationStore {
             return try Self.decision(
                 code,
                 offset: requests[index].offset,
-                writtenPosition: ClaimReply(code: code) == .recorded ? written[requests[index].partition] ?? -1 : -1
+                writtenPosition: [.recorded, .settled].contains(ClaimReply(code: code))
+                    ? written[requests[index].partition] ?? -1 : -1
             )
         }
         try await returnUnused(taken, requests: requests, permits: permits, decisions: decisions)
@@ -216,6 +220,7 @@ extension NotificationStore {
             }
             return .recorded(result: Array(recorded[..<newline]), feedback: Array(recorded[(newline + 1)...]))
         case .duplicate: return .duplicate
+        case .settled: return offset < writtenPosition ? .written : .duplicate
         case .busy, .otherOwner: return .busy
         case .throttled: return .throttled
         case .rateLimited: return .rateLimited

@@ -48,13 +48,25 @@ extension NotificationStore {
             ttlSeconds: ttlSeconds,
             to: &commands
         )
+        let layout = fingerprintLayout(ttlSeconds: ttlSeconds)
+        let generation = layout.generation(at: Int64(Date().timeIntervalSince1970))
+        appendFingerprintLookups(requests, indices, tags: tags, layout: layout, generation: generation, to: &commands)
         let replies = try await claimRoundTrip(commands)
         var codes = [[UInt8]?](repeating: nil, count: requests.count)
+        var settled = [Bool](repeating: false, count: requests.count)
         let (found, plainFailures) = try Self.readPlainClaims(plain, replies: replies[..<plain.commands], into: &codes)
-        let scriptFailures = try Self.readClaimScript(groups, replies: replies[plain.commands...], into: &codes)
+        let scriptEnd = plain.commands + groups.count
+        let scriptFailures = try Self.readClaimScript(
+            groups,
+            replies: replies[plain.commands..<scriptEnd],
+            into: &codes
+        )
         try checkFailures(plainFailures + scriptFailures, of: plain.groups.count + groups.count)
+        try readFingerprintLookups(indices, replies: replies[scriptEnd...], settled: &settled, codes: &codes)
         if !found.isEmpty {
-            // The script decides what they found, as it decides for every other notification.
+            // The script decides what they found, as it decides for every other notification;
+            // their fingerprints are looked up again after it, since a record found in the first
+            // round may have given way to its fingerprint since.
             var again = RedisCommands(capacity: 256 + found.count * (3 * keys.prefix.utf8.count + 320))
             let groups = appendClaimScript(
                 topic: topic,
@@ -67,10 +79,100 @@ extension NotificationStore {
                 ttlSeconds: ttlSeconds,
                 to: &again
             )
+            appendFingerprintLookups(requests, found, tags: tags, layout: layout, generation: generation, to: &again)
             let replies = try await claimRoundTrip(again)
-            try checkFailures(try Self.readClaimScript(groups, replies: replies[...], into: &codes), of: groups.count)
+            try checkFailures(
+                try Self.readClaimScript(groups, replies: replies[..<groups.count], into: &codes),
+                of: groups.count
+            )
+            try readFingerprintLookups(found, replies: replies[groups.count...], settled: &settled, codes: &codes)
         }
+        try await giveWayToFingerprints(indices, settled: settled, codes: &codes, requests, tags: tags)
         return indices.map { codes[$0]! }
+    }
+
+    /// Appends, after a round's claims, `SISMEMBER` of each request's fingerprint in its bucket
+    /// of this generation and of the one before (``FingerprintLayout``). In the same slot as the
+    /// request's record, so after its claim: a claim that found no record finds the fingerprint
+    /// written before the record was deleted (``compact(_:ttlSeconds:to:)``).
+    private func appendFingerprintLookups<Request: ClaimSubject>(
+        _ requests: [Request],
+        _ indices: [Int],
+        tags: [UInt16?],
+        layout: FingerprintLayout,
+        generation: Int64,
+        to commands: inout RedisCommands
+    ) {
+        for index in indices {
+            let fingerprint = NotificationFingerprint(resultId: requests[index].resultId)
+            let bucket = layout.bucket(of: fingerprint)
+            for g in [generation, generation - 1] {
+                commands.begin(argumentCount: 3)
+                commands.append("SISMEMBER")
+                commands.appendKey { keys.appendFingerprints(generation: g, bucket: bucket, tag: tags[index], to: &$0) }
+                commands.append(fingerprint.member)
+            }
+        }
+    }
+
+    /// Reads ``appendFingerprintLookups``' replies: whether each request's fingerprint was found.
+    /// A lookup that failed fails the claim on a server and makes its request busy on a cluster
+    /// (its slot has no primary), as a failed claim does.
+    private func readFingerprintLookups(
+        _ indices: [Int],
+        replies: ArraySlice<RedisValue>,
+        settled: inout [Bool],
+        codes: inout [[UInt8]?]
+    ) throws(RedisError) {
+        guard replies.count == indices.count * 2 else {
+            throw RedisError(.protocol, "the fingerprint lookups got \(replies.count) replies for \(indices.count)")
+        }
+        var reply = replies.startIndex
+        for index in indices {
+            var found = false
+            for _ in 0..<2 {
+                if let message = replies[reply].errorMessage {
+                    guard redis.isCluster else { throw RedisError(.server("ERR"), "the claim failed: \(message)") }
+                    codes[index] = [ClaimReply.busy.rawValue]
+                }
+                if replies[reply].int == 1 { found = true }
+                reply += 1
+            }
+            settled[index] = found
+        }
+    }
+
+    /// Requests whose fingerprint was found are settled notifications whose records were
+    /// deleted: a claim this round made for one of them (send, unregistered, over the device
+    /// limit) is deleted again, and each becomes ``ClaimReply/settled``. A request decided on a
+    /// record it found (recorded, another message's, another owner's) keeps its decision: the
+    /// record says more.
+    private func giveWayToFingerprints<Request: ClaimSubject>(
+        _ indices: [Int],
+        settled: [Bool],
+        codes: inout [[UInt8]?],
+        _ requests: [Request],
+        tags: [UInt16?]
+    ) async throws(RedisError) {
+        var claimed: [Int] = []
+        for index in indices where settled[index] {
+            guard let code = codes[index], let reply = ClaimReply(code: code) else { continue }
+            switch reply {
+            case .send, .unregistered, .rateLimited:
+                claimed.append(index)
+                codes[index] = [ClaimReply.settled.rawValue]
+            case .throttled:
+                codes[index] = [ClaimReply.settled.rawValue]
+            case .resend, .recorded, .duplicate, .otherOwner, .busy, .settled:
+                continue
+            }
+        }
+        guard !claimed.isEmpty else { return }
+        let commands = claimed.map { [Array("DEL".utf8), keys.record(resultId: requests[$0].resultId, tag: tags[$0])] }
+        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
+        if let failure = replies.first(where: { $0.errorMessage != nil }) {
+            throw RedisError(.server("ERR"), "Redis refused to delete a claim: \(failure.errorMessage ?? "")")
+        }
     }
 
     /// A claim's commands that failed, one error message per slot: on a cluster, a slot

@@ -10,12 +10,17 @@ extension NotificationStore {
     /// positions (``RedisKeys``, `pw:`), in one round trip (per primary on a cluster). The outcomes
     /// are read where they are: copying their fields into records of the store's own retained
     /// each string and buffer in them (1.5% of the worker's samples in a profile).
+    ///
+    /// `compacted`: settled notifications whose messages are before their partitions' written
+    /// positions (stored before or with this call): their records are replaced by fingerprints
+    /// (``compact(_:ttlSeconds:to:)``).
     func write(
         records: [RecordedResult],
         unregistered: [(app: String, environment: String, token: String, since: Int64, reason: String)],
         released: [(resultId: String, token: String)],
         positions: [TopicPartitionOffset] = [],
         environments: [TokenEnvironment] = [],
+        compacted: [SettledRecord] = [],
         ttlSeconds: Int
     ) async throws(RedisError) {
         var commands = RedisCommands(
@@ -92,12 +97,66 @@ extension NotificationStore {
             commands.append(Int64(ttlSeconds))
             for index in group { commands.append(positions[index].offset) }
         }
+        let expiring = compact(compacted, ttlSeconds: ttlSeconds, to: &commands)
         guard !commands.isEmpty else { return }
-        let replies = try await measured { () throws(RedisError) in
-            try await redis.pipeline(commands, scripts: [Scripts.advancePositions])
-        }
-        if let failure = replies.first(where: { $0.errorMessage != nil }) {
-            throw RedisError(.server("ERR"), "Redis refused a state update: \(failure.errorMessage ?? "")")
+        do throws(RedisError) {
+            let replies = try await measured { () throws(RedisError) in
+                try await redis.pipeline(commands, scripts: [Scripts.advancePositions])
+            }
+            if let failure = replies.first(where: { $0.errorMessage != nil }) {
+                throw RedisError(.server("ERR"), "Redis refused a state update: \(failure.errorMessage ?? "")")
+            }
+        } catch {
+            fingerprintExpiries.withLock { $0.forget(expiring.places, generation: expiring.generation) }
+            throw error
         }
     }
+
+    /// Appends, for each settled notification, `SADD` of its fingerprint to its bucket of this
+    /// generation (with the bucket's `EXPIREAT` the first time this worker writes it in the
+    /// generation), then `DEL` of its record: the fingerprint is in Redis before the record is
+    /// gone, so a claim that finds no record finds the fingerprint (``claim``). Returns the
+    /// buckets given their expiry, to forget if the round trip fails.
+    private func compact(
+        _ settled: [SettledRecord],
+        ttlSeconds: Int,
+        to commands: inout RedisCommands
+    ) -> (places: [Int], generation: Int64) {
+        guard !settled.isEmpty else { return ([], 0) }
+        let layout = fingerprintLayout(ttlSeconds: ttlSeconds)
+        let generation = layout.generation(at: Int64(Date().timeIntervalSince1970))
+        var places: [Int] = []
+        for entry in settled {
+            let tag = keys.tag(token: entry.token)
+            let fingerprint = NotificationFingerprint(resultId: entry.resultId)
+            let bucket = layout.bucket(of: fingerprint)
+            commands.begin(argumentCount: 3)
+            commands.append("SADD")
+            commands.appendKey { keys.appendFingerprints(generation: generation, bucket: bucket, tag: tag, to: &$0) }
+            commands.append(fingerprint.member)
+            let place = layout.place(bucket: bucket, tag: tag)
+            if fingerprintExpiries.withLock({
+                $0.needsExpiry(place: place, generation: generation, places: layout.places)
+            }) {
+                places.append(place)
+                commands.begin(argumentCount: 3)
+                commands.append("EXPIREAT")
+                commands.appendKey {
+                    keys.appendFingerprints(generation: generation, bucket: bucket, tag: tag, to: &$0)
+                }
+                commands.append(layout.expiry(of: generation))
+            }
+            commands.begin(argumentCount: 2)
+            commands.append("DEL")
+            commands.appendKey { keys.appendRecord(resultId: entry.resultId, tag: tag, to: &$0) }
+        }
+        return (places, generation)
+    }
+}
+
+/// A notification whose outcome is recorded and whose result is written: its record can give
+/// way to its fingerprint once its message is before its partition's written position.
+struct SettledRecord: Sendable {
+    var resultId: String
+    var token: String
 }

@@ -1,7 +1,8 @@
 import Logging
 import PushRedis
 
-/// The worker's state in Redis: one record per notification, worker liveness, rate counters,
+/// The worker's state in Redis: one record per notification (a fingerprint once its result is
+/// written), worker liveness, rate counters,
 /// the unregistered-token store, hand-off marks, job summaries and the feedback lock. Each call
 /// is one round trip per server (per primary on a Redis Cluster), whatever the number of
 /// notifications it covers; a claim takes more only when it meets another worker's claim, a
@@ -19,6 +20,10 @@ final class NotificationStore: Sendable {
     let owner: String
     /// Where the claim and write round trips report their latency and failures.
     let metrics: WorkerMetrics?
+    /// Buckets of settled notifications' fingerprints per generation (``FingerprintLayout``).
+    let fingerprintBuckets: Int
+    /// The fingerprint buckets whose expiry this worker has set (``FingerprintExpiries``).
+    let fingerprintExpiries = SharedFingerprintExpiries(FingerprintExpiries())
 
     /// `invalidTokenTTL`: how long a token verdict is remembered at least (``RedisKeys``, `u:`).
     init(
@@ -26,7 +31,8 @@ final class NotificationStore: Sendable {
         prefix: String,
         owner: String,
         metrics: WorkerMetrics? = nil,
-        invalidTokenTTL: Duration = .seconds(RedisKeys.defaultVerdictPeriod)
+        invalidTokenTTL: Duration = .seconds(RedisKeys.defaultVerdictPeriod),
+        fingerprintBuckets: Int = FingerprintLayout.defaultBuckets
     ) {
         self.redis = redis
         self.keys = RedisKeys(
@@ -36,6 +42,12 @@ final class NotificationStore: Sendable {
         )
         self.owner = owner
         self.metrics = metrics
+        self.fingerprintBuckets = fingerprintBuckets
+    }
+
+    /// Where the fingerprints of notifications remembered for `ttlSeconds` live.
+    func fingerprintLayout(ttlSeconds: Int) -> FingerprintLayout {
+        FingerprintLayout(period: Int64(ttlSeconds), buckets: fingerprintBuckets, isCluster: redis.isCluster)
     }
 
     /// Loads the scripts (on every primary of a cluster) so that later calls meet no `NOSCRIPT`.

@@ -9,7 +9,11 @@ import PushKafka
 ///   `P|<owner>|<topic>|<partition>|<offset>` while a worker has it claimed,
 ///   `D|<topic>|<partition>|<offset>|<result JSON>` once its outcome is known, followed by a
 ///   newline and the `feedback` result JSON when the outcome also published one (an HTTP/2 410).
-///   The serialized results never contain a raw newline, so it separates them.
+///   The serialized results never contain a raw newline, so it separates them. Deleted once its
+///   message is before its partition's written position, its fingerprint kept instead.
+/// - `f:<T><generation>:<bucket>`: a set of the fingerprints of settled notifications whose
+///   records were deleted (``NotificationFingerprint``, ``FingerprintLayout``): what recognises
+///   a duplicate for the rest of the dedupe TTL, in about 16 bytes each.
 /// - `u:<T><app>:<env>:<generation>`: hash token → `<since>|<reason>`, Apple's permanent verdict
 ///   on the token (`Unregistered`, `BadDeviceToken`, `DeviceTokenNotForTopic`, binary
 ///   `InvalidToken`) and the UNIX time it was given. A verdict is written into the hashes of the
@@ -99,6 +103,17 @@ struct RedisKeys: Sendable {
         key.reserveCapacity(prefix.utf8.count + 8 + resultId.utf8.count)
         appendRecord(resultId: resultId, tag: tag, to: &key)
         return key
+    }
+
+    /// Appends `f:<T><generation>:<bucket>`.
+    func appendFingerprints(generation: Int64, bucket: Int, tag: UInt16?, to key: inout [UInt8]) {
+        key += prefix.utf8
+        key.append(UInt8(ascii: "f"))
+        key.append(UInt8(ascii: ":"))
+        Self.append(tag: tag, to: &key)
+        DecimalText.append(generation, to: &key)
+        key.append(UInt8(ascii: ":"))
+        DecimalText.append(Int64(bucket), to: &key)
     }
 
     /// Appends `u:<T><app>:<environment>:<generation>`.

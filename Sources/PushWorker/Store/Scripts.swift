@@ -241,6 +241,9 @@ extension NotificationStore {
         case rateLimited = 0x4C  // "L"
         /// Apple gave a permanent verdict on the token; followed by `<since>|<reason>` (claimed).
         case unregistered = 0x55  // "U"
+        /// Settled, its record given way to its fingerprint (found by the lookups after the
+        /// claim, ``RedisKeys`` `f:`); never sent by the script.
+        case settled = 0x43  // "C"
 
         /// The reply a code starts with, `nil` for an empty or unknown one.
         init?(code: [UInt8]) {

@@ -1,0 +1,57 @@
+import APNSCore
+import Foundation
+import PushKafka
+import PushRedis
+import PushTestSupport
+import PushWorker
+import Testing
+
+/// What a worker leaves in Redis once its results are written: fingerprints, not records
+/// (`docs/architecture.md#compact-state`), and the duplicate jobs those still recognise.
+@Suite(.serialized, .timeLimit(.minutes(5))) struct CompactStateEndToEndTests {
+    @Test(
+        "once written, a worker's notifications leave fingerprints and no records; the same jobs produced again are neither sent nor answered"
+    )
+    func writtenNotificationsLeaveFingerprints() async throws {
+        let stack = try await WorkerStack.start()
+        do {
+            try await stack.startWorker("w1")
+            let jobs = (0..<400).map { ("compact-\($0)", [DeviceToken.numbered($0)]) }
+            try await stack.produce(jobs.map { WorkerStack.job(id: $0.0, tokens: $0.1) })
+            let expected = WorkerEndToEndTests.expectedIds(jobs)
+            try await stack.readResults { Set($0.compactMap { $0["resultId"]?.stringValue }).count >= expected.count }
+            // A stop stores the last written positions, and with them the last records give way.
+            #expect(await stack.stopWorkerReporting("w1").status == 0)
+
+            let redis = try await RedisConnection.connect(stack.redis.configuration())
+            let records = try await redis.send(["KEYS", "apn:n:*"]).array?.count ?? -1
+            var fingerprints = 0
+            for key in try await redis.send(["KEYS", "apn:f:*"]).array?.compactMap(\.string) ?? [] {
+                fingerprints += Int(try await redis.send(["SCARD", key]).int ?? 0)
+            }
+            await redis.close()
+            #expect(records == 0, "records left: \(records)")
+            #expect(fingerprints == expected.count)
+
+            // The same jobs again, behind them a new one: only the new one is sent and answered.
+            try await stack.startWorker("w2")
+            let marker = DeviceToken.numbered(10_000)
+            try await stack.produce(
+                jobs.map { WorkerStack.job(id: $0.0, tokens: $0.1) } + [
+                    WorkerStack.job(id: "compact-marker", tokens: [marker])
+                ]
+            )
+            let markerId = WorkerResult.notificationId(jobId: "compact-marker", token: marker.hex)
+            let results = try await stack.readResults { $0.contains { $0["resultId"]?.stringValue == markerId } }
+            #expect(try await stack.waitForAllCommitted())
+            let ids = results.compactMap { $0["resultId"]?.stringValue }
+            #expect(ids.count == expected.count + 1, "results written again: \(ids.count - expected.count - 1)")
+            WorkerEndToEndTests.checkDelivered(expected, bad: [], stack: stack, allowPossibleDuplicates: false)
+            #expect(stack.simulator.acceptedByToken[marker] == 1)
+            #expect(await stack.stopWorkerReporting("w2").status == 0)
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))\nw2: \(stack.log(of: "w2"))")
+        }
+        await stack.shutdown()
+    }
+}
