@@ -5,6 +5,7 @@ import PushCommandLine
 import PushKafka
 import PushLocalStack
 import PushRedis
+import Synchronization
 
 /// `apn-bench scale`: the cost of one notification in each component as workers are added.
 struct BenchScale: AsyncParsableCommand {
@@ -29,6 +30,11 @@ struct BenchScale: AsyncParsableCommand {
     var workers = "1,2,4"
     @Option(help: "Redis Cluster primaries (at least 3); 0 runs one plain redis-server instead.")
     var primaries = 3
+    @Option(
+        help:
+            "Most jobs produced and not yet answered: the embedded Kafka keeps only about 5 MiB per partition, and a deeper backlog is deleted unread."
+    )
+    var backlog = 200_000
 
     func run() async throws {
         try await reportingFailures {
@@ -118,8 +124,13 @@ struct BenchScale: AsyncParsableCommand {
         var resultBytes = 0
         let clock = ContinuousClock()
         let start = clock.now
-        let producing = Task {
+        let answered = Atomic<Int>(0)
+        let producing = Task { [jobs, backlog] in
             for chunk in stride(from: 0, to: jobs, by: 10_000) {
+                // Produced ahead of the results by at most the backlog.
+                while chunk - answered.load(ordering: .relaxed) > backlog {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
                 for report in try await producer.send((chunk..<min(jobs, chunk + 10_000)).map(job)) {
                     _ = try report.get()
                 }
@@ -136,6 +147,7 @@ struct BenchScale: AsyncParsableCommand {
                 resultBytes += message.value.count
                 last = clock.now
             }
+            answered.store(received.count, ordering: .relaxed)
         }
         try await producing.value
         let after = (workers: cpu(workerPIDs), redis: stack.redisPIDs.map { cpu([$0]) }, own: cpu([getpid()]))

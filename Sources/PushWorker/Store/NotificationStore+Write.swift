@@ -114,8 +114,9 @@ extension NotificationStore {
 
     /// Appends, for each settled notification, `SADD` of its fingerprint to its bucket of this
     /// generation (with the bucket's `EXPIREAT` the first time this worker writes it in the
-    /// generation), then `DEL` of its record: the fingerprint is in Redis before the record is
-    /// gone, so a claim that finds no record finds the fingerprint (``claim``). Returns the
+    /// generation), then the `DEL` of the records: the fingerprint is in Redis before the record
+    /// is gone (a record's `DEL` follows its `SADD` on the same server, its slot's primary), so a
+    /// claim that finds no record finds the fingerprint (``claim``). Returns the
     /// buckets given their expiry, to forget if the round trip fails.
     private func compact(
         _ settled: [SettledRecord],
@@ -146,9 +147,14 @@ extension NotificationStore {
                 }
                 commands.append(layout.expiry(of: generation))
             }
-            commands.begin(argumentCount: 2)
+        }
+        // One `DEL` of many records per slot (one on a server): a command costs Redis more to
+        // run than a key costs it to delete.
+        let records = settled.map { keys.record(resultId: $0.resultId, tag: keys.tag(token: $0.token)) }
+        for group in redis.groupedBySlot(Array(records.indices), key: { records[$0] }) {
+            commands.begin(argumentCount: 1 + group.count)
             commands.append("DEL")
-            commands.appendKey { keys.appendRecord(resultId: entry.resultId, tag: tag, to: &$0) }
+            for index in group { commands.appendKey(records[index]) }
         }
         return (places, generation)
     }
