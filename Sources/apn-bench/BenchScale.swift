@@ -189,15 +189,9 @@ struct BenchScale: AsyncParsableCommand {
     private func redisNetworkBytes(_ stack: LocalStack) async throws -> (in: Int, out: Int) {
         var total = (in: 0, out: 0)
         for url in stack.redisClusterURLs.isEmpty ? [stack.redisURL] : stack.redisClusterURLs {
-            let connection = try await RedisConnection.connect(try RedisConfiguration(url: url))
-            let info = try await connection.send(["INFO", "stats"]).string ?? ""
-            await connection.close()
-            for line in info.split(whereSeparator: \.isNewline) {
-                let parts = line.split(separator: ":")
-                guard parts.count == 2, let value = Int(parts[1]) else { continue }
-                if parts[0] == "total_net_input_bytes" { total.in += value }
-                if parts[0] == "total_net_output_bytes" { total.out += value }
-            }
+            let info = try await redisInfo(url, "stats")
+            total.in += Int(info["total_net_input_bytes"] ?? "") ?? 0
+            total.out += Int(info["total_net_output_bytes"] ?? "") ?? 0
         }
         return total
     }
