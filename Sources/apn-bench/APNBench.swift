@@ -13,7 +13,9 @@ struct APNBench: AsyncParsableCommand {
             processes (the apn-worker beside this executable), measures, prints JSON lines and stops \
             everything it started.
             """,
-        subcommands: [BenchWorker.self, BenchScale.self, BenchFailover.self, BenchHostile.self, BenchLanes.self]
+        subcommands: [
+            BenchWorker.self, BenchScale.self, BenchFailover.self, BenchSoak.self, BenchHostile.self, BenchLanes.self,
+        ]
     )
 }
 
