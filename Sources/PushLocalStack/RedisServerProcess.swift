@@ -89,8 +89,9 @@ public final class RedisServerProcess: @unchecked Sendable {
     }
 
     /// Starts (or restarts) the server on `port` and waits until it answers PING (or, with
-    /// TLS, accepts connections).
-    public func start() async throws {
+    /// TLS, accepts connections), up to `readyWithin`: a server that loads a large data set
+    /// answers `-LOADING` until it has.
+    public func start(readyWithin: Duration = .seconds(10)) async throws {
         let ports = tls ? ["--port", "0", "--tls-port", String(port)] : ["--port", String(port)]
         let arguments =
             ports + [
@@ -111,7 +112,7 @@ public final class RedisServerProcess: @unchecked Sendable {
         }
         lock.withLock { self.process = process }
 
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + readyWithin
         while ContinuousClock.now < deadline {
             if !process.isRunning {
                 process.waitUntilExit()
@@ -132,7 +133,7 @@ public final class RedisServerProcess: @unchecked Sendable {
             try await Task.sleep(for: .milliseconds(10))  // poll interval, not synchronisation
         }
         kill()
-        throw ServerError("redis-server on port \(port) did not answer PING within 10 s; log:\n\(log)")
+        throw ServerError("redis-server on port \(port) did not answer PING within \(readyWithin); log:\n\(log)")
     }
 
     /// Kills the server with SIGKILL, as in a crash, and waits until it has exited.
