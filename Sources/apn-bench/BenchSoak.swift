@@ -232,6 +232,8 @@ struct BenchSoak: AsyncParsableCommand {
                 record.details["stoppedWorkerExitS"] = seconds(since: began)
             case .redisRestart:
                 record.details["keysBefore"] = .int(Int64(try await Self.redisKeys(stack)))
+                let persistence = try await redisInfo(stack.redisURL, "persistence")
+                record.details["appendOnlyFileBytes"] = .int(Int64(persistence["aof_current_size"] ?? "") ?? -1)
                 try await stack.restartRedis()
                 record.details["downS"] = seconds(since: began)
                 record.details["keysAfter"] = .int(Int64(try await Self.redisKeys(stack)))
