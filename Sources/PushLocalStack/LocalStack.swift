@@ -240,6 +240,19 @@ public final class LocalStack: @unchecked Sendable {
         retiredAccepted.merging(simulator.acceptedByToken, uniquingKeysWith: +)
     }
 
+    // MARK: Redis
+
+    /// Restarts the stack's redis-server as an operator would: `SHUTDOWN`
+    /// (``RedisServerProcess/shutdown(timeout:)``), then the server again on the same port and
+    /// directory. What it keeps depends on its persistence (``Options/redisArguments``, e.g.
+    /// `--appendonly yes`); without any it starts empty. Returns once it answers again, having
+    /// loaded what it kept (up to `readyWithin`).
+    public func restartRedis(readyWithin: Duration = .seconds(120)) async throws {
+        guard let redis else { throw ServerError("this stack did not start a redis-server of its own") }
+        try await redis.shutdown()
+        try await redis.start(readyWithin: readyWithin)
+    }
+
     // MARK: Kafka clients
 
     /// A producer of jobs for this stack's Kafka.

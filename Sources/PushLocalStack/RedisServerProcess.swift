@@ -9,7 +9,8 @@ import Darwin
 
 /// A throw-away `redis-server` on 127.0.0.1, for one test or one local stack.
 ///
-/// It listens on a port found free by binding a socket to port 0, saves nothing, and is
+/// It listens on a port found free by binding a socket to port 0, saves nothing unless its
+/// extra arguments say so (`--appendonly yes`), and is
 /// ready when it answers `PING` (polled against a deadline). A TLS server (``start(_:tls:)``
 /// with `tls: true`) listens on `port` with TLS only (`--port 0 --tls-port <port>`; the
 /// caller passes the certificate arguments) and is ready when `port` accepts connections. Blocking work (process
@@ -88,8 +89,9 @@ public final class RedisServerProcess: @unchecked Sendable {
     }
 
     /// Starts (or restarts) the server on `port` and waits until it answers PING (or, with
-    /// TLS, accepts connections).
-    public func start() async throws {
+    /// TLS, accepts connections), up to `readyWithin`: a server that loads a large data set
+    /// answers `-LOADING` until it has.
+    public func start(readyWithin: Duration = .seconds(10)) async throws {
         let ports = tls ? ["--port", "0", "--tls-port", String(port)] : ["--port", String(port)]
         let arguments =
             ports + [
@@ -110,7 +112,7 @@ public final class RedisServerProcess: @unchecked Sendable {
         }
         lock.withLock { self.process = process }
 
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + readyWithin
         while ContinuousClock.now < deadline {
             if !process.isRunning {
                 process.waitUntilExit()
@@ -131,7 +133,7 @@ public final class RedisServerProcess: @unchecked Sendable {
             try await Task.sleep(for: .milliseconds(10))  // poll interval, not synchronisation
         }
         kill()
-        throw ServerError("redis-server on port \(port) did not answer PING within 10 s; log:\n\(log)")
+        throw ServerError("redis-server on port \(port) did not answer PING within \(readyWithin); log:\n\(log)")
     }
 
     /// Kills the server with SIGKILL, as in a crash, and waits until it has exited.
@@ -144,6 +146,25 @@ public final class RedisServerProcess: @unchecked Sendable {
         if process.isRunning { _ = sendSignal(process.processIdentifier, SIGKILL) }
         _ = try? await offPool { process.waitUntilExit() }
         lock.withLock { self.process = nil }
+    }
+
+    /// Stops the server as a service manager would: `SHUTDOWN`, after which it writes what its
+    /// persistence settings ask for (the append-only file flushed with `--appendonly yes`, an RDB
+    /// file with `save` points) and exits; waits until it has exited, and kills it (SIGKILL) if
+    /// it has not within `timeout`. ``start()`` starts it again on the same port and directory,
+    /// where it loads what it wrote. Not for a TLS server.
+    public func shutdown(timeout: Duration = .seconds(30)) async throws {
+        guard !tls else { throw ServerError("shutdown() speaks plain Redis; this server listens with TLS only") }
+        guard let process = lock.withLock({ self.process }), process.isRunning else { return }
+        let port = port
+        // On success the server closes the connection without an answer.
+        let reply = try await offPool { Self.send("SHUTDOWN", port: port, replyTimeout: timeout) }
+        if let reply, reply.hasPrefix("-") { throw ServerError("redis-server refused SHUTDOWN: \(reply)") }
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))  // poll interval, not synchronisation
+        }
+        await stop()
     }
 
     /// Whether the server process is running.
@@ -210,26 +231,34 @@ public final class RedisServerProcess: @unchecked Sendable {
     /// Connects, sends `PING`, and accepts `+PONG` or `-NOAUTH` (a password-protected server
     /// is up too). Any failure means "not yet".
     public static func answersPing(port: Int) -> Bool {
+        guard let reply = send("PING", port: port, replyTimeout: .milliseconds(200)) else { return false }
+        return reply.hasPrefix("+PONG") || reply.hasPrefix("-NOAUTH")
+    }
+
+    /// Connects, sends an inline command, and returns the start of the reply (up to 64 bytes);
+    /// nil when it cannot connect or send, or no reply came within `replyTimeout`.
+    static func send(_ command: String, port: Int, replyTimeout: Duration) -> String? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
+        guard fd >= 0 else { return nil }
         defer { close(fd) }
-        var timeout = timeval(tv_sec: 0, tv_usec: 200_000)
+        let (seconds, attoseconds) = replyTimeout.components
+        var timeout = timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var sendTimeout = timeval(tv_sec: 0, tv_usec: 200_000)
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &sendTimeout, socklen_t(MemoryLayout<timeval>.size))
         var address = loopback(port: port)
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
-        guard connected == 0 else { return false }
-        let ping = Array("PING\r\n".utf8)
-        guard write(fd, ping, ping.count) == ping.count else { return false }
+        guard connected == 0 else { return nil }
+        let bytes = Array("\(command)\r\n".utf8)
+        guard write(fd, bytes, bytes.count) == bytes.count else { return nil }
         var buffer = [UInt8](repeating: 0, count: 64)
         let count = read(fd, &buffer, buffer.count)
-        guard count > 0 else { return false }
-        let reply = String(decoding: buffer[..<count], as: UTF8.self)
-        return reply.hasPrefix("+PONG") || reply.hasPrefix("-NOAUTH")
+        guard count > 0 else { return nil }
+        return String(decoding: buffer[..<count], as: UTF8.self)
     }
 
     private static func loopback(port: Int) -> sockaddr_in {

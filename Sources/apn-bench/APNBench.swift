@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import PushRedis
 import PushStatus
 
 @main
@@ -12,7 +13,9 @@ struct APNBench: AsyncParsableCommand {
             processes (the apn-worker beside this executable), measures, prints JSON lines and stops \
             everything it started.
             """,
-        subcommands: [BenchWorker.self, BenchScale.self, BenchFailover.self, BenchHostile.self, BenchLanes.self]
+        subcommands: [
+            BenchWorker.self, BenchScale.self, BenchFailover.self, BenchSoak.self, BenchHostile.self, BenchLanes.self,
+        ]
     )
 }
 
@@ -23,10 +26,36 @@ func cpuSeconds(of pid: Int32) -> Double? {
 }
 
 /// Peak resident memory of a process, in bytes (VmHWM).
-func peakRSS(of pid: Int32) -> Int? {
+func peakRSS(of pid: Int32) -> Int? { processStatusBytes(pid, "VmHWM") }
+
+/// Resident memory of a process now, in bytes (VmRSS).
+func residentMemory(of pid: Int32) -> Int? { processStatusBytes(pid, "VmRSS") }
+
+/// A size in kB of `/proc/<pid>/status`, in bytes.
+private func processStatusBytes(_ pid: Int32, _ field: String) -> Int? {
     guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-        let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+        let line = status.split(separator: "\n").first(where: { $0.hasPrefix("\(field):") }),
         let kb = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
     else { return nil }
     return kb * 1024
+}
+
+/// The fields of a section of a Redis server's `INFO` (`stats`, `memory`), by name.
+func redisInfo(_ url: String, _ section: String) async throws -> [String: String] {
+    let connection = try await RedisConnection.connect(try RedisConfiguration(url: url))
+    let reply: RedisValue
+    do {
+        reply = try await connection.send(["INFO", section])
+    } catch {
+        await connection.close()
+        throw error
+    }
+    await connection.close()
+    let info = reply.string ?? ""
+    var fields: [String: String] = [:]
+    for line in info.split(whereSeparator: \.isNewline) {
+        guard let colon = line.firstIndex(of: ":") else { continue }
+        fields[String(line[..<colon])] = String(line[line.index(after: colon)...])
+    }
+    return fields
 }

@@ -77,34 +77,4 @@ extension BenchFailover {
             }
         }
     }
-
-    /// How many of the jobs `numbers` (each acknowledged to the producer) are not in
-    /// `apn.requests`: lost by the broker before any worker could read them.
-    static func jobsMissingFromKafka(_ numbers: [Int], stack: LocalStack) async throws -> Int {
-        guard !numbers.isEmpty else { return 0 }
-        let consumer = try KafkaConsumer(
-            configuration: KafkaConfiguration([
-                "bootstrap.servers": stack.kafka.bootstrapServers, "group.id": stack.readerGroup("failover-jobs"),
-                "auto.offset.reset": "earliest", "enable.auto.commit": "false",
-            ])
-        )
-        try consumer.subscribe(topics: ["apn.requests"])
-        var missing = Set(numbers)
-        let clock = ContinuousClock()
-        let deadline = clock.now + .seconds(60)
-        var lastMessage = clock.now
-        // Until every one is found, or nothing more came for 10 s (a join takes about 3 s).
-        while !missing.isEmpty, clock.now < deadline, clock.now - lastMessage < .seconds(10) {
-            let messages = try await consumer.poll(maxMessages: 10_000, timeout: .milliseconds(200))
-            if !messages.isEmpty { lastMessage = clock.now }
-            for message in messages {
-                guard let key = message.key, let n = Int(String(decoding: key, as: UTF8.self).dropFirst(6)) else {
-                    continue
-                }
-                missing.remove(n)
-            }
-        }
-        try? await consumer.close()
-        return missing.count
-    }
 }

@@ -79,14 +79,7 @@ struct BenchFailover: AsyncParsableCommand {
                     message: "--rate must be positive, --workers at least 1 and --event-at within --seconds"
                 )
             }
-            var options = LocalStack.Options()
-            options.brokers = brokers
-            options.replicationFactor = min(3, brokers)
-            options.sessionTimeoutMs = sessionTimeoutMs > 0 ? sessionTimeoutMs : nil
-            options.kafkaProperties = ["fetch.wait.max.ms": "5"]
-            options.worker = ["logLevel": "info", "shutdownTimeoutSeconds": "20"]
-            options.app = ["feedbackIntervalSeconds": "0"]
-            options.keepDirectory = keep
+            var options = FleetLoad.options(brokers: brokers, sessionTimeoutMs: sessionTimeoutMs, keep: keep)
             if secondApp { options.http2App = LocalStack.HTTP2App(name: Self.http2App) }
             try await LocalStack.with(options, measure)
         }
@@ -105,52 +98,20 @@ struct BenchFailover: AsyncParsableCommand {
         }
         let producer = try stack.loadProducer()
         let reader = try stack.resultReader(group: "failover-reader")
-        func token(_ n: Int) -> String { String(format: "%064lx", 0xF000_0000 + n) }
-        func job(_ n: Int) -> KafkaOutgoingMessage {
-            let id = "bench-\(n)"
-            let app = secondApp && n % 2 == 1 ? Self.http2App : LocalStack.app
-            let value = #"{"id":"\#(id)","app":"\#(app)","token":"\#(token(n))","alert":"Failover \#(n)"}"#
-            return KafkaOutgoingMessage(topic: "apn.requests", key: Array(id.utf8), value: Array(value.utf8))
+        let job = { @Sendable [secondApp] (n: Int) in
+            FleetLoad.job(n, app: secondApp && n % 2 == 1 ? Self.http2App : LocalStack.app, alert: "Failover")
         }
 
         var started: [String: LocalWorker] = [:]
         for i in 1...workers { started["w\(i)"] = try await stack.startWorker(id: "w\(i)") }
         let running = started
-
-        // Warm up: the workers joined and one notification delivered.
-        let warmup = #"{"id":"warmup","app":"\#(LocalStack.app)","token":"\#(token(999_999_999))"}"#
-        _ = try await producer.send([KafkaOutgoingMessage(topic: "apn.requests", key: nil, value: Array(warmup.utf8))])
-        var warmed = false
-        let warmupDeadline = ContinuousClock.now + .seconds(90)
-        while !warmed, ContinuousClock.now < warmupDeadline {
-            for message in try await reader.poll(maxMessages: 100, timeout: .milliseconds(200)) {
-                if (try? JSONValue.parse(message.value))?["jobId"]?.stringValue == "warmup" { warmed = true }
-            }
-        }
-        guard warmed else { throw UsageFailure(message: "the workers did not deliver the warm-up job within 90 s") }
+        let read = try await FleetLoad.warmUp(producer, reader)
 
         let total = rate * seconds
         let clock = ContinuousClock()
         let sentAt = SentTimes(count: total)
         let start = clock.now
-        let producing = Task {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                var next = 0
-                var due = start
-                let perTick = max(1, rate / 100)
-                while next < total {
-                    let count = min(perTick, total - next)
-                    let batch = (next..<next + count).map(job)
-                    let now = clock.now
-                    for i in next..<next + count { sentAt.set(i, now) }
-                    group.addTask { for report in try await producer.send(batch) { _ = try report.get() } }
-                    next += count
-                    due = due + .milliseconds(10)
-                    try await Task.sleep(until: due, clock: clock)
-                }
-                try await group.waitForAll()
-            }
-        }
+        let producing = FleetLoad.produce(total, rate: rate, from: start, with: producer, sentAt: sentAt, job: job)
 
         // The scenario, in its own task: it waits on processes.
         let eventStart = start + .seconds(eventAt)
@@ -162,9 +123,7 @@ struct BenchFailover: AsyncParsableCommand {
             switch scenario {
             case "kill":
                 let victim = running["w2"] ?? running.values.first!
-                await stack.killWorker(victim)
-                try await Task.sleep(for: .seconds(restartAfter))
-                _ = try await stack.startWorker(id: "w2")
+                _ = try await FleetLoad.killAndRestart(victim, after: restartAfter, on: stack)
             case "term":
                 let victim = running["w2"] ?? running.values.first!
                 victim.signal(SIGTERM)
@@ -191,98 +150,30 @@ struct BenchFailover: AsyncParsableCommand {
             case _ where Self.kafkaScenarios.contains(scenario):
                 try await Self.injectKafkaFault(scenario, stack, brokers: brokers, faultSeconds: faultSeconds)
             default:
-                await stack.stopGateway()
-                try await Task.sleep(for: .seconds(outageSeconds))
-                try await stack.restartGateway()
+                try await FleetLoad.gatewayOutage(stack, seconds: outageSeconds)
                 gatewayBack = clock.now - start
             }
             return (clock.now - start, gatewayBack, exited)
         }
 
-        struct Seen {
-            var latency: Double
-            var possibleDuplicate: Bool
-            var arrived: Double
-            var worker: String
-        }
-        var seen: [Int: Seen] = [:]
-        seen.reserveCapacity(total)
-        var writtenTwice = 0
-        var writtenTwiceBy: [String: Int] = [:]
-        var connectionFailed = 0
-        var failedOther: [String: Int] = [:]
-        var arrivalsPerSecond: [Int: Int] = [:]
+        var tally = ResultTally(total: total, read: read)
         let loadEnd = start + .seconds(seconds)
         let held = scenario == "outage" ? outageSeconds : Self.kafkaScenarios.contains(scenario) ? faultSeconds : 0
-        let deadline = loadEnd + .seconds(drainSeconds + held)
-        while seen.count < total, clock.now < deadline {
-            for message in try await reader.poll(maxMessages: 10_000, timeout: .milliseconds(100)) {
-                guard let n = benchJobNumber(message.value), n >= 0, n < total,
-                    let result = try? JSONValue.parse(message.value)
-                else { continue }
-                let now = clock.now
-                let arrived = (now - start).milliseconds / 1000
-                let worker = result["worker"]?.stringValue ?? "?"
-                if let first = seen[n] {
-                    writtenTwice += 1
-                    writtenTwiceBy["\(first.worker) then \(worker)", default: 0] += 1
-                    continue
-                }
-                arrivalsPerSecond[Int(arrived), default: 0] += 1
-                if let status = result["status"]?.intValue {
-                    if status == 515 {
-                        connectionFailed += 1
-                    } else {
-                        failedOther[result["statusName"]?.stringValue ?? "\(status)", default: 0] += 1
-                    }
-                }
-                let latency = sentAt.get(n).map { (now - $0).milliseconds } ?? 0
-                seen[n] = Seen(
-                    latency: latency,
-                    possibleDuplicate: result["possibleDuplicate"]?.boolValue ?? false,
-                    arrived: arrived,
-                    worker: worker
-                )
-            }
-        }
+        try await tally.read(reader, until: loadEnd + .seconds(drainSeconds + held), start: start, sentAt: sentAt)
         try await producing.value
         let (eventDone, gatewayBack, stoppedExit) = try await scenarioTask.value
         // A last look for results written twice after everything arrived.
-        let settle = clock.now + .seconds(3)
-        while clock.now < settle {
-            for message in try await reader.poll(maxMessages: 10_000, timeout: .milliseconds(200)) {
-                if let n = benchJobNumber(message.value), n >= 0, n < total, seen[n] != nil { writtenTwice += 1 }
-            }
-        }
+        try await tally.read(reader, until: clock.now + .seconds(3), start: start, sentAt: sentAt, settling: true)
         for (_, worker) in running where worker.isRunning { worker.signal(SIGTERM) }
         try? await reader.close()
         await producer.close()
 
-        var accepted = stack.acceptedByToken
-        for (token, count) in stack.http2Simulator?.acceptedByToken ?? [:] { accepted[token, default: 0] += count }
-        var unflagged = 0
-        var acceptedTwice = 0
-        // Lost notifications the gateway accepted: their results, not their jobs, went missing.
-        var lostButDelivered = 0
-        for n in 0..<total {
-            guard let t = try? DeviceToken(hex: token(n)), let count = accepted[t] else { continue }
-            if seen[n] == nil { lostButDelivered += 1 }
-            guard count > 1 else { continue }
-            acceptedTwice += 1
-            if seen[n]?.possibleDuplicate != true { unflagged += 1 }
-        }
-        let lostNumbers = (0..<total).filter { seen[$0] == nil }
-        let lostBeforeTheWorkers = try await Self.jobsMissingFromKafka(lostNumbers, stack: stack)
-        let latencies = seen.values.map(\.latency).sorted()
-        let secondAppSlowest = seen.filter { $0.key % 2 == 1 }.map(\.value.latency).max() ?? 0
-        func percentile(_ p: Double) -> Double {
-            latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))]
-        }
-        // Seconds from the event until the result rate is back to 80% of the load for good: the
-        // last second after the event (during the load) with fewer results than that, plus one.
-        let event = eventAt
-        let lastSlow = (event..<seconds).last { (arrivalsPerSecond[$0] ?? 0) < rate * 8 / 10 }
-        let recovery = lastSlow.map { $0 + 1 - event } ?? 0
+        let accepted = FleetLoad.Accepted(stack, tally)
+        let (lostBeforeTheWorkers, _) = try await FleetLoad.jobsMissingFromKafka(tally.lost, stack: stack)
+        let latencies = tally.latencies()
+        let secondAppSlowest = tally.latencies { $0 % 2 == 1 }.last ?? 0
+        // Seconds from the event until the result rate is back to 80% of the load for good.
+        let recovery = tally.secondsBack(after: eventAt, before: seconds, rate: rate)
         var fields: [(String, JSONValue)] = [
             ("scenario", .string(scenario)),
             ("workers", .int(Int64(workers))),
@@ -290,37 +181,26 @@ struct BenchFailover: AsyncParsableCommand {
             ("rate", .int(Int64(rate))),
             ("jobs", .int(Int64(total))),
             ("sessionTimeoutMs", .int(Int64(sessionTimeoutMs))),
-            ("received", .int(Int64(seen.count))),
-            ("lost", .int(Int64(total - seen.count))),
-            ("lostButDelivered", .int(Int64(lostButDelivered))),
-            ("lostBeforeTheWorkers", .int(Int64(lostBeforeTheWorkers))),
-            ("slowestMs", .int(Int64(latencies.last ?? 0))),
-            ("secondAppSlowestMs", secondApp ? .int(Int64(secondAppSlowest)) : .null),
-            ("p99Ms", .int(Int64(percentile(0.99)))),
-            ("p50Ms", .int(Int64(percentile(0.50)))),
-            ("secondsTo80Percent", .int(Int64(recovery))),
-            ("writtenTwice", .int(Int64(writtenTwice))),
-            ("writtenTwicePercent", .double((Double(writtenTwice) / Double(max(1, total)) * 10_000).rounded() / 100)),
-            ("writtenTwiceBy", .object(writtenTwiceBy.mapValues { .int(Int64($0)) })),
-            ("connectionFailed515", .int(Int64(connectionFailed))),
-            ("otherFailures", .object(failedOther.mapValues { .int(Int64($0)) })),
-            ("possibleDuplicate", .int(Int64(seen.values.filter(\.possibleDuplicate).count))),
-            ("acceptedTwice", .int(Int64(acceptedTwice))),
-            ("unflaggedDuplicates", .int(Int64(unflagged))),
-            ("scenarioEndedAtS", .double((eventDone.milliseconds / 100).rounded() / 10)),
         ]
+        fields += FleetLoad.latencyFields(latencies)
+        fields += [
+            ("secondAppSlowestMs", secondApp ? .int(Int64(secondAppSlowest)) : .null),
+            ("secondsTo80Percent", .int(Int64(recovery))),
+        ]
+        fields += FleetLoad.lossFields(tally, accepted, lostBeforeTheWorkers: lostBeforeTheWorkers)
+        fields.append(("scenarioEndedAtS", .double((eventDone.milliseconds / 100).rounded() / 10)))
         if let stoppedExit {
             fields.append(("stoppedWorkerExitS", .double((stoppedExit.milliseconds / 100).rounded() / 10)))
         }
         if let gatewayBack {
             let back = gatewayBack.milliseconds / 1000
-            let afterReturn = seen.values.map { $0.arrived - back }.max() ?? 0
+            let afterReturn = tally.lastArrival - back
             fields.append(("gatewayBackAtS", .double((back * 10).rounded() / 10)))
             fields.append(("lastResultAfterReturnS", .double((afterReturn * 10).rounded() / 10)))
         }
         if keep { fields.append(("directory", .string(stack.directory))) }
         print(jsonLine(fields))
         // Jobs the broker lost after acknowledging them (lostBeforeTheWorkers) are its own.
-        if seen.count + lostBeforeTheWorkers < total || unflagged > 0 { throw ExitCode(1) }
+        if tally.received + lostBeforeTheWorkers < total || accepted.unflagged > 0 { throw ExitCode(1) }
     }
 }

@@ -120,7 +120,7 @@ struct BenchScale: AsyncParsableCommand {
         func cpu(_ pids: [Int32]) -> Double { pids.reduce(0) { $0 + (cpuSeconds(of: $1) ?? 0) } }
         let before = (workers: cpu(workerPIDs), redis: stack.redisPIDs.map { cpu([$0]) }, own: cpu([getpid()]))
         let redisBytesBefore = try await redisNetworkBytes(stack)
-        let redisMemoryBefore = try await redisInfo(stack, section: "memory", field: "used_memory")
+        let redisMemoryBefore = try await summedRedisInfo(stack, section: "memory", field: "used_memory")
         var resultBytes = 0
         let clock = ContinuousClock()
         let start = clock.now
@@ -163,7 +163,7 @@ struct BenchScale: AsyncParsableCommand {
         await producer.close()
         // After the workers stopped: what Redis keeps of the notifications once their results
         // are written (the stopping workers store their last written positions).
-        let redisMemoryAfter = try await redisInfo(stack, section: "memory", field: "used_memory")
+        let redisMemoryAfter = try await summedRedisInfo(stack, section: "memory", field: "used_memory")
 
         let n = Double(max(received.count, 1))
         func micros(_ seconds: Double) -> JSONValue { .double((seconds / n * 1e6 * 10).rounded() / 10) }
@@ -205,22 +205,16 @@ struct BenchScale: AsyncParsableCommand {
     /// (`INFO stats`: `total_net_input_bytes`, `total_net_output_bytes`).
     private func redisNetworkBytes(_ stack: LocalStack) async throws -> (in: Int, out: Int) {
         (
-            try await redisInfo(stack, section: "stats", field: "total_net_input_bytes"),
-            try await redisInfo(stack, section: "stats", field: "total_net_output_bytes")
+            try await summedRedisInfo(stack, section: "stats", field: "total_net_input_bytes"),
+            try await summedRedisInfo(stack, section: "stats", field: "total_net_output_bytes")
         )
     }
 
     /// A numeric field of an `INFO` section, summed over the Redis nodes.
-    private func redisInfo(_ stack: LocalStack, section: String, field: String) async throws -> Int {
+    private func summedRedisInfo(_ stack: LocalStack, section: String, field: String) async throws -> Int {
         var total = 0
         for url in stack.redisClusterURLs.isEmpty ? [stack.redisURL] : stack.redisClusterURLs {
-            let connection = try await RedisConnection.connect(try RedisConfiguration(url: url))
-            let info = try await connection.send(["INFO", section]).string ?? ""
-            await connection.close()
-            for line in info.split(whereSeparator: \.isNewline) {
-                let parts = line.split(separator: ":")
-                if parts.count == 2, parts[0] == field, let value = Int(parts[1]) { total += value }
-            }
+            total += Int(try await redisInfo(url, section)[field] ?? "") ?? 0
         }
         return total
     }
