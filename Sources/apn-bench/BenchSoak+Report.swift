@@ -41,7 +41,7 @@ final class Fleet: @unchecked Sendable {
 
 /// A worker slot's resident memory (VmRSS) at a point of the soak.
 struct MemorySample {
-    /// start (after the warm-up), middle or end (of the load).
+    /// start (after the warm-up), middle or end (of the load), or drained (every result read).
     var name: String
     var slot: Int
     /// When, in seconds since the load started.
@@ -139,7 +139,7 @@ extension BenchSoak {
                 + "\(largest); a gap of one is usually an offset without a message, a deleted backlog a large one)"
         )
         let slots = Set(samples.map(\.slot)).sorted()
-        lines.append("  worker RSS, start / middle / end (* a restarted or replacement process):")
+        lines.append("  worker RSS, start / middle / end / drained (* a restarted or replacement process):")
         for slot in slots {
             let row = samples.filter { $0.slot == slot }.map { sample in
                 (sample.rss.map(mib) ?? "?") + (sample.process > 0 ? "*" : "") + " (\(sample.worker))"

@@ -30,7 +30,7 @@ struct BenchSoak: AsyncParsableCommand {
     @Option(help: "Jobs (one notification each) produced in all.")
     var notifications = 2_000_000
     @Option(help: "Jobs produced per second.")
-    var rate = 5000
+    var rate = 2000
     @Option(help: "Seconds between faults; the first comes this long into the load.")
     var faultEvery = 60
     @Option(help: "Workers in the group.")
@@ -115,8 +115,10 @@ struct BenchSoak: AsyncParsableCommand {
         try await tally.read(reader, until: start + .seconds(loadSeconds + held), start: start, sentAt: sentAt)
         try await producing.value
         let faults = try await faulting.value
-        let samples = try await sampling.value
+        var samples = try await sampling.value
         try await tally.read(reader, until: clock.now + .seconds(3), start: start, sentAt: sentAt, settling: true)
+        // Once every result is in, the workers idle again as at the start: what stayed.
+        samples += await fleet.sampleMemory("drained", at: (clock.now - start).milliseconds / 1000)
         let redisMemory = try await redisInfo(stack.redisURL, "memory")
         let redisKeys = try await Self.redisKeys(stack)
         for worker in fleet.current where worker.isRunning { worker.signal(SIGTERM) }
