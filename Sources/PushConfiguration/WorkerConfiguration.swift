@@ -76,9 +76,10 @@ extension WorkerConfiguration {
         public var logFormat: LogFormat
         /// How long a job id is remembered to drop duplicates, 60...31536000 s (`dedupeTTLSeconds`).
         public var dedupeTTL: Duration
-        /// Redis sets per ``dedupeTTL`` that remember the notifications whose results are
-        /// written, 1...4294967296 (`dedupeBuckets`): about 150 to 400 notifications a bucket
-        /// per ``dedupeTTL`` keep each set small and compact in Redis (`docs/capacity.md`).
+        /// Redis hashes per ``dedupeTTL`` that hold the notifications' claims and remember them,
+        /// 1...4294967296 (`dedupeBuckets`): about 100 notifications a bucket per ``dedupeTTL``
+        /// keep each hash small and compact in Redis, up to 400 with `hash-max-listpack-entries`
+        /// raised to 512 (`docs/capacity.md`).
         public var dedupeBuckets: Int = Worker.defaultDedupeBuckets
         /// How long Apple's permanent verdict on a token is remembered at least (at most twice
         /// as long), 1...3650 days (`invalidTokenTTLDays`).

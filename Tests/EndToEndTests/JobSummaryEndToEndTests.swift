@@ -193,13 +193,7 @@ struct JobSummaryEndToEndTests {
             var victim: String?
             let deadline = ContinuousClock.now + .seconds(60)
             while victim == nil, ContinuousClock.now < deadline {
-                let keys = try await redis.send(["KEYS", "apn:n:*"]).array?.compactMap(\.string) ?? []
-                for key in keys.prefix(200) {
-                    if let state = try await redis.send(["GET", key]).string, state.hasPrefix("P|") {
-                        victim = state.dropFirst(2).split(separator: "#").first.map(String.init)
-                        break
-                    }
-                }
+                victim = try await WorkerEndToEndTests.claimingWorker(redis)
             }
             await redis.close()
             let killed = try #require(victim)

@@ -197,6 +197,19 @@ struct WorkerEndToEndTests {
         await stack.shutdown()
     }
 
+    /// A worker that holds a claim now: the first `<owner>|…` state among the claims buckets
+    /// (`RedisKeys`, `c:`), `nil` when none holds one.
+    static func claimingWorker(_ redis: RedisConnection) async throws -> String? {
+        let keys = try await redis.send(["KEYS", "apn:c:*"]).array?.compactMap(\.string) ?? []
+        for key in keys.prefix(200) {
+            for state in try await redis.send(["HVALS", key]).array?.compactMap(\.string) ?? []
+            where state.contains("|") {
+                return state.split(separator: "#").first.map(String.init)
+            }
+        }
+        return nil
+    }
+
     @Test("A worker killed with SIGKILL mid-stream and restarted: nothing lost, nothing sent twice unless flagged")
     func killedWorkerLosesNothing() async throws {
         let stack = try await WorkerStack.start(confirmationWindowMs: 1000)
@@ -210,13 +223,7 @@ struct WorkerEndToEndTests {
             var victim: String?
             let deadline = ContinuousClock.now + .seconds(60)
             while victim == nil, ContinuousClock.now < deadline {
-                let keys = try await redis.send(["KEYS", "apn:n:*"]).array?.compactMap(\.string) ?? []
-                for key in keys.prefix(200) {
-                    if let state = try await redis.send(["GET", key]).string, state.hasPrefix("P|") {
-                        victim = state.dropFirst(2).split(separator: "#").first.map(String.init)
-                        break
-                    }
-                }
+                victim = try await WorkerEndToEndTests.claimingWorker(redis)
             }
             await redis.close()
             let killed = try #require(victim)

@@ -5,10 +5,11 @@ import Testing
 
 @testable import PushWorker
 
-/// A settled notification's record gives way to its fingerprint once its message is before its
+/// A settled notification keeps only its fingerprint, `D`, once its message is before its
 /// partition's written position (`docs/architecture.md#compact-state`): duplicates are still
-/// recognised, the message consumed again still needs nothing, and a claim that meets a
-/// fingerprint leaves no claim behind. On a real `redis-server` and a real Redis Cluster.
+/// recognised, the message consumed again still needs nothing (or finds its outcome before
+/// then), and a claim that meets a settled notification leaves no claim behind. On a real
+/// `redis-server` and a real Redis Cluster.
 @Suite(.timeLimit(.minutes(3))) struct CompactStateTests {
     private static let topic = "apn.requests"
 
@@ -51,49 +52,97 @@ import Testing
         }
     }
 
+    private static func settled(_ n: Int, offset: Int64, generation: Int64, store: NotificationStore) -> SettledRecord {
+        SettledRecord(
+            fingerprint: NotificationFingerprint(resultId: "compact-\(n)"),
+            tag: store.keys.tag(token: token(n)),
+            partition: TopicPartition(topic: topic, partition: 3),
+            offset: offset,
+            outcomeGeneration: generation
+        )
+    }
+
     /// Claims, records and writes notifications 0..<count of one message each (offsets
-    /// 10...), then stores the written position past them and compacts them.
+    /// 10...), then stores the written position past them, compacts them, and deletes their
+    /// outcomes, as the result stage does over its next two writes.
     private func settle(_ count: Int, store: NotificationStore, ttlSeconds: Int = 600) async throws {
         let requests = (0..<count).map { Self.request($0, offset: Int64(10 + $0)) }
         let claimed = try await store.claim(topic: Self.topic, requests, ttlSeconds: ttlSeconds, nowMilliseconds: 1_000)
         #expect(claimed.allSatisfy { $0 == .send })
+        let generation = store.outcomeGeneration(ttlSeconds: ttlSeconds)
         try await store.write(
             records: (0..<count).map { Self.record($0, offset: Int64(10 + $0)) },
             unregistered: [],
             released: [],
+            outcomeGeneration: generation,
             ttlSeconds: ttlSeconds
         )
+        let settled = (0..<count).map { Self.settled($0, offset: Int64(10 + $0), generation: generation, store: store) }
         try await store.write(
             records: [],
             unregistered: [],
             released: [],
             positions: [TopicPartitionOffset(topic: Self.topic, partition: 3, offset: Int64(10 + count))],
-            compacted: (0..<count).map { SettledRecord(resultId: "compact-\($0)", token: Self.token($0)) },
+            compacted: settled,
             ttlSeconds: ttlSeconds
+        )
+        #expect(try await outcomes(store, generation: generation) == count, "deleted with the next write, not this one")
+        try await store.write(records: [], unregistered: [], released: [], forgotten: settled, ttlSeconds: ttlSeconds)
+    }
+
+    /// The claim key of notification `n` in generation `generation`.
+    private static func claims(_ n: Int, store: NotificationStore, generation: Int64, ttlSeconds: Int = 600) -> [UInt8]
+    {
+        let layout = store.fingerprintLayout(ttlSeconds: ttlSeconds)
+        return store.keys.claims(
+            generation: generation,
+            bucket: layout.bucket(of: NotificationFingerprint(resultId: "compact-\(n)")),
+            tag: store.keys.tag(token: token(n))
         )
     }
 
-    /// How many of notifications 0..<count still have a record.
-    private func records(_ count: Int, store: NotificationStore) async throws -> Int {
-        let replies = try await store.redis.pipeline(
-            (0..<count).map { n in
-                [
-                    Array("EXISTS".utf8),
-                    store.keys.record(resultId: "compact-\(n)", tag: store.keys.tag(token: Self.token(n))),
-                ]
-            }
-        )
-        return replies.reduce(0) { $0 + Int($1.int ?? 0) }
+    /// The states of notifications 0..<count in this generation and the one before (`P` for
+    /// any claim, `<owner>|…`), counted.
+    private func states(_ count: Int, store: NotificationStore, ttlSeconds: Int = 600) async throws -> [String: Int] {
+        let generation = store.outcomeGeneration(ttlSeconds: ttlSeconds)
+        var states: [String: Int] = [:]
+        for g in [generation, generation - 1] {
+            let replies = try await store.redis.pipeline(
+                (0..<count).map { n in
+                    [
+                        Array("HGET".utf8), Self.claims(n, store: store, generation: g),
+                        Array(String(NotificationFingerprint(resultId: "compact-\(n)").member).utf8),
+                    ]
+                }
+            )
+            for state in replies.compactMap(\.string) { states[state.contains("|") ? "P" : state, default: 0] += 1 }
+        }
+        return states
+    }
+
+    /// The outcomes kept for partition 3 in `generation`.
+    private func outcomes(_ store: NotificationStore, generation: Int64) async throws -> Int {
+        let key = store.keys.outcomes(topic: Self.topic, partition: 3, generation: generation)
+        return Int(try await store.redis.send([Array("HLEN".utf8), key]).int ?? -1)
     }
 
     @Test(
-        "a settled record gives way to its fingerprint: consumed again it needs nothing, a duplicate job is recognised, a new one is sent",
+        "a settled notification keeps only its fingerprint: consumed again it needs nothing, a duplicate job is recognised, a new one is sent",
         arguments: StoreBackend.allCases
     )
-    func aSettledRecordGivesWayToItsFingerprint(_ backend: StoreBackend) async throws {
+    func aSettledNotificationKeepsOnlyItsFingerprint(_ backend: StoreBackend) async throws {
         try await withStore(backend) { store in
             try await settle(200, store: store)
-            #expect(try await records(200, store: store) == 0)
+            #expect(try await states(200, store: store) == ["D": 200])
+            #expect(try await outcomes(store, generation: store.outcomeGeneration(ttlSeconds: 600)) == 0)
+            // Small buckets stay listpacks: about 13 bytes a settled notification.
+            let bucket = Self.claims(0, store: store, generation: store.outcomeGeneration(ttlSeconds: 600))
+            var encoding = RedisCommands(capacity: 64)
+            encoding.begin(argumentCount: 3)
+            encoding.append("OBJECT")
+            encoding.append("ENCODING")
+            encoding.appendKey(bucket)
+            #expect(try await store.redis.pipeline(encoding, scripts: []).first?.string == "listpack")
             // The same messages consumed again (a crash before the commit): nothing to do.
             let again = try await store.claim(
                 topic: Self.topic,
@@ -110,8 +159,8 @@ import Testing
                 nowMilliseconds: 2_000
             )
             #expect(duplicates.allSatisfy { $0 == .duplicate }, "\(Set(duplicates.map { "\($0)" }))")
-            // The claims those lookups made were deleted again: no record is left behind.
-            #expect(try await records(200, store: store) == 0)
+            // No claim is left behind.
+            #expect(try await states(200, store: store) == ["D": 200])
             // Notifications never settled are new.
             let fresh = try await store.claim(
                 topic: Self.topic,
@@ -120,6 +169,54 @@ import Testing
                 nowMilliseconds: 2_000
             )
             #expect(fresh.allSatisfy { $0 == .send })
+        }
+    }
+
+    @Test(
+        "before its position is written, a message consumed again finds its outcome, whoever claimed it; a duplicate job finds none",
+        arguments: StoreBackend.allCases
+    )
+    func anUnwrittenOutcomeIsFoundByItsMessage(_ backend: StoreBackend) async throws {
+        try await backend.withClients(2) { clients in
+            let store = NotificationStore(redis: clients[0], prefix: "test:", owner: "worker-1")
+            let other = NotificationStore(redis: clients[1], prefix: "test:", owner: "worker-2")
+            try await store.prepare()
+            try await store.heartbeat(ttlMilliseconds: 60_000)
+            let requests = (0..<20).map { Self.request($0, offset: Int64(10 + $0)) }
+            #expect(
+                try await store.claim(topic: Self.topic, requests, ttlSeconds: 600, nowMilliseconds: 1_000).allSatisfy {
+                    $0 == .send
+                }
+            )
+            try await store.write(
+                records: (0..<20).map { Self.record($0, offset: Int64(10 + $0)) },
+                unregistered: [],
+                released: [],
+                outcomeGeneration: store.outcomeGeneration(ttlSeconds: 600),
+                ttlSeconds: 600
+            )
+            // The claims still name worker-1 (alive) until they settle: another worker finds
+            // the outcome, and so does worker-1 itself.
+            for claimer in [other, store] {
+                let decisions = try await claimer.claim(
+                    topic: Self.topic,
+                    requests,
+                    ttlSeconds: 600,
+                    nowMilliseconds: 2_000
+                )
+                for (n, decision) in decisions.enumerated() {
+                    #expect(
+                        decision == .recorded(result: Self.record(n, offset: Int64(10 + n)).result.value, feedback: nil)
+                    )
+                }
+            }
+            let duplicates = try await other.claim(
+                topic: Self.topic,
+                (0..<20).map { Self.request($0, offset: 9_000) },
+                ttlSeconds: 600,
+                nowMilliseconds: 2_000
+            )
+            #expect(duplicates.allSatisfy { $0 == .duplicate })
         }
     }
 
@@ -139,30 +236,54 @@ import Testing
             }
             let decisions = try await store.claim(topic: Self.topic, requests, ttlSeconds: 600, nowMilliseconds: 3_000)
             #expect(decisions.allSatisfy { $0 == .duplicate }, "\(decisions)")
-            #expect(try await records(30, store: store) == 0)
+            #expect(try await states(30, store: store) == ["D": 30])
         }
     }
 
     @Test(
-        "a fingerprint written in the previous generation is still found; its bucket expires two periods after its generation began",
+        "a claim released becomes F and is claimed afresh by the message consumed again",
         arguments: StoreBackend.allCases
     )
-    func fingerprintsLiveTwoGenerations(_ backend: StoreBackend) async throws {
+    func aReleasedClaimIsClaimedAfresh(_ backend: StoreBackend) async throws {
+        try await withStore(backend) { store in
+            let requests = (0..<10).map { Self.request($0, offset: Int64(10 + $0)) }
+            #expect(
+                try await store.claim(topic: Self.topic, requests, ttlSeconds: 600, nowMilliseconds: 1_000).allSatisfy {
+                    $0 == .send
+                }
+            )
+            try await store.write(
+                records: [],
+                unregistered: [],
+                released: (0..<10).map { ("compact-\($0)", Self.token($0)) },
+                ttlSeconds: 600
+            )
+            #expect(try await states(10, store: store) == ["F": 10])
+            #expect(
+                try await store.claim(topic: Self.topic, requests, ttlSeconds: 600, nowMilliseconds: 2_000).allSatisfy {
+                    $0 == .send
+                }
+            )
+            #expect(try await states(10, store: store) == ["P": 10])
+        }
+    }
+
+    @Test(
+        "a state in the previous generation is still found; a settled one wins over a claim left there; buckets expire two periods after their generation began",
+        arguments: StoreBackend.allCases
+    )
+    func statesLiveTwoGenerations(_ backend: StoreBackend) async throws {
         try await withStore(backend) { store in
             let ttl = 600
             let layout = store.fingerprintLayout(ttlSeconds: ttl)
             let now = Int64(Date().timeIntervalSince1970)
             let generation = layout.generation(at: now)
+            func member(_ n: Int) -> [UInt8] {
+                Array(String(NotificationFingerprint(resultId: "compact-\(n)").member).utf8)
+            }
             // Notification 0 settled in the previous generation, written there directly.
-            let fingerprint = NotificationFingerprint(resultId: "compact-0")
-            var key: [UInt8] = []
-            store.keys.appendFingerprints(
-                generation: generation - 1,
-                bucket: layout.bucket(of: fingerprint),
-                tag: store.keys.tag(token: Self.token(0)),
-                to: &key
-            )
-            _ = try await store.redis.send([Array("SADD".utf8), key, Array(String(fingerprint.member).utf8)])
+            let previous = Self.claims(0, store: store, generation: generation - 1)
+            _ = try await store.redis.send([Array("HSET".utf8), previous, member(0), Array("D".utf8)])
             let decisions = try await store.claim(
                 topic: Self.topic,
                 [Self.request(0, offset: 8_000), Self.request(1, offset: 8_000)],
@@ -170,28 +291,68 @@ import Testing
                 nowMilliseconds: 3_000
             )
             #expect(decisions == [.duplicate, .send])
+            // The claim the first round made for notification 0 gave way.
+            let current = Self.claims(0, store: store, generation: generation)
+            #expect(try await store.redis.send([Array("HGET".utf8), current, member(0)]).string == "F")
+
+            // Notification 2 claimed in the previous generation by a dead worker, settled in
+            // this one: settled.
+            let claimedBefore = Self.claims(2, store: store, generation: generation - 1)
+            _ = try await store.redis.send([
+                Array("HSET".utf8), claimedBefore, member(2),
+                Array("gone#x|\(NotificationStore.topicMark(Self.topic))|3|12".utf8),
+            ])
+            _ = try await store.redis.send([
+                Array("HSET".utf8), Self.claims(2, store: store, generation: generation), member(2), Array("D".utf8),
+            ])
+            _ = try await store.redis.send([
+                Array("SET".utf8), store.keys.writtenPosition(topic: Self.topic, partition: 3), Array("13".utf8),
+            ])
+            let settled = try await store.claim(
+                topic: Self.topic,
+                [Self.request(2, offset: 12)],
+                ttlSeconds: ttl,
+                nowMilliseconds: 3_000
+            )
+            #expect(settled == [.written])
 
             // This generation's buckets are given their expiry when written.
+            let outcomeGeneration = store.outcomeGeneration(ttlSeconds: ttl)
             try await store.write(
                 records: [Self.record(1, offset: 8_000)],
                 unregistered: [],
                 released: [],
-                compacted: [SettledRecord(resultId: "compact-1", token: Self.token(1))],
+                compacted: [Self.settled(1, offset: 8_000, generation: outcomeGeneration, store: store)],
+                outcomeGeneration: outcomeGeneration,
                 ttlSeconds: ttl
             )
-            let settled = NotificationFingerprint(resultId: "compact-1")
-            var current: [UInt8] = []
-            store.keys.appendFingerprints(
-                generation: layout.generation(at: Int64(Date().timeIntervalSince1970)),
-                bucket: layout.bucket(of: settled),
-                tag: store.keys.tag(token: Self.token(1)),
-                to: &current
+            let bucket = Self.claims(
+                1,
+                store: store,
+                generation: layout.generation(at: Int64(Date().timeIntervalSince1970))
             )
-            let expiresAt = try #require(try await store.redis.send([Array("EXPIRETIME".utf8), current]).int)
+            let expiresAt = try #require(try await store.redis.send([Array("EXPIRETIME".utf8), bucket]).int)
             #expect(expiresAt == layout.expiry(of: layout.generation(at: Int64(Date().timeIntervalSince1970))))
             #expect(expiresAt > now + Int64(ttl) - 1 && expiresAt <= now + 2 * Int64(ttl))
-            #expect(try await records(2, store: store) == 0)
+            let outcomes = store.keys.outcomes(topic: Self.topic, partition: 3, generation: outcomeGeneration)
+            let outcomesExpireAt = try #require(try await store.redis.send([Array("EXPIRETIME".utf8), outcomes]).int)
+            #expect(outcomesExpireAt == layout.expiry(of: outcomeGeneration))
         }
+    }
+
+    @Test(
+        "a long owner is cut to 24 bytes and a topic named by four hex digits, so that a claim stays a small listpack value"
+    )
+    func longOwnersAreCut() {
+        #expect(NotificationStore.claimOwner("worker-1#ab12") == "worker-1#ab12")
+        let long = NotificationStore.claimOwner("apn-worker-7d9f8b6c5-x2x9z#0123456789abcdef")
+        #expect(long.utf8.count == 24)
+        #expect(long.hasPrefix("apn-wor~"))
+        #expect(long != NotificationStore.claimOwner("apn-worker-7d9f8b6c5-x2x9z#0123456789abcdee"))
+        // A topic is named by four hex digits.
+        let mark = NotificationStore.topicMark("apn.requests")
+        #expect(mark.count == 4 && mark.allSatisfy(\.isHexDigit))
+        #expect(mark != NotificationStore.topicMark("apn.requests.high"))
     }
 
     @Test("fingerprints: 64 bits of member and 64 of bucket from SHA-256, spread evenly over the buckets")

@@ -113,6 +113,8 @@ final class Candidate: Sendable {
     let token: DeviceToken
     let tokenHex: String
     let resultId: String
+    /// What names it in Redis (``NotificationFingerprint``), computed once.
+    let fingerprint: NotificationFingerprint
 
     init(ref: MessageRef, job: SharedJob, token: DeviceToken, tokenHex: String, resultId: String) {
         self.ref = ref
@@ -120,6 +122,7 @@ final class Candidate: Sendable {
         self.token = token
         self.tokenHex = tokenHex
         self.resultId = resultId
+        fingerprint = NotificationFingerprint(resultId: resultId)
     }
 
     /// The rebalance generation its message was fetched at: a candidate fetched before its
@@ -215,7 +218,9 @@ struct Unregistration: Sendable {
 final class RecordedResult: Sendable {
     let ref: MessageRef
     let resultId: String
-    /// The notification's token (hex), which places its record in Redis.
+    /// Its fingerprint (``NotificationFingerprint``), which names it in Redis.
+    let fingerprint: NotificationFingerprint
+    /// The notification's token (hex), which places its claim in Redis.
     let token: String
     let result: ResultMessage
     /// What a status 8 or an HTTP/2 410 adds, boxed: tens of thousands of results wait to be
@@ -243,6 +248,7 @@ final class RecordedResult: Sendable {
     init(
         ref: MessageRef,
         resultId: String,
+        fingerprint: NotificationFingerprint? = nil,
         token: String,
         result: ResultMessage,
         feedback: ResultMessage? = nil,
@@ -251,6 +257,7 @@ final class RecordedResult: Sendable {
     ) {
         self.ref = ref
         self.resultId = resultId
+        self.fingerprint = fingerprint ?? NotificationFingerprint(resultId: resultId)
         self.token = token
         self.result = result
         extra =

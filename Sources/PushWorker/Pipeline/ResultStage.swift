@@ -30,48 +30,78 @@ final class ResultStage: Sendable {
         var lastAttempt = ContinuousClock.now
         /// The writer took a batch and has not written it yet.
         var writing = false
-        /// Written outcomes whose records give way to fingerprints once their messages are
-        /// before their partitions' stored written positions (``compactable(with:)``).
-        var settledRecords = Deque<(record: SettledRecord, partition: TopicPartition, offset: Int64)>()
+        /// Written outcomes whose claims become `D` once their messages are before their
+        /// partitions' stored written positions (``compactable(with:)``), per partition in the
+        /// order they were written (nearly their offsets' order).
+        var settledRecords: [TopicPartition: Deque<SettledRecord>] = [:]
+        /// How many ``settledRecords`` hold.
+        var settledCount = 0
+        /// Compacted by the last write that succeeded: their outcomes are deleted with the next
+        /// one (``NotificationStore/write``, `forgotten`).
+        var forgettable: [SettledRecord] = []
         /// The written positions this writer stored.
         var storedPositions: [TopicPartition: Int64] = [:]
 
         /// Takes the settled records whose messages are before the written positions stored
-        /// already or about to be with `marks`.
+        /// already or about to be with `marks`: from the front of each partition's records, up
+        /// to the first one still at or after its position (which holds back the few written
+        /// out of order behind it until the position passes it too).
         mutating func compactable(with marks: [TopicPartitionOffset]) -> [SettledRecord] {
-            guard !settledRecords.isEmpty else { return [] }
+            guard settledCount > 0 else { return [] }
             var positions = storedPositions
             for mark in marks {
                 positions[mark.topicPartition] = max(positions[mark.topicPartition] ?? -1, mark.offset)
             }
             var taken: [SettledRecord] = []
-            var kept = Deque<(record: SettledRecord, partition: TopicPartition, offset: Int64)>()
-            for entry in settledRecords {
-                if entry.offset < positions[entry.partition] ?? -1 {
-                    taken.append(entry.record)
-                } else {
-                    kept.append(entry)
-                }
+            for (partition, position) in positions {
+                guard var records = settledRecords[partition], let first = records.first, first.offset < position
+                else { continue }
+                settledRecords[partition] = nil  // uniquely referenced while it shrinks
+                while let next = records.first, next.offset < position { taken.append(records.removeFirst()) }
+                if !records.isEmpty { settledRecords[partition] = records }
             }
-            settledRecords = kept
+            settledCount -= taken.count
             return taken
         }
 
-        /// Notes the positions stored and the records of a written batch. At most `limit`
-        /// records wait: beyond it the oldest are left to expire with the dedupe TTL.
-        mutating func written(_ records: [RecordedResult], stored marks: [TopicPartitionOffset], limit: Int) {
+        /// Notes the positions stored, the records of a written batch (their outcomes recorded
+        /// in `generation`), and the records compacted by it. At most `limit` records wait:
+        /// beyond it the oldest are left as they are, claimed, until their buckets expire (a
+        /// message consumed again still finds its outcome, which expires with them).
+        mutating func written(
+            _ records: [RecordedResult],
+            stored marks: [TopicPartitionOffset],
+            compacted: [SettledRecord],
+            generation: Int64,
+            limit: Int,
+            tag: (String) -> UInt16?
+        ) {
             for mark in marks {
                 storedPositions[mark.topicPartition] = max(storedPositions[mark.topicPartition] ?? -1, mark.offset)
             }
             for record in records {
-                settledRecords.append(
-                    (
-                        SettledRecord(resultId: record.resultId, token: record.token), record.ref.partition,
-                        record.ref.offset
+                settledRecords[record.ref.partition, default: []].append(
+                    SettledRecord(
+                        fingerprint: record.fingerprint,
+                        tag: tag(record.token),
+                        partition: record.ref.partition,
+                        offset: record.ref.offset,
+                        outcomeGeneration: generation
                     )
                 )
             }
-            if settledRecords.count > limit { settledRecords.removeFirst(settledRecords.count - limit) }
+            settledCount += records.count
+            // Over the limit (positions that stopped moving): the oldest of the partition
+            // holding most are dropped.
+            while settledCount > limit,
+                let (partition, most) = settledRecords.max(by: { $0.value.count < $1.value.count })
+            {
+                let dropped = min(most.count, settledCount - limit)
+                settledRecords[partition]?.removeFirst(dropped)
+                if settledRecords[partition]?.isEmpty == true { settledRecords[partition] = nil }
+                settledCount -= dropped
+            }
+            forgettable = compacted
         }
     }
 
@@ -286,7 +316,8 @@ final class ResultStage: Sendable {
         // The written positions reached by earlier batches go with this one, and the records
         // they leave behind give way to fingerprints.
         let marks = ledger.read { $0.pendingMarks() }
-        let compacted = state.withLock { $0.compactable(with: marks) }
+        let (compacted, forgotten) = state.withLock { ($0.compactable(with: marks), $0.forgettable) }
+        let generation = store.outcomeGeneration(ttlSeconds: configuration.worker.dedupeTTLSeconds)
         guard
             await record(
                 plan.records,
@@ -295,6 +326,8 @@ final class ResultStage: Sendable {
                 released: plan.released,
                 marks: marks,
                 compacted: compacted,
+                forgotten: forgotten,
+                generation: generation,
                 count: batch.count
             ),
             await producer.produceAll(
@@ -316,7 +349,16 @@ final class ResultStage: Sendable {
                 }
             }
         localClaims.forget(plan.settled)
-        state.withLock { $0.written(plan.records, stored: marks, limit: configuration.worker.maxInFlight) }
+        state.withLock {
+            $0.written(
+                plan.records,
+                stored: marks,
+                compacted: compacted,
+                generation: generation,
+                limit: configuration.worker.maxInFlight,
+                tag: store.keys.tag(token:)
+            )
+        }
         carryOut(ledger.update { $0.written(batch, marks: marks, counted: counted) })
         control.count { $0.results += plan.results }
         control.metrics.produced(plan.metrics, transports: transports, now: ResultFactory.nowMilliseconds())
@@ -330,6 +372,8 @@ final class ResultStage: Sendable {
         released: [(resultId: String, token: String)],
         marks: [TopicPartitionOffset],
         compacted: [SettledRecord],
+        forgotten: [SettledRecord],
+        generation: Int64,
         count: Int
     ) async -> Bool {
         var delay: Duration = .milliseconds(50)
@@ -342,6 +386,8 @@ final class ResultStage: Sendable {
                     positions: marks,
                     environments: environments,
                     compacted: compacted,
+                    forgotten: forgotten,
+                    outcomeGeneration: generation,
                     ttlSeconds: configuration.worker.dedupeTTLSeconds
                 )
                 if delay > .milliseconds(50) { control.setRedisDown(false) }
@@ -384,7 +430,7 @@ final class ResultStage: Sendable {
     func storePositions() async {
         let marks = ledger.read { $0.pendingMarks() }
         guard !marks.isEmpty else { return }
-        let compacted = state.withLock { $0.compactable(with: marks) }
+        let (compacted, forgotten) = state.withLock { ($0.compactable(with: marks), $0.forgettable) }
         do {
             try await store.write(
                 records: [],
@@ -392,10 +438,32 @@ final class ResultStage: Sendable {
                 released: [],
                 positions: marks,
                 compacted: compacted,
+                forgotten: forgotten,
                 ttlSeconds: configuration.worker.dedupeTTLSeconds
             )
-            state.withLock { $0.written([], stored: marks, limit: configuration.worker.maxInFlight) }
+            state.withLock {
+                $0.written(
+                    [],
+                    stored: marks,
+                    compacted: compacted,
+                    generation: 0,
+                    limit: configuration.worker.maxInFlight,
+                    tag: store.keys.tag(token:)
+                )
+            }
             ledger.update { $0.marksStored(marks) }
+            // The outcomes of what this call compacted, now that their claims say `D`.
+            let forgettable = state.withLock { $0.forgettable }
+            if !forgettable.isEmpty {
+                try await store.write(
+                    records: [],
+                    unregistered: [],
+                    released: [],
+                    forgotten: forgettable,
+                    ttlSeconds: configuration.worker.dedupeTTLSeconds
+                )
+                state.withLock { $0.forgettable = [] }
+            }
         } catch {
             logger.warning(
                 "Cannot store the written positions; the next owners may write some results again",

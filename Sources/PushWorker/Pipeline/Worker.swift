@@ -153,13 +153,15 @@ public final class Worker: Service, Sendable {
         let connections = await cancelWhenGracefulShutdown { await redisService.connections() }
         // Stopped (or cancelled) before Redis answered: nothing was consumed.
         guard let claimRedis = connections?.claims, let stateRedis = connections?.state else { return }
+        let expiries = SharedFingerprintExpiries()
         let claimStore = NotificationStore(
             redis: claimRedis,
             prefix: Worker.redisKeyPrefix,
             owner: owner,
             metrics: control.metrics,
             invalidTokenTTL: configuration.worker.invalidTokenTTL,
-            fingerprintBuckets: configuration.worker.dedupeBuckets
+            fingerprintBuckets: configuration.worker.dedupeBuckets,
+            fingerprintExpiries: expiries
         )
         let store = NotificationStore(
             redis: stateRedis,
@@ -167,7 +169,8 @@ public final class Worker: Service, Sendable {
             owner: owner,
             metrics: control.metrics,
             invalidTokenTTL: configuration.worker.invalidTokenTTL,
-            fingerprintBuckets: configuration.worker.dedupeBuckets
+            fingerprintBuckets: configuration.worker.dedupeBuckets,
+            fingerprintExpiries: expiries
         )
 
         var factory = ResultFactory(worker: configuration.worker.id)

@@ -112,6 +112,7 @@ struct ResultFactory: Sendable {
             RecordedResult(
                 ref: c.ref,
                 resultId: c.resultId,
+                fingerprint: c.fingerprint,
                 token: c.tokenHex,
                 result: result.message(since: c.job.producedAt)
             )
@@ -179,6 +180,7 @@ struct ResultFactory: Sendable {
             RecordedResult(
                 ref: c.ref,
                 resultId: c.resultId,
+                fingerprint: c.fingerprint,
                 token: c.tokenHex,
                 result: result.message(since: c.job.producedAt),
                 feedback: feedback,
@@ -209,6 +211,7 @@ struct ResultFactory: Sendable {
             RecordedResult(
                 ref: c.ref,
                 resultId: c.resultId,
+                fingerprint: c.fingerprint,
                 token: c.tokenHex,
                 result: result.message(since: c.job.producedAt)
             )
@@ -274,6 +277,7 @@ extension ResultFactory {
             RecordedResult(
                 ref: c.ref,
                 resultId: c.resultId,
+                fingerprint: c.fingerprint,
                 token: c.tokenHex,
                 result: result.message(since: c.job.producedAt)
             )

@@ -1,15 +1,14 @@
 import Crypto
 import Synchronization
 
-/// What remembers a settled notification once its record is gone (``RedisKeys``, `f:`): 128 bits
-/// of the SHA-256 of its `resultId`. 64 of them choose its bucket, the other 64 are the member
-/// stored in the bucket's set (a signed 64-bit integer, so that a small set stays an `intset`:
-/// 8 bytes a member).
+/// What names a notification in its claims bucket (``RedisKeys``, `c:`): 128 bits of the
+/// SHA-256 of its `resultId`. 64 of them choose its bucket, the other 64 are its field in the
+/// bucket's hash (a signed 64-bit integer, which a `listpack` keeps in 9 bytes).
 ///
-/// A distinct notification is taken for a settled one only when its member equals one of the
-/// members of the (at most two) buckets it is looked up in: with `k` members there, a chance of
-/// `k / 2^64`. Buckets hold a few hundred members (``FingerprintLayout``), so it is about
-/// `3 · 10^-17` per notification, and still `5 · 10^-14` if a bucket grew to a million
+/// A distinct notification is taken for another only when its field equals one of the fields of
+/// the (at most two) buckets it is looked up in: with `k` fields there, a chance of `k / 2^64`.
+/// Buckets hold a few hundred fields at most (``FingerprintLayout``), so it is below `3 · 10^-17`
+/// per notification, and still `5 · 10^-14` if a bucket grew to a million
 /// (`docs/architecture.md#compact-state`).
 struct NotificationFingerprint: Sendable, Equatable {
     /// The set member.
@@ -29,16 +28,16 @@ struct NotificationFingerprint: Sendable, Equatable {
     }
 }
 
-/// How fingerprints are spread over keys: `f:<T><generation>:<bucket>`.
+/// How claims are spread over keys: `c:<T><generation>:<bucket>`.
 ///
-/// A generation is ``period`` seconds (the dedupe TTL) of UNIX time. A fingerprint is written
-/// into the generation current when its notification settles, whose keys expire two periods after
-/// the generation began, and looked up in the current generation and the one before: it is
-/// found for at least one period after it was written and gone after two.
+/// A generation is ``period`` seconds (the dedupe TTL) of UNIX time. A notification is claimed in
+/// the generation current when it is claimed, whose keys expire two periods after the generation
+/// began, and looked up in the current generation and the one before: it is found for at least
+/// one period after its claim and gone after two.
 ///
 /// On a server the buckets of a generation are ``buckets`` keys; on a cluster each of the 16,384
 /// token tags has ``buckets`` ÷ 16,384 of them (at least one), in its slot, so that a
-/// notification's record and its fingerprint share a slot.
+/// notification's claim shares a slot with its token's other keys.
 struct FingerprintLayout: Sendable {
     /// The dedupe TTL in seconds.
     let period: Int64
@@ -46,9 +45,9 @@ struct FingerprintLayout: Sendable {
     let buckets: Int
     let isCluster: Bool
 
-    /// The default: 65,536 buckets keep about 15 fingerprints each for a million notifications
-    /// per period and stay `intset`s (512 members, Redis' `set-max-intset-entries`) up to 30
-    /// million.
+    /// The default: 65,536 buckets keep about 15 fields each for a million notifications per
+    /// period and stay `listpack`s (128 fields, Redis' default `hash-max-listpack-entries`) up
+    /// to about 6 million.
     static let defaultBuckets = 65_536
 
     init(period: Int64, buckets: Int = FingerprintLayout.defaultBuckets, isCluster: Bool) {
@@ -77,8 +76,9 @@ struct FingerprintLayout: Sendable {
 }
 
 /// The buckets whose expiry this worker has set in the current generation: a bucket's key is
-/// given its expiry (`EXPIREAT`) with the first fingerprint this worker writes into it in a
-/// generation, not with every one. One bit per bucket.
+/// given its expiry (`EXPIREAT`) with the first field this worker writes into it in a
+/// generation, not with every one; a bucket never empties (a released claim stays as `F`), so
+/// it keeps it. One bit per bucket.
 struct FingerprintExpiries: Sendable {
     private var generation: Int64 = -1
     private var set: [UInt64] = []
@@ -103,5 +103,14 @@ struct FingerprintExpiries: Sendable {
     }
 }
 
-/// ``FingerprintExpiries`` shared by the store's callers.
-typealias SharedFingerprintExpiries = Mutex<FingerprintExpiries>
+/// ``FingerprintExpiries`` shared by a worker's stores (its claim and its state connections
+/// write the same buckets).
+final class SharedFingerprintExpiries: Sendable {
+    private let expiries = Mutex(FingerprintExpiries())
+
+    init() {}
+
+    func withLock(_ body: (inout FingerprintExpiries) -> Void) {
+        expiries.withLock { body(&$0) }
+    }
+}

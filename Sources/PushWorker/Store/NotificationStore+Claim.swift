@@ -4,6 +4,8 @@ import PushRedis
 /// for each retained (and released) its four strings.
 protocol ClaimSubject {
     var resultId: String { get }
+    /// Its ``NotificationFingerprint``.
+    var fingerprint: NotificationFingerprint { get }
     var partition: Int32 { get }
     var offset: Int64 { get }
     var app: String { get }
@@ -28,6 +30,8 @@ extension NotificationStore {
         var registeredAt: Int64?
         var appPerSecond: Int
         var devicePerHour: Int
+
+        var fingerprint: NotificationFingerprint { NotificationFingerprint(resultId: resultId) }
     }
 
     /// What the claim decided for one notification.
@@ -100,8 +104,15 @@ extension NotificationStore {
             }
         }
 
-        // Outcomes recorded by this same message, and settled notifications (their records
-        // given way to fingerprints): is the message's result written already?
+        // Settled notifications, claims taken over, and claims of live owners for this same
+        // message: is an outcome of this message recorded (still kept for it)?
+        let lookups = codes.indices.filter {
+            [.settled, .resend, .otherOwner].contains(ClaimReply(code: codes[$0]))
+        }
+        try await findOutcomes(topic: topic, requests, lookups, ttlSeconds: ttlSeconds, codes: &codes)
+
+        // Outcomes recorded by this same message, and settled notifications: is the message's
+        // result written already?
         var written: [Int32: Int64] = [:]
         let recorded = Set(
             codes.indices.filter { [.recorded, .settled].contains(ClaimReply(code: codes[$0])) }.map {

@@ -8,12 +8,14 @@ extension NotificationStore {
     /// ``ClaimReply`` and its detail, as the claim script answers) in the order of `indices`.
     ///
     /// A usual notification (no `registeredAt`, no device limit, a permit to be sent) is claimed
-    /// with plain commands: `SET … NX GET` for its record and, for each app's unregistered
-    /// tokens, one `HMGET` of the tokens; Redis runs a command called from Lua at about twice
-    /// the cost of the same command sent as it is (`docs/architecture.md#the-claim`). A usual
-    /// notification whose `SET` finds a state (a claim or a record) is then decided by the
-    /// script, in one more round trip, which reads that state as it reads every other. The
-    /// other notifications go through the script at once.
+    /// with plain commands: `HSETNX` of its fingerprint into its claims bucket of this
+    /// generation, `HEXISTS` in the bucket of the generation before, and, for each app's
+    /// unregistered tokens, one `HMGET` of the tokens; Redis runs a command called from Lua at
+    /// about twice the cost of the same command sent as it is
+    /// (`docs/architecture.md#the-claim`). A usual notification that finds a state (a claim or a
+    /// settled notification) in either bucket is then decided by the script, in one more round
+    /// trip, which reads that state as it reads every other. The other notifications go through
+    /// the script at once.
     func runClaims<Request: ClaimSubject>(
         topic: String,
         _ requests: [Request],
@@ -35,149 +37,155 @@ extension NotificationStore {
                 scripted.append(index)
             }
         }
+        let layout = fingerprintLayout(ttlSeconds: ttlSeconds)
+        let place = ClaimPlace(layout: layout, now: Int64(Date().timeIntervalSince1970))
+        var prints = [NotificationFingerprint?](repeating: nil, count: requests.count)
+        for index in indices { prints[index] = requests[index].fingerprint }
         var commands = RedisCommands(capacity: 256 + indices.count * (3 * keys.prefix.utf8.count + 320))
-        let plain = appendPlainClaims(topic: topic, requests, usual, tags: tags, ttlSeconds: ttlSeconds, to: &commands)
+        let plain = appendPlainClaims(
+            topic: topic,
+            requests,
+            usual,
+            tags: tags,
+            prints: prints,
+            place: place,
+            to: &commands
+        )
         let groups = appendClaimScript(
             topic: topic,
             requests,
             scripted,
             tags: tags,
+            prints: prints,
+            place: place,
             hour: hour,
             permits: permits,
             dead: dead,
-            ttlSeconds: ttlSeconds,
             to: &commands
         )
-        let layout = fingerprintLayout(ttlSeconds: ttlSeconds)
-        let generation = layout.generation(at: Int64(Date().timeIntervalSince1970))
-        appendFingerprintLookups(requests, indices, tags: tags, layout: layout, generation: generation, to: &commands)
-        let replies = try await claimRoundTrip(commands)
         var codes = [[UInt8]?](repeating: nil, count: requests.count)
-        var settled = [Bool](repeating: false, count: requests.count)
+        let replies: [RedisValue]
+        do {
+            replies = try await claimRoundTrip(commands)
+        } catch {
+            fingerprintExpiries.withLock { $0.forget(plain.expiring, generation: place.generation) }
+            throw error
+        }
         let (found, plainFailures) = try Self.readPlainClaims(plain, replies: replies[..<plain.commands], into: &codes)
-        let scriptEnd = plain.commands + groups.count
+        if !plainFailures.isEmpty {
+            fingerprintExpiries.withLock { $0.forget(plain.expiring, generation: place.generation) }
+        }
         let scriptFailures = try Self.readClaimScript(
             groups,
-            replies: replies[plain.commands..<scriptEnd],
+            replies: replies[plain.commands...],
             into: &codes
         )
         try checkFailures(plainFailures + scriptFailures, of: plain.groups.count + groups.count)
-        try readFingerprintLookups(indices, replies: replies[scriptEnd...], settled: &settled, codes: &codes)
         if !found.isEmpty {
-            // The script decides what they found, as it decides for every other notification;
-            // their fingerprints are looked up again after it, since a record found in the first
-            // round may have given way to its fingerprint since.
+            // The script decides what they found, as it decides for every other notification.
             var again = RedisCommands(capacity: 256 + found.count * (3 * keys.prefix.utf8.count + 320))
             let groups = appendClaimScript(
                 topic: topic,
                 requests,
                 found,
                 tags: tags,
+                prints: prints,
+                place: place,
                 hour: hour,
                 permits: permits,
                 dead: dead,
-                ttlSeconds: ttlSeconds,
                 to: &again
             )
-            appendFingerprintLookups(requests, found, tags: tags, layout: layout, generation: generation, to: &again)
             let replies = try await claimRoundTrip(again)
             try checkFailures(
-                try Self.readClaimScript(groups, replies: replies[..<groups.count], into: &codes),
+                try Self.readClaimScript(groups, replies: replies[...], into: &codes),
                 of: groups.count
             )
-            try readFingerprintLookups(found, replies: replies[groups.count...], settled: &settled, codes: &codes)
         }
-        try await giveWayToFingerprints(indices, settled: settled, codes: &codes, requests, tags: tags)
         return indices.map { codes[$0]! }
     }
 
-    /// Appends, after a round's claims, `SISMEMBER` of each request's fingerprint in its bucket
-    /// of this generation and of the one before (``FingerprintLayout``). In the same slot as the
-    /// request's record, so after its claim: a claim that found no record finds the fingerprint
-    /// written before the record was deleted (``compact(_:ttlSeconds:to:)``).
-    private func appendFingerprintLookups<Request: ClaimSubject>(
-        _ requests: [Request],
-        _ indices: [Int],
-        tags: [UInt16?],
-        layout: FingerprintLayout,
-        generation: Int64,
-        to commands: inout RedisCommands
-    ) {
-        for index in indices {
-            let fingerprint = NotificationFingerprint(resultId: requests[index].resultId)
-            let bucket = layout.bucket(of: fingerprint)
-            for g in [generation, generation - 1] {
-                commands.begin(argumentCount: 3)
-                commands.append("SISMEMBER")
-                commands.appendKey { keys.appendFingerprints(generation: g, bucket: bucket, tag: tags[index], to: &$0) }
-                commands.append(fingerprint.member)
-            }
+    /// Where a claim round writes and looks: this generation (``FingerprintLayout``) and the one
+    /// before.
+    struct ClaimPlace {
+        let layout: FingerprintLayout
+        let generation: Int64
+
+        init(layout: FingerprintLayout, now: Int64) {
+            self.layout = layout
+            generation = layout.generation(at: now)
         }
     }
 
-    /// Reads ``appendFingerprintLookups``' replies: whether each request's fingerprint was found.
-    /// A lookup that failed fails the claim on a server and makes its request busy on a cluster
-    /// (its slot has no primary), as a failed claim does.
-    private func readFingerprintLookups(
-        _ indices: [Int],
-        replies: ArraySlice<RedisValue>,
-        settled: inout [Bool],
-        codes: inout [[UInt8]?]
-    ) throws(RedisError) {
-        guard replies.count == indices.count * 2 else {
-            throw RedisError(.protocol, "the fingerprint lookups got \(replies.count) replies for \(indices.count)")
-        }
-        var reply = replies.startIndex
-        for index in indices {
-            var found = false
-            for _ in 0..<2 {
-                if let message = replies[reply].errorMessage {
-                    guard redis.isCluster else { throw RedisError(.server("ERR"), "the claim failed: \(message)") }
-                    codes[index] = [ClaimReply.busy.rawValue]
-                }
-                if replies[reply].int == 1 { found = true }
-                reply += 1
-            }
-            settled[index] = found
-        }
-    }
-
-    /// Requests whose fingerprint was found are settled notifications whose records were
-    /// deleted: a claim this round made for one of them (send, unregistered, over the device
-    /// limit) is deleted again, and each becomes ``ClaimReply/settled``. A request decided on a
-    /// record it found (recorded, another message's, another owner's) keeps its decision: the
-    /// record says more.
-    private func giveWayToFingerprints<Request: ClaimSubject>(
-        _ indices: [Int],
-        settled: [Bool],
-        codes: inout [[UInt8]?],
+    /// Looks up the outcomes recorded for claims that found their notification settled, taken
+    /// over, or held by another live owner (``RedisKeys`` `o:`, this generation and the one
+    /// before): a notification whose outcome is recorded by this same message becomes
+    /// ``ClaimReply/recorded``, followed by the outcome. One round trip (per primary).
+    func findOutcomes<Request: ClaimSubject>(
+        topic: String,
         _ requests: [Request],
-        tags: [UInt16?]
+        _ indices: [Int],
+        ttlSeconds: Int,
+        codes: inout [[UInt8]]
     ) async throws(RedisError) {
-        var claimed: [Int] = []
-        for index in indices where settled[index] {
-            guard let code = codes[index], let reply = ClaimReply(code: code) else { continue }
-            switch reply {
-            case .send, .unregistered, .rateLimited:
-                claimed.append(index)
-                codes[index] = [ClaimReply.settled.rawValue]
-            case .throttled:
-                codes[index] = [ClaimReply.settled.rawValue]
-            case .resend, .recorded, .duplicate, .otherOwner, .busy, .settled:
-                continue
+        guard !indices.isEmpty else { return }
+        let layout = fingerprintLayout(ttlSeconds: ttlSeconds)
+        let generation = layout.generation(at: Int64(Date().timeIntervalSince1970))
+        var commands: [[[UInt8]]] = []
+        commands.reserveCapacity(indices.count * 2)
+        for index in indices {
+            let field = Self.outcomeField(offset: requests[index].offset, requests[index].fingerprint)
+            for g in [generation, generation - 1] {
+                commands.append([
+                    Array("HGET".utf8),
+                    keys.outcomes(topic: topic, partition: requests[index].partition, generation: g),
+                    field,
+                ])
             }
         }
-        guard !claimed.isEmpty else { return }
-        let commands = claimed.map { [Array("DEL".utf8), keys.record(resultId: requests[$0].resultId, tag: tags[$0])] }
         let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
-        if let failure = replies.first(where: { $0.errorMessage != nil }) {
-            throw RedisError(.server("ERR"), "Redis refused to delete a claim: \(failure.errorMessage ?? "")")
+        guard replies.count == commands.count else {
+            throw RedisError(.protocol, "the outcome lookups got \(replies.count) replies for \(commands.count)")
+        }
+        for (n, index) in indices.enumerated() {
+            for reply in replies[(2 * n)..<(2 * n + 2)] {
+                if let message = reply.errorMessage {
+                    throw RedisError(.server("ERR"), "Redis refused an outcome lookup: \(message)")
+                }
+                if let outcome = reply.bytes {
+                    codes[index] = [ClaimReply.recorded.rawValue] + outcome
+                    break
+                }
+            }
         }
     }
 
-    /// A claim's commands that failed, one error message per slot: on a cluster, a slot
-    /// without a primary answers ``ClaimReply/busy`` for its requests, and the claim fails only when
-    /// every slot did; on a server, any failure fails the claim.
+    /// What names a topic in a claim: four hex digits of an FNV-1a hash of its name, short so
+    /// that a claim stays small. A duplicate job in another topic is told from the message
+    /// consumed again by its topic mark, its partition and its offset together.
+    static func topicMark(_ topic: String) -> String {
+        var hash: UInt32 = 0x811C_9DC5
+        for byte in topic.utf8 { hash = (hash ^ UInt32(byte)) &* 0x0100_0193 }
+        let folded = (hash >> 16) ^ (hash & 0xFFFF)
+        let hex = String(folded, radix: 16)
+        return String(repeating: "0", count: 4 - hex.count) + hex
+    }
+
+    /// An outcome's field in its hash, `<offset>|<fingerprint>`.
+    static func outcomeField(offset: Int64, _ fingerprint: NotificationFingerprint) -> [UInt8] {
+        var field: [UInt8] = []
+        field.reserveCapacity(42)
+        appendOutcomeField(offset: offset, fingerprint, to: &field)
+        return field
+    }
+
+    /// Appends ``outcomeField(offset:_:)``.
+    static func appendOutcomeField(offset: Int64, _ fingerprint: NotificationFingerprint, to field: inout [UInt8]) {
+        DecimalText.append(offset, to: &field)
+        field.append(UInt8(ascii: "|"))
+        DecimalText.append(fingerprint.member, to: &field)
+    }
+
     /// One claim pipeline (plain claims, the claim script, or both) and its replies, one per
     /// command.
     private func claimRoundTrip(_ commands: RedisCommands) async throws(RedisError) -> [RedisValue] {
@@ -193,6 +201,9 @@ extension NotificationStore {
         return replies
     }
 
+    /// A claim's commands that failed, one error message per slot: on a cluster, a slot
+    /// without a primary answers ``ClaimReply/busy`` for its requests, and the claim fails only when
+    /// every slot did; on a server, any failure fails the claim.
     private func checkFailures(_ failures: [String], of groups: Int) throws(RedisError) {
         guard let first = failures.first, !redis.isCluster || failures.count == groups else { return }
         throw RedisError(.server("ERR"), "the claim failed: \(first)")
@@ -202,48 +213,74 @@ extension NotificationStore {
     private static let sendCode = [ClaimReply.send.rawValue]
 
     /// The plain commands of a pipeline's usual claims: which requests each slot's commands
-    /// cover, and how many commands there are.
+    /// cover, how many commands there are, and the buckets given their expiry.
     private struct PlainClaims {
-        /// Per slot (one on a server): the requests, whose `SET`s come first in that order, and
-        /// the requests of each app's `HMGET` after them.
-        var groups: [(sets: [Int], lookups: [[Int]])] = []
+        /// Per slot (one on a server): the requests, whose `HSETNX` and `HEXISTS` come first in
+        /// that order, the requests of each app's `HMGET` after them, then the `EXPIREAT`s.
+        var groups: [(claims: [Int], lookups: [[Int]], expiries: Int)] = []
         var commands = 0
+        /// The buckets (``FingerprintLayout/place(bucket:tag:)``) given their expiry.
+        var expiring: [Int] = []
     }
 
-    /// Appends, per slot, a `SET <record> P|<owner>|<topic>|<partition>|<offset> NX GET EX
-    /// <ttl>` for each request, then an `HMGET <app's unregistered tokens> <tokens…>` for each
-    /// app and environment among them.
+    /// Appends, per slot, an `HSETNX <bucket> <fingerprint> <owner>|<topic mark>|<partition>|<offset>`
+    /// and an `HEXISTS <bucket of the generation before> <fingerprint>` for each request, then
+    /// an `HMGET <app's unregistered tokens> <tokens…>` for each app and environment among them,
+    /// then an `EXPIREAT` for each bucket this worker writes first in this generation
+    /// (``FingerprintExpiries``; a bucket never empties, so it keeps it).
     private func appendPlainClaims<Request: ClaimSubject>(
         topic: String,
         _ requests: [Request],
         _ indices: [Int],
         tags: [UInt16?],
-        ttlSeconds: Int,
+        prints: [NotificationFingerprint?],
+        place: ClaimPlace,
         to commands: inout RedisCommands
     ) -> PlainClaims {
         var plain = PlainClaims()
         let generation = keys.verdictGeneration(at: Int64(Date().timeIntervalSince1970))
-        for group in redis.groupedBySlot(indices, key: { keys.record(resultId: requests[$0].resultId, tag: tags[$0]) })
-        {
+        let layout = place.layout
+        let mark = Self.topicMark(topic)
+        // Which buckets this worker writes first in this generation, under one lock.
+        var needsExpiry = [Bool](repeating: false, count: requests.count)
+        fingerprintExpiries.withLock { expiries in
+            for index in indices {
+                let at = layout.place(bucket: layout.bucket(of: prints[index]!), tag: tags[index])
+                if expiries.needsExpiry(place: at, generation: place.generation, places: layout.places) {
+                    needsExpiry[index] = true
+                    plain.expiring.append(at)
+                }
+            }
+        }
+        let (current, previous) = (
+            RedisKeys.claimsGeneration(place.generation), RedisKeys.claimsGeneration(place.generation - 1)
+        )
+        for group in redis.groupedBySlot(indices, key: { keys.claims(generation: 0, bucket: 0, tag: tags[$0]) }) {
             var lookups: [[Int]] = []
+            var expiring: [(bucket: Int, tag: UInt16?)] = []
             for index in group {
-                commands.begin(argumentCount: 7)
-                commands.append("SET")
-                commands.appendKey { keys.appendRecord(resultId: requests[index].resultId, tag: tags[index], to: &$0) }
+                let print = prints[index]!
+                let bucket = layout.bucket(of: print)
+                commands.begin(argumentCount: 4)
+                commands.append("HSETNX")
+                commands.appendKey { keys.appendClaims(generation: current, bucket: bucket, tag: tags[index], to: &$0) }
+                commands.append(print.member)
                 commands.append { value in
-                    value += "P|".utf8
                     value += owner.utf8
                     value.append(UInt8(ascii: "|"))
-                    value += topic.utf8
+                    value += mark.utf8
                     value.append(UInt8(ascii: "|"))
                     DecimalText.append(Int64(requests[index].partition), to: &value)
                     value.append(UInt8(ascii: "|"))
                     DecimalText.append(requests[index].offset, to: &value)
                 }
-                commands.append("NX")
-                commands.append("GET")
-                commands.append("EX")
-                commands.append(Int64(ttlSeconds))
+                commands.begin(argumentCount: 3)
+                commands.append("HEXISTS")
+                commands.appendKey {
+                    keys.appendClaims(generation: previous, bucket: bucket, tag: tags[index], to: &$0)
+                }
+                commands.append(print.member)
+                if needsExpiry[index] { expiring.append((bucket, tags[index])) }
                 // Most batches are of one app: the last lookup is tried first.
                 if let place = lookups.lastIndex(where: {
                     requests[$0[0]].app == requests[index].app
@@ -269,16 +306,24 @@ extension NotificationStore {
                 }
                 for index in lookup { commands.append(requests[index].tokenHex) }
             }
-            plain.groups.append((group, lookups))
-            plain.commands += group.count + lookups.count
+            for (bucket, tag) in expiring {
+                commands.begin(argumentCount: 3)
+                commands.append("EXPIREAT")
+                commands.appendKey {
+                    keys.appendClaims(generation: place.generation, bucket: bucket, tag: tag, to: &$0)
+                }
+                commands.append(layout.expiry(of: place.generation))
+            }
+            plain.groups.append((group, lookups, expiring.count))
+            plain.commands += 2 * group.count + lookups.count + expiring.count
         }
         return plain
     }
 
-    /// Reads the replies of ``appendPlainClaims``: a notification claimed (its `SET` found
-    /// nothing) gets ``ClaimReply/send``, or ``ClaimReply/unregistered`` and its time when its
-    /// token is stored as unregistered; one whose `SET` found a state is returned, for the
-    /// script to decide. A slot whose commands failed gets ``ClaimReply/busy`` for its
+    /// Reads the replies of ``appendPlainClaims``: a notification claimed (its `HSETNX` wrote,
+    /// its `HEXISTS` found nothing) gets ``ClaimReply/send``, or ``ClaimReply/unregistered`` and
+    /// its time when its token is stored as unregistered; one that found a state is returned,
+    /// for the script to decide. A slot whose commands failed gets ``ClaimReply/busy`` for its
     /// requests, and its error is returned.
     private static func readPlainClaims(
         _ plain: PlainClaims,
@@ -288,19 +333,19 @@ extension NotificationStore {
         var found: [Int] = []
         var failures: [String] = []
         var reply = replies.startIndex
-        for (sets, lookups) in plain.groups {
+        for (claims, lookups, expiries) in plain.groups {
             var failure: String? = nil
-            for index in sets {
-                let answer = replies[reply]
-                reply += 1
-                if let message = answer.errorMessage {
+            for index in claims {
+                let (written, before) = (replies[reply], replies[reply + 1])
+                reply += 2
+                if let message = written.errorMessage ?? before.errorMessage {
                     failure = message
-                } else if answer.isNull {
+                } else if written.int == 1 && before.int == 0 {
                     codes[index] = sendCode  // claimed; the lookup below may find it unregistered
-                } else if answer.bytes != nil {
+                } else if written.int != nil && before.int != nil {
                     found.append(index)
                 } else {
-                    throw RedisError(.protocol, "a claim's SET answered \(answer)")
+                    throw RedisError(.protocol, "a claim's HSETNX and HEXISTS answered \(written), \(before)")
                 }
             }
             for lookup in lookups {
@@ -320,10 +365,14 @@ extension NotificationStore {
                     if let since = item.bytes { codes[index] = [ClaimReply.unregistered.rawValue] + since }
                 }
             }
+            for _ in 0..<expiries {
+                if let message = replies[reply].errorMessage { failure = message }
+                reply += 1
+            }
             if let failure {
                 failures.append(failure)
-                if !found.isEmpty { found.removeAll { sets.contains($0) } }
-                for index in sets { codes[index] = [ClaimReply.busy.rawValue] }
+                if !found.isEmpty { found.removeAll { claims.contains($0) } }
+                for index in claims { codes[index] = [ClaimReply.busy.rawValue] }
             }
         }
         return (found, failures)
@@ -336,21 +385,29 @@ extension NotificationStore {
         _ requests: [Request],
         _ indices: [Int],
         tags: [UInt16?],
+        prints: [NotificationFingerprint?],
+        place: ClaimPlace,
         hour: Int64,
         permits: [Bool],
         dead: Set<String>,
-        ttlSeconds: Int,
         to commands: inout RedisCommands
     ) -> [[Int]] {
-        let groups = redis.groupedBySlot(indices) { keys.record(resultId: requests[$0].resultId, tag: tags[$0]) }
+        let groups = redis.groupedBySlot(indices) { keys.claims(generation: 0, bucket: 0, tag: tags[$0]) }
         let deadOwners = dead.sorted().joined(separator: "\n")
         let generation = keys.verdictGeneration(at: Int64(Date().timeIntervalSince1970))
+        let layout = place.layout
         for group in groups {
-            commands.beginEvalsha(Scripts.claim, keyCount: group.count * 3, argumentCount: 4 + group.count * 3)
+            commands.beginEvalsha(Scripts.claim, keyCount: group.count * 4, argumentCount: 4 + group.count * 4)
             // The requests are read in place (`requests[index].…`): a copy of one retains its strings.
             for index in group {
                 let tag = tags[index]
-                commands.appendKey { keys.appendRecord(resultId: requests[index].resultId, tag: tag, to: &$0) }
+                let bucket = layout.bucket(of: prints[index]!)
+                commands.appendKey {
+                    keys.appendClaims(generation: place.generation, bucket: bucket, tag: tag, to: &$0)
+                }
+                commands.appendKey {
+                    keys.appendClaims(generation: place.generation - 1, bucket: bucket, tag: tag, to: &$0)
+                }
                 commands.append {
                     keys.appendUnregistered(
                         app: requests[index].app,
@@ -361,9 +418,11 @@ extension NotificationStore {
                     )
                 }
                 if requests[index].devicePerHour == 0 {
-                    // Without a device limit the counter is not touched: the record's key
-                    // stands in for it (the same slot).
-                    commands.append { keys.appendRecord(resultId: requests[index].resultId, tag: tag, to: &$0) }
+                    // Without a device limit the counter is not touched: the bucket's key stands
+                    // in for it (the same slot).
+                    commands.append {
+                        keys.appendClaims(generation: place.generation, bucket: bucket, tag: tag, to: &$0)
+                    }
                 } else {
                     commands.append {
                         keys.appendDeviceCounter(
@@ -377,8 +436,8 @@ extension NotificationStore {
                 }
             }
             commands.append(owner)
-            commands.append(topic)
-            commands.append(Int64(ttlSeconds))
+            commands.append(Self.topicMark(topic))
+            commands.append(layout.expiry(of: place.generation))
             commands.append(deadOwners)
             for index in group {
                 commands.append { place in
@@ -400,6 +459,7 @@ extension NotificationStore {
                         options.append(permits[index] ? UInt8(ascii: "1") : UInt8(ascii: "0"))
                     }
                 }
+                commands.append(prints[index]!.member)
             }
         }
         return groups

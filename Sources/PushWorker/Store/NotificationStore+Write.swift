@@ -11,9 +11,14 @@ extension NotificationStore {
     /// are read where they are: copying their fields into records of the store's own retained
     /// each string and buffer in them (1.5% of the worker's samples in a profile).
     ///
-    /// `compacted`: settled notifications whose messages are before their partitions' written
-    /// positions (stored before or with this call): their records are replaced by fingerprints
-    /// (``compact(_:ttlSeconds:to:)``).
+    /// - `outcomeGeneration`: the generation the outcomes are recorded in
+    ///   (``outcomeGeneration(ttlSeconds:)``), kept by the caller to delete them later.
+    /// - `compacted`: settled notifications whose messages are before their partitions' written
+    ///   positions (stored before or with this call): their claims become `D`.
+    /// - `forgotten`: settled notifications compacted by an earlier call that succeeded: their
+    ///   outcomes are deleted. Not in the call that compacts them: on a cluster the claim and the
+    ///   outcome live on different primaries, and a message consumed again must never find the
+    ///   outcome gone while its claim still says `P`.
     func write(
         records: [RecordedResult],
         unregistered: [(app: String, environment: String, token: String, since: Int64, reason: String)],
@@ -21,40 +26,28 @@ extension NotificationStore {
         positions: [TopicPartitionOffset] = [],
         environments: [TokenEnvironment] = [],
         compacted: [SettledRecord] = [],
+        forgotten: [SettledRecord] = [],
+        outcomeGeneration: Int64? = nil,
         ttlSeconds: Int
     ) async throws(RedisError) {
         var commands = RedisCommands(
             capacity: records.reduce(256) {
-                $0 + $1.result.value.count + ($1.feedback?.value.count ?? 0) + $1.ref.partition.topic.utf8.count + 160
+                $0 + $1.result.value.count + ($1.feedback?.value.count ?? 0) + 64
             }
                 + (unregistered.count * 4 + released.count) * 160 + positions.count * 80
+                + (compacted.count + forgotten.count) * 64
         )
-        for record in records {
-            commands.begin(argumentCount: 5)
-            commands.append("SET")
-            let tag = keys.tag(token: record.token)
-            commands.appendKey { keys.appendRecord(resultId: record.resultId, tag: tag, to: &$0) }
-            commands.append { value in
-                value.append(UInt8(ascii: "D"))
-                value.append(UInt8(ascii: "|"))
-                value += record.ref.partition.topic.utf8
-                value.append(UInt8(ascii: "|"))
-                DecimalText.append(Int64(record.ref.partition.partition), to: &value)
-                value.append(UInt8(ascii: "|"))
-                DecimalText.append(record.ref.offset, to: &value)
-                value.append(UInt8(ascii: "|"))
-                value += record.result.value
-                if let feedback = record.feedback {
-                    value.append(UInt8(ascii: "\n"))
-                    value += feedback.value
-                }
-            }
-            commands.append("EX")
-            commands.append(Int64(ttlSeconds))
-        }
+        let layout = fingerprintLayout(ttlSeconds: ttlSeconds)
+        let now = Int64(Date().timeIntervalSince1970)
+        appendOutcomes(
+            records,
+            generation: outcomeGeneration ?? layout.generation(at: now),
+            layout: layout,
+            to: &commands
+        )
         // Into this generation's verdicts and the next one's, each kept two periods after its
         // last write (``RedisKeys``, `u:`).
-        let generation = keys.verdictGeneration(at: Int64(Date().timeIntervalSince1970))
+        let generation = keys.verdictGeneration(at: now)
         for entry in unregistered {
             let tag = keys.tag(token: entry.token)
             for g in generation...generation + 1 {
@@ -82,12 +75,7 @@ extension NotificationStore {
             }
         }
         appendEnvironments(environments, to: &commands)
-        for entry in released {
-            commands.begin(argumentCount: 2)
-            commands.append("DEL")
-            let tag = keys.tag(token: entry.token)
-            commands.appendKey { keys.appendRecord(resultId: entry.resultId, tag: tag, to: &$0) }
-        }
+        appendReleases(released, layout: layout, now: now, to: &commands)
         // Only ever forward: a partition's new owner starts behind the position its previous
         // owner reached, and must not move it back.
         let positionKeys = positions.map { keys.writtenPosition(topic: $0.topic, partition: $0.partition) }
@@ -97,11 +85,12 @@ extension NotificationStore {
             commands.append(Int64(ttlSeconds))
             for index in group { commands.append(positions[index].offset) }
         }
-        let expiring = compact(compacted, ttlSeconds: ttlSeconds, to: &commands)
+        let expiring = compact(compacted, layout: layout, generation: layout.generation(at: now), to: &commands)
+        appendForgotten(forgotten, to: &commands)
         guard !commands.isEmpty else { return }
         do throws(RedisError) {
             let replies = try await measured { () throws(RedisError) in
-                try await redis.pipeline(commands, scripts: [Scripts.advancePositions])
+                try await redis.pipeline(commands, scripts: [Scripts.advancePositions, Scripts.release])
             }
             if let failure = replies.first(where: { $0.errorMessage != nil }) {
                 throw RedisError(.server("ERR"), "Redis refused a state update: \(failure.errorMessage ?? "")")
@@ -112,57 +101,158 @@ extension NotificationStore {
         }
     }
 
-    /// Appends, for each settled notification, `SADD` of its fingerprint to its bucket of this
-    /// generation (with the bucket's `EXPIREAT` the first time this worker writes it in the
-    /// generation), then the `DEL` of the records: the fingerprint is in Redis before the record
-    /// is gone (a record's `DEL` follows its `SADD` on the same server, its slot's primary), so a
-    /// claim that finds no record finds the fingerprint (``claim``). Returns the
-    /// buckets given their expiry, to forget if the round trip fails.
+    /// The generation outcomes recorded now go into (``RedisKeys`` `o:`).
+    func outcomeGeneration(ttlSeconds: Int) -> Int64 {
+        fingerprintLayout(ttlSeconds: ttlSeconds).generation(at: Int64(Date().timeIntervalSince1970))
+    }
+
+    /// Appends, per partition, one `HSET o:<topic>:<partition>:<generation>` of its outcomes,
+    /// `<offset>|<fingerprint>` → result (a newline and the `feedback` result after it), and
+    /// the key's `EXPIREAT`.
+    private func appendOutcomes(
+        _ records: [RecordedResult],
+        generation: Int64,
+        layout: FingerprintLayout,
+        to commands: inout RedisCommands
+    ) {
+        guard !records.isEmpty else { return }
+        // One `HSET` per run of records of one partition (a batch is mostly of a few).
+        var start = 0
+        while start < records.count {
+            let partition = records[start].ref.partition
+            var end = start + 1
+            while end < records.count && records[end].ref.partition == partition { end += 1 }
+            let key = keys.outcomes(topic: partition.topic, partition: partition.partition, generation: generation)
+            commands.begin(argumentCount: 2 + 2 * (end - start))
+            commands.append("HSET")
+            commands.appendKey(key)
+            for record in records[start..<end] {
+                commands.append { Self.appendOutcomeField(offset: record.ref.offset, record.fingerprint, to: &$0) }
+                commands.append { value in
+                    value += record.result.value
+                    if let feedback = record.feedback {
+                        value.append(UInt8(ascii: "\n"))
+                        value += feedback.value
+                    }
+                }
+            }
+            commands.begin(argumentCount: 3)
+            commands.append("EXPIREAT")
+            commands.appendKey(key)
+            commands.append(layout.expiry(of: generation))
+            start = end
+        }
+    }
+
+    /// Appends a call of ``Scripts/release`` per slot: each released claim of this owner, in
+    /// this generation or the one before, becomes `F`.
+    private func appendReleases(
+        _ released: [(resultId: String, token: String)],
+        layout: FingerprintLayout,
+        now: Int64,
+        to commands: inout RedisCommands
+    ) {
+        guard !released.isEmpty else { return }
+        let generation = layout.generation(at: now)
+        let entries = released.map { entry in
+            (print: NotificationFingerprint(resultId: entry.resultId), tag: keys.tag(token: entry.token))
+        }
+        for group in redis.groupedBySlot(
+            Array(entries.indices),
+            key: { keys.claims(generation: 0, bucket: 0, tag: entries[$0].tag) }
+        ) {
+            commands.beginEvalsha(Scripts.release, keyCount: 2 * group.count, argumentCount: 1 + 2 * group.count)
+            for index in group {
+                let bucket = layout.bucket(of: entries[index].print)
+                for g in [generation, generation - 1] {
+                    commands.appendKey {
+                        keys.appendClaims(generation: g, bucket: bucket, tag: entries[index].tag, to: &$0)
+                    }
+                }
+            }
+            commands.append(owner)
+            for index in group {
+                commands.append(entries[index].print.member)
+                commands.append(entries[index].print.member)
+            }
+        }
+    }
+
+    /// Appends, for each settled notification, `HSET` of `D` under its fingerprint in its
+    /// claims bucket of this generation (with the bucket's `EXPIREAT` the first time this worker
+    /// writes it in the generation). A claim made in the generation before stays there as it
+    /// was: the claim script takes a `D` over it. Returns the buckets given their expiry, to
+    /// forget if the round trip fails.
     private func compact(
         _ settled: [SettledRecord],
-        ttlSeconds: Int,
+        layout: FingerprintLayout,
+        generation: Int64,
         to commands: inout RedisCommands
     ) -> (places: [Int], generation: Int64) {
         guard !settled.isEmpty else { return ([], 0) }
-        let layout = fingerprintLayout(ttlSeconds: ttlSeconds)
-        let generation = layout.generation(at: Int64(Date().timeIntervalSince1970))
         var places: [Int] = []
-        for entry in settled {
-            let tag = keys.tag(token: entry.token)
-            let fingerprint = NotificationFingerprint(resultId: entry.resultId)
-            let bucket = layout.bucket(of: fingerprint)
-            commands.begin(argumentCount: 3)
-            commands.append("SADD")
-            commands.appendKey { keys.appendFingerprints(generation: generation, bucket: bucket, tag: tag, to: &$0) }
-            commands.append(fingerprint.member)
-            let place = layout.place(bucket: bucket, tag: tag)
-            if fingerprintExpiries.withLock({
-                $0.needsExpiry(place: place, generation: generation, places: layout.places)
-            }) {
-                places.append(place)
+        var needsExpiry = [Bool](repeating: false, count: settled.count)
+        fingerprintExpiries.withLock { expiries in
+            for (index, entry) in settled.enumerated() {
+                let place = layout.place(bucket: layout.bucket(of: entry.fingerprint), tag: entry.tag)
+                if expiries.needsExpiry(place: place, generation: generation, places: layout.places) {
+                    needsExpiry[index] = true
+                    places.append(place)
+                }
+            }
+        }
+        let text = RedisKeys.claimsGeneration(generation)
+        for (index, entry) in settled.enumerated() {
+            let tag = entry.tag
+            let bucket = layout.bucket(of: entry.fingerprint)
+            commands.begin(argumentCount: 4)
+            commands.append("HSET")
+            commands.appendKey { keys.appendClaims(generation: text, bucket: bucket, tag: tag, to: &$0) }
+            commands.append(entry.fingerprint.member)
+            commands.append("D")
+            if needsExpiry[index] {
                 commands.begin(argumentCount: 3)
                 commands.append("EXPIREAT")
-                commands.appendKey {
-                    keys.appendFingerprints(generation: generation, bucket: bucket, tag: tag, to: &$0)
-                }
+                commands.appendKey { keys.appendClaims(generation: generation, bucket: bucket, tag: tag, to: &$0) }
                 commands.append(layout.expiry(of: generation))
             }
         }
-        // One `DEL` of many records per slot (one on a server): a command costs Redis more to
-        // run than a key costs it to delete.
-        let records = settled.map { keys.record(resultId: $0.resultId, tag: keys.tag(token: $0.token)) }
-        for group in redis.groupedBySlot(Array(records.indices), key: { records[$0] }) {
-            commands.begin(argumentCount: 1 + group.count)
-            commands.append("DEL")
-            for index in group { commands.appendKey(records[index]) }
-        }
         return (places, generation)
+    }
+
+    /// Appends one `HDEL` per run of `forgotten` in one outcome hash (they come per partition).
+    private func appendForgotten(_ forgotten: [SettledRecord], to commands: inout RedisCommands) {
+        var start = 0
+        while start < forgotten.count {
+            let (partition, generation) = (forgotten[start].partition, forgotten[start].outcomeGeneration)
+            var end = start + 1
+            while end < forgotten.count && forgotten[end].outcomeGeneration == generation
+                && forgotten[end].partition == partition
+            {
+                end += 1
+            }
+            commands.begin(argumentCount: 2 + end - start)
+            commands.append("HDEL")
+            commands.appendKey(
+                keys.outcomes(topic: partition.topic, partition: partition.partition, generation: generation)
+            )
+            for entry in forgotten[start..<end] {
+                commands.append { Self.appendOutcomeField(offset: entry.offset, entry.fingerprint, to: &$0) }
+            }
+            start = end
+        }
     }
 }
 
-/// A notification whose outcome is recorded and whose result is written: its record can give
-/// way to its fingerprint once its message is before its partition's written position.
+/// A notification whose outcome is recorded and whose result is written: its claim becomes `D`
+/// once its message is before its partition's written position, and its outcome is deleted
+/// after that.
 struct SettledRecord: Sendable {
-    var resultId: String
-    var token: String
+    var fingerprint: NotificationFingerprint
+    /// Its token's hash tag (``RedisKeys/tag(token:)``).
+    var tag: UInt16?
+    var partition: TopicPartition
+    var offset: Int64
+    /// The generation its outcome was recorded in (``RedisKeys`` `o:`).
+    var outcomeGeneration: Int64
 }

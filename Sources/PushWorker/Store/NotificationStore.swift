@@ -1,8 +1,10 @@
+import Crypto
+import Foundation
 import Logging
 import PushRedis
 
-/// The worker's state in Redis: one record per notification (a fingerprint once its result is
-/// written), worker liveness, rate counters,
+/// The worker's state in Redis: each notification's claim (`D`, a few bytes, once its result is
+/// written) and its outcome until then, worker liveness, rate counters,
 /// the unregistered-token store, hand-off marks, job summaries and the feedback lock. Each call
 /// is one round trip per server (per primary on a Redis Cluster), whatever the number of
 /// notifications it covers; a claim takes more only when it meets another worker's claim, a
@@ -22,8 +24,9 @@ final class NotificationStore: Sendable {
     let metrics: WorkerMetrics?
     /// Buckets of settled notifications' fingerprints per generation (``FingerprintLayout``).
     let fingerprintBuckets: Int
-    /// The fingerprint buckets whose expiry this worker has set (``FingerprintExpiries``).
-    let fingerprintExpiries = SharedFingerprintExpiries(FingerprintExpiries())
+    /// The claims buckets whose expiry this worker has set (``FingerprintExpiries``), shared by
+    /// its stores.
+    let fingerprintExpiries: SharedFingerprintExpiries
 
     /// `invalidTokenTTL`: how long a token verdict is remembered at least (``RedisKeys``, `u:`).
     init(
@@ -32,17 +35,30 @@ final class NotificationStore: Sendable {
         owner: String,
         metrics: WorkerMetrics? = nil,
         invalidTokenTTL: Duration = .seconds(RedisKeys.defaultVerdictPeriod),
-        fingerprintBuckets: Int = FingerprintLayout.defaultBuckets
+        fingerprintBuckets: Int = FingerprintLayout.defaultBuckets,
+        fingerprintExpiries: SharedFingerprintExpiries = SharedFingerprintExpiries()
     ) {
+        self.fingerprintExpiries = fingerprintExpiries
         self.redis = redis
         self.keys = RedisKeys(
             prefix: prefix,
             isCluster: redis.isCluster,
             verdictPeriod: invalidTokenTTL.components.seconds
         )
-        self.owner = owner
+        self.owner = Self.claimOwner(owner)
         self.metrics = metrics
         self.fingerprintBuckets = fingerprintBuckets
+    }
+
+    /// The name an owner is known by in Redis (claims, liveness, summary writers): the owner
+    /// itself up to 24 bytes; a longer one is cut to its first 7 bytes, `~` and 16 hex digits
+    /// of its SHA-256, so that a claim (``RedisKeys`` `c:`) stays within the 64 bytes a
+    /// `listpack` value may have.
+    static func claimOwner(_ owner: String) -> String {
+        guard owner.utf8.count > 24 else { return owner }
+        let digest = SHA256.hash(data: Array(owner.utf8))
+        let hex = digest.prefix(8).map { String(format: "%02x", $0) }.joined()
+        return String(decoding: owner.utf8.prefix(7), as: UTF8.self) + "~" + hex
     }
 
     /// Where the fingerprints of notifications remembered for `ttlSeconds` live.

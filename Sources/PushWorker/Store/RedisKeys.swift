@@ -5,15 +5,21 @@ import PushKafka
 ///
 /// `<T>` is a token's hash tag (``tag(token:)``): empty on a server, `{xxxx}` on a cluster, so
 /// that every key of one token shares a slot.
-/// - `n:<T><resultId>`: the notification's state, with the dedupe TTL:
-///   `P|<owner>|<topic>|<partition>|<offset>` while a worker has it claimed,
-///   `D|<topic>|<partition>|<offset>|<result JSON>` once its outcome is known, followed by a
-///   newline and the `feedback` result JSON when the outcome also published one (an HTTP/2 410).
-///   The serialized results never contain a raw newline, so it separates them. Deleted once its
-///   message is before its partition's written position, its fingerprint kept instead.
-/// - `f:<T><generation>:<bucket>`: a set of the fingerprints of settled notifications whose
-///   records were deleted (``NotificationFingerprint``, ``FingerprintLayout``): what recognises
-///   a duplicate for the rest of the dedupe TTL, in about 16 bytes each.
+/// - `c:<T><generation>:<bucket>`: the claims of notifications whose fingerprints fall in the
+///   bucket (``NotificationFingerprint``, ``FingerprintLayout``): a hash, fingerprint → state.
+///   `<owner>|<topic mark>|<partition>|<offset>` while a worker has the notification claimed
+///   (``NotificationStore/topicMark(_:)``);
+///   `D` once it is settled (its result written, its message before its partition's written
+///   position); `F` for a claim released (``NotificationStore/write``). Small enough for Redis'
+///   `listpack` encoding, so a settled notification costs about 13 bytes for the rest of the
+///   dedupe TTL. A claim is written into the generation current when it is made, and looked up
+///   in that one and the one before.
+/// - `o:<topic>:<partition>:<generation>`: a hash, `<offset>|<fingerprint>` → the outcome's
+///   result JSON, followed by a newline and the `feedback` result JSON when the outcome also
+///   published one (an HTTP/2 410): what a message consumed again produces again, byte for
+///   byte, until it is before its partition's written position. The serialized results never
+///   contain a raw newline, so it separates them. Deleted field by field once the notification's
+///   claim says `D`; the key expires two periods after its generation began.
 /// - `u:<T><app>:<env>:<generation>`: hash token → `<since>|<reason>`, Apple's permanent verdict
 ///   on the token (`Unregistered`, `BadDeviceToken`, `DeviceTokenNotForTopic`, binary
 ///   `InvalidToken`) and the UNIX time it was given. A verdict is written into the hashes of the
@@ -88,32 +94,42 @@ struct RedisKeys: Sendable {
         key.append(UInt8(ascii: "}"))
     }
 
-    /// Appends `n:<T><resultId>`.
-    func appendRecord(resultId: String, tag: UInt16?, to key: inout [UInt8]) {
+    /// Appends `c:<T><generation>:<bucket>`.
+    func appendClaims(generation: Int64, bucket: Int, tag: UInt16?, to key: inout [UInt8]) {
         key += prefix.utf8
-        key.append(UInt8(ascii: "n"))
-        key.append(UInt8(ascii: ":"))
-        Self.append(tag: tag, to: &key)
-        key += resultId.utf8
-    }
-
-    /// `n:<T><resultId>`.
-    func record(resultId: String, tag: UInt16?) -> [UInt8] {
-        var key: [UInt8] = []
-        key.reserveCapacity(prefix.utf8.count + 8 + resultId.utf8.count)
-        appendRecord(resultId: resultId, tag: tag, to: &key)
-        return key
-    }
-
-    /// Appends `f:<T><generation>:<bucket>`.
-    func appendFingerprints(generation: Int64, bucket: Int, tag: UInt16?, to key: inout [UInt8]) {
-        key += prefix.utf8
-        key.append(UInt8(ascii: "f"))
+        key.append(UInt8(ascii: "c"))
         key.append(UInt8(ascii: ":"))
         Self.append(tag: tag, to: &key)
         DecimalText.append(generation, to: &key)
         key.append(UInt8(ascii: ":"))
         DecimalText.append(Int64(bucket), to: &key)
+    }
+
+    /// Appends `c:<T><generation>:<bucket>`, the generation given as its text and `:`
+    /// (``claimsGeneration(_:)``): a claim round builds two keys per notification.
+    func appendClaims(generation: [UInt8], bucket: Int, tag: UInt16?, to key: inout [UInt8]) {
+        key += prefix.utf8
+        key.append(UInt8(ascii: "c"))
+        key.append(UInt8(ascii: ":"))
+        Self.append(tag: tag, to: &key)
+        key += generation
+        DecimalText.append(Int64(bucket), to: &key)
+    }
+
+    /// A generation's text in a claims key, followed by `:`.
+    static func claimsGeneration(_ generation: Int64) -> [UInt8] {
+        var text: [UInt8] = []
+        DecimalText.append(generation, to: &text)
+        text.append(UInt8(ascii: ":"))
+        return text
+    }
+
+    /// `c:<T><generation>:<bucket>`.
+    func claims(generation: Int64, bucket: Int, tag: UInt16?) -> [UInt8] {
+        var key: [UInt8] = []
+        key.reserveCapacity(prefix.utf8.count + 32)
+        appendClaims(generation: generation, bucket: bucket, tag: tag, to: &key)
+        return key
     }
 
     /// Appends `u:<T><app>:<environment>:<generation>`.
@@ -169,6 +185,11 @@ struct RedisKeys: Sendable {
     /// `pw:<topic>:<partition>`.
     func writtenPosition(topic: String, partition: Int32) -> [UInt8] {
         Array("\(prefix)pw:\(topic):\(partition)".utf8)
+    }
+
+    /// `o:<topic>:<partition>:<generation>`.
+    func outcomes(topic: String, partition: Int32, generation: Int64) -> [UInt8] {
+        Array("\(prefix)o:\(topic):\(partition):\(generation)".utf8)
     }
 
     /// `ph:<topic>:<partition>`.

@@ -4,69 +4,74 @@ import PushRedis
 // (`NotificationStore.prepare()`): editing one, even its comments, makes it another script.
 extension NotificationStore {
     enum Scripts {
-        /// Claims notifications whose claim is more than a plain `SET … NX GET` (a state already
-        /// there, a `registeredAt`, a device limit, no permit this second, dead owners to take
-        /// over from); one call per hash slot (`docs/architecture.md#the-claim`).
+        /// Claims notifications whose claim is more than a plain `HSETNX` (a state already there,
+        /// a `registeredAt`, a device limit, no permit this second, dead owners to take over
+        /// from); one call per hash slot (`docs/architecture.md#the-claim`).
         ///
-        /// - `KEYS[3i-2]`: notification i's record, `n:<T><resultId>`.
-        /// - `KEYS[3i-1]`: its app's token verdicts of this generation, `u:<T><app>:<env>:<g>`.
-        /// - `KEYS[3i]`: its device counter for this hour, `rd:<T><app>:<token>:<hour>`, or its
-        ///   record's key again when it has no device limit (the counter is then not touched).
+        /// - `KEYS[4i-3]`: the claims bucket of notification i's fingerprint in this generation,
+        ///   `c:<T><g>:<bucket>`.
+        /// - `KEYS[4i-2]`: the same bucket of the generation before, `c:<T><g-1>:<bucket>`.
+        /// - `KEYS[4i-1]`: its app's token verdicts of this generation, `u:<T><app>:<env>:<g>`.
+        /// - `KEYS[4i]`: its device counter for this hour, `rd:<T><app>:<token>:<hour>`, or its
+        ///   bucket's key again when it has no device limit (the counter is then not touched).
         /// - `ARGV[1]`: the claiming owner (worker incarnation).
-        /// - `ARGV[2]`: the topic of the notifications' messages.
-        /// - `ARGV[3]`: the record's TTL in seconds.
+        /// - `ARGV[2]`: the mark of the notifications' messages' topic
+        ///   (``NotificationStore/topicMark(_:)``).
+        /// - `ARGV[3]`: when a bucket of this generation expires (UNIX seconds).
         /// - `ARGV[4]`: owners known to be dead, newline-separated (their claims are taken over).
-        /// - `ARGV[3i+2]`: notification i's message, `<partition>|<offset>`.
-        /// - `ARGV[3i+3]`: its token in lowercase hex.
-        /// - `ARGV[3i+4]`: its options, `<registeredAt>|<device limit per hour>|<1 if it may be
+        /// - `ARGV[4i+1]`: notification i's message, `<partition>|<offset>`.
+        /// - `ARGV[4i+2]`: its token in lowercase hex.
+        /// - `ARGV[4i+3]`: its options, `<registeredAt>|<device limit per hour>|<1 if it may be
         ///   sent this second, else 0>`, or `''` for none of them and a permit.
+        /// - `ARGV[4i+4]`: its fingerprint, the bucket's field.
         ///
         /// Returns one ``ClaimReply`` per notification, its letter followed by its detail.
         static let claim = RedisScript(
             #"""
-            -- KEYS: 3 per notification: its record, its app's token verdicts, its device counter
-            -- for this hour (one slot on a cluster). ARGV: owner, topic, ttl seconds, owners known to
-            -- be dead (newline-separated), then 3 per notification: '<partition>|<offset>', token, and
-            -- '<registeredAt>|<device limit per hour>|<1 if it may be sent this second, else 0>', or ''
-            -- for the usual no registeredAt, no device limit, may be sent.
-            -- Numbers passed back to Redis stay strings: a Lua number would be formatted per call.
-            local owner, topic, ttl = ARGV[1], ARGV[2], ARGV[3]
+            -- KEYS: 4 per notification: its claims bucket of this generation and of the one before,
+            -- its app's token verdicts, its device counter for this hour (one slot on a cluster).
+            -- ARGV: owner, topic mark, this generation's expiry, owners known to be dead (newline-separated),
+            -- then 4 per notification: '<partition>|<offset>', token, '<registeredAt>|<device limit per
+            -- hour>|<1 if it may be sent this second, else 0>' ('' for the usual), fingerprint.
+            -- A state is '<owner>|<topic mark>|<partition>|<offset>' (claimed), 'D' (settled), 'F' (released).
+            local owner, topic, expiry = ARGV[1], ARGV[2], ARGV[3]
             local dead = {}
             for w in string.gmatch(ARGV[4], '[^\n]+') do dead[w] = true end
-            local claimed = 'P|' .. owner .. '|' .. topic .. '|'
+            local claimed = owner .. '|' .. topic .. '|'
             local out = {}
-            for i = 1, #KEYS / 3 do
-              local key, ukey, dkey = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-              local a = 3 * i + 2
-              local where, tok, opts = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+            for i = 1, #KEYS / 4 do
+              local key, pkey, ukey, dkey = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
+              local a = 4 * i + 1
+              local where, tok, opts, fp = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
               local reg, dlim, permit = '', 0, '1'
               if opts ~= '' then
                 local r, d, p = string.match(opts, '^([^|]*)|([^|]*)|(.*)$')
                 reg, dlim, permit = r, tonumber(d), p
               end
-              -- A notification that may be sent is claimed and its earlier state read in one call.
-              local state
-              if permit == '1' then
-                state = redis.call('SET', key, claimed .. where, 'NX', 'GET', 'EX', ttl)
-              else
-                state = redis.call('GET', key)
+              local mine = claimed .. where
+              local cur = redis.call('HGET', key, fp)
+              if cur == 'F' then cur = nil end
+              local prev = redis.call('HGET', pkey, fp)
+              if prev == 'F' then prev = nil end
+              -- The generation before decides, unless this one says more: a claim made there
+              -- settles here, and a fresh claim of this call's first round gives way to it.
+              local state, skey = cur, key
+              if prev and (not cur or cur == mine or (prev == 'D' and cur ~= 'D')) then
+                if cur == mine then redis.call('HSET', key, fp, 'F') end
+                state, skey = prev, pkey
               end
               local code
-              if state then
-                local msg = topic .. '|' .. where
-                if string.sub(state, 1, 2) == 'D|' then
-                  local rest = string.sub(state, 3)
-                  if string.sub(rest, 1, #msg + 1) == msg .. '|' then code = 'E' .. string.sub(rest, #msg + 2) else code = 'X' end
+              if state == 'D' then
+                code = 'C'
+              elseif state then
+                local sowner, smsg = string.match(state, '^([^|]*)|(.*)$')
+                if smsg ~= topic .. '|' .. where then
+                  code = 'X'
+                elseif sowner == owner or dead[sowner] then
+                  if state ~= mine then redis.call('HSET', skey, fp, mine) end
+                  code = 'R'
                 else
-                  local sowner, smsg = string.match(state, '^P|([^|]*)|(.*)$')
-                  if smsg ~= msg then
-                    code = 'X'
-                  elseif sowner == owner or dead[sowner] then
-                    redis.call('SET', key, claimed .. where, 'EX', ttl)
-                    code = 'R'
-                  else
-                    code = 'O' .. sowner
-                  end
+                  code = 'O' .. sowner
                 end
               else
                 local unreg = redis.call('HGET', ukey, tok)
@@ -80,11 +85,32 @@ extension NotificationStore {
                   if count > dlim then code = 'L' end
                 end
                 code = code or 'S'
-                if permit ~= '1' and code ~= 'T' then redis.call('SET', key, claimed .. where, 'EX', ttl) end
+                if code ~= 'T' then
+                  redis.call('HSET', key, fp, mine)
+                  if redis.call('TTL', key) == -1 then redis.call('EXPIREAT', key, expiry) end
+                end
               end
               out[#out + 1] = code
             end
             return out
+            """#
+        )
+
+        /// Releases claims of this owner (their notifications were never written to a gateway):
+        /// each becomes `F`, so that the message consumed again claims it afresh. A bucket never
+        /// empties, so it keeps the expiry it was given (``NotificationStore/write``).
+        ///
+        /// - `KEYS[i]`: a claims bucket, `c:<T><g>:<bucket>` (one slot on a cluster).
+        /// - `ARGV[1]`: the owner.
+        /// - `ARGV[i+1]`: the fingerprint in `KEYS[i]`.
+        static let release = RedisScript(
+            #"""
+            local mine = ARGV[1] .. '|'
+            for i, key in ipairs(KEYS) do
+              local state = redis.call('HGET', key, ARGV[i + 1])
+              if state and string.sub(state, 1, #mine) == mine then redis.call('HSET', key, ARGV[i + 1], 'F') end
+            end
+            return 0
             """#
         )
 
@@ -217,7 +243,7 @@ extension NotificationStore {
             """#
         )
 
-        static let all = [claim, takePermits, returnPermits, advancePositions, summary]
+        static let all = [claim, release, takePermits, returnPermits, advancePositions, summary]
     }
 
     /// The first byte of each of the claim's codes (``Scripts/claim``'s replies, and the
@@ -227,7 +253,8 @@ extension NotificationStore {
         case send = 0x53  // "S"
         /// Taken over from this owner or a dead one: send, marked `possibleDuplicate`.
         case resend = 0x52  // "R"
-        /// Recorded by this same message; followed by the record after `D|<message>|`.
+        /// Recorded by this same message; followed by its outcome (``RedisKeys`` `o:`). Never
+        /// sent by the script: the store gives it to a claim whose outcome it finds.
         case recorded = 0x45  // "E"
         /// Claimed or recorded by another message.
         case duplicate = 0x58  // "X"
@@ -241,8 +268,7 @@ extension NotificationStore {
         case rateLimited = 0x4C  // "L"
         /// Apple gave a permanent verdict on the token; followed by `<since>|<reason>` (claimed).
         case unregistered = 0x55  // "U"
-        /// Settled, its record given way to its fingerprint (found by the lookups after the
-        /// claim, ``RedisKeys`` `f:`); never sent by the script.
+        /// Settled: its claim says `D` (``RedisKeys`` `c:`).
         case settled = 0x43  // "C"
 
         /// The reply a code starts with, `nil` for an empty or unknown one.
