@@ -103,8 +103,9 @@ struct StatusServerHardeningTests {
         let configuration = StatusServer.Configuration(host: "127.0.0.1", port: 0, requestTimeout: .milliseconds(1500))
         try await withStatusServer(configuration: configuration) { _, client in
             // The connection stays open until the server closes it: the end of the inbound
-            // stream is the close event.
-            let outcome = try await withDeadline(seconds: 5, "the close of a stalled connection") {
+            // stream is the close event. Without the timeout it would never close; the deadline
+            // leaves a loaded machine (the whole suite on two cores) room to run the timer late.
+            let outcome = try await withDeadline(seconds: 20, "the close of a stalled connection") {
                 try await RawConnection.exchange(
                     port: client.port,
                     chunks: ["GET /metrics HTTP/1.1\r\nHost: loc".bytes]
@@ -113,7 +114,7 @@ struct StatusServerHardeningTests {
             #expect(outcome.received.isEmpty)
 
             // An idle keep-alive connection is closed the same way.
-            let idle = try await withDeadline(seconds: 5, "the close of an idle keep-alive connection") {
+            let idle = try await withDeadline(seconds: 20, "the close of an idle keep-alive connection") {
                 try await RawConnection.exchange(
                     port: client.port,
                     chunks: ["GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n".bytes]
