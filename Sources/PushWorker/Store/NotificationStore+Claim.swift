@@ -21,7 +21,7 @@ protocol ClaimSubject {
 extension NotificationStore {
     /// A notification to claim, for callers that have no ``Candidate``.
     struct ClaimRequest: ClaimSubject, Sendable {
-        var resultId: String
+        let resultId: String
         var partition: Int32
         var offset: Int64
         var app: String
@@ -30,8 +30,31 @@ extension NotificationStore {
         var registeredAt: Int64?
         var appPerSecond: Int
         var devicePerHour: Int
+        /// Computed once: a claim reads it several times.
+        let fingerprint: NotificationFingerprint
 
-        var fingerprint: NotificationFingerprint { NotificationFingerprint(resultId: resultId) }
+        init(
+            resultId: String,
+            partition: Int32,
+            offset: Int64,
+            app: String,
+            environment: String,
+            tokenHex: String,
+            registeredAt: Int64?,
+            appPerSecond: Int,
+            devicePerHour: Int
+        ) {
+            self.resultId = resultId
+            self.partition = partition
+            self.offset = offset
+            self.app = app
+            self.environment = environment
+            self.tokenHex = tokenHex
+            self.registeredAt = registeredAt
+            self.appPerSecond = appPerSecond
+            self.devicePerHour = devicePerHour
+            fingerprint = NotificationFingerprint(resultId: resultId)
+        }
     }
 
     /// What the claim decided for one notification.

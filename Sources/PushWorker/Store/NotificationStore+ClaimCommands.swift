@@ -39,15 +39,12 @@ extension NotificationStore {
         }
         let layout = fingerprintLayout(ttlSeconds: ttlSeconds)
         let place = ClaimPlace(layout: layout, now: Int64(Date().timeIntervalSince1970))
-        var prints = [NotificationFingerprint?](repeating: nil, count: requests.count)
-        for index in indices { prints[index] = requests[index].fingerprint }
         var commands = RedisCommands(capacity: 256 + indices.count * (3 * keys.prefix.utf8.count + 320))
         let plain = appendPlainClaims(
             topic: topic,
             requests,
             usual,
             tags: tags,
-            prints: prints,
             place: place,
             to: &commands
         )
@@ -56,7 +53,6 @@ extension NotificationStore {
             requests,
             scripted,
             tags: tags,
-            prints: prints,
             place: place,
             hour: hour,
             permits: permits,
@@ -89,7 +85,6 @@ extension NotificationStore {
                 requests,
                 found,
                 tags: tags,
-                prints: prints,
                 place: place,
                 hour: hour,
                 permits: permits,
@@ -233,7 +228,6 @@ extension NotificationStore {
         _ requests: [Request],
         _ indices: [Int],
         tags: [UInt16?],
-        prints: [NotificationFingerprint?],
         place: ClaimPlace,
         to commands: inout RedisCommands
     ) -> PlainClaims {
@@ -245,7 +239,7 @@ extension NotificationStore {
         var needsExpiry = [Bool](repeating: false, count: requests.count)
         fingerprintExpiries.withLock { expiries in
             for index in indices {
-                let at = layout.place(bucket: layout.bucket(of: prints[index]!), tag: tags[index])
+                let at = layout.place(bucket: layout.bucket(of: requests[index].fingerprint), tag: tags[index])
                 if expiries.needsExpiry(place: at, generation: place.generation, places: layout.places) {
                     needsExpiry[index] = true
                     plain.expiring.append(at)
@@ -259,7 +253,7 @@ extension NotificationStore {
             var lookups: [[Int]] = []
             var expiring: [(bucket: Int, tag: UInt16?)] = []
             for index in group {
-                let print = prints[index]!
+                let print = requests[index].fingerprint
                 let bucket = layout.bucket(of: print)
                 commands.begin(argumentCount: 4)
                 commands.append("HSETNX")
@@ -385,7 +379,6 @@ extension NotificationStore {
         _ requests: [Request],
         _ indices: [Int],
         tags: [UInt16?],
-        prints: [NotificationFingerprint?],
         place: ClaimPlace,
         hour: Int64,
         permits: [Bool],
@@ -401,7 +394,7 @@ extension NotificationStore {
             // The requests are read in place (`requests[index].…`): a copy of one retains its strings.
             for index in group {
                 let tag = tags[index]
-                let bucket = layout.bucket(of: prints[index]!)
+                let bucket = layout.bucket(of: requests[index].fingerprint)
                 commands.appendKey {
                     keys.appendClaims(generation: place.generation, bucket: bucket, tag: tag, to: &$0)
                 }
@@ -459,7 +452,7 @@ extension NotificationStore {
                         options.append(permits[index] ? UInt8(ascii: "1") : UInt8(ascii: "0"))
                     }
                 }
-                commands.append(prints[index]!.member)
+                commands.append(requests[index].fingerprint.member)
             }
         }
         return groups
