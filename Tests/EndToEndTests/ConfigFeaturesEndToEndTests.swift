@@ -153,7 +153,7 @@ struct ConfigFeaturesEndToEndTests {
             #expect(stack.simulator.acceptedByToken[binary] == 1)
             #expect(stack.http2Simulator?.acceptedByToken[http2] == 1)
             await stack.stopWorker("w1")
-            let log = try stack.fullLog(of: "w1")
+            let log = stack.fullLog(of: "w1")
             #expect(log.contains("Opened a delivery pool"), "the log was read")
             for secret in [key, signingKey] {
                 for line in secret.split(separator: "\n") where !line.hasPrefix("-----") {
@@ -291,13 +291,5 @@ extension WorkerStack {
         let text = try String(contentsOfFile: configPath, encoding: .utf8)
         #expect(text.components(separatedBy: old).count == 2, "\(old) occurs once in the config")
         try text.replacingOccurrences(of: old, with: new).write(toFile: configPath, atomically: false, encoding: .utf8)
-    }
-
-    /// Everything a worker wrote to standard error.
-    func fullLog(of id: String) throws -> String {
-        try FileManager.default.contentsOfDirectory(atPath: directory).filter {
-            $0.hasPrefix(id) && $0.hasSuffix(".log")
-        }.sorted()
-            .map { try String(contentsOfFile: directory + "/" + $0, encoding: .utf8) }.joined(separator: "\n")
     }
 }

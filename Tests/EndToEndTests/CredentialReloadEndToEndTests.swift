@@ -67,7 +67,7 @@ struct CredentialReloadEndToEndTests {
 
     /// The messages w1 logged at error level.
     static func errors(_ stack: WorkerStack) -> [String] {
-        let log = (try? stack.fullLog(of: "w1")) ?? ""
+        let log = stack.fullLog(of: "w1")
         return log.split(separator: "\n").compactMap { line in
             guard let fields = (try? JSONValue.parse(String(line)))?.objectValue, fields["level"] == "error" else {
                 return nil
@@ -77,7 +77,7 @@ struct CredentialReloadEndToEndTests {
     }
 
     static func occurrences(of text: String, in stack: WorkerStack) -> Int {
-        ((try? stack.fullLog(of: "w1")) ?? "").components(separatedBy: text).count - 1
+        (stack.fullLog(of: "w1")).components(separatedBy: text).count - 1
     }
 
     /// Every notification of tokens `numbers` has one result, `transmitted` and not a possible

@@ -190,7 +190,7 @@ extension HostileInputEndToEndTests {
             #expect(try await stack.waitForAllCommitted())
             #expect(await stack.stopWorker("w1") == 0)
             #expect(
-                stack.log(of: "w1").contains("A result is over the producer's message.max.bytes and is not written")
+                stack.fullLog(of: "w1").contains("A result is over the producer's message.max.bytes and is not written")
             )
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")

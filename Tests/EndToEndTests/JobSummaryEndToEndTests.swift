@@ -256,7 +256,7 @@ struct JobSummaryEndToEndTests {
             try await stack.readResults { $0.count >= 500 }
             #expect(await stack.stopWorker("w1") == 0)
             // Every summary place it held was settled or given back: nothing kept it waiting.
-            #expect(!stack.log(of: "w1").contains("Shutdown timeout reached"), "\(stack.log(of: "w1"))")
+            #expect(!stack.fullLog(of: "w1").contains("Shutdown timeout reached"), "\(stack.log(of: "w1"))")
             let results = try await stack.readResults(timeout: .seconds(120)) { results in
                 // Token results and summaries are read from different partitions: wait for both.
                 jobs.allSatisfy {

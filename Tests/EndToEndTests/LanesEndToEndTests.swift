@@ -12,7 +12,7 @@ struct LanesEndToEndTests {
 
     @Test("Urgent jobs overtake a bulk backlog that holds the in-flight budget; the backlog drains")
     func urgentJobsOvertakeABulkBacklog() async throws {
-        // The bulk app sends 1,000 a second, so its 4,000 jobs take four seconds and keep the
+        // The bulk app sends 1,000 a second, so its 8,000 jobs take eight seconds and keep the
         // worker's 2,000 in-flight places full meanwhile; the urgent jobs are for the HTTP/2 app,
         // which has no rate limit.
         let stack = try await WorkerStack.start(
@@ -22,7 +22,7 @@ struct LanesEndToEndTests {
             maxInFlight: 2000
         )
         do {
-            let bulk = (0..<4000).map { DeviceToken.numbered($0, salt: 1) }
+            let bulk = (0..<8000).map { DeviceToken.numbered($0, salt: 1) }
             try await stack.produce(bulk.enumerated().map { WorkerStack.job(id: "bulk-\($0)", tokens: [$1]) })
             try await stack.startWorker("w1")
             // The worker is busy with the backlog once its first results are out.

@@ -35,7 +35,7 @@ struct ProxyEndToEndTests {
             let http2Port = try #require(stack.http2Simulator?.port)
             #expect(log.contains("CONNECT 127.0.0.1:\(http2Port) HTTP/1.1"), "\(log)")
             // The worker logged its pools with the proxy, the password masked.
-            let workerLog = stack.log(of: "w1")
+            let workerLog = stack.fullLog(of: "w1")
             #expect(workerLog.contains("http://worker:***@127.0.0.1:\(proxy.port)"))
             #expect(!workerLog.contains("s3cret"))
         } catch {

@@ -63,7 +63,7 @@ struct RetentionLossEndToEndTests {
             // The oldest were deleted: the answered ones are the newest.
             let newest = Set((big.count - answeredJobs.count..<big.count).map { "big-\($0)" })
             #expect(answeredJobs == newest)
-            let log = stack.log(of: "w2")
+            let log = stack.fullLog(of: "w2")
             #expect(
                 log.contains("Kafka deleted \(lost) jobs before they were read: apn.requests["),
                 "\(log.suffix(3000))"

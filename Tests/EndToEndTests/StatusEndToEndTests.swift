@@ -193,7 +193,7 @@ struct StatusEndToEndTests {
             }
             #expect(sawShuttingDown)
             #expect(await stack.stopWorker("w1") == 0)
-            #expect(stack.log(of: "w1").contains("Worker stopped"))
+            #expect(stack.fullLog(of: "w1").contains("Worker stopped"))
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
         }

@@ -243,7 +243,7 @@ struct WorkerCommandTests {
         try await stack.startWorker("json-log")
         // Stop it once it has joined the group, when its signal handling is certainly in place.
         let deadline = ContinuousClock.now + .seconds(60)
-        while !stack.log(of: "json-log").contains("Partitions assigned"), ContinuousClock.now < deadline {
+        while !stack.fullLog(of: "json-log").contains("Partitions assigned"), ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(100))
         }
         let status = await stack.stopWorker("json-log")

@@ -205,10 +205,16 @@ final class WorkerStack: @unchecked Sendable {
     var acceptedByToken: [DeviceToken: Int] { local.acceptedByToken }
 
     func log(of id: String) -> String {
+        String(fullLog(of: id).suffix(4000))
+    }
+
+    /// Everything worker `id` wrote to standard error, across its runs: what assertions on its
+    /// log read (``log(of:)`` is only its end, for failure messages).
+    func fullLog(of id: String) -> String {
         let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         return files.filter { $0.hasPrefix(id) && $0.hasSuffix(".log") }.sorted().compactMap {
             try? String(contentsOfFile: directory + "/" + $0, encoding: .utf8)
-        }.joined(separator: "\n").suffix(4000).description
+        }.joined(separator: "\n")
     }
 
     func shutdown() async {

@@ -147,11 +147,12 @@ struct PushKafkaTests {
         #expect(revoked(eventsA) == revoking(eventsA), "each deferred revocation is reported once completed")
 
         try await a.close()
+        // Closing finishes A's events; the follower has recorded every one once it ends.
+        await drainA.value
         // Closing revokes at once, without waiting for anyone.
         #expect(finalA.isSubset(of: Set(revoked(eventsA).joined())), "A's partitions were revoked when A left")
         try await pollUntil(b, owns: all, "B owns all partitions after A left")
         try await b.close()
-        await drainA.value
         await drainB.value
         #expect(
             eventsB.all.contains {
