@@ -223,14 +223,21 @@ enum DecimalBytes {
     /// Calls `body` with the decimal digits of `value`, from a buffer on the stack.
     static func withDigits<R>(of value: UInt64, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
-            var index = 20
-            var rest = value
-            repeat {
-                index -= 1
-                digits[index] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
-            } while rest > 0
-            return body(UnsafeBufferPointer(rebasing: digits[index...]))
+            let start = write(value, endingAt: 20, into: UnsafeMutableRawBufferPointer(digits))
+            return body(UnsafeBufferPointer(rebasing: digits[start...]))
         }
+    }
+
+    /// Writes the digits of `value` so that they end before `end` in `buffer` (20 bytes before
+    /// it at least); returns where they start.
+    static func write(_ value: UInt64, endingAt end: Int, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        var index = end
+        var rest = value
+        repeat {
+            index -= 1
+            buffer[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+            rest /= 10
+        } while rest > 0
+        return index
     }
 }

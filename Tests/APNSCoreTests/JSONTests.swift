@@ -306,7 +306,12 @@ func rejectsMalformedInput(_ input: Malformed) {
 }
 
 @Test func decimalTextWritesEveryInt64() {
-    for value: Int64 in [0, 7, -7, 10, 1_700_000_000_123, Int64.max, Int64.min, -1] {
+    let edges: [Int64] = [0, 7, -7, 9, 10, 11, 99, 100, 101, 999, 1000, -99, -100, 1_700_000_000_123, -1]
+    let powers = (1...18).flatMap { n -> [Int64] in
+        let power = (0..<n).reduce(Int64(1)) { value, _ in value * 10 }
+        return [power - 1, power, power + 1, -power]
+    }
+    for value: Int64 in edges + powers + [Int64.max, Int64.min, Int64.max - 1, Int64.min + 1] {
         var bytes: [UInt8] = []
         DecimalText.append(value, to: &bytes)
         #expect(String(decoding: bytes, as: UTF8.self) == String(value))

@@ -54,6 +54,35 @@ struct RedisCommandsTests {
         #expect(throws: RedisError.self) { try RedisCommands([[]]) }
     }
 
+    @Test("Numbers, as arguments and as length lines, are their decimal text, whatever their digits")
+    func numbers() throws {
+        let powers = (1...18).flatMap { n -> [Int64] in
+            let power = (0..<n).reduce(Int64(1)) { value, _ in value * 10 }
+            return [power - 1, power, power + 1, -power]
+        }
+        let values: [Int64] = [0, 7, -7, 12, -1, Int64.max, Int64.min, Int64.max - 1, Int64.min + 1] + powers
+        for value in values {
+            var inPlace = RedisCommands()
+            inPlace.begin(argumentCount: 2)
+            inPlace.append(Int64(value))
+            inPlace.append(DecimalArgument(value))
+            #expect(try inPlace.bytes == RedisCommands([[Array(String(value).utf8), Array(String(value).utf8)]]).bytes)
+            var text: [UInt8] = []
+            DecimalArgument(value).append(to: &text)
+            #expect(String(decoding: text, as: UTF8.self) == String(value))
+            #expect(DecimalArgument(value) == DecimalArgument(value))
+        }
+        #expect(DecimalArgument(10) != DecimalArgument(1))
+        // Arguments of 1 to 120 bytes: each length line is its length.
+        let arguments = (1...120).map { [UInt8](repeating: UInt8(ascii: "x"), count: $0) }
+        var built = RedisCommands()
+        built.begin(argumentCount: arguments.count)
+        for argument in arguments { built.append { $0 += argument } }
+        let expected =
+            "*120\r\n" + arguments.map { "$\($0.count)\r\n\(String(decoding: $0, as: UTF8.self))\r\n" }.joined()
+        #expect(built.bytes == Array(expected.utf8))
+    }
+
     @Test("Each command knows its first key's slot and, for EVALSHA, its script")
     func routing() throws {
         for commands in [Self.built(), try RedisCommands(Self.lists())] {

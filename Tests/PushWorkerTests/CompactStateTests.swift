@@ -355,7 +355,9 @@ import Testing
         #expect(mark != NotificationStore.topicMark("apn.requests.high"))
     }
 
-    @Test("fingerprints: 64 bits of member and 64 of bucket from SHA-256, spread evenly over the buckets")
+    @Test(
+        "fingerprints: 64 bits of member and 64 of bucket, a worker id's own or its SHA-256, spread evenly over the buckets"
+    )
     func fingerprintsSpreadEvenly() {
         let layout = FingerprintLayout(period: 86_400, buckets: 64, isCluster: false)
         var counts = [Int](repeating: 0, count: 64)
@@ -368,6 +370,31 @@ import Testing
         #expect(members.count == 64_000)
         // 1,000 expected per bucket; a uniform spread stays within ±20% (about 6 standard deviations).
         #expect(counts.allSatisfy { (800...1_200).contains($0) }, "\(counts)")
+        // A worker's result ids are the hex of a digest: their own bits are the fingerprint,
+        // spread as evenly.
+        var idCounts = [Int](repeating: 0, count: 64)
+        var idMembers = Set<Int64>()
+        for n in 0..<64_000 {
+            let id = WorkerResult.notificationId(jobId: "job-\(n)", token: Self.token(n))
+            let fingerprint = NotificationFingerprint(resultId: id)
+            #expect(fingerprint.member == Int64(bitPattern: UInt64(id.prefix(16), radix: 16)!))
+            #expect(fingerprint.bucketBits == UInt64(id.suffix(16), radix: 16)!)
+            idCounts[layout.bucket(of: fingerprint)] += 1
+            idMembers.insert(fingerprint.member)
+        }
+        #expect(idMembers.count == 64_000)
+        #expect(idCounts.allSatisfy { (800...1_200).contains($0) }, "\(idCounts)")
+        // Any other id, uppercase hex or a digit short included, is hashed (the hashed ones are
+        // the first test's above).
+        let others = [
+            "a", String(repeating: "A", count: 32), String(repeating: "a", count: 31),
+            String(repeating: "a", count: 33),
+            "0123456789abcdef0123456789abcdeg",
+        ]
+        for id in others { #expect(NotificationFingerprint.digestBits(id) == nil, "\(id)") }
+        #expect(
+            NotificationFingerprint.digestBits(String(repeating: "f", count: 32)).map { [$0.0, $0.1] } == [.max, .max]
+        )
         #expect(NotificationFingerprint(resultId: "a") == NotificationFingerprint(resultId: "a"))
         #expect(NotificationFingerprint(resultId: "a") != NotificationFingerprint(resultId: "b"))
         // On a cluster each of the 16,384 tags has its share of the buckets.

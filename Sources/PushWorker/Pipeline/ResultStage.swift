@@ -79,16 +79,26 @@ final class ResultStage: Sendable {
             for mark in marks {
                 storedPositions[mark.topicPartition] = max(storedPositions[mark.topicPartition] ?? -1, mark.offset)
             }
-            for record in records {
-                settledRecords[record.ref.partition, default: []].append(
-                    SettledRecord(
-                        fingerprint: record.fingerprint,
-                        tag: tag(record.token),
-                        partition: record.ref.partition,
-                        offset: record.ref.offset,
-                        outcomeGeneration: generation
+            // One lookup per run of one partition's records (a batch is mostly of a few).
+            var start = 0
+            while start < records.count {
+                let partition = records[start].ref.partition
+                var end = start + 1
+                while end < records.count && records[end].ref.partition == partition { end += 1 }
+                var settled = settledRecords.removeValue(forKey: partition) ?? []  // uniquely referenced
+                for record in records[start..<end] {
+                    settled.append(
+                        SettledRecord(
+                            fingerprint: record.fingerprint,
+                            tag: tag(record.token),
+                            partition: partition,
+                            offset: record.ref.offset,
+                            outcomeGeneration: generation
+                        )
                     )
-                )
+                }
+                settledRecords[partition] = settled
+                start = end
             }
             settledCount += records.count
             // Over the limit (positions that stopped moving): the oldest of the partition

@@ -178,7 +178,7 @@ extension NotificationStore {
     static func appendOutcomeField(offset: Int64, _ fingerprint: NotificationFingerprint, to field: inout [UInt8]) {
         DecimalText.append(offset, to: &field)
         field.append(UInt8(ascii: "|"))
-        DecimalText.append(fingerprint.member, to: &field)
+        fingerprint.text.append(to: &field)
     }
 
     /// One claim pipeline (plain claims, the claim script, or both) and its replies, one per
@@ -258,7 +258,7 @@ extension NotificationStore {
                 commands.begin(argumentCount: 4)
                 commands.append("HSETNX")
                 commands.appendKey { keys.appendClaims(generation: current, bucket: bucket, tag: tags[index], to: &$0) }
-                commands.append(print.member)
+                commands.append(print.text)
                 commands.append { value in
                     value += owner.utf8
                     value.append(UInt8(ascii: "|"))
@@ -273,7 +273,7 @@ extension NotificationStore {
                 commands.appendKey {
                     keys.appendClaims(generation: previous, bucket: bucket, tag: tags[index], to: &$0)
                 }
-                commands.append(print.member)
+                commands.append(print.text)
                 if needsExpiry[index] { expiring.append((bucket, tags[index])) }
                 // Most batches are of one app: the last lookup is tried first.
                 if let place = lookups.lastIndex(where: {
@@ -452,7 +452,7 @@ extension NotificationStore {
                         options.append(permits[index] ? UInt8(ascii: "1") : UInt8(ascii: "0"))
                     }
                 }
-                commands.append(requests[index].fingerprint.member)
+                commands.append(requests[index].fingerprint.text)
             }
         }
         return groups

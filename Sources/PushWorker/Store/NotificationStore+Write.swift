@@ -172,8 +172,8 @@ extension NotificationStore {
             }
             commands.append(owner)
             for index in group {
-                commands.append(entries[index].print.member)
-                commands.append(entries[index].print.member)
+                commands.append(entries[index].print.text)
+                commands.append(entries[index].print.text)
             }
         }
     }
@@ -208,7 +208,7 @@ extension NotificationStore {
             commands.begin(argumentCount: 4)
             commands.append("HSET")
             commands.appendKey { keys.appendClaims(generation: text, bucket: bucket, tag: tag, to: &$0) }
-            commands.append(entry.fingerprint.member)
+            commands.append(entry.fingerprint.text)
             commands.append("D")
             if needsExpiry[index] {
                 commands.begin(argumentCount: 3)
