@@ -235,11 +235,14 @@ extension NotificationStore {
         let generation = keys.verdictGeneration(at: Int64(Date().timeIntervalSince1970))
         let layout = place.layout
         let mark = Self.topicMark(topic)
-        // Which buckets this worker writes first in this generation, under one lock.
+        // Each request's bucket, computed once (a 64-bit division); which buckets this worker
+        // writes first in this generation, under one lock.
+        var buckets = [Int](repeating: 0, count: requests.count)
+        for index in indices { buckets[index] = layout.bucket(of: requests[index].fingerprint) }
         var needsExpiry = [Bool](repeating: false, count: requests.count)
         fingerprintExpiries.withLock { expiries in
             for index in indices {
-                let at = layout.place(bucket: layout.bucket(of: requests[index].fingerprint), tag: tags[index])
+                let at = layout.place(bucket: buckets[index], tag: tags[index])
                 if expiries.needsExpiry(place: at, generation: place.generation, places: layout.places) {
                     needsExpiry[index] = true
                     plain.expiring.append(at)
@@ -254,7 +257,7 @@ extension NotificationStore {
             var expiring: [(bucket: Int, tag: UInt16?)] = []
             for index in group {
                 let print = requests[index].fingerprint
-                let bucket = layout.bucket(of: print)
+                let bucket = buckets[index]
                 commands.begin(argumentCount: 4)
                 commands.append("HSETNX")
                 commands.appendKey { keys.appendClaims(generation: current, bucket: bucket, tag: tags[index], to: &$0) }

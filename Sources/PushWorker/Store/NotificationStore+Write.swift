@@ -191,10 +191,11 @@ extension NotificationStore {
     ) -> (places: [Int], generation: Int64) {
         guard !settled.isEmpty else { return ([], 0) }
         var places: [Int] = []
+        let buckets = settled.map { layout.bucket(of: $0.fingerprint) }
         var needsExpiry = [Bool](repeating: false, count: settled.count)
         fingerprintExpiries.withLock { expiries in
             for (index, entry) in settled.enumerated() {
-                let place = layout.place(bucket: layout.bucket(of: entry.fingerprint), tag: entry.tag)
+                let place = layout.place(bucket: buckets[index], tag: entry.tag)
                 if expiries.needsExpiry(place: place, generation: generation, places: layout.places) {
                     needsExpiry[index] = true
                     places.append(place)
@@ -204,7 +205,7 @@ extension NotificationStore {
         let text = RedisKeys.claimsGeneration(generation)
         for (index, entry) in settled.enumerated() {
             let tag = entry.tag
-            let bucket = layout.bucket(of: entry.fingerprint)
+            let bucket = buckets[index]
             commands.begin(argumentCount: 4)
             commands.append("HSET")
             commands.appendKey { keys.appendClaims(generation: text, bucket: bucket, tag: tag, to: &$0) }
