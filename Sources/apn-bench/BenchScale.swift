@@ -35,6 +35,18 @@ struct BenchScale: AsyncParsableCommand {
             "Most jobs produced and not yet answered: the embedded Kafka keeps only about 5 MiB per partition, and a deeper backlog is deleted unread."
     )
     var backlog = 200_000
+    @Option(help: "The workers' worker.dedupeBuckets; 0 keeps the worker's default (65,536).")
+    var dedupeBuckets = 0
+    @Option(
+        help:
+            "hash-max-listpack-entries of the one redis-server (--primaries 0), for buckets of more fields; 0 keeps Redis' default (128)."
+    )
+    var listpackEntries = 0
+    @Option(
+        help:
+            "The workers' worker.dedupeTTLSeconds (at least 60); 0 keeps the default (a day). A run longer than it meets full buckets of the generation before, as a worker does after its first period; keys expire during the run, so the memory figure no longer means bytes per notification."
+    )
+    var dedupeTTLSeconds = 0
 
     func run() async throws {
         try await reportingFailures {
@@ -50,15 +62,31 @@ struct BenchScale: AsyncParsableCommand {
                         "--primaries must be 0 (one redis-server) or at least 3 (redis-cli needs 3 to make a cluster)"
                 )
             }
+            guard listpackEntries == 0 || primaries == 0 else {
+                throw UsageFailure(message: "--listpack-entries applies to one redis-server: use it with --primaries 0")
+            }
+            guard dedupeBuckets >= 0, listpackEntries >= 0 else {
+                throw UsageFailure(message: "--dedupe-buckets and --listpack-entries must be 0 (the default) or more")
+            }
+            guard dedupeTTLSeconds == 0 || dedupeTTLSeconds >= 60 else {
+                throw UsageFailure(
+                    message: "--dedupe-ttl-seconds must be 0 (the default) or at least 60, the worker's least"
+                )
+            }
             for count in counts {
                 var options = LocalStack.Options()
                 options.redisClusterPrimaries = primaries
+                if listpackEntries > 0 {
+                    options.redisArguments = ["--hash-max-listpack-entries", "\(listpackEntries)"]
+                }
                 options.kafkaProperties = ["fetch.wait.max.ms": "5"]
                 options.worker = [
                     "logLevel": "warning", "maxInFlight": "100000", "batchSize": "1000", "batchWindowMs": "10",
                     "resultFlushMs": "20",
                     "statusAddress": "null",
                 ]
+                if dedupeBuckets > 0 { options.worker["dedupeBuckets"] = "\(dedupeBuckets)" }
+                if dedupeTTLSeconds > 0 { options.worker["dedupeTTLSeconds"] = "\(dedupeTTLSeconds)" }
                 options.app = [
                     "poolSize": "4", "confirmationWindowMs": "1000", "cacheMaxCount": "100000",
                     "feedbackIntervalSeconds": "0",
