@@ -190,7 +190,7 @@ public final class StatusServer: Service, Sendable {
                 try await server.executeThenClose { inbound in
                     try await withThrowingDiscardingTaskGroup { group in
                         for try await accepted in inbound {
-                            guard case .serve(let connection) = accepted else { continue }
+                            guard let connection = accepted.take() else { continue }
                             group.addTask { await self.serve(connection) }
                         }
                         // The listener closed: end the connections too.
@@ -236,7 +236,7 @@ public final class StatusServer: Service, Sendable {
                             metadata: ["status.peer": "\(channel.remoteAddress.map { "\($0)" } ?? "?")"]
                         )
                         channel.close(promise: nil)
-                        return AcceptedConnection.refused
+                        return AcceptedConnection(nil)
                     }
                     channel.closeFuture.whenComplete { _ in limiter.release() }
                     let connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>
@@ -255,9 +255,9 @@ public final class StatusServer: Service, Sendable {
                         // A failure here must not end the accept loop: drop this connection only.
                         logger.debug("status server could not set up a connection", metadata: ["error": "\(error)"])
                         channel.close(promise: nil)
-                        return AcceptedConnection.refused
+                        return AcceptedConnection(nil)
                     }
-                    return AcceptedConnection.serve(connection)
+                    return AcceptedConnection(connection)
                 }
             }
     }
@@ -314,11 +314,34 @@ public final class StatusServer: Service, Sendable {
     }
 }
 
-/// What the listener's channel initializer hands to the accept loop.
-private enum AcceptedConnection: Sendable {
-    case serve(NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>)
-    /// Closed at once: the server had ``StatusServer/Configuration/maximumConnections`` open.
-    case refused
+/// What the listener's channel initializer hands to the accept loop: a connection to serve, or
+/// none (closed at once: the server had ``StatusServer/Configuration/maximumConnections`` open,
+/// or its pipeline could not be set up).
+///
+/// A connection accepted while the server stops may still be queued when the accept loop ends,
+/// and is then released without ever being served. A `NIOAsyncChannel` released before
+/// `executeThenClose` is a precondition failure in SwiftNIO ("Deinited NIOAsyncWriter without
+/// calling finish()"), so one never taken by the loop is finished and closed here.
+private final class AcceptedConnection: Sendable {
+    private let connection: Mutex<NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>?>
+
+    init(_ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>?) {
+        self.connection = Mutex(connection)
+    }
+
+    /// The connection, now the caller's to serve with `executeThenClose`; `nil` if refused.
+    func take() -> NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>? {
+        connection.withLock { connection in
+            defer { connection = nil }
+            return connection
+        }
+    }
+
+    deinit {
+        guard let unserved = take() else { return }
+        unserved.outbound.finish()
+        unserved.channel.close(promise: nil)
+    }
 }
 
 private enum ListenerState {

@@ -148,13 +148,22 @@ struct StatusServerHardeningTests {
     }
 
     @Test func connectionsBeyondTheLimitAreClosedAtOnce() async throws {
-        let configuration = StatusServer.Configuration(host: "127.0.0.1", port: 0, maximumConnections: 4)
+        // The held connections wait idle while the others are made: a deadline longer than any
+        // stall of a loaded machine keeps the server from closing them (and freeing a slot).
+        let configuration = StatusServer.Configuration(
+            host: "127.0.0.1",
+            port: 0,
+            maximumConnections: 4,
+            requestTimeout: .seconds(120)
+        )
         try await withStatusServer(configuration: configuration) { _, client in
             try await withHeldConnections(3, client: client) {
                 try await client.withConnection { fourth in
                     #expect(try await fourth.get("/health/live").status == .ok)
                     // A fifth is closed without an answer.
-                    let refused = try await withDeadline("the close of a fifth connection") {
+                    // The deadline guards against a hang; the first minute of a full parallel
+                    // run on two cores can hold the server's event loop for seconds.
+                    let refused = try await withDeadline(seconds: 30, "the close of a fifth connection") {
                         try await RawConnection.exchange(
                             port: client.port,
                             chunks: ["GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n".bytes]
@@ -299,6 +308,58 @@ struct StatusServerHardeningTests {
         try await withDeadline("run() returning after cancellation") { try await running.value }
         await #expect(throws: StatusError.self) {
             _ = try await StatusClient(host: "127.0.0.1", port: port).get("/health/live")
+        }
+    }
+
+    /// Connections accepted while the server stops may still be queued, never handed to a
+    /// connection task, when the accept loop ends: each must still be closed, and releasing it
+    /// must not stop the process (SwiftNIO traps on a `NIOAsyncChannel` released unfinished).
+    @Test func cancelledWhileConnectionsArriveEveryConnectionIsClosed() async throws {
+        let request = ByteBuffer(string: "GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        for _ in 0..<8 {
+            let server = StatusServer(
+                configuration: .init(host: "127.0.0.1", port: 0, maximumConnections: 1_000),
+                registry: PrometheusCollectorRegistry(),
+                provider: FakeStatusProvider(),
+                logger: testLogger
+            )
+            let running = Task { try await server.run() }
+            let port = try await server.listeningPort()
+            let (connected, connectedSink) = AsyncStream.makeStream(of: Void.self)
+            let closed = try await withDeadline(seconds: 30, "every connection closed after the server was cancelled") {
+                try await withThrowingTaskGroup(of: Bool.self) { group in
+                    for _ in 0..<60 {
+                        group.addTask {
+                            let channel = try await RawConnection.connect(port: port)
+                            connectedSink.yield()
+                            // Keep-alive: a served connection stays open until the server stops;
+                            // one never served must be closed too. Reading ends only then.
+                            return try await channel.executeThenClose { inbound, outbound in
+                                try? await outbound.write(request)
+                                do {
+                                    for try await _ in inbound {}
+                                } catch {}
+                                return true
+                            }
+                        }
+                    }
+                    // Cancel while half of them are connected and the rest still arriving.
+                    var count = 0
+                    for await _ in connected {
+                        count += 1
+                        if count == 30 { break }
+                    }
+                    running.cancel()
+                    var closed = 0
+                    while let result = await group.nextResult() {
+                        if case .success(true) = result { closed += 1 }
+                    }
+                    return closed
+                }
+            }
+            connectedSink.finish()
+            #expect(closed >= 30, "connections that connected and then saw their close")
+            try await withDeadline("run() returning after cancellation") { try await running.value }
         }
     }
 
