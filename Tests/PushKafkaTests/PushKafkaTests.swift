@@ -168,14 +168,19 @@ struct PushKafkaTests {
         let cluster = try EmbeddedKafkaCluster(brokers: 1)
         let (topic, group, all) = try fourPartitionTopic(on: cluster, "deferred")
         let producer = try KafkaProducer(configuration: producerConfiguration(cluster))
+        // The embedded coordinator waits for a member's rejoin up to a second short of the
+        // session timeout, then rebalances without it: the revocation is held below for a few
+        // seconds of polling, which a loaded machine stretches past the usual 6 s.
+        var configuration = consumerConfiguration(cluster, group: group)
+        configuration.sessionTimeout = .seconds(20)
 
-        let a = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group), revocation: .deferred)
+        let a = try KafkaConsumer(configuration: configuration, revocation: .deferred)
         let events = Recorder<KafkaRebalanceEvent>()
         let drain = Task { for await event in a.rebalanceEvents { events.append(event) } }
         try a.subscribe(topics: [topic])
         try await pollUntil(a, owns: all, "A owns all partitions")
 
-        let b = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group))
+        let b = try KafkaConsumer(configuration: configuration)
         try b.subscribe(topics: [topic])
         var revoking: [TopicPartition] = []
         try await eventually("A is asked to give partitions up") {
