@@ -300,11 +300,22 @@ final class HTTPConnectTunnelHandler: ChannelInboundHandler, RemovableChannelHan
 
     private func fail(_ error: APNSError, _ context: ChannelHandlerContext) {
         guard state == .connecting || state == .awaitingAnswer else { return }
+        let connected = state == .awaitingAnswer
         state = .failed
         timer?.cancel()
         received = nil
-        established.fail(error)
-        context.close(promise: nil)
+        if connected {
+            // Closed before the promise fails: what the channel's initializer built (a
+            // `NIOAsyncChannel`, say) may be released as the promise fails, and must find its
+            // channel closed by then (SwiftNIO traps on one released while its channel is open).
+            context.close(promise: nil)
+            established.fail(error)
+        } else {
+            // Still connecting: failed first, so that the connect's failure, which closing
+            // causes, finds the tunnel's own error already there.
+            established.fail(error)
+            context.close(promise: nil)
+        }
     }
 
     enum Head: Equatable {

@@ -89,6 +89,35 @@ struct ProxyTests {
         #expect(log.contains("CONNECT 127.0.0.1:\(config.port) HTTP/1.1"), "tinyproxy's log: \(log)")
     }
 
+    /// The feedback client wraps its channel in a `NIOAsyncChannel` before the tunnel is open; a
+    /// tunnel refused after the TCP connect must end in the error each time (and the channel be
+    /// closed before that wrapper is released: SwiftNIO traps on one released while open).
+    @Test("The feedback service through a proxy that refuses the tunnel (407, 403): an error naming it, each time")
+    func feedbackThroughARefusingProxy() async throws {
+        let proxy = try TinyProxy(extra: ["BasicAuth alice s3cret", "ConnectPort 9"])
+        try await proxy.start()
+        let simulator = try await Harness.simulator()
+        var config = APNSFeedbackClient.Configuration(
+            host: "127.0.0.1",
+            port: try #require(simulator.feedbackPort),
+            credentials: try Harness.clientCredentials()
+        )
+        config.readTimeout = .seconds(2)
+        for (url, answer) in [(proxy.url(), "407"), (proxy.url(user: "alice", password: "s3cret"), "403")] {
+            config.proxy = try APNSProxy(url: url)
+            for _ in 0..<20 {
+                do {
+                    _ = try await APNSFeedbackClient(configuration: config).fetch()
+                    Issue.record("the feedback service was read through a proxy that refuses the tunnel")
+                } catch {
+                    #expect("\(error)".contains(answer), "\(error)")
+                }
+            }
+        }
+        await simulator.stop()
+        await proxy.stop()
+    }
+
     @Test("A proxy that wants Basic authentication: 407 without or with wrong credentials, in one sentence")
     func authenticationRefused() async throws {
         let proxy = try TinyProxy(extra: ["BasicAuth alice s3cret"])

@@ -322,9 +322,11 @@ struct PushKafkaTests {
             revocation - joined >= .milliseconds(4500),
             "the embedded broker now ends the revoking round early (\(revocation - joined)); update docs/architecture.md"
         )
+        // The revocation's time is when the drain task saw it, which a loaded machine delays:
+        // the second round is checked through the whole rebalance, two rounds from the join.
         #expect(
-            assigned - revocation >= .milliseconds(4500),
-            "the embedded broker now ends the assigning round early (\(assigned - revocation)); update docs/architecture.md"
+            assigned - joined >= .milliseconds(9000),
+            "the embedded broker now ends the assigning round early (\(assigned - joined) both rounds); update docs/architecture.md"
         )
         try await second.close()
         // As in the test above: the first member closes once the rebalance after the second
