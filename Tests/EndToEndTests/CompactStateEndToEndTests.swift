@@ -6,14 +6,14 @@ import PushTestSupport
 import PushWorker
 import Testing
 
-/// What a worker leaves in Redis once its results are written: a `D` per notification, no claim
-/// and no outcome (`docs/architecture.md#compact-state`), and the duplicate jobs those still
-/// recognise.
+/// What a worker leaves in Redis once its results are written: a claim of 16 bytes per
+/// notification and no outcome (`docs/architecture.md#compact-state`), and the duplicate jobs
+/// those still recognise.
 @Suite(.serialized, .timeLimit(.minutes(5))) struct CompactStateEndToEndTests {
     @Test(
-        "once written, a worker's notifications leave only settled fingerprints; the same jobs produced again are neither sent nor answered"
+        "once written, a worker's notifications leave only their claims; the same jobs produced again are neither sent nor answered"
     )
-    func writtenNotificationsLeaveSettledFingerprints() async throws {
+    func writtenNotificationsLeaveOnlyTheirClaims() async throws {
         let stack = try await WorkerStack.start()
         do {
             try await stack.startWorker("w1")
@@ -21,14 +21,14 @@ import Testing
             try await stack.produce(jobs.map { WorkerStack.job(id: $0.0, tokens: $0.1) })
             let expected = WorkerEndToEndTests.expectedIds(jobs)
             try await stack.readResults { Set($0.compactMap { $0["resultId"]?.stringValue }).count >= expected.count }
-            // A stop stores the last written positions, settles the last claims and deletes their outcomes.
+            // A stop stores the last written positions and deletes the outcomes they pass.
             #expect(await stack.stopWorkerReporting("w1").status == 0)
 
             let redis = try await RedisConnection.connect(stack.redis.configuration())
             var states: [String: Int] = [:]
             for key in try await redis.send(["KEYS", "apn:c:*"]).array?.compactMap(\.string) ?? [] {
-                for state in try await redis.send(["HVALS", key]).array?.compactMap(\.string) ?? [] {
-                    states[state.contains("|") ? "P" : state, default: 0] += 1
+                for state in try await redis.send(["HVALS", key]).array?.compactMap(\.bytes) ?? [] {
+                    states[state.count == 16 ? "P" : String(decoding: state, as: UTF8.self), default: 0] += 1
                 }
             }
             var outcomes = 0
@@ -36,7 +36,7 @@ import Testing
                 outcomes += Int(try await redis.send(["HLEN", key]).int ?? 0)
             }
             await redis.close()
-            #expect(states == ["D": expected.count], "claims left: \(states)")
+            #expect(states == ["P": expected.count], "states left: \(states)")
             #expect(outcomes == 0, "outcomes left: \(outcomes)")
 
             // The same jobs again, behind them a new one: only the new one is sent and answered.

@@ -188,7 +188,7 @@ struct JobSummaryEndToEndTests {
             let jobs = (0..<8).map { j in ("killed-\(j)", (0..<1000).map { DeviceToken.numbered($0, salt: 40 + j) }) }
             try await stack.produce(jobs.map { Self.job(id: $0.0, tokens: $0.1.map(\.hex)) })
             // Kill a worker while it holds claimed, unconfirmed notifications of a job: a claim
-            // names its worker until the outcome is recorded.
+            // of a message not yet before its written position.
             let redis = try await RedisConnection.connect(stack.redis.configuration())
             var victim: String?
             let deadline = ContinuousClock.now + .seconds(60)

@@ -197,14 +197,46 @@ struct WorkerEndToEndTests {
         await stack.shutdown()
     }
 
-    /// A worker that holds a claim now: the first `<owner>|…` state among the claims buckets
-    /// (`RedisKeys`, `c:`), `nil` when none holds one.
+    /// The messages ``claimingWorker(_:)`` recognises, by their names in claims.
+    private static let messages: [[UInt8]: (partition: Int32, offset: Int64)] = {
+        var messages: [[UInt8]: (partition: Int32, offset: Int64)] = [:]
+        for partition in Int32(0)..<64 {
+            for offset in Int64(0)..<10_000 {
+                messages[ClaimNames.message(topic: "apn.requests", partition: partition, offset: offset)] =
+                    (partition, offset)
+            }
+        }
+        return messages
+    }()
+
+    /// A worker that holds a claim now: the first claim (`RedisKeys`, `c:`) of a live worker
+    /// whose message is not before its partition's written position (`pw:`), `nil` when none
+    /// holds one. A claim names its owner and its message by 8-byte keys
+    /// (`ClaimNames`); the messages looked for are those of `apn.requests` up to partition 63
+    /// and offset 9,999.
     static func claimingWorker(_ redis: RedisConnection) async throws -> String? {
+        var owners: [[UInt8]: String] = [:]
+        for key in try await redis.send(["KEYS", "apn:w:*"]).array?.compactMap(\.string) ?? []
+        where !key.hasPrefix("apn:w:#") {
+            let name = String(key.dropFirst("apn:w:".count))
+            owners[ClaimNames.owner(name)] = name
+        }
+        guard !owners.isEmpty else { return nil }
+        let messages = Self.messages
+        var positions: [Int32: Int64] = [:]
         let keys = try await redis.send(["KEYS", "apn:c:*"]).array?.compactMap(\.string) ?? []
         for key in keys.prefix(200) {
-            for state in try await redis.send(["HVALS", key]).array?.compactMap(\.string) ?? []
-            where state.contains("|") {
-                return state.split(separator: "#").first.map(String.init)
+            for state in try await redis.send(["HVALS", key]).array?.compactMap(\.bytes) ?? [] where state.count == 16 {
+                guard let owner = owners[Array(state[0..<8])], let message = messages[Array(state[8..<16])] else {
+                    continue
+                }
+                if positions[message.partition] == nil {
+                    positions[message.partition] =
+                        try await redis.send(["GET", "apn:pw:apn.requests:\(message.partition)"]).int ?? -1
+                }
+                if message.offset >= positions[message.partition]! {
+                    return owner.split(separator: "#").first.map(String.init)
+                }
             }
         }
         return nil
@@ -218,7 +250,7 @@ struct WorkerEndToEndTests {
             let jobs = (0..<6000).map { ("kill-\($0)", [DeviceToken.numbered($0)]) }
             try await stack.produce(jobs.map { WorkerStack.job(id: $0.0, tokens: $0.1) })
             // Kill a worker while it holds claimed, unconfirmed notifications (the window is 1 s):
-            // find one in Redis, where a claim names its worker until the outcome is recorded.
+            // find one in Redis, a claim of a message not yet before its written position.
             let redis = try await RedisConnection.connect(stack.redis.configuration())
             var victim: String?
             let deadline = ContinuousClock.now + .seconds(60)

@@ -5,11 +5,11 @@ import Testing
 
 @testable import PushWorker
 
-/// A settled notification keeps only its fingerprint, `D`, once its message is before its
-/// partition's written position (`docs/architecture.md#compact-state`): duplicates are still
-/// recognised, the message consumed again still needs nothing (or finds its outcome before
-/// then), and a claim that meets a settled notification leaves no claim behind. On a real
-/// `redis-server` and a real Redis Cluster.
+/// A settled notification keeps only its claim, 16 bytes in a small bucket, once its message is
+/// before its partition's written position (`docs/architecture.md#compact-state`): duplicates
+/// are still recognised, the message consumed again still needs nothing (or finds its outcome
+/// before then), whoever's claim it finds, and a claim that meets a settled notification
+/// leaves no claim behind. On a real `redis-server` and a real Redis Cluster.
 @Suite(.timeLimit(.minutes(3))) struct CompactStateTests {
     private static let topic = "apn.requests"
 
@@ -55,7 +55,6 @@ import Testing
     private static func settled(_ n: Int, offset: Int64, generation: Int64, store: NotificationStore) -> SettledRecord {
         SettledRecord(
             fingerprint: NotificationFingerprint(resultId: "compact-\(n)"),
-            tag: store.keys.tag(token: token(n)),
             partition: TopicPartition(topic: topic, partition: 3),
             offset: offset,
             outcomeGeneration: generation
@@ -63,8 +62,8 @@ import Testing
     }
 
     /// Claims, records and writes notifications 0..<count of one message each (offsets
-    /// 10...), then stores the written position past them, compacts them, and deletes their
-    /// outcomes, as the result stage does over its next two writes.
+    /// 10...), then stores the written position past them, and deletes their outcomes, as the
+    /// result stage does over its next two writes.
     private func settle(_ count: Int, store: NotificationStore, ttlSeconds: Int = 600) async throws {
         let requests = (0..<count).map { Self.request($0, offset: Int64(10 + $0)) }
         let claimed = try await store.claim(topic: Self.topic, requests, ttlSeconds: ttlSeconds, nowMilliseconds: 1_000)
@@ -83,7 +82,6 @@ import Testing
             unregistered: [],
             released: [],
             positions: [TopicPartitionOffset(topic: Self.topic, partition: 3, offset: Int64(10 + count))],
-            compacted: settled,
             ttlSeconds: ttlSeconds
         )
         #expect(try await outcomes(store, generation: generation) == count, "deleted with the next write, not this one")
@@ -102,7 +100,7 @@ import Testing
     }
 
     /// The states of notifications 0..<count in this generation and the one before (`P` for
-    /// any claim, `<owner>|…`), counted.
+    /// any claim, `<claim id><message key>`), counted.
     private func states(_ count: Int, store: NotificationStore, ttlSeconds: Int = 600) async throws -> [String: Int] {
         let generation = store.outcomeGeneration(ttlSeconds: ttlSeconds)
         var states: [String: Int] = [:]
@@ -115,7 +113,9 @@ import Testing
                     ]
                 }
             )
-            for state in replies.compactMap(\.string) { states[state.contains("|") ? "P" : state, default: 0] += 1 }
+            for state in replies.compactMap(\.bytes) {
+                states[state.count == 16 ? "P" : String(decoding: state, as: UTF8.self), default: 0] += 1
+            }
         }
         return states
     }
@@ -127,15 +127,15 @@ import Testing
     }
 
     @Test(
-        "a settled notification keeps only its fingerprint: consumed again it needs nothing, a duplicate job is recognised, a new one is sent",
+        "a settled notification keeps only its claim: consumed again it needs nothing, a duplicate job is recognised, a new one is sent",
         arguments: StoreBackend.allCases
     )
-    func aSettledNotificationKeepsOnlyItsFingerprint(_ backend: StoreBackend) async throws {
+    func aSettledNotificationKeepsOnlyItsClaim(_ backend: StoreBackend) async throws {
         try await withStore(backend) { store in
             try await settle(200, store: store)
-            #expect(try await states(200, store: store) == ["D": 200])
+            #expect(try await states(200, store: store) == ["P": 200])
             #expect(try await outcomes(store, generation: store.outcomeGeneration(ttlSeconds: 600)) == 0)
-            // Small buckets stay listpacks: about 13 bytes a settled notification.
+            // Small buckets stay listpacks: about 28 bytes a settled notification.
             let bucket = Self.claims(0, store: store, generation: store.outcomeGeneration(ttlSeconds: 600))
             var encoding = RedisCommands(capacity: 64)
             encoding.begin(argumentCount: 3)
@@ -160,7 +160,7 @@ import Testing
             )
             #expect(duplicates.allSatisfy { $0 == .duplicate }, "\(Set(duplicates.map { "\($0)" }))")
             // No claim is left behind.
-            #expect(try await states(200, store: store) == ["D": 200])
+            #expect(try await states(200, store: store) == ["P": 200])
             // Notifications never settled are new.
             let fresh = try await store.claim(
                 topic: Self.topic,
@@ -236,7 +236,7 @@ import Testing
             }
             let decisions = try await store.claim(topic: Self.topic, requests, ttlSeconds: 600, nowMilliseconds: 3_000)
             #expect(decisions.allSatisfy { $0 == .duplicate }, "\(decisions)")
-            #expect(try await states(30, store: store) == ["D": 30])
+            #expect(try await states(30, store: store) == ["P": 30])
         }
     }
 
@@ -295,15 +295,13 @@ import Testing
             let current = Self.claims(0, store: store, generation: generation)
             #expect(try await store.redis.send([Array("HGET".utf8), current, member(0)]).string == "F")
 
-            // Notification 2 claimed in the previous generation by a dead worker, settled in
-            // this one: settled.
+            // Notification 2 claimed in the previous generation by a dead worker, its message
+            // before the written position: written.
             let claimedBefore = Self.claims(2, store: store, generation: generation - 1)
             _ = try await store.redis.send([
                 Array("HSET".utf8), claimedBefore, member(2),
-                Array("gone#x|\(NotificationStore.topicMark(Self.topic))|3|12".utf8),
-            ])
-            _ = try await store.redis.send([
-                Array("HSET".utf8), Self.claims(2, store: store, generation: generation), member(2), Array("D".utf8),
+                ClaimNames.owner("gone#x")
+                    + ClaimNames.message(topic: Self.topic, partition: 3, offset: 12),
             ])
             _ = try await store.redis.send([
                 Array("SET".utf8), store.keys.writtenPosition(topic: Self.topic, partition: 3), Array("13".utf8),
@@ -322,7 +320,6 @@ import Testing
                 records: [Self.record(1, offset: 8_000)],
                 unregistered: [],
                 released: [],
-                compacted: [Self.settled(1, offset: 8_000, generation: outcomeGeneration, store: store)],
                 outcomeGeneration: outcomeGeneration,
                 ttlSeconds: ttl
             )
@@ -341,7 +338,48 @@ import Testing
     }
 
     @Test(
-        "a long owner is cut to 24 bytes and a topic named by four hex digits, so that a claim stays a small listpack value"
+        "a claim found without its outcome is written before its partition's written position; at or after it, a dead owner's is resent and a live owner's waits",
+        arguments: StoreBackend.allCases
+    )
+    func aClaimWithoutAnOutcomeIsDecidedByTheWrittenPosition(_ backend: StoreBackend) async throws {
+        try await backend.withClients(3) { clients in
+            let store = NotificationStore(redis: clients[0], prefix: "test:", owner: "worker-1")
+            let live = NotificationStore(redis: clients[1], prefix: "test:", owner: "worker-2")
+            let dead = NotificationStore(redis: clients[2], prefix: "test:", owner: "worker-3")
+            try await store.prepare()
+            try await live.heartbeat(ttlMilliseconds: 60_000)
+            // Notifications n of `range`, each of its own message at offset 10 + n of partition 3,
+            // claimed by `by` after the written position is set to `position`.
+            typealias Decisions = [NotificationStore.ClaimDecision]
+            func claim(_ by: NotificationStore, _ range: Range<Int>, position: Int64? = nil) async throws -> Decisions {
+                if let position {
+                    _ = try await store.redis.send([
+                        Array("SET".utf8), store.keys.writtenPosition(topic: Self.topic, partition: 3),
+                        Array(String(position).utf8),
+                    ])
+                }
+                return try await by.claim(
+                    topic: Self.topic,
+                    range.map { Self.request($0, offset: Int64(10 + $0)) },
+                    ttlSeconds: 600,
+                    nowMilliseconds: 1_000
+                )
+            }
+            // worker-2 (alive) claims notifications 0..<10 and worker-3 (never alive) 10..<20;
+            // their outcomes are never recorded (as after settling, which deletes them).
+            #expect(try await claim(live, 0..<10).allSatisfy { $0 == .send })
+            #expect(try await claim(dead, 10..<20).allSatisfy { $0 == .send })
+            let live10 = try await claim(store, 0..<10, position: 15)
+            #expect(live10 == Array(repeating: .written, count: 5) + Array(repeating: .busy, count: 5))
+            let dead10 = try await claim(store, 10..<20, position: 25)
+            #expect(dead10 == Array(repeating: .written, count: 5) + Array(repeating: .resend, count: 5))
+            // Taken over, the claims now name worker-1: consumed again, still written or resent.
+            #expect(try await claim(store, 10..<20) == dead10)
+        }
+    }
+
+    @Test(
+        "a long owner is cut to 24 bytes; a claim names its owner and its message in 8 bytes each"
     )
     func longOwnersAreCut() {
         #expect(NotificationStore.claimOwner("worker-1#ab12") == "worker-1#ab12")
@@ -349,10 +387,21 @@ import Testing
         #expect(long.utf8.count == 24)
         #expect(long.hasPrefix("apn-wor~"))
         #expect(long != NotificationStore.claimOwner("apn-worker-7d9f8b6c5-x2x9z#0123456789abcdee"))
-        // A topic is named by four hex digits.
-        let mark = NotificationStore.topicMark("apn.requests")
-        #expect(mark.count == 4 && mark.allSatisfy(\.isHexDigit))
-        #expect(mark != NotificationStore.topicMark("apn.requests.high"))
+        #expect(ClaimNames.owner(long).count == 8)
+        #expect(ClaimNames.owner(long) != ClaimNames.owner("worker-1#ab12"))
+        // A message is named by 8 bytes of its topic, partition and offset.
+        let key = ClaimNames.message(topic: "apn.requests", partition: 3, offset: 12)
+        #expect(key.count == 8)
+        #expect(key == ClaimNames.message(topic: "apn.requests", partition: 3, offset: 12))
+        var keys: Set<[UInt8]> = [key]
+        for topic in ["apn.requests", "apn.requests.high"] {
+            for partition in Int32(0)..<64 {
+                for offset in Int64(0)..<64 {
+                    keys.insert(ClaimNames.message(topic: topic, partition: partition, offset: offset))
+                }
+            }
+        }
+        #expect(keys.count == 2 * 64 * 64, "every message has a key of its own")
     }
 
     @Test(

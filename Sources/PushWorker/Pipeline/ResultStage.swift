@@ -30,14 +30,14 @@ final class ResultStage: Sendable {
         var lastAttempt = ContinuousClock.now
         /// The writer took a batch and has not written it yet.
         var writing = false
-        /// Written outcomes whose claims become `D` once their messages are before their
-        /// partitions' stored written positions (``compactable(with:)``), per partition in the
-        /// order they were written (nearly their offsets' order).
+        /// Written outcomes, deleted once their messages are before their partitions' stored
+        /// written positions (``compactable(with:)``), per partition in the order they were
+        /// written (nearly their offsets' order).
         var settledRecords: [TopicPartition: Deque<SettledRecord>] = [:]
         /// How many ``settledRecords`` hold.
         var settledCount = 0
-        /// Compacted by the last write that succeeded: their outcomes are deleted with the next
-        /// one (``NotificationStore/write``, `forgotten`).
+        /// Passed by the positions of the last write that succeeded: their outcomes are deleted
+        /// with the next one (``NotificationStore/write``, `forgotten`).
         var forgettable: [SettledRecord] = []
         /// The written positions this writer stored.
         var storedPositions: [TopicPartition: Int64] = [:]
@@ -65,16 +65,15 @@ final class ResultStage: Sendable {
         }
 
         /// Notes the positions stored, the records of a written batch (their outcomes recorded
-        /// in `generation`), and the records compacted by it. At most `limit` records wait:
-        /// beyond it the oldest are left as they are, claimed, until their buckets expire (a
-        /// message consumed again still finds its outcome, which expires with them).
+        /// in `generation`), and the records its positions passed. At most `limit` records
+        /// wait: beyond it the oldest keep their outcomes until their generation's outcomes
+        /// expire (a message consumed again still finds its outcome).
         mutating func written(
             _ records: [RecordedResult],
             stored marks: [TopicPartitionOffset],
             compacted: [SettledRecord],
             generation: Int64,
-            limit: Int,
-            tag: (String) -> UInt16?
+            limit: Int
         ) {
             for mark in marks {
                 storedPositions[mark.topicPartition] = max(storedPositions[mark.topicPartition] ?? -1, mark.offset)
@@ -90,7 +89,6 @@ final class ResultStage: Sendable {
                     settled.append(
                         SettledRecord(
                             fingerprint: record.fingerprint,
-                            tag: tag(record.token),
                             partition: partition,
                             offset: record.ref.offset,
                             outcomeGeneration: generation
@@ -323,8 +321,8 @@ final class ResultStage: Sendable {
     private func write(_ batch: [ResultItem], positions: Bool) async {
         guard positions || !batch.isEmpty else { return }
         let plan = Self.plan(batch, topic: configuration.kafka.resultsTopic)
-        // The written positions reached by earlier batches go with this one, and the records
-        // they leave behind give way to fingerprints.
+        // The written positions reached by earlier batches go with this one; the outcomes they
+        // pass are deleted with the next one.
         let marks = ledger.read { $0.pendingMarks() }
         let (compacted, forgotten) = state.withLock { ($0.compactable(with: marks), $0.forgettable) }
         let generation = store.outcomeGeneration(ttlSeconds: configuration.worker.dedupeTTLSeconds)
@@ -335,7 +333,6 @@ final class ResultStage: Sendable {
                 environments: plan.environments,
                 released: plan.released,
                 marks: marks,
-                compacted: compacted,
                 forgotten: forgotten,
                 generation: generation,
                 count: batch.count
@@ -365,8 +362,7 @@ final class ResultStage: Sendable {
                 stored: marks,
                 compacted: compacted,
                 generation: generation,
-                limit: configuration.worker.maxInFlight,
-                tag: store.keys.tag(token:)
+                limit: configuration.worker.maxInFlight
             )
         }
         carryOut(ledger.update { $0.written(batch, marks: marks, counted: counted) })
@@ -381,7 +377,6 @@ final class ResultStage: Sendable {
         environments: [TokenEnvironment],
         released: [(resultId: String, token: String)],
         marks: [TopicPartitionOffset],
-        compacted: [SettledRecord],
         forgotten: [SettledRecord],
         generation: Int64,
         count: Int
@@ -395,7 +390,6 @@ final class ResultStage: Sendable {
                     released: released,
                     positions: marks,
                     environments: environments,
-                    compacted: compacted,
                     forgotten: forgotten,
                     outcomeGeneration: generation,
                     ttlSeconds: configuration.worker.dedupeTTLSeconds
@@ -447,7 +441,6 @@ final class ResultStage: Sendable {
                 unregistered: [],
                 released: [],
                 positions: marks,
-                compacted: compacted,
                 forgotten: forgotten,
                 ttlSeconds: configuration.worker.dedupeTTLSeconds
             )
@@ -457,12 +450,11 @@ final class ResultStage: Sendable {
                     stored: marks,
                     compacted: compacted,
                     generation: 0,
-                    limit: configuration.worker.maxInFlight,
-                    tag: store.keys.tag(token:)
+                    limit: configuration.worker.maxInFlight
                 )
             }
             ledger.update { $0.marksStored(marks) }
-            // The outcomes of what this call compacted, now that their claims say `D`.
+            // The outcomes of what this call's positions passed, now that they are stored.
             let forgettable = state.withLock { $0.forgettable }
             if !forgettable.isEmpty {
                 try await store.write(

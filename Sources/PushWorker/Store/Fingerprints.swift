@@ -20,7 +20,7 @@ struct NotificationFingerprint: Sendable, Equatable {
     /// The field in its bucket.
     let member: Int64
     /// ``member`` in decimal, as it goes into the commands that name it (a claim, its lookup in
-    /// the generation before, its outcome's field, its `D`, the outcome's deletion): formatted
+    /// the generation before, its outcome's field, the outcome's deletion, a release): formatted
     /// once.
     let text: DecimalArgument
     /// Chooses the bucket (``FingerprintLayout/bucket(of:)``).

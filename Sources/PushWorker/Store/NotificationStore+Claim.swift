@@ -61,7 +61,8 @@ extension NotificationStore {
     enum ClaimDecision: Sendable, Hashable {
         /// Claimed: send it.
         case send
-        /// Claimed from a dead worker that may have sent it: send, marked `possibleDuplicate`.
+        /// Claimed from a dead worker that may have sent it, its outcome not recorded and its
+        /// message not before its partition's written position: send, marked `possibleDuplicate`.
         case resend
         /// The outcome is already recorded by this message: produce the recorded result again,
         /// and the `feedback` result recorded with it, if any.
@@ -110,8 +111,8 @@ extension NotificationStore {
         // Claims of other workers for the same message: taken over if the worker is dead.
         let others = codes.indices.filter { ClaimReply(code: codes[$0]) == .otherOwner }
         if !others.isEmpty {
-            let dead = try await deadOwners(Set(others.map { String(decoding: codes[$0].dropFirst(), as: UTF8.self) }))
-            let takeOver = others.filter { dead.contains(String(decoding: codes[$0].dropFirst(), as: UTF8.self)) }
+            let dead = try await deadClaimOwners(Set(others.map { Array(codes[$0].dropFirst()) }))
+            let takeOver = others.filter { dead.contains(Array(codes[$0].dropFirst())) }
             if !takeOver.isEmpty {
                 let again = try await runClaims(
                     topic: topic,
@@ -134,13 +135,13 @@ extension NotificationStore {
         }
         try await findOutcomes(topic: topic, requests, lookups, ttlSeconds: ttlSeconds, codes: &codes)
 
-        // Outcomes recorded by this same message, and settled notifications: is the message's
-        // result written already?
+        // Outcomes recorded by this same message, claims of it found without an outcome (taken
+        // over, or another live owner's), and settled notifications: is the message's result
+        // written already? A claim never changes once its result is written: the written
+        // position alone tells.
         var written: [Int32: Int64] = [:]
         let recorded = Set(
-            codes.indices.filter { [.recorded, .settled].contains(ClaimReply(code: codes[$0])) }.map {
-                requests[$0].partition
-            }
+            codes.indices.filter { Self.readsWrittenPosition(codes[$0]) }.map { requests[$0].partition }
         )
         if !recorded.isEmpty {
             let partitions = recorded.sorted()
@@ -163,8 +164,7 @@ extension NotificationStore {
             return try Self.decision(
                 code,
                 offset: requests[index].offset,
-                writtenPosition: [.recorded, .settled].contains(ClaimReply(code: code))
-                    ? written[requests[index].partition] ?? -1 : -1
+                writtenPosition: Self.readsWrittenPosition(code) ? written[requests[index].partition] ?? -1 : -1
             )
         }
         try await returnUnused(taken, requests: requests, permits: permits, decisions: decisions)
@@ -238,14 +238,25 @@ extension NotificationStore {
         }
     }
 
-    /// The decision a claim code stands for (``ClaimReply``).
+    /// Whether the decision for `code` depends on its partition's written position.
+    private static func readsWrittenPosition(_ code: [UInt8]) -> Bool {
+        switch ClaimReply(code: code) {
+        case .recorded, .settled, .resend, .otherOwner: true
+        default: false
+        }
+    }
+
+    /// The decision a claim code stands for (``ClaimReply``), `writtenPosition` being its
+    /// partition's written position (`-1` when none is stored, or not read).
     static func decision(_ bytes: [UInt8], offset: Int64, writtenPosition: Int64) throws(RedisError) -> ClaimDecision {
         guard let reply = ClaimReply(code: bytes) else {
             throw RedisError(.protocol, "the claim script answered \(String(decoding: bytes, as: UTF8.self))")
         }
         switch reply {
         case .send: return .send
-        case .resend: return .resend
+        // Its claim taken over without an outcome: the outcome is deleted only once the written
+        // position stored passes it, so before that position its result is written.
+        case .resend: return offset < writtenPosition ? .written : .resend
         case .recorded:
             if offset < writtenPosition { return .written }
             let recorded = bytes.dropFirst()
@@ -255,7 +266,11 @@ extension NotificationStore {
             return .recorded(result: Array(recorded[..<newline]), feedback: Array(recorded[(newline + 1)...]))
         case .duplicate: return .duplicate
         case .settled: return offset < writtenPosition ? .written : .duplicate
-        case .busy, .otherOwner: return .busy
+        // Another live worker's claim for this message, without an outcome: written if its
+        // message is before the written position (the worker lost the partition after writing
+        // its result), else that worker is still at it.
+        case .otherOwner: return offset < writtenPosition ? .written : .busy
+        case .busy: return .busy
         case .throttled: return .throttled
         case .rateLimited: return .rateLimited
         case .unregistered: return .unregistered(TokenVerdict(stored: bytes.dropFirst()))

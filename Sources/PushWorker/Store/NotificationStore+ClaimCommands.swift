@@ -23,7 +23,7 @@ extension NotificationStore {
         tags: [UInt16?],
         hour: Int64,
         permits: [Bool],
-        dead: Set<String>,
+        dead: Set<[UInt8]>,
         ttlSeconds: Int
     ) async throws(RedisError) -> [[UInt8]] {
         var usual: [Int] = []
@@ -155,17 +155,6 @@ extension NotificationStore {
         }
     }
 
-    /// What names a topic in a claim: four hex digits of an FNV-1a hash of its name, short so
-    /// that a claim stays small. A duplicate job in another topic is told from the message
-    /// consumed again by its topic mark, its partition and its offset together.
-    static func topicMark(_ topic: String) -> String {
-        var hash: UInt32 = 0x811C_9DC5
-        for byte in topic.utf8 { hash = (hash ^ UInt32(byte)) &* 0x0100_0193 }
-        let folded = (hash >> 16) ^ (hash & 0xFFFF)
-        let hex = String(folded, radix: 16)
-        return String(repeating: "0", count: 4 - hex.count) + hex
-    }
-
     /// An outcome's field in its hash, `<offset>|<fingerprint>`.
     static func outcomeField(offset: Int64, _ fingerprint: NotificationFingerprint) -> [UInt8] {
         var field: [UInt8] = []
@@ -218,7 +207,7 @@ extension NotificationStore {
         var expiring: [Int] = []
     }
 
-    /// Appends, per slot, an `HSETNX <bucket> <fingerprint> <owner>|<topic mark>|<partition>|<offset>`
+    /// Appends, per slot, an `HSETNX <bucket> <fingerprint> <claim id><message key>`
     /// and an `HEXISTS <bucket of the generation before> <fingerprint>` for each request, then
     /// an `HMGET <app's unregistered tokens> <tokens…>` for each app and environment among them,
     /// then an `EXPIREAT` for each bucket this worker writes first in this generation
@@ -234,7 +223,6 @@ extension NotificationStore {
         var plain = PlainClaims()
         let generation = keys.verdictGeneration(at: Int64(Date().timeIntervalSince1970))
         let layout = place.layout
-        let mark = Self.topicMark(topic)
         // Each request's bucket, computed once (a 64-bit division); which buckets this worker
         // writes first in this generation, under one lock.
         var buckets = [Int](repeating: 0, count: requests.count)
@@ -263,13 +251,15 @@ extension NotificationStore {
                 commands.appendKey { keys.appendClaims(generation: current, bucket: bucket, tag: tags[index], to: &$0) }
                 commands.append(print.text)
                 commands.append { value in
-                    value += owner.utf8
-                    value.append(UInt8(ascii: "|"))
-                    value += mark.utf8
-                    value.append(UInt8(ascii: "|"))
-                    DecimalText.append(Int64(requests[index].partition), to: &value)
-                    value.append(UInt8(ascii: "|"))
-                    DecimalText.append(requests[index].offset, to: &value)
+                    value += claimId
+                    value += [UInt8](repeating: 0, count: 8)
+                    ClaimNames.appendMessage(
+                        topic: topic,
+                        partition: requests[index].partition,
+                        offset: requests[index].offset,
+                        to: &value,
+                        at: value.count - 8
+                    )
                 }
                 commands.begin(argumentCount: 3)
                 commands.append("HEXISTS")
@@ -385,15 +375,15 @@ extension NotificationStore {
         place: ClaimPlace,
         hour: Int64,
         permits: [Bool],
-        dead: Set<String>,
+        dead: Set<[UInt8]>,
         to commands: inout RedisCommands
     ) -> [[Int]] {
         let groups = redis.groupedBySlot(indices) { keys.claims(generation: 0, bucket: 0, tag: tags[$0]) }
-        let deadOwners = dead.sorted().joined(separator: "\n")
+        let deadOwners = dead.sorted { $0.lexicographicallyPrecedes($1) }.flatMap { $0 }
         let generation = keys.verdictGeneration(at: Int64(Date().timeIntervalSince1970))
         let layout = place.layout
         for group in groups {
-            commands.beginEvalsha(Scripts.claim, keyCount: group.count * 4, argumentCount: 4 + group.count * 4)
+            commands.beginEvalsha(Scripts.claim, keyCount: group.count * 4, argumentCount: 3 + group.count * 4)
             // The requests are read in place (`requests[index].…`): a copy of one retains its strings.
             for index in group {
                 let tag = tags[index]
@@ -431,16 +421,17 @@ extension NotificationStore {
                     }
                 }
             }
-            commands.append(owner)
-            commands.append(Self.topicMark(topic))
+            commands.append(claimId)
             commands.append(layout.expiry(of: place.generation))
             commands.append(deadOwners)
             for index in group {
-                commands.append { place in
-                    DecimalText.append(Int64(requests[index].partition), to: &place)
-                    place.append(UInt8(ascii: "|"))
-                    DecimalText.append(requests[index].offset, to: &place)
-                }
+                commands.append(
+                    ClaimNames.message(
+                        topic: topic,
+                        partition: requests[index].partition,
+                        offset: requests[index].offset
+                    )
+                )
                 commands.append(requests[index].tokenHex)
                 if requests[index].registeredAt == nil && requests[index].devicePerHour == 0 && permits[index] {
                     commands.append([UInt8]())  // the usual options, in two bytes

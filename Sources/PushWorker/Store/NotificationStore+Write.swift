@@ -13,19 +13,18 @@ extension NotificationStore {
     ///
     /// - `outcomeGeneration`: the generation the outcomes are recorded in
     ///   (``outcomeGeneration(ttlSeconds:)``), kept by the caller to delete them later.
-    /// - `compacted`: settled notifications whose messages are before their partitions' written
-    ///   positions (stored before or with this call): their claims become `D`.
-    /// - `forgotten`: settled notifications compacted by an earlier call that succeeded: their
-    ///   outcomes are deleted. Not in the call that compacts them: on a cluster the claim and the
-    ///   outcome live on different primaries, and a message consumed again must never find the
-    ///   outcome gone while its claim still says `P`.
+    /// - `forgotten`: settled notifications, whose messages are before the written positions
+    ///   stored by an earlier call that succeeded: their outcomes are deleted. Not in the call
+    ///   that stores the position: on a cluster the position and the outcome live on different
+    ///   primaries, and a message consumed again must never find its outcome gone while its
+    ///   written position is still before it (``claim(topic:_:ttlSeconds:nowMilliseconds:)``
+    ///   reads the outcome, then the position).
     func write(
         records: [RecordedResult],
         unregistered: [(app: String, environment: String, token: String, since: Int64, reason: String)],
         released: [(resultId: String, token: String)],
         positions: [TopicPartitionOffset] = [],
         environments: [TokenEnvironment] = [],
-        compacted: [SettledRecord] = [],
         forgotten: [SettledRecord] = [],
         outcomeGeneration: Int64? = nil,
         ttlSeconds: Int
@@ -35,7 +34,7 @@ extension NotificationStore {
                 $0 + $1.result.value.count + ($1.feedback?.value.count ?? 0) + 64
             }
                 + (unregistered.count * 4 + released.count) * 160 + positions.count * 80
-                + (compacted.count + forgotten.count) * 64
+                + forgotten.count * 64
         )
         let layout = fingerprintLayout(ttlSeconds: ttlSeconds)
         let now = Int64(Date().timeIntervalSince1970)
@@ -85,19 +84,13 @@ extension NotificationStore {
             commands.append(Int64(ttlSeconds))
             for index in group { commands.append(positions[index].offset) }
         }
-        let expiring = compact(compacted, layout: layout, generation: layout.generation(at: now), to: &commands)
         appendForgotten(forgotten, to: &commands)
         guard !commands.isEmpty else { return }
-        do throws(RedisError) {
-            let replies = try await measured { () throws(RedisError) in
-                try await redis.pipeline(commands, scripts: [Scripts.advancePositions, Scripts.release])
-            }
-            if let failure = replies.first(where: { $0.errorMessage != nil }) {
-                throw RedisError(.server("ERR"), "Redis refused a state update: \(failure.errorMessage ?? "")")
-            }
-        } catch {
-            fingerprintExpiries.withLock { $0.forget(expiring.places, generation: expiring.generation) }
-            throw error
+        let replies = try await measured { () throws(RedisError) in
+            try await redis.pipeline(commands, scripts: [Scripts.advancePositions, Scripts.release])
+        }
+        if let failure = replies.first(where: { $0.errorMessage != nil }) {
+            throw RedisError(.server("ERR"), "Redis refused a state update: \(failure.errorMessage ?? "")")
         }
     }
 
@@ -170,55 +163,12 @@ extension NotificationStore {
                     }
                 }
             }
-            commands.append(owner)
+            commands.append(claimId)
             for index in group {
                 commands.append(entries[index].print.text)
                 commands.append(entries[index].print.text)
             }
         }
-    }
-
-    /// Appends, for each settled notification, `HSET` of `D` under its fingerprint in its
-    /// claims bucket of this generation (with the bucket's `EXPIREAT` the first time this worker
-    /// writes it in the generation). A claim made in the generation before stays there as it
-    /// was: the claim script takes a `D` over it. Returns the buckets given their expiry, to
-    /// forget if the round trip fails.
-    private func compact(
-        _ settled: [SettledRecord],
-        layout: FingerprintLayout,
-        generation: Int64,
-        to commands: inout RedisCommands
-    ) -> (places: [Int], generation: Int64) {
-        guard !settled.isEmpty else { return ([], 0) }
-        var places: [Int] = []
-        let buckets = settled.map { layout.bucket(of: $0.fingerprint) }
-        var needsExpiry = [Bool](repeating: false, count: settled.count)
-        fingerprintExpiries.withLock { expiries in
-            for (index, entry) in settled.enumerated() {
-                let place = layout.place(bucket: buckets[index], tag: entry.tag)
-                if expiries.needsExpiry(place: place, generation: generation, places: layout.places) {
-                    needsExpiry[index] = true
-                    places.append(place)
-                }
-            }
-        }
-        let text = RedisKeys.claimsGeneration(generation)
-        for (index, entry) in settled.enumerated() {
-            let tag = entry.tag
-            let bucket = buckets[index]
-            commands.begin(argumentCount: 4)
-            commands.append("HSET")
-            commands.appendKey { keys.appendClaims(generation: text, bucket: bucket, tag: tag, to: &$0) }
-            commands.append(entry.fingerprint.text)
-            commands.append("D")
-            if needsExpiry[index] {
-                commands.begin(argumentCount: 3)
-                commands.append("EXPIREAT")
-                commands.appendKey { keys.appendClaims(generation: generation, bucket: bucket, tag: tag, to: &$0) }
-                commands.append(layout.expiry(of: generation))
-            }
-        }
-        return (places, generation)
     }
 
     /// Appends one `HDEL` per run of `forgotten` in one outcome hash (they come per partition).
@@ -245,13 +195,10 @@ extension NotificationStore {
     }
 }
 
-/// A notification whose outcome is recorded and whose result is written: its claim becomes `D`
-/// once its message is before its partition's written position, and its outcome is deleted
-/// after that.
+/// A notification whose outcome is recorded and whose result is written: its outcome is deleted
+/// once a written position stored before passes its message.
 struct SettledRecord: Sendable {
     var fingerprint: NotificationFingerprint
-    /// Its token's hash tag (``RedisKeys/tag(token:)``).
-    var tag: UInt16?
     var partition: TopicPartition
     var offset: Int64
     /// The generation its outcome was recorded in (``RedisKeys`` `o:`).

@@ -3,8 +3,8 @@ import Foundation
 import Logging
 import PushRedis
 
-/// The worker's state in Redis: each notification's claim (`D`, a few bytes, once its result is
-/// written) and its outcome until then, worker liveness, rate counters,
+/// The worker's state in Redis: each notification's claim (16 bytes, kept for the dedupe TTL)
+/// and its outcome until its message is before its partition's written position, worker liveness, rate counters,
 /// the unregistered-token store, hand-off marks, job summaries and the feedback lock. Each call
 /// is one round trip per server (per primary on a Redis Cluster), whatever the number of
 /// notifications it covers; a claim takes more only when it meets another worker's claim, a
@@ -20,6 +20,8 @@ final class NotificationStore: Sendable {
     let redis: RedisClient
     let keys: RedisKeys
     let owner: String
+    /// What names ``owner`` in a claim: 8 bytes (``ClaimNames/owner(_:)``).
+    let claimId: [UInt8]
     /// Where the claim and write round trips report their latency and failures.
     let metrics: WorkerMetrics?
     /// Buckets of settled notifications' fingerprints per generation (``FingerprintLayout``).
@@ -46,6 +48,7 @@ final class NotificationStore: Sendable {
             verdictPeriod: invalidTokenTTL.components.seconds
         )
         self.owner = Self.claimOwner(owner)
+        self.claimId = ClaimNames.owner(self.owner)
         self.metrics = metrics
         self.fingerprintBuckets = fingerprintBuckets
     }

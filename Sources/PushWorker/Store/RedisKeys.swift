@@ -7,19 +7,19 @@ import PushKafka
 /// that every key of one token shares a slot.
 /// - `c:<T><generation>:<bucket>`: the claims of notifications whose fingerprints fall in the
 ///   bucket (``NotificationFingerprint``, ``FingerprintLayout``): a hash, fingerprint → state.
-///   `<owner>|<topic mark>|<partition>|<offset>` while a worker has the notification claimed
-///   (``NotificationStore/topicMark(_:)``);
-///   `D` once it is settled (its result written, its message before its partition's written
-///   position); `F` for a claim released (``NotificationStore/write``). Small enough for Redis'
-///   `listpack` encoding, so a settled notification costs about 13 bytes for the rest of the
-///   dedupe TTL. A claim is written into the generation current when it is made, and looked up
-///   in that one and the one before.
+///   16 bytes: the claiming owner's claim id (``ClaimNames/owner(_:)``) and its
+///   message's key (``ClaimNames/message(topic:partition:offset:)``); `F` for a claim
+///   released (``NotificationStore/write``); `D`, settled, left by earlier builds. Small enough
+///   for Redis' `listpack` encoding, so a notification costs about 28 bytes of its bucket for
+///   the dedupe TTL. Whether its result is written is told by its partition's written position
+///   (`pw:`), not by the claim. A claim is written into the generation current when it is
+///   made, and looked up in that one and the one before.
 /// - `o:<topic>:<partition>:<generation>`: a hash, `<offset>|<fingerprint>` → the outcome's
 ///   result JSON, followed by a newline and the `feedback` result JSON when the outcome also
 ///   published one (an HTTP/2 410): what a message consumed again produces again, byte for
 ///   byte, until it is before its partition's written position. The serialized results never
-///   contain a raw newline, so it separates them. Deleted field by field once the notification's
-///   claim says `D`; the key expires two periods after its generation began.
+///   contain a raw newline, so it separates them. Deleted field by field one write after the
+///   written position stored passes them; the key expires two periods after its generation began.
 /// - `u:<T><app>:<env>:<generation>`: hash token → `<since>|<reason>`, Apple's permanent verdict
 ///   on the token (`Unregistered`, `BadDeviceToken`, `DeviceTokenNotForTopic`, binary
 ///   `InvalidToken`) and the UNIX time it was given. A verdict is written into the hashes of the
@@ -39,7 +39,8 @@ import PushKafka
 ///   (a rebalance, a stop) without committing its offset: every message before `offset` that was
 ///   produced at or before `at` (UNIX ms) has all its results written, so its next owner skips
 ///   those messages instead of consuming them again (``NotificationStore/handoffs(_:)``).
-/// - `w:<owner>`: present while the worker incarnation `owner` is alive (short TTL, refreshed).
+/// - `w:<owner>`, `w:#<claim id>`: present while the worker incarnation `owner` is alive (short
+///   TTL, refreshed); the second names it as its claims do, by its claim id in hex.
 /// - `fl:<app>:<env>`: the feedback-polling lock.
 /// - `s:{<summaryId>}`, `…:b`, `…:f`, `…:m`: a job summary (``summary(summaryId:)``), all four
 ///   under the hash tag of the summary's `resultId` (a digest of the job id, since an id may
@@ -200,6 +201,18 @@ struct RedisKeys: Sendable {
     /// `w:<owner>`.
     func liveness(owner: String) -> [UInt8] {
         Array("\(prefix)w:\(owner)".utf8)
+    }
+
+    /// `w:#<claim id>`: the liveness of the owner whose claims carry `id`
+    /// (``ClaimNames/owner(_:)``), in hex.
+    func liveness(claimId id: [UInt8]) -> [UInt8] {
+        var key = Array("\(prefix)w:#".utf8)
+        let digits = Array("0123456789abcdef".utf8)
+        for byte in id {
+            key.append(digits[Int(byte >> 4)])
+            key.append(digits[Int(byte & 0x0F)])
+        }
+        return key
     }
 
     /// `fl:<app>:<environment>`.

@@ -14,47 +14,45 @@ extension NotificationStore {
         /// - `KEYS[4i-1]`: its app's token verdicts of this generation, `u:<T><app>:<env>:<g>`.
         /// - `KEYS[4i]`: its device counter for this hour, `rd:<T><app>:<token>:<hour>`, or its
         ///   bucket's key again when it has no device limit (the counter is then not touched).
-        /// - `ARGV[1]`: the claiming owner (worker incarnation).
-        /// - `ARGV[2]`: the mark of the notifications' messages' topic
-        ///   (``NotificationStore/topicMark(_:)``).
-        /// - `ARGV[3]`: when a bucket of this generation expires (UNIX seconds).
-        /// - `ARGV[4]`: owners known to be dead, newline-separated (their claims are taken over).
-        /// - `ARGV[4i+1]`: notification i's message, `<partition>|<offset>`.
-        /// - `ARGV[4i+2]`: its token in lowercase hex.
-        /// - `ARGV[4i+3]`: its options, `<registeredAt>|<device limit per hour>|<1 if it may be
+        /// - `ARGV[1]`: the claiming owner's claim id, 8 bytes (``NotificationStore/claimId``).
+        /// - `ARGV[2]`: when a bucket of this generation expires (UNIX seconds).
+        /// - `ARGV[3]`: the claim ids of owners known to be dead, one after the other.
+        /// - `ARGV[4i]`: notification i's message key, 8 bytes
+        ///   (``ClaimNames/message(topic:partition:offset:)``).
+        /// - `ARGV[4i+1]`: its token in lowercase hex.
+        /// - `ARGV[4i+2]`: its options, `<registeredAt>|<device limit per hour>|<1 if it may be
         ///   sent this second, else 0>`, or `''` for none of them and a permit.
-        /// - `ARGV[4i+4]`: its fingerprint, the bucket's field.
+        /// - `ARGV[4i+3]`: its fingerprint, the bucket's field.
         ///
         /// Returns one ``ClaimReply`` per notification, its letter followed by its detail.
         static let claim = RedisScript(
             #"""
             -- KEYS: 4 per notification: its claims bucket of this generation and of the one before,
             -- its app's token verdicts, its device counter for this hour (one slot on a cluster).
-            -- ARGV: owner, topic mark, this generation's expiry, owners known to be dead (newline-separated),
-            -- then 4 per notification: '<partition>|<offset>', token, '<registeredAt>|<device limit per
+            -- ARGV: owner's claim id (8 bytes), this generation's expiry, dead owners' claim ids (8 bytes each),
+            -- then 4 per notification: its message key (8 bytes), token, '<registeredAt>|<device limit per
             -- hour>|<1 if it may be sent this second, else 0>' ('' for the usual), fingerprint.
-            -- A state is '<owner>|<topic mark>|<partition>|<offset>' (claimed), 'D' (settled), 'F' (released).
-            local owner, topic, expiry = ARGV[1], ARGV[2], ARGV[3]
+            -- A state is '<owner><message>' (claimed, 16 bytes), 'F' (released), 'D' (settled, earlier builds).
+            local owner, expiry, deadIds = ARGV[1], ARGV[2], ARGV[3]
             local dead = {}
-            for w in string.gmatch(ARGV[4], '[^\n]+') do dead[w] = true end
-            local claimed = owner .. '|' .. topic .. '|'
+            for at = 1, #deadIds, 8 do dead[string.sub(deadIds, at, at + 7)] = true end
             local out = {}
             for i = 1, #KEYS / 4 do
               local key, pkey, ukey, dkey = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
-              local a = 4 * i + 1
-              local where, tok, opts, fp = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+              local a = 4 * i
+              local msg, tok, opts, fp = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
               local reg, dlim, permit = '', 0, '1'
               if opts ~= '' then
                 local r, d, p = string.match(opts, '^([^|]*)|([^|]*)|(.*)$')
                 reg, dlim, permit = r, tonumber(d), p
               end
-              local mine = claimed .. where
+              local mine = owner .. msg
               local cur = redis.call('HGET', key, fp)
               if cur == 'F' then cur = nil end
               local prev = redis.call('HGET', pkey, fp)
               if prev == 'F' then prev = nil end
-              -- The generation before decides, unless this one says more: a claim made there
-              -- settles here, and a fresh claim of this call's first round gives way to it.
+              -- The generation before decides, unless this one says more: a fresh claim of this
+              -- call's first round gives way to it.
               local state, skey = cur, key
               if prev and (not cur or cur == mine or (prev == 'D' and cur ~= 'D')) then
                 if cur == mine then redis.call('HSET', key, fp, 'F') end
@@ -64,8 +62,8 @@ extension NotificationStore {
               if state == 'D' then
                 code = 'C'
               elseif state then
-                local sowner, smsg = string.match(state, '^([^|]*)|(.*)$')
-                if smsg ~= topic .. '|' .. where then
+                local sowner = string.sub(state, 1, 8)
+                if #state ~= 16 or string.sub(state, 9) ~= msg then
                   code = 'X'
                 elseif sowner == owner or dead[sowner] then
                   if state ~= mine then redis.call('HSET', skey, fp, mine) end
@@ -101,14 +99,14 @@ extension NotificationStore {
         /// empties, so it keeps the expiry it was given (``NotificationStore/write``).
         ///
         /// - `KEYS[i]`: a claims bucket, `c:<T><g>:<bucket>` (one slot on a cluster).
-        /// - `ARGV[1]`: the owner.
+        /// - `ARGV[1]`: the owner's claim id, 8 bytes.
         /// - `ARGV[i+1]`: the fingerprint in `KEYS[i]`.
         static let release = RedisScript(
             #"""
-            local mine = ARGV[1] .. '|'
+            local mine = ARGV[1]
             for i, key in ipairs(KEYS) do
               local state = redis.call('HGET', key, ARGV[i + 1])
-              if state and string.sub(state, 1, #mine) == mine then redis.call('HSET', key, ARGV[i + 1], 'F') end
+              if state and #state == 16 and string.sub(state, 1, 8) == mine then redis.call('HSET', key, ARGV[i + 1], 'F') end
             end
             return 0
             """#
@@ -251,14 +249,15 @@ extension NotificationStore {
     enum ClaimReply: UInt8 {
         /// Claimed: send it.
         case send = 0x53  // "S"
-        /// Taken over from this owner or a dead one: send, marked `possibleDuplicate`.
+        /// Taken over from this owner or a dead one: send, marked `possibleDuplicate`, unless its
+        /// outcome is recorded or its message is before its partition's written position.
         case resend = 0x52  // "R"
         /// Recorded by this same message; followed by its outcome (``RedisKeys`` `o:`). Never
         /// sent by the script: the store gives it to a claim whose outcome it finds.
         case recorded = 0x45  // "E"
         /// Claimed or recorded by another message.
         case duplicate = 0x58  // "X"
-        /// Claimed by another worker for this message; followed by that owner's name.
+        /// Claimed by another worker for this message; followed by that owner's claim id.
         case otherOwner = 0x4F  // "O"
         /// Not run (its slot's commands failed); never sent by the script.
         case busy = 0x57  // "W"
@@ -268,7 +267,7 @@ extension NotificationStore {
         case rateLimited = 0x4C  // "L"
         /// Apple gave a permanent verdict on the token; followed by `<since>|<reason>` (claimed).
         case unregistered = 0x55  // "U"
-        /// Settled: its claim says `D` (``RedisKeys`` `c:`).
+        /// Settled: its claim says `D`, as earlier builds left it (``RedisKeys`` `c:`).
         case settled = 0x43  // "C"
 
         /// The reply a code starts with, `nil` for an empty or unknown one.
