@@ -135,6 +135,11 @@ import Testing
             try await settle(200, store: store)
             #expect(try await states(200, store: store) == ["P": 200])
             #expect(try await outcomes(store, generation: store.outcomeGeneration(ttlSeconds: 600)) == 0)
+            // The written position, which says the claims' results are written, lives as long as
+            // a claim can: two periods.
+            let position = store.keys.writtenPosition(topic: Self.topic, partition: 3)
+            let positionTTL = try await store.redis.send([Array("TTL".utf8), position]).int ?? -1
+            #expect((1_190...1_200).contains(positionTTL), "\(positionTTL)")
             // Small buckets stay listpacks: about 28 bytes a settled notification.
             let bucket = Self.claims(0, store: store, generation: store.outcomeGeneration(ttlSeconds: 600))
             var encoding = RedisCommands(capacity: 64)
@@ -375,6 +380,42 @@ import Testing
             #expect(dead10 == Array(repeating: .written, count: 5) + Array(repeating: .resend, count: 5))
             // Taken over, the claims now name worker-1: consumed again, still written or resent.
             #expect(try await claim(store, 10..<20) == dead10)
+        }
+    }
+
+    @Test(
+        "an earlier build's claims: its settled D and its claims of other messages are duplicates; its claim of this message is taken over, written before the position",
+        arguments: StoreBackend.allCases
+    )
+    func claimsOfAnEarlierBuildAreRead(_ backend: StoreBackend) async throws {
+        try await withStore(backend) { store in
+            let generation = store.outcomeGeneration(ttlSeconds: 600)
+            let mark = NotificationStore.legacyTopicMark(Self.topic)
+            #expect(mark.count == 6 && mark.hasPrefix("|") && mark.hasSuffix("|"))
+            // Notifications 0..<4, as an earlier build left them: settled; claimed by message 3@12
+            // (before the written position, 13), by 3@30 (after it), by 3@99 (another message).
+            let states = ["D", "old#1\(mark)3|12", "old#1\(mark)3|30", "old#1\(mark)3|99"]
+            for (n, state) in states.enumerated() {
+                _ = try await store.redis.send([
+                    Array("HSET".utf8), Self.claims(n, store: store, generation: generation),
+                    Array(String(NotificationFingerprint(resultId: "compact-\(n)").member).utf8), Array(state.utf8),
+                ])
+            }
+            _ = try await store.redis.send([
+                Array("SET".utf8), store.keys.writtenPosition(topic: Self.topic, partition: 3), Array("13".utf8),
+            ])
+            let decisions = try await store.claim(
+                topic: Self.topic,
+                [
+                    Self.request(0, offset: 50), Self.request(1, offset: 12), Self.request(2, offset: 30),
+                    Self.request(3, offset: 30),
+                ],
+                ttlSeconds: 600,
+                nowMilliseconds: 1_000
+            )
+            #expect(decisions == [.duplicate, .written, .resend, .duplicate])
+            // The two taken over are this build's claims now.
+            #expect(try await self.states(4, store: store) == ["D": 1, "P": 2, "old#1\(mark)3|99": 1])
         }
     }
 

@@ -155,6 +155,17 @@ extension NotificationStore {
         }
     }
 
+    /// How a claim of an earlier build names a topic, `|<topic mark>|`: four hex digits of an
+    /// FNV-1a hash of its name. Such a claim, `<owner>|<topic mark>|<partition>|<offset>`, is
+    /// recognised by the claim script (``Scripts/claim``) as its message's.
+    static func legacyTopicMark(_ topic: String) -> String {
+        var hash: UInt32 = 0x811C_9DC5
+        for byte in topic.utf8 { hash = (hash ^ UInt32(byte)) &* 0x0100_0193 }
+        let folded = (hash >> 16) ^ (hash & 0xFFFF)
+        let hex = String(folded, radix: 16)
+        return "|" + String(repeating: "0", count: 4 - hex.count) + hex + "|"
+    }
+
     /// An outcome's field in its hash, `<offset>|<fingerprint>`.
     static func outcomeField(offset: Int64, _ fingerprint: NotificationFingerprint) -> [UInt8] {
         var field: [UInt8] = []
@@ -380,10 +391,11 @@ extension NotificationStore {
     ) -> [[Int]] {
         let groups = redis.groupedBySlot(indices) { keys.claims(generation: 0, bucket: 0, tag: tags[$0]) }
         let deadOwners = dead.sorted { $0.lexicographicallyPrecedes($1) }.flatMap { $0 }
+        let legacyMark = Self.legacyTopicMark(topic)
         let generation = keys.verdictGeneration(at: Int64(Date().timeIntervalSince1970))
         let layout = place.layout
         for group in groups {
-            commands.beginEvalsha(Scripts.claim, keyCount: group.count * 4, argumentCount: 3 + group.count * 4)
+            commands.beginEvalsha(Scripts.claim, keyCount: group.count * 4, argumentCount: 4 + group.count * 5)
             // The requests are read in place (`requests[index].…`): a copy of one retains its strings.
             for index in group {
                 let tag = tags[index]
@@ -424,6 +436,7 @@ extension NotificationStore {
             commands.append(claimId)
             commands.append(layout.expiry(of: place.generation))
             commands.append(deadOwners)
+            commands.append(legacyMark)
             for index in group {
                 commands.append(
                     ClaimNames.message(
@@ -447,6 +460,11 @@ extension NotificationStore {
                     }
                 }
                 commands.append(requests[index].fingerprint.text)
+                commands.append { place in
+                    DecimalText.append(Int64(requests[index].partition), to: &place)
+                    place.append(UInt8(ascii: "|"))
+                    DecimalText.append(requests[index].offset, to: &place)
+                }
             }
         }
         return groups

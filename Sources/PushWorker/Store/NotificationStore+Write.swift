@@ -76,12 +76,13 @@ extension NotificationStore {
         appendEnvironments(environments, to: &commands)
         appendReleases(released, layout: layout, now: now, to: &commands)
         // Only ever forward: a partition's new owner starts behind the position its previous
-        // owner reached, and must not move it back.
+        // owner reached, and must not move it back. Kept two periods, as long as the claims it
+        // decides for (a claim lives one to two periods).
         let positionKeys = positions.map { keys.writtenPosition(topic: $0.topic, partition: $0.partition) }
         for group in redis.groupedBySlot(Array(positions.indices), key: { positionKeys[$0] }) {
             commands.beginEvalsha(Scripts.advancePositions, keyCount: group.count, argumentCount: 1 + group.count)
             for index in group { commands.appendKey(positionKeys[index]) }
-            commands.append(Int64(ttlSeconds))
+            commands.append(Int64(2 * ttlSeconds))
             for index in group { commands.append(positions[index].offset) }
         }
         appendForgotten(forgotten, to: &commands)

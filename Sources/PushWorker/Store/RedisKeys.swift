@@ -33,8 +33,9 @@ import PushKafka
 /// - `ra:<app>:<second>`: the app's count this second.
 /// - `pw:<topic>:<partition>`: the partition's written position: every result of every message
 ///   before this offset is written to the results topic (the offset the worker commits, kept
-///   here as well because a commit can fail during a rebalance). A notification recorded by a
-///   message before it needs no result again.
+///   here as well because a commit can fail during a rebalance). A notification claimed by a
+///   message before it needs no result again. Kept two dedupe TTLs after it last moved, as long
+///   as a claim it decides for.
 /// - `ph:<topic>:<partition>`: `<offset>|<at>`, left by a worker that handed the partition on
 ///   (a rebalance, a stop) without committing its offset: every message before `offset` that was
 ///   produced at or before `at` (UNIX ms) has all its results written, so its next owner skips

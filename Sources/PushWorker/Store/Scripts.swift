@@ -17,12 +17,18 @@ extension NotificationStore {
         /// - `ARGV[1]`: the claiming owner's claim id, 8 bytes (``NotificationStore/claimId``).
         /// - `ARGV[2]`: when a bucket of this generation expires (UNIX seconds).
         /// - `ARGV[3]`: the claim ids of owners known to be dead, one after the other.
-        /// - `ARGV[4i]`: notification i's message key, 8 bytes
+        /// - `ARGV[4]`: how a claim of an earlier build, `<owner>|<topic mark>|<partition>|<offset>`,
+        ///   names the topic: `|<topic mark>|` (``NotificationStore/legacyTopicMark(_:)``).
+        /// - `ARGV[5i]`: notification i's message key, 8 bytes
         ///   (``ClaimNames/message(topic:partition:offset:)``).
-        /// - `ARGV[4i+1]`: its token in lowercase hex.
-        /// - `ARGV[4i+2]`: its options, `<registeredAt>|<device limit per hour>|<1 if it may be
+        /// - `ARGV[5i+1]`: its token in lowercase hex.
+        /// - `ARGV[5i+2]`: its options, `<registeredAt>|<device limit per hour>|<1 if it may be
         ///   sent this second, else 0>`, or `''` for none of them and a permit.
-        /// - `ARGV[4i+3]`: its fingerprint, the bucket's field.
+        /// - `ARGV[5i+3]`: its fingerprint, the bucket's field.
+        /// - `ARGV[5i+4]`: its message as a claim of an earlier build ends, `<partition>|<offset>`.
+        ///
+        /// A claim of an earlier build for this same message is taken over (`R`): that build is
+        /// stopped before this one starts (`docs/operations.md`).
         ///
         /// Returns one ``ClaimReply`` per notification, its letter followed by its detail.
         static let claim = RedisScript(
@@ -30,17 +36,19 @@ extension NotificationStore {
             -- KEYS: 4 per notification: its claims bucket of this generation and of the one before,
             -- its app's token verdicts, its device counter for this hour (one slot on a cluster).
             -- ARGV: owner's claim id (8 bytes), this generation's expiry, dead owners' claim ids (8 bytes each),
-            -- then 4 per notification: its message key (8 bytes), token, '<registeredAt>|<device limit per
-            -- hour>|<1 if it may be sent this second, else 0>' ('' for the usual), fingerprint.
-            -- A state is '<owner><message>' (claimed, 16 bytes), 'F' (released), 'D' (settled, earlier builds).
-            local owner, expiry, deadIds = ARGV[1], ARGV[2], ARGV[3]
+            -- '|<topic mark>|' of earlier builds' claims, then 5 per notification: its message key (8 bytes),
+            -- token, '<registeredAt>|<device limit per hour>|<1 if it may be sent this second, else 0>'
+            -- ('' for the usual), fingerprint, '<partition>|<offset>'.
+            -- A state is '<owner><message>' (claimed, 16 bytes), 'F' (released); earlier builds left
+            -- 'D' (settled) and '<owner name>|<topic mark>|<partition>|<offset>' (claimed).
+            local owner, expiry, deadIds, legacyTopic = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
             local dead = {}
             for at = 1, #deadIds, 8 do dead[string.sub(deadIds, at, at + 7)] = true end
             local out = {}
             for i = 1, #KEYS / 4 do
               local key, pkey, ukey, dkey = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
-              local a = 4 * i
-              local msg, tok, opts, fp = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+              local a = 5 * i
+              local msg, tok, opts, fp, where = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
               local reg, dlim, permit = '', 0, '1'
               if opts ~= '' then
                 local r, d, p = string.match(opts, '^([^|]*)|([^|]*)|(.*)$')
@@ -63,7 +71,16 @@ extension NotificationStore {
                 code = 'C'
               elseif state then
                 local sowner = string.sub(state, 1, 8)
-                if #state ~= 16 or string.sub(state, 9) ~= msg then
+                if #state ~= 16 then
+                  -- An earlier build's claim: this message's is taken over (its build is stopped).
+                  local tail = legacyTopic .. where
+                  if string.sub(state, -#tail) == tail then
+                    redis.call('HSET', skey, fp, mine)
+                    code = 'R'
+                  else
+                    code = 'X'
+                  end
+                elseif string.sub(state, 9) ~= msg then
                   code = 'X'
                 elseif sowner == owner or dead[sowner] then
                   if state ~= mine then redis.call('HSET', skey, fp, mine) end
