@@ -263,7 +263,7 @@ extension NotificationStore {
                 commands.append(print.text)
                 commands.append { value in
                     value += claimId
-                    value += [UInt8](repeating: 0, count: 8)
+                    value.append(contentsOf: repeatElement(0, count: 8))
                     ClaimNames.appendMessage(
                         topic: topic,
                         partition: requests[index].partition,
