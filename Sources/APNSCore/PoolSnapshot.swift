@@ -78,6 +78,9 @@ public struct APNSPoolSnapshot: Sendable, Equatable {
     public var providerTokenRefreshes = 0
     /// HTTP/2: answers with status 429 (`TooManyRequests`, `TooManyProviderTokenUpdates`).
     public var tooManyRequests = 0
+    /// Answers the client could not fully use and partly ignored (HTTP/2: a 410 timestamp that
+    /// is not a time between 1970 and 9999), each logged: an error of the peer.
+    public var malformedAnswers = 0
 
     // MARK: Times
 

@@ -461,6 +461,8 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                 "HTTP/2 connection failed",
                 metadata: ["apns.connection": "\(id)", "reason": "\(reason)", "failures": "\(failures)"]
             )
+        case .logPeerError(let id, let message):
+            logger.warning("\(message)", metadata: ["apns.connection": "\(id)"])
         default:
             break
         }
@@ -490,7 +492,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                 case .close(let id): if let channel = s.channels[id] { e.close.append(channel) }
                 case .armDelayedTimer, .armReconnectTimer: e.timers.append(action)
                 case .shutdownComplete: swap(&e.wakeups.shutdown, &s.shutdownWaiters)
-                case .refreshToken, .logConnectFailure: e.other.append(action)
+                case .refreshToken, .logConnectFailure, .logPeerError: e.other.append(action)
                 }
             }
             return e

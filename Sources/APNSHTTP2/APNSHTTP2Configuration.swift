@@ -148,10 +148,7 @@ public struct APNSHTTP2Configuration: Sendable {
 }
 
 extension Duration {
-    var timeAmount: TimeAmount {
-        let (seconds, attoseconds) = self.components
-        return .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-    }
+    var timeAmount: TimeAmount { TimeAmount(self) }
 
     var seconds: Double {
         let (seconds, attoseconds) = self.components

@@ -69,7 +69,7 @@ extension HTTP2PoolStateMachine {
         let message = gaveUp.map { "\(meaning); \($0)" } ?? meaning
         let unregisteredAt =
             failure.status == 410
-            ? failure.timestamp.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } : nil
+            ? failure.timestamp?.unixMilliseconds : nil
         events.append(
             outcome: .transmissionError(
                 request.outcome(

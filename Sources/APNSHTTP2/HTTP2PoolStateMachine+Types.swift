@@ -121,6 +121,8 @@ extension HTTP2PoolStateMachine {
         case refreshToken(connection: Int, rejected: APNSProviderToken?)
         /// Log that connection `id` failed before it got ready, the `failures`-th in a row.
         case logConnectFailure(id: Int, reason: String, failures: Int)
+        /// Log that the server on connection `id` answered what the client cannot fully use.
+        case logPeerError(id: Int, message: String)
     }
 }
 

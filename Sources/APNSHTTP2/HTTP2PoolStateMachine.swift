@@ -414,7 +414,7 @@ struct HTTP2PoolStateMachine {
     }
 
     static func nanoseconds(_ duration: Duration) -> Int64 {
-        duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000
+        TimeAmount(duration).nanoseconds
     }
 
     // MARK: Settling
@@ -443,6 +443,16 @@ struct HTTP2PoolStateMachine {
                 headers: headers.map { APNSHTTP2Header($0.name, $0.value) },
                 body: body
             )
+            if let ignored = response.errorBody?.ignoredTimestamp {
+                counters.malformedAnswers += 1
+                actions.append(
+                    .logPeerError(
+                        id: id,
+                        message: "APNs answered \(status) with a timestamp of \(ignored), which is not a time between "
+                            + "1970 and 9999 in milliseconds; the timestamp is ignored"
+                    )
+                )
+            }
             let failure = APNSHTTP2Failure(
                 status: status,
                 reason: response.reason,

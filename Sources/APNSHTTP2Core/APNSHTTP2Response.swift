@@ -7,6 +7,9 @@ public struct APNSErrorBody: Sendable, Hashable {
     public var reason: APNSReason
     /// For 410: when APNs last confirmed that the token was invalid for the topic.
     public var timestamp: Date?
+    /// A `timestamp` that was not a time from 1970 to the end of 9999 (UNIX milliseconds), as
+    /// written (at most 64 characters): ignored, and reported as an error of the peer.
+    public var ignoredTimestamp: String?
 
     public init(reason: APNSReason, timestamp: Date? = nil) {
         self.reason = reason
@@ -14,23 +17,29 @@ public struct APNSErrorBody: Sendable, Hashable {
     }
 
     /// Parses a body; `nil` when it is not a JSON object with a string `reason`. A
-    /// `timestamp` that is not a number is ignored.
+    /// `timestamp` that is not a number of milliseconds from 1970 to the end of 9999 is
+    /// ignored (``ignoredTimestamp``).
     public init?(bytes: some Collection<UInt8>) {
         guard let object = (try? JSONValue.parse(bytes))?.objectValue,
             let reason = object["reason"]?.stringValue
         else { return nil }
         self.reason = APNSReason(rawValue: reason)
         // §3.4: the 410 timestamp is in milliseconds.
-        if let milliseconds = object["timestamp"]?.doubleValue, milliseconds.isFinite {
-            self.timestamp = Date(timeIntervalSince1970: milliseconds / 1000)
+        if let value = object["timestamp"] {
+            if let milliseconds = value.doubleValue.flatMap(UnixTime.milliseconds) {
+                self.timestamp = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
+            } else {
+                self.ignoredTimestamp = String(String(decoding: value.serialized(), as: UTF8.self).prefix(64))
+            }
         }
     }
 
-    /// The body as APNs writes it; `timestamp` in whole milliseconds.
+    /// The body as APNs writes it; `timestamp` in whole milliseconds (left out when it is not
+    /// a time from 1970 to the end of 9999).
     public func serialized() -> [UInt8] {
         var members: [String: JSONValue] = ["reason": .string(reason.rawValue)]
-        if let timestamp {
-            members["timestamp"] = .int(Int64((timestamp.timeIntervalSince1970 * 1000).rounded()))
+        if let milliseconds = timestamp?.unixMilliseconds {
+            members["timestamp"] = .int(milliseconds)
         }
         return JSONValue.object(members).serialized()
     }

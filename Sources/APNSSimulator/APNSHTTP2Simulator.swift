@@ -512,8 +512,12 @@ public final class APNSHTTP2Simulator: Sendable {
     }
 
     /// §3.4: the 410 timestamp is in milliseconds since the epoch.
+    /// A date as the whole milliseconds a 410 carries; a date beyond 64 bits of them (a fault to
+    /// inject) as the nearest 64-bit value.
     static func milliseconds(_ date: Date) -> Int64 {
-        Int64((date.timeIntervalSince1970 * 1000).rounded())
+        let milliseconds = (date.timeIntervalSince1970 * 1000).rounded()
+        if let whole = Int64(exactly: milliseconds) { return whole }
+        return milliseconds > 0 ? .max : .min
     }
 }
 

@@ -162,7 +162,8 @@ extension KafkaMessage {
             key: bytes(m.key, m.key_len),
             value: bytes(m.payload, m.len) ?? [],
             headers: headers,
-            timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp
+            timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp,
+            timestampType: timestampType == RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME ? .logAppendTime : .createTime
         )
     }
 }

@@ -120,7 +120,7 @@ public final class KafkaProducer: Sendable {
         message.topic.withCString { topic in
             message.value.withUnsafeBytes { value in
                 withKey(message.key) { key in
-                    withUnsafeTemporaryAllocation(of: rd_kafka_vu_t.self, capacity: 6 + message.headers.count) { vus in
+                    withUnsafeTemporaryAllocation(of: rd_kafka_vu_t.self, capacity: 7 + message.headers.count) { vus in
                         var count = 0
                         func append(_ type: rd_kafka_vtype_t, _ set: (inout rd_kafka_vu_t) -> Void) {
                             var vu = rd_kafka_vu_t()
@@ -153,6 +153,9 @@ public final class KafkaProducer: Sendable {
                         append(RD_KAFKA_VTYPE_OPAQUE) { $0.u.ptr = opaque }
                         if let partition = message.partition {
                             append(RD_KAFKA_VTYPE_PARTITION) { $0.u.i32 = partition }
+                        }
+                        if let timestamp = message.timestamp {
+                            append(RD_KAFKA_VTYPE_TIMESTAMP) { $0.u.i64 = timestamp }
                         }
                         if let key {
                             append(RD_KAFKA_VTYPE_KEY) {

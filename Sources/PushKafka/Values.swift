@@ -59,14 +59,31 @@ public struct KafkaOutgoingMessage: Sendable, Hashable {
     public var key: [UInt8]?
     public var value: [UInt8]
     public var headers: [KafkaHeader]
+    /// The record's timestamp (UNIX ms, its CreateTime); `nil`: the time it is produced.
+    public var timestamp: Int64?
 
-    public init(topic: String, partition: Int32? = nil, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = []) {
+    public init(
+        topic: String,
+        partition: Int32? = nil,
+        key: [UInt8]?,
+        value: [UInt8],
+        headers: [KafkaHeader] = [],
+        timestamp: Int64? = nil
+    ) {
         self.topic = topic
         self.partition = partition
         self.key = key
         self.value = value
         self.headers = headers
+        self.timestamp = timestamp
     }
+}
+
+/// Who set a record's timestamp: its producer (`CreateTime`), or the broker when it appended
+/// the record (`LogAppendTime`, a topic's `message.timestamp.type`).
+public enum KafkaTimestampType: String, Sendable, Hashable {
+    case createTime = "CreateTime"
+    case logAppendTime = "LogAppendTime"
 }
 
 /// Where the broker stored an acknowledged record.
@@ -86,8 +103,12 @@ public struct KafkaMessage: Sendable, Hashable {
     /// A null value reads as empty.
     public var value: [UInt8]
     public var headers: [KafkaHeader]
-    /// Record timestamp in milliseconds since the Unix epoch, `nil` if the broker sent none.
+    /// Record timestamp in milliseconds since the Unix epoch, `nil` if the broker sent none. It
+    /// is whatever the producer (or the broker) wrote: any 64-bit value, Kafka's `-1` (no
+    /// timestamp) among them.
     public var timestamp: Int64?
+    /// Who set ``timestamp``.
+    public var timestampType: KafkaTimestampType = .createTime
     /// The consumer's ``KafkaConsumer/rebalanceGeneration`` when `poll` returned this message:
     /// a message whose partition was revoked at a later generation was fetched before the
     /// revocation, and belongs to the partition's next owner.

@@ -440,8 +440,7 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
     }
 
     private static func timeAmount(_ duration: Duration) -> TimeAmount {
-        let (seconds, attoseconds) = duration.components
-        return .nanoseconds(max(1, seconds * 1_000_000_000 + attoseconds / 1_000_000_000))
+        .nanoseconds(max(1, TimeAmount(duration).nanoseconds))
     }
 
     private static func bytes(_ strings: [String]) -> [[UInt8]] {

@@ -69,7 +69,8 @@ public enum StatusReport {
 
     /// `42s`, `5m 03s`, `1h 02m 03s`, `3d 04h 05m`.
     public static func uptime(_ seconds: Double) -> String {
-        let total = seconds.isFinite ? max(Int(seconds), 0) : 0
+        // The worker's answer: a value no uptime has (beyond 10,000 years) reads as 0.
+        let total = seconds >= 0 && seconds < 316_000_000_000 ? Int(seconds) : 0
         let days = total / 86_400
         let hours = total % 86_400 / 3_600
         let minutes = total % 3_600 / 60

@@ -30,6 +30,9 @@ struct Feedback: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingFailures {
+            guard (1...86_400).contains(readTimeout) else {
+                throw UsageFailure(message: "--read-timeout must be between 1 and 86400 seconds, not \(readTimeout)")
+            }
             let (host, port) = try parseAddress(address, option: "--address")
             let credentials = try loadCredentials(
                 cert: cert,

@@ -77,7 +77,9 @@ struct Push: AsyncParsableCommand {
         guard (40...65_535).contains(payloadBytes) else {
             throw ValidationError("--payload-bytes must be between 40 and 65535, not \(payloadBytes)")
         }
-        guard confirmationWindowMs >= 1 else { throw ValidationError("--confirmation-window-ms must be at least 1") }
+        guard (1...60_000).contains(confirmationWindowMs) else {
+            throw ValidationError("--confirmation-window-ms must be between 1 and 60000, not \(confirmationWindowMs)")
+        }
         guard cacheSize >= 1 else { throw ValidationError("--cache-size must be at least 1") }
         guard maxStreams >= 1 else { throw ValidationError("--max-streams must be at least 1, not \(maxStreams)") }
         if transport == .binary && (signingKey != nil || topic != nil) {

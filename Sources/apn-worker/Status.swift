@@ -20,8 +20,10 @@ struct StatusCommand: AsyncParsableCommand {
         var target: (host: String, port: Int) = ("", 0)
         try await reportingFailures {
             target = try parseAddress(address, option: "--address")
-            guard timeout > 0, timeout.isFinite else {
-                throw UsageFailure(message: "--timeout must be a positive number of seconds, not \(timeout)")
+            guard timeout > 0, timeout <= 3_600 else {
+                throw UsageFailure(
+                    message: "--timeout must be a number of seconds above 0 and at most 3600, not \(timeout)"
+                )
             }
         }
         // An IPv6 address is written in brackets: [::1]:9400.

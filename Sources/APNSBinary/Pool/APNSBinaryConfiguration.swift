@@ -114,9 +114,6 @@ public struct APNSBinaryConfiguration: Sendable {
 }
 
 extension Duration {
-    /// The same span as a NIO `TimeAmount`.
-    var timeAmount: TimeAmount {
-        let (seconds, attoseconds) = self.components
-        return .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-    }
+    /// The same span as a NIO `TimeAmount` (clamped to `Int64.max` nanoseconds).
+    var timeAmount: TimeAmount { TimeAmount(self) }
 }

@@ -383,13 +383,16 @@ public struct JobParser: Sendable {
         if let v = fields[.dryRun] { job.dryRun = try bool(v, "dryRun") }
         if let v = fields[.staleAfter] {
             let sentence =
-                "\"staleAfter\" must be a positive number of seconds or a string such as \"90s\", \"10m\" or \"1h\""
+                "\"staleAfter\" must be a positive number of seconds or a string such as \"90s\", \"10m\" or \"1h\", "
+                + "at most a year"
             switch v {
             case .int(let seconds):
                 guard seconds > 0, seconds <= 31_536_000 else { throw JobFieldError(sentence) }
                 job.staleAfter = .seconds(seconds)
             case .string(let text):
-                guard case .after(let duration)? = try? APNSExpiry(parsing: text), duration > .zero else {
+                guard case .after(let duration)? = try? APNSExpiry(parsing: text), duration > .zero,
+                    duration <= .seconds(31_536_000)
+                else {
                     throw JobFieldError(sentence)
                 }
                 job.staleAfter = duration

@@ -53,6 +53,18 @@ public enum MetricCatalogue {
         .counter,
         "Messages consumed again below their partition's hand-off mark: their results were written before the hand-over, so they are skipped."
     )
+    public static let stopsDetected = MetricDescription(
+        "apn_worker_stops_detected_total",
+        .counter,
+        labels: ["topic"],
+        "Stop records of dead workers found when a partition was assigned: a worker died (a crash, SIGKILL, out of memory) while it had the partition's messages in flight."
+    )
+    public static let poisonMessages = MetricDescription(
+        "apn_worker_poison_messages_total",
+        .counter,
+        labels: ["topic"],
+        "Messages answered with an invalidJob result and skipped because workers stopped worker.maxStopsPerMessage times while processing them."
+    )
 
     // Claim
     public static let duplicatesSuppressed = MetricDescription(
@@ -201,6 +213,12 @@ public enum MetricCatalogue {
         labels: ["app", "env"],
         "HTTP/2 answers with status 429."
     )
+    public static let malformedAnswers = MetricDescription(
+        "apn_worker_gateway_malformed_answers_total",
+        .counter,
+        labels: ["app", "env"],
+        "Answers of the gateway the worker could not fully use and partly ignored (a 410 timestamp out of range), each logged."
+    )
     public static let feedbackTokens = MetricDescription(
         "apn_worker_feedback_tokens_total",
         .counter,
@@ -305,13 +323,14 @@ public enum MetricCatalogue {
 
     /// Every metric, in the order `docs/operations.md` lists them.
     public static let all: [MetricDescription] = [
-        messagesConsumed, invalidJobs, messagesLostToRetention, messagesSkipped, duplicatesSuppressed, rateLimited,
+        messagesConsumed, invalidJobs, messagesLostToRetention, messagesSkipped, stopsDetected, poisonMessages,
+        duplicatesSuppressed, rateLimited,
         unregisteredSkipped,
         staleSkipped, redirected, notifications,
         deliveryAttempts, retransmissions, possibleDuplicates, endToEndLatency, deliveryLatency, poolConnections,
         connectionsOpened, connectFailures, connectionsClosed, sentCacheNotifications, backpressureWaits,
         http2StreamsInUse, providerTokenRefreshes, providerTokenRefreshed, credentialExpiry, credentialReloadFailed,
-        credentialReloads, tooManyRequests,
+        credentialReloads, tooManyRequests, malformedAnswers,
         feedbackTokens, inFlight, resultsProduced,
         produceErrors, offsetsCommitted, rebalances, assignedPartitions, consumerLag, redisRoundTrips, redisRedirects,
         redisLatency, redisErrors, redisUp, ready, processResidentMemory, processCPU, processOpenFiles,

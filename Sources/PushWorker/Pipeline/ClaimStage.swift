@@ -328,7 +328,8 @@ final class ClaimStage: Sendable {
             case .send where c.job.content.staleAt.map { $0 <= now } ?? false:
                 // Consumed, or claimed again after a hold, too late: reported, never sent.
                 plan.decisions.stale[c.job.app, default: 0] += 1
-                let late = (now - c.job.producedAt) / 1000
+                let (age, overflow) = now.subtractingReportingOverflow(c.job.producedAt)
+                let late = overflow ? Int64.max / 1000 : age / 1000
                 plan.results.append(
                     factory.decided(
                         c,

@@ -70,8 +70,12 @@ final class SharedJob: Sendable {
         self.environment = environment
         registeredAt = job.registeredAt
         self.producedAt = producedAt
-        let staleAt = job.staleAfter.map {
-            producedAt + $0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000
+        // Saturating: a deadline past the end of time is no deadline.
+        let staleAt = job.staleAfter.map { after -> Int64 in
+            let (whole, overflow) = after.components.seconds.multipliedReportingOverflow(by: 1000)
+            let milliseconds = whole &+ after.components.attoseconds / 1_000_000_000_000_000
+            let (deadline, late) = producedAt.addingReportingOverflow(milliseconds)
+            return overflow || late ? .max : deadline
         }
         var notification = APNSNotification()
         swap(&notification, &job.notification)

@@ -168,6 +168,7 @@ extension Worker {
         if labels[2] == "http2" {
             metrics.advance(MetricCatalogue.providerTokenRefreshes, appEnvironment, to: pool.providerTokenRefreshes)
             metrics.advance(MetricCatalogue.tooManyRequests, appEnvironment, to: pool.tooManyRequests)
+            metrics.advance(MetricCatalogue.malformedAnswers, appEnvironment, to: pool.malformedAnswers)
             if let acceptedAt = pool.providerTokenAcceptedAt {
                 metrics.set(MetricCatalogue.providerTokenRefreshed, appEnvironment, to: Int(acceptedAt))
             }
@@ -189,7 +190,9 @@ extension Worker {
                     let positions = Dictionary(committed.map { ($0.topicPartition, $0.offset) }, uniquingKeysWith: max)
                     let lag = marks.reduce(into: [TopicPartition: Int64]()) { lag, entry in
                         let position = positions[entry.key] ?? entry.value.low
-                        lag[entry.key] = max(0, entry.value.high - position)
+                        // Watermarks are the broker's: a pair no broker sends counts as no lag.
+                        let (behind, overflow) = entry.value.high.subtractingReportingOverflow(position)
+                        lag[entry.key] = overflow ? 0 : max(0, behind)
                     }
                     observed.withLock { $0.lag = lag }
                 }

@@ -201,13 +201,16 @@ extension NotificationStore {
         )
         var statuses: [Int: Int] = [:]
         for pair in stride(from: 0, to: fields.count - 1, by: 2) {
-            guard let name = fields[pair].string, let value = fields[pair + 1].int else { continue }
+            guard let name = fields[pair].string, let stored = fields[pair + 1].int else { continue }
+            // A count is of one job's tokens: a value no job gives (a damaged key) is clamped, so
+            // that no sum of them overflows.
+            let value = min(max(stored, 0), Int64(Int32.max))
             switch name {
             case "total": summary.tokens = Int(value)
             case "t": summary.transmitted = Int(value)
             case "omitted": summary.failedTokensOmitted = Int(value)
-            case "first": summary.firstAt = value
-            case "last": summary.lastAt = value
+            case "first": summary.firstAt = stored
+            case "last": summary.lastAt = stored
             default:
                 if name.hasPrefix("s"), let status = Int(name.dropFirst()) {
                     statuses[status, default: 0] += Int(value)
