@@ -82,7 +82,7 @@ struct ConfigurationBuilder {
             "id", "batchSize", "batchWindowMs", "maxInFlight", "resultFlushMs", "resultBatchSize",
             "shutdownTimeoutSeconds",
             "logLevel", "logFormat", "dedupeTTLSeconds", "dedupeBuckets", "statusAddress", "invalidTokenTTLDays",
-            "proxy",
+            "proxy", "maxStopsPerMessage",
         ])
 
         var worker = Worker(id: Worker.defaultId(hostname: hostname, pid: pid))
@@ -107,6 +107,13 @@ struct ConfigurationBuilder {
         try file.read("dedupeTTLSeconds", .from(60, to: 31_536_000), .seconds(1), into: &worker.dedupeTTL)
         try file.read("dedupeBuckets", .from(1, to: 1 << 32), into: &worker.dedupeBuckets)
         try file.read("invalidTokenTTLDays", .from(1, to: 3_650), .seconds(86_400), into: &worker.invalidTokenTTL)
+        try file.read("maxStopsPerMessage", .from(0, to: 100), into: &worker.maxStopsPerMessage)
+        if worker.maxStopsPerMessage == 1, let value = file.value("maxStopsPerMessage") {
+            throw ConfigurationError(
+                "\(value.label) must be 0 (off) or 2 to 100, not 1: a single stop is what a worker killed for any "
+                    + "reason looks like, so a message is skipped only after it stopped workers again while processed alone."
+            )
+        }
         if file.isNull("statusAddress") {
             worker.statusAddress = nil
         } else if let value = file.value("statusAddress") {

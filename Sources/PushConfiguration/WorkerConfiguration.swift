@@ -87,6 +87,10 @@ extension WorkerConfiguration {
         /// Where the status server listens (`/metrics`, `/health/live`, `/health/ready`,
         /// `/status`); `nil` turns it off. Port 0 picks a free port.
         public var statusAddress: HostPort?
+        /// A message that workers stopped this many times while processing it (a crash, not a
+        /// graceful stop) is answered with an `invalidJob` result and skipped, 2...100; 0 turns
+        /// the guard off (`docs/operations.md`, "Messages that stop workers").
+        public var maxStopsPerMessage: Int = Worker.defaultMaxStopsPerMessage
 
         /// ``dedupeTTL`` in whole seconds, as Redis takes it.
         public var dedupeTTLSeconds: Int { Int(dedupeTTL.components.seconds) }
@@ -101,6 +105,7 @@ extension WorkerConfiguration {
         public static let defaultDedupeBuckets = 65_536
         public static let defaultInvalidTokenTTL: Duration = .seconds(30 * 86_400)
         public static let defaultStatusAddress: HostPort? = HostPort(host: "0.0.0.0", port: 9400)
+        public static let defaultMaxStopsPerMessage = 3
 
         public init(
             id: String,

@@ -241,24 +241,27 @@ final class WorkerStack: @unchecked Sendable {
         return Array(#"{"id":"\#(id)","app":"\#(app)",\#(tokenField),"alert":"\#(alert)"}"#.utf8)
     }
 
-    /// Produces raw job messages, each with its own key, so they spread over the partitions.
-    /// Returns where each message was stored, in order.
+    /// Produces raw job messages, each with its own key, so they spread over the partitions (or
+    /// all with `key`), each with its timestamp in `timestamps` when given (`nil`: the time it
+    /// is produced). Returns where each message was stored, in order.
     @discardableResult
     func produce(
         _ values: [[UInt8]],
         key: String? = nil,
-        topic: String = "apn.requests"
+        topic: String = "apn.requests",
+        timestamps: [Int64?]? = nil
     ) async throws -> [KafkaDeliveryReport] {
         var stored: [KafkaDeliveryReport] = []
         for chunk in stride(from: 0, to: values.count, by: 5000) {
-            let slice = values[chunk..<min(values.count, chunk + 5000)]
+            let range = chunk..<min(values.count, chunk + 5000)
             let reports = try await producer.send(
-                slice.map { value in
+                range.map { index in
                     produced += 1
                     return KafkaOutgoingMessage(
                         topic: topic,
                         key: Array((key ?? "message-\(produced)").utf8),
-                        value: value
+                        value: values[index],
+                        timestamp: timestamps?[index]
                     )
                 }
             )

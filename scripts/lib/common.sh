@@ -76,8 +76,11 @@ ensure_prometheus_tools() {
 
 # One build configuration for tests, demo and benchmarks, so they share one build: optimised
 # (the delivery tests push tens of thousands of notifications through TLS on two cores), with
-# -enable-testing so that test targets can use @testable imports.
-SWIFT_BUILD_FLAGS=(-c release -Xswiftc -enable-testing)
+# -enable-testing so that test targets can use @testable imports, and APN_WORKER_TEST_HOOKS, which
+# compiles in the faults that end-to-end tests inject into worker processes (a worker that exits
+# while it processes a chosen job, docs/operations.md "Messages that stop workers"). A build
+# without it (the container image's) has no such hooks.
+SWIFT_BUILD_FLAGS=(-c release -Xswiftc -enable-testing -Xswiftc -DAPN_WORKER_TEST_HOOKS)
 
 # The project root.
 project_root() {

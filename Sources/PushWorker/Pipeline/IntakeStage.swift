@@ -22,76 +22,6 @@ struct IntakeStage: Sendable {
         var skipped = 0
     }
 
-    /// The hand-off marks of the partitions assigned to this member
-    /// (``NotificationStore/handoffs(_:)``): looked up once per assignment, on the first batch
-    /// with messages of the partition, and dropped once its messages reach the mark.
-    struct Handoffs: Sendable {
-        /// Partitions looked up since they were last assigned.
-        private var known = Set<TopicPartition>()
-        private(set) var marks: [TopicPartition: NotificationStore.HandoffMark] = [:]
-        /// The newest revocation seen (``PipelineControl/lastRevocation``).
-        private var epoch: UInt64 = 0
-
-        init(marks: [TopicPartition: NotificationStore.HandoffMark] = [:]) {
-            self.marks = marks
-            self.known = Set(marks.keys)
-        }
-
-        /// Whether the message at `ref`, produced at `timestamp`, has all its results written.
-        mutating func covers(_ ref: MessageRef, timestamp: Int64?) -> Bool {
-            guard !marks.isEmpty, let mark = marks[ref.partition] else { return false }
-            if ref.offset >= mark.offset {
-                marks[ref.partition] = nil
-                return false
-            }
-            return mark.covers(offset: ref.offset, timestamp: timestamp)
-        }
-
-        /// Reads the marks of the partitions of `messages` not looked up since they were
-        /// assigned. If Redis cannot answer, they are consumed as usual.
-        mutating func lookUp(
-            for messages: [KafkaMessage],
-            control: PipelineControl,
-            store: NotificationStore,
-            logger: Logger
-        ) async {
-            let epoch = control.lastRevocation
-            if epoch != self.epoch {
-                // Revoked since: when assigned again, their marks are read again.
-                let revoked = control.revocations()
-                for partition in known where (revoked[partition] ?? 0) > self.epoch {
-                    known.remove(partition)
-                    marks[partition] = nil
-                }
-                self.epoch = epoch
-            }
-            var fresh: [TopicPartition] = []
-            var last: (partition: Int32, topic: String)? = nil
-            for message in messages {
-                if let last, last.partition == message.partition, last.topic == message.topic { continue }
-                last = (message.partition, message.topic)
-                let partition = TopicPartition(topic: message.topic, partition: message.partition)
-                if !known.contains(partition) && !fresh.contains(partition) { fresh.append(partition) }
-            }
-            guard !fresh.isEmpty else { return }
-            known.formUnion(fresh)
-            do {
-                for (partition, mark) in try await store.handoffs(fresh) {
-                    marks[partition] = mark
-                    logger.info(
-                        "Partition handed on without a commit: skipping the messages whose results its previous owner wrote",
-                        metadata: ["partition": "\(partition)", "before": "\(mark.offset)"]
-                    )
-                }
-            } catch {
-                logger.warning(
-                    "Cannot read the hand-off marks of newly assigned partitions; results of bad input may be written again",
-                    metadata: ["partitions": "\(fresh)", "error": "\(error.message)"]
-                )
-            }
-        }
-    }
-
     /// How long parsing may go on before what is parsed is handed on, so the results of a
     /// batch's first messages (of any partition) never wait for the parsing of many large ones.
     static let handOverInterval: Duration = .milliseconds(20)
@@ -116,6 +46,11 @@ struct IntakeStage: Sendable {
 
     /// The highest lane, when there are several: its notifications are urgent in the pools.
     let urgentTopic: String?
+    /// `worker.maxStopsPerMessage` (``StopGuard/limit``; 0: the stop guard is off).
+    let stopLimit: Int
+    /// How long stop records are kept after their last write: two dedupe TTLs, as long as the
+    /// written positions they are read with.
+    let stopRecordTTLSeconds: Int
     /// The part of `maxInFlight` that only the highest lane may take: a tenth.
     let laneReserve: Int
 
@@ -123,6 +58,8 @@ struct IntakeStage: Sendable {
         self.lanes = configuration.kafka.requestsTopics.count
         self.urgentTopic = configuration.kafka.highestLane
         self.laneReserve = Self.laneReserve(configuration)
+        self.stopLimit = configuration.worker.maxStopsPerMessage
+        self.stopRecordTTLSeconds = 2 * configuration.worker.dedupeTTLSeconds
         var parser = JobParser()
         parser.http2Apps = Set(
             configuration.apps.filter { $0.value.transport == .http2 }.keys
@@ -193,7 +130,7 @@ struct IntakeStage: Sendable {
                 offset: message.offset,
                 epoch: message.rebalanceGeneration
             )
-            if handoffs.covers(ref, timestamp: message.timestamp) {
+            if handoffs.covers(ref, timestamp: MessageTimestamp(message).known) {
                 chunk.registrations.append((ref, 0))
                 chunk.skipped += 1
                 continue
@@ -216,7 +153,8 @@ struct IntakeStage: Sendable {
 
     private func parse(_ message: KafkaMessage, ref: MessageRef, now: Int64, into chunk: inout Chunk) {
         var place: String { "\(message.topic)[\(message.partition)]@\(message.offset)" }
-        switch parser.parse(message.value, producedAt: message.timestamp) {
+        let timestamp = MessageTimestamp(message)
+        switch parser.parse(message.value, producedAt: timestamp.known) {
         case .unreadable(let jobId, let app, let reason, let metadata):
             logger.warning("Rejected message \(place): \(reason).")
             chunk.results.append(
@@ -281,6 +219,13 @@ struct IntakeStage: Sendable {
                     )
                 }
             }
+            #if APN_WORKER_TEST_HOOKS
+            TestHooks.parsed(job: job.id)
+            #endif
+            if let problem = timestamp.problem {
+                reject(problem, environment: job.environment)
+                return
+            }
             guard let settings = apps[job.app] else {
                 let configured = apps.keys.sorted().joined(separator: ", ")
                 reject(
@@ -330,7 +275,7 @@ struct IntakeStage: Sendable {
                 taking: &job,
                 environment: environment,
                 app: settings.app,
-                producedAt: message.timestamp ?? now,
+                producedAt: timestamp.known ?? now,
                 urgent: message.topic == urgentTopic
             )
             expectSummary(environment: environment.rawValue, dryRun: shared.dryRun)
@@ -441,8 +386,10 @@ struct IntakeStage: Sendable {
     // MARK: Consumption
 
     /// Consumes until the worker stops, its task is cancelled or the consumer is closed: waits for
-    /// room, polls a batch, parses it and hands it on. While Redis is unreachable the assigned
-    /// partitions are paused and polling goes on, so the group keeps this member.
+    /// room, polls a batch, parses it and hands it on, in the steps the ``StopGuard`` plans.
+    /// While Redis is unreachable the assigned partitions are paused and polling goes on, so the
+    /// group keeps this member. `stuck` tells how many notifications of some partitions wait in
+    /// pools that cannot reach their gateway (a careful step does not wait for those).
     func run(
         consumer: KafkaConsumer,
         batchSize: Int,
@@ -451,11 +398,25 @@ struct IntakeStage: Sendable {
         ledger: SharedLedger,
         results: ResultStage,
         claims: ClaimStage,
-        store: NotificationStore
+        store: NotificationStore,
+        stuck: @escaping @Sendable (Set<TopicPartition>) -> Int = { _ in 0 }
     ) async throws {
         var paused = false
+        var assignments = Assignments()
         var handoffs = Handoffs()
+        var stops = Stops(limit: stopLimit, ttlSeconds: stopRecordTTLSeconds)
         var retention = RetentionWatch()
+        let handOver: (Chunk) async -> Void = { chunk in
+            results.register(chunk.registrations, summaries: chunk.summaries)
+            control.count { s in
+                s.messages += chunk.messages
+                s.notifications += chunk.candidates.count
+                s.rejected += chunk.results.count
+                s.skipped += chunk.skipped
+            }
+            results.submit(chunk.results)
+            claims.handOver(chunk.candidates)
+        }
         while true {
             await ledger.waitForRoom()
             if control.isStopping || Task.isCancelled { return }
@@ -474,12 +435,21 @@ struct IntakeStage: Sendable {
                 logger.warning("Kafka consumer error", metadata: ["error": "\(error)"])
                 continue
             }
-            let (messages, dropped) = consumer.current(polled)
+            var (messages, dropped) = consumer.current(polled)
             if dropped > 0 {
                 logger.info(
                     "Messages fetched before their partition was revoked are left to its next owner",
                     metadata: ["messages": "\(dropped)"]
                 )
+            }
+            // Offsets are the broker's; one no broker gives could not be committed past.
+            if messages.contains(where: { $0.offset < 0 || $0.offset == .max }) {
+                let wrong = messages.filter { $0.offset < 0 || $0.offset == .max }
+                logger.error(
+                    "The broker sent messages at offsets no Kafka partition has (\(wrong.prefix(3).map { "\($0.topic)[\($0.partition)]@\($0.offset)" }.joined(separator: ", "))); they are not processed",
+                    metadata: ["messages": "\(wrong.count)"]
+                )
+                messages.removeAll { $0.offset < 0 || $0.offset == .max }
             }
             if messages.isEmpty { continue }
             let suspects = retention.note(messages)
@@ -488,17 +458,19 @@ struct IntakeStage: Sendable {
                     report(loss, metrics: control.metrics)
                 }
             }
-            await handoffs.lookUp(for: messages, control: control, store: store, logger: logger)
-            await parse(messages, handoffs: &handoffs) { chunk in
-                results.register(chunk.registrations, summaries: chunk.summaries)
-                control.count { s in
-                    s.messages += chunk.messages
-                    s.notifications += chunk.candidates.count
-                    s.rejected += chunk.results.count
-                    s.skipped += chunk.skipped
-                }
-                results.submit(chunk.results)
-                claims.handOver(chunk.candidates)
+            let (fresh, revoked) = assignments.note(messages, control: control)
+            handoffs.forget(revoked)
+            stops.forget(revoked)
+            await handoffs.lookUp(fresh, store: store, logger: logger)
+            await stops.lookUp(fresh, store: store, metrics: control.metrics, logger: logger)
+            for step in stops.state.plan(messages) {
+                await process(
+                    step,
+                    stops: &stops,
+                    handoffs: &handoffs,
+                    context: StepContext(ledger: ledger, control: control, store: store, stuck: stuck),
+                    handOver: handOver
+                )
             }
         }
     }

@@ -2,14 +2,16 @@ import Synchronization
 
 /// The ``PipelineLedger`` the stages share: one lock around it, and the waiters for what it
 /// bounds. Intake waits for room before it polls Kafka (``waitForRoom()``); a drain waits until
-/// nothing is in flight (``waitUntilEmpty(deadline:)``). Every event applied with
-/// ``update(_:)`` wakes the waiters whose condition now holds.
+/// nothing is in flight (``waitUntilEmpty(deadline:)``), and the stop guard until a partition's
+/// messages are done (``waitUntil(deadline:_:)``). Every event applied with ``update(_:)``
+/// wakes the waiters whose condition now holds.
 final class SharedLedger: Sendable {
     private struct State {
         var ledger: PipelineLedger
         /// Waiters by id, so that a cancelled or timed-out one is resumed alone.
         var roomWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
-        var emptyWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
+        /// Waiters for a condition on the ledger, with it.
+        var conditionWaiters: [UInt64: ConditionWaiter] = [:]
         /// Ids of waiters cancelled (or timed out) before they were installed.
         var gone: Set<UInt64> = []
         var nextId: UInt64 = 0
@@ -18,6 +20,11 @@ final class SharedLedger: Sendable {
             nextId += 1
             return nextId
         }
+    }
+
+    private struct ConditionWaiter {
+        var condition: @Sendable (borrowing PipelineLedger) -> Bool
+        var continuation: CheckedContinuation<Bool, Never>
     }
 
     private let state: Mutex<State>
@@ -35,27 +42,29 @@ final class SharedLedger: Sendable {
         state.withLock { query($0.ledger) }
     }
 
-    /// Applies events to the ledger, then wakes the waiters for room and for an empty pipeline
-    /// whose condition holds; returns what `event` returns (its actions).
+    /// Applies events to the ledger, then wakes the waiters for room and those whose condition
+    /// now holds; returns what `event` returns (its actions).
     @discardableResult
     func update<T>(_ event: (inout PipelineLedger) -> T) -> T {
-        let (result, room, empty) = state.withLock {
+        let (result, room, satisfied) = state.withLock {
             s -> (T, [CheckedContinuation<Void, Never>], [CheckedContinuation<Bool, Never>]) in
             let result = event(&s.ledger)
             var room: [CheckedContinuation<Void, Never>] = []
-            var empty: [CheckedContinuation<Bool, Never>] = []
+            var satisfied: [CheckedContinuation<Bool, Never>] = []
             if !s.roomWaiters.isEmpty, s.ledger.hasRoom {
                 room = Array(s.roomWaiters.values)
                 s.roomWaiters.removeAll()
             }
-            if !s.emptyWaiters.isEmpty, s.ledger.isEmpty {
-                empty = Array(s.emptyWaiters.values)
-                s.emptyWaiters.removeAll()
+            if !s.conditionWaiters.isEmpty {
+                for (id, waiter) in s.conditionWaiters where waiter.condition(s.ledger) {
+                    satisfied.append(waiter.continuation)
+                    s.conditionWaiters[id] = nil
+                }
             }
-            return (result, room, empty)
+            return (result, room, satisfied)
         }
         room.forEach { $0.resume() }
-        empty.forEach { $0.resume(returning: true) }
+        satisfied.forEach { $0.resume(returning: true) }
         return result
     }
 
@@ -86,14 +95,24 @@ final class SharedLedger: Sendable {
     /// Waits until nothing is in flight; `false` when `deadline` came first or the task was
     /// cancelled. Only this call's waiter is resumed when it gives up.
     func waitUntilEmpty(deadline: ContinuousClock.Instant) async -> Bool {
+        await waitUntil(deadline: deadline) { $0.isEmpty }
+    }
+
+    /// Waits until `condition` holds for the ledger (checked now and after each event); `false`
+    /// when `deadline` came first or the task was cancelled. Only this call's waiter is resumed
+    /// when it gives up.
+    func waitUntil(
+        deadline: ContinuousClock.Instant,
+        _ condition: @escaping @Sendable (borrowing PipelineLedger) -> Bool
+    ) async -> Bool {
         let id = state.withLock { $0.makeId() }
         let giveUp: @Sendable () -> Void = { [self] in
             self.state.withLock { s -> CheckedContinuation<Bool, Never>? in
-                guard let waiter = s.emptyWaiters.removeValue(forKey: id) else {
+                guard let waiter = s.conditionWaiters.removeValue(forKey: id) else {
                     s.gone.insert(id)
                     return nil
                 }
-                return waiter
+                return waiter.continuation
             }?.resume(returning: false)
         }
         return await withTaskGroup(of: Bool?.self) { group in
@@ -102,8 +121,8 @@ final class SharedLedger: Sendable {
                     await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                         let answer = self.state.withLock { s -> Bool? in
                             if s.gone.remove(id) != nil { return false }
-                            if s.ledger.isEmpty { return true }
-                            s.emptyWaiters[id] = continuation
+                            if condition(s.ledger) { return true }
+                            s.conditionWaiters[id] = ConditionWaiter(condition: condition, continuation: continuation)
                             return nil
                         }
                         if let answer { continuation.resume(returning: answer) }

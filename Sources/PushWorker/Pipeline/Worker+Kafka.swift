@@ -89,6 +89,23 @@ extension Worker {
         }
         await commitForHandover(stages.consumer, stages.results, ledger.read { $0.positions(in: selection) })
         ledger.update { $0.removed(selection) }
+        // Handed on by choice: its next owner charges no stop to what was in flight.
+        await removeStopRecords(partitions, stages.store)
+    }
+
+    /// Removes this worker's stop records of partitions it hands on or stops with by choice
+    /// (``StopGuard``). A failure is logged: the next owner then charges one stop to what was
+    /// in flight, which only records it (a message is skipped only after more stops).
+    func removeStopRecords(_ partitions: [TopicPartition], _ store: NotificationStore) async {
+        guard configuration.worker.maxStopsPerMessage > 0, !partitions.isEmpty else { return }
+        do {
+            try await store.removeStopRecords(partitions)
+        } catch {
+            logger.warning(
+                "Cannot remove this worker's stop records; the partitions' next owner will count one stop for the messages that were in flight",
+                metadata: ["partitions": "\(partitions)", "error": "\(error.message)"]
+            )
+        }
     }
 
     /// Commits the written position of partitions about to be handed on, retrying briefly while

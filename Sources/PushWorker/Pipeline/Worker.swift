@@ -44,6 +44,8 @@ public final class Worker: Service, Sendable {
         var results: ResultStage
         var summaries: SummaryStage
         var redis: [RedisClient]
+        /// The store of hand-off marks, stop records and liveness.
+        var store: NotificationStore
     }
     /// What the status server and the metrics read (see `Worker+Status.swift`).
     let observed = Mutex(Observed())
@@ -226,7 +228,8 @@ public final class Worker: Service, Sendable {
             delivery: delivery,
             results: results,
             summaries: summaries,
-            redis: [claimRedis, stateRedis]
+            redis: [claimRedis, stateRedis],
+            store: store
         )
         self.stages.withLock { $0 = stages }
         logger.info(
@@ -264,14 +267,15 @@ public final class Worker: Service, Sendable {
                     ledger: ledger,
                     results: results,
                     claims: claims,
-                    store: store
+                    store: store,
+                    stuck: { delivery.stuck(in: $0) }
                 )
             } catch {
                 failure = error
                 logger.error("Consumption failed; shutting down", metadata: ["error": "\(error)"])
             }
             stop()
-            await drain(consumer: consumer, claims: claims, delivery: delivery, results: results)
+            await drain(consumer: consumer, claims: claims, delivery: delivery, results: results, store: store)
             claims.finish()
             results.finish()
             summaries.finish()
@@ -341,6 +345,7 @@ public final class Worker: Service, Sendable {
         claims: ClaimStage,
         delivery: DeliveryStage,
         results: ResultStage,
+        store: NotificationStore
     ) async {
         let deadline = ContinuousClock.now + configuration.worker.shutdownTimeout
         // Held and parked notifications are not claimed: hand them back.
@@ -361,6 +366,8 @@ public final class Worker: Service, Sendable {
         do {
             let assigned = Set(try consumer.assignment())
             await commitForHandover(consumer, results, ledger.read { $0.positions(in: assigned) })
+            // A stop by choice: no message of these partitions is charged for it.
+            await removeStopRecords(Array(assigned), store)
         } catch {
             logger.warning("Cannot read the assignment to commit it before leaving", metadata: ["error": "\(error)"])
         }

@@ -40,6 +40,12 @@ import PushKafka
 ///   (a rebalance, a stop) without committing its offset: every message before `offset` that was
 ///   produced at or before `at` (UNIX ms) has all its results written, so its next owner skips
 ///   those messages instead of consuming them again (``NotificationStore/handoffs(_:)``).
+/// - `pp:<topic>:<partition>`: the partition's stop records (``StopGuard``): a hash, owner (its
+///   claim id in hex, as in `w:#`) → `<from>|<to>|<stops>`, the messages the owner had in flight
+///   and the stops they were charged before. Each worker replaces its own record before it
+///   processes messages of the partition and removes it when it hands the partition on or stops
+///   by choice; a dead owner's record is read by the partition's next owner. Kept two dedupe TTLs
+///   after its last write.
 /// - `w:<owner>`, `w:#<claim id>`: present while the worker incarnation `owner` is alive (short
 ///   TTL, refreshed); the second names it as its claims do, by its claim id in hex.
 /// - `fl:<app>:<env>`: the feedback-polling lock.
@@ -207,13 +213,24 @@ struct RedisKeys: Sendable {
     /// `w:#<claim id>`: the liveness of the owner whose claims carry `id`
     /// (``ClaimNames/owner(_:)``), in hex.
     func liveness(claimId id: [UInt8]) -> [UInt8] {
-        var key = Array("\(prefix)w:#".utf8)
+        Array("\(prefix)w:#".utf8) + Self.hex(id)
+    }
+
+    /// `pp:<topic>:<partition>`.
+    func stopRecords(_ partition: TopicPartition) -> [UInt8] {
+        Array("\(prefix)pp:\(partition.topic):\(partition.partition)".utf8)
+    }
+
+    /// Bytes as lower-case hex digits.
+    static func hex(_ bytes: [UInt8]) -> [UInt8] {
         let digits = Array("0123456789abcdef".utf8)
-        for byte in id {
-            key.append(digits[Int(byte >> 4)])
-            key.append(digits[Int(byte & 0x0F)])
+        var text: [UInt8] = []
+        text.reserveCapacity(bytes.count * 2)
+        for byte in bytes {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0F)])
         }
-        return key
+        return text
     }
 
     /// `fl:<app>:<environment>`.
