@@ -287,7 +287,11 @@ let package = Package(
         ),
         .target(
             name: "PushWorkerFuzzing",
-            dependencies: ["PushWorker", "APNSCore", "APNSHTTP2Core"],
+            dependencies: [
+                "PushWorker", "PushConfiguration", "PushKafka", "PushRedis", "APNSCore", "APNSBinary", "APNSHTTP2",
+                "APNSHTTP2Core", .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+            ],
             path: "Tests/PushWorkerFuzzing"
         ),
         .testTarget(
@@ -335,13 +339,19 @@ let package = Package(
     swiftLanguageModes: [.v6]
 )
 
-// The libFuzzer target for the job parser and payload builder, only when scripts/fuzz asks for it:
-// it is built with `--sanitize fuzzer` in its own build directory, and libFuzzer supplies `main`.
+// The libFuzzer targets, only when scripts/fuzz asks for them: the job parser and payload builder
+// (job-fuzzer), whole Kafka messages through intake and the claim plan (intake-fuzzer), and APNs'
+// answers to both pools (answer-fuzzer). They are built with `--sanitize fuzzer` in their own build
+// directory, and libFuzzer supplies `main`.
 if ProcessInfo.processInfo.environment["APN_WORKER_FUZZ"] != nil {
-    package.products.append(.executable(name: "job-fuzzer", targets: ["JobFuzzer"]))
-    package.targets.append(
-        .executableTarget(name: "JobFuzzer", dependencies: ["PushWorkerFuzzing"], path: "Tests/Fuzz/JobFuzzer")
-    )
+    for (product, target) in [
+        ("job-fuzzer", "JobFuzzer"), ("intake-fuzzer", "IntakeFuzzer"), ("answer-fuzzer", "AnswerFuzzer"),
+    ] {
+        package.products.append(.executable(name: product, targets: [target]))
+        package.targets.append(
+            .executableTarget(name: target, dependencies: ["PushWorkerFuzzing"], path: "Tests/Fuzz/\(target)")
+        )
+    }
 }
 
 // The Redis transport benchmark (hiredis socket against SwiftNIO, plain TCP), only when
