@@ -21,8 +21,8 @@ import Darwin
 /// cancellation, then closes the listener and every connection and returns. Learn the bound
 /// address (port 0 picks a free port) with ``listeningAddress()``.
 ///
-/// Each connection is served in a child task of `run()`; answers are computed off the event
-/// loop. The server is hardened against clients that misbehave: a bounded request head (`431`),
+/// Each connection is served in a child task of `run()`; answers other than the probes' are
+/// computed off the event loop. The server is hardened against clients that misbehave: a bounded request head (`431`),
 /// malformed requests (`400`), no request bodies (`413`), and a deadline per request
 /// (``Configuration/requestTimeout``) that closes idle, stalled and slow clients. Keep-alive and
 /// pipelined requests are supported; `HEAD` answers like `GET` without a body; other methods get
@@ -38,6 +38,9 @@ import Darwin
 ///   `503` with `Retry-After: 1`. A kubelet's probes (a new connection each) are answered there
 ///   while scrapers hold every general slot. Only a connection the reserve cannot take either is
 ///   closed at once, without an answer.
+/// - The probes are answered on the connection's event loop as soon as their request has been
+///   read (``StatusProbeResponder``), not by the connection's task: a process whose threads are
+///   busy does not hold them back.
 /// - Once a connection is ``Configuration/maximumConnectionAge`` old, its next answer (or the one
 ///   in progress) says `Connection: close` and it is closed once that answer is written; an idle
 ///   one is left to the request timeout. So general slots change hands even under clients that
@@ -291,6 +294,7 @@ public final class StatusServer: Service, Sendable {
                     maximumBodyBytes: configuration.maximumBodyBytes
                 )
             )
+            try pipeline.addHandler(StatusProbeResponder(routes: routes, slot: slot))
             let connection = try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
                 wrappingChannelSynchronously: channel
             )
@@ -335,7 +339,7 @@ public final class StatusServer: Service, Sendable {
     }
 
     /// The parts of the answer to `request`: the route's, or `503` for a connection in the
-    /// reserve that asks for anything but a probe.
+    /// reserve (the probes are answered before they get here, by ``StatusProbeResponder``).
     private func answer(
         to request: HTTPRequestHead,
         slot: StatusAdmission.Slot,
