@@ -83,8 +83,8 @@ struct StatusServerStarvationTests {
             for _ in 0..<probes {
                 var sample = try await ProbeSample.take(port: port, on: probeLoop, counts: counts)
                 // Probes spaced as a kubelet spaces them, more densely; the pause is the prober's
-                // behaviour, not a synchronisation. By its end the watch has recorded any stall
-                // that outlasted the probe.
+                // behaviour, not a synchronisation. It also lets the watch record a stall that
+                // outlasted the probe; one it has not recorded yet only makes the bound stricter.
                 try await Task.sleep(for: .milliseconds(50))
                 sample.heldBack = watch.heldBack(during: sample.window)
                 samples.append(sample)
