@@ -15,6 +15,11 @@ import NIOHTTP1
 ///   connection is closed. The decoder's limits bound what it buffers.
 /// - **Bodies** beyond `maximumBodyBytes` get `413 Content Too Large` and a close; smaller ones
 ///   are passed on (and ignored by the routes).
+/// - **Lifetime.** Once the connection is `maximumAge` old, the next answer to begin (the one to
+///   the request in progress, if any) says `Connection: close`, and the connection is closed as
+///   soon as that answer has been written. A client that keeps re-arming the deadline with
+///   requests cannot hold its slot for longer; an idle one is closed by the deadline. An idle
+///   connection is not closed at its age: a request crossing that close would be lost.
 ///
 /// Once it has refused a request it drops all further input and errors until the connection is
 /// closed.
@@ -25,34 +30,47 @@ final class StatusRequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     typealias OutboundOut = HTTPServerResponsePart
 
     private let timeout: TimeAmount
+    private let maximumAge: TimeAmount
     private let maximumBodyBytes: Int
     private var deadline: Scheduled<Void>?
+    /// Fires `maximumAge` after activation.
+    private var lifetime: Scheduled<Void>?
+    private var lifetimeArmed = false
+    /// The connection is `maximumAge` old: the next answer to begin says `Connection: close`.
+    private var expired = false
+    /// The answer being written says `Connection: close`: close once its end is written.
+    private var closeAfterResponse = false
     private var bodyBytes = 0
     private var responseInProgress = false
     private var refusing = false
 
-    init(timeout: TimeAmount, maximumBodyBytes: Int) {
+    init(timeout: TimeAmount, maximumAge: TimeAmount, maximumBodyBytes: Int) {
         self.timeout = timeout
+        self.maximumAge = maximumAge
         self.maximumBodyBytes = maximumBodyBytes
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
         if context.channel.isActive {
             armDeadline(context: context)
+            armLifetime(context: context)
         }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
         cancelDeadline()
+        cancelLifetime()
     }
 
     func channelActive(context: ChannelHandlerContext) {
         armDeadline(context: context)
+        armLifetime(context: context)
         context.fireChannelActive()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         cancelDeadline()
+        cancelLifetime()
         context.fireChannelInactive()
     }
 
@@ -98,15 +116,35 @@ final class StatusRequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         switch unwrapOutboundIn(data) {
-        case .head(let head) where head.status.code >= 200:
+        case .head(var head) where head.status.code >= 200:
             responseInProgress = true
+            if expired {
+                closeAfterResponse = true
+                head.headers.replaceOrAdd(name: "Connection", value: "close")
+                context.write(wrapOutboundOut(.head(head)), promise: promise)
+                return
+            }
         case .head, .body:
             break
         case .end:
             responseInProgress = false
             armDeadline(context: context)
+            if closeAfterResponse {
+                closeAfterWriting(data, context: context, promise: promise)
+                return
+            }
         }
         context.write(data, promise: promise)
+    }
+
+    /// Writes the end of an answer that said `Connection: close`, then closes the connection.
+    private func closeAfterWriting(_ data: NIOAny, context: ChannelHandlerContext, promise: EventLoopPromise<Void>?) {
+        let written = promise ?? context.eventLoop.makePromise()
+        let loopBoundContext = context.loopBound
+        written.futureResult.assumeIsolated().whenComplete { _ in
+            loopBoundContext.value.close(promise: nil)
+        }
+        context.write(data, promise: written)
     }
 
     /// Answers `status` with `Connection: close` (unless a response has already begun) and
@@ -147,5 +185,20 @@ final class StatusRequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
     private func cancelDeadline() {
         deadline?.cancel()
         deadline = nil
+    }
+
+    /// Once per connection, from its activation.
+    private func armLifetime(context: ChannelHandlerContext) {
+        guard !lifetimeArmed else { return }
+        lifetimeArmed = true
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        lifetime = context.eventLoop.scheduleTask(in: maximumAge) {
+            handler.value.expired = true
+        }
+    }
+
+    private func cancelLifetime() {
+        lifetime?.cancel()
+        lifetime = nil
     }
 }

@@ -51,6 +51,16 @@ struct StatusResponse: Sendable {
         }
         return head
     }
+
+    /// The parts that answer `request`: the head, the body unless the request is a `HEAD`, the end.
+    func parts(for request: HTTPRequestHead, keepAlive: Bool) -> [HTTPServerResponsePart] {
+        var parts: [HTTPServerResponsePart] = [.head(head(for: request, keepAlive: keepAlive))]
+        if request.method != .HEAD {
+            parts.append(.body(.byteBuffer(body)))
+        }
+        parts.append(.end(nil))
+        return parts
+    }
 }
 
 /// The routes of the status server: `GET` (and `HEAD`) on `/metrics`, `/health/live`,
@@ -69,9 +79,22 @@ struct StatusRoutes: Sendable {
     }
 
     static let paths: Set<Substring> = ["/metrics", "/health/live", "/health/ready", "/status"]
+    /// The paths the kubelet's probes ask for: cheap, and answered even beyond the general
+    /// connection slots (``StatusAdmission``).
+    static let probePaths: Set<Substring> = ["/health/live", "/health/ready"]
+
+    /// The request's path, without its query.
+    static func path(of request: HTTPRequestHead) -> Substring {
+        request.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+    }
+
+    /// Whether `request` asks for a health probe's path.
+    static func isProbe(_ request: HTTPRequestHead) -> Bool {
+        probePaths.contains(path(of: request))
+    }
 
     func response(to request: HTTPRequestHead) -> StatusResponse {
-        let path = request.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        let path = Self.path(of: request)
         guard Self.paths.contains(path) else {
             return .text(
                 .notFound,

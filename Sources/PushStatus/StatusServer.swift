@@ -21,13 +21,30 @@ import Darwin
 /// cancellation, then closes the listener and every connection and returns. Learn the bound
 /// address (port 0 picks a free port) with ``listeningAddress()``.
 ///
-/// Each connection is served in a child task of `run()`; answers are computed off the event
-/// loop. The server is hardened against clients that misbehave: at most
-/// ``Configuration/maximumConnections`` connections (more are closed at once), a bounded request
-/// head (`431`), malformed requests (`400`), no request bodies (`413`), and a deadline per request
+/// Each connection is served in a child task of `run()`; answers other than the probes' are
+/// computed off the event loop. The server is hardened against clients that misbehave: a bounded request head (`431`),
+/// malformed requests (`400`), no request bodies (`413`), and a deadline per request
 /// (``Configuration/requestTimeout``) that closes idle, stalled and slow clients. Keep-alive and
 /// pipelined requests are supported; `HEAD` answers like `GET` without a body; other methods get
 /// `405`, other paths `404`.
+///
+/// The health probes cannot be starved by clients that hold connections:
+///
+/// - ``Configuration/maximumConnections`` general slots serve every path with keep-alive; one
+///   peer (IP address) holds at most ``Configuration/maximumConnectionsPerPeer`` of them.
+/// - A connection the general slots cannot take (all taken, or its peer holds its share) goes to
+///   a reserve of ``Configuration/reservedProbeConnections`` slots, open to every peer, which
+///   answers one request and closes: `/health/live` and `/health/ready` as usual, any other path
+///   `503` with `Retry-After: 1`. A kubelet's probes (a new connection each) are answered there
+///   while scrapers hold every general slot. Only a connection the reserve cannot take either is
+///   closed at once, without an answer.
+/// - The probes are answered on the connection's event loop as soon as their request has been
+///   read (``StatusProbeResponder``), not by the connection's task: a process whose threads are
+///   busy does not hold them back.
+/// - Once a connection is ``Configuration/maximumConnectionAge`` old, its next answer (or the one
+///   in progress) says `Connection: close` and it is closed once that answer is written; an idle
+///   one is left to the request timeout. So general slots change hands even under clients that
+///   poll faster than the request timeout.
 public final class StatusServer: Service, Sendable {
     /// Where and how the server listens.
     public struct Configuration: Sendable {
@@ -36,8 +53,16 @@ public final class StatusServer: Service, Sendable {
         public var host: String
         /// The port; 0 picks a free one (read it from ``StatusServer/listeningAddress()``).
         public var port: Int
-        /// Connections served at once; a connection beyond it is closed as soon as it is accepted.
+        /// General connection slots: connections served at once, for every path, with keep-alive.
+        /// A connection beyond them goes to the probe reserve.
         public var maximumConnections: Int
+        /// Slots beyond ``maximumConnections`` for the health probes: a connection admitted there
+        /// is answered once and closed, `/health/live` and `/health/ready` as usual, other paths
+        /// with `503`. 0 closes every connection beyond the general slots at once.
+        public var reservedProbeConnections: Int
+        /// General slots one peer (IP address) may hold; its further connections go to the probe
+        /// reserve. A Prometheus server holds one connection per target, a kubelet one per probe.
+        public var maximumConnectionsPerPeer: Int
         /// The largest request head (the target and the header fields, and any one field) accepted;
         /// a larger one, or one of more than 100 fields, gets `431` and a close. The decoder holds
         /// no more than this of a request.
@@ -48,21 +73,31 @@ public final class StatusServer: Service, Sendable {
         /// for this long is closed: an idle keep-alive connection, a client that stalls in the
         /// middle of a request or sends it a byte at a time, a client that does not read.
         public var requestTimeout: Duration
+        /// How long a connection is kept open: once it is this old, its next answer (or the one in
+        /// progress) says `Connection: close`, and it is closed as soon as that answer is written.
+        /// An idle connection is left to ``requestTimeout``.
+        public var maximumConnectionAge: Duration
 
         public init(
             host: String = "0.0.0.0",
             port: Int = 9400,
             maximumConnections: Int = 64,
+            reservedProbeConnections: Int = 16,
+            maximumConnectionsPerPeer: Int = 16,
             maximumHeaderBytes: Int = 16 * 1024,
             maximumBodyBytes: Int = 1024,
-            requestTimeout: Duration = .seconds(10)
+            requestTimeout: Duration = .seconds(10),
+            maximumConnectionAge: Duration = .seconds(60)
         ) {
             self.host = host
             self.port = port
             self.maximumConnections = maximumConnections
+            self.reservedProbeConnections = reservedProbeConnections
+            self.maximumConnectionsPerPeer = maximumConnectionsPerPeer
             self.maximumHeaderBytes = maximumHeaderBytes
             self.maximumBodyBytes = maximumBodyBytes
             self.requestTimeout = requestTimeout
+            self.maximumConnectionAge = maximumConnectionAge
         }
     }
 
@@ -71,7 +106,7 @@ public final class StatusServer: Service, Sendable {
     private let eventLoopGroup: any EventLoopGroup
     private let logger: Logger
     private let listener = Mutex(ListenerState.idle(waiters: [:], nextWaiter: 0))
-    private let connections: ConnectionLimiter
+    private let admission: Mutex<StatusAdmission>
     private let isRunning = Atomic<Bool>(false)
 
     /// - Parameters:
@@ -91,12 +126,18 @@ public final class StatusServer: Service, Sendable {
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger
     ) {
-        precondition(configuration.maximumConnections > 0, "maximumConnections must be at least 1")
+        precondition(configuration.maximumConnectionAge > .zero, "maximumConnectionAge must be positive")
         self.configuration = configuration
         self.routes = StatusRoutes(registry: registry, provider: provider, beforeScrape: beforeScrape)
         self.eventLoopGroup = eventLoopGroup
         self.logger = logger
-        self.connections = ConnectionLimiter(limit: configuration.maximumConnections)
+        self.admission = Mutex(
+            StatusAdmission(
+                generalLimit: configuration.maximumConnections,
+                reserveLimit: configuration.reservedProbeConnections,
+                perPeerLimit: configuration.maximumConnectionsPerPeer
+            )
+        )
     }
 
     /// The address the server listens on, once ``run()`` has bound it (port 0 is replaced by the
@@ -190,8 +231,8 @@ public final class StatusServer: Service, Sendable {
                 try await server.executeThenClose { inbound in
                     try await withThrowingDiscardingTaskGroup { group in
                         for try await accepted in inbound {
-                            guard let connection = accepted.take() else { continue }
-                            group.addTask { await self.serve(connection) }
+                            guard let (connection, slot) = accepted.take() else { continue }
+                            group.addTask { await self.serve(connection, slot: slot) }
                         }
                         // The listener closed: end the connections too.
                         group.cancelAll()
@@ -212,59 +253,66 @@ public final class StatusServer: Service, Sendable {
     }
 
     private func bind() async throws -> NIOAsyncChannel<AcceptedConnection, Never> {
-        let limiter = connections
-        let timeout = TimeAmount(configuration.requestTimeout)
-        let maximumBodyBytes = configuration.maximumBodyBytes
-        let limits = {
-            var limits = NIOHTTPDecoderLimitConfiguration()
-            limits.maxHeaderFieldSize = configuration.maximumHeaderBytes
-            limits.maxHeaderListSize = configuration.maximumHeaderBytes
-            limits.maxHeaderFieldCount = 100
-            return limits
-        }()
-        let logger = logger
-        return try await ServerBootstrap(group: eventLoopGroup)
+        try await ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelOption(.allowRemoteHalfClosure, value: false)
             .bind(host: configuration.host, port: configuration.port) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    guard limiter.acquire() else {
-                        logger.debug(
-                            "status server refused a connection: too many open",
-                            metadata: ["status.peer": "\(channel.remoteAddress.map { "\($0)" } ?? "?")"]
-                        )
-                        channel.close(promise: nil)
-                        return AcceptedConnection(nil)
-                    }
-                    channel.closeFuture.whenComplete { _ in limiter.release() }
-                    let connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>
-                    do {
-                        let pipeline = channel.pipeline.syncOperations
-                        try pipeline.configureHTTPServerPipeline(
-                            withErrorHandling: false,
-                            withEncoderConfiguration: .init(),
-                            withDecoderLimitConfiguration: limits
-                        )
-                        try pipeline.addHandler(
-                            StatusRequestGuard(timeout: timeout, maximumBodyBytes: maximumBodyBytes)
-                        )
-                        connection = try NIOAsyncChannel(wrappingChannelSynchronously: channel)
-                    } catch {
-                        // A failure here must not end the accept loop: drop this connection only.
-                        logger.debug("status server could not set up a connection", metadata: ["error": "\(error)"])
-                        channel.close(promise: nil)
-                        return AcceptedConnection(nil)
-                    }
-                    return AcceptedConnection(connection)
-                }
+                channel.eventLoop.makeCompletedFuture { self.accept(channel) }
             }
     }
 
+    /// Admits a connection into a slot (``StatusAdmission``) and sets up its pipeline, or closes
+    /// it; on the connection's event loop.
+    private func accept(_ channel: any Channel) -> AcceptedConnection {
+        let peer = channel.remoteAddress?.ipAddress ?? "?"
+        guard let slot = admission.withLock({ $0.admit(peer: peer) }) else {
+            logger.debug(
+                "status server refused a connection: every general and reserved slot is taken",
+                metadata: ["status.peer": "\(peer)"]
+            )
+            channel.close(promise: nil)
+            return AcceptedConnection(nil)
+        }
+        channel.closeFuture.whenComplete { _ in self.admission.withLock { $0.release(slot, peer: peer) } }
+        var limits = NIOHTTPDecoderLimitConfiguration()
+        limits.maxHeaderFieldSize = configuration.maximumHeaderBytes
+        limits.maxHeaderListSize = configuration.maximumHeaderBytes
+        limits.maxHeaderFieldCount = 100
+        do {
+            let pipeline = channel.pipeline.syncOperations
+            try pipeline.configureHTTPServerPipeline(
+                withErrorHandling: false,
+                withEncoderConfiguration: .init(),
+                withDecoderLimitConfiguration: limits
+            )
+            try pipeline.addHandler(
+                StatusRequestGuard(
+                    timeout: TimeAmount(configuration.requestTimeout),
+                    maximumAge: TimeAmount(configuration.maximumConnectionAge),
+                    maximumBodyBytes: configuration.maximumBodyBytes
+                )
+            )
+            try pipeline.addHandler(StatusProbeResponder(routes: routes, slot: slot))
+            let connection = try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
+                wrappingChannelSynchronously: channel
+            )
+            return AcceptedConnection((connection, slot))
+        } catch {
+            // A failure here must not end the accept loop: drop this connection only.
+            logger.debug("status server could not set up a connection", metadata: ["error": "\(error)"])
+            channel.close(promise: nil)
+            return AcceptedConnection(nil)
+        }
+    }
+
     /// Answers the requests of one connection in order until the client closes, asks to close,
-    /// or the server stops.
-    private func serve(_ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>) async {
+    /// or the server stops. A connection in the reserve is answered once, then closed.
+    private func serve(
+        _ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>,
+        slot: StatusAdmission.Slot
+    ) async {
         do {
             try await connection.executeThenClose { inbound, outbound in
                 var request: HTTPRequestHead?
@@ -277,14 +325,8 @@ public final class StatusServer: Service, Sendable {
                     case .end:
                         guard let head = request else { continue }
                         request = nil
-                        let response = routes.response(to: head)
-                        let keepAlive = head.isKeepAlive
-                        var parts: [HTTPServerResponsePart] = [.head(response.head(for: head, keepAlive: keepAlive))]
-                        if head.method != .HEAD {
-                            parts.append(.body(.byteBuffer(response.body)))
-                        }
-                        parts.append(.end(nil))
-                        try await outbound.write(contentsOf: parts)
+                        let keepAlive = head.isKeepAlive && slot == .general
+                        try await outbound.write(contentsOf: answer(to: head, slot: slot, keepAlive: keepAlive))
                         if !keepAlive {
                             return
                         }
@@ -294,6 +336,27 @@ public final class StatusServer: Service, Sendable {
         } catch {
             logger.debug("status server connection ended", metadata: ["error": "\(error)"])
         }
+    }
+
+    /// The parts of the answer to `request`: the route's, or `503` for a connection in the
+    /// reserve (the probes are answered before they get here, by ``StatusProbeResponder``).
+    private func answer(
+        to request: HTTPRequestHead,
+        slot: StatusAdmission.Slot,
+        keepAlive: Bool
+    ) -> [HTTPServerResponsePart] {
+        let response: StatusResponse
+        if slot == .reserve && !StatusRoutes.isProbe(request) {
+            response = .text(
+                .serviceUnavailable,
+                "the status server is serving as many connections as it takes; beyond them it answers only "
+                    + "/health/live and /health/ready: retry later",
+                extraHeaders: [("Retry-After", "1")]
+            )
+        } else {
+            response = routes.response(to: request)
+        }
+        return response.parts(for: request, keepAlive: keepAlive)
     }
 
     private func resolveListener(_ new: ListenerState) {
@@ -314,23 +377,25 @@ public final class StatusServer: Service, Sendable {
     }
 }
 
-/// What the listener's channel initializer hands to the accept loop: a connection to serve, or
-/// none (closed at once: the server had ``StatusServer/Configuration/maximumConnections`` open,
-/// or its pipeline could not be set up).
+/// What the listener's channel initializer hands to the accept loop: a connection to serve with
+/// the slot it was admitted into, or none (closed at once: every general and reserved slot was
+/// taken, or its pipeline could not be set up).
 ///
 /// A connection accepted while the server stops may still be queued when the accept loop ends,
 /// and is then released without ever being served. A `NIOAsyncChannel` released before
 /// `executeThenClose` is a precondition failure in SwiftNIO ("Deinited NIOAsyncWriter without
 /// calling finish()"), so one never taken by the loop is finished and closed here.
 private final class AcceptedConnection: Sendable {
-    private let connection: Mutex<NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>?>
+    typealias Admitted = (NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, StatusAdmission.Slot)
+    private let connection: Mutex<Admitted?>
 
-    init(_ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>?) {
+    init(_ connection: Admitted?) {
         self.connection = Mutex(connection)
     }
 
-    /// The connection, now the caller's to serve with `executeThenClose`; `nil` if refused.
-    func take() -> NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>? {
+    /// The connection and its slot, now the caller's to serve with `executeThenClose`; `nil` if
+    /// refused.
+    func take() -> Admitted? {
         connection.withLock { connection in
             defer { connection = nil }
             return connection
@@ -338,7 +403,7 @@ private final class AcceptedConnection: Sendable {
     }
 
     deinit {
-        guard let unserved = take() else { return }
+        guard let (unserved, _) = take() else { return }
         unserved.outbound.finish()
         unserved.channel.close(promise: nil)
     }
@@ -359,38 +424,6 @@ private enum ListenerState {
         case .stopped(let error):
             throw error
         }
-    }
-}
-
-/// Counts open connections against the configured maximum.
-private final class ConnectionLimiter: Sendable {
-    private let open = Atomic<Int>(0)
-    private let limit: Int
-
-    init(limit: Int) {
-        self.limit = limit
-    }
-
-    /// Takes a slot; false if all are taken.
-    func acquire() -> Bool {
-        var current = open.load(ordering: .relaxed)
-        while current < limit {
-            let (exchanged, original) = open.compareExchange(
-                expected: current,
-                desired: current + 1,
-                successOrdering: .acquiring,
-                failureOrdering: .relaxed
-            )
-            if exchanged {
-                return true
-            }
-            current = original
-        }
-        return false
-    }
-
-    func release() {
-        open.subtract(1, ordering: .releasing)
     }
 }
 

@@ -147,13 +147,15 @@ struct StatusServerHardeningTests {
         }
     }
 
-    @Test func connectionsBeyondTheLimitAreClosedAtOnce() async throws {
+    @Test func connectionsBeyondTheGeneralSlotsAndTheReserveAreClosedAtOnce() async throws {
         // The held connections wait idle while the others are made: a deadline longer than any
         // stall of a loaded machine keeps the server from closing them (and freeing a slot).
+        // Without a probe reserve, every connection beyond the general slots is refused.
         let configuration = StatusServer.Configuration(
             host: "127.0.0.1",
             port: 0,
             maximumConnections: 4,
+            reservedProbeConnections: 0,
             requestTimeout: .seconds(120)
         )
         try await withStatusServer(configuration: configuration) { _, client in
@@ -218,7 +220,11 @@ struct StatusServerHardeningTests {
         counter.increment(by: Int64(42))
         let processMetrics = ProcessMetrics(registry: registry)
         let scrapes = CallCounter()
+        // Every connection comes from 127.0.0.1: the per-peer cap is raised to let all 60 in.
+        var configuration = StatusServer.Configuration(host: "127.0.0.1", port: 0)
+        configuration.maximumConnectionsPerPeer = 64
         try await withStatusServer(
+            configuration: configuration,
             registry: registry,
             beforeScrape: {
                 scrapes.increment()

@@ -1,5 +1,6 @@
 import Logging
 import NIOCore
+import NIOHTTP1
 import NIOPosix
 import Prometheus
 import PushStatus
@@ -155,4 +156,93 @@ struct RawConnection {
 
 extension String {
     var bytes: [UInt8] { Array(utf8) }
+}
+
+/// One HTTP/1.1 client connection to a status server, from a chosen source address when the test
+/// needs a second peer (any 127.0.0.0/8 address is this host on Linux). Unlike ``StatusClient``,
+/// it reports a connection the server closed without an answer as `nil`, not as an error.
+struct PeerConnection {
+    /// One answer, read completely.
+    struct Answer {
+        var status: HTTPResponseStatus
+        var headers: HTTPHeaders
+        var body: ByteBuffer
+        /// The answer said `Connection: close`.
+        var closes: Bool { headers[canonicalForm: "connection"].contains { $0.lowercased() == "close" } }
+    }
+
+    private var responses: NIOAsyncChannelInboundStream<HTTPClientResponsePart>.AsyncIterator
+    private let requests: NIOAsyncChannelOutboundWriter<HTTPClientRequestPart>
+
+    /// Connects to 127.0.0.1:`port` from `source` (any port), runs `body` with the connection and
+    /// closes it.
+    static func with<Result>(
+        port: Int,
+        from source: String = "127.0.0.1",
+        _ body: (inout PeerConnection) async throws -> Result
+    ) async throws -> Result {
+        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .bind(to: try SocketAddress(ipAddress: source, port: 0))
+            .connect(host: "127.0.0.1", port: port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                    return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(
+                        wrappingChannelSynchronously: channel
+                    )
+                }
+            }
+        return try await channel.executeThenClose { inbound, outbound in
+            var connection = PeerConnection(responses: inbound.makeAsyncIterator(), requests: outbound)
+            return try await body(&connection)
+        }
+    }
+
+    /// Sends `GET path` and reads the answer: nil if the server closed the connection (or reset
+    /// it) without answering.
+    mutating func get(_ path: String, keepAlive: Bool = true) async throws -> Answer? {
+        var head = HTTPRequestHead(version: .http1_1, method: .GET, uri: path)
+        head.headers.add(name: "Host", value: "127.0.0.1")
+        if !keepAlive {
+            head.headers.add(name: "Connection", value: "close")
+        }
+        do {
+            try await requests.write(contentsOf: [.head(head), .end(nil)])
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            // The server closed first; what it sent before, if anything, is still read below.
+        }
+        var responseHead: HTTPResponseHead?
+        var body = ByteBuffer()
+        do {
+            while let part = try await responses.next() {
+                switch part {
+                case .head(let head):
+                    responseHead = head
+                case .body(let chunk):
+                    body.writeImmutableBuffer(chunk)
+                case .end:
+                    guard let responseHead else { return nil }
+                    return Answer(status: responseHead.status, headers: responseHead.headers, body: body)
+                }
+            }
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            return nil
+        }
+        return nil
+    }
+
+    /// Waits until the server closes the connection; false if it sent anything first.
+    mutating func waitForClose() async throws -> Bool {
+        do {
+            return try await responses.next() == nil
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            return true
+        }
+    }
 }

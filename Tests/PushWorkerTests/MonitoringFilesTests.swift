@@ -289,6 +289,7 @@ import Yams
         let objects = try await Self.renderedKustomization()
         for kind in [
             "Namespace", "ConfigMap", "Service", "StatefulSet", "PodDisruptionBudget", "PodMonitor", "ScaledObject",
+            "NetworkPolicy",
         ] {
             #expect(objects[kind]?.isEmpty == false, "no \(kind)")
         }

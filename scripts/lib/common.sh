@@ -37,7 +37,7 @@ ensure_dependencies() {
         if [[ -x /opt/swift/usr/bin/swift ]]; then
             export PATH="/opt/swift/usr/bin:$PATH"
         else
-            echo "error: Swift 6 is not installed; install a Swift 6 toolchain and put 'swift' on PATH" >&2
+            echo "error: Swift is not installed; install a Swift 6.2 (or later) toolchain and put 'swift' on PATH" >&2
             exit 1
         fi
     fi
