@@ -58,10 +58,13 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // Secrets: a URL's user information and its password masked (shared by the Redis URL, the
+        // proxy URL and every message that shows one).
+        .target(name: "PushSecrets"),
         .target(
             name: "PushRedis",
             dependencies: [
-                "CHiredis", .product(name: "Crypto", package: "swift-crypto"),
+                "CHiredis", "PushSecrets", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -72,6 +75,7 @@ let package = Package(
         .target(
             name: "APNSCore",
             dependencies: [
+                "PushSecrets",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -209,6 +213,7 @@ let package = Package(
                 "PushKafka",
                 "PushLocalStack",
                 "PushRedis",
+                "PushSecrets",
                 "PushStatus",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -244,6 +249,7 @@ let package = Package(
             dependencies: ["APNSCore", "APNSSimulator", .product(name: "NIOEmbedded", package: "swift-nio")]
         ),
         .testTarget(name: "APNSHTTP2CoreTests", dependencies: ["APNSHTTP2Core", "APNSCore"]),
+        .testTarget(name: "PushSecretsTests", dependencies: ["PushSecrets"]),
         .testTarget(
             name: "APNSBinaryTests",
             dependencies: [
