@@ -59,7 +59,7 @@ let package = Package(
             ]
         ),
         // Secrets: a URL's user information and its password masked (shared by the Redis URL, the
-        // proxy URL and every message that shows one).
+        // proxy URL and every message that shows one), and files that hold secrets.
         .target(name: "PushSecrets"),
         .target(
             name: "PushRedis",
@@ -142,7 +142,7 @@ let package = Package(
         // once into the model the worker runs with.
         .target(
             name: "PushConfiguration",
-            dependencies: ["APNSCore", "PushRedis", .product(name: "Yams", package: "Yams")]
+            dependencies: ["APNSCore", "PushRedis", "PushSecrets", .product(name: "Yams", package: "Yams")]
         ),
         .target(
             name: "PushWorker",

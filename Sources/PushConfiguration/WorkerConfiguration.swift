@@ -87,6 +87,10 @@ extension WorkerConfiguration {
         /// Where the status server listens (`/metrics`, `/health/live`, `/health/ready`,
         /// `/status`); `nil` turns it off. Port 0 picks a free port.
         public var statusAddress: HostPort?
+        /// Whether a file holding a secret (a private key, a `.p8` key, a PKCS#12 bundle, a
+        /// password or passphrase file) that users other than its owner can read stops the
+        /// worker from starting (`strictFilePermissions: true`), rather than being a warning.
+        public var strictFilePermissions = false
 
         /// ``dedupeTTL`` in whole seconds, as Redis takes it.
         public var dedupeTTLSeconds: Int { Int(dedupeTTL.components.seconds) }

@@ -79,6 +79,7 @@ extension Worker {
             }
             if !forced, fingerprint == state.failed[key] { continue }
             do throws(ConfigurationError) {
+                try checkPermissions(of: environment, key: key)
                 let settings = try PoolSettings(
                     app: app,
                     environment: environment,
@@ -116,6 +117,21 @@ extension Worker {
         }
         if checks.values.contains(.applied) { exportCredentialExpiry() }
         return checks
+    }
+
+    /// The files of `environment` that hold secrets and that users other than their owner can
+    /// read, as at start: with `worker.strictFilePermissions` the first is the error that keeps
+    /// the credentials in use; otherwise each is logged as a warning.
+    private func checkPermissions(
+        of environment: WorkerConfiguration.AppEnvironment,
+        key: PoolKey
+    ) throws(ConfigurationError) {
+        let strict = configuration.worker.strictFilePermissions
+        let exposed = environment.exposedSecretFiles(app: key.app, strict: strict)
+        if strict, let first = exposed.first { throw ConfigurationError(first) }
+        for sentence in exposed {
+            logger.warning("\(sentence)", metadata: ["app": "\(key.app)", "env": "\(key.environment)"])
+        }
     }
 
     /// What reading the config file again found.
