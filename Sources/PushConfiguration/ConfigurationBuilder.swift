@@ -73,6 +73,9 @@ struct ConfigurationBuilder {
         )
         configuration.redisCluster = cluster
         configuration.redisMoreSeeds = moreSeeds
+        for (app, environment) in configuration.insecureEnvironments {
+            configuration.warnings.append(WorkerConfiguration.insecureTLSWarning(app: app, environment: environment))
+        }
         return configuration
     }
 

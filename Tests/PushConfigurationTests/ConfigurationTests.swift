@@ -171,7 +171,10 @@ private func parseError(
     )
 
     #expect(config.configFile == path)
-    #expect(config.warnings.isEmpty)
+    // The file's verifyServer: false is the one warning.
+    #expect(
+        config.warnings == [WorkerConfiguration.insecureTLSWarning(app: "com.example.app", environment: .production)]
+    )
     #expect(
         config.worker
             == WorkerConfiguration.Worker(
