@@ -147,9 +147,9 @@ extension Worker {
     /// `forced`), and takes each app environment's credential settings from it.
     private func reloadConfigurationFile(forced: Bool, into state: inout CredentialReloadState) -> ConfigFileCheck {
         guard let load = loadConfiguration, let path = configuration.configFile else { return .usable }
-        let contents = FileManager.default.contents(atPath: path)
-        guard forced || contents != state.configFile else { return state.configFileFailed ? .failing(nil) : .usable }
-        state.configFile = contents
+        let digest = CredentialFingerprint.digest(ofFileAt: path)
+        guard forced || digest != state.configFile else { return state.configFileFailed ? .failing(nil) : .usable }
+        state.configFile = digest
         do throws(ConfigurationError) {
             let reloaded = try load()
             state.configFileFailed = false
