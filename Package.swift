@@ -192,11 +192,13 @@ let package = Package(
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]
         ),
-        // What the two executables share: a failure the user can act on, its exit code, JSON lines.
+        // What the two executables share: a failure the user can act on, its exit code, JSON lines,
+        // the text log format.
         .target(
             name: "PushCommandLine",
             dependencies: [
                 "APNSCore", "PushConfiguration", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .executableTarget(
@@ -327,6 +329,7 @@ let package = Package(
             dependencies: [
                 "PushConfiguration", "PushCommandLine", "PushTestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(
