@@ -58,10 +58,13 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // Secrets: a URL's user information and its password masked (shared by the Redis URL, the
+        // proxy URL and every message that shows one), and files that hold secrets.
+        .target(name: "PushSecrets"),
         .target(
             name: "PushRedis",
             dependencies: [
-                "CHiredis", .product(name: "Crypto", package: "swift-crypto"),
+                "CHiredis", "PushSecrets", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -72,6 +75,7 @@ let package = Package(
         .target(
             name: "APNSCore",
             dependencies: [
+                "PushSecrets",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -138,7 +142,7 @@ let package = Package(
         // once into the model the worker runs with.
         .target(
             name: "PushConfiguration",
-            dependencies: ["APNSCore", "PushRedis", .product(name: "Yams", package: "Yams")]
+            dependencies: ["APNSCore", "PushRedis", "PushSecrets", .product(name: "Yams", package: "Yams")]
         ),
         .target(
             name: "PushWorker",
@@ -188,11 +192,13 @@ let package = Package(
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]
         ),
-        // What the two executables share: a failure the user can act on, its exit code, JSON lines.
+        // What the two executables share: a failure the user can act on, its exit code, JSON lines,
+        // the text log format.
         .target(
             name: "PushCommandLine",
             dependencies: [
                 "APNSCore", "PushConfiguration", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .executableTarget(
@@ -209,6 +215,7 @@ let package = Package(
                 "PushKafka",
                 "PushLocalStack",
                 "PushRedis",
+                "PushSecrets",
                 "PushStatus",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -244,6 +251,7 @@ let package = Package(
             dependencies: ["APNSCore", "APNSSimulator", .product(name: "NIOEmbedded", package: "swift-nio")]
         ),
         .testTarget(name: "APNSHTTP2CoreTests", dependencies: ["APNSHTTP2Core", "APNSCore"]),
+        .testTarget(name: "PushSecretsTests", dependencies: ["PushSecrets"]),
         .testTarget(
             name: "APNSBinaryTests",
             dependencies: [
@@ -325,6 +333,7 @@ let package = Package(
             dependencies: [
                 "PushConfiguration", "PushCommandLine", "PushTestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(

@@ -1,4 +1,5 @@
 import Foundation
+import PushSecrets
 
 /// An HTTP proxy through which Apple's servers are reached: each connection opens an HTTP
 /// `CONNECT` tunnel to the proxy (RFC 9110 §9.3.6), and TLS runs inside it.
@@ -32,9 +33,10 @@ public struct APNSProxy: Sendable, Hashable, CustomStringConvertible, CustomRefl
                 "\"\(shown)\" is not a proxy URL of the form http://[user:password@]host:port: \(reason)"
             )
         }
-        var rest = Substring(url.trimmingCharacters(in: .whitespacesAndNewlines))
-        if let schemeEnd = rest.range(of: "://") {
-            let scheme = rest[..<schemeEnd.lowerBound].lowercased()
+        let text = Substring(url.trimmingCharacters(in: .whitespacesAndNewlines))
+        var rest = text
+        if let schemeEnd = URLUserInfo.schemeEnd(of: text) {
+            let scheme = text[..<schemeEnd].dropLast(3).lowercased()
             guard scheme == "http" else {
                 throw invalid(
                     scheme == "https"
@@ -42,23 +44,23 @@ public struct APNSProxy: Sendable, Hashable, CustomStringConvertible, CustomRefl
                         : "the scheme must be http, not \(scheme)"
                 )
             }
-            rest = rest[schemeEnd.upperBound...]
+            rest = text[schemeEnd...]
         }
+        // The credentials end at the last `@`: a password may hold `/`, `?` or `#` as it is.
+        let (userInfo, hostPart) = URLUserInfo.split(rest)
+        rest = hostPart
         if rest.hasSuffix("/") { rest = rest.dropLast() }
         if rest.contains(where: { "/?#".contains($0) }) { throw invalid("it must not have a path, query or fragment") }
         var username: String?
         var password: String?
-        if let at = rest.lastIndex(of: "@") {
-            let userInfo = rest[..<at]
-            rest = rest[rest.index(after: at)...]
-            let colon = userInfo.firstIndex(of: ":")
-            let user = colon.map { userInfo[..<$0] } ?? userInfo
+        if let userInfo {
+            let (user, secret) = URLUserInfo.credentials(userInfo)
             guard let decodedUser = Self.percentDecoded(user), !decodedUser.isEmpty else {
                 throw invalid("the user name is empty or has a broken %-escape")
             }
             username = decodedUser
-            if let colon {
-                guard let decodedPassword = Self.percentDecoded(userInfo[userInfo.index(after: colon)...]) else {
+            if let secret {
+                guard let decodedPassword = Self.percentDecoded(secret) else {
                     throw invalid("the password has a broken %-escape")
                 }
                 password = decodedPassword
@@ -120,17 +122,10 @@ public struct APNSProxy: Sendable, Hashable, CustomStringConvertible, CustomRefl
         return "Basic " + Data("\(username):\(password ?? "")".utf8).base64EncodedString()
     }
 
-    /// `url` with whatever stands before its `@` (the user and password) after the user masked
-    /// as `***`, for messages about a proxy URL that could not be parsed.
-    public static func redacted(_ url: String) -> String {
-        let start = url.range(of: "://")?.upperBound ?? url.startIndex
-        let rest = url[start...]
-        let authorityEnd = rest.firstIndex(where: { "/?#".contains($0) }) ?? rest.endIndex
-        guard let at = rest[..<authorityEnd].lastIndex(of: "@") else { return url }
-        let userInfo = rest[..<at]
-        let user = userInfo.firstIndex(of: ":").map { userInfo[..<$0] } ?? ""
-        return String(url[..<start]) + String(user) + ":***" + String(rest[at...])
-    }
+    /// `url` with everything between its scheme (or its start) and its last `@` but the user
+    /// masked as `***` (`PushSecrets.URLUserInfo.redacted(_:)`), for messages about a proxy URL
+    /// that could not be parsed.
+    public static func redacted(_ url: String) -> String { URLUserInfo.redacted(url) }
 
     /// Decodes `%XX` escapes (Foundation's `removingPercentEncoding`); `nil` for a broken
     /// escape or invalid UTF-8.

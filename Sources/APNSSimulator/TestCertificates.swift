@@ -130,7 +130,8 @@ public struct TestCertificates: Sendable {
         P256.Signing.PrivateKey().pemRepresentation
     }
 
-    /// Writes `ca.pem`, `server.pem`, `server-key.pem`, `client.pem` and `client-key.pem` to `directory`.
+    /// Writes `ca.pem`, `server.pem`, `server-key.pem`, `client.pem` and `client-key.pem` to
+    /// `directory`; the keys readable by their owner only, as `apn-worker run` wants its keys.
     public func write(to directory: String) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let files = [
@@ -141,7 +142,11 @@ public struct TestCertificates: Sendable {
             ("client-key.pem", client.keyPEM),
         ]
         for (name, content) in files {
-            try (content + "\n").write(toFile: directory + "/" + name, atomically: false, encoding: .utf8)
+            let path = directory + "/" + name
+            try (content + "\n").write(toFile: path, atomically: false, encoding: .utf8)
+            if name.hasSuffix("-key.pem") {
+                try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path)
+            }
         }
     }
 }

@@ -1,9 +1,9 @@
 import ArgumentParser
 import PushConfiguration
 
-/// The flags of `apn-worker run` that set its configuration: `--config`, `--kafka-property`
-/// and one for each ``ConfigurationSetting`` with a flag, named and explained by that table
-/// (the help text ends with the setting's environment variable).
+/// The flags of `apn-worker run` that set its configuration: `--config`, `--kafka-property`,
+/// `--kafka-property-file` and one for each ``ConfigurationSetting`` with a flag, named and
+/// explained by that table (the help text ends with the setting's environment variable).
 public struct ConfigurationFlags: ParsableArguments {
     @Option(help: .variable(WorkerConfiguration.configPathVariable, "Configuration file (YAML or JSON)."))
     var config: String?
@@ -21,14 +21,25 @@ public struct ConfigurationFlags: ParsableArguments {
         name: .customLong("kafka-property"),
         help: .variable(
             WorkerConfiguration.kafkaPropertyVariablePrefix + "<NAME>",
-            "A librdkafka property, KEY=VALUE (repeatable)."
+            "A librdkafka property, KEY=VALUE (repeatable); the value is visible in the process list: give "
+                + "secrets (sasl.password) with --kafka-property-file or the variable."
         )
     )
     var kafkaProperties: [String] = []
+    @Option(
+        name: .customLong("kafka-property-file"),
+        help: ArgumentHelp(
+            "A librdkafka property whose value is read from a file, KEY=PATH (repeatable), for secrets such as "
+                + "sasl.password; a trailing newline is dropped (kafka.propertyFiles in the config file)."
+        )
+    )
+    var kafkaPropertyFiles: [String] = []
     @Option(name: .setting(.redisURL), help: .setting(.redisURL))
     var redis: String?
     @Option(name: .setting(.redisPassword), help: .setting(.redisPassword))
     var redisPassword: String?
+    @Option(name: .setting(.redisPasswordFile), help: .setting(.redisPasswordFile))
+    var redisPasswordFile: String?
     @Option(name: .setting(.batchSize), help: .setting(.batchSize))
     var batchSize: Int?
     @Option(name: .setting(.maxInFlight), help: .setting(.maxInFlight))
@@ -46,7 +57,11 @@ public struct ConfigurationFlags: ParsableArguments {
 
     /// The flags given, as the configuration takes them.
     public var overrides: ConfigurationOverrides {
-        var overrides = ConfigurationOverrides(configPath: config, kafkaProperties: kafkaProperties)
+        var overrides = ConfigurationOverrides(
+            configPath: config,
+            kafkaProperties: kafkaProperties,
+            kafkaPropertyFiles: kafkaPropertyFiles
+        )
         overrides[.workerId] = workerId
         overrides[.kafkaBootstrapServers] = brokers
         overrides[.kafkaGroupId] = group
@@ -54,6 +69,7 @@ public struct ConfigurationFlags: ParsableArguments {
         overrides[.kafkaResultsTopic] = resultsTopic
         overrides[.redisURL] = redis
         overrides[.redisPassword] = redisPassword
+        overrides[.redisPasswordFile] = redisPasswordFile
         overrides[.batchSize] = batchSize.map { String($0) }
         overrides[.maxInFlight] = maxInFlight.map { String($0) }
         overrides[.logLevel] = logLevel

@@ -14,13 +14,16 @@ extension ConfigurationBuilder {
         var variable: String
         var what: String
         var base64 = false
+        /// Whether the credential is a secret (a key), whose file's permissions are checked.
+        var secret = true
     }
 
     static let certificateKeys = CredentialKeys(
         file: "certificate",
         inline: "certificatePem",
         variable: "certificatePemEnv",
-        what: "the PEM certificate"
+        what: "the PEM certificate",
+        secret: false
     )
     static let keyKeys = CredentialKeys(
         file: "key",
@@ -73,7 +76,7 @@ extension ConfigurationBuilder {
         var variableName: String?
         switch key {
         case keys.file:
-            return .file(try readableFile(value))
+            return .file(try keys.secret ? readableSecretFile(value) : readableFile(value))
         case keys.inline:
             text = Array(try SettingParsing.string(value).utf8)
             label = "given in \(value.label)"
@@ -161,25 +164,5 @@ extension ConfigurationBuilder {
         let base = fileDirectory ?? FileManager.default.currentDirectoryPath
         return URL(fileURLWithPath: path, relativeTo: URL(fileURLWithPath: base, isDirectory: true))
             .standardizedFileURL.path
-    }
-
-    /// The contents of a `passphraseFile`, without trailing line breaks.
-    func readPassphrase(_ value: SettingValue) throws(ConfigurationError) -> String {
-        let path = try readableFile(value)
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw ConfigurationError(
-                "\(value.label): cannot read \(path); check that the file exists and is readable."
-            )
-        }
-        guard var text = String(data: data, encoding: .utf8) else {
-            throw ConfigurationError("\(value.label): \(path) is not UTF-8 text.")
-        }
-        while let last = text.unicodeScalars.last, last == "\n" || last == "\r" {
-            text.unicodeScalars.removeLast()
-        }
-        if text.isEmpty {
-            throw ConfigurationError("\(value.label): \(path) is empty; it must hold the passphrase.")
-        }
-        return text
     }
 }

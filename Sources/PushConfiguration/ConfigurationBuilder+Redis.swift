@@ -11,7 +11,8 @@ extension ConfigurationBuilder {
     ) {
         let file = try root.section("redis")
         try file.checkKnown(
-            ["url", "urls", "cluster", "password", "connectTimeoutMs", "commandTimeoutMs", "tls"] + Self.redisTLSKeys
+            ["url", "urls", "cluster", "password", "passwordFile", "connectTimeoutMs", "commandTimeoutMs", "tls"]
+                + Self.redisTLSKeys
         )
         var urls: [(text: String, label: String)] = []
         if let urlValue = file.value("url") {
@@ -76,12 +77,7 @@ extension ConfigurationBuilder {
             connectTimeout: .seconds(2),
             commandTimeout: .seconds(5)
         )
-        if let value = file.value("password") {
-            redis.password = try SettingParsing.string(value, allowEmpty: true)
-            if redis.password?.isEmpty ?? true {
-                throw ConfigurationError("\(value.label) must not be empty; leave it unset for no password.")
-            }
-        }
+        if let password = try redisPassword(file) { redis.password = password }
         if let username = redis.username, redis.password == nil {
             throw ConfigurationError(
                 "\(urls[0].label) names the user \(quoted(username)) but no password is set: add it to the "
@@ -99,6 +95,33 @@ extension ConfigurationBuilder {
             return seed
         }
         return (redis, cluster, moreSeeds)
+    }
+
+    /// `redis.password` or the text of `redis.passwordFile`, from whichever source ranks higher
+    /// (a flag over a variable over the file); `nil` when neither is set. One source giving
+    /// both is refused.
+    private func redisPassword(_ file: ConfigSection) throws(ConfigurationError) -> String? {
+        let given = ["password", "passwordFile"].compactMap { key in file.value(key).map { (key, $0) } }
+        let ranked = given.sorted { Self.sourceRank($0.1) > Self.sourceRank($1.1) }
+        guard let (key, value) = ranked.first else { return nil }
+        if ranked.count == 2, Self.sourceRank(ranked[1].1) == Self.sourceRank(value) {
+            throw ConfigurationError(
+                "\(ranked[0].1.label) and \(ranked[1].1.label) cannot both be set; give the Redis password one way only."
+            )
+        }
+        if key == "passwordFile" { return try secretText(value, what: "the Redis password") }
+        let password = try SettingParsing.string(value, allowEmpty: true)
+        if password.isEmpty {
+            throw ConfigurationError("\(value.label) must not be empty; leave it unset for no password.")
+        }
+        return password
+    }
+
+    /// Where a value was set, ranked as the sources override each other: 2 for a flag, 1 for
+    /// an environment variable, 0 for the config file.
+    private static func sourceRank(_ value: SettingValue) -> Int {
+        if value.label.hasPrefix("--") { return 2 }
+        return value.label.hasPrefix("APN_WORKER_") ? 1 : 0
     }
 
     /// The settings that only apply with TLS.
@@ -131,7 +154,7 @@ extension ConfigurationBuilder {
         var tls = RedisTLS()
         if let value = file.value("caFile") { tls.caFile = try readableFile(value) }
         if let value = file.value("certFile") { tls.certFile = try readableFile(value) }
-        if let value = file.value("keyFile") { tls.keyFile = try readableFile(value) }
+        if let value = file.value("keyFile") { tls.keyFile = try readableSecretFile(value) }
         if (tls.certFile == nil) != (tls.keyFile == nil) {
             throw ConfigurationError(
                 "redis.certFile and redis.keyFile go together: set both for a client certificate, or neither."

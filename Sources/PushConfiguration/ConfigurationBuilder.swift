@@ -9,19 +9,21 @@ struct ConfigurationBuilder {
     let root: ConfigSection
     private let filePath: String?
     let fileDirectory: String?
-    private let overrides: ConfigurationOverrides
+    let overrides: ConfigurationOverrides
     let environment: [String: String]
-    private var warnings: [String] = []
+    var warnings: [String] = []
+    /// The files holding secrets that the settings name, for ``checkSecretFiles(strict:)``.
+    let secretFiles = SecretFileList()
 
     private static let environmentPrefix = "APN_WORKER_"
-    private static let kafkaPropertyPrefix = WorkerConfiguration.kafkaPropertyVariablePrefix
+    static let kafkaPropertyPrefix = WorkerConfiguration.kafkaPropertyVariablePrefix
 
     /// Every `APN_WORKER_*` variable read, apart from the Kafka property prefix.
     private static let knownVariables = Set(ConfigurationSetting.allCases.map(\.variable))
         .union([WorkerConfiguration.configPathVariable])
 
     /// librdkafka properties that have settings of their own.
-    private static let reservedKafkaProperties: [String: String] = [
+    static let reservedKafkaProperties: [String: String] = [
         "bootstrap.servers": ConfigurationSetting.kafkaBootstrapServers.withSources,
         "metadata.broker.list": ConfigurationSetting.kafkaBootstrapServers.withSources,
         "group.id": ConfigurationSetting.kafkaGroupId.withSources,
@@ -58,6 +60,7 @@ struct ConfigurationBuilder {
         }
         let limits = try buildLimits()
         let apps = try buildApps(limits: limits)
+        try checkSecretFiles(strict: worker.strictFilePermissions)
         collectUnknownVariables()
         var configuration = WorkerConfiguration(
             worker: worker,
@@ -70,6 +73,9 @@ struct ConfigurationBuilder {
         )
         configuration.redisCluster = cluster
         configuration.redisMoreSeeds = moreSeeds
+        for (app, environment) in configuration.insecureEnvironments {
+            configuration.warnings.append(WorkerConfiguration.insecureTLSWarning(app: app, environment: environment))
+        }
         return configuration
     }
 
@@ -82,7 +88,7 @@ struct ConfigurationBuilder {
             "id", "batchSize", "batchWindowMs", "maxInFlight", "resultFlushMs", "resultBatchSize",
             "shutdownTimeoutSeconds",
             "logLevel", "logFormat", "dedupeTTLSeconds", "dedupeBuckets", "statusAddress", "invalidTokenTTLDays",
-            "proxy", "maxStopsPerMessage",
+            "proxy", "maxStopsPerMessage", "strictFilePermissions",
         ])
 
         var worker = Worker(id: Worker.defaultId(hostname: hostname, pid: pid))
@@ -114,6 +120,7 @@ struct ConfigurationBuilder {
                     + "reason looks like, so a message is skipped only after it stopped workers again while processed alone."
             )
         }
+        try file.read("strictFilePermissions", into: &worker.strictFilePermissions)
         if file.isNull("statusAddress") {
             worker.statusAddress = nil
         } else if let value = file.value("statusAddress") {
@@ -130,7 +137,7 @@ struct ConfigurationBuilder {
         let file = try root.section("kafka")
         try file.checkKnown([
             "bootstrapServers", "groupId", "groupInstanceId", "requestsTopic", "requestsTopics", "resultsTopic",
-            "properties",
+            "properties", "propertyFiles",
         ])
 
         guard let serversValue = file.value("bootstrapServers") else {
@@ -178,71 +185,6 @@ struct ConfigurationBuilder {
             )
         }
         return name
-    }
-
-    /// `kafka.properties`, then `APN_WORKER_KAFKA_PROPERTY_*`, then `--kafka-property`, each
-    /// overriding the same property from the one before.
-    private func kafkaProperties(file: ConfigSection) throws(ConfigurationError) -> [String: String] {
-        var properties: [String: String] = [:]
-
-        func add(_ name: String, _ value: String, label: String) throws(ConfigurationError) {
-            if let instead = Self.reservedKafkaProperties[name] {
-                throw ConfigurationError("\(label): set \(instead) instead of the librdkafka property \(name).")
-            }
-            properties[name] = value
-        }
-
-        let fileProperties = try file.section("properties")
-        for entry in fileProperties.entries {
-            let label = fileProperties.label(entry.key)
-            if entry.key.trimmingCharacters(in: .whitespaces).isEmpty {
-                throw ConfigurationError("\(label): a librdkafka property name must not be empty.")
-            }
-            guard case .scalar(let scalar) = entry.value else {
-                throw ConfigurationError(
-                    "\(label) must be a string, number or boolean (librdkafka properties are "
-                        + "name: value pairs with dotted names), not \(entry.value.shown)."
-                )
-            }
-            let text: String
-            switch scalar.kind {
-            case .boolean:
-                text =
-                    (try? SettingParsing.boolean(SettingValue(label: label, node: entry.value)))
-                    .map { $0 ? "true" : "false" } ?? scalar.text
-            case .integer:
-                text = SettingParsing.yamlInteger(scalar.text).map(String.init) ?? scalar.text
-            case .float, .string, .text:
-                text = scalar.text
-            }
-            try add(entry.key, text, label: label)
-        }
-
-        for name in environment.keys.sorted() where name.hasPrefix(Self.kafkaPropertyPrefix) {
-            guard let value = environment[name], !value.isEmpty else { continue }
-            let suffix = name.dropFirst(Self.kafkaPropertyPrefix.count)
-            guard !suffix.isEmpty, !suffix.allSatisfy({ $0 == "_" }) else {
-                throw ConfigurationError(
-                    "\(name) needs a librdkafka property name after the prefix, for example "
-                        + "APN_WORKER_KAFKA_PROPERTY_SECURITY_PROTOCOL=SSL."
-                )
-            }
-            try add(suffix.lowercased().replacingOccurrences(of: "_", with: "."), value, label: name)
-        }
-
-        for argument in overrides.kafkaProperties {
-            guard let equals = argument.firstIndex(of: "="),
-                !argument[..<equals].trimmingCharacters(in: .whitespaces).isEmpty
-            else {
-                throw ConfigurationError(
-                    "--kafka-property must be written name=value (for example security.protocol=SSL), "
-                        + "not \(quoted(argument))."
-                )
-            }
-            let name = argument[..<equals].trimmingCharacters(in: .whitespaces)
-            try add(name, String(argument[argument.index(after: equals)...]), label: "--kafka-property \(name)")
-        }
-        return properties
     }
 
     // MARK: - limits
@@ -545,7 +487,7 @@ struct ConfigurationBuilder {
         case ("passphrase", let value)?:
             passphrase = try SettingParsing.string(value, allowEmpty: true)
         case ("passphraseFile", let value)?:
-            passphrase = try readPassphrase(value)
+            passphrase = try secretText(value, what: "the passphrase")
         case (_, let value)?:
             passphrase = String(decoding: try variable(value).value, as: UTF8.self)
         case nil:

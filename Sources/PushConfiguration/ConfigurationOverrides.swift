@@ -5,20 +5,25 @@ public struct ConfigurationOverrides: Sendable, Hashable {
     public var configPath: String?
     /// `--kafka-property k=v`, repeatable; merged over the file's and the environment's.
     public var kafkaProperties: [String]
+    /// `--kafka-property-file k=path`, repeatable: the property's value is the file's text.
+    public var kafkaPropertyFiles: [String]
     /// The flags of ``ConfigurationSetting``s given, by setting: their values as written (a
     /// whole number in decimal).
     public private(set) var values: [ConfigurationSetting: String]
 
-    /// `configPath`, `kafkaProperties` and the settings' flags in `values` (`nil`: not given).
+    /// `configPath`, `kafkaProperties`, `kafkaPropertyFiles` and the settings' flags in `values`
+    /// (`nil`: not given).
     ///
     /// - Precondition: every setting given a value has a flag.
     public init(
         configPath: String? = nil,
         kafkaProperties: [String] = [],
+        kafkaPropertyFiles: [String] = [],
         _ values: [ConfigurationSetting: String?] = [:]
     ) {
         self.configPath = configPath
         self.kafkaProperties = kafkaProperties
+        self.kafkaPropertyFiles = kafkaPropertyFiles
         self.values = [:]
         for (setting, value) in values { self[setting] = value }
     }

@@ -21,6 +21,7 @@ public enum ConfigurationSetting: CaseIterable, Sendable {
     case kafkaResultsTopic
     case redisURL
     case redisPassword
+    case redisPasswordFile
     case limitsAppPerSecond
     case limitsDevicePerHour
 
@@ -182,7 +183,8 @@ public enum ConfigurationSetting: CaseIterable, Sendable {
                 variable: "APN_WORKER_REDIS_URL",
                 flag: "--redis",
                 .text,
-                help: "Redis URL, redis://[user:password@]host[:port][/db], or rediss:// for TLS."
+                help: "Redis URL, redis://[user:password@]host[:port][/db], or rediss:// for TLS; a password in it "
+                    + "is visible in the process list: give it with --redis-password-file instead."
             )
         case .redisPassword:
             Declaration(
@@ -191,7 +193,17 @@ public enum ConfigurationSetting: CaseIterable, Sendable {
                 variable: "APN_WORKER_REDIS_PASSWORD",
                 flag: "--redis-password",
                 .text,
-                help: "Redis password (overrides one in the URL)."
+                help: "Redis password (overrides one in the URL); visible in the process list: prefer "
+                    + "--redis-password-file or the variable."
+            )
+        case .redisPasswordFile:
+            Declaration(
+                "redis",
+                "passwordFile",
+                variable: "APN_WORKER_REDIS_PASSWORD_FILE",
+                flag: "--redis-password-file",
+                .text,
+                help: "A file holding the Redis password (a trailing newline is dropped), instead of --redis-password."
             )
         case .limitsAppPerSecond:
             Declaration(

@@ -91,6 +91,10 @@ extension WorkerConfiguration {
         /// graceful stop) is answered with an `invalidJob` result and skipped, 2...100; 0 turns
         /// the guard off (`docs/operations.md`, "Messages that stop workers").
         public var maxStopsPerMessage: Int = Worker.defaultMaxStopsPerMessage
+        /// Whether a file holding a secret (a private key, a `.p8` key, a PKCS#12 bundle, a
+        /// password or passphrase file) that users other than its owner can read stops the
+        /// worker from starting (`strictFilePermissions: true`), rather than being a warning.
+        public var strictFilePermissions = false
 
         /// ``dedupeTTL`` in whole seconds, as Redis takes it.
         public var dedupeTTLSeconds: Int { Int(dedupeTTL.components.seconds) }

@@ -97,14 +97,52 @@ public struct KafkaConfiguration: Sendable, Hashable {
             guard result == RD_KAFKA_CONF_OK else {
                 rd_kafka_conf_destroy(conf)
                 let detail = errstr.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-                let kind = result == RD_KAFKA_CONF_UNKNOWN ? "Unknown" : "Invalid"
-                throw KafkaError(
-                    RD_KAFKA_RESP_ERR__INVALID_ARG,
-                    "\(kind) configuration property '\(name)' = '\(value)': \(detail)"
-                )
+                throw Self.refusal(name: name, value: value, unknown: result == RD_KAFKA_CONF_UNKNOWN, detail: detail)
             }
         }
         return conf
+    }
+}
+
+extension KafkaConfiguration {
+    /// The error for a property librdkafka refused: its name, never its value, which may be a
+    /// secret (`sasl.password`, `ssl.key.password`), misspelt names included (`sasl.pasword`).
+    /// librdkafka's own sentence is kept with the value masked wherever it quotes it, and left
+    /// out when a part of a long value still shows in it (a value cut short in the sentence).
+    static func refusal(name: String, value: String, unknown: Bool, detail: String) -> KafkaError {
+        var reason = masking(value, in: detail)
+        if value.count >= 8, reason.contains(value.prefix(8)) {
+            reason = "librdkafka's sentence repeats the value, so it is not shown either"
+        }
+        let message =
+            unknown
+            ? "Unknown configuration property '\(name)' (its value is not shown): \(reason)"
+            : "Invalid value for configuration property '\(name)' (not shown): \(reason)"
+        return KafkaError(RD_KAFKA_RESP_ERR__INVALID_ARG, message)
+    }
+
+    /// `text` with every whole-word occurrence of `value` replaced by `***`: one that neither
+    /// letters, digits nor `.`, `_` or `-` adjoin, so that a short value (`1`) does not mask the
+    /// digits of a range (`1..1000`) it is part of.
+    static func masking(_ value: String, in text: String) -> String {
+        guard !value.isEmpty else { return text }
+        func isWordCharacter(_ character: Character?) -> Bool {
+            guard let character else { return false }
+            return character.isLetter || character.isNumber || "._-".contains(character)
+        }
+        var result = ""
+        var rest = text[...]
+        while let found = rest.firstRange(of: value) {
+            let before = found.lowerBound == text.startIndex ? nil : text[text.index(before: found.lowerBound)]
+            let after = found.upperBound == text.endIndex ? nil : text[found.upperBound]
+            let whole =
+                !(isWordCharacter(before) && isWordCharacter(value.first))
+                && !(isWordCharacter(after) && isWordCharacter(value.last))
+            result += rest[..<found.lowerBound]
+            result += whole ? "***" : String(rest[found])
+            rest = rest[found.upperBound...]
+        }
+        return result + rest
     }
 }
 

@@ -102,10 +102,11 @@ public final class LocalStack: @unchecked Sendable {
             var sandboxHTTP2Simulator: APNSHTTP2Simulator?
             if let app = options.http2App {
                 let key = P256.Signing.PrivateKey()
-                try key.pemRepresentation.write(
-                    toFile: directory + "/certs/AuthKey.p8",
-                    atomically: false,
-                    encoding: .utf8
+                // Readable by its owner only, as the worker wants its keys (no warning at start).
+                try Data(key.pemRepresentation.utf8).write(to: URL(fileURLWithPath: directory + "/certs/AuthKey.p8"))
+                try FileManager.default.setAttributes(
+                    [.posixPermissions: 0o600],
+                    ofItemAtPath: directory + "/certs/AuthKey.p8"
                 )
                 http2Simulator = try await startHTTP2Simulator(app, certificates: certificates, key: key)
                 if let bad = app.sandboxBadTokens {

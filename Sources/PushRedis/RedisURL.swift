@@ -1,4 +1,5 @@
 import Foundation
+import PushSecrets
 
 /// The parts of a `redis://[[user]:password@]host[:port][/db]` (or `rediss://`, TLS) URL.
 ///
@@ -56,38 +57,36 @@ public struct RedisURL: Sendable, Hashable {
     }
 
     /// Parses `url`; throws the first problem found.
+    ///
+    /// The credentials end at the last `@` (`PushSecrets.URLUserInfo`), so a password may
+    /// hold `/`, `?`, `#` or `@` as it is; white space, a query or a fragment are refused only
+    /// after it.
     public init(parsing url: String) throws(ParseError) {
         func fail(_ problem: Problem) -> ParseError { ParseError(problem: problem, redactedURL: Self.redacted(url)) }
 
-        guard let schemeEnd = url.range(of: "://") else { throw fail(.missingScheme) }
-        switch url[..<schemeEnd.lowerBound].lowercased() {
+        let text = Substring(url)
+        guard let schemeEnd = URLUserInfo.schemeEnd(of: text) else { throw fail(.missingScheme) }
+        switch text[..<schemeEnd].dropLast(3).lowercased() {
         case "redis": break
         case "rediss": tls = true
         case "unix": throw fail(.unixSocket)
         case let scheme: throw fail(.unsupportedScheme(scheme))
         }
 
-        let rest = url[schemeEnd.upperBound...]
+        let (userInfo, rest) = URLUserInfo.split(text[schemeEnd...])
         if rest.contains(where: { $0.isWhitespace }) { throw fail(.whitespace) }
         if rest.contains("?") || rest.contains("#") { throw fail(.queryOrFragment) }
 
-        let authority = rest.prefix { $0 != "/" }
-        let path = rest.dropFirst(authority.count + 1)
+        let hostPort = rest.prefix { $0 != "/" }
+        let path = rest.dropFirst(hostPort.count + 1)
 
         host = ""
-        var hostPort = authority
-        if let at = authority.lastIndex(of: "@") {
-            let userInfo = authority[..<at]
-            hostPort = authority[authority.index(after: at)...]
-            let colon = userInfo.firstIndex(of: ":")
-            guard let user = Self.percentDecoded(userInfo[..<(colon ?? userInfo.endIndex)]) else {
-                throw fail(.badPercentEncoding)
-            }
+        if let userInfo {
+            let (user, password) = URLUserInfo.credentials(userInfo)
+            guard let user = Self.percentDecoded(user) else { throw fail(.badPercentEncoding) }
             username = user.isEmpty ? nil : user
-            if let colon {
-                guard let password = Self.percentDecoded(userInfo[userInfo.index(after: colon)...]) else {
-                    throw fail(.badPercentEncoding)
-                }
+            if let password {
+                guard let password = Self.percentDecoded(password) else { throw fail(.badPercentEncoding) }
                 self.password = password
             }
         }
@@ -124,17 +123,11 @@ public struct RedisURL: Sendable, Hashable {
         }
     }
 
-    /// The URL with any password replaced by `***`, for messages. Credentials without a `:`
-    /// are masked whole, in case they are a password written without its `:`.
-    public static func redacted(_ url: String) -> String {
-        guard let schemeEnd = url.range(of: "://") else { return url }
-        let rest = url[schemeEnd.upperBound...]
-        let authorityEnd = rest.firstIndex(where: { "/?#".contains($0) }) ?? rest.endIndex
-        guard let at = rest[..<authorityEnd].lastIndex(of: "@") else { return url }
-        let userInfo = rest[..<at]
-        let user = userInfo.firstIndex(of: ":").map { userInfo[..<$0] } ?? ""
-        return String(url[..<schemeEnd.upperBound]) + String(user) + ":***" + String(rest[at...])
-    }
+    /// The URL with any password replaced by `***`, for messages: everything between the
+    /// scheme and the last `@` but the user (`PushSecrets.URLUserInfo.redacted(_:)`).
+    /// Credentials without a `:` are masked whole, in case they are a password written without
+    /// its `:`.
+    public static func redacted(_ url: String) -> String { URLUserInfo.redacted(url) }
 
     /// Decodes `%XX` escapes (Foundation's `removingPercentEncoding`); `nil` for a broken
     /// escape or invalid UTF-8.

@@ -7,6 +7,7 @@ import PushCommandLine
 import PushKafka
 import PushLocalStack
 import PushRedis
+import PushSecrets
 import PushStatus
 
 /// `apn-worker demo`: the whole pipeline on one machine.
@@ -88,7 +89,7 @@ struct Demo: AsyncParsableCommand {
         started: ContinuousClock.Instant
     ) async throws {
         say("Kafka (embedded)     \(stack.kafka.bootstrapServers)")
-        say("Redis                \(stack.redisURL)")
+        say("Redis                \(URLUserInfo.redacted(stack.redisURL))")
         say(
             "APNs simulator       binary gateway 127.0.0.1:\(stack.simulator.binaryPort), feedback 127.0.0.1:\(stack.simulator.feedbackPort ?? 0), HTTP/2 127.0.0.1:\(stack.http2Simulator?.port ?? 0)"
         )

@@ -17,8 +17,15 @@ struct Feedback: AsyncParsableCommand {
     var key: String?
     @Option(help: "Certificate and key as PKCS#12 instead of --cert/--key.")
     var pfx: String?
-    @Option(help: "Passphrase of the PKCS#12 file or the encrypted PEM key.")
+    @Option(
+        help: ArgumentHelp(
+            "Passphrase of the PKCS#12 file or the encrypted PEM key; visible in the process list: prefer "
+                + "--passphrase-file."
+        )
+    )
     var passphrase: String?
+    @Option(help: "A file holding the passphrase (a trailing newline is dropped), instead of --passphrase.")
+    var passphraseFile: String?
     @Option(help: "CA certificates (PEM) that sign the service's certificate; default: the system's.")
     var ca: String?
     @Option(help: "The APNs environment the certificate must be valid for (sandbox or production).")
@@ -38,7 +45,7 @@ struct Feedback: AsyncParsableCommand {
                 cert: cert,
                 key: key,
                 pfx: pfx,
-                passphrase: passphrase,
+                passphrase: try resolvedPassphrase(passphrase, file: passphraseFile),
                 ca: ca,
                 environment: environment
             )

@@ -41,8 +41,15 @@ struct Push: AsyncParsableCommand {
     var key: String?
     @Option(help: "Certificate and key as PKCS#12 instead of --cert/--key.")
     var pfx: String?
-    @Option(help: "Passphrase of the PKCS#12 file or the encrypted PEM key.")
+    @Option(
+        help: ArgumentHelp(
+            "Passphrase of the PKCS#12 file or the encrypted PEM key; visible in the process list: prefer "
+                + "--passphrase-file."
+        )
+    )
     var passphrase: String?
+    @Option(help: "A file holding the passphrase (a trailing newline is dropped), instead of --passphrase.")
+    var passphraseFile: String?
     @Option(help: "CA certificates (PEM) that sign the gateway's certificate; default: the system's.")
     var ca: String?
     @Option(help: "The APNs environment the certificate must be valid for (sandbox or production).")
@@ -114,7 +121,7 @@ struct Push: AsyncParsableCommand {
                     cert: cert,
                     key: key,
                     pfx: pfx,
-                    passphrase: passphrase,
+                    passphrase: try resolvedPassphrase(passphrase, file: passphraseFile),
                     ca: ca,
                     environment: environment
                 )
@@ -129,26 +136,7 @@ struct Push: AsyncParsableCommand {
                 let binary = try APNSBinaryClient(configuration: config, logger: logger)
                 client = binary
             case .http2:
-                let authentication: APNSHTTP2Configuration.Authentication
-                if let signingKey, let keyId, let teamId {
-                    do throws(APNSError) {
-                        let key = try APNSSigningKey(keyID: keyId, file: signingKey)
-                        authentication = .token(try APNSTokenProvider(signingKey: key, teamID: teamId))
-                    } catch {
-                        throw UsageFailure(message: "--signing-key: \(error.message)")
-                    }
-                } else {
-                    authentication = .certificate(
-                        try loadCredentials(
-                            cert: cert,
-                            key: key,
-                            pfx: pfx,
-                            passphrase: passphrase,
-                            ca: ca,
-                            environment: environment
-                        )
-                    )
-                }
+                let authentication = try http2Authentication()
                 var config = APNSHTTP2Configuration(
                     host: host,
                     port: port,
@@ -212,6 +200,29 @@ struct Push: AsyncParsableCommand {
             if result.transmitted + result.failed.values.reduce(0, +) != total {
                 throw UsageFailure(message: "internal error: outcomes do not add up to \(total)")
             }
+        }
+    }
+
+    /// HTTP/2 authentication: a provider token from `--signing-key`, or the client certificate.
+    func http2Authentication() throws -> APNSHTTP2Configuration.Authentication {
+        guard let signingKey, let keyId, let teamId else {
+            return .certificate(
+                try loadCredentials(
+                    cert: cert,
+                    key: key,
+                    pfx: pfx,
+                    passphrase: try resolvedPassphrase(passphrase, file: passphraseFile),
+                    ca: ca,
+                    environment: environment
+                )
+            )
+        }
+        warnIfExposed(signingKey, option: "--signing-key")
+        do throws(APNSError) {
+            let key = try APNSSigningKey(keyID: keyId, file: signingKey)
+            return .token(try APNSTokenProvider(signingKey: key, teamID: teamId))
+        } catch {
+            throw UsageFailure(message: "--signing-key: \(error.message)")
         }
     }
 

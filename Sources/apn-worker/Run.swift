@@ -45,9 +45,8 @@ struct Run: AsyncParsableCommand {
         let json = configuration.worker.logFormat == .json
         LoggingSystem.bootstrap { label in
             if json { return JSONLogHandler(label: label, level: level) }
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
+            // Text lines escape control characters (a job id's line break cannot forge a line).
+            return TextLogHandler(label: label, level: level)
         }
         let logger = Logger(label: "apn-worker")
         // Metrics go to the status server's registry; without a status server, nowhere.

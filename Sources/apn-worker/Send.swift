@@ -77,18 +77,35 @@ struct Send: AsyncParsableCommand {
     )
     var template: String?
 
-    @Option(name: .customLong("kafka-property"), help: "A librdkafka property, KEY=VALUE (repeatable).")
+    @Option(
+        name: .customLong("kafka-property"),
+        help: ArgumentHelp(
+            "A librdkafka property, KEY=VALUE (repeatable); the value is visible in the process list: give "
+                + "secrets (sasl.password) with --kafka-property-file."
+        )
+    )
     var kafkaProperties: [String] = []
+
+    @Option(
+        name: .customLong("kafka-property-file"),
+        help: ArgumentHelp(
+            "A librdkafka property whose value is read from a file, KEY=PATH (repeatable), for secrets such as "
+                + "sasl.password; a trailing newline is dropped."
+        )
+    )
+    var kafkaPropertyFiles: [String] = []
 
     func run() async throws {
         try await reportingFailures {
             let jobs = try collectJobs()
             var properties = ["bootstrap.servers": brokers]
             for entry in kafkaProperties {
-                guard let eq = entry.firstIndex(of: "="), eq != entry.startIndex else {
-                    throw UsageFailure(message: "--kafka-property must be KEY=VALUE, not \"\(entry)\"")
-                }
-                properties[String(entry[..<eq])] = String(entry[entry.index(after: eq)...])
+                let (name, value) = try keyAndValue(entry, option: "--kafka-property")
+                properties[name] = value
+            }
+            for entry in kafkaPropertyFiles {
+                let (name, path) = try keyAndValue(entry, option: "--kafka-property-file")
+                properties[name] = try secretText(path, option: "--kafka-property-file \(name)", what: "its value")
             }
             let producer = try KafkaProducer(configuration: KafkaConfiguration(properties))
             var sent = 0
@@ -121,6 +138,18 @@ struct Send: AsyncParsableCommand {
             print(jsonLine(summary))
             if failed > 0 { throw ExitCode(1) }
         }
+    }
+
+    /// `KEY=VALUE` split at its first `=`. Without one, what was given is not repeated: it may
+    /// be a secret written without its name.
+    private func keyAndValue(_ entry: String, option: String) throws -> (String, String) {
+        guard let eq = entry.firstIndex(of: "="), eq != entry.startIndex else {
+            throw UsageFailure(
+                message:
+                    "\(option) must be KEY=VALUE; what was given has no KEY= and is not shown, in case it is a secret"
+            )
+        }
+        return (String(entry[..<eq]), String(entry[entry.index(after: eq)...]))
     }
 
     private func collectJobs() throws -> [(key: [UInt8]?, value: [UInt8])] {

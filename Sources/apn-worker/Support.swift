@@ -3,6 +3,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import PushCommandLine
+import PushSecrets
 import ServiceLifecycle
 
 /// Parses `HOST:PORT`.
@@ -140,6 +141,8 @@ func loadCredentials(
     environment: APNSEnvironment
 ) throws -> APNSCredentials {
     let caSources = ca.map { [CredentialSource.file($0)] }
+    if let pfx { warnIfExposed(pfx, option: "--pfx") }
+    if let key { warnIfExposed(key, option: "--key") }
     if let pfx {
         guard cert == nil && key == nil else {
             throw UsageFailure(message: "give either --pfx or --cert with --key, not both")
@@ -168,4 +171,43 @@ func parseProxy(_ url: String?) throws -> APNSProxy? {
     } catch {
         throw UsageFailure(message: "--proxy: \(error.message)")
     }
+}
+
+/// The passphrase of `--passphrase` or of `--passphrase-file` (its text without trailing line
+/// breaks), `nil` without either. A passphrase file users other than its owner can read is
+/// warned of on standard error.
+func resolvedPassphrase(_ passphrase: String?, file: String?) throws -> String? {
+    guard let file else { return passphrase }
+    guard passphrase == nil else {
+        throw UsageFailure(message: "give either --passphrase or --passphrase-file, not both")
+    }
+    return try secretText(file, option: "--passphrase-file", what: "the passphrase")
+}
+
+/// The text of a file that holds a secret, for an option (`--passphrase-file PATH`), with a
+/// warning on standard error when users other than its owner can read it.
+func secretText(_ path: String, option: String, what: String) throws -> String {
+    let text: String
+    do {
+        text = try SecretFile.text(atPath: path)
+    } catch {
+        switch error {
+        case .unreadable:
+            throw UsageFailure(message: "\(option): cannot read \(path); check that the file exists and is readable")
+        case .notText: throw UsageFailure(message: "\(option): \(path) is not UTF-8 text")
+        case .empty: throw UsageFailure(message: "\(option): \(path) is empty; it must hold \(what)")
+        }
+    }
+    warnIfExposed(path, option: option)
+    return text
+}
+
+/// Warns on standard error when users other than its owner can read the file at `path`, which
+/// holds a secret (a private key, a PKCS#12 bundle, a passphrase).
+func warnIfExposed(_ path: String, option: String) {
+    guard let exposure = SecretFile.exposure(atPath: path) else { return }
+    printError(
+        "warning: \(option): \(path) holds a secret but users other than its owner can read it (\(exposure)); "
+            + "make it readable by its owner only (chmod 600)"
+    )
 }

@@ -38,6 +38,24 @@ import Testing
         }
     }
 
+    @Test("A password with /, ?, # or @ is read whole, up to the last @, and masked whole in a refused URL's sentence")
+    func passwordsWithURLCharacters() throws {
+        let proxy = try APNSProxy(url: "http://alice:Pw/Secret7?#@x@proxy.internal:3128")
+        #expect(proxy == APNSProxy(host: "proxy.internal", port: 3128, username: "alice", password: "Pw/Secret7?#@x"))
+        #expect(proxy.description == "http://alice:***@proxy.internal:3128")
+        for bad in [
+            "http://alice:Pw/Secret7@proxy.internal:port", "alice:Pw/Secret7@proxy:0", "socks5://alice:Pw/Secret7@p",
+        ] {
+            do {
+                _ = try APNSProxy(url: bad)
+                Issue.record("\(bad) was accepted")
+            } catch {
+                #expect(!error.message.contains("Secret7"), "\(error.message)")
+                #expect(error.message.contains("alice:***@"), "\(error.message)")
+            }
+        }
+    }
+
     @Test("Answer heads are found only once complete, whatever the split")
     func heads() {
         let answer = Array("HTTP/1.1 200 Connection established\r\nProxy-Agent: x\r\n\r\n".utf8)

@@ -33,7 +33,7 @@ import Testing
         """
     }
 
-    /// A directory of placeholder credential files, removed on deinit.
+    /// A directory of placeholder credential files readable by their owner only, removed on deinit.
     final class Files {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
             "apn-worker-app-settings-\(UUID().uuidString)"
@@ -42,7 +42,11 @@ import Testing
         init() throws {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             for name in ["cert.pem", "key.pem", "app.p12", "AuthKey.p8"] {
-                _ = FileManager.default.createFile(atPath: path(name), contents: Data("placeholder\n".utf8))
+                _ = FileManager.default.createFile(
+                    atPath: path(name),
+                    contents: Data("placeholder\n".utf8),
+                    attributes: [.posixPermissions: 0o600]
+                )
             }
         }
 

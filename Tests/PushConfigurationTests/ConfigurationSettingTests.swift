@@ -23,6 +23,24 @@ private func sample(
     Sample(file: file, variable: variable, flag: flag, read: read)
 }
 
+/// Files for the samples of `redis.passwordFile`, readable by their owner only, each holding its
+/// own path: the password read back names the file it came from, as the other samples' values do.
+private let passwordFiles: (file: String, variable: String, flag: String) = {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+        "apn-worker-password-files-\(UUID().uuidString)"
+    ).path
+    try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    let paths = ["file", "variable", "flag"].map { directory + "/" + $0 }
+    for path in paths {
+        _ = FileManager.default.createFile(
+            atPath: path,
+            contents: Data((path + "\n").utf8),
+            attributes: [.posixPermissions: 0o600]
+        )
+    }
+    return (paths[0], paths[1], paths[2])
+}()
+
 /// A sample for every setting of the table.
 private let samples: [ConfigurationSetting: Sample] = [
     .workerId: sample("file-id", "env-id", "flag-id") { $0.worker.id },
@@ -45,18 +63,25 @@ private let samples: [ConfigurationSetting: Sample] = [
         "redis://\($0.redis.host):\($0.redis.port)"
     },
     .redisPassword: sample("file-pass", "env-pass", "flag-pass") { $0.redis.password ?? "" },
+    .redisPasswordFile: sample(passwordFiles.file, passwordFiles.variable, passwordFiles.flag) {
+        $0.redis.password ?? ""
+    },
     .limitsAppPerSecond: sample("5", "6", "") { String($0.limits.appPerSecond) },
     .limitsDevicePerHour: sample("7", "8", "") { String($0.limits.devicePerHour) },
 ]
 
-/// A config file with one app whose credentials are placeholder files.
+/// A config file with one app whose credentials are placeholder files, readable by their owner only.
 private final class SettingsFixture {
     let directory: String
 
     init() throws {
         directory = try Paths.temporaryDirectory()
         for name in ["cert.pem", "key.pem"] {
-            _ = FileManager.default.createFile(atPath: directory + "/" + name, contents: Data("placeholder\n".utf8))
+            _ = FileManager.default.createFile(
+                atPath: directory + "/" + name,
+                contents: Data("placeholder\n".utf8),
+                attributes: [.posixPermissions: 0o600]
+            )
         }
     }
 
@@ -179,8 +204,16 @@ func everyFlagOfTheTableIsAcceptedByRunAndReachesTheConfiguration(_ setting: Con
 @Test func configAndKafkaPropertyFlags() throws {
     let flags = try ConfigurationFlags.parse([
         "--config", "/etc/apn.yaml", "--kafka-property", "a=1", "--kafka-property", "b=2",
+        "--kafka-property-file", "sasl.password=/secrets/kafka",
     ])
-    #expect(flags.overrides == ConfigurationOverrides(configPath: "/etc/apn.yaml", kafkaProperties: ["a=1", "b=2"]))
+    #expect(
+        flags.overrides
+            == ConfigurationOverrides(
+                configPath: "/etc/apn.yaml",
+                kafkaProperties: ["a=1", "b=2"],
+                kafkaPropertyFiles: ["sasl.password=/secrets/kafka"]
+            )
+    )
     #expect(try ConfigurationFlags.parse([]).overrides == ConfigurationOverrides())
 }
 
@@ -198,6 +231,28 @@ func everyFlagOfTheTableIsAcceptedByRunAndReachesTheConfiguration(_ setting: Con
     #expect(help.contains("[env: \(WorkerConfiguration.configPathVariable)]"))
     #expect(help.contains("--kafka-property <kafka-property>"))
     #expect(help.contains("[env: \(WorkerConfiguration.kafkaPropertyVariablePrefix)<NAME>]"))
+    #expect(help.contains("--kafka-property-file <kafka-property-file>"))
+}
+
+/// The flags that take a secret say that it is visible in the process list, and name the flag
+/// that reads it from a file.
+@Test func helpPointsSecretFlagsToTheirFileForms() {
+    let help = ConfigurationFlags.helpMessage(columns: 1_000)
+    /// The flag's entry: from its name to the next flag's.
+    func line(_ flag: String) -> String {
+        guard let start = help.range(of: "  \(flag) <") else { return "" }
+        let rest = help[start.upperBound...]
+        return String(rest[..<(rest.range(of: "\n  --")?.lowerBound ?? rest.endIndex)])
+    }
+    for (flag, fileForm) in [
+        ("--redis-password", "--redis-password-file"), ("--kafka-property", "--kafka-property-file"),
+        ("--redis", "--redis-password-file"),
+    ] {
+        #expect(line(flag).contains("visible in the process list"), "\(flag): \(line(flag))")
+        #expect(line(flag).contains(fileForm), "\(flag): \(line(flag))")
+    }
+    #expect(line("--redis-password-file").contains("A file holding the Redis password"))
+    #expect(line("--kafka-property-file").contains("read from a file"))
 }
 
 /// docs/configuration.md's tables of variables and flags list those of the table, each with
@@ -229,6 +284,8 @@ func everyFlagOfTheTableIsAcceptedByRunAndReachesTheConfiguration(_ setting: Con
     #expect(Set(variables.keys) == Set(ConfigurationSetting.allCases.map(\.variable)).union(others))
     #expect(
         Set(flags.keys)
-            == Set(ConfigurationSetting.allCases.compactMap(\.flag)).union(["--config", "--kafka-property"])
+            == Set(ConfigurationSetting.allCases.compactMap(\.flag)).union([
+                "--config", "--kafka-property", "--kafka-property-file",
+            ])
     )
 }

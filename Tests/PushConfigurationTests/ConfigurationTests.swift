@@ -22,11 +22,16 @@ private final class Fixture {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    /// Writes `contents` to `name` in the directory and returns its absolute path.
+    /// Writes `contents` to `name` in the directory, readable by its owner only (as files
+    /// holding secrets should be), and returns its absolute path.
     @discardableResult
     func write(_ name: String, _ contents: String) -> String {
         let path = self.path(name)
-        _ = FileManager.default.createFile(atPath: path, contents: Data(contents.utf8))
+        _ = FileManager.default.createFile(
+            atPath: path,
+            contents: Data(contents.utf8),
+            attributes: [.posixPermissions: 0o600]
+        )
         return path
     }
 
@@ -166,7 +171,10 @@ private func parseError(
     )
 
     #expect(config.configFile == path)
-    #expect(config.warnings.isEmpty)
+    // The file's verifyServer: false is the one warning.
+    #expect(
+        config.warnings == [WorkerConfiguration.insecureTLSWarning(app: "com.example.app", environment: .production)]
+    )
     #expect(
         config.worker
             == WorkerConfiguration.Worker(
@@ -557,7 +565,8 @@ private func parseError(
 
     #expect(
         parseError(fixture.minimalYAML(), overrides: ConfigurationOverrides(kafkaProperties: ["novalue"]))
-            == "--kafka-property must be written name=value (for example security.protocol=SSL), not \"novalue\"."
+            == "--kafka-property must be written name=value (for example security.protocol=SSL); what was given has "
+            + "no name before an = and is not shown, in case it is a secret."
     )
     #expect(
         parseError(fixture.minimalYAML(), environment: ["APN_WORKER_KAFKA_PROPERTY_": "x"])
@@ -598,7 +607,7 @@ private func parseError(
         parseError(fixture.minimalYAML(extra: "worker:\n  batchsize: 5")) == "worker.batchsize: unknown "
             + "setting; known settings here are id, batchSize, batchWindowMs, maxInFlight, resultFlushMs, resultBatchSize, "
             + "shutdownTimeoutSeconds, logLevel, logFormat, dedupeTTLSeconds, dedupeBuckets, statusAddress, invalidTokenTTLDays, "
-            + "proxy."
+            + "proxy, strictFilePermissions."
     )
     let badEnvironment = fixture.minimalYAML().replacingOccurrences(of: "production:", with: "prod:")
     #expect(

@@ -130,4 +130,24 @@ struct URLTests {
     func problems(url: String, problem: RedisURL.Problem, shown: String) {
         #expect(throws: RedisURL.ParseError(problem: problem, redactedURL: shown)) { try RedisURL(parsing: url) }
     }
+
+    @Test("A password with /, ?, # or @ is read whole, up to the last @, and masked whole in errors")
+    func passwordsWithURLCharacters() throws {
+        let configuration = try RedisConfiguration(url: "redis://app:Zq9/Secret?x#y@z@redis.internal:6380/3")
+        #expect(configuration.username == "app" && configuration.password == "Zq9/Secret?x#y@z")
+        #expect(configuration.host == "redis.internal" && configuration.port == 6380 && configuration.database == 3)
+        #expect(configuration.description == "redis://app:***@redis.internal:6380/3")
+        for bad in [
+            "redis://app:Zq9/Secret?x#y@redis.internal:notaport", "redis://app:Zq9/Secret@h:6379/0?db=1",
+            "app:Zq9/Secret@redis.internal:6379", "ftp://app:Zq9/Secret@h",
+        ] {
+            do {
+                _ = try RedisConfiguration(url: bad)
+                Issue.record("\(bad) was accepted")
+            } catch {
+                #expect(!error.message.contains("Secret"), "\(error.message)")
+                #expect(error.message.contains(":***@"), "\(error.message)")
+            }
+        }
+    }
 }

@@ -2,6 +2,7 @@ import APNSCore
 import APNSHTTP2
 import APNSHTTP2Core
 import APNSSimulator
+import Crypto
 import Foundation
 import Logging
 import Prometheus
@@ -210,5 +211,41 @@ import Testing
         #expect(setup.errors == [keySentence, configSentence])
         #expect(setup.samples(MetricCatalogue.credentialReloadFailed) == [Self.labels: 1])
         #expect(setup.signingKey?.keyID == "OLDKEY0001")
+    }
+
+    /// Every `[UInt8]` and `Data` reachable from `value` through its mirror.
+    static func byteBuffers(in value: Any, depth: Int = 0) -> [[UInt8]] {
+        if let bytes = value as? [UInt8] { return [bytes] }
+        if let data = value as? Data { return [Array(data)] }
+        guard depth < 16 else { return [] }
+        return Mirror(reflecting: value).children.flatMap { byteBuffers(in: $0.value, depth: depth + 1) }
+    }
+
+    @Test("The reload remembers a SHA-256 of each credential file and of the config file, never their bytes")
+    func reloadKeepsDigestsNotBytes() throws {
+        let old = try Self.client(days: 100)
+        let renewed = try Self.client(days: 400)
+        let setup = try Self.binary(old)
+        for (round, pair) in [old, renewed].enumerated() {
+            let state = setup.worker.reload.withLock { $0 }
+            let fingerprint = try #require(state.inUse[Self.key])
+            let files = [setup.secret.path("client.pem"), setup.secret.path("client-key.pem")]
+            for path in files {
+                let contents = try #require(FileManager.default.contents(atPath: path))
+                #expect(fingerprint.files[path] == SHA256.hash(data: contents), "\(path)")
+            }
+            let config = try #require(FileManager.default.contents(atPath: setup.secret.path("worker.yaml")))
+            #expect(state.configFile == SHA256.hash(data: config))
+            let held = Self.byteBuffers(in: state)
+            for secret in [pair.keyPEM, pair.certificatePEM] {
+                #expect(!held.contains(Array(secret.utf8)), "the reload state holds a credential file's bytes")
+            }
+            #expect(!held.contains(Array(config)), "the reload state holds the config file's bytes")
+            #expect(held.allSatisfy { $0.count <= 32 }, "bytes held: \(held.map(\.count))")
+            if round == 0 {
+                try setup.secret.update(["client.pem": renewed.certificatePEM, "client-key.pem": renewed.keyPEM])
+                #expect(setup.check() == [Self.key: .applied])
+            }
+        }
     }
 }

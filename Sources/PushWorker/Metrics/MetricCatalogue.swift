@@ -321,6 +321,14 @@ public enum MetricCatalogue {
         "Bytes the process has allocated on its heap and not freed."
     )
 
+    // Unsafe settings
+    public static let insecureTLS = MetricDescription(
+        "apn_worker_insecure_tls",
+        .gauge,
+        labels: ["app", "env"],
+        "1 while an app environment does not verify the certificate of Apple's servers (verifyServer: false), so an impostor on the network could read its notifications and collect its credentials; 0 otherwise."
+    )
+
     /// Every metric, in the order `docs/operations.md` lists them.
     public static let all: [MetricDescription] = [
         messagesConsumed, invalidJobs, messagesLostToRetention, messagesSkipped, stopsDetected, poisonMessages,
@@ -334,6 +342,6 @@ public enum MetricCatalogue {
         feedbackTokens, inFlight, resultsProduced,
         produceErrors, offsetsCommitted, rebalances, assignedPartitions, consumerLag, redisRoundTrips, redisRedirects,
         redisLatency, redisErrors, redisUp, ready, processResidentMemory, processCPU, processOpenFiles,
-        processHeapAllocated,
+        processHeapAllocated, insecureTLS,
     ]
 }

@@ -1,4 +1,5 @@
 import APNSCore
+import Crypto
 import Foundation
 import PushConfiguration
 import Synchronization
@@ -26,25 +27,34 @@ final class PoolSettingsStore: Sendable {
 }
 
 /// What the credentials of one app environment are made of, read now: the credential settings
-/// (sources, key ID, team ID, passphrase, CA file) and the bytes of each file they name, read
+/// (sources, key ID, team ID, passphrase, CA file) and the SHA-256 of each file they name, read
 /// through symbolic links, so a Kubernetes Secret whose `..data` link was swapped reads as its
 /// new version. Equal fingerprints load equal credentials.
+///
+/// Only digests are kept, never a copy of a file's bytes: a private key stays in memory once,
+/// in the credentials loaded from it.
 struct CredentialFingerprint: Sendable, Hashable {
     var credentials: WorkerConfiguration.Credentials
     var passphrase: String?
     var ca: String?
-    /// Each credential file's contents by path; `nil`: it cannot be read.
-    var files: [String: [UInt8]?]
+    /// The SHA-256 of each credential file's contents, by path; `nil`: it cannot be read.
+    var files: [String: SHA256Digest?]
 
     init(_ environment: WorkerConfiguration.AppEnvironment) {
         credentials = environment.credentials
         passphrase = environment.passphrase
         ca = environment.ca
-        var files: [String: [UInt8]?] = [:]
+        var files: [String: SHA256Digest?] = [:]
         for path in Self.paths(of: environment) {
-            files[path] = FileManager.default.contents(atPath: path).map { Array($0) }
+            files[path] = Self.digest(ofFileAt: path)
         }
         self.files = files
+    }
+
+    /// The SHA-256 of the contents of the file at `path`, read through its symbolic links;
+    /// `nil` when it cannot be read. The contents are dropped as soon as they are hashed.
+    static func digest(ofFileAt path: String) -> SHA256Digest? {
+        FileManager.default.contents(atPath: path).map { SHA256.hash(data: $0) }
     }
 
     /// The files an app environment's credentials are read from: certificate and key, PKCS#12
@@ -73,8 +83,9 @@ struct CredentialReloadState: Sendable {
     /// The fingerprint of files that failed their checks, so that they are logged once, not at
     /// every check (a SIGHUP checks them again).
     var failed: [PoolKey: CredentialFingerprint] = [:]
-    /// The config file's contents as last read, and whether they failed to load.
-    var configFile: Data?
+    /// The SHA-256 of the config file's contents as last read (it may hold credentials as
+    /// text), and whether they failed to load.
+    var configFile: SHA256Digest?
     var configFileFailed = false
 
     init(configuration: WorkerConfiguration) {
@@ -89,7 +100,7 @@ struct CredentialReloadState: Sendable {
         }
         self.apps = apps
         self.inUse = inUse
-        configFile = configuration.configFile.flatMap { FileManager.default.contents(atPath: $0) }
+        configFile = configuration.configFile.flatMap(CredentialFingerprint.digest(ofFileAt:))
     }
 
     /// `current` (an app in use) with the credential settings of `reloaded`'s `environment`:

@@ -3,6 +3,7 @@ import APNSCore
 import APNSHTTP2
 import Dispatch
 import Logging
+import PushConfiguration
 import PushKafka
 import Synchronization
 
@@ -261,6 +262,12 @@ final class DeliveryStage: Sendable {
     }
 
     private func logOpened(_ key: PoolKey, _ transport: DeliveryTransport, _ message: Logger.Message) {
+        if !transport.verifiesServer {
+            logger.warning(
+                "\(WorkerConfiguration.insecureTLSWarning(app: key.app, environment: key.environment))",
+                metadata: ["app": "\(key.app)", "env": "\(key.environment)", "gateway": "\(transport.endpoint)"]
+            )
+        }
         logger.info(
             message,
             metadata: [

@@ -36,6 +36,14 @@ enum DeliveryTransport: Sendable {
         }
     }
 
+    /// Whether the gateway's certificate is verified (`verifyServer`).
+    var verifiesServer: Bool {
+        switch self {
+        case .binary(let c): c.verifyServer
+        case .http2(let c): c.verifyServer
+        }
+    }
+
     /// The most connections the pool opens.
     var maxConnections: Int {
         switch self {

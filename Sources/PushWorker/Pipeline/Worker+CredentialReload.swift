@@ -79,6 +79,7 @@ extension Worker {
             }
             if !forced, fingerprint == state.failed[key] { continue }
             do throws(ConfigurationError) {
+                try checkPermissions(of: environment, key: key)
                 let settings = try PoolSettings(
                     app: app,
                     environment: environment,
@@ -118,6 +119,21 @@ extension Worker {
         return checks
     }
 
+    /// The files of `environment` that hold secrets and that users other than their owner can
+    /// read, as at start: with `worker.strictFilePermissions` the first is the error that keeps
+    /// the credentials in use; otherwise each is logged as a warning.
+    private func checkPermissions(
+        of environment: WorkerConfiguration.AppEnvironment,
+        key: PoolKey
+    ) throws(ConfigurationError) {
+        let strict = configuration.worker.strictFilePermissions
+        let exposed = environment.exposedSecretFiles(app: key.app, strict: strict)
+        if strict, let first = exposed.first { throw ConfigurationError(first) }
+        for sentence in exposed {
+            logger.warning("\(sentence)", metadata: ["app": "\(key.app)", "env": "\(key.environment)"])
+        }
+    }
+
     /// What reading the config file again found.
     private enum ConfigFileCheck {
         /// The credential settings can be checked.
@@ -131,9 +147,9 @@ extension Worker {
     /// `forced`), and takes each app environment's credential settings from it.
     private func reloadConfigurationFile(forced: Bool, into state: inout CredentialReloadState) -> ConfigFileCheck {
         guard let load = loadConfiguration, let path = configuration.configFile else { return .usable }
-        let contents = FileManager.default.contents(atPath: path)
-        guard forced || contents != state.configFile else { return state.configFileFailed ? .failing(nil) : .usable }
-        state.configFile = contents
+        let digest = CredentialFingerprint.digest(ofFileAt: path)
+        guard forced || digest != state.configFile else { return state.configFileFailed ? .failing(nil) : .usable }
+        state.configFile = digest
         do throws(ConfigurationError) {
             let reloaded = try load()
             state.configFileFailed = false

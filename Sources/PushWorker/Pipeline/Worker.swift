@@ -96,6 +96,7 @@ public final class Worker: Service, Sendable {
             highestLane: configuration.kafka.highestLane,
             laneReserve: IntakeStage.laneReserve(configuration)
         )
+        exportInsecureTLS()
     }
 
     /// The services of one worker, in the order a `ServiceGroup` starts them: its Redis
