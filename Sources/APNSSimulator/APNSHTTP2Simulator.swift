@@ -226,7 +226,8 @@ public final class APNSHTTP2Simulator: Sendable {
     /// The token lists, handed to connections as one value.
     struct Lists: Sendable {
         var badTokens: Set<DeviceToken>
-        var unregistered: [DeviceToken: Int64]
+        /// Each token's 410 timestamp, as the JSON number written.
+        var unregistered: [DeviceToken: String]
     }
 
     /// Counters a connection gathers during one read burst.
@@ -512,12 +513,12 @@ public final class APNSHTTP2Simulator: Sendable {
     }
 
     /// §3.4: the 410 timestamp is in milliseconds since the epoch.
-    /// A date as the whole milliseconds a 410 carries; a date beyond 64 bits of them (a fault to
-    /// inject) as the nearest 64-bit value.
-    static func milliseconds(_ date: Date) -> Int64 {
+    /// A date as the milliseconds a 410 carries: whole, or, for a date beyond 64 bits of them (a
+    /// fault to inject), the number as JSON writes a double (`1e+19`).
+    static func milliseconds(_ date: Date) -> String {
         let milliseconds = (date.timeIntervalSince1970 * 1000).rounded()
-        if let whole = Int64(exactly: milliseconds) { return whole }
-        return milliseconds > 0 ? .max : .min
+        if let whole = Int64(exactly: milliseconds) { return String(whole) }
+        return String(decoding: JSONValue.double(milliseconds).serialized(), as: UTF8.self)
     }
 }
 

@@ -228,7 +228,8 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
 
     private enum Verdict {
         case accepted(APNSHTTP2Simulator.Accepted)
-        case rejected(APNSReason, status: Int, timestamp: Int64?)
+        /// `timestamp`: the 410's, as the JSON number written.
+        case rejected(APNSReason, status: Int, timestamp: String?)
     }
 
     private func complete(_ id: HTTP2StreamID, context: ChannelHandlerContext) {
@@ -278,7 +279,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
             body.writeString(reason.rawValue)
             if let timestamp {
                 body.writeString("\",\"timestamp\":")
-                body.writeString(String(timestamp))
+                body.writeString(timestamp)
                 body.writeString("}")
             } else {
                 body.writeString("\"}")

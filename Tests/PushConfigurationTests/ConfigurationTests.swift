@@ -607,7 +607,7 @@ private func parseError(
         parseError(fixture.minimalYAML(extra: "worker:\n  batchsize: 5")) == "worker.batchsize: unknown "
             + "setting; known settings here are id, batchSize, batchWindowMs, maxInFlight, resultFlushMs, resultBatchSize, "
             + "shutdownTimeoutSeconds, logLevel, logFormat, dedupeTTLSeconds, dedupeBuckets, statusAddress, invalidTokenTTLDays, "
-            + "proxy, strictFilePermissions."
+            + "proxy, maxStopsPerMessage, strictFilePermissions."
     )
     let badEnvironment = fixture.minimalYAML().replacingOccurrences(of: "production:", with: "prod:")
     #expect(
