@@ -133,6 +133,15 @@ import Testing
         #expect(guardState.passed(Self.partition, committable: 50).isEmpty)
     }
 
+    @Test("a record covers a batch within its range that it charges at least as many stops")
+    func aRecordCoversWhatItSaysAtLeast() {
+        let record = StopGuard.Record(from: 10, to: 1_034, stops: 1)
+        #expect(record.covers(10, 20, 0) && record.covers(12, 1_034, 1))
+        #expect(!record.covers(9, 20, 0), "an earlier message in flight")
+        #expect(!record.covers(10, 1_035, 0), "a later one")
+        #expect(!record.covers(10, 20, 2), "more stops")
+    }
+
     @Test("records are read back only as written; anything else is unreadable")
     func recordsParseStrictly() {
         #expect(StopGuard.Record(text: "1|5|2") == .init(from: 1, to: 5, stops: 2))

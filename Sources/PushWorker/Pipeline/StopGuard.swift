@@ -39,6 +39,12 @@ struct StopGuard: Sendable {
         /// `<from>|<to>|<stops>`, as stored.
         var text: String { "\(from)|\(to)|\(stops)" }
 
+        /// Whether this record says at least what a record of `from...last` charged `stops`
+        /// stops would: a worker that dies with those messages in flight leaves them charged.
+        func covers(_ from: Int64, _ last: Int64, _ stops: Int) -> Bool {
+            self.from <= from && last <= to && self.stops >= stops
+        }
+
         init(from: Int64, to: Int64, stops: Int) {
             self.from = from
             self.to = to
