@@ -298,7 +298,7 @@ let package = Package(
             dependencies: [
                 "PushWorker", "PushConfiguration", "PushKafka", "PushRedis", "APNSCore", "APNSBinary", "APNSHTTP2",
                 "APNSHTTP2Core", .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"), .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/PushWorkerFuzzing"
         ),

@@ -117,14 +117,7 @@ struct Push: AsyncParsableCommand {
             let client: any APNSDeliveryClient
             switch transport {
             case .binary:
-                let credentials = try loadCredentials(
-                    cert: cert,
-                    key: key,
-                    pfx: pfx,
-                    passphrase: try resolvedPassphrase(passphrase, file: passphraseFile),
-                    ca: ca,
-                    environment: environment
-                )
+                let credentials = try certificateCredentials()
                 var config = APNSBinaryConfiguration(host: host, port: port, credentials: credentials)
                 config.verifyServer = !insecure
                 config.proxy = try parseProxy(proxy)
@@ -203,19 +196,22 @@ struct Push: AsyncParsableCommand {
         }
     }
 
+    /// The client certificate and key of `--cert`/`--key` or `--pfx`.
+    func certificateCredentials() throws -> APNSCredentials {
+        try loadCredentials(
+            cert: cert,
+            key: key,
+            pfx: pfx,
+            passphrase: try resolvedPassphrase(passphrase, file: passphraseFile),
+            ca: ca,
+            environment: environment
+        )
+    }
+
     /// HTTP/2 authentication: a provider token from `--signing-key`, or the client certificate.
     func http2Authentication() throws -> APNSHTTP2Configuration.Authentication {
         guard let signingKey, let keyId, let teamId else {
-            return .certificate(
-                try loadCredentials(
-                    cert: cert,
-                    key: key,
-                    pfx: pfx,
-                    passphrase: try resolvedPassphrase(passphrase, file: passphraseFile),
-                    ca: ca,
-                    environment: environment
-                )
-            )
+            return .certificate(try certificateCredentials())
         }
         warnIfExposed(signingKey, option: "--signing-key")
         do throws(APNSError) {

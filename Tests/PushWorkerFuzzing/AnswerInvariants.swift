@@ -29,7 +29,9 @@ public enum AnswerInvariants {
         var headers = HPACKHeaders([(":status", "\(status)")])
         if first & 1 == 1, let end = rest.firstIndex(of: UInt8(ascii: "\n")) {
             let fields = rest[..<end].split(separator: 0, omittingEmptySubsequences: false)
-            for pair in stride(from: 0, to: fields.count - 1, by: 2) {
+            // Names in ASCII, as HPACKHeaders requires of what it is given (its decoder, which
+            // the client reads answers with, takes any bytes).
+            for pair in stride(from: 0, to: fields.count - 1, by: 2) where fields[pair].allSatisfy({ $0 < 0x80 }) {
                 headers.add(
                     name: String(decoding: fields[pair], as: UTF8.self).lowercased(),
                     value: String(decoding: fields[pair + 1], as: UTF8.self)
