@@ -256,6 +256,8 @@ extension IntakeStage {
         var control: PipelineControl
         var store: NotificationStore
         var stuck: @Sendable (Set<TopicPartition>) -> Int
+        /// How parsing keeps within the in-flight budget.
+        var admission: Admission
     }
 
     /// Carries out one step of a batch (``StopGuard/plan(_:)``): leaves the stop records of its
@@ -279,7 +281,7 @@ extension IntakeStage {
                 store: store,
                 logger: logger
             )
-            await parse(messages, handoffs: &handoffs, handOver: handOver)
+            await parse(messages, handoffs: &handoffs, admission: context.admission, handOver: handOver)
         case .careful(let partition, let messages, let count):
             guard let first = messages.first, let last = messages.last else { return }
             // Alone in flight: what of the partition is still working finishes first.
@@ -296,7 +298,7 @@ extension IntakeStage {
                 "Processing \(partition.topic)[\(partition.partition)]@\(first.offset)...\(last.offset) alone: workers stopped \(count) times while these messages were in flight",
                 metadata: ["partition": "\(partition)", "stops": "\(count)", "messages": "\(messages.count)"]
             )
-            await parse(messages, handoffs: &handoffs, handOver: handOver)
+            await parse(messages, handoffs: &handoffs, admission: context.admission, handOver: handOver)
             await waitUntilDone(
                 partition,
                 through: last.offset,

@@ -22,6 +22,34 @@ struct IntakeStage: Sendable {
         var skipped = 0
     }
 
+    /// How intake keeps what it expands within `maxInFlight`: the budget is charged as each job
+    /// is expanded into notifications and results, not per message, so a batch of jobs with
+    /// 10,000 tokens each stops at the budget instead of bringing millions into memory. At most
+    /// one job's worth passes the budget: the job that spends it is parsed whole.
+    struct Admission: Sendable {
+        /// Places left under the budget now (``PipelineLedger/room``).
+        var room: @Sendable () -> Int
+        /// Waits until there is room again; `false` when the worker is stopping instead.
+        var wait: @Sendable () async -> Bool
+        /// Whether a message was fetched before its partition was revoked.
+        var revoked: @Sendable (KafkaMessage) -> Bool
+
+        /// The admission of a worker's pipeline.
+        static func of(_ ledger: SharedLedger, _ control: PipelineControl) -> Admission {
+            Admission(
+                room: { ledger.read(\.room) },
+                wait: {
+                    await ledger.waitForRoom()
+                    return !control.isStopping && !Task.isCancelled
+                },
+                revoked: { message in
+                    let partition = TopicPartition(topic: message.topic, partition: message.partition)
+                    return (control.revocations()[partition] ?? 0) > message.rebalanceGeneration
+                }
+            )
+        }
+    }
+
     /// How long parsing may go on before what is parsed is handed on, so the results of a
     /// batch's first messages (of any partition) never wait for the parsing of many large ones.
     static let handOverInterval: Duration = .milliseconds(20)
@@ -92,10 +120,13 @@ struct IntakeStage: Sendable {
     }
 
     /// ``parse(_:handOverEvery:handOver:)``, skipping the messages that `handoffs` covers
-    /// (registered with no result to wait for).
+    /// (registered with no result to wait for). With `admission`, the in-flight budget is
+    /// charged as each job is expanded: once it is spent, what is parsed is handed on and
+    /// parsing waits for room before the next message (``Admission``).
     func parse(
         _ messages: [KafkaMessage],
         handoffs: inout Handoffs,
+        admission: Admission? = nil,
         handOverEvery interval: Duration = handOverInterval,
         handOver: (Chunk) async -> Void
     ) async {
@@ -113,7 +144,23 @@ struct IntakeStage: Sendable {
         // The clock is read once 32 messages or notifications are parsed since it was last
         // read, which takes well under the interval (and after each job of many tokens).
         var sinceClock = 0
+        var room = admission?.room() ?? .max
+        var waited = false
         for message in messages {
+            if room <= 0, let admission {
+                // The budget is spent: what is parsed goes on (the ledger counts it from then),
+                // and the rest of the batch waits for room, however many messages are left.
+                await handOver(chunk)
+                chunk = newChunk(messages.count - parsed)
+                // Stopping: the messages not parsed are consumed again by the partitions' next owner.
+                guard await admission.wait() else { return }
+                room = admission.room()
+                handedOver = .now
+                now = factory.now()
+                waited = true
+            }
+            // A partition revoked while intake waited is its next owner's.
+            if waited, let admission, admission.revoked(message) { continue }
             if sinceClock >= 32 {
                 sinceClock = 0
                 if ContinuousClock.now - handedOver >= interval {
@@ -140,6 +187,7 @@ struct IntakeStage: Sendable {
             parse(message, ref: ref, now: now, into: &chunk)
             let results = chunk.results.count + chunk.candidates.count - before
             sinceClock += max(1, results)
+            room -= max(1, results)
             if chunk.summaries.count > summaries {
                 // The job asked for a summary: one result more, the summary's place.
                 chunk.summaries[summaries].1.remaining = results
@@ -406,6 +454,7 @@ struct IntakeStage: Sendable {
         var handoffs = Handoffs()
         var stops = Stops(limit: stopLimit, ttlSeconds: stopRecordTTLSeconds)
         var retention = RetentionWatch()
+        let admission = Admission.of(ledger, control)
         let handOver: (Chunk) async -> Void = { chunk in
             results.register(chunk.registrations, summaries: chunk.summaries)
             control.count { s in
@@ -468,7 +517,13 @@ struct IntakeStage: Sendable {
                     step,
                     stops: &stops,
                     handoffs: &handoffs,
-                    context: StepContext(ledger: ledger, control: control, store: store, stuck: stuck),
+                    context: StepContext(
+                        ledger: ledger,
+                        control: control,
+                        store: store,
+                        stuck: stuck,
+                        admission: admission
+                    ),
                     handOver: handOver
                 )
             }

@@ -86,6 +86,11 @@ struct PipelineLedger: Sendable {
         closed || (inFlight - parked < maximum - reserve && parked < maximum)
     }
 
+    /// How many more notifications (and results) intake may take in before it waits: `maximum`
+    /// less those in flight besides the parked ones, and less the parked ones; unbounded once
+    /// closed.
+    var room: Int { closed ? .max : min(maximum - (inFlight - parked), maximum - parked) }
+
     /// Nothing in flight.
     var isEmpty: Bool { inFlight <= 0 }
 
