@@ -2,7 +2,11 @@ import NIOCore
 import NIOHTTP1
 
 /// Answers the health probes (`/health/live`, `/health/ready`) on the connection's event loop, as
-/// soon as their request has been read; every other request goes on to the connection's task.
+/// soon as their request has been read; every other request on a general slot goes on to the
+/// connection's task. A connection in the probe reserve is answered here whatever it asks (other
+/// paths get `503` with `Retry-After`), and closed: a reserve slot is held for one round trip, never
+/// for as long as the process's cooperative threads take to start a task, so clients that are
+/// turned away and reconnect cannot keep the reserve full.
 ///
 /// A probe's answer then waits for nothing but the event loop: not for the connection's task to
 /// be started or scheduled, however busy the process's cooperative threads are with scrapes or
@@ -21,7 +25,8 @@ final class StatusProbeResponder: ChannelInboundHandler, RemovableChannelHandler
 
     private let routes: StatusRoutes
     private let slot: StatusAdmission.Slot
-    /// The probe whose request is being read (its body, if any, is dropped).
+    /// The request being read that is answered here, a probe or any request in the reserve (its
+    /// body, if any, is dropped).
     private var probe: HTTPRequestHead?
     /// An answer said `Connection: close`: what the client sends after it is dropped.
     private var closing = false
@@ -35,7 +40,7 @@ final class StatusProbeResponder: ChannelInboundHandler, RemovableChannelHandler
         guard !closing else { return }
         switch unwrapInboundIn(data) {
         case .head(let head):
-            guard StatusRoutes.isProbe(head) else { break }
+            guard slot == .reserve || StatusRoutes.isProbe(head) else { break }
             probe = head
             return
         case .body:
@@ -52,7 +57,8 @@ final class StatusProbeResponder: ChannelInboundHandler, RemovableChannelHandler
     private func answer(_ request: HTTPRequestHead, context: ChannelHandlerContext) {
         let keepAlive = request.isKeepAlive && slot == .general
         closing = !keepAlive
-        let parts = routes.response(to: request).parts(for: request, keepAlive: keepAlive)
+        let response = StatusRoutes.isProbe(request) ? routes.response(to: request) : StatusResponse.reserveRefusal
+        let parts = response.parts(for: request, keepAlive: keepAlive)
         for part in parts.dropLast() {
             context.write(wrapOutboundOut(part), promise: nil)
         }

@@ -33,6 +33,14 @@ struct StatusResponse: Sendable {
         )
     }
 
+    /// The answer to a request other than a probe on a connection in the probe reserve.
+    static let reserveRefusal = StatusResponse.text(
+        .serviceUnavailable,
+        "the status server is serving as many connections as it takes; beyond them it answers only "
+            + "/health/live and /health/ready: retry later",
+        extraHeaders: [("Retry-After", "1")]
+    )
+
     /// The response head for a request, keeping the connection open only if the request asked
     /// for it and `keepAlive` allows it.
     func head(for request: HTTPRequestHead, keepAlive: Bool) -> HTTPResponseHead {

@@ -38,6 +38,11 @@ import Darwin
 ///   `503` with `Retry-After: 1`. A kubelet's probes (a new connection each) are answered there
 ///   while scrapers hold every general slot. Only a connection the reserve cannot take either is
 ///   closed at once, without an answer.
+/// - A reserve slot is held for one round trip: its request is answered on the event loop,
+///   whatever it asks, and a connection there that has not sent its request within
+///   ``reserveRequestTimeout`` (or ``Configuration/requestTimeout`` if shorter) is closed. So
+///   clients that are turned away and reconnect, or that connect and send nothing, do not keep the
+///   reserve full for the probes.
 /// - The probes are answered on the connection's event loop as soon as their request has been
 ///   read (``StatusProbeResponder``), not by the connection's task: a process whose threads are
 ///   busy does not hold them back.
@@ -100,6 +105,10 @@ public final class StatusServer: Service, Sendable {
             self.maximumConnectionAge = maximumConnectionAge
         }
     }
+
+    /// How long a connection in the probe reserve may take to send its request: a prober sends it
+    /// as soon as it has connected.
+    public static let reserveRequestTimeout = Duration.seconds(2)
 
     public let configuration: Configuration
     private let routes: StatusRoutes
@@ -289,7 +298,11 @@ public final class StatusServer: Service, Sendable {
             )
             try pipeline.addHandler(
                 StatusRequestGuard(
-                    timeout: TimeAmount(configuration.requestTimeout),
+                    timeout: TimeAmount(
+                        slot == .reserve
+                            ? min(configuration.requestTimeout, Self.reserveRequestTimeout)
+                            : configuration.requestTimeout
+                    ),
                     maximumAge: TimeAmount(configuration.maximumConnectionAge),
                     maximumBodyBytes: configuration.maximumBodyBytes
                 )
@@ -326,7 +339,10 @@ public final class StatusServer: Service, Sendable {
                         guard let head = request else { continue }
                         request = nil
                         let keepAlive = head.isKeepAlive && slot == .general
-                        try await outbound.write(contentsOf: answer(to: head, slot: slot, keepAlive: keepAlive))
+                        // A reserve connection's request is answered by StatusProbeResponder.
+                        try await outbound.write(
+                            contentsOf: routes.response(to: head).parts(for: head, keepAlive: keepAlive)
+                        )
                         if !keepAlive {
                             return
                         }
@@ -336,27 +352,6 @@ public final class StatusServer: Service, Sendable {
         } catch {
             logger.debug("status server connection ended", metadata: ["error": "\(error)"])
         }
-    }
-
-    /// The parts of the answer to `request`: the route's, or `503` for a connection in the
-    /// reserve (the probes are answered before they get here, by ``StatusProbeResponder``).
-    private func answer(
-        to request: HTTPRequestHead,
-        slot: StatusAdmission.Slot,
-        keepAlive: Bool
-    ) -> [HTTPServerResponsePart] {
-        let response: StatusResponse
-        if slot == .reserve && !StatusRoutes.isProbe(request) {
-            response = .text(
-                .serviceUnavailable,
-                "the status server is serving as many connections as it takes; beyond them it answers only "
-                    + "/health/live and /health/ready: retry later",
-                extraHeaders: [("Retry-After", "1")]
-            )
-        } else {
-            response = routes.response(to: request)
-        }
-        return response.parts(for: request, keepAlive: keepAlive)
     }
 
     private func resolveListener(_ new: ListenerState) {

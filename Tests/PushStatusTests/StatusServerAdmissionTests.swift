@@ -40,6 +40,45 @@ struct StatusServerAdmissionTests {
         }
     }
 
+    @Test func aSilentConnectionInTheReserveIsClosedWithinTheReserveTimeoutAndTheProbeGetsItsSlot() async throws {
+        // The general request timeout is far beyond the test: only the reserve's own deadline can
+        // close the silent connection.
+        let configuration = StatusServer.Configuration(
+            host: "127.0.0.1",
+            port: 0,
+            maximumConnections: 1,
+            reservedProbeConnections: 1,
+            requestTimeout: .seconds(120)
+        )
+        try await withStatusServer(configuration: configuration) { _, client in
+            try await withHeldConnections(1, port: client.port) {
+                let clock = ContinuousClock()
+                let (closed, after) = try await withDeadline(seconds: 30, "the close of a silent reserve connection") {
+                    let start = clock.now
+                    return try await PeerConnection.with(port: client.port) { silent in
+                        return (try await silent.waitForClose(), clock.now - start)
+                    }
+                }
+                #expect(closed, "the server sent something to a connection that asked nothing")
+                #expect(after >= StatusServer.reserveRequestTimeout - .milliseconds(100))
+                #expect(after < StatusServer.reserveRequestTimeout + .seconds(10), "closed after \(after)")
+                let probe = try await withDeadline("a probe once the reserve slot is free") {
+                    while true {
+                        if let answer = try await PeerConnection.with(
+                            port: client.port,
+                            { try await $0.get("/health/live") }
+                        ) {
+                            return answer
+                        }
+                        // The server has not yet seen the silent connection's close.
+                        try await Task.sleep(for: .milliseconds(10))
+                    }
+                }
+                #expect(probe.status == .ok)
+            }
+        }
+    }
+
     @Test func aPeerHoldsAtMostItsShareOfTheGeneralSlots() async throws {
         let configuration = StatusServer.Configuration(
             host: "127.0.0.1",
