@@ -29,6 +29,12 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
         self.bytes = bytes
     }
 
+    /// A recipient that is not a device token, such as a broadcast channel's ID
+    /// (``BroadcastChannelID/recipient``), whose own type has checked it.
+    init(uncheckedBytes bytes: [UInt8]) {
+        self.bytes = bytes
+    }
+
     /// Creates a token from hex text; spaces, `<` and `>` are ignored.
     public init(hex: String) throws(APNSError) {
         var text = hex

@@ -105,6 +105,9 @@ public struct APNSNotification: Sendable, Hashable {
             switch alert {
             case .text(let text): return text
             case .fields(let fields): return fields.body
+            case .liveActivity(let fields):
+                if case .text(let text) = fields.body { return text }
+                return nil
             case nil: return nil
             }
         }
@@ -113,6 +116,10 @@ public struct APNSNotification: Sendable, Hashable {
             case .fields(var fields):
                 fields.body = newValue
                 alert = .fields(fields)
+            case .liveActivity(var fields):
+                // A Live Activity's alert always has a body (§5.1).
+                fields.body = .text(newValue ?? "")
+                alert = .liveActivity(fields)
             case .text, nil:
                 alert = newValue.map(APNSAlert.text)
             }
@@ -126,8 +133,49 @@ public enum APNSAlert: Sendable, Hashable, ExpressibleByStringLiteral {
     /// Boxed: the dictionary's dozen fields would otherwise make every notification (and every
     /// copy of one a worker keeps in flight) about 180 bytes larger.
     indirect case fields(APNSAlertFields)
+    /// A Live Activity's alert (§5.1): its own dictionary, whose `title` and `body` may be
+    /// localized and which carries the `sound` itself.
+    indirect case liveActivity(APNSLiveActivityAlert)
 
     public init(stringLiteral value: String) { self = .text(value) }
+}
+
+/// The `aps.alert` dictionary of an ActivityKit notification (§5.1): Apple's examples write
+/// `{"title": …, "body": …, "sound": "chime.aiff"}`, with the sound inside the alert, where the
+/// system plays it when it shows the alert (a `sound` beside the alert in `aps` is not played).
+public struct APNSLiveActivityAlert: Sendable, Hashable {
+    /// `title`
+    public var title: APNSAlertText
+    /// `body`
+    public var body: APNSAlertText
+    /// `sound`: a sound file in the app bundle or `Library/Sounds`, or `"default"`.
+    public var sound: String?
+
+    public init(title: APNSAlertText, body: APNSAlertText, sound: String? = nil) {
+        self.title = title
+        self.body = body
+        self.sound = sound
+    }
+}
+
+/// A Live Activity alert's `title` or `body` (§5.1): text as it is shown, or a key of the app's
+/// `Localizable.strings` with the arguments for its `%@` placeholders.
+public enum APNSAlertText: Sendable, Hashable {
+    case text(String)
+    /// Written as `{"loc-key": key, "loc-args": [arguments…]}`; `loc-args` is left out when
+    /// `arguments` is `nil`.
+    case localized(key: String, arguments: [String]?)
+
+    /// The value of the `title` or `body` member.
+    public var json: JSONValue {
+        switch self {
+        case .text(let text): return .string(text)
+        case .localized(let key, let arguments):
+            var members: [String: JSONValue] = ["loc-key": .string(key)]
+            if let arguments { members["loc-args"] = .array(arguments.map(JSONValue.string)) }
+            return .object(members)
+        }
+    }
 }
 
 /// The `aps.alert` dictionary (§5). Only fields that are set are written.
@@ -246,6 +294,15 @@ public enum APNSPriority: Sendable, Hashable {
             )
         }
         self = priority
+    }
+
+    /// How the documentation calls it: `immediate`, `power-considerate` or `low`.
+    public var name: String {
+        switch self {
+        case .immediate: "immediate"
+        case .powerConsiderate: "power-considerate"
+        case .low: "low"
+        }
     }
 
     /// The value sent on the wire (frame item 5 or `apns-priority`).

@@ -77,6 +77,13 @@ extension APNSNotification {
             out.open("alert")
             for (key, value) in fields.members { out.add(key, value) }
             out.close()
+        case .liveActivity(let fields):
+            // §5.1: the sound is a member of the alert, where ActivityKit plays it.
+            out.open("alert")
+            out.add("title", fields.title.json)
+            out.add("body", fields.body.json)
+            if let sound = fields.sound { out.add("sound", .string(sound)) }
+            out.close()
         case nil:
             break
         }

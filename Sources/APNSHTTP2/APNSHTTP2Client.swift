@@ -140,13 +140,13 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
             case .success(let t):
                 var body = t.body
                 if let payload = submission.payload {
-                    guard !payload.isEmpty, payload.count <= t.pushType.payloadLimit else {
+                    guard !payload.isEmpty, payload.count <= t.payloadLimit else {
                         var outcome = APNSDeliveryOutcome(
                             tag: submission.tag,
                             token: submission.token,
                             status: .invalidPayload,
                             message:
-                                "the payload is \(payload.count) bytes; push type \(t.pushType.rawValue) needs 1 to \(t.pushType.payloadLimit)",
+                                "the payload is \(payload.count) bytes; \(t.broadcastPath == nil ? "push type \(t.pushType.rawValue)" : "a broadcast") needs 1 to \(t.payloadLimit)",
                             attempts: 0,
                             possibleDuplicate: false
                         )
@@ -253,6 +253,11 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         var retryLimit: Int
         /// A broadcast's `/4/broadcasts/apps/<bundle ID>` (§7.3); `nil` for a device request.
         var broadcastPath: String? = nil
+
+        /// The largest body: the push type's (§1.3), or 5,120 bytes for a broadcast (§7.3).
+        var payloadLimit: Int {
+            broadcastPath == nil ? pushType.payloadLimit : APNSPushType.broadcastPayloadLimit
+        }
     }
 
     /// Runs the §3.3/§5 checks once per distinct notification and builds its payload.
@@ -285,11 +290,18 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
             collapseID: content.notification.collapseId
         )
         try APNSHTTP2Request.validateContent(of: content.notification, pushType: pushType)
+        if content.broadcast, content.notification.collapseId != nil {
+            // §7.3: a broadcast's headers are apns-channel-id, apns-push-type, apns-priority,
+            // apns-expiration and apns-request-id; there is no apns-collapse-id.
+            throw APNSError(.invalidRequest, "a broadcast carries no apns-collapse-id (§7.3); send it without one")
+        }
         var body: [UInt8] = []
         if submission.payload == nil {
             do {
-                // §1.3: 4096 bytes, 5120 for VoIP; priority 1 exists on HTTP/2 (§3.3).
-                body = try content.notification.validatedPayload(limit: pushType.payloadLimit, allowLowPriority: true)
+                // §1.3: 4096 bytes, 5120 for VoIP; §7.3: 5120 for a broadcast; priority 1 exists
+                // on HTTP/2 (§3.3).
+                let limit = content.broadcast ? APNSPushType.broadcastPayloadLimit : pushType.payloadLimit
+                body = try content.notification.validatedPayload(limit: limit, allowLowPriority: true)
             } catch {
                 throw APNSError(.invalidPayload, error.message, underlying: error)
             }

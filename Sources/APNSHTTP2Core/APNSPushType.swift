@@ -18,6 +18,8 @@ public enum APNSPushType: String, Sendable, Hashable, CaseIterable {
     public static let regularPayloadLimit = 4096
     /// Payload limit of the HTTP/2 API for VoIP notifications (§1.3: 5 KB).
     public static let voipPayloadLimit = 5120
+    /// Payload limit of a broadcast to a channel (§7.3: 5 KB).
+    public static let broadcastPayloadLimit = 5120
 
     /// The suffix the topic must end with (§3.3 table): `nil` for `alert` and `background`,
     /// whose topic is the bundle ID, and for `mdm`, whose topic comes from the MDM push
@@ -45,10 +47,15 @@ public enum APNSPushType: String, Sendable, Hashable, CaseIterable {
     /// The type is available on token-authenticated connections only (§3.3: `location`).
     public var requiresTokenAuthentication: Bool { self == .location }
 
-    /// The priorities allowed with this type: `background` allows 5 only (§3.3, §5 check 4);
-    /// `nil` means any of 10, 5 and 1.
+    /// The priorities allowed with this type: `background` allows 5 only (§3.3, §5 check 4),
+    /// `liveactivity` 10 and 5, to a device or a channel (§5.1, §7.3); `nil` means any of 10, 5
+    /// and 1.
     public var allowedPriorities: Set<APNSPriority>? {
-        self == .background ? [.powerConsiderate] : nil
+        switch self {
+        case .background: [.powerConsiderate]
+        case .liveactivity: [.immediate, .powerConsiderate]
+        default: nil
+        }
     }
 
     /// Throws `invalidRequest` unless `topic` ends with ``topicSuffix`` and has a bundle ID
@@ -63,12 +70,13 @@ public enum APNSPushType: String, Sendable, Hashable, CaseIterable {
         }
     }
 
-    /// Throws `invalidRequest` when this type does not allow `priority` (§3.3).
+    /// Throws `invalidRequest` when this type does not allow `priority` (§3.3, §5.1).
     public func validate(priority: APNSPriority) throws(APNSError) {
         guard let allowed = allowedPriorities, !allowed.contains(priority) else { return }
+        let names = allowed.sorted { $0.rawValue > $1.rawValue }.map { "\($0.rawValue) (\($0.name))" }
         throw APNSError(
             .invalidRequest,
-            "push type \(rawValue) allows only priority 5 (power-considerate), not \(priority.rawValue); send it with priority 5"
+            "push type \(rawValue) allows only priority \(names.joined(separator: " or ")), not \(priority.rawValue); send it with \(names.count == 1 ? "priority \(names[0])" : "one of those")"
         )
     }
 }

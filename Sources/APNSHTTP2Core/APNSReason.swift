@@ -1,4 +1,5 @@
-/// A `reason` string from an HTTP/2 error response or GOAWAY (§3.4, §3.5).
+/// A `reason` string from an HTTP/2 error response or GOAWAY (§3.4, §3.5), or from the broadcast
+/// and channel management API (§7.4).
 ///
 /// Every documented reason is a static member and carries its HTTP status, Apple's meaning
 /// and a retry advice. Undocumented reasons are kept as they arrived; their advice follows
@@ -45,8 +46,18 @@ public struct APNSReason: RawRepresentable, Sendable, Hashable, CustomStringConv
     public static let internalServerError = APNSReason(rawValue: "InternalServerError")
     public static let serviceUnavailable = APNSReason(rawValue: "ServiceUnavailable")
     public static let shutdown = APNSReason(rawValue: "Shutdown")
+    // §7.4: channel management and broadcasts
+    public static let featureNotEnabled = APNSReason(rawValue: "FeatureNotEnabled")
+    public static let missingChannelId = APNSReason(rawValue: "MissingChannelId")
+    public static let badChannelId = APNSReason(rawValue: "BadChannelId")
+    public static let channelNotRegistered = APNSReason(rawValue: "ChannelNotRegistered")
+    public static let badRequestParams = APNSReason(rawValue: "BadRequestParams")
+    public static let badRequestPayload = APNSReason(rawValue: "BadRequestPayload")
+    public static let missingPushType = APNSReason(rawValue: "MissingPushType")
+    public static let cannotCreateChannelConfig = APNSReason(rawValue: "CannotCreateChannelConfig")
+    public static let topicMismatch = APNSReason(rawValue: "TopicMismatch")
 
-    /// One row of the §3.4 reason table.
+    /// One row of the §3.4 or §7.4 reason table.
     public struct Entry: Sendable, Hashable {
         /// The HTTP status APNs sends with the reason.
         public let status: Int
@@ -60,10 +71,10 @@ public struct APNSReason: RawRepresentable, Sendable, Hashable, CustomStringConv
         public let replaceConnection: Bool
     }
 
-    /// Every reason of the current §3.4 table, in the table's order.
+    /// Every reason of the current §3.4 table, in the table's order, then those of §7.4.
     public static let documented: [APNSReason] = table.map(\.0)
 
-    /// The §3.4 row of a documented reason; `nil` for others.
+    /// The §3.4 or §7.4 row of a documented reason; `nil` for others.
     public var entry: Entry? { Self.entries[self] }
 
     public var isDocumented: Bool { entry != nil }
@@ -102,7 +113,9 @@ public struct APNSReason: RawRepresentable, Sendable, Hashable, CustomStringConv
     // Those are retried at once on another connection: a 503 Shutdown is about the connection
     // (§3.4: "the server is shutting down"), not the service, as ServiceUnavailable is; pushy
     // and apns2 send such a request again on a new connection.
-    private static let table: [(APNSReason, Entry)] = [
+    private static let table: [(APNSReason, Entry)] = deviceTable + channelTable
+
+    private static let deviceTable: [(APNSReason, Entry)] = [
         (
             .badCollapseId,
             Entry(
@@ -367,7 +380,7 @@ public struct APNSReason: RawRepresentable, Sendable, Hashable, CustomStringConv
             .payloadTooLarge,
             Entry(
                 status: 413,
-                meaning: "the payload is over 4096 bytes (5120 for VoIP)",
+                meaning: "the payload is over 4096 bytes (5120 for VoIP and broadcasts)",
                 retry: .never,
                 invalidatesDeviceToken: false,
                 replaceConnection: false
@@ -424,6 +437,32 @@ public struct APNSReason: RawRepresentable, Sendable, Hashable, CustomStringConv
             )
         ),
     ]
+
+    // §7.4 reason table: the answers of channel management and broadcasts. Each names a request,
+    // a channel or an account setting to fix, so none is retried as it was; none says anything
+    // about a device token (a broadcast has none) or the connection.
+    private static let channelTable: [(APNSReason, Entry)] = [
+        (.featureNotEnabled, fix(400, "the broadcast capability is not enabled for the topic")),
+        (.missingChannelId, fix(400, "the apns-channel-id header is missing")),
+        (.badChannelId, fix(400, "apns-channel-id is not properly encoded, or is longer than allowed")),
+        (.channelNotRegistered, fix(400, "the channel in apns-channel-id does not exist in this environment")),
+        (.badRequestParams, fix(400, "the JSON request body has an attribute APNs does not recognize")),
+        (.badRequestPayload, fix(400, "the JSON request body cannot be parsed")),
+        (.missingPushType, fix(400, "the apns-push-type header (or the body's push-type) is missing")),
+        (.cannotCreateChannelConfig, fix(400, "the app has reached its limit of channels in this environment")),
+        (.topicMismatch, fix(403, "the token's or certificate's bundle IDs do not include the one in the path")),
+    ]
+
+    /// A row whose request fails again until something is fixed.
+    private static func fix(_ status: Int, _ meaning: String) -> Entry {
+        Entry(
+            status: status,
+            meaning: meaning,
+            retry: .afterFixingRequest,
+            invalidatesDeviceToken: false,
+            replaceConnection: false
+        )
+    }
 }
 
 /// What a provider should do with a request that failed (§3.4 "Retry policy").

@@ -42,7 +42,7 @@ import Synchronization
 /// | the topic has whitespace or control characters, or lacks the push type's suffix | 400 `BadTopic` |
 /// | ``Configuration/allowedTopics`` is set and lacks the topic | 400 `TopicDisallowed` |
 /// | `apns-id` is not an 8-4-4-4-12 UUID | 400 `BadMessageId` |
-/// | `apns-priority` is not 10, 5 or 1, or is 10 with push type `background` | 400 `BadPriority` |
+/// | `apns-priority` is not 10, 5 or 1, or is 10 with push type `background`, or 1 with `liveactivity` | 400 `BadPriority` |
 /// | `apns-expiration` is not a non-negative integer | 400 `BadExpirationDate` |
 /// | `apns-collapse-id` is empty, over 64 bytes or has control characters | 400 `BadCollapseId` |
 /// | the body is empty | 400 `PayloadEmpty` |

@@ -45,13 +45,11 @@ enum HTTP2SimulatorChannelRoute: Equatable {
     }
 }
 
-/// The §7.4 reasons, which the §3.4 table of ``APNSReason`` does not list; all are 400.
+/// A reason APNs was seen answering that no table of Apple's lists (§7.4).
 enum HTTP2SimulatorChannelReason {
-    static let missingChannelId = APNSReason(rawValue: "MissingChannelId")
-    static let badChannelId = APNSReason(rawValue: "BadChannelId")
-    static let channelNotRegistered = APNSReason(rawValue: "ChannelNotRegistered")
-    static let cannotCreateChannelConfig = APNSReason(rawValue: "CannotCreateChannelConfig")
-    static let missingPushType = APNSReason(rawValue: "MissingPushType")
+    /// 400 to a create whose `message-storage-policy` is missing or not 0 or 1, as
+    /// @parse/node-apn observed.
+    static let missingChannelQueueSize = APNSReason(rawValue: "MissingChannelQueueSize")
 }
 
 /// An authenticated channel or broadcast request, as the simulator's channel store sees it.
@@ -86,8 +84,6 @@ extension APNSHTTP2Simulator {
     /// §7.3: the largest broadcast body.
     static let broadcastPayloadLimit = 5120
 
-    typealias Reason = HTTP2SimulatorChannelReason
-
     /// Answers an authenticated channel or broadcast request by the rules on
     /// ``APNSHTTP2Simulator`` (§7), and records it when it succeeds.
     func answerChannelRequest(_ request: HTTP2SimulatorChannelRequest) -> HTTP2SimulatorChannelAnswer {
@@ -119,25 +115,29 @@ extension APNSHTTP2Simulator {
         return answer
     }
 
-    /// §7.2: the create body `{"message-storage-policy": 0|1, "push-type": "LiveActivity"}`.
+    /// §7.2: the create body `{"message-storage-policy": 0|1, "push-type": "LiveActivity"}`. A
+    /// body that is not a JSON object is `BadRequestPayload` ("unparseable"), an attribute other
+    /// than those two `BadRequestParams` ("unrecognizable attribute", §7.4), and a missing or
+    /// other storage policy `MissingChannelQueueSize`.
     static func channelConfiguration(_ body: [UInt8]) -> HTTP2SimulatorCheck<MessageStoragePolicy> {
-        guard case .object(let members)? = try? JSONValue.parse(body) else {
-            return .reject(Reason.cannotCreateChannelConfig)
+        guard case .object(let members)? = try? JSONValue.parse(body) else { return .reject(.badRequestPayload) }
+        if members.keys.contains(where: { $0 != "push-type" && $0 != "message-storage-policy" }) {
+            return .reject(.badRequestParams)
         }
-        guard let pushType = members["push-type"] else { return .reject(Reason.missingPushType) }
+        guard let pushType = members["push-type"] else { return .reject(.missingPushType) }
         guard case .string(let text) = pushType, text.lowercased() == "liveactivity" else {
             return .reject(.invalidPushType)
         }
         guard case .int(let value)? = members["message-storage-policy"],
             let policy = MessageStoragePolicy(rawValue: Int(value))
-        else { return .reject(Reason.cannotCreateChannelConfig) }
+        else { return .reject(HTTP2SimulatorChannelReason.missingChannelQueueSize) }
         return .ok(policy)
     }
 
     /// §7.2: `apns-channel-id`, present (an empty value is missing) and well formed.
     static func channelID(_ head: HTTP2SimulatorRequestHead) -> HTTP2SimulatorCheck<String> {
-        guard let id = head.channelID, !id.isEmpty else { return .reject(Reason.missingChannelId) }
-        guard HTTP2SimulatorChannelStore.isWellFormed(channelID: id) else { return .reject(Reason.badChannelId) }
+        guard let id = head.channelID, !id.isEmpty else { return .reject(.missingChannelId) }
+        guard HTTP2SimulatorChannelStore.isWellFormed(channelID: id) else { return .reject(.badChannelId) }
         return .ok(id)
     }
 
@@ -155,11 +155,14 @@ extension APNSHTTP2Simulator {
         case .reject(let reason): return .reject(reason)
         case .ok(let value): id = value
         }
-        guard let pushType = head.pushType else { return .reject(Reason.missingPushType) }
+        guard let pushType = head.pushType else { return .reject(.missingPushType) }
         guard pushType.lowercased() == "liveactivity" else { return .reject(.invalidPushType) }
         var checked = CheckedBroadcast(channelID: id, pushType: pushType)
         if let priority = head.priority {
-            guard let value = Int(priority), APNSPriority(rawValue: value) != nil else { return .reject(.badPriority) }
+            // §7.3, §5.1: a Live Activity's broadcast takes priority 10 or 5.
+            guard let value = Int(priority), let known = APNSPriority(rawValue: value),
+                APNSPushType.liveactivity.allowedPriorities?.contains(known) ?? true
+            else { return .reject(.badPriority) }
             checked.priority = value
         }
         if let expiration = head.expiration {
@@ -181,7 +184,7 @@ extension APNSHTTP2Simulator {
         var app = s.channels.apps[key] ?? .init()
         // §7.1: at most 10,000 channels per app and environment.
         guard app.order.count < configuration.maxChannelsPerApp else {
-            return .reject(Reason.cannotCreateChannelConfig)
+            return .reject(.cannotCreateChannelConfig)
         }
         let id = HTTP2SimulatorChannelStore.newChannelID(in: app)
         app.order.append(id)
@@ -210,7 +213,7 @@ extension APNSHTTP2Simulator {
         _ s: inout State
     ) -> HTTP2SimulatorChannelAnswer {
         guard var app = s.channels.apps[key], let policy = app.policies[id] else {
-            return .reject(Reason.channelNotRegistered)
+            return .reject(.channelNotRegistered)
         }
         guard case .delete = request.route else {
             note(.read, request, channelID: id, policy: policy, listed: nil, &s)
@@ -234,7 +237,7 @@ extension APNSHTTP2Simulator {
         _ s: inout State
     ) -> HTTP2SimulatorChannelAnswer {
         guard let policy = s.channels.apps[key]?.policies[checked.channelID] else {
-            return .reject(Reason.channelNotRegistered)
+            return .reject(.channelNotRegistered)
         }
         // §7.3: a channel that stores nothing takes expiration 0 only.
         if policy == .noMessageStored, let expiration = checked.expiration, expiration != 0 {

@@ -22,16 +22,19 @@ import Foundation
 /// | the path is none of `/1/apps/<bundleID>/channels`, `/1/apps/<bundleID>/all-channels`, `/4/broadcasts/apps/<bundleID>` | 404 `BadPath` |
 /// | the method is not POST, GET or DELETE on `channels`, GET on `all-channels`, POST on `broadcasts` | 405 `MethodNotAllowed` |
 /// | authentication fails (the device-request rules: certificate, or provider token with the bundle ID as topic) | 403 or 429, as for device requests |
-/// | ``Configuration/allowedTopics`` is set and lacks the bundle ID | 400 `TopicDisallowed` |
+/// | the bundle ID ends with `.push-type.liveactivity` | 400 `TopicDisallowed` |
+/// | ``Configuration/allowedTopics`` is set and lacks the bundle ID | 403 `TopicMismatch` |
+/// | create: the body is not a JSON object | 400 `BadRequestPayload` |
+/// | create: the body has a member other than `push-type` and `message-storage-policy` | 400 `BadRequestParams` |
 /// | create: the body has no `push-type` | 400 `MissingPushType` |
 /// | create: `push-type` is not `LiveActivity` (any case) | 400 `InvalidPushType` |
-/// | create: the body is not a JSON object, or `message-storage-policy` is not 0 or 1 | 400 `CannotCreateChannelConfig` |
+/// | create: `message-storage-policy` is missing, or not 0 or 1 | 400 `MissingChannelQueueSize` |
 /// | create: the app has ``Configuration/maxChannelsPerApp`` channels | 400 `CannotCreateChannelConfig` |
 /// | read, delete, broadcast: no or an empty `apns-channel-id` | 400 `MissingChannelId` |
 /// | read, delete, broadcast: `apns-channel-id` is not base64, or is over 128 characters | 400 `BadChannelId` |
 /// | broadcast: no `apns-push-type` | 400 `MissingPushType` |
 /// | broadcast: `apns-push-type` is not `liveactivity` (any case) | 400 `InvalidPushType` |
-/// | broadcast: `apns-priority` is not 10, 5 or 1 | 400 `BadPriority` |
+/// | broadcast: `apns-priority` is not 10 or 5 (§5.1: a Live Activity takes no priority 1) | 400 `BadPriority` |
 /// | broadcast: `apns-expiration` is not a non-negative integer | 400 `BadExpirationDate` |
 /// | read, delete, broadcast: the app has no such channel | 400 `ChannelNotRegistered` |
 /// | broadcast: the channel stores no message and `apns-expiration` is not 0 | 400 `BadExpirationDate` |

@@ -78,8 +78,11 @@ extension HTTP2SimulatorConnectionHandler {
             case .success(let verified): authorization = .token(teamID: verified.teamID, keyID: verified.keyID)
             }
         }
+        // §7.4: a bundle ID with a push type's suffix is TopicDisallowed ("ensure that no push
+        // type suffix is added"); one the credentials do not cover is 403 TopicMismatch.
+        if route.bundleID.hasSuffix(APNSPushType.liveactivity.topicSuffix!) { return .reject(.topicDisallowed) }
         if let allowed = configuration.allowedTopics, !allowed.contains(route.bundleID) {
-            return .reject(.topicDisallowed)
+            return .reject(.topicMismatch)
         }
         return simulator.answerChannelRequest(
             HTTP2SimulatorChannelRequest(

@@ -218,6 +218,34 @@ private func payload(size: Int) -> [UInt8] {
     }
 }
 
+@Test func liveActivityPushesTakePriority10Or5() throws {
+    // §5.1, §7.3: Apple asks for 10 or 5 on a Live Activity push, to a token or a channel.
+    let update = Array(#"{"aps":{"event":"update","timestamp":1700000000,"content-state":{}}}"#.utf8)
+    for priority in [APNSPriority.immediate, .powerConsiderate] {
+        let request = try APNSHTTP2Request(
+            payload: update,
+            deviceToken: Fixture.token64,
+            topic: topic + ".push-type.liveactivity",
+            pushType: .liveactivity,
+            priority: priority,
+            authentication: .certificate,
+            now: Fixture.epoch
+        )
+        #expect(request.priority == priority)
+    }
+    expectRejected("allows only priority 10 (immediate) or 5 (power-considerate), not 1") { () throws(APNSError) in
+        try APNSHTTP2Request(
+            payload: update,
+            deviceToken: Fixture.token64,
+            topic: topic + ".push-type.liveactivity",
+            pushType: .liveactivity,
+            priority: .low,
+            authentication: .certificate,
+            now: Fixture.epoch
+        )
+    }
+}
+
 @Test func pushTypeMustMatchThePayload() throws {
     var loud = APNSNotification(alert: "Hi", contentAvailable: true)
     loud.priority = .powerConsiderate

@@ -16,6 +16,10 @@ import Testing
         ("BadPath", 404), ("MethodNotAllowed", 405), ("ExpiredToken", 410), ("Unregistered", 410),
         ("PayloadTooLarge", 413), ("TooManyProviderTokenUpdates", 429), ("TooManyRequests", 429),
         ("InternalServerError", 500), ("ServiceUnavailable", 503), ("Shutdown", 503),
+        // §7.4: channel management and broadcasts.
+        ("FeatureNotEnabled", 400), ("MissingChannelId", 400), ("BadChannelId", 400), ("ChannelNotRegistered", 400),
+        ("BadRequestParams", 400), ("BadRequestPayload", 400), ("MissingPushType", 400),
+        ("CannotCreateChannelConfig", 400), ("TopicMismatch", 403),
     ]
     #expect(APNSReason.documented.map(\.rawValue) == expected.map(\.0))
     for (name, status) in expected {
@@ -34,6 +38,24 @@ import Testing
         #expect(advice.isPermanent == never.contains(reason), "\(reason)")
         if never.contains(reason) { #expect(!advice.isRetryable) }
     }
+}
+
+@Test func channelReasonsAreFixedNotRetriedAndCondemnNoToken() {
+    let channel: [APNSReason] = [
+        .featureNotEnabled, .missingChannelId, .badChannelId, .channelNotRegistered, .badRequestParams,
+        .badRequestPayload, .missingPushType, .cannotCreateChannelConfig, .topicMismatch,
+    ]
+    for reason in channel {
+        guard let entry = reason.entry else {
+            Issue.record("\(reason) has no row in the reason table")
+            continue
+        }
+        // §7.4: each names a request, a channel or an account setting to fix; sent again as it
+        // was, it fails again.
+        #expect(entry.retry == .afterFixingRequest, "\(reason)")
+        #expect(!entry.invalidatesDeviceToken && !entry.replaceConnection, "\(reason)")
+    }
+    #expect(APNSReason.topicMismatch.status == 403)
 }
 
 @Test func serverErrorsAndThrottlingAreRetryable() {

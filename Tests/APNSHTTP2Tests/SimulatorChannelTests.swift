@@ -135,9 +135,21 @@ struct SimulatorChannelTests {
             (
                 "POST", SimulatorChannelTests.channelsPath, nil,
                 #"{"message-storage-policy":2,"push-type":"LiveActivity"}"#, 400,
-                "CannotCreateChannelConfig"
+                "MissingChannelQueueSize"
             ),
-            ("POST", SimulatorChannelTests.channelsPath, nil, "not json", 400, "CannotCreateChannelConfig"),
+            (
+                "POST", SimulatorChannelTests.channelsPath, nil, #"{"push-type":"LiveActivity"}"#, 400,
+                "MissingChannelQueueSize"
+            ),
+            ("POST", SimulatorChannelTests.channelsPath, nil, "not json", 400, "BadRequestPayload"),
+            (
+                "POST", SimulatorChannelTests.channelsPath, nil,
+                #"{"message-storage-policy":1,"push-type":"LiveActivity","colour":"red"}"#, 400, "BadRequestParams"
+            ),
+            (
+                "GET", "/1/apps/\(SimulatorChannelTests.bundle).push-type.liveactivity/all-channels", nil, "", 400,
+                "TopicDisallowed"
+            ),
             ("GET", SimulatorChannelTests.channelsPath, nil, "", 400, "MissingChannelId"),
             ("DELETE", SimulatorChannelTests.channelsPath, nil, "", 400, "MissingChannelId"),
             ("GET", SimulatorChannelTests.channelsPath, "not base64!", "", 400, "BadChannelId"),
@@ -178,7 +190,9 @@ struct SimulatorChannelTests {
         await simulator.stop()
     }
 
-    @Test("Authentication as for device requests: no token is 403 MissingProviderToken, a bad one InvalidProviderToken")
+    @Test(
+        "Authentication as for device requests: no token is 403 MissingProviderToken, a bad one InvalidProviderToken, a bundle ID the credentials lack 403 TopicMismatch"
+    )
     func authentication() async throws {
         let simulator = try await F.simulator()
         let client = try await F.tokenClient(simulator)
@@ -193,9 +207,9 @@ struct SimulatorChannelTests {
         #expect(bad.reason == "InvalidProviderToken")
         let topics = try await F.simulator { $0.allowedTopics = ["com.example.other"] }
         let other = try await F.tokenClient(topics)
-        let disallowed = try await other.send(headers: Self.headers("GET", Self.listPath), body: [])
-        #expect(disallowed.status == 400)
-        #expect(disallowed.reason == "TopicDisallowed")
+        let mismatch = try await other.send(headers: Self.headers("GET", Self.listPath), body: [])
+        #expect(mismatch.status == 403)
+        #expect(mismatch.reason == "TopicMismatch")
         await other.close()
         await topics.stop()
         await client.close()

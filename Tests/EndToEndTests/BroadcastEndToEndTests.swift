@@ -35,16 +35,23 @@ struct BroadcastEndToEndTests {
             let unknown = Data(repeating: 7, count: 16).base64EncodedString()
             let start =
                 #""liveActivity":{"event":"start","attributesType":"T","attributes":{},"contentState":{},"alert":{"title":"t","body":"b"}}"#
+            // A broadcast over the 4,096 bytes of a device request and within the 5,120 of a
+            // broadcast (§7.3), and one with a collapse ID, which broadcasts do not carry.
+            let state = String(repeating: "x", count: 4_050)
+            let large = #""liveActivity":{"event":"update","contentState":{"s":"\#(state)"}},"priority":5"#
             try await stack.produce([
                 job, job,
                 Self.job("bc-unknown", channels: [unknown], update),
                 Self.job("bc-malformed", channels: ["not base64"], update),
                 Self.job("bc-start", channels: [channels[0]], start),
+                Self.job("bc-large", channels: [channels[1]], large),
+                Self.job("bc-collapse", channels: [channels[2]], update + #","collapseId":"score""#),
             ])
             let ids =
                 channels.map { Jobs.id("bc", $0) } + [
                     Jobs.id("bc-unknown", unknown), Jobs.id("bc-malformed", "not base64"),
-                    Jobs.id("bc-start", channels[0]),
+                    Jobs.id("bc-start", channels[0]), Jobs.id("bc-large", channels[1]),
+                    Jobs.id("bc-collapse", channels[2]),
                 ]
             let byId = try await Jobs.results(stack, ids)
             #expect(try await stack.waitForAllCommitted())
@@ -66,9 +73,16 @@ struct BroadcastEndToEndTests {
             let refused = byId[Jobs.id("bc-start", channels[0])]
             #expect(refused?["status"] == .int(517))
             #expect(refused?["reason"]?.stringValue?.hasPrefix("a broadcast cannot start") == true)
+            #expect(byId[Jobs.id("bc-large", channels[1])]?["type"] == "transmitted")
+            let collapsed = byId[Jobs.id("bc-collapse", channels[2])]
+            #expect(collapsed?["status"] == .int(517))
+            #expect(collapsed?["reason"]?.stringValue?.hasPrefix("a broadcast has no collapse ID") == true)
 
             // Once per channel, as Apple documents it: push type, priority, expiration 0.
-            let broadcasts = simulator.broadcasts
+            let largeBroadcasts = simulator.broadcasts.filter { $0.payloadLength > 4096 }
+            #expect(largeBroadcasts.map(\.channelID) == [channels[1]])
+            #expect(largeBroadcasts.allSatisfy { $0.payloadLength <= 5120 })
+            let broadcasts = simulator.broadcasts.filter { $0.payloadLength <= 4096 }
             #expect(broadcasts.count == 100, "\(broadcasts.count) broadcasts")
             #expect(Set(broadcasts.map(\.channelID)) == Set(channels))
             #expect(broadcasts.allSatisfy { $0.pushType == "liveactivity" && $0.priority == 5 && $0.expiration == 0 })

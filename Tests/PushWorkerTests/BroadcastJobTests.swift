@@ -66,6 +66,28 @@ import Testing
         }
     }
 
+    @Test func aChannelIDIsNotHeldToADeviceTokensLength() throws {
+        // Apple: "don't make assumptions on the channel ID size". 150 bytes pass where a device
+        // token stops at 100; past 1,024 characters it is not taken for a channel.
+        let long = Data((0..<150).map { UInt8($0) }).base64EncodedString()
+        let tooLong = Data(repeating: 1, count: 769).base64EncodedString()
+        #expect(long.utf8.count == 200 && tooLong.utf8.count == 1028)
+        guard case .job(let job) = parse(#""channels":["\#(long)","\#(tooLong)"],\#(Self.update)"#) else {
+            Issue.record("not a job")
+            return
+        }
+        guard case .valid(let bytes, let text) = job.tokens[0] else {
+            Issue.record("a 150-byte channel ID was refused: \(job.tokens[0])")
+            return
+        }
+        #expect(bytes.bytes == (0..<150).map { UInt8($0) } && text == long)
+        guard case .malformed(_, let reason) = job.tokens[1] else {
+            Issue.record("a 1,028-character channel ID was taken")
+            return
+        }
+        #expect(reason.contains("has 1028 characters") && reason.contains("at most 1024"), "\(reason)")
+    }
+
     @Test func theRecipientFieldsExcludeEachOtherAndChannelsAreLimited() {
         let token = String(repeating: "ab", count: 32)
         #expect(
@@ -102,6 +124,39 @@ import Testing
         #expect(
             reason(#""channel":"\#(Self.channelA)","liveActivity":{"event":"end","contentState":{}}"#) == nil
         )
+    }
+
+    @Test func aBroadcastCarriesNoCollapseID() {
+        // §7.3: Apple's broadcast requests have no apns-collapse-id header.
+        #expect(
+            reason(#""channel":"\#(Self.channelA)",\#(Self.update),"collapseId":"score""#)?.hasPrefix(
+                "a broadcast has no collapse ID"
+            ) == true
+        )
+        let token = String(repeating: "ab", count: 32)
+        #expect(reason(#""token":"\#(token)",\#(Self.update),"collapseId":"score""#) == nil)
+    }
+
+    @Test func aBroadcastPayloadMayHave5120BytesWhereATokensHas4096() throws {
+        // §7.3: 5 KB for a broadcast; §1.3: 4 KB for a Live Activity to a device.
+        let state = String(repeating: "x", count: 4_050)
+        let update = #""liveActivity":{"event":"update","contentState":{"s":"\#(state)"}}"#
+        guard case .job(let job) = parse(#""channel":"\#(Self.channelA)",\#(update)"#) else {
+            Issue.record(
+                "a broadcast of about 4.1 KB was refused: \(String(describing: reason(#""channel":"\#(Self.channelA)",\#(update)"#)))"
+            )
+            return
+        }
+        #expect(job.payloadError == nil)
+        let size = job.payload.count
+        #expect(size > 4096 && size <= 5120, "\(size) bytes")
+        let token = String(repeating: "ab", count: 32)
+        guard case .job(let toToken) = parse(#""token":"\#(token)",\#(update)"#) else {
+            Issue.record("the same update to a token was refused as a job")
+            return
+        }
+        // Each of its tokens gets the payload's error as its result.
+        #expect(toToken.payloadError?.contains("4096") == true, "\(toToken.payloadError ?? "no error")")
     }
 
     @Test func aBroadcastIsNotStoredUnlessItsJobSaysSo() {

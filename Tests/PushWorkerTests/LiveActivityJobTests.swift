@@ -52,8 +52,12 @@ import Testing
         #expect(aps["stale-date"] == .int(1_795_654_800))
         #expect(aps["attributes-type"] == .string("MatchAttributes"))
         #expect(aps["attributes"] == .object(["home": .string("A"), "away": .string("B")]))
-        #expect(aps["alert"] == .object(["title": .string("Kick-off"), "body": .string("A v B")]))
-        #expect(aps["sound"] == .string("default"))
+        // §5.1: the sound is inside the alert, where ActivityKit plays it; not beside it in aps.
+        #expect(
+            aps["alert"]
+                == .object(["title": .string("Kick-off"), "body": .string("A v B"), "sound": .string("default")])
+        )
+        #expect(aps["sound"] == nil)
         #expect(aps["relevance-score"]?.doubleValue == 75)
         #expect(aps["input-push-token"] == .int(1))
         #expect(aps["dismissal-date"] == nil)
@@ -71,6 +75,28 @@ import Testing
             #"{"event":"start","contentState":{},"attributesType":"T","attributes":{},"alert":{"title":"t","body":"b"},"inputPushChannel":"dHN0LXNyY2gtY2hubA=="}"#
         )
         #expect(channel["input-push-channel"] == .string("dHN0LXNyY2gtY2hubA=="))
+    }
+
+    @Test func aLocalizedTitleAndBodyAreWrittenAsAppleShowsThem() throws {
+        // Apple's example (§5.1): title and body as loc-key and loc-args, the sound in the alert.
+        let aps = try aps(
+            #"""
+            {"event":"update","contentState":{"health":0.941},
+             "alert":{"title":{"loc-key":"%@ found a sword!","loc-args":["Power Panda"]},
+                      "body":{"loc-key":"%@ found a sword in a cave."},"sound":"chime.aiff"}}
+            """#
+        )
+        let title: JSONValue = .object([
+            "loc-key": .string("%@ found a sword!"), "loc-args": .array([.string("Power Panda")]),
+        ])
+        #expect(
+            aps["alert"]
+                == .object([
+                    "title": title, "body": .object(["loc-key": .string("%@ found a sword in a cave.")]),
+                    "sound": .string("chime.aiff"),
+                ])
+        )
+        #expect(aps["sound"] == nil)
     }
 
     @Test func theTopicIsTheBundleWithTheLiveActivitySuffix() throws {
@@ -100,6 +126,19 @@ import Testing
             (#"{"event":"update","contentState":{},"colour":"red"}"#, "not a Live Activity field"),
             (#"{"event":"update","contentState":{},"timestamp":"now"}"#, "UNIX time in seconds"),
             (#"{"event":"update","contentState":{},"alert":{"title":"t"}}"#, "both a title and a body"),
+            (#"{"event":"update","contentState":{},"alert":{"title":7,"body":"b"}}"#, "or an object with \"loc-key\""),
+            (
+                #"{"event":"update","contentState":{},"alert":{"title":{"loc-args":[]},"body":"b"}}"#,
+                "needs \"loc-key\""
+            ),
+            (
+                #"{"event":"update","contentState":{},"alert":{"title":"t","body":{"loc-key":"k","loc-args":[1]}}}"#,
+                "array of strings"
+            ),
+            (
+                #"{"event":"update","contentState":{},"alert":{"title":"t","body":{"loc-key":"k","args":[]}}}"#,
+                "not a localized text field"
+            ),
             (
                 #"{"event":"start","contentState":{},"attributesType":"T","attributes":{},"alert":{"title":"t","body":"b"},"inputPushToken":true,"inputPushChannel":"YQ=="}"#,
                 "not both"
@@ -111,6 +150,24 @@ import Testing
     func eachMistakeIsAnsweredWithItsReason(liveActivity: String, expected: String) {
         let answer = reason(liveActivity)
         #expect(answer?.contains(expected) == true, "\(liveActivity) → \(answer ?? "accepted")")
+    }
+
+    @Test func priorityOneIsRefusedAndTenAndFiveAreSent() throws {
+        // §5.1, §7.3: apns-priority 10 or 5 for a Live Activity, to a token or a channel.
+        let update = #"{"event":"update","contentState":{}}"#
+        guard case .rejected(_, _, let tokens, let reason, _, _) = parse(update, extra: #","priority":1"#) else {
+            Issue.record("a Live Activity with priority 1 was not refused")
+            return
+        }
+        #expect(tokens == [Self.token])
+        #expect(reason.contains("priority") && reason.contains("10") && reason.contains("5"), "\(reason)")
+        for priority in [10, 5] {
+            guard case .job(let job) = parse(update, extra: #","priority":\#(priority)"#) else {
+                Issue.record("priority \(priority) was refused")
+                continue
+            }
+            #expect(job.notification.priority.rawValue == UInt8(priority))
+        }
     }
 
     @Test func aContentStateOverTheLimitIsRefused() {

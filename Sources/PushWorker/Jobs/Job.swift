@@ -252,8 +252,10 @@ public struct JobParser: Sendable {
         let limit =
             !http2
             ? payloadLimit
-            : job.notification.pushType == APNSPushType.voip.rawValue
-                ? APNSPushType.voipPayloadLimit : APNSPushType.regularPayloadLimit
+            : broadcast
+                ? APNSPushType.broadcastPayloadLimit
+                : job.notification.pushType == APNSPushType.voip.rawValue
+                    ? APNSPushType.voipPayloadLimit : APNSPushType.regularPayloadLimit
         do {
             job.payload = try job.notification.validatedPayload(limit: limit, allowLowPriority: http2)
         } catch let error where error.code == .tooLarge {

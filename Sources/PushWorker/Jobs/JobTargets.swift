@@ -78,18 +78,10 @@ extension JobParser {
     /// A channel ID as APNs hands it out (§7.2): standard base64 with padding. Its bytes travel
     /// as a ``DeviceToken`` through the pipeline; its text is what results name.
     static func channel(_ text: String) -> JobToken {
-        let form = "channel IDs are base64, as APNs returns them from a create request (such as \"c29tZUNoYW5uZWw=\")"
-        guard let data = Data(base64Encoded: text), data.base64EncodedString() == text else {
-            return .malformed(text: text, reason: "channel \"\(text.abbreviated())\" is not base64; \(form)")
-        }
         do {
-            return .valid(try DeviceToken(bytes: data), hex: text)
+            return .valid(try BroadcastChannelID(base64: text).recipient, hex: text)
         } catch {
-            return .malformed(
-                text: text,
-                reason:
-                    "channel \"\(text.abbreviated())\" is \(data.count) bytes; \(form), of 1 to \(DeviceToken.maximumLength) bytes"
-            )
+            return .malformed(text: text, reason: error.message)
         }
     }
 
@@ -103,6 +95,10 @@ extension JobParser {
         if liveActivity.event == .start {
             return
                 "a broadcast cannot start a Live Activity (APNs refuses it); use event \"update\" or \"end\", or send the start to push-to-start tokens"
+        }
+        if job.notification.collapseId != nil {
+            return
+                "a broadcast has no collapse ID (Apple's broadcast requests carry no apns-collapse-id); leave \"collapseId\" out"
         }
         return nil
     }

@@ -37,7 +37,7 @@ public struct LiveActivity: Sendable, Hashable {
     /// activity's state (§5.1).
     public static let maxContentStateBytes = 4096
 
-    /// The `aps` keys this object sets, besides `alert`, `sound` and `relevance-score`.
+    /// The `aps` keys this object sets, besides `alert` and `relevance-score`.
     var apsFields: [String: JSONValue] {
         var fields: [String: JSONValue] = [
             "event": .string(event.rawValue),
@@ -60,7 +60,7 @@ extension JobParser {
         "event, contentState, timestamp, staleDate, dismissalDate, relevanceScore, attributesType, attributes, alert, inputPushToken, inputPushChannel"
 
     /// Reads a job's `liveActivity` object into `notification`: the `aps` keys of §5.1, the
-    /// alert, and push type `liveactivity` (whose topic is the bundle ID with
+    /// alert (with its sound inside it), and push type `liveactivity` (whose topic is the bundle ID with
     /// `.push-type.liveactivity`). `producedAt` (UNIX seconds) is the default timestamp.
     func applyLiveActivity(
         _ value: JSONValue,
@@ -80,6 +80,12 @@ extension JobParser {
         if let pushType = n.pushType, pushType != APNSPushType.liveactivity.rawValue {
             throw JobFieldError(
                 "a Live Activity job is sent with push type liveactivity; leave \"pushType\" out or set it to \"liveactivity\", not \"\(pushType.abbreviated())\""
+            )
+        }
+        // §5.1, §7.3: Apple asks for apns-priority 10 or 5 on Live Activity pushes, to a token or a channel.
+        if n.priority == .low {
+            throw JobFieldError(
+                "a Live Activity is sent with \"priority\" 10 (immediate, counted against the activity's budget) or 5 (power-considerate); Apple does not take priority 1 for it"
             )
         }
         for conflicting in [JobParser.Fields.Name.alert, .sound, .contentAvailable, .mdm]
@@ -164,7 +170,7 @@ extension JobParser {
             }
             activity.inputPushChannel = text
         }
-        var alert: (fields: APNSAlertFields, sound: APNSSound?)? = nil
+        var alert: APNSLiveActivityAlert? = nil
         if let value = object["alert"] { alert = try liveActivityAlert(value) }
         switch event {
         case .start:
@@ -188,10 +194,7 @@ extension JobParser {
                 throw JobFieldError("\"liveActivity.\(key)\" applies to a start event only")
             }
         }
-        if let alert {
-            n.alert = .fields(alert.fields)
-            n.sound = alert.sound
-        }
+        if let alert { n.alert = .liveActivity(alert) }
         n.relevanceScore = activity.relevanceScore
         for (key, value) in activity.apsFields { n.additionalAPSFields[key] = value }
         n.pushType = APNSPushType.liveactivity.rawValue
@@ -203,29 +206,56 @@ extension JobParser {
         "attributes", "alert", "inputPushToken", "inputPushChannel",
     ]
 
-    /// A Live Activity's alert: `title` and `body` (strings), and an optional `sound`.
-    private func liveActivityAlert(
-        _ value: JSONValue
-    ) throws(JobFieldError) -> (fields: APNSAlertFields, sound: APNSSound?) {
+    /// A Live Activity's alert (§5.1): `title` and `body`, each a string or a localized
+    /// `{"loc-key", "loc-args"}`, and an optional `sound`, which goes inside the alert.
+    private func liveActivityAlert(_ value: JSONValue) throws(JobFieldError) -> APNSLiveActivityAlert {
         guard let object = value.objectValue else {
             throw JobFieldError("\"liveActivity.alert\" must be an object with title, body and optionally sound")
         }
-        var fields = APNSAlertFields()
-        var sound: APNSSound? = nil
+        var title: APNSAlertText? = nil
+        var body: APNSAlertText? = nil
+        var sound: String? = nil
         for (key, item) in object {
             switch key {
-            case "title": fields.title = try string(item, "liveActivity.alert.title")
-            case "body": fields.body = try string(item, "liveActivity.alert.body")
-            case "sound": sound = .named(try string(item, "liveActivity.alert.sound"))
+            case "title": title = try alertText(item, "liveActivity.alert.title")
+            case "body": body = try alertText(item, "liveActivity.alert.body")
+            case "sound": sound = try string(item, "liveActivity.alert.sound")
             default:
                 throw JobFieldError(
                     "\"liveActivity.alert.\(key.abbreviated())\" is not a Live Activity alert field; use title, body and sound"
                 )
             }
         }
-        guard fields.title != nil, fields.body != nil else {
+        guard let title, let body else {
             throw JobFieldError("\"liveActivity.alert\" needs both a title and a body")
         }
-        return (fields, sound)
+        return APNSLiveActivityAlert(title: title, body: body, sound: sound)
+    }
+
+    /// A title or body: the text to show, or `{"loc-key": "KEY", "loc-args": ["…"]}` naming a
+    /// string of the app's `Localizable.strings` and its arguments (§5).
+    private func alertText(_ value: JSONValue, _ name: String) throws(JobFieldError) -> APNSAlertText {
+        if let text = value.stringValue { return .text(text) }
+        let form =
+            "a string, or an object with \"loc-key\" (a key of the app's Localizable.strings) and optionally \"loc-args\""
+        guard let object = value.objectValue else { throw JobFieldError("\"\(name)\" must be \(form)") }
+        if let unknown = object.keys.filter({ $0 != "loc-key" && $0 != "loc-args" }).min() {
+            throw JobFieldError(
+                "\"\(name).\(unknown.abbreviated())\" is not a localized text field; \(name) is \(form)"
+            )
+        }
+        guard let key = object["loc-key"]?.stringValue, !key.isEmpty else {
+            throw JobFieldError("\"\(name)\" needs \"loc-key\", the key of a string in the app's Localizable.strings")
+        }
+        var arguments: [String]? = nil
+        if let items = object["loc-args"] {
+            guard let array = items.arrayValue, array.allSatisfy({ $0.stringValue != nil }) else {
+                throw JobFieldError(
+                    "\"\(name).loc-args\" must be an array of strings, one for each %@ of the localized string"
+                )
+            }
+            arguments = array.compactMap(\.stringValue)
+        }
+        return .localized(key: key, arguments: arguments)
     }
 }
