@@ -291,8 +291,11 @@ struct ClientTests {
             if event.outcome != nil { outcomes += 1 }
         }
         try await sender.value
+        // The premise: the sender did wait for room, more than once.
+        let waits = client.snapshot().backpressureWaits
         await client.shutdown()
         await simulator.stop()
+        #expect(waits > 0, "send never waited for room")
         #expect(outcomes == 2_000)
         #expect(most <= 64)
         #expect(simulator.statistics.accepted == 2_000)

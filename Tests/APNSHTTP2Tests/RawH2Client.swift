@@ -154,12 +154,25 @@ final class RawH2Client: Sendable {
         return try await goAways[0]
     }
 
-    /// Waits until the connection is closed; fails after `timeout`.
+    /// Waits until the server closes the connection; throws ``Timeout`` if it has not after
+    /// `timeout` (the client then closes it, so that the test does not hang).
     func waitForClose(timeout: TimeAmount = .seconds(10)) async throws {
         let channel = self.channel
-        let timer = channel.eventLoop.scheduleTask(in: timeout) { channel.close(promise: nil) }
-        try await channel.closeFuture.get()
-        timer.cancel()
+        // Set up on the channel's event loop, where both closures run.
+        let closedByTimer = channel.eventLoop.flatSubmit {
+            let timedOut = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
+            let timer = channel.eventLoop.scheduleTask(in: timeout) {
+                timedOut.value = true
+                channel.close(promise: nil)
+            }
+            return channel.closeFuture.map { _ in
+                timer.cancel()
+                return timedOut.value
+            }
+        }
+        if try await closedByTimer.get() {
+            throw Timeout()
+        }
     }
 
     func close() async {

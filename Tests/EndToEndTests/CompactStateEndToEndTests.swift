@@ -48,8 +48,9 @@ import Testing
                 ]
             )
             let markerId = WorkerResult.notificationId(jobId: "compact-marker", token: marker.hex)
-            let results = try await stack.readResults { $0.contains { $0["resultId"]?.stringValue == markerId } }
+            try await stack.readResults { $0.contains { $0["resultId"]?.stringValue == markerId } }
             #expect(try await stack.waitForAllCommitted())
+            let results = try await stack.readAllResults()
             let ids = results.compactMap { $0["resultId"]?.stringValue }
             #expect(ids.count == expected.count + 1, "results written again: \(ids.count - expected.count - 1)")
             WorkerEndToEndTests.checkDelivered(expected, bad: [], stack: stack, allowPossibleDuplicates: false)

@@ -87,9 +87,10 @@ struct JobSummaryEndToEndTests {
             let accepted = stack.simulator.acceptedByToken
             #expect(good.allSatisfy { accepted[$0] == 1 } && bad.allSatisfy { accepted[$0] == nil })
             #expect(try await stack.waitForAllCommitted())
-            #expect(Self.summaries(stack.results, of: "summed").count == 1)
-            #expect(Self.summaries(stack.results, of: "plain").isEmpty)
-            let elsewhere = Self.summaries(stack.results, of: "elsewhere")
+            let all = try await stack.readAllResults()
+            #expect(Self.summaries(all, of: "summed").count == 1)
+            #expect(Self.summaries(all, of: "plain").isEmpty)
+            let elsewhere = Self.summaries(all, of: "elsewhere")
             #expect(elsewhere.count == 1)
             #expect(elsewhere.first?["app"] == "com.example.nope" && elsewhere.first?["env"] == nil)
             #expect(
@@ -97,7 +98,7 @@ struct JobSummaryEndToEndTests {
                     && elsewhere.first?["counts"]?["transmitted"] == .int(0)
             )
             #expect(elsewhere.first?["statuses"]?.arrayValue?.map { $0["status"] } == [.int(517)])
-            #expect(stack.results.filter { $0["type"] == "jobSummary" }.count == 2)
+            #expect(all.filter { $0["type"] == "jobSummary" }.count == 2)
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
         }
@@ -142,7 +143,7 @@ struct JobSummaryEndToEndTests {
             let accepted = stack.simulator.acceptedByToken
             #expect(tokens.allSatisfy { accepted[$0] == 1 })
             #expect(try await stack.waitForAllCommitted())
-            #expect(Self.summaries(stack.results, of: "rehearsed").count == 2)
+            #expect(Self.summaries(try await stack.readAllResults(), of: "rehearsed").count == 2)
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
         }
@@ -161,11 +162,12 @@ struct JobSummaryEndToEndTests {
             try await stack.readResults { !Self.summaries($0, of: "twice").isEmpty }
             // And once more, after the summary was written, with a marker job behind it.
             try await stack.produce([job, Self.job(id: "marker", tokens: [DeviceToken.numbered(500, salt: 33).hex])])
-            let results = try await stack.readResults {
+            try await stack.readResults {
                 !Self.summaries($0, of: "marker").isEmpty && Self.tokenResults($0, of: "twice").count == 200
             }
             #expect(try await stack.waitForAllCommitted())
-            let summaries = Self.summaries(stack.results, of: "twice")
+            let results = try await stack.readAllResults()
+            let summaries = Self.summaries(results, of: "twice")
             #expect(summaries.count == 1, "\(summaries)")
             #expect(summaries.first?["tokens"] == .int(200) && summaries.first?["counts"]?["transmitted"] == .int(200))
             #expect(tokens.allSatisfy { stack.simulator.acceptedByToken[$0] == 1 })
@@ -265,8 +267,9 @@ struct JobSummaryEndToEndTests {
                 }
             }
             #expect(try await stack.waitForAllCommitted())
+            let all = try await stack.readAllResults()
             for (id, tokens) in jobs {
-                let summaries = Self.summaries(stack.results, of: id)
+                let summaries = Self.summaries(all, of: id)
                 #expect(summaries.count == 1, "\(id): \(summaries)")
                 #expect(
                     summaries.first?["tokens"] == .int(1000) && summaries.first?["counts"]?["transmitted"] == .int(1000)

@@ -94,8 +94,11 @@ struct WorkerEndToEndTests {
             #expect(invalid.count == invalidMessages)
             #expect(invalid.allSatisfy { $0["status"] == .int(517) && $0["offset"]?.intValue != nil })
             // No crash: not a single repeated result, even when the workers' first rebalances
-            // hand partitions on without a commit (the hand-off marks cover them).
-            let ids = results.compactMap { $0["resultId"]?.stringValue }
+            // hand partitions on without a commit (the hand-off marks cover them). Counted on
+            // everything written once every offset is committed, not on what was read so far.
+            #expect(try await stack.waitForAllCommitted(), "offsets not committed to the end")
+            let written = try await stack.readAllResults()
+            let ids = written.compactMap { $0["resultId"]?.stringValue }
             #expect(ids.count == Set(ids).count, "repeated results: \(ids.count - Set(ids).count)")
             #expect(
                 results.allSatisfy { r in
@@ -103,7 +106,6 @@ struct WorkerEndToEndTests {
                         || r["worker"].map { ["w1", "w2", "w3"].contains($0.stringValue ?? "") } == true
                 }
             )
-            #expect(try await stack.waitForAllCommitted(), "offsets not committed to the end")
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
         }
@@ -126,15 +128,16 @@ struct WorkerEndToEndTests {
             }
             // Both were sent; now the same jobs again, then a marker job behind them.
             try await stack.produce([jobB, jobA, WorkerStack.job(id: "marker", tokens: [c])])
-            let results = try await stack.readResults { results in
+            try await stack.readResults { results in
                 results.contains { $0["resultId"]?.stringValue == idC }
             }
+            #expect(try await stack.waitForAllCommitted())
+            let results = try await stack.readAllResults()
             #expect(results.filter { $0["resultId"]?.stringValue == idA }.count == 1)
             #expect(results.filter { $0["resultId"]?.stringValue == idB }.count == 1)
             #expect(stack.simulator.acceptedByToken[a] == 1)
             #expect(stack.simulator.acceptedByToken[b] == 1)
             #expect(stack.simulator.acceptedByToken[c] == 1)
-            #expect(try await stack.waitForAllCommitted())
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
         }
@@ -173,8 +176,9 @@ struct WorkerEndToEndTests {
             let marker = DeviceToken.numbered(10_000)
             try await stack.produce([WorkerStack.job(id: "handoff-marker", tokens: [marker])])
             let markerId = WorkerResult.notificationId(jobId: "handoff-marker", token: marker.hex)
-            let results = try await stack.readResults { $0.contains { $0["resultId"]?.stringValue == markerId } }
+            try await stack.readResults { $0.contains { $0["resultId"]?.stringValue == markerId } }
             #expect(try await stack.waitForAllCommitted())
+            let results = try await stack.readAllResults()
             // Operators see the skip in the metrics too.
             let metrics = try await #require(stack.statusServers["w2"]).get("/metrics").text
             #expect(
@@ -359,16 +363,35 @@ struct WorkerEndToEndTests {
         let stack = try await WorkerStack.start()
         do {
             for id in ["w1", "w2", "w3"] { try await stack.startWorker(id) }
-            let jobs = (0..<8000).map { ("rebalance-\($0)", [DeviceToken.numbered($0)]) }
-            try await stack.produce(jobs.map { WorkerStack.job(id: $0.0, tokens: $0.1) })
+            func jobs(_ range: Range<Int>) -> [(String, [DeviceToken])] {
+                range.map { ("rebalance-\($0)", [DeviceToken.numbered($0)]) }
+            }
+            var produced = jobs(0..<2000)
+            try await stack.produce(produced.map { WorkerStack.job(id: $0.0, tokens: $0.1) })
             try await stack.readResults { $0.count >= 2000 }
             try await stack.startWorker("w4")
-            let expected = Self.expectedIds(jobs)
-            let results = try await stack.readResults(timeout: .seconds(120)) { results in
+            // The stream goes on while the fourth worker joins: 250 jobs at a time, each chunk
+            // answered before the next, until it has written results of its own (and at least
+            // 8,000 jobs in all). Three workers would otherwise finish a backlog before the
+            // rebalance that gives it partitions.
+            func fourthHasWritten() -> Bool { stack.results.contains { $0["worker"]?.stringValue == "w4" } }
+            while produced.count < 8000 || !fourthHasWritten(), produced.count < 40_000 {
+                let chunk = jobs(produced.count..<produced.count + 250)
+                produced += chunk
+                try await stack.produce(chunk.map { WorkerStack.job(id: $0.0, tokens: $0.1) })
+                let answered = Set(Self.expectedIds(chunk).keys)
+                try await stack.readResults(timeout: .seconds(60)) { results in
+                    answered.isSubset(of: results.compactMap { $0["resultId"]?.stringValue })
+                }
+            }
+            #expect(fourthHasWritten(), "the fourth worker wrote no result: it never took a partition mid-stream")
+            let expected = Self.expectedIds(produced)
+            try await stack.readResults(timeout: .seconds(120)) { results in
                 Set(results.compactMap { $0["resultId"]?.stringValue }).count >= expected.count
             }
             Self.checkDelivered(expected, bad: [], stack: stack, allowPossibleDuplicates: true)
             #expect(try await stack.waitForAllCommitted())
+            let results = try await stack.readAllResults()
             let flagged = results.filter { $0["possibleDuplicate"] == .bool(true) }.count
             #expect(flagged <= 100, "a rebalance should hand over almost everything cleanly, \(flagged) flagged")
         } catch {

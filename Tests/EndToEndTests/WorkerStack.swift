@@ -28,6 +28,8 @@ final class WorkerStack: @unchecked Sendable {
     private var reader: KafkaConsumer?
     /// Every result read so far, in order.
     private(set) var results: [[String: JSONValue]] = []
+    /// The next offset the reader reads of each partition of `apn.results`.
+    private var readPositions: [Int32: Int64] = [:]
 
     private init(local: LocalStack, groupId: String) throws {
         self.local = local
@@ -300,9 +302,42 @@ final class WorkerStack: @unchecked Sendable {
         }
         let deadline = ContinuousClock.now + timeout
         while !done(results), ContinuousClock.now < deadline {
-            for message in try await reader!.poll(maxMessages: 5000, timeout: .milliseconds(200)) {
-                if case .object(let fields) = try JSONValue.parse(message.value) { results.append(fields) }
+            try await pollResults()
+        }
+        return results
+    }
+
+    private func pollResults() async throws {
+        for message in try await reader!.poll(maxMessages: 5000, timeout: .milliseconds(200)) {
+            readPositions[message.partition] = max(readPositions[message.partition] ?? 0, message.offset + 1)
+            if case .object(let fields) = try JSONValue.parse(message.value) { results.append(fields) }
+        }
+    }
+
+    /// Reads `apn.results` up to its end as it is when called, and returns every result read: a
+    /// check of "written once" made after ``waitForAllCommitted(timeout:)`` then counts every copy
+    /// the workers wrote, not only those read before a test's condition was met. Records an issue
+    /// and throws if the end is not reached within `timeout`.
+    func readAllResults(timeout: Duration = .seconds(60)) async throws -> [[String: JSONValue]] {
+        _ = try await readResults(timeout: .zero) { _ in true }
+        let partitions = (0..<Int32(12)).map { TopicPartition(topic: "apn.results", partition: $0) }
+        let marks = try await reader!.watermarks(partitions, timeout: .seconds(10))
+        guard marks.count == partitions.count else {
+            Issue.record("the results topic's end is known for \(marks.count) of \(partitions.count) partitions")
+            throw CancellationError()
+        }
+        let end = Dictionary(uniqueKeysWithValues: marks.map { ($0.key.partition, $0.value.high) })
+        let deadline = ContinuousClock.now + timeout
+        func behind() -> [Int32] {
+            end.filter { $0.value > (readPositions[$0.key] ?? 0) }.map(\.key).sorted()
+        }
+        while !behind().isEmpty {
+            guard ContinuousClock.now < deadline else {
+                let missing = behind().map { "partition \($0): read to \(readPositions[$0] ?? 0) of \(end[$0] ?? 0)" }
+                Issue.record("apn.results not read to its end: \(missing.joined(separator: "; "))")
+                throw CancellationError()
             }
+            try await pollResults()
         }
         return results
     }
