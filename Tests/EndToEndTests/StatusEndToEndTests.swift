@@ -160,10 +160,10 @@ struct StatusEndToEndTests {
             #expect(try await stack.waitForAllCommitted())
             #expect(await Self.eventually(within: .seconds(10)) { await lag() == 0 })
 
+            // No time is promised for the change (docs/operations.md: 503 "while Redis does not
+            // answer"); the deadlines leave room for a loaded machine.
             await stack.redis.stop()
-            let stopped = ContinuousClock.now
-            #expect(await Self.eventually(within: .seconds(5)) { await ready()?.0 == 503 })
-            #expect(ContinuousClock.now - stopped <= .seconds(5))
+            #expect(await Self.eventually(within: .seconds(15)) { await ready()?.0 == 503 })
             let body = await ready()?.1
             #expect(body == #"{"ready":false,"reason":"redis unreachable"}"# + "\n", "\(body ?? "no answer")")
             #expect(await live() == 200)
@@ -175,9 +175,7 @@ struct StatusEndToEndTests {
             #expect(await live() == 200)
 
             try await stack.redis.start()
-            let restarted = ContinuousClock.now
-            #expect(await Self.eventually(within: .seconds(5)) { await ready()?.0 == 200 })
-            #expect(ContinuousClock.now - restarted <= .seconds(5))
+            #expect(await Self.eventually(within: .seconds(15)) { await ready()?.0 == 200 })
             try await stack.readResults(timeout: .seconds(60)) { $0.count >= 500 }
             let lagFell = await Self.eventually(within: .seconds(20)) { await lag() == 0 }
             #expect(lagFell)
