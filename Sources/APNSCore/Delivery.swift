@@ -193,11 +193,6 @@ public enum APNSReconnectBackoff {
         let nanos = seconds * 1_000_000_000 + attoseconds / 1_000_000_000
         return .nanoseconds(nanos / 2 + Int64.random(in: 0...max(1, nanos / 2)))
     }
-
-    /// Wall-clock milliseconds since the epoch, as ``APNSSubmission/Content/staleAt`` counts them.
-    public static func nowMilliseconds() -> Int64 {
-        Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
-    }
 }
 
 /// What the binary and the HTTP/2 transports have in common: hand notifications in, read one

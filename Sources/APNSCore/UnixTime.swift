@@ -11,6 +11,11 @@ public enum UnixTime {
         milliseconds >= 0 && milliseconds <= latestMilliseconds
     }
 
+    /// Wall-clock milliseconds since the epoch, now: what stale times and result times count in.
+    public static func nowMilliseconds() -> Int64 {
+        Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
+    }
+
     /// Whole milliseconds of `milliseconds` when it is a time from 1970 to the end of 9999;
     /// `nil` for anything else (NaN, infinities, out of range).
     public static func milliseconds(_ milliseconds: Double) -> Int64? {

@@ -30,7 +30,7 @@ extension HTTP2PoolStateMachine {
         /// Monotonic time, for retry delays and reconnects.
         var clock: @Sendable () -> NIODeadline = { .now() }
         /// Wall-clock milliseconds since the epoch, for stale notifications.
-        var now: @Sendable () -> Int64 = APNSReconnectBackoff.nowMilliseconds
+        var now: @Sendable () -> Int64 = UnixTime.nowMilliseconds
         /// Delays a reconnect with jitter.
         var jitter: @Sendable (Duration) -> Duration = APNSReconnectBackoff.jittered
         /// Requests carry provider tokens (§4): an `ExpiredProviderToken` answer asks the client

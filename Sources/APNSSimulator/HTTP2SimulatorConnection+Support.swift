@@ -51,9 +51,9 @@ extension HTTP2SimulatorConnectionHandler {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    /// A `Duration` as NIO's `TimeAmount`.
+    /// A `Duration` as NIO's `TimeAmount` (clamped to `Int64.max` nanoseconds, where the sum of
+    /// its seconds in nanoseconds would overflow).
     static func timeAmount(_ duration: Duration) -> TimeAmount {
-        let (seconds, attoseconds) = duration.components
-        return .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        TimeAmount(duration)
     }
 }

@@ -391,7 +391,7 @@ struct ClientTests {
             token: ClientHarness.token(19),
             content: .init(
                 notification: ClientHarness.notification(),
-                staleAt: APNSReconnectBackoff.nowMilliseconds() - 1
+                staleAt: UnixTime.nowMilliseconds() - 1
             )
         )
         try await client.send(submissions)

@@ -65,7 +65,7 @@ extension PoolStateMachine {
         var reconnectBaseDelay: Duration = .milliseconds(100)
         var reconnectMaxDelay: Duration = .seconds(5)
         /// Wall-clock milliseconds since the epoch, for stale notifications.
-        var now: @Sendable () -> Int64 = APNSReconnectBackoff.nowMilliseconds
+        var now: @Sendable () -> Int64 = UnixTime.nowMilliseconds
         /// Connection-level events (not outcomes) kept for the consumer before new ones are dropped.
         var maxBufferedConnectionEvents = 1024
     }

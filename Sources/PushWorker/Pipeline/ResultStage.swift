@@ -1,3 +1,4 @@
+import APNSCore
 import DequeModule
 import Logging
 import PushConfiguration
@@ -367,7 +368,7 @@ final class ResultStage: Sendable {
         }
         carryOut(ledger.update { $0.written(batch, marks: marks, counted: counted) })
         control.count { $0.results += plan.results }
-        control.metrics.produced(plan.metrics, transports: transports, now: ResultFactory.nowMilliseconds())
+        control.metrics.produced(plan.metrics, transports: transports, now: UnixTime.nowMilliseconds())
         control.madeProgress()
     }
 
@@ -481,7 +482,7 @@ final class ResultStage: Sendable {
         do {
             try await store.storeHandoffs(
                 positions,
-                at: ResultFactory.nowMilliseconds(),
+                at: UnixTime.nowMilliseconds(),
                 ttlSeconds: configuration.worker.dedupeTTLSeconds
             )
         } catch {

@@ -64,8 +64,6 @@ public final class Worker: Service, Sendable {
     static let joinWaitOnStop: Duration = .seconds(15)
     /// How long the commit of revoked partitions is retried while the coordinator is busy.
     static let revokeCommitTimeout: Duration = .seconds(1)
-    /// How long a revocation whose commit failed waits for its hand-off marks to be stored.
-    static let handoffTimeout: Duration = .seconds(1)
 
     /// A worker for a loaded configuration (``WorkerConfiguration/load(overrides:environment:hostname:pid:)``).
     ///

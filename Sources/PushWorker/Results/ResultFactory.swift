@@ -11,11 +11,7 @@ struct ResultFactory: Sendable {
     /// Every result names the topic its job came from (`topic`): the worker reads priority lanes.
     var namesTopics = false
     /// UNIX milliseconds now; a parameter so that tests can fix it.
-    var now: @Sendable () -> Int64 = ResultFactory.nowMilliseconds
-
-    static func nowMilliseconds() -> Int64 {
-        Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
-    }
+    var now: @Sendable () -> Int64 = UnixTime.nowMilliseconds
 
     /// `invalidJob` for a message that is not a job at all.
     func invalidJob(
