@@ -148,8 +148,6 @@ public struct APNSHTTP2Configuration: Sendable {
 }
 
 extension Duration {
-    var timeAmount: TimeAmount { TimeAmount(self) }
-
     var seconds: Double {
         let (seconds, attoseconds) = self.components
         return Double(seconds) + Double(attoseconds) / 1e18

@@ -50,10 +50,4 @@ extension HTTP2SimulatorConnectionHandler {
         }
         return String(decoding: bytes, as: UTF8.self)
     }
-
-    /// A `Duration` as NIO's `TimeAmount` (clamped to `Int64.max` nanoseconds, where the sum of
-    /// its seconds in nanoseconds would overflow).
-    static func timeAmount(_ duration: Duration) -> TimeAmount {
-        TimeAmount(duration)
-    }
 }

@@ -111,7 +111,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
             promise: nil
         )
         if let timeout = configuration.idleTimeout {
-            scheduleIdleCheck(in: Self.timeAmount(timeout))
+            scheduleIdleCheck(in: timeout.timeAmount)
         }
     }
 
@@ -447,7 +447,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
             gate.whenOpen { loop.execute { handler.value.writeDelayed(held.value, count: count) } }
             return
         }
-        context.eventLoop.assumeIsolated().scheduleTask(in: Self.timeAmount(configuration.responseDelay)) {
+        context.eventLoop.assumeIsolated().scheduleTask(in: configuration.responseDelay.timeAmount) {
             self.writeDelayed(frames, count: count)
         }
     }
@@ -569,7 +569,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
     /// §6.11: GOAWAY `{"reason":"IdleTimeout"}` after a quiet period, then close.
     private func idleCheck() {
         guard let timeout = configuration.idleTimeout, goAwayLastStreamID == nil else { return }
-        let amount = Self.timeAmount(timeout)
+        let amount = timeout.timeAmount
         let due = lastRead + amount
         let now = NIODeadline.now()
         if due <= now && streams.isEmpty && delayedAnswers == 0 {

@@ -112,8 +112,3 @@ public struct APNSBinaryConfiguration: Sendable {
         }
     }
 }
-
-extension Duration {
-    /// The same span as a NIO `TimeAmount` (clamped to `Int64.max` nanoseconds).
-    var timeAmount: TimeAmount { TimeAmount(self) }
-}
