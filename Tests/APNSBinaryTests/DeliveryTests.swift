@@ -94,15 +94,18 @@ struct DeliveryTests {
         await simulator.stop()
     }
 
-    @Test func everyNotificationExactlyOnceWithShutdownsEveryThousand() async throws {
+    @Test func everyNotificationExactlyOnceWithShutdownsEverySixtyOnAConnection() async throws {
+        // Every 100th token is bad, and a bad token ends its connection: a shutdown must come
+        // sooner than that to happen at all.
         let simulator = try await Harness.simulator {
             $0.badTokens = Self.badTokens
             $0.errorDelay = .milliseconds(200)
-            $0.shutdownEvery = 1000
+            $0.shutdownEvery = 60
         }
         let client = try Harness.client(simulator) { $0.maxConnections = 4 }
         let run = try await Harness.run(client, Self.submissions())
         Self.expectExactlyOnce(run, simulator)
+        #expect(simulator.statistics.shutdowns > 0, "the simulator never shut a connection down")
         await simulator.stop()
     }
 
@@ -113,13 +116,17 @@ struct DeliveryTests {
         }
         // At thousands of notifications per second a 200 ms error delay needs thousands of
         // cache entries; 64 per connection forces sending to wait for confirmations.
+        // The queue is small too, so that the wait for confirmations reaches the sender.
         let client = try Harness.client(simulator) {
             $0.maxConnections = 4
             $0.cacheMaxCount = 64
+            $0.maxPending = 256
             $0.confirmationWindow = .milliseconds(400)
         }
         let run = try await Harness.run(client, Self.submissions())
         Self.expectExactlyOnce(run, simulator)
+        // The premise: sending did wait for the cache to free.
+        #expect(client.snapshot().backpressureWaits > 0, "sending never waited for the sent cache")
         await simulator.stop()
     }
 

@@ -34,7 +34,7 @@ struct BoundedStopTests {
             )
             let jobs = (0..<50).map { ("\(gone.rawValue)-\($0)", [DeviceToken.numbered($0)]) }
             try await stack.produce(jobs.map { WorkerStack.job(id: $0.0, tokens: $0.1) })
-            let sent = try await ConfigFeaturesEndToEndTests.eventually {
+            let sent = await eventually("every notification sent", every: .milliseconds(50)) {
                 stack.acceptedByToken.values.reduce(0, +) >= jobs.count
             }
             #expect(sent, "the worker did not send the notifications")

@@ -32,16 +32,6 @@ struct ConfigFeaturesEndToEndTests {
         return byJob
     }
 
-    /// Waits until `condition` holds or `timeout` passes; returns whether it held.
-    static func eventually(_ timeout: Duration = .seconds(20), _ condition: () -> Bool) async throws -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while !condition() {
-            if ContinuousClock.now >= deadline { return false }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        return true
-    }
-
     @Test(
         "An MDM job goes out on the binary transport, and on HTTP/2 with the app's mdmTopic; without one it is invalid (517)"
     )
@@ -203,10 +193,11 @@ struct ConfigFeaturesEndToEndTests {
             }
             try await stack.startWorker("w1")
             let http2Simulator = try #require(stack.http2Simulator)
+            let warm = await eventually("one connection open on each before any job", every: .milliseconds(50)) {
+                stack.simulator.openConnections == 1 && http2Simulator.openConnections == 1
+            }
             #expect(
-                try await Self.eventually {
-                    stack.simulator.openConnections == 1 && http2Simulator.openConnections == 1
-                },
+                warm,
                 "open before any job: binary \(stack.simulator.openConnections), http2 \(http2Simulator.openConnections)"
             )
             #expect(stack.simulator.statistics.accepted == 0 && http2Simulator.statistics.requests == 0)
@@ -228,10 +219,11 @@ struct ConfigFeaturesEndToEndTests {
                 "http2 connections: \(http2Simulator.statistics.connections)"
             )
             // Idle for 500 ms: back to the one kept warm, on both.
+            let idled = await eventually("back to one connection on each after idling", every: .milliseconds(50)) {
+                stack.simulator.openConnections == 1 && http2Simulator.openConnections == 1
+            }
             #expect(
-                try await Self.eventually {
-                    stack.simulator.openConnections == 1 && http2Simulator.openConnections == 1
-                },
+                idled,
                 "after idling: binary \(stack.simulator.openConnections), http2 \(http2Simulator.openConnections)"
             )
         } catch {

@@ -95,7 +95,7 @@ struct CredentialReloadEndToEndTests {
             let http2 = stack.http2Simulator?.acceptedByToken ?? [:]
             return numbers.filter { n in (n % 2 == 0 ? binary : http2)[.numbered(n)] != 1 }
         }
-        _ = await StatusEndToEndTests.eventually(within: .seconds(30)) { wrong().isEmpty }
+        await eventually("every token accepted exactly once", within: .seconds(30)) { wrong().isEmpty }
         #expect(wrong().isEmpty, "tokens not accepted exactly once: \(wrong().prefix(10))")
     }
 
@@ -232,7 +232,7 @@ struct CredentialReloadEndToEndTests {
             )
             #expect(sentence.hasPrefix("apps.\(Self.binaryApp).environments.production: "))
 
-            let failing = await StatusEndToEndTests.eventually(within: .seconds(30)) {
+            let failing = await eventually("the failed-reload gauges at 1", within: .seconds(30)) {
                 await Self.failedGauges(stack, equal: 1)
             }
             #expect(failing)
@@ -245,15 +245,13 @@ struct CredentialReloadEndToEndTests {
 
             // SIGHUP checks the same files again, and logs them again.
             worker.signal(SIGHUP)
-            #expect(
-                await StatusEndToEndTests.eventually(within: .seconds(30)) {
-                    Self.errors(stack).filter { $0 == sentence }.count == 2
-                }
-            )
+            await eventually("the sentence logged again after SIGHUP", within: .seconds(30)) {
+                Self.errors(stack).filter { $0 == sentence }.count == 2
+            }
 
             // Back to the files in use: nothing fails any more, and nothing was reloaded.
             try secret.update(original)
-            let cleared = await StatusEndToEndTests.eventually(within: .seconds(30)) {
+            let cleared = await eventually("the failed-reload gauges back at 0", within: .seconds(30)) {
                 await Self.failedGauges(stack, equal: 0)
             }
             #expect(cleared)

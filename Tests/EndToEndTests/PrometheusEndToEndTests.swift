@@ -32,10 +32,6 @@ struct PrometheusEndToEndTests {
     }
 
     /// Polls `body` every 100 ms until it returns true or `timeout` passes; returns whether it did.
-    static func eventually(within timeout: Duration, _ body: () async -> Bool) async -> Bool {
-        await StatusEndToEndTests.eventually(within: timeout, body)
-    }
-
     @Test(
         "Prometheus scrapes two workers: both targets up, every rule healthy, results counted as read from apn.results, lag back to 0, ApnWorkerRedisUnreachable firing while redis-server is stopped"
     )
@@ -80,7 +76,7 @@ struct PrometheusEndToEndTests {
 
             // Both targets up, as the targets API and the `up` series say.
             var targets: [PrometheusServer.Target] = []
-            let up = await Self.eventually(within: .seconds(20)) {
+            let up = await eventually("both targets up", within: .seconds(20)) {
                 targets = (try? await server.targets()) ?? []
                 return Set(targets.map { $0.labels["instance"] ?? "" }) == instances
                     && targets.allSatisfy { $0.health == "up" && $0.scrapePool == PrometheusServer.job }
@@ -91,7 +87,7 @@ struct PrometheusEndToEndTests {
             // Every rule of alerts.yaml loaded and evaluated without error, and none firing once
             // both workers are up (one still joining the group may hold an alert pending briefly).
             var rules: [PrometheusServer.Rule] = []
-            let healthy = await Self.eventually(within: .seconds(30)) {
+            let healthy = await eventually("every rule healthy and inactive", within: .seconds(30)) {
                 rules = (try? await server.rules()) ?? []
                 return rules.count == alertNames.count
                     && rules.allSatisfy { $0.health == "ok" && $0.state == "inactive" }
@@ -105,7 +101,7 @@ struct PrometheusEndToEndTests {
             #expect(rules.first { $0.name == Self.redisAlert }?.duration == 2)
 
             // Both workers consuming, each with its share of the 12 partitions.
-            let assigned = await Self.eventually(within: .seconds(30)) {
+            let assigned = await eventually("the 12 partitions assigned over both workers", within: .seconds(30)) {
                 let perWorker = (try? await server.query("sum by (instance) (apn_worker_assigned_partitions)")) ?? []
                 return Set(perWorker.map { $0.metric["instance"] ?? "" }) == instances
                     && perWorker.allSatisfy { $0.value > 0 } && perWorker.map(\.value).reduce(0, +) == 12
@@ -122,7 +118,7 @@ struct PrometheusEndToEndTests {
                         .map { $0.labels["instance"] ?? "" }
                 )
             }
-            let fired = await Self.eventually(within: .seconds(30)) {
+            let fired = await eventually("ApnWorkerRedisUnreachable firing for both", within: .seconds(30)) {
                 alerts = (try? await server.alerts()) ?? []
                 return firing() == instances
             }
@@ -134,7 +130,7 @@ struct PrometheusEndToEndTests {
             try await stack.produce(messages)
             let lag = "sum(max by (topic, partition) (apn_worker_consumer_lag))"
             var lastLag: Double?
-            let lagRose = await Self.eventually(within: .seconds(20)) {
+            let lagRose = await eventually("the lag at the messages waiting", within: .seconds(20)) {
                 lastLag = await server.value(lag)
                 return lastLag == Double(messages.count)
             }
@@ -143,7 +139,7 @@ struct PrometheusEndToEndTests {
             // redis-server back: the alert resolves, every message gets its result, and the
             // workers' counters, scraped by Prometheus, agree with the results read back.
             try await stack.redis.start()
-            let resolved = await Self.eventually(within: .seconds(30)) {
+            let resolved = await eventually("the alerts resolved", within: .seconds(30)) {
                 alerts = (try? await server.alerts()) ?? []
                 return firing().isEmpty && !alerts.contains { $0.labels["alertname"] == Self.redisAlert }
             }
@@ -155,9 +151,9 @@ struct PrometheusEndToEndTests {
 
             var produced: [PrometheusServer.Sample] = []
             var readBack = 0
-            let counted = await Self.eventually(within: .seconds(20)) {
+            let counted = await eventually("the results produced counted as read back", within: .seconds(20)) {
                 // A result written late (a second copy) would be counted by the workers too.
-                readBack = (try? await stack.readResults(timeout: .milliseconds(200)) { _ in false })?.count ?? readBack
+                readBack = (try? await stack.readAllResults(timeout: .seconds(5)))?.count ?? readBack
                 produced = (try? await server.query("sum by (instance) (apn_worker_results_produced_total)")) ?? []
                 return Set(produced.map { $0.metric["instance"] ?? "" }) == instances
                     && produced.map(\.value).reduce(0, +) == Double(readBack)
@@ -169,7 +165,7 @@ struct PrometheusEndToEndTests {
             #expect(await server.value("sum(apn_worker_results_produced_total)") == Double(readBack))
             #expect(produced.allSatisfy { $0.value > 0 }, "each worker produced results")
             lastLag = nil
-            let lagFell = await Self.eventually(within: .seconds(20)) {
+            let lagFell = await eventually("the lag back to 0", within: .seconds(20)) {
                 lastLag = await server.value(lag)
                 return lastLag == 0
             }

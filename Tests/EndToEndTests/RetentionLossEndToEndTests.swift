@@ -40,7 +40,7 @@ struct RetentionLossEndToEndTests {
             _ = try await stack.readResults { $0.contains { $0["jobId"] == "marker" } }
             let server = try #require(stack.statusServers["w2"])
             var lost = 0
-            let counted = await StatusEndToEndTests.eventually(within: .seconds(10)) {
+            let counted = await eventually("the lost messages counted in the metrics", within: .seconds(10)) {
                 let text = (try? await server.get("/metrics").text) ?? ""
                 lost = Int(
                     StatusEndToEndTests.total(

@@ -13,16 +13,6 @@ struct StatusEndToEndTests {
         MetricSamples(parsing: text).total(name, matching)
     }
 
-    /// Polls `body` every 100 ms until it returns true or `timeout` passes; returns whether it did.
-    static func eventually(within timeout: Duration, _ body: () async -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if await body() { return true }
-            try? await Task.sleep(for: .milliseconds(100))
-        }
-        return await body()
-    }
-
     @Test("After N jobs the worker's counters equal the results read back from apn.results, per outcome and status")
     func countersMatchResults() async throws {
         let bad = Set((0..<600).filter { $0 % 50 == 7 }.map { DeviceToken.numbered($0) })
@@ -63,7 +53,7 @@ struct StatusEndToEndTests {
             #expect(expected["transmissionError/invalidToken"] == bad.count)
             // The counters are raised once a batch is acknowledged, just after its results can be read.
             var scraped = ""
-            let agree = await Self.eventually(within: .seconds(10)) {
+            let agree = await eventually("the counters agreeing with the results", within: .seconds(10)) {
                 scraped = (try? await server.get("/metrics").text) ?? ""
                 return expected.allSatisfy { key, count in
                     let parts = key.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
@@ -96,7 +86,7 @@ struct StatusEndToEndTests {
             #expect(Self.total("apn_worker_redis_round_trips_total", in: scraped) > 0)
             #expect(Self.total("apn_worker_redis_latency_seconds_count", in: scraped) > 0)
             #expect(try await stack.waitForAllCommitted())
-            let committed = await Self.eventually(within: .seconds(10)) {
+            let committed = await eventually("an offset commit counted", within: .seconds(10)) {
                 Self.total("apn_worker_offsets_committed_total", in: (try? await server.get("/metrics").text) ?? "") > 0
             }
             #expect(committed)
@@ -154,30 +144,30 @@ struct StatusEndToEndTests {
             func lag() async -> Double {
                 Self.total("apn_worker_consumer_lag", in: (try? await server.get("/metrics").text) ?? "")
             }
-            #expect(await Self.eventually(within: .seconds(30)) { await ready()?.0 == 200 })
+            await eventually("ready", within: .seconds(30)) { await ready()?.0 == 200 }
             try await stack.produce((0..<200).map { WorkerStack.job(id: "before-\($0)", tokens: [.numbered($0)]) })
             try await stack.readResults { $0.count >= 200 }
             #expect(try await stack.waitForAllCommitted())
-            #expect(await Self.eventually(within: .seconds(10)) { await lag() == 0 })
+            await eventually("the lag at 0", within: .seconds(10)) { await lag() == 0 }
 
             // No time is promised for the change (docs/operations.md: 503 "while Redis does not
             // answer"); the deadlines leave room for a loaded machine.
             await stack.redis.stop()
-            #expect(await Self.eventually(within: .seconds(15)) { await ready()?.0 == 503 })
+            await eventually("not ready while Redis is down", within: .seconds(15)) { await ready()?.0 == 503 }
             let body = await ready()?.1
             #expect(body == #"{"ready":false,"reason":"redis unreachable"}"# + "\n", "\(body ?? "no answer")")
             #expect(await live() == 200)
             try await stack.produce(
                 (0..<300).map { WorkerStack.job(id: "during-\($0)", tokens: [.numbered(1000 + $0)]) }
             )
-            let lagRose = await Self.eventually(within: .seconds(20)) { await lag() == 300 }
+            let lagRose = await eventually("the lag at 300", within: .seconds(20)) { await lag() == 300 }
             #expect(lagRose)
             #expect(await live() == 200)
 
             try await stack.redis.start()
-            #expect(await Self.eventually(within: .seconds(15)) { await ready()?.0 == 200 })
+            await eventually("ready again once Redis is back", within: .seconds(15)) { await ready()?.0 == 200 }
             try await stack.readResults(timeout: .seconds(60)) { $0.count >= 500 }
-            let lagFell = await Self.eventually(within: .seconds(20)) { await lag() == 0 }
+            let lagFell = await eventually("the lag back to 0", within: .seconds(20)) { await lag() == 0 }
             #expect(lagFell)
             #expect(await live() == 200)
 
@@ -240,7 +230,7 @@ struct StatusEndToEndTests {
             let results = try await stack.readResults { $0.count >= 1 }
             #expect(results.first?["type"]?.stringValue == "transmitted")
             var scraped = ""
-            let shown = await Self.eventually(within: .seconds(10)) {
+            let shown = await eventually("the refreshed provider token in the metrics", within: .seconds(10)) {
                 scraped = (try? await server.get("/metrics").text) ?? ""
                 return scraped.contains(refreshed)
             }

@@ -294,7 +294,7 @@ struct WorkerEndToEndTests {
             try await stack.startWorker("w1", environment: ["APN_WORKER_SHUTDOWN_TIMEOUT_SECONDS": "2"])
             let jobs = (0..<50).map { ("stuck-\($0)", [DeviceToken.numbered($0)]) }
             try await stack.produce(jobs.map { WorkerStack.job(id: $0.0, tokens: $0.1) })
-            let sent = try await ConfigFeaturesEndToEndTests.eventually {
+            let sent = await eventually("every notification sent", every: .milliseconds(50)) {
                 stack.simulator.acceptedByToken.values.reduce(0, +) >= jobs.count
             }
             #expect(sent, "the worker did not send the notifications")

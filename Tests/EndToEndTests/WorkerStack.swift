@@ -284,10 +284,13 @@ final class WorkerStack: @unchecked Sendable {
 
     // MARK: Results
 
-    /// Reads `apn.results` until `done` holds for the results read so far, or the time is up.
+    /// Reads `apn.results` until `done` holds for the results read so far, or the time is up;
+    /// then it records an issue at the caller's line, so that a wait that fails is never silent,
+    /// and returns what it read for the test's own checks to explain.
     @discardableResult
     func readResults(
         timeout: Duration = .seconds(90),
+        sourceLocation: SourceLocation = #_sourceLocation,
         until done: ([[String: JSONValue]]) -> Bool
     ) async throws -> [[String: JSONValue]] {
         if reader == nil {
@@ -301,7 +304,14 @@ final class WorkerStack: @unchecked Sendable {
             reader = consumer
         }
         let deadline = ContinuousClock.now + timeout
-        while !done(results), ContinuousClock.now < deadline {
+        while !done(results) {
+            guard ContinuousClock.now < deadline else {
+                Issue.record(
+                    "apn.results: what the test waits for was not read within \(timeout) (\(results.count) results read)",
+                    sourceLocation: sourceLocation
+                )
+                break
+            }
             try await pollResults()
         }
         return results
