@@ -88,7 +88,7 @@ struct ConfigurationBuilder {
             "id", "batchSize", "batchWindowMs", "maxInFlight", "resultFlushMs", "resultBatchSize",
             "shutdownTimeoutSeconds",
             "logLevel", "logFormat", "dedupeTTLSeconds", "dedupeBuckets", "statusAddress", "invalidTokenTTLDays",
-            "proxy", "maxStopsPerMessage", "strictFilePermissions",
+            "proxy", "maxStopsPerMessage", "strictFilePermissions", "moveAsideAfter",
         ])
 
         var worker = Worker(id: Worker.defaultId(hostname: hostname, pid: pid))
@@ -121,6 +121,7 @@ struct ConfigurationBuilder {
             )
         }
         try file.read("strictFilePermissions", into: &worker.strictFilePermissions)
+        try file.read("moveAsideAfter", .from(1, to: 1_000_000), into: &worker.moveAsideAfter)
         if file.isNull("statusAddress") {
             worker.statusAddress = nil
         } else if let value = file.value("statusAddress") {
@@ -137,7 +138,7 @@ struct ConfigurationBuilder {
         let file = try root.section("kafka")
         try file.checkKnown([
             "bootstrapServers", "groupId", "groupInstanceId", "requestsTopic", "requestsTopics", "resultsTopic",
-            "properties", "propertyFiles",
+            "parkedTopic", "properties", "propertyFiles",
         ])
 
         guard let serversValue = file.value("bootstrapServers") else {
@@ -156,6 +157,16 @@ struct ConfigurationBuilder {
             kafka.resultsTopic = try Self.topic(value)
         }
         if let lanes = try requestsTopics(file, resultsTopic: kafka.resultsTopic) { kafka.requestsTopics = lanes }
+        if let value = file.value("parkedTopic") {
+            let topic = try Self.topic(value)
+            guard topic != kafka.resultsTopic, !kafka.requestsTopics.contains(topic) else {
+                throw ConfigurationError(
+                    "\(value.label) is \"\(topic)\", a topic the worker already reads jobs from or writes results to: "
+                        + "give the parked notifications a topic of their own, for example \"apn.requests.parked\"."
+                )
+            }
+            kafka.parkedTopic = topic
+        }
         if let value = file.value("groupInstanceId") {
             let id = try SettingParsing.string(value, allowEmpty: true)
             guard (1...249).contains(id.unicodeScalars.count),

@@ -95,6 +95,10 @@ extension WorkerConfiguration {
         /// password or passphrase file) that users other than its owner can read stops the
         /// worker from starting (`strictFilePermissions: true`), rather than being a warning.
         public var strictFilePermissions = false
+        /// With ``Kafka/parkedTopic``: once this many notifications of one (app, environment)
+        /// wait for a gateway that cannot be reached, they move aside to that topic,
+        /// 1...1000000 (`moveAsideAfter`; `docs/delivery.md`, "Moving an app aside").
+        public var moveAsideAfter: Int = Worker.defaultMoveAsideAfter
 
         /// ``dedupeTTL`` in whole seconds, as Redis takes it.
         public var dedupeTTLSeconds: Int { Int(dedupeTTL.components.seconds) }
@@ -110,6 +114,7 @@ extension WorkerConfiguration {
         public static let defaultInvalidTokenTTL: Duration = .seconds(30 * 86_400)
         public static let defaultStatusAddress: HostPort? = HostPort(host: "0.0.0.0", port: 9400)
         public static let defaultMaxStopsPerMessage = 3
+        public static let defaultMoveAsideAfter = 1_000
 
         public init(
             id: String,
@@ -191,6 +196,13 @@ extension WorkerConfiguration {
         }
         /// Topic the results are written to.
         public var resultsTopic: String
+        /// Where the notifications of an app whose gateway cannot be reached move aside, so that
+        /// they neither hold memory nor stop the other apps' jobs, and whence they come back when
+        /// it can (`kafka.parkedTopic`; `docs/delivery.md`, "Moving an app aside"). `nil`: they
+        /// wait in memory, under `maxInFlight`.
+        public var parkedTopic: String?
+        /// The topics the worker reads: the lanes, then the parked topic.
+        public var consumedTopics: [String] { requestsTopics + (parkedTopic.map { [$0] } ?? []) }
         /// Extra librdkafka properties, passed through as they are; each overrides the same
         /// property of ``clientDefaults``.
         public var properties: [String: String]

@@ -321,6 +321,20 @@ public final class KafkaConsumer: Sendable {
         try checkPartitionErrors(list, "Cannot pause")
     }
 
+    /// Moves the fetch position of each partition to its offset: the next message `poll`
+    /// returns from it is the one at that offset, and the messages fetched before the seek are
+    /// not returned. Waits up to `timeout` for the fetcher to take the new positions; a
+    /// partition paused meanwhile fetches from there once it is resumed.
+    public func seek(_ offsets: [TopicPartitionOffset], timeout: Duration = .seconds(2)) throws(KafkaError) {
+        guard !offsets.isEmpty else { return }
+        let list = makePartitionList(offsets)
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        if let error = rd_kafka_seek_partitions(client.pointer, list, timeout.timeoutMilliseconds) {
+            throw KafkaError(consuming: error, context: "Cannot seek \(offsets)")
+        }
+        try checkPartitionErrors(list, "Cannot seek")
+    }
+
     /// Resumes fetching from paused `partitions`.
     public func resume(_ partitions: [TopicPartition]) throws(KafkaError) {
         let list = makePartitionList(partitions)

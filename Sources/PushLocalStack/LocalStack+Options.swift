@@ -43,6 +43,9 @@ extension LocalStack {
         /// `apn.requests` (which may be one of them), with 12 partitions. Empty: the workers read
         /// `apn.requests` alone.
         public var requestsTopics: [String] = []
+        /// `kafka.parkedTopic`: made with 12 partitions, where the notifications of an app whose
+        /// gateway cannot be reached move aside. `nil`: they wait in memory.
+        public var parkedTopic: String?
         /// Extra librdkafka properties for the workers.
         public var kafkaProperties: [String: String] = [:]
         /// The workers' `session.timeout.ms` (heartbeats every twelfth of it); `nil` keeps the
@@ -134,6 +137,7 @@ extension LocalStack {
         if !options.requestsTopics.isEmpty {
             text += "  requestsTopics: [\(options.requestsTopics.joined(separator: ", "))]\n"
         }
+        if let parked = options.parkedTopic { text += "  parkedTopic: \(parked)\n" }
         if !properties.isEmpty {
             text += "  properties:\n" + block(properties.mapValues { "\"\($0)\"" }, indent: "    ")
         }

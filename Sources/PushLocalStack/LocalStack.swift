@@ -81,7 +81,8 @@ public final class LocalStack: @unchecked Sendable {
             let replicationFactor = Int32(options.replicationFactor)
             try kafka.createTopic("apn.requests", partitions: 12, replicationFactor: replicationFactor)
             try kafka.createTopic("apn.results", partitions: 12, replicationFactor: replicationFactor)
-            for topic in options.requestsTopics where topic != "apn.requests" {
+            for topic in options.requestsTopics + (options.parkedTopic.map { [$0] } ?? []) where topic != "apn.requests"
+            {
                 try kafka.createTopic(topic, partitions: 12, replicationFactor: replicationFactor)
             }
             let certificates = try TestCertificates()

@@ -75,7 +75,8 @@ final class WorkerStack: @unchecked Sendable {
     /// every Nth request with 429 `TooManyRequests`. With `redisCluster`, the workers use a
     /// Redis Cluster of 3 primaries with a replica each (`redis.urls`, every node a seed).
     /// `requestsTopics` are the workers' priority lanes (made beside `apn.requests`), and
-    /// `maxInFlight` their `worker.maxInFlight`.
+    /// `maxInFlight` their `worker.maxInFlight`. `parkedTopic` is made and set as the workers'
+    /// `kafka.parkedTopic`; `worker` are further settings of the workers' `worker` section.
     /// `sandboxBadTokens` (binary app) and `http2SandboxBadTokens` (HTTP/2 app) add the app's
     /// `sandbox` environment, served by a simulator of its own that refuses those tokens.
     /// `http2AnswerFirst` makes the HTTP/2 simulator answer its first requests with a reason.
@@ -105,7 +106,9 @@ final class WorkerStack: @unchecked Sendable {
         maxInFlight: Int? = nil,
         sandboxBadTokens: Set<DeviceToken>? = nil,
         http2SandboxBadTokens: Set<DeviceToken>? = nil,
-        http2AnswerFirst: (reason: APNSReason, count: Int)? = nil
+        http2AnswerFirst: (reason: APNSReason, count: Int)? = nil,
+        parkedTopic: String? = nil,
+        worker: [String: String] = [:]
     ) async throws -> WorkerStack {
         let groupId = "e2e-\(UUID().uuidString.prefix(8))"
         let window = confirmationWindowMs ?? (badTokens.isEmpty && (sandboxBadTokens ?? []).isEmpty ? 200 : 2000)
@@ -129,6 +132,8 @@ final class WorkerStack: @unchecked Sendable {
         options.worker = ["logLevel": "info", "statusAddress": "\"127.0.0.1:0\"", "shutdownTimeoutSeconds": "20"]
         if let maxInFlight { options.worker["maxInFlight"] = "\(maxInFlight)" }
         options.requestsTopics = requestsTopics
+        options.parkedTopic = parkedTopic
+        options.worker.merge(worker) { _, given in given }
         options.limits = ["devicePerHour": "\(devicePerHour)", "appPerSecond": "\(appPerSecond)"]
         options.app = settings(appSettings).merging(
             [

@@ -22,7 +22,7 @@ import Testing
         parseError(fixture.minimalYAML(extra: "worker:\n  batchsize: 5")) == "worker.batchsize: unknown "
             + "setting; known settings here are id, batchSize, batchWindowMs, maxInFlight, resultFlushMs, resultBatchSize, "
             + "shutdownTimeoutSeconds, logLevel, logFormat, dedupeTTLSeconds, dedupeBuckets, statusAddress, invalidTokenTTLDays, "
-            + "proxy, maxStopsPerMessage, strictFilePermissions."
+            + "proxy, maxStopsPerMessage, strictFilePermissions, moveAsideAfter."
     )
     let badEnvironment = fixture.minimalYAML().replacingOccurrences(of: "production:", with: "prod:")
     #expect(

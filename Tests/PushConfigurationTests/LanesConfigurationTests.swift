@@ -56,3 +56,54 @@ import Testing
         #expect(illegal?.contains("kafka.requestsTopics[1] must be a Kafka topic name") == true, "\(illegal ?? "")")
     }
 }
+
+/// `kafka.parkedTopic` and `worker.moveAsideAfter`: where an unreachable app's notifications
+/// move aside, and when.
+@Suite struct ParkedTopicConfigurationTests {
+    typealias Files = AppSettingsTests.Files
+
+    @Test("parkedTopic is read after the lanes; moveAsideAfter defaults to 1,000")
+    func parkedTopicIsReadLast() throws {
+        let files = try Files()
+        let none = try LanesConfigurationTests.parse(kafka: "", files: files)
+        #expect(none.kafka.parkedTopic == nil)
+        #expect(none.kafka.consumedTopics == ["apn.requests"])
+        #expect(none.worker.moveAsideAfter == 1_000)
+        let parked = try LanesConfigurationTests.parse(
+            kafka: "  requestsTopics: [urgent, apn.requests]\n  parkedTopic: apn.requests.parked\n",
+            files: files
+        )
+        #expect(parked.kafka.parkedTopic == "apn.requests.parked")
+        #expect(parked.kafka.consumedTopics == ["urgent", "apn.requests", "apn.requests.parked"])
+        #expect(parked.kafka.highestLane == "urgent", "the parked topic is not a priority lane")
+    }
+
+    @Test("A parked topic the worker already reads or writes is refused with a sentence")
+    func aTopicInUseIsRefused() throws {
+        let files = try Files()
+        for topic in ["apn.requests", "apn.results"] {
+            let message = LanesConfigurationTests.error(kafka: "  parkedTopic: \(topic)\n", files: files)
+            #expect(
+                message?.contains(
+                    "kafka.parkedTopic is \"\(topic)\", a topic the worker already reads jobs from or writes results to"
+                ) == true,
+                "\(message ?? "")"
+            )
+        }
+        let illegal = LanesConfigurationTests.error(kafka: "  parkedTopic: \"bad topic\"\n", files: files)
+        #expect(illegal?.contains("kafka.parkedTopic must be a Kafka topic name") == true, "\(illegal ?? "")")
+    }
+
+    @Test("moveAsideAfter is 1 to 1,000,000")
+    func moveAsideAfterIsBounded() throws {
+        let files = try Files()
+        let text = AppSettingsTests.yaml(files: files) + "worker:\n  moveAsideAfter: 250\n"
+        #expect(try AppSettingsTests.parse(text).worker.moveAsideAfter == 250)
+        do {
+            _ = try AppSettingsTests.parse(AppSettingsTests.yaml(files: files) + "worker:\n  moveAsideAfter: 0\n")
+            Issue.record("moveAsideAfter 0 was accepted")
+        } catch {
+            #expect(error.message.contains("worker.moveAsideAfter"), "\(error.message)")
+        }
+    }
+}

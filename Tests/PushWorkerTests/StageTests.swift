@@ -18,6 +18,11 @@ import Testing
     let factory = ResultFactory(worker: "w1", now: { 1_700_000_000_123 })
 
     func intake() throws -> IntakeStage {
+        IntakeStage(configuration: try intakeConfiguration(), factory: factory, logger: .init(label: "test"))
+    }
+
+    /// The configuration of ``intake()``: one binary app, `a`.
+    func intakeConfiguration() throws -> WorkerConfiguration {
         let app = WorkerConfiguration.App(
             name: "a",
             bundleId: "a",
@@ -36,7 +41,7 @@ import Testing
             limits: .init(),
             apps: ["a": app]
         )
-        return IntakeStage(configuration: configuration, factory: factory, logger: .init(label: "test"))
+        return configuration
     }
 
     static func message(_ text: String, offset: Int64, partition: Int32 = 0) -> KafkaMessage {

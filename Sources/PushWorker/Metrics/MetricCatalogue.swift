@@ -53,6 +53,24 @@ public enum MetricCatalogue {
         .counter,
         "Messages consumed again below their partition's hand-off mark: their results were written before the hand-over, so they are skipped."
     )
+    public static let movedAside = MetricDescription(
+        "apn_worker_notifications_moved_aside_total",
+        .counter,
+        labels: ["app", "env"],
+        "Notifications written to kafka.parkedTopic because their gateway could not be reached and worker.moveAsideAfter of them waited: their jobs' offsets are committed and the other apps go on."
+    )
+    public static let broughtBack = MetricDescription(
+        "apn_worker_notifications_brought_back_total",
+        .counter,
+        labels: ["app", "env"],
+        "Notifications read back from kafka.parkedTopic to be claimed and sent, their gateway reachable again (a record written twice counts twice; its second copy is a duplicate)."
+    )
+    public static let movedAsideOldest = MetricDescription(
+        "apn_worker_moved_aside_oldest_seconds",
+        .gauge,
+        labels: ["app", "env"],
+        "Age, from its job's Kafka timestamp, of the oldest moved-aside notification this worker leaves in kafka.parkedTopic because its gateway still cannot be reached; 0 when it leaves none."
+    )
     public static let stopsDetected = MetricDescription(
         "apn_worker_stops_detected_total",
         .counter,
@@ -331,7 +349,9 @@ public enum MetricCatalogue {
 
     /// Every metric, in the order `docs/operations.md` lists them.
     public static let all: [MetricDescription] = [
-        messagesConsumed, invalidJobs, messagesLostToRetention, messagesSkipped, stopsDetected, poisonMessages,
+        messagesConsumed, invalidJobs, messagesLostToRetention, messagesSkipped, movedAside, broughtBack, movedAsideOldest,
+        stopsDetected,
+        poisonMessages,
         duplicatesSuppressed, rateLimited,
         unregisteredSkipped,
         staleSkipped, redirected, notifications,

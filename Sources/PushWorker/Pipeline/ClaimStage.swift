@@ -31,12 +31,12 @@ final class ClaimStage: Sendable {
         case sweepStale
     }
 
-    private struct Held {
+    struct Held {
         var due: ContinuousClock.Instant
         var candidate: Candidate
     }
 
-    private struct State {
+    struct State {
         var held: [Held] = []
         /// Handed over by intake, not yet taken by a round trip.
         var unclaimed: [Candidate] = []
@@ -48,19 +48,28 @@ final class ClaimStage: Sendable {
         var parked: [PoolKey: [Candidate]] = [:]
     }
 
-    private let state = Mutex(State())
-    private let store: NotificationStore
-    private let results: ResultStage
-    private let delivery: DeliveryStage
-    private let localClaims: LocalClaims
-    private let control: PipelineControl
-    private let ledger: SharedLedger
-    private let factory: ResultFactory
-    private let logger: Logger
+    /// Where notifications move aside (`kafka.parkedTopic`), and when (`worker.moveAsideAfter`).
+    struct Parking: Sendable {
+        var producer: KafkaProducer
+        var topic: String
+        /// Parked notifications of one pool that make them move aside.
+        var after: Int
+    }
+
+    let state = Mutex(State())
+    let store: NotificationStore
+    let results: ResultStage
+    let delivery: DeliveryStage
+    let localClaims: LocalClaims
+    let control: PipelineControl
+    let ledger: SharedLedger
+    let factory: ResultFactory
+    let logger: Logger
     private let dedupeTTLSeconds: Int
     /// The worker reads priority lanes: the highest lane's notifications are claimed first.
     private let hasLanes: Bool
     private let maxChunk: Int
+    let parking: Parking?
     /// Held notifications' wake-ups, one timer at a time (see ``runTimers()``).
     private let wakeUps: AsyncStream<ContinuousClock.Instant>
     private let wakeUpsIn: AsyncStream<ContinuousClock.Instant>.Continuation
@@ -77,8 +86,10 @@ final class ClaimStage: Sendable {
         factory: ResultFactory,
         configuration: WorkerConfiguration,
         signals: (AsyncStream<Signal>, AsyncStream<Signal>.Continuation),
+        parking: Parking? = nil,
         logger: Logger
     ) {
+        self.parking = parking
         self.store = store
         self.results = results
         self.delivery = delivery
@@ -225,18 +236,25 @@ final class ClaimStage: Sendable {
         }
         if !waiting.isEmpty { hold(waiting, for: .seconds(1)) }
         // A pool that cannot reach its gateway gets no more: its notifications wait, unclaimed.
+        let stillFresh = factory.now()
         let parked = state.withLock { s -> Int in
             guard !s.unavailable.isEmpty else { return 0 }
             let before = ready.count
             ready.removeAll { c in
-                // A dry run writes nothing to the gateway: it need not wait for it.
-                guard !c.job.dryRun, s.unavailable.contains(c.poolKey) else { return false }
+                // A dry run writes nothing to the gateway: it need not wait for it. A stale job's
+                // notification is claimed to be answered `expired` at once.
+                guard !c.job.dryRun, s.unavailable.contains(c.poolKey),
+                    c.job.content.staleAt.map({ $0 > stillFresh }) ?? true
+                else { return false }
                 s.parked[c.poolKey, default: []].append(c)
                 return true
             }
             return before - ready.count
         }
-        if parked > 0 { ledger.update { $0.parked(parked) } }
+        if parked > 0 {
+            ledger.update { $0.parked(parked) }
+            await moveAsideIfDue()
+        }
         guard !ready.isEmpty else { return }
 
         let now = factory.now()
@@ -265,7 +283,7 @@ final class ClaimStage: Sendable {
         now: Int64
     ) async throws(RedisError) -> [NotificationStore.ClaimDecision] {
         let topic = ready[0].ref.partition.topic
-        guard hasLanes, ready.contains(where: { $0.ref.partition.topic != topic }) else {
+        guard ready.contains(where: { $0.ref.partition.topic != topic }) else {
             return try await store.claim(topic: topic, ready, ttlSeconds: dedupeTTLSeconds, nowMilliseconds: now)
         }
         var byTopic: [String: [Int]] = [:]

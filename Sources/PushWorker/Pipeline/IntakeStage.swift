@@ -65,7 +65,8 @@ struct IntakeStage: Sendable {
     }
     let factory: ResultFactory
     let logger: Logger
-    /// The priority lanes read (``WorkerConfiguration/Kafka/requestsTopics``).
+    /// The topics read, in priority order (``WorkerConfiguration/Kafka/consumedTopics``): the
+    /// priority lanes, then the parked topic.
     let lanes: Int
     /// The part of `maxInFlight` that only the highest lane may take: a tenth.
     static func laneReserve(_ configuration: WorkerConfiguration) -> Int {
@@ -81,9 +82,12 @@ struct IntakeStage: Sendable {
     let stopRecordTTLSeconds: Int
     /// The part of `maxInFlight` that only the highest lane may take: a tenth.
     let laneReserve: Int
+    /// `kafka.parkedTopic`: its records are notifications that moved aside, coming back.
+    let parkedTopic: String?
 
     init(configuration: WorkerConfiguration, factory: ResultFactory, logger: Logger) {
-        self.lanes = configuration.kafka.requestsTopics.count
+        self.lanes = configuration.kafka.consumedTopics.count
+        self.parkedTopic = configuration.kafka.parkedTopic
         self.urgentTopic = configuration.kafka.highestLane
         self.laneReserve = Self.laneReserve(configuration)
         self.stopLimit = configuration.worker.maxStopsPerMessage
@@ -201,8 +205,33 @@ struct IntakeStage: Sendable {
 
     private func parse(_ message: KafkaMessage, ref: MessageRef, now: Int64, into chunk: inout Chunk) {
         var place: String { "\(message.topic)[\(message.partition)]@\(message.offset)" }
+        guard message.topic == parkedTopic else {
+            parse(message.value, owed: nil, message: message, ref: ref, now: now, into: &chunk)
+            return
+        }
+        // Notifications that moved aside, back: the job as it was consumed, and the tokens it owes.
+        do throws(ParkedRecordError) {
+            let record = try ParkedRecord(decoding: message.value)
+            parse(record.job, owed: Set(record.tokens), message: message, ref: ref, now: now, into: &chunk)
+        } catch {
+            let reason = "a record of the parked topic that cannot be read: \(error.message)"
+            logger.error("Rejected message \(place): \(reason).")
+            chunk.results.append(factory.invalidJob(ref, jobId: nil, app: nil, reason: reason, at: now))
+        }
+    }
+
+    /// Parses one job, `value`; with `owed` (a parked record), only those of its tokens.
+    private func parse(
+        _ value: [UInt8],
+        owed: Set<String>?,
+        message: KafkaMessage,
+        ref: MessageRef,
+        now: Int64,
+        into chunk: inout Chunk
+    ) {
+        var place: String { "\(message.topic)[\(message.partition)]@\(message.offset)" }
         let timestamp = MessageTimestamp(message)
-        switch parser.parse(message.value, producedAt: timestamp.known) {
+        switch parser.parse(value, producedAt: timestamp.known) {
         case .unreadable(let jobId, let app, let reason, let metadata):
             logger.warning("Rejected message \(place): \(reason).")
             chunk.results.append(
@@ -210,7 +239,7 @@ struct IntakeStage: Sendable {
             )
         case .rejected(let jobId, let app, let tokens, let reason, let metadata, let broadcast):
             logger.warning("Rejected job \(jobId) at \(place): \(reason).")
-            for token in tokens {
+            for token in tokens where owed?.contains(token) ?? true {
                 chunk.results.append(
                     factory.rejected(
                         ref,
@@ -227,6 +256,8 @@ struct IntakeStage: Sendable {
                 )
             }
         case .job(var job):
+            // A job's summary never moves aside (``ClaimStage``): a parked record has none.
+            if owed != nil { job.summary = false }
             func expectSummary(environment: String?, dryRun: Bool) {
                 guard job.summary else { return }
                 chunk.summaries.append(
@@ -250,7 +281,7 @@ struct IntakeStage: Sendable {
                     )
                     return
                 }
-                for token in job.tokens {
+                for token in job.tokens where owed?.contains(token.text) ?? true {
                     chunk.results.append(
                         factory.rejected(
                             ref,
@@ -324,10 +355,11 @@ struct IntakeStage: Sendable {
                 environment: environment,
                 app: settings.app,
                 producedAt: timestamp.known ?? now,
-                urgent: message.topic == urgentTopic
+                urgent: message.topic == urgentTopic,
+                source: parkedTopic == nil ? nil : value
             )
             expectSummary(environment: environment.rawValue, dryRun: shared.dryRun)
-            for token in job.tokens {
+            for token in job.tokens where owed?.contains(token.text) ?? true {
                 switch token {
                 case .malformed(let text, let reason):
                     chunk.results.append(
@@ -454,6 +486,7 @@ struct IntakeStage: Sendable {
         var handoffs = Handoffs()
         var stops = Stops(limit: stopLimit, ttlSeconds: stopRecordTTLSeconds)
         var retention = RetentionWatch()
+        var heldBack = HeldBack()
         let admission = Admission.of(ledger, control)
         let handOver: (Chunk) async -> Void = { chunk in
             results.register(chunk.registrations, summaries: chunk.summaries)
@@ -464,6 +497,9 @@ struct IntakeStage: Sendable {
                 s.skipped += chunk.skipped
             }
             results.submit(chunk.results)
+            if let parkedTopic {
+                countBroughtBack(chunk.candidates, parkedTopic: parkedTopic, metrics: control.metrics)
+            }
             claims.handOver(chunk.candidates)
         }
         while true {
@@ -473,6 +509,8 @@ struct IntakeStage: Sendable {
             if redisDown || paused {
                 paused = pauseOrResume(consumer, pause: redisDown, wasPaused: paused)
             }
+            heldBack.resumeReachable(consumer, isUnavailable: claims.isUnavailable, logger: logger)
+            heldBack.report(to: control.metrics, now: factory.now())
             // The lower lanes wait while only the highest lane's reserve is left.
             let readable = lanes > 1 && !ledger.read { $0.hasRoom(reserving: laneReserve) } ? 1 : lanes
             let polled: [KafkaMessage]
@@ -499,6 +537,16 @@ struct IntakeStage: Sendable {
                     metadata: ["messages": "\(wrong.count)"]
                 )
                 messages.removeAll { $0.offset < 0 || $0.offset == .max }
+            }
+            if let parkedTopic {
+                heldBack.holdBack(
+                    &messages,
+                    parkedTopic: parkedTopic,
+                    consumer: consumer,
+                    isUnavailable: claims.isUnavailable,
+                    now: factory.now(),
+                    logger: logger
+                )
             }
             if messages.isEmpty { continue }
             let suspects = retention.note(messages)
@@ -528,70 +576,5 @@ struct IntakeStage: Sendable {
                 )
             }
         }
-    }
-
-    /// Logs and counts jobs Kafka deleted before they were read.
-    private func report(_ loss: RetentionWatch.Loss, metrics: WorkerMetrics) {
-        logger.error(
-            "Kafka deleted \(loss.count) jobs before they were read: \(loss.partition.topic)[\(loss.partition.partition)] offsets \(loss.from) to \(loss.to - 1) get no result. The topic's retention is shorter than this group's lag: raise retention.ms/retention.bytes or add workers (docs/operations.md, \"Retention and lag\")",
-            metadata: [
-                "topic": "\(loss.partition.topic)", "partition": "\(loss.partition.partition)",
-                "from": "\(loss.from)", "to": "\(loss.to)", "lost": "\(loss.count)",
-            ]
-        )
-        metrics.increment(
-            MetricCatalogue.messagesLostToRetention,
-            [loss.partition.topic, String(loss.partition.partition)],
-            by: Int(loss.count)
-        )
-    }
-
-    /// Pauses (Redis unreachable) or resumes the assigned partitions; returns whether they are
-    /// paused now. A pause that fails leaves them consuming and is tried again on the next batch:
-    /// what is consumed meanwhile waits for Redis in the claim stage, under `maxInFlight`.
-    private func pauseOrResume(_ consumer: KafkaConsumer, pause: Bool, wasPaused: Bool) -> Bool {
-        do {
-            let assigned = try consumer.assignment()
-            if !assigned.isEmpty {
-                if pause { try consumer.pause(assigned) } else { try consumer.resume(assigned) }
-            }
-        } catch {
-            logger.warning(
-                pause
-                    ? "Cannot pause consumption while Redis is unreachable; trying again"
-                    : "Cannot resume consumption; trying again",
-                metadata: ["error": "\(error)"]
-            )
-            return wasPaused
-        }
-        if pause != wasPaused {
-            logger.notice(pause ? "Redis is unreachable: consumption paused" : "Redis is back: consumption resumed")
-        }
-        return pause
-    }
-
-    /// Polls a batch from the first `lanes` priority lanes: up to `batchSize` messages, gathered
-    /// for at most `window` once the first arrived.
-    static func pollBatch(
-        _ consumer: KafkaConsumer,
-        batchSize: Int,
-        window: Duration,
-        lanes: Int = .max
-    ) async throws(KafkaError) -> [KafkaMessage] {
-        var messages = try await consumer.poll(maxMessages: batchSize, timeout: .milliseconds(100), lanes: lanes)
-        guard !messages.isEmpty else { return messages }
-        let deadline = ContinuousClock.now + window
-        while messages.count < batchSize {
-            let remaining = deadline - .now
-            if remaining <= .zero { break }
-            let more = try await consumer.poll(
-                maxMessages: batchSize - messages.count,
-                timeout: remaining,
-                lanes: lanes
-            )
-            if more.isEmpty { break }
-            messages += more
-        }
-        return messages
     }
 }

@@ -54,6 +54,9 @@ final class SharedJob: Sendable {
     let dryRun: Bool
     /// A channel job: carried out by the channel management API, not a pool.
     let channelAction: ChannelAction?
+    /// The job's message as consumed, kept when notifications may move aside
+    /// (``ParkedRecord``); `nil` otherwise.
+    let source: [UInt8]?
 
     /// Takes the job's notification, leaving an empty one in its place: the notification is
     /// a large value, and a copy of it (and the destruction of the job's) was about 3% of the
@@ -63,8 +66,10 @@ final class SharedJob: Sendable {
         environment: APNSEnvironment,
         app settings: WorkerConfiguration.App,
         producedAt: Int64,
-        urgent: Bool = false
+        urgent: Bool = false,
+        source: [UInt8]? = nil
     ) {
+        self.source = source
         jobId = job.id
         app = job.app
         self.environment = environment

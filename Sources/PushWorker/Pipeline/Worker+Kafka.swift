@@ -32,7 +32,7 @@ extension Worker {
             // Revocations are reported, not applied: the worker finishes the partitions' work
             // and commits it in its own tasks, then completes them (``revoke(_:generation:_:)``).
             let consumer = try KafkaConsumer(configuration: consumerConfig, revocation: .deferred)
-            try consumer.subscribe(lanes: configuration.kafka.requestsTopics)
+            try consumer.subscribe(lanes: configuration.kafka.consumedTopics)
             return (producer, consumer)
         } catch {
             throw WorkerError("cannot set up Kafka at \(configuration.kafka.bootstrapServers): \(error)")

@@ -218,6 +218,9 @@ public final class Worker: Service, Sendable {
             factory: factory,
             configuration: configuration,
             signals: signals,
+            parking: configuration.kafka.parkedTopic.map {
+                ClaimStage.Parking(producer: producer, topic: $0, after: configuration.worker.moveAsideAfter)
+            },
             logger: logger
         )
         let intake = IntakeStage(configuration: configuration, factory: factory, logger: logger)
@@ -235,7 +238,7 @@ public final class Worker: Service, Sendable {
             "Worker started",
             metadata: [
                 "owner": "\(owner)", "group": "\(configuration.kafka.groupId)",
-                "topics": "\(configuration.kafka.requestsTopics.joined(separator: ","))",
+                "topics": "\(configuration.kafka.consumedTopics.joined(separator: ","))",
             ]
         )
 

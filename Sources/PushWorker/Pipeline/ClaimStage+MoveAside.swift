@@ -1,0 +1,97 @@
+import PushKafka
+
+// Moving aside (`docs/delivery.md`, "Moving an app aside"): the parked notifications of a pool
+// whose gateway cannot be reached go to the parked topic once `worker.moveAsideAfter` of them
+// wait, and intake leaves that topic's records in Kafka while their pool is still unreachable.
+extension ClaimStage {
+    /// Whether the pool of `key` cannot reach its gateway (what it gets is parked).
+    func isUnavailable(_ key: PoolKey) -> Bool {
+        state.withLock { $0.unavailable.contains(key) }
+    }
+
+    /// Moves aside the parked notifications of each pool that has `parking.after` or more of
+    /// them: written to the parked topic, one record per job, then completed, so that their
+    /// messages' offsets are committed and the pool's backlog no longer holds memory or the
+    /// in-flight budget. Jobs that asked for a summary, channel jobs and jobs read without their
+    /// message stay parked here.
+    func moveAsideIfDue() async {
+        guard let parking else { return }
+        let taken = state.withLock { s -> [(PoolKey, [Candidate])] in
+            var taken: [(PoolKey, [Candidate])] = []
+            for (key, list) in s.parked where list.count >= parking.after {
+                taken.append((key, list))
+                s.parked[key] = nil
+            }
+            return taken
+        }
+        for (key, list) in taken {
+            let summaryRefs = ledger.read { $0.summaryRefs(among: list.lazy.map(\.ref)) }
+            var moving: [Candidate] = []
+            var staying: [Candidate] = []
+            for c in list {
+                if c.job.source == nil || c.job.channelAction != nil || summaryRefs.contains(c.ref) {
+                    staying.append(c)
+                } else {
+                    moving.append(c)
+                }
+            }
+            if !staying.isEmpty { state.withLock { $0.parked[key, default: []].insert(contentsOf: staying, at: 0) } }
+            guard !moving.isEmpty else { continue }
+            await moveAside(moving, of: key, parking: parking)
+        }
+    }
+
+    private func moveAside(_ moving: [Candidate], of key: PoolKey, parking: Parking) async {
+        // A revocation of their partitions waits for the records to be written.
+        ledger.update { $0.claiming(moving.lazy.map(\.ref.partition)) }
+        let now = factory.now()
+        var messages: [KafkaOutgoingMessage] = []
+        var start = 0
+        while start < moving.count {
+            let first = moving[start]
+            var end = start + 1
+            while end < moving.count, moving[end].ref == first.ref, moving[end].job === first.job { end += 1 }
+            let record = ParkedRecord(
+                origin: TopicPartitionOffset(first.ref.partition, offset: first.ref.offset),
+                movedAt: now,
+                staleAt: first.job.content.staleAt,
+                tokens: moving[start..<end].map(\.tokenHex),
+                job: first.job.source ?? []
+            )
+            messages.append(
+                KafkaOutgoingMessage(
+                    topic: parking.topic,
+                    key: ParkedRecord.key(key),
+                    value: record.encoded(),
+                    timestamp: first.job.producedAt
+                )
+            )
+            start = end
+        }
+        let written = await parking.producer.produceAll(
+            messages,
+            what: "moved-aside job",
+            control: control,
+            logger: logger
+        )
+        guard written else {
+            // Stopping: they wait here again, and are handed back with the rest.
+            state.withLock { $0.parked[key, default: []].insert(contentsOf: moving, at: 0) }
+            ledger.update { $0.claimed(moving.lazy.map(\.ref.partition)) }
+            return
+        }
+        ledger.update { ledger in
+            ledger.unparked(moving.count)
+            ledger.claimed(moving.lazy.map(\.ref.partition))
+        }
+        results.complete(moving.map(\.ref))
+        control.metrics.increment(MetricCatalogue.movedAside, [key.app, key.environment.rawValue], by: moving.count)
+        logger.notice(
+            "Notifications moved aside while their gateway cannot be reached",
+            metadata: [
+                "app": "\(key.app)", "env": "\(key.environment)", "notifications": "\(moving.count)",
+                "jobs": "\(messages.count)", "topic": "\(parking.topic)",
+            ]
+        )
+    }
+}
