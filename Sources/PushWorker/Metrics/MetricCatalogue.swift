@@ -349,9 +349,9 @@ public enum MetricCatalogue {
 
     /// Every metric, in the order `docs/operations.md` lists them.
     public static let all: [MetricDescription] = [
-        messagesConsumed, invalidJobs, messagesLostToRetention, messagesSkipped, movedAside, broughtBack, movedAsideOldest,
-        stopsDetected,
-        poisonMessages,
+        messagesConsumed, invalidJobs, messagesLostToRetention, messagesSkipped,
+        movedAside, broughtBack, movedAsideOldest,
+        stopsDetected, poisonMessages,
         duplicatesSuppressed, rateLimited,
         unregisteredSkipped,
         staleSkipped, redirected, notifications,
