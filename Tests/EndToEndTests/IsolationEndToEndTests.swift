@@ -95,4 +95,92 @@ struct IsolationEndToEndTests {
         }
         await stack.shutdown()
     }
+
+    // MARK: Crashes between the two topics
+
+    /// A stack whose binary app's gateway is down, with `count` jobs of it produced.
+    static func deadBacklog(_ count: Int) async throws -> (WorkerStack, [DeviceToken]) {
+        let stack = try await WorkerStack.start(
+            appSettings: ["minConnections: 1", "reconnectBaseDelayMs: 20"],
+            maxInFlight: maxInFlight,
+            parkedTopic: "apn.requests.parked",
+            worker: ["moveAsideAfter": "100"]
+        )
+        await stack.stopGateway()
+        let tokens = (0..<count).map { DeviceToken.numbered($0, salt: 11) }
+        try await stack.produce(tokens.map { WorkerStack.job(id: "backlog", tokens: [$0]) })
+        return (stack, tokens)
+    }
+
+    /// Every token has a result; none was accepted twice without a `possibleDuplicate` result.
+    static func expectDeliveredOnce(_ stack: WorkerStack, _ tokens: [DeviceToken]) async throws {
+        let ids = tokens.map { Jobs.id("backlog", $0) }
+        try await stack.readResults(timeout: .seconds(120)) { _ in ids.allSatisfy { stack.resultsById[$0] != nil } }
+        #expect(try await stack.waitForAllCommitted())
+        var flagged: Set<String> = []
+        for result in try await stack.readAllResults() where result["possibleDuplicate"] == .bool(true) {
+            if let id = result["resultId"]?.stringValue { flagged.insert(id) }
+        }
+        for (token, id) in zip(tokens, ids) {
+            let accepted = stack.acceptedByToken[token] ?? 0
+            #expect(accepted >= 1, "\(token.hex) never reached the gateway")
+            #expect(
+                accepted <= 1 || flagged.contains(id),
+                "\(token.hex) accepted \(accepted) times, no possibleDuplicate"
+            )
+        }
+    }
+
+    /// How many notifications a worker's log says it moved aside.
+    static func movedAside(in log: String) -> Int {
+        log.split(separator: "\n").filter { $0.contains("Notifications moved aside") }.reduce(0) { sum, line in
+            guard let range = line.range(of: #""notifications":"(\d+)""#, options: .regularExpression) else {
+                return sum
+            }
+            return sum + (Int(line[range].filter(\.isNumber)) ?? 0)
+        }
+    }
+
+    @Test(
+        "A worker SIGKILLed while it moves a backlog aside loses nothing: the next one delivers each notification once"
+    )
+    func killedWhileMovingAside() async throws {
+        let (stack, tokens) = try await Self.deadBacklog(4_000)
+        do {
+            try await stack.startWorker("w1")
+            try await eventually("w1 moves notifications aside", within: .seconds(60)) {
+                stack.log(of: "w1").contains("Notifications moved aside")
+            }
+            await stack.killWorker("w1")
+            try await stack.restartGateway()
+            try await stack.startWorker("w2")
+            try await Self.expectDeliveredOnce(stack, tokens)
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))\nw2: \(stack.log(of: "w2"))")
+        }
+        await stack.shutdown()
+    }
+
+    @Test(
+        "A worker SIGKILLed while it brings a backlog back loses nothing: what it may have sent is flagged possibleDuplicate"
+    )
+    func killedWhileBringingBack() async throws {
+        let (stack, tokens) = try await Self.deadBacklog(4_000)
+        do {
+            try await stack.startWorker("w1")
+            try await eventually("w1 moves most of the backlog aside", within: .seconds(60)) {
+                Self.movedAside(in: stack.log(of: "w1")) >= 3_000
+            }
+            try await stack.restartGateway()
+            try await eventually("w1 brings the backlog back", within: .seconds(60)) {
+                stack.acceptedByToken.count >= 500
+            }
+            await stack.killWorker("w1")
+            try await stack.startWorker("w2")
+            try await Self.expectDeliveredOnce(stack, tokens)
+        } catch {
+            Issue.record("\(error)\nw1: \(stack.log(of: "w1"))\nw2: \(stack.log(of: "w2"))")
+        }
+        await stack.shutdown()
+    }
 }
