@@ -92,6 +92,8 @@ extension LocalStack {
         public var sandbox = false
         /// The simulator answers every Nth request with 429 `TooManyRequests`.
         public var status429Every: Int?
+        /// How long the simulator waits before it answers each request (a slow gateway).
+        public var responseDelay: Duration = .zero
         /// The simulator answers its first `count` requests with `reason` (its status).
         public var answerFirst: (reason: APNSReason, count: Int)?
         /// With it, the app configures both environments: `production` served by the simulator of

@@ -217,6 +217,7 @@ public final class LocalStack: @unchecked Sendable {
         config.unregistered = app.unregistered
         if app.sandbox { config.environment = .sandbox }
         config.status429Every = app.status429Every
+        config.responseDelay = app.responseDelay
         config.answerFirst = app.answerFirst
         return try await APNSHTTP2Simulator.start(configuration: config)
     }

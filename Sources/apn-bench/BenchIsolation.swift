@@ -15,13 +15,28 @@ struct BenchIsolation: AsyncParsableCommand {
             embedded broker holds them) to one worker with the default maxInFlight, reads every result back while \
             the worker writes them, and prints one JSON line: results received, duplicates, the seconds it took, \
             and the worker's peak RSS.
+
+            --scenario refused | silent | slow: one worker; --healthy-jobs jobs of an app behind --jobs jobs of its \
+            own, then behind --jobs jobs (60,000) of an app whose gateway refuses connections (refused), accepts \
+            TCP and never answers \
+            (silent), or answers every request after 5 s (slow, over HTTP/2), then the same --healthy-jobs again \
+            behind them; after --outage seconds the gateway comes back and the backlog is delivered. Prints one JSON line: the \
+            healthy jobs' p99 from produce to result behind each backlog, the share with a result \
+            within 60 s, how long the backlog took, and lost, written twice and unflagged duplicates. \
+            --parked-topic none runs without moving aside (as a build before it did).
             """
     )
 
-    @Option(help: "fat-jobs.")
+    @Option(help: "fat-jobs, refused, silent or slow.")
     var scenario = "fat-jobs"
-    @Option(help: "Number of jobs.")
+    @Option(help: "Number of jobs (the backlog, in the gateway scenarios).")
     var jobs = 200
+    @Option(help: "The healthy app's jobs, in the gateway scenarios.")
+    var healthyJobs = 2_000
+    @Option(help: "Seconds the gateway stays away (refused, silent) from when the backlog is produced.")
+    var outage = 30
+    @Option(help: "The workers' kafka.parkedTopic in the gateway scenarios; none: not set.")
+    var parkedTopic = "apn.requests.parked"
     @Option(help: "Tokens per job (at most 10,000).")
     var tokens = 10_000
     @Option(help: "The app's confirmation window in milliseconds.")
@@ -33,8 +48,18 @@ struct BenchIsolation: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingFailures {
+            if Self.gatewayScenarios.contains(scenario) {
+                guard jobs >= 1, healthyJobs >= 1 else {
+                    throw UsageFailure(message: "--jobs and --healthy-jobs must be at least 1")
+                }
+                try await LocalStack.with(gatewayOptions(), gateways)
+                return
+            }
             guard scenario == "fat-jobs" else {
-                throw UsageFailure(message: "--scenario must be fat-jobs, not \(scenario)")
+                throw UsageFailure(
+                    message:
+                        "--scenario must be fat-jobs, \(Self.gatewayScenarios.joined(separator: ", ")), not \(scenario)"
+                )
             }
             guard (1...10_000).contains(tokens), jobs >= 1 else {
                 throw UsageFailure(message: "--tokens must be 1 to 10000 and --jobs at least 1")
