@@ -96,6 +96,13 @@ package struct APNSAdmission<Batch: Sendable>: Sendable {
     /// No batch is admitted any more.
     package private(set) var stopping = false
 
+    /// Copies what admission counts into a client's snapshot.
+    package func describe(into snapshot: inout APNSPoolSnapshot) {
+        snapshot.backpressureWaits = waits
+        snapshot.admitted = admitted
+        snapshot.maxPending = maxPending
+    }
+
     package init(maxPending: Int) {
         self.maxPending = maxPending
     }

@@ -56,6 +56,10 @@ public struct APNSPoolSnapshot: Sendable, Equatable {
     /// Notifications accepted by `send` and waiting to be written: new ones, ones to write again,
     /// and (HTTP/2) ones waiting out a retry delay.
     public var queued = 0
+    /// Notifications `send` admitted whose outcomes were not yet taken, and the most it admits
+    /// (`maxPending`): a `send` of more waits.
+    public var admitted = 0
+    public var maxPending = 0
 
     // MARK: Counters since the client was made
 

@@ -229,7 +229,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
     public func snapshot() -> APNSPoolSnapshot {
         state.withLock { s in
             var snapshot = s.machine.snapshot()
-            snapshot.backpressureWaits = s.admission.waits
+            s.admission.describe(into: &snapshot)
             return snapshot
         }
     }

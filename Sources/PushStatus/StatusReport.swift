@@ -54,12 +54,14 @@ public enum StatusReport {
                 columns: [
                     ("APP", .left), ("ENV", .left), ("TRANSPORT", .left), ("OPEN", .right), ("CONNECTING", .right),
                     ("BACKING OFF", .right), ("CACHED", .right), ("CACHED BYTES", .right), ("STREAMS", .right),
+                    ("STATE", .left), ("HELD", .right), ("PARKED", .right), ("MOVED ASIDE", .right),
                 ],
                 rows: status.pools.map { pool in
                     [
                         pool.app, pool.env, pool.transport, String(pool.open), String(pool.connecting),
                         String(pool.backingOff),
                         optional(pool.cachedNotifications), optional(pool.cachedBytes), optional(pool.streamsInUse),
+                        pool.state ?? "-", optional(pool.held), optional(pool.parked), optional(pool.movedAside),
                     ]
                 }
             )

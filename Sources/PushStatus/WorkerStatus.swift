@@ -100,6 +100,17 @@ public struct WorkerStatus: Codable, Sendable, Hashable {
         public var cachedBytes: Int?
         /// HTTP/2 streams open to Apple (HTTP/2 pools); `nil` where it does not apply.
         public var streamsInUse: Int?
+        /// `delivering`; `unreachable` (it cannot connect to its gateway) or `stalled` (its
+        /// gateway is too slow for what it holds): its new notifications wait, or move aside, and
+        /// the other apps go on. `nil` from a worker that does not say.
+        public var state: String?
+        /// Notifications the pool holds: accepted and without an outcome yet.
+        public var held: Int?
+        /// Notifications waiting in the worker, unclaimed, for the pool to take them again.
+        public var parked: Int?
+        /// Notifications this worker moved aside to `kafka.parkedTopic` for the pool, since it
+        /// started.
+        public var movedAside: Int?
 
         public init(
             app: String,
@@ -110,8 +121,16 @@ public struct WorkerStatus: Codable, Sendable, Hashable {
             backingOff: Int,
             cachedNotifications: Int? = nil,
             cachedBytes: Int? = nil,
-            streamsInUse: Int? = nil
+            streamsInUse: Int? = nil,
+            state: String? = nil,
+            held: Int? = nil,
+            parked: Int? = nil,
+            movedAside: Int? = nil
         ) {
+            self.state = state
+            self.held = held
+            self.parked = parked
+            self.movedAside = movedAside
             self.app = app
             self.env = env
             self.transport = transport
@@ -134,6 +153,10 @@ public struct WorkerStatus: Codable, Sendable, Hashable {
             try container.encode(cachedNotifications, forKey: .cachedNotifications)
             try container.encode(cachedBytes, forKey: .cachedBytes)
             try container.encode(streamsInUse, forKey: .streamsInUse)
+            try container.encode(state, forKey: .state)
+            try container.encode(held, forKey: .held)
+            try container.encode(parked, forKey: .parked)
+            try container.encode(movedAside, forKey: .movedAside)
         }
     }
 

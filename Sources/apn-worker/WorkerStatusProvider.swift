@@ -33,7 +33,11 @@ struct WorkerStatusProvider: StatusProvider {
                     backingOff: $0.snapshot.backingOff,
                     cachedNotifications: $0.snapshot.cachedNotifications,
                     cachedBytes: $0.snapshot.cachedBytes,
-                    streamsInUse: $0.snapshot.streamsInUse
+                    streamsInUse: $0.snapshot.streamsInUse,
+                    state: $0.condition,
+                    held: $0.snapshot.admitted,
+                    parked: $0.parked,
+                    movedAside: $0.movedAside
                 )
             }
         )

@@ -108,7 +108,8 @@ final class WorkerStack: @unchecked Sendable {
         http2SandboxBadTokens: Set<DeviceToken>? = nil,
         http2AnswerFirst: (reason: APNSReason, count: Int)? = nil,
         parkedTopic: String? = nil,
-        worker: [String: String] = [:]
+        worker: [String: String] = [:],
+        http2ResponseDelay: Duration = .zero
     ) async throws -> WorkerStack {
         let groupId = "e2e-\(UUID().uuidString.prefix(8))"
         let window = confirmationWindowMs ?? (badTokens.isEmpty && (sandboxBadTokens ?? []).isEmpty ? 200 : 2000)
@@ -150,6 +151,7 @@ final class WorkerStack: @unchecked Sendable {
             app.status429Every = http2Status429Every
             app.sandboxBadTokens = http2SandboxBadTokens
             app.answerFirst = http2AnswerFirst
+            app.responseDelay = http2ResponseDelay
             app.settings = settings(http2AppSettings).merging(["poolSize": "2"]) { given, _ in given }
             options.http2App = app
         }

@@ -23,7 +23,11 @@ extension WorkerStatus {
                 connecting: 0,
                 backingOff: 1,
                 cachedNotifications: 17,
-                cachedBytes: 4210
+                cachedBytes: 4210,
+                state: "delivering",
+                held: 17,
+                parked: 0,
+                movedAside: 0
             ),
             .init(
                 app: "com.example.app",
@@ -32,7 +36,11 @@ extension WorkerStatus {
                 open: 1,
                 connecting: 1,
                 backingOff: 0,
-                streamsInUse: 3
+                streamsInUse: 3,
+                state: "unreachable",
+                held: 3100,
+                parked: 900,
+                movedAside: 2000
             ),
         ]
     )

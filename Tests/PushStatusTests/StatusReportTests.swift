@@ -20,9 +20,9 @@ struct StatusReportTests {
             apn.requests          1    -
 
             pools
-            APP              ENV         TRANSPORT  OPEN  CONNECTING  BACKING OFF  CACHED  CACHED BYTES  STREAMS
-            com.example.app  production  binary        2           0            1      17          4210        -
-            com.example.app  sandbox     http2         1           1            0       -             -        3
+            APP              ENV         TRANSPORT  OPEN  CONNECTING  BACKING OFF  CACHED  CACHED BYTES  STREAMS  STATE        HELD  PARKED  MOVED ASIDE
+            com.example.app  production  binary        2           0            1      17          4210        -  delivering     17       0            0
+            com.example.app  sandbox     http2         1           1            0       -             -        3  unreachable  3100     900         2000
 
             """
         #expect(text == expected)
@@ -82,7 +82,8 @@ struct StatusReportTests {
         #expect(
             json
                 == #"{"group":"g","inFlight":0,"partitions":[{"lag":null,"partition":0,"topic":"t"}],"pools":[{"app":"a","backingOff":0,"#
-                + #""cachedBytes":null,"cachedNotifications":null,"connecting":0,"env":"sandbox","open":1,"streamsInUse":2,"#
+                + #""cachedBytes":null,"cachedNotifications":null,"connecting":0,"env":"sandbox","held":null,"#
+                + #""movedAside":null,"open":1,"parked":null,"state":null,"streamsInUse":2,"#
                 + #""transport":"http2"}],"ready":true,"readyReason":null,"redis":{"state":"up"},"uptimeSeconds":1.5,"worker":"w"}"#
         )
         #expect(try JSONDecoder().decode(WorkerStatus.self, from: Data(json.utf8)) == status)

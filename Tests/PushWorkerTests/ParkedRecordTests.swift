@@ -28,11 +28,12 @@ import Testing
         stale.staleAt = 1_700_000_060_000
         #expect(try ParkedRecord(decoding: stale.encoded()) == stale)
         #expect(ParkedRecord.staleAt(of: stale.encoded()) == 1_700_000_060_000, "read from the envelope alone")
-        let key = ParkedRecord.key(PoolKey(app: "com.example/app", environment: .sandbox))
-        #expect(String(decoding: key, as: UTF8.self) == "com.example/app/sandbox")
+        let key = ParkedRecord.key(PoolKey(app: "com.example/app", environment: .sandbox), partition: 7)
+        #expect(String(decoding: key, as: UTF8.self) == "com.example/app/sandbox/7")
         #expect(ParkedRecord.pool(key: key) == PoolKey(app: "com.example/app", environment: .sandbox))
         #expect(ParkedRecord.pool(key: Array("no-environment".utf8)) == nil)
-        #expect(ParkedRecord.pool(key: Array("a/staging".utf8)) == nil)
+        #expect(ParkedRecord.pool(key: Array("a/production".utf8)) == nil, "no partition")
+        #expect(ParkedRecord.pool(key: Array("a/staging/3".utf8)) == nil)
     }
 
     @Test("A record that cannot be read says why")
@@ -72,7 +73,7 @@ import Testing
                 topic: "apn.requests.parked",
                 partition: 0,
                 offset: 5,
-                key: ParkedRecord.key(PoolKey(app: "a", environment: .production)),
+                key: ParkedRecord.key(PoolKey(app: "a", environment: .production), partition: 3),
                 value: record.encoded(),
                 headers: [],
                 timestamp: 1_700_000_000_000

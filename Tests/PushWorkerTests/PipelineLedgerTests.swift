@@ -86,6 +86,21 @@ import Testing
         #expect(ledger.hasRoom, "a closed ledger lets intake through to see the stop")
     }
 
+    @Test func notificationsHeldByBlockedPoolsLeaveRoomForTheOthers() {
+        var ledger = PipelineLedger(maximum: 3)
+        _ = ledger.registered([(ref(p0, 0), 4)])
+        ledger.parked(1)
+        #expect(!ledger.hasRoom)
+        ledger.setStuck(2)
+        #expect(ledger.stuck == 2)
+        #expect(ledger.hasRoom, "what a stalled or unreachable pool holds does not count")
+        #expect(ledger.room == 2, "4 in flight, 1 parked, 2 held by a blocked pool: 1 counts of 3")
+        ledger.setStuck(10)
+        #expect(ledger.stuck == 3, "no more than those in flight and not parked")
+        ledger.setStuck(0)
+        #expect(!ledger.hasRoom, "the pool delivers again: what it holds counts again")
+    }
+
     @Test func theHighestLaneKeepsItsReserveWhateverTheLowerLanesTook() {
         let urgent = TopicPartition(topic: "urgent", partition: 0)
         var ledger = PipelineLedger(maximum: 10, highestLane: "urgent", laneReserve: 2)

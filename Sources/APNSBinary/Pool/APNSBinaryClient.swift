@@ -183,7 +183,7 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
     public func snapshot() -> APNSPoolSnapshot {
         state.withLock { s in
             var snapshot = s.machine.snapshot()
-            snapshot.backpressureWaits = s.admission.waits
+            s.admission.describe(into: &snapshot)
             return snapshot
         }
     }

@@ -4,9 +4,46 @@ import PushKafka
 // whose gateway cannot be reached go to the parked topic once `worker.moveAsideAfter` of them
 // wait, and intake leaves that topic's records in Kafka while their pool is still unreachable.
 extension ClaimStage {
-    /// Whether the pool of `key` cannot reach its gateway (what it gets is parked).
+    /// Whether the pool of `key` cannot take notifications: it cannot reach its gateway, or it
+    /// is stalled (what it gets is parked).
     func isUnavailable(_ key: PoolKey) -> Bool {
         state.withLock { $0.unavailable.contains(key) }
+    }
+
+    /// For `/status`: the notifications parked for each pool, and those moved aside since the
+    /// worker started.
+    func waiting() -> (parked: [PoolKey: Int], movedAside: [PoolKey: Int]) {
+        state.withLock { s in (s.parked.mapValues(\.count), s.movedAside) }
+    }
+
+    /// Tells the ledger how many notifications pools that cannot deliver them hold.
+    func updateStuck() {
+        let held = delivery.heldByBlockedPools()
+        ledger.update { $0.setStuck(held) }
+    }
+
+    /// Claims, in order, as many of the notifications parked for the pool of `key` as it has
+    /// room for, so that the claim loop never waits for one pool's room; the rest wait for the
+    /// next sweep. Returns how many.
+    @discardableResult
+    func unparkIntoRoom(of key: PoolKey) async -> Int {
+        let room = delivery.room(for: key)
+        let back = state.withLock { s -> [Candidate] in
+            guard !s.unavailable.contains(key), room > 0, let list = s.parked[key] else { return [] }
+            guard list.count > room else {
+                s.parked[key] = nil
+                return list
+            }
+            s.parked[key] = Array(list.dropFirst(room))
+            return Array(list.prefix(room))
+        }
+        guard !back.isEmpty else { return 0 }
+        ledger.update { ledger in
+            ledger.unparked(back.count)
+            ledger.claiming(back.lazy.map(\.ref.partition))
+        }
+        await claimCounted(back)
+        return back.count
     }
 
     /// Moves aside the parked notifications of each pool that has `parking.after` or more of
@@ -61,7 +98,7 @@ extension ClaimStage {
             messages.append(
                 KafkaOutgoingMessage(
                     topic: parking.topic,
-                    key: ParkedRecord.key(key),
+                    key: ParkedRecord.key(key, partition: first.ref.partition.partition),
                     value: record.encoded(),
                     timestamp: first.job.producedAt
                 )
@@ -85,6 +122,7 @@ extension ClaimStage {
             ledger.claimed(moving.lazy.map(\.ref.partition))
         }
         results.complete(moving.map(\.ref))
+        state.withLock { $0.movedAside[key, default: 0] += moving.count }
         control.metrics.increment(MetricCatalogue.movedAside, [key.app, key.environment.rawValue], by: moving.count)
         logger.notice(
             "Notifications moved aside while their gateway cannot be reached",

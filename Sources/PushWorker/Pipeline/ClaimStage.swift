@@ -46,6 +46,8 @@ final class ClaimStage: Sendable {
         var unavailable: Set<PoolKey> = []
         /// Waiting, unclaimed, for their pool's gateway, by pool (no empty lists).
         var parked: [PoolKey: [Candidate]] = [:]
+        /// Notifications moved aside, by pool, since the worker started.
+        var movedAside: [PoolKey: Int] = [:]
     }
 
     /// Where notifications move aside (`kafka.parkedTopic`), and when (`worker.moveAsideAfter`).
@@ -117,22 +119,21 @@ final class ClaimStage: Sendable {
                 await claimCounted(takeDue())
             case .unavailable(let key):
                 state.withLock { _ = $0.unavailable.insert(key) }
+                updateStuck()
             case .available(let key):
-                let back = state.withLock { s in
-                    s.unavailable.remove(key)
-                    return Self.unpark(&s) { $0.poolKey == key }
-                }
-                ledger.update { ledger in
-                    ledger.unparked(back.count)
-                    ledger.claiming(back.lazy.map(\.ref.partition))
-                }
+                state.withLock { _ = $0.unavailable.remove(key) }
+                updateStuck()
+                let back = await unparkIntoRoom(of: key)
                 logger.notice(
-                    "Gateway reachable again: parked notifications go out",
-                    metadata: ["app": "\(key.app)", "env": "\(key.environment)", "parked": "\(back.count)"]
+                    "Gateway takes notifications again: parked notifications go out",
+                    metadata: ["app": "\(key.app)", "env": "\(key.environment)", "parked": "\(back)"]
                 )
-                await claimCounted(back)
             case .sweepStale:
                 expireStaleParked()
+                updateStuck()
+                // Pools that took part of what was parked for them take more as they have room.
+                let waiting = state.withLock { s in s.parked.keys.filter { !s.unavailable.contains($0) } }
+                for key in waiting { await unparkIntoRoom(of: key) }
             }
         }
     }
@@ -146,9 +147,12 @@ final class ClaimStage: Sendable {
         }
     }
 
-    /// Asks for a sweep of stale parked notifications every second, until cancelled.
+    /// Judges which pools are stalled, and asks for a sweep of stale parked notifications, every
+    /// second, until cancelled.
     func runSweeps() async {
         for await _ in AsyncTimerSequence(interval: .seconds(1), clock: .continuous) {
+            // Here rather than in the claim loop, so that a stall is seen while the loop works.
+            delivery.judgeStalls()
             signalsIn.yield(.sweepStale)
         }
     }
@@ -200,7 +204,7 @@ final class ClaimStage: Sendable {
     /// Claims candidates reported ``PipelineLedger/claiming(_:)`` (handed over by intake, due
     /// again after a hold, or unparked), and reports the round trip over, so that a revocation
     /// waits for it instead of handing their partition on while it is under way.
-    private func claimCounted(_ candidates: [Candidate]) async {
+    func claimCounted(_ candidates: [Candidate]) async {
         await claim(candidates)
         ledger.update { $0.claimed(candidates.lazy.map(\.ref.partition)) }
         control.madeProgress()

@@ -19,14 +19,22 @@ import Synchronization
 /// A credential reload replaces an (app, environment)'s pool (``replacePool(_:)``): the new
 /// one takes every notification from then on, the old one finishes what it holds and closes.
 final class DeliveryStage: Sendable {
-    private struct State {
+    struct State {
         var pools: [PoolKey: any APNSDeliveryClient] = [:]
         /// Pools replaced by a credential reload that are still finishing what they hold.
         var retiring: [any APNSDeliveryClient] = []
         /// What each notification in a pool needs to become a result, by tag.
         var sent = TagTable<SentContext>()
+        /// Pools that cannot reach their gateway (as they report it).
         var unavailable: Set<PoolKey> = []
+        /// Outcomes each pool delivered, since it was first made.
+        var outcomes: [PoolKey: Int] = [:]
+        /// Which pools are stalled (``judgeStalls(at:)``).
+        var judge: PoolStallJudge
         var stopping = false
+
+        /// Whether the pool of `key` cannot take notifications: unreachable, or stalled.
+        func isBlocked(_ key: PoolKey) -> Bool { unavailable.contains(key) || judge.stalled.contains(key) }
     }
 
     /// A pool as it opens, for ``run()`` to read its events; or as it is replaced, for
@@ -36,15 +44,15 @@ final class DeliveryStage: Sendable {
         case retired(PoolKey, any APNSDeliveryClient)
     }
 
-    private let state = Mutex(State())
-    private let pools: PoolSettingsStore
+    let state: Mutex<State>
+    let pools: PoolSettingsStore
     /// How long a replaced pool may take to finish what it holds.
     private let drainTimeout: Duration
     private let results: ResultStage
-    private let claimSignals: AsyncStream<ClaimStage.Signal>.Continuation
+    let claimSignals: AsyncStream<ClaimStage.Signal>.Continuation
     private let factory: ResultFactory
     private let control: PipelineControl
-    private let logger: Logger
+    let logger: Logger
     /// Pools as they are created and replaced, for ``run()`` to read.
     private let opened: AsyncStream<PoolChange>
     private let openedIn: AsyncStream<PoolChange>.Continuation
@@ -67,8 +75,10 @@ final class DeliveryStage: Sendable {
         control: PipelineControl,
         logger: Logger,
         fallbackApps: Set<String> = [],
-        environments: NotificationStore? = nil
+        environments: NotificationStore? = nil,
+        stallBound: Int = PoolStallJudge.least(forMaxInFlight: 20_000)
     ) {
+        state = Mutex(State(judge: PoolStallJudge(least: stallBound)))
         self.fallbackApps = fallbackApps
         self.environments = environments
         (redirects, redirectsIn) = AsyncStream.makeStream()
@@ -301,8 +311,11 @@ final class DeliveryStage: Sendable {
             s.retiring.append(old)
             openedIn.yield(.opened(key, created))
             openedIn.yield(.retired(key, old))
-            // The old pool's unreachability is not the new one's, which reports its own.
-            return (true, s.unavailable.remove(key) != nil)
+            // The old pool's unreachability and stall are not the new one's, which shows its own.
+            let wasBlocked = s.isBlocked(key)
+            s.unavailable.remove(key)
+            s.judge.forget(key)
+            return (true, wasBlocked)
         }
         guard replaced else { return }
         if wasUnavailable { claimSignals.yield(.available(key)) }
@@ -338,7 +351,10 @@ final class DeliveryStage: Sendable {
                 default: others.append(event)
                 }
             }
-            var contexts = state.withLock { s in outcomes.map { s.sent.remove($0.tag) } }
+            var contexts = state.withLock { s in
+                s.outcomes[key, default: 0] += outcomes.count
+                return outcomes.map { s.sent.remove($0.tag) }
+            }
             let retired = isRetired(client)
             // A replaced pool gives back what it never wrote: to the pool in force.
             var resend: [SentContext] = []
@@ -503,15 +519,22 @@ final class DeliveryStage: Sendable {
         case .error(let error):
             logger.warning("Delivery pool problem", metadata: ["app": "\(app)", "error": "\(error)"])
         case .unavailable(let reason):
-            state.withLock { _ = $0.unavailable.insert(key) }
-            claimSignals.yield(.unavailable(key))
+            let wasBlocked = state.withLock { s in
+                defer { s.unavailable.insert(key) }
+                return s.isBlocked(key)
+            }
+            if !wasBlocked { claimSignals.yield(.unavailable(key)) }
             logger.warning(
                 "Gateway unreachable: this app's new notifications wait until it answers; other apps go on",
                 metadata: ["app": "\(app)", "env": "\(key.environment)", "reason": "\(reason)"]
             )
         case .available:
-            state.withLock { _ = $0.unavailable.remove(key) }
-            claimSignals.yield(.available(key))
+            let blocked = state.withLock { s in
+                s.unavailable.remove(key)
+                return s.isBlocked(key)
+            }
+            // A stalled pool stays blocked until it is judged able to deliver again.
+            if !blocked { claimSignals.yield(.available(key)) }
         case .transmitted, .transmissionError:
             break
         }
@@ -519,17 +542,15 @@ final class DeliveryStage: Sendable {
 
     // MARK: Revocation and shutdown
 
-    /// Notifications of `selection` queued in a pool that cannot reach its gateway: they cannot
+    /// Notifications of `selection` queued in a pool that cannot reach its gateway, or stalled: they cannot
     /// finish now, so a revocation does not wait for them (their outcome is recorded when the
     /// gateway answers; the partition's next owner waits for that claim and produces the result).
     func stuck(in selection: Set<TopicPartition>) -> Int {
         state.withLock { s in
-            guard !s.unavailable.isEmpty else { return 0 }
+            guard !s.unavailable.isEmpty || !s.judge.stalled.isEmpty else { return 0 }
             var stuck = 0
             s.sent.forEach { context in
-                if selection.contains(context.candidate.ref.partition)
-                    && s.unavailable.contains(context.poolKey)
-                {
+                if selection.contains(context.candidate.ref.partition) && s.isBlocked(context.poolKey) {
                     stuck += 1
                 }
             }

@@ -10,9 +10,11 @@ import PushKafka
 ///     {"movedAt":…,"origin":{"offset":…,"partition":…,"topic":"apn.requests"},"staleAt":…,"tokens":["…"]}\n<the job>
 ///
 /// `staleAt` (UNIX ms, absent without `staleAfter`) lets intake see that a record's job went stale
-/// without parsing it. `tokens` are the ones the job still owes (the others were answered before it moved aside). Its
-/// key is `<app>/<environment>`, so that one app's records keep their order in one partition, and
-/// its timestamp is the job's, so that `staleAfter` and ages count from when the job was produced.
+/// without parsing it. `tokens` are the ones the job still owes (the others were answered before
+/// it moved aside). Its key is `<app>/<environment>/<origin partition>`, so that the records of
+/// one app from one partition keep the order Kafka gave their jobs, while one app's backlog
+/// spreads over the parked topic's partitions as its jobs did. Its timestamp is the job's, so
+/// that `staleAfter` and ages count from when the job was produced.
 /// A notification brought back keeps its result id (the job id and the token), so a record
 /// written twice (a worker stopped between writing it and committing the job) is claimed once.
 struct ParkedRecord: Sendable, Equatable {
@@ -24,16 +26,19 @@ struct ParkedRecord: Sendable, Equatable {
     /// The job's message value, as consumed from `origin`.
     var job: [UInt8]
 
-    /// The record's key: the pool it waits for.
-    static func key(_ pool: PoolKey) -> [UInt8] { Array("\(pool.app)/\(pool.environment.rawValue)".utf8) }
+    /// The record's key: the pool it waits for, and the partition its job came from.
+    static func key(_ pool: PoolKey, partition: Int32) -> [UInt8] {
+        Array("\(pool.app)/\(pool.environment.rawValue)/\(partition)".utf8)
+    }
 
     /// The pool a record's key names, or `nil` for a key that names none.
     static func pool(key: [UInt8]?) -> PoolKey? {
-        guard let key, let slash = key.lastIndex(of: UInt8(ascii: "/")) else { return nil }
-        guard let environment = APNSEnvironment(rawValue: String(decoding: key[(slash + 1)...], as: UTF8.self)) else {
-            return nil
-        }
-        return PoolKey(app: String(decoding: key[..<slash], as: UTF8.self), environment: environment)
+        guard let key, let last = key.lastIndex(of: UInt8(ascii: "/")) else { return nil }
+        let rest = key[..<last]
+        guard let slash = rest.lastIndex(of: UInt8(ascii: "/")),
+            let environment = APNSEnvironment(rawValue: String(decoding: rest[(slash + 1)...], as: UTF8.self))
+        else { return nil }
+        return PoolKey(app: String(decoding: rest[..<slash], as: UTF8.self), environment: environment)
     }
 
     /// The record's value.

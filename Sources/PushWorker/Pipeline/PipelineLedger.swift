@@ -41,6 +41,10 @@ struct PipelineLedger: Sendable {
     private(set) var inFlight = 0
     /// Of those, the ones waiting, unclaimed, for an unreachable gateway.
     private(set) var parked = 0
+    /// Of those, about how many are held by pools that cannot deliver them now (unreachable or
+    /// stalled): they do not count against the bound, so that one app's pool does not stop the
+    /// others (each pool holds at most `maximum`).
+    private(set) var stuck = 0
     /// Shutdown: intake is let through whatever is in flight (it stops on its own).
     private(set) var closed = false
     /// The writer ended: written positions can no longer be stored.
@@ -83,13 +87,13 @@ struct PipelineLedger: Sendable {
     /// Whether there is room with `reserve` of the bound kept for others: the lower priority
     /// lanes leave room for the highest.
     func hasRoom(reserving reserve: Int) -> Bool {
-        closed || (inFlight - parked < maximum - reserve && parked < maximum)
+        closed || (inFlight - parked - stuck < maximum - reserve && parked < maximum)
     }
 
     /// How many more notifications (and results) intake may take in before it waits: `maximum`
     /// less those in flight besides the parked ones, and less the parked ones; unbounded once
     /// closed.
-    var room: Int { closed ? .max : min(maximum - (inFlight - parked), maximum - parked) }
+    var room: Int { closed ? .max : min(maximum - (inFlight - parked - stuck), maximum - parked) }
 
     /// Nothing in flight.
     var isEmpty: Bool { inFlight <= 0 }
@@ -164,6 +168,11 @@ struct PipelineLedger: Sendable {
     /// `count` notifications wait, unclaimed, for their gateway to answer again.
     mutating func parked(_ count: Int) {
         parked += count
+    }
+
+    /// About `count` notifications are held by pools that cannot deliver them now (``stuck``).
+    mutating func setStuck(_ count: Int) {
+        stuck = max(0, min(count, inFlight - parked))
     }
 
     /// `count` parked notifications stop waiting (to be claimed, answered or handed back).

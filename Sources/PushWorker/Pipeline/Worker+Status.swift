@@ -40,6 +40,12 @@ public struct PoolState: Sendable {
     public var environment: APNSEnvironment
     public var transport: String
     public var snapshot: APNSPoolSnapshot
+    /// `delivering`, `unreachable` or `stalled` (`docs/delivery.md`, "A slow app").
+    public var condition: String
+    /// Notifications waiting, unclaimed, for the pool to take them again.
+    public var parked: Int
+    /// Notifications moved aside for the pool since the worker started.
+    public var movedAside: Int
 }
 
 extension Worker {
@@ -83,6 +89,8 @@ extension Worker {
     public var snapshot: WorkerSnapshot {
         let (stages, lag) = (self.stages.withLock { $0 }, observed.withLock { $0.lag })
         let assigned = (try? stages?.consumer.assignment()) ?? []
+        let conditions = stages?.delivery.conditions() ?? [:]
+        let waiting = stages?.claims.waiting() ?? (parked: [:], movedAside: [:])
         return WorkerSnapshot(
             worker: configuration.worker.id,
             group: configuration.kafka.groupId,
@@ -99,7 +107,10 @@ extension Worker {
                     app: $0.key.app,
                     environment: $0.key.environment,
                     transport: $0.transport,
-                    snapshot: $0.snapshot
+                    snapshot: $0.snapshot,
+                    condition: conditions[$0.key] ?? "delivering",
+                    parked: waiting.parked[$0.key] ?? 0,
+                    movedAside: waiting.movedAside[$0.key] ?? 0
                 )
             }
         )

@@ -206,7 +206,8 @@ public final class Worker: Service, Sendable {
             control: control,
             logger: logger,
             fallbackApps: Set(configuration.apps.values.filter(\.environmentFallback).map(\.name)),
-            environments: store
+            environments: store,
+            stallBound: PoolStallJudge.least(forMaxInFlight: configuration.worker.maxInFlight)
         )
         let claims = ClaimStage(
             store: claimStore,
