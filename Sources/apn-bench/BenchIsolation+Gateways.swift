@@ -6,11 +6,11 @@ import PushCommandLine
 import PushKafka
 import PushLocalStack
 
-/// `apn-bench isolation --scenario refused | silent | slow`: one app whose gateway refuses
-/// connections, accepts TCP and never answers, or answers every request after 5 s, with a
-/// backlog of `--jobs` jobs, and another app's jobs behind it.
+/// `apn-bench isolation --scenario refused | silent | slow | throttled`: one app whose gateway
+/// refuses connections, accepts TCP and never answers, answers every request after 5 s, or
+/// answers every request 429, with a backlog of `--jobs` jobs, and another app's jobs behind it.
 extension BenchIsolation {
-    static let gatewayScenarios = ["refused", "silent", "slow"]
+    static let gatewayScenarios = ["refused", "silent", "slow", "throttled"]
     static let healthyApp = "com.example.healthy"
     /// Token numbers: the backlog from 0, the healthy app's jobs behind a reachable backlog and
     /// behind the backlog from these, and that reachable backlog from `reachableBase`.
@@ -18,8 +18,8 @@ extension BenchIsolation {
     static let healthyBase = 20_000_000
     static let reachableBase = 30_000_000
 
-    /// The stack of a gateway scenario: the backlog's app on the binary protocol (`slow`: over
-    /// HTTP/2, answering after 5 s), the other app on the other transport.
+    /// The stack of a gateway scenario: the backlog's app on the binary protocol (`slow` and
+    /// `throttled`: over HTTP/2, answering after 5 s or 429), the other app on the other transport.
     func gatewayOptions() -> LocalStack.Options {
         var options = LocalStack.Options()
         options.kafkaProperties = ["fetch.wait.max.ms": "5"]
@@ -29,6 +29,7 @@ extension BenchIsolation {
         options.app = ["poolSize": "4", "confirmationWindowMs": "\(windowMs)", "feedbackIntervalSeconds": "0"]
         var http2 = LocalStack.HTTP2App(name: Self.healthyApp)
         if scenario == "slow" { http2.responseDelay = .seconds(5) }
+        if scenario == "throttled" { http2.status429Every = 1 }
         http2.settings = ["poolSize": "4"]
         options.http2App = http2
         return options
@@ -36,8 +37,11 @@ extension BenchIsolation {
 
     /// The backlog's app and the healthy one.
     var apps: (backlog: String, healthy: String) {
-        scenario == "slow" ? (Self.healthyApp, LocalStack.app) : (LocalStack.app, Self.healthyApp)
+        overHTTP2 ? (Self.healthyApp, LocalStack.app) : (LocalStack.app, Self.healthyApp)
     }
+
+    /// The backlog's gateway is the HTTP/2 simulator, which stays up: slow, or answering 429.
+    var overHTTP2: Bool { scenario == "slow" || scenario == "throttled" }
 
     func gateways(_ stack: LocalStack) async throws {
         let producer = try KafkaProducer(
@@ -115,7 +119,7 @@ extension BenchIsolation {
 
         // 3. The gateway back: the backlog is delivered.
         silent?.close()
-        if scenario != "slow" { try await stack.restartGateway() }
+        if !overHTTP2 { try await stack.restartGateway() }
         let healed = clock.now
         try await read(until: clock.now + .seconds(timeout)) { (0..<jobs).allSatisfy { tally.firstSeen[$0] != nil } }
         let delivered = clock.now

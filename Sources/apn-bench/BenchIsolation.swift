@@ -16,10 +16,11 @@ struct BenchIsolation: AsyncParsableCommand {
             the worker writes them, and prints one JSON line: results received, duplicates, the seconds it took, \
             and the worker's peak RSS.
 
-            --scenario refused | silent | slow: one worker; --healthy-jobs jobs of an app behind --jobs jobs of its \
+            --scenario refused | silent | slow | throttled: one worker; --healthy-jobs jobs of an app behind --jobs jobs of its \
             own, then behind --jobs jobs (60,000) of an app whose gateway refuses connections (refused), accepts \
             TCP and never answers \
-            (silent), or answers every request after 5 s (slow, over HTTP/2), then the same --healthy-jobs again \
+            (silent), answers every request after 5 s (slow, over HTTP/2) or with 429 (throttled, over HTTP/2; its \
+            notifications are answered TooManyRequests after their retries), then the same --healthy-jobs again \
             behind them; after --outage seconds the gateway comes back and the backlog is delivered. Prints one JSON line: the \
             healthy jobs' p99 from produce to result behind each backlog, the share with a result \
             within 60 s, how long the backlog took, and lost, written twice and unflagged duplicates. \
@@ -27,7 +28,7 @@ struct BenchIsolation: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "fat-jobs, refused, silent or slow.")
+    @Option(help: "fat-jobs, refused, silent, slow or throttled.")
     var scenario = "fat-jobs"
     @Option(help: "Number of jobs (the backlog, in the gateway scenarios).")
     var jobs = 200

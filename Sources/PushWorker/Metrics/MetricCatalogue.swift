@@ -71,6 +71,18 @@ public enum MetricCatalogue {
         labels: ["app", "env"],
         "Age, from its job's Kafka timestamp, of the oldest moved-aside notification this worker leaves in kafka.parkedTopic because its gateway still cannot be reached; 0 when it leaves none."
     )
+    public static let notificationsWaiting = MetricDescription(
+        "apn_worker_notifications_waiting",
+        .gauge,
+        labels: ["app", "env"],
+        "Notifications of an app environment whose pool cannot take them now (unreachable or stalled): parked in the worker, and held by the pool; 0 while it delivers."
+    )
+    public static let poolBlocked = MetricDescription(
+        "apn_worker_pool_blocked",
+        .gauge,
+        labels: ["app", "env", "reason"],
+        "1 while an app environment's pool cannot take notifications, by reason: unreachable (it cannot connect to its gateway) or stalled (too slow for what it holds); its new notifications wait or move aside, and the other apps go on. 0 otherwise."
+    )
     public static let stopsDetected = MetricDescription(
         "apn_worker_stops_detected_total",
         .counter,
@@ -350,7 +362,7 @@ public enum MetricCatalogue {
     /// Every metric, in the order `docs/operations.md` lists them.
     public static let all: [MetricDescription] = [
         messagesConsumed, invalidJobs, messagesLostToRetention, messagesSkipped,
-        movedAside, broughtBack, movedAsideOldest,
+        movedAside, broughtBack, movedAsideOldest, notificationsWaiting, poolBlocked,
         stopsDetected, poisonMessages,
         duplicatesSuppressed, rateLimited,
         unregisteredSkipped,

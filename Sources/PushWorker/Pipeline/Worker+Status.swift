@@ -134,8 +134,17 @@ extension Worker {
         metrics.advance(MetricCatalogue.offsetsCommitted, to: kafka.commits)
         metrics.advance(MetricCatalogue.rebalances, ["assign"], to: kafka.assignments)
         metrics.advance(MetricCatalogue.rebalances, ["revoke"], to: kafka.revocations)
+        let conditions = stages.delivery.conditions()
+        let parked = stages.claims.waiting().parked
         for pool in stages.delivery.snapshots() {
-            update(pool.snapshot, of: [pool.key.app, pool.key.environment.rawValue, pool.transport])
+            let appEnvironment = [pool.key.app, pool.key.environment.rawValue]
+            update(pool.snapshot, of: appEnvironment + [pool.transport])
+            let condition = conditions[pool.key]
+            for reason in ["unreachable", "stalled"] {
+                metrics.set(MetricCatalogue.poolBlocked, appEnvironment + [reason], to: condition == reason ? 1 : 0)
+            }
+            let waiting = condition == nil ? 0 : (parked[pool.key] ?? 0) + pool.snapshot.admitted
+            metrics.set(MetricCatalogue.notificationsWaiting, appEnvironment, to: waiting)
         }
         let assigned = Set((try? stages.consumer.assignment()) ?? [])
         metrics.set(MetricCatalogue.assignedPartitions, to: assigned.count)
