@@ -154,6 +154,7 @@ extension BenchIsolation {
                 ("workerPeakRSSMB", .int(Int64(rss >> 20))), ("workerExited", .bool(exited)),
             ])
         )
+        for sample in tally.twiceSamples { FileHandle.standardError.write(Data("written twice: \(sample)\n".utf8)) }
         if lost > 0 || unflagged > 0 { throw ExitCode(1) }
     }
 }
@@ -164,6 +165,8 @@ final class Tally: @unchecked Sendable {
     var firstSeen: [Int: ContinuousClock.Instant] = [:]
     var flagged: Set<Int> = []
     var writtenTwice = 0
+    /// The first few results written a second time, for stderr.
+    var twiceSamples: [String] = []
     var notTransmitted = 0
 
     func note(_ value: [UInt8], at time: ContinuousClock.Instant) {
@@ -173,6 +176,7 @@ final class Tally: @unchecked Sendable {
             if !Self.contains(value, #""type":"transmitted""#) { notTransmitted += 1 }
         } else {
             writtenTwice += 1
+            if twiceSamples.count < 3 { twiceSamples.append(String(decoding: value, as: UTF8.self)) }
         }
         if Self.contains(value, #""possibleDuplicate":true"#) { flagged.insert(n) }
     }

@@ -22,12 +22,12 @@ extension ClaimStage {
         ledger.update { $0.setStuck(held) }
     }
 
-    /// Claims, in order, as many of the notifications parked for the pool of `key` as it has
-    /// room for, so that the claim loop never waits for one pool's room; the rest wait for the
-    /// next sweep. Returns how many.
+    /// Claims, in order, the notifications parked for the pool of `key` (with `all`), or as many
+    /// as it has room for, so that the claim loop does not wait for its room; the rest wait for
+    /// the next sweep. Returns how many.
     @discardableResult
-    func unparkIntoRoom(of key: PoolKey) async -> Int {
-        let room = delivery.room(for: key)
+    func unparkIntoRoom(of key: PoolKey, all: Bool = false) async -> Int {
+        let room = all ? Int.max : delivery.room(for: key)
         let back = state.withLock { s -> [Candidate] in
             guard !s.unavailable.contains(key), room > 0, let list = s.parked[key] else { return [] }
             guard list.count > room else {

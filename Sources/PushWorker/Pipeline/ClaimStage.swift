@@ -123,7 +123,10 @@ final class ClaimStage: Sendable {
             case .available(let key):
                 state.withLock { _ = $0.unavailable.remove(key) }
                 updateStuck()
-                let back = await unparkIntoRoom(of: key)
+                // All of them: the pool delivers again, and a send waits only while it drains
+                // what it held (unparking by its room, a second at a time, made an outage's tail
+                // longer).
+                let back = await unparkIntoRoom(of: key, all: true)
                 logger.notice(
                     "Gateway takes notifications again: parked notifications go out",
                     metadata: ["app": "\(key.app)", "env": "\(key.environment)", "parked": "\(back)"]
