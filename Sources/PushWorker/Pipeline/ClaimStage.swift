@@ -124,8 +124,7 @@ final class ClaimStage: Sendable {
                 state.withLock { _ = $0.unavailable.remove(key) }
                 updateStuck()
                 // All of them: the pool delivers again, and a send waits only while it drains
-                // what it held (unparking by its room, a second at a time, made an outage's tail
-                // longer).
+                // what it held, sooner than the sweeps would let them in by its room.
                 let back = await unparkIntoRoom(of: key, all: true)
                 logger.notice(
                     "Gateway takes notifications again: parked notifications go out",
