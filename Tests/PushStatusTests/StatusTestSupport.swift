@@ -71,9 +71,10 @@ func withStatusServer<Result>(
 }
 
 /// Fails with a message if `body` has not finished within `seconds` (a guard against a test
-/// hanging, not a measurement).
+/// hanging, not a measurement: 30 s by default, because the whole suite on two cores can keep a
+/// connection's answer waiting for more than 10 s).
 func withDeadline<Result: Sendable>(
-    seconds: Int64 = 10,
+    seconds: Int64 = 30,
     _ what: String,
     _ body: @escaping @Sendable () async throws -> Result
 ) async throws -> Result {
