@@ -46,6 +46,9 @@ public struct APNSStatus: Sendable, Hashable, CustomStringConvertible {
     /// The job's `staleAfter` passed before the notification could be sent (the gateway was
     /// unreachable until then): it was not sent.
     public static let expired = APNSStatus(rawValue: 521)
+    /// A Live Activity update that a newer one for the same activity replaced before it was
+    /// sent (latest wins): it was not sent.
+    public static let superseded = APNSStatus(rawValue: 522)
 
     // HTTP/2 provider API statuses (§3.4); the reason string travels beside them.
     public static let badRequest = APNSStatus(rawValue: 400)
@@ -54,10 +57,10 @@ public struct APNSStatus: Sendable, Hashable, CustomStringConvertible {
     public static let tooManyRequests = APNSStatus(rawValue: 429)
 
     /// True for codes that came from Apple (the binary error-response table, or an HTTP/2
-    /// status) rather than from the client or the worker (512–521, which no HTTP status of
+    /// status) rather than from the client or the worker (512–522, which no HTTP status of
     /// §3.4 uses).
     public var isFromApple: Bool {
-        (0...255).contains(rawValue) || (400...511).contains(rawValue) || (522...599).contains(rawValue)
+        (0...255).contains(rawValue) || (400...511).contains(rawValue) || (523...599).contains(rawValue)
     }
 
     /// A short, stable name (`"invalidToken"`, `"shutdown"`, ...).
@@ -85,6 +88,7 @@ public struct APNSStatus: Sendable, Hashable, CustomStringConvertible {
         case 519: "unregistered"
         case 520: "rateLimited"
         case 521: "expired"
+        case 522: "superseded"
         case 400: "badRequest"
         case 403: "forbidden"
         case 404: "notFound"
@@ -123,6 +127,7 @@ public struct APNSStatus: Sendable, Hashable, CustomStringConvertible {
         case 519: "Device token unregistered"
         case 520: "Device rate limit exceeded"
         case 521: "Stale: the job's staleAfter passed before it could be sent"
+        case 522: "Superseded: a newer update of the same Live Activity replaced it"
         case 400: "Bad request"
         case 403: "Certificate or provider token error"
         case 404: "Bad path"

@@ -9,6 +9,9 @@ public struct APNSSubmission: Sendable {
     /// HTTP/2: the `apns-id` to send (a canonical lower-case UUID, §3.3); `nil` lets the client
     /// make one. Ignored by the binary API.
     public var apnsID: String? = nil
+    /// HTTP/2: a Live Activity update's place among its activity's updates (latest wins), and
+    /// the priority chosen for it; `nil` for every other notification.
+    public var activity: APNSActivityTicket? = nil
     /// The notification and its payload, by reference: the submissions of one notification to
     /// many tokens share one ``Content`` instead of copying every field per token.
     public var content: Content
@@ -100,6 +103,9 @@ public struct APNSDeliveryOutcome: Sendable, Hashable {
     public var reason: String? = nil
     /// The `apns-id` the notification was last sent with (HTTP/2).
     public var apnsID: String? = nil
+    /// For ``APNSStatus/superseded``: the job whose newer update of the same Live Activity
+    /// replaced this one.
+    public var supersededBy: String? = nil
     /// The `apns-unique-id` APNs answered with (HTTP/2; the development environment only, §3.4).
     public var apnsUniqueID: String? = nil
     /// For HTTP/2 status 410: when APNs last confirmed the token invalid, in milliseconds since

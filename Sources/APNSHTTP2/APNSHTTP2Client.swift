@@ -167,14 +167,15 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                         body: body,
                         pushType: t.pushType,
                         topic: t.topic,
-                        priority: t.priority,
+                        priority: submission.activity?.priority ?? t.priority,
                         isBroadcast: t.broadcastPath != nil,
                         urgent: submission.content.urgent,
                         expiration: t.expiration,
                         collapseID: t.collapseID,
                         apnsID: submission.apnsID ?? apnsIDs.next(),
                         retryLimit: t.retryLimit,
-                        staleAt: submission.content.staleAt
+                        staleAt: submission.content.staleAt,
+                        activity: submission.activity
                     )
                 )
             case .failure(let error):

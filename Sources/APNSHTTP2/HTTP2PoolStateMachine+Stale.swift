@@ -4,12 +4,17 @@ import APNSCore
 extension HTTP2PoolStateMachine {
     /// Up to `count` requests from the front of the queue for a connection to write; one past its
     /// `staleAt` when its turn comes is failed as `expired` instead (the clock is read once, and
-    /// only when a request has one).
+    /// only when a request has one), and a Live Activity update a newer one replaced is
+    /// answered `superseded`.
     mutating func takeRequests(_ count: Int) -> [QueuedRequest] {
         var taken: [QueuedRequest] = []
         taken.reserveCapacity(count)
         var now: Int64? = nil
         while taken.count < count, let request = queue.popFirst() {
+            if request.activity != nil, let job = request.supersededBy() {
+                events.append(outcome: .transmissionError(request.supersededFailure(by: job)))
+                continue
+            }
             if let staleAt = request.staleAt {
                 let current = now ?? configuration.now()
                 now = current

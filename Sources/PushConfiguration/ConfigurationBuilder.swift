@@ -251,7 +251,7 @@ struct ConfigurationBuilder {
                 "bundleId", "defaultEnvironment", "transport", "poolSize", "cacheMaxCount", "cacheMaxBytes",
                 "confirmationWindowMs", "resendOnUnknown", "connectRetryLimit", "appPerSecond", "devicePerHour",
                 "feedbackIntervalSeconds", "mdmTopic", "defaultExpiry", "staleAfter", "topics", "dryRun",
-                "environmentFallback",
+                "environmentFallback", "liveActivityHighPriorityPerHour",
             ] + Self.connectionKeys + ["environments"]
         )
 
@@ -337,6 +337,14 @@ struct ConfigurationBuilder {
         try section.read("appPerSecond", .unlimitedOrMore, into: &app.appPerSecond)
         app.devicePerHour = limits.devicePerHour
         try section.read("devicePerHour", .unlimitedOrMore, into: &app.devicePerHour)
+        try section.read(
+            "liveActivityHighPriorityPerHour",
+            IntegerRule(
+                range: 0...100_000,
+                wording: "0 (no budget: \"priority\": \"auto\" always sends 10) or a whole number from 1 to 100000"
+            ),
+            into: &app.liveActivityHighPriorityPerHour
+        )
         try section.read(
             "feedbackIntervalSeconds",
             IntegerRule(

@@ -305,6 +305,9 @@ extension WorkerConfiguration {
         /// Notifications per hour for one device of this app (0 = unlimited), resolved against
         /// ``Limits/devicePerHour``.
         public var devicePerHour: Int
+        /// HTTP/2: priority-10 updates per hour for one Live Activity whose jobs say
+        /// `"priority": "auto"`; past it they go at priority 5 (0: no budget, always 10).
+        public var liveActivityHighPriorityPerHour = 0
         /// Time between feedback-service polls (`feedbackIntervalSeconds`); zero turns polling off.
         public var feedbackInterval: Duration
         /// HTTP/2 only: the `apns-topic` of MDM notifications, the topic of the MDM push

@@ -36,7 +36,7 @@ public final class LocalStack: @unchecked Sendable {
     /// What gateways stopped by ``stopGateway()`` had accepted.
     private var retiredAccepted: [DeviceToken: Int] = [:]
     /// The HTTP/2 simulator of ``Options/http2App``, when there is one.
-    public let http2Simulator: APNSHTTP2Simulator?
+    public private(set) var http2Simulator: APNSHTTP2Simulator?
     /// The sandbox environments' simulators (``Options/sandboxBadTokens``,
     /// ``HTTP2App/sandboxBadTokens``), when there are.
     public private(set) var sandboxSimulator: APNSSimulator?
@@ -236,6 +236,20 @@ public final class LocalStack: @unchecked Sendable {
         configuration.binaryPort = simulator.binaryPort
         configuration.feedbackPort = simulator.feedbackPort
         simulator = try await APNSSimulator.start(configuration: configuration)
+    }
+
+    /// Stops the HTTP/2 simulator, cutting its connections: an outage of the HTTP/2 app's
+    /// gateway. (What it accepted before is forgotten with it.)
+    public func stopHTTP2Gateway() async {
+        await http2Simulator?.stop()
+    }
+
+    /// Starts the HTTP/2 simulator again, as it was configured, on the same port.
+    public func restartHTTP2Gateway() async throws {
+        guard let stopped = http2Simulator else { return }
+        var configuration = stopped.configuration
+        configuration.port = stopped.port
+        http2Simulator = try await APNSHTTP2Simulator.start(configuration: configuration)
     }
 
     /// How often each token was accepted by the binary gateway, over its restarts.

@@ -217,6 +217,10 @@ final class WorkerStack: @unchecked Sendable {
     /// Starts the binary gateway and feedback service again on the same ports.
     func restartGateway() async throws { try await local.restartGateway() }
 
+    /// Stops the HTTP/2 app's simulator, and starts it again on the same port.
+    func stopHTTP2Gateway() async { await local.stopHTTP2Gateway() }
+    func restartHTTP2Gateway() async throws { try await local.restartHTTP2Gateway() }
+
     /// How often each token was accepted by the binary gateway, over its restarts.
     var acceptedByToken: [DeviceToken: Int] { local.acceptedByToken }
 

@@ -34,7 +34,7 @@ import Testing
             + "setting; known settings here are bundleId, defaultEnvironment, transport, poolSize, cacheMaxCount, "
             + "cacheMaxBytes, confirmationWindowMs, resendOnUnknown, connectRetryLimit, appPerSecond, devicePerHour, "
             + "feedbackIntervalSeconds, mdmTopic, defaultExpiry, staleAfter, topics, dryRun, environmentFallback, "
-            + "minConnections, connectTimeoutMs, "
+            + "liveActivityHighPriorityPerHour, minConnections, connectTimeoutMs, "
             + "writeTimeoutMs, "
             + "idleTimeoutMs, reconnectBaseDelayMs, reconnectMaxDelayMs, retryLimit, retryBaseDelayMs, retryMaxDelayMs, "
             + "environments."

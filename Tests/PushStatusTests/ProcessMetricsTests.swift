@@ -71,12 +71,13 @@ struct ProcessMetricsTests {
     @Test func swiftAllocationsAreServedByJemalloc() throws {
         let version = try #require(HeapAllocator.version, "the process's allocator is not jemalloc")
         #expect(version.hasPrefix("5."))
-        // 64 MiB allocated by the Swift runtime must show in jemalloc's count: it would not if
-        // glibc's malloc still served the process.
+        // 512 MiB allocated by the Swift runtime must show in jemalloc's count: it would not if
+        // glibc's malloc still served the process. The count is the process's: tests running
+        // beside this one free memory meanwhile (tens of MiB), which the margin allows for.
         let before = try #require(HeapAllocator.allocatedBytes())
-        let block = [UInt8](repeating: 7, count: 64 << 20)
+        let block = [UInt8](repeating: 7, count: 512 << 20)
         let during = try #require(HeapAllocator.allocatedBytes())
-        #expect(during - before >= 60 << 20, "allocated \(before) → \(during)")
+        #expect(during - before >= 384 << 20, "allocated \(before) → \(during)")
         withExtendedLifetime(block) {}
     }
 }

@@ -193,4 +193,40 @@ import Testing
                 == true
         )
     }
+
+    @Test(
+        "\"priority\": \"auto\" is taken for a Live Activity job, with its alert noted, and refused for any other job"
+    )
+    func autoPriority() throws {
+        guard case .job(let job) = parse(#"{"event":"update","contentState":{}}"#, extra: #","priority":"auto""#) else {
+            Issue.record("an auto-priority update does not parse")
+            return
+        }
+        #expect(job.liveActivity?.autoPriority == true)
+        #expect(job.liveActivity?.hasAlert == false)
+        #expect(job.notification.priority == .immediate)
+        guard
+            case .job(let alerted) = parse(
+                #"{"event":"update","contentState":{},"alert":{"title":"Goal","body":"1-0"}}"#,
+                extra: #","priority":"auto""#
+            )
+        else {
+            Issue.record("an auto-priority update with an alert does not parse")
+            return
+        }
+        #expect(alerted.liveActivity?.hasAlert == true)
+        var parser = JobParser()
+        parser.http2Apps = ["a"]
+        let plain = #"{"id":"j","app":"a","token":"\#(Self.token)","alert":"hi","priority":"auto"}"#
+        guard case .rejected(_, _, _, let refusal, _, _) = parser.parse(Array(plain.utf8), producedAt: Self.producedAt)
+        else {
+            Issue.record("an auto-priority alert job was taken")
+            return
+        }
+        #expect(refusal.contains("is for Live Activity jobs"), "\(refusal)")
+        #expect(
+            reason(#"{"event":"update","contentState":{}}"#, extra: #","priority":"soon""#)?.contains("\"auto\"")
+                == true
+        )
+    }
 }

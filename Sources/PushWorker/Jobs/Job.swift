@@ -342,13 +342,20 @@ public struct JobParser: Sendable {
                 throw JobFieldError("\"expiry\" must be a UNIX time in seconds or a string such as \"30m\" or \"1d\"")
             }
         }
+        var autoPriority = false
         if let v = fields[.priority] {
-            guard let raw = v.intValue, let priority = APNSPriority(rawValue: Int(raw)) else {
-                throw JobFieldError(
-                    "\"priority\" must be 10 (immediate), 5 (power-considerate) or 1 (low, HTTP/2 apps only)"
-                )
+            if v.stringValue == "auto" {
+                // Decided per Live Activity update when it is sent (`docs/jobs.md`, "Priority budget").
+                autoPriority = true
+                n.priority = .immediate
+            } else {
+                guard let raw = v.intValue, let priority = APNSPriority(rawValue: Int(raw)) else {
+                    throw JobFieldError(
+                        "\"priority\" must be 10 (immediate), 5 (power-considerate), 1 (low, HTTP/2 apps only) or \"auto\" (Live Activity jobs)"
+                    )
+                }
+                n.priority = priority
             }
-            n.priority = priority
         }
         if let v = fields[.truncateAtWordEnd] { n.truncateAtWordEnd = try bool(v, "truncateAtWordEnd") }
         if let v = fields[.retryLimit] { n.retryLimit = try nonNegativeInt(v, "retryLimit") }
@@ -406,6 +413,11 @@ public struct JobParser: Sendable {
         if let v = fields[.liveActivity] {
             let seconds = producedAt.map { $0 / 1000 } ?? Int64(Date().timeIntervalSince1970)
             job.liveActivity = try applyLiveActivity(v, app: job.app, producedAt: seconds, fields: fields, to: &n)
+            job.liveActivity?.autoPriority = autoPriority
+        } else if autoPriority {
+            throw JobFieldError(
+                "\"priority\": \"auto\" is for Live Activity jobs (with \"liveActivity\"); give 10, 5 or 1 for other jobs"
+            )
         }
         swap(&job.notification, &n)
     }

@@ -32,6 +32,12 @@ public struct LiveActivity: Sendable, Hashable {
     public var inputPushToken = false
     /// `aps.input-push-channel`: a `start` that subscribes the activity to a broadcast channel.
     public var inputPushChannel: String?
+    /// The job says `"priority": "auto"`: the worker sends 10 while the activity is within its
+    /// app's `liveActivityHighPriorityPerHour`, 5 after it (updates without an alert only).
+    public var autoPriority = false
+
+    /// Whether it has `liveActivity.alert`.
+    public var hasAlert = false
 
     /// The most bytes a content state may take as compact JSON: ActivityKit's limit for an
     /// activity's state (§5.1).
@@ -194,7 +200,10 @@ extension JobParser {
                 throw JobFieldError("\"liveActivity.\(key)\" applies to a start event only")
             }
         }
-        if let alert { n.alert = .liveActivity(alert) }
+        if let alert {
+            n.alert = .liveActivity(alert)
+            activity.hasAlert = true
+        }
         n.relevanceScore = activity.relevanceScore
         for (key, value) in activity.apsFields { n.additionalAPSFields[key] = value }
         n.pushType = APNSPushType.liveactivity.rawValue

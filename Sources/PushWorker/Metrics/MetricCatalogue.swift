@@ -121,6 +121,18 @@ public enum MetricCatalogue {
         labels: ["app"],
         "Notifications not sent because their job's staleAfter had passed when they were consumed or about to be sent (status 521)."
     )
+    public static let liveActivityUpdates = MetricDescription(
+        "apn_worker_live_activity_updates_total",
+        .counter,
+        labels: ["app", "priority"],
+        "Live Activity pushes Apple accepted, by the apns-priority they were sent with (10 or 5)."
+    )
+    public static let liveActivitySuperseded = MetricDescription(
+        "apn_worker_live_activity_superseded_total",
+        .counter,
+        labels: ["app"],
+        "Live Activity updates not sent because a newer update of the same activity replaced them (status 522)."
+    )
     public static let redirected = MetricDescription(
         "apn_worker_redirected_total",
         .counter,
@@ -366,7 +378,7 @@ public enum MetricCatalogue {
         stopsDetected, poisonMessages,
         duplicatesSuppressed, rateLimited,
         unregisteredSkipped,
-        staleSkipped, redirected, notifications,
+        staleSkipped, liveActivityUpdates, liveActivitySuperseded, redirected, notifications,
         deliveryAttempts, retransmissions, possibleDuplicates, endToEndLatency, deliveryLatency, poolConnections,
         connectionsOpened, connectFailures, connectionsClosed, sentCacheNotifications, backpressureWaits,
         http2StreamsInUse, providerTokenRefreshes, providerTokenRefreshed, credentialExpiry, credentialReloadFailed,

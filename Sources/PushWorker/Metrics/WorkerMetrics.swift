@@ -202,6 +202,9 @@ extension WorkerMetrics {
         }
         for (app, count) in decisions.unregistered { increment(MetricCatalogue.unregisteredSkipped, [app], by: count) }
         for (app, count) in decisions.stale { increment(MetricCatalogue.staleSkipped, [app], by: count) }
+        for (app, count) in decisions.superseded {
+            increment(MetricCatalogue.liveActivitySuperseded, [app], by: count)
+        }
     }
 }
 

@@ -279,7 +279,8 @@ final class ClaimStage: Sendable {
             hold(ready, for: .milliseconds(500))
             return
         }
-        await act(on: Self.plan(ready, decisions, factory: factory, now: now))
+        let newer = await acceptedNewer(ready, decisions)
+        await act(on: Self.plan(ready, decisions, factory: factory, now: now, newerAccepted: newer))
     }
 
     /// Claims `ready`: one claim per topic their messages came from (one, unless the worker
@@ -334,17 +335,30 @@ final class ClaimStage: Sendable {
         var unregistered: [String: Int] = [:]
         /// Past the job's `staleAfter` before they could be sent: failed with status 521.
         var stale: [String: Int] = [:]
+        /// Live Activity updates a newer one replaced: failed with status 522.
+        var superseded: [String: Int] = [:]
     }
 
+    /// `newerAccepted`: by index, the job of a newer update of the candidate's Live Activity
+    /// that Apple accepted (``acceptedNewer(_:_:)``).
     static func plan(
         _ candidates: [Candidate],
         _ decisions: [NotificationStore.ClaimDecision],
         factory: ResultFactory,
-        now: Int64
+        now: Int64,
+        newerAccepted: [Int: String] = [:]
     ) -> Plan {
         var plan = Plan()
         var runIndex: [PoolKey: Int] = [:]
-        for (c, decision) in zip(candidates, decisions) {
+        for (index, (c, decision)) in zip(candidates, decisions).enumerated() {
+            if decision == .send, let activity = c.activity, !c.job.dryRun,
+                let job = newerAccepted[index] ?? activity.replacement
+            {
+                // Latest wins: a newer update of its Live Activity is waiting here or was accepted.
+                plan.decisions.superseded[c.job.app, default: 0] += 1
+                plan.results.append(factory.superseded(c, by: job, at: now))
+                continue
+            }
             switch decision {
             case .send where c.job.dryRun, .resend where c.job.dryRun:
                 // Claimed and counted like a real notification; answered instead of sent.
@@ -432,6 +446,7 @@ final class ClaimStage: Sendable {
             hold(plan.throttled, for: .milliseconds(1000 - millis + 1))
         }
         for run in plan.sends {
+            await choosePriorities(run.notifications)
             await delivery.submit(run.notifications, to: run.key)
         }
     }

@@ -51,7 +51,7 @@ final class DeliveryStage: Sendable {
     private let results: ResultStage
     let claimSignals: AsyncStream<ClaimStage.Signal>.Continuation
     private let factory: ResultFactory
-    private let control: PipelineControl
+    let control: PipelineControl
     let logger: Logger
     /// Pools as they are created and replaced, for ``run()`` to read.
     private let opened: AsyncStream<PoolChange>
@@ -206,10 +206,12 @@ final class DeliveryStage: Sendable {
                 )
             }
         }
-        // Jobs that give `apnsId`: the id per token, derived outside the lock.
-        for index in submissions.indices where notifications[index].candidate.job.apnsId != nil {
+        // Jobs that give `apnsId`: the id per token, derived outside the lock; Live Activity
+        // updates: their place among their activity's (latest wins) and chosen priority.
+        for index in submissions.indices {
             let candidate = notifications[index].candidate
-            submissions[index].apnsID = candidate.job.apnsID(for: candidate.tokenHex)
+            if candidate.job.apnsId != nil { submissions[index].apnsID = candidate.job.apnsID(for: candidate.tokenHex) }
+            if let activity = candidate.activity { submissions[index].activity = activity }
         }
         do {
             var client = try pool(for: key)
@@ -355,6 +357,7 @@ final class DeliveryStage: Sendable {
                 s.outcomes[key, default: 0] += outcomes.count
                 return outcomes.map { s.sent.remove($0.tag) }
             }
+            countLiveActivities(outcomes, contexts)
             let retired = isRetired(client)
             // A replaced pool gives back what it never wrote: to the pool in force.
             var resend: [SentContext] = []

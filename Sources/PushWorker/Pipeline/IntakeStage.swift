@@ -85,7 +85,16 @@ struct IntakeStage: Sendable {
     /// `kafka.parkedTopic`: its records are notifications that moved aside, coming back.
     let parkedTopic: String?
 
-    init(configuration: WorkerConfiguration, factory: ResultFactory, logger: Logger) {
+    /// The Live Activity updates in this worker, newest per activity (latest wins).
+    let latestWins: APNSLatestWins
+
+    init(
+        configuration: WorkerConfiguration,
+        factory: ResultFactory,
+        logger: Logger,
+        latestWins: APNSLatestWins = APNSLatestWins()
+    ) {
+        self.latestWins = latestWins
         self.lanes = configuration.kafka.consumedTopics.count
         self.parkedTopic = configuration.kafka.parkedTopic
         self.urgentTopic = configuration.kafka.highestLane
@@ -403,7 +412,14 @@ struct IntakeStage: Sendable {
                                     ? WorkerResult.channelJobId(jobId: job.id)
                                     : shared.dryRun
                                         ? WorkerResult.dryRunId(jobId: job.id, token: hex)
-                                        : WorkerResult.notificationId(jobId: job.id, token: hex)
+                                        : WorkerResult.notificationId(jobId: job.id, token: hex),
+                                activity: shared.activity?.mark.map { mark in
+                                    latestWins.enter(
+                                        ActivityFacts.key(app: job.app, environment: environment, target: hex),
+                                        mark: mark,
+                                        jobID: job.id
+                                    )
+                                }
                             )
                         )
                     }

@@ -57,6 +57,8 @@ final class SharedJob: Sendable {
     /// The job's message as consumed, kept when notifications may move aside
     /// (``ParkedRecord``); `nil` otherwise.
     let source: [UInt8]?
+    /// A Live Activity job's event, timestamp and priority rule; `nil` for every other job.
+    let activity: ActivityFacts?
 
     /// Takes the job's notification, leaving an empty one in its place: the notification is
     /// a large value, and a copy of it (and the destruction of the job's) was about 3% of the
@@ -99,6 +101,9 @@ final class SharedJob: Sendable {
         derivesAPNSIDs = job.tokens.count > 1
         dryRun = job.dryRun || settings.dryRun
         channelAction = job.channelAction
+        activity = job.liveActivity.map {
+            ActivityFacts($0, highPriorityPerHour: settings.liveActivityHighPriorityPerHour)
+        }
     }
 
     /// The `apns-id` to send to `token` (lower-case hex): the job's `apnsId` for a job of one
@@ -114,6 +119,42 @@ final class SharedJob: Sendable {
     var broadcast: Bool { content.broadcast }
 }
 
+/// What latest wins and the priority budget need of a Live Activity job
+/// (`docs/delivery.md`, "Latest wins"; `docs/jobs.md`, "Priority budget").
+final class ActivityFacts: Sendable {
+    let event: LiveActivity.Event
+    /// `aps.timestamp` (UNIX seconds).
+    let timestamp: Int64
+    /// `aps.stale-date` (UNIX seconds): how long the newest accepted update is remembered.
+    let staleDate: Int64?
+    /// `"priority": "auto"` on an update without an alert: the app's
+    /// `liveActivityHighPriorityPerHour`, the updates per activity sent at 10 before 5; 0 when
+    /// the job keeps its priority (a start, an end, an update with an alert, no budget).
+    let highPriorityPerHour: Int
+    /// The job said `"priority": "auto"`: its results say which priority was sent.
+    let autoPriority: Bool
+
+    init(_ activity: LiveActivity, highPriorityPerHour: Int) {
+        event = activity.event
+        timestamp = activity.timestamp
+        staleDate = activity.staleDate
+        autoPriority = activity.autoPriority
+        let budgeted = activity.autoPriority && activity.event == .update && !activity.hasAlert
+        self.highPriorityPerHour = budgeted ? highPriorityPerHour : 0
+    }
+
+    /// What names a Live Activity in a worker's ``APNSLatestWins``: its app, environment and
+    /// push token (or broadcast channel).
+    static func key(app: String, environment: APNSEnvironment, target: String) -> String {
+        app + "\u{0}" + environment.rawValue + "\u{0}" + target
+    }
+
+    /// Its place among its activity's updates; `nil` for a start, which begins an activity.
+    var mark: APNSActivityMark? {
+        event == .start ? nil : APNSActivityMark(end: event == .end, timestamp: timestamp)
+    }
+}
+
 /// A notification on its way to be claimed. A class: it may wait in several lists (held,
 /// parked), and copying a reference is cheaper than copying its fields.
 final class Candidate: Sendable {
@@ -124,13 +165,23 @@ final class Candidate: Sendable {
     let resultId: String
     /// What names it in Redis (``NotificationFingerprint``), computed once.
     let fingerprint: NotificationFingerprint
+    /// A Live Activity update's place among its activity's updates in this worker.
+    let activity: APNSActivityTicket?
 
-    init(ref: MessageRef, job: SharedJob, token: DeviceToken, tokenHex: String, resultId: String) {
+    init(
+        ref: MessageRef,
+        job: SharedJob,
+        token: DeviceToken,
+        tokenHex: String,
+        resultId: String,
+        activity: APNSActivityTicket? = nil
+    ) {
         self.ref = ref
         self.job = job
         self.token = token
         self.tokenHex = tokenHex
         self.resultId = resultId
+        self.activity = activity
         fingerprint = NotificationFingerprint(resultId: resultId)
     }
 
@@ -240,10 +291,17 @@ final class RecordedResult: Sendable {
         let feedback: ResultMessage?
         let unregister: Unregistration?
         let environment: TokenEnvironment?
-        init(feedback: ResultMessage?, unregister: Unregistration?, environment: TokenEnvironment?) {
+        let accepted: AcceptedActivity?
+        init(
+            feedback: ResultMessage?,
+            unregister: Unregistration?,
+            environment: TokenEnvironment?,
+            accepted: AcceptedActivity?
+        ) {
             self.feedback = feedback
             self.unregister = unregister
             self.environment = environment
+            self.accepted = accepted
         }
     }
 
@@ -253,6 +311,8 @@ final class RecordedResult: Sendable {
     var unregister: Unregistration? { extra?.unregister }
     /// The token's environment to remember or forget (`environmentFallback`).
     var environment: TokenEnvironment? { extra?.environment }
+    /// The Live Activity update Apple accepted, to remember (latest wins).
+    var accepted: AcceptedActivity? { extra?.accepted }
 
     init(
         ref: MessageRef,
@@ -262,7 +322,8 @@ final class RecordedResult: Sendable {
         result: ResultMessage,
         feedback: ResultMessage? = nil,
         unregister: Unregistration? = nil,
-        environment: TokenEnvironment? = nil
+        environment: TokenEnvironment? = nil,
+        accepted: AcceptedActivity? = nil
     ) {
         self.ref = ref
         self.resultId = resultId
@@ -270,8 +331,9 @@ final class RecordedResult: Sendable {
         self.token = token
         self.result = result
         extra =
-            feedback == nil && unregister == nil && environment == nil
-            ? nil : Extra(feedback: feedback, unregister: unregister, environment: environment)
+            feedback == nil && unregister == nil && environment == nil && accepted == nil
+            ? nil
+            : Extra(feedback: feedback, unregister: unregister, environment: environment, accepted: accepted)
     }
 }
 

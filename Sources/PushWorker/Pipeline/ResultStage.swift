@@ -270,6 +270,8 @@ final class ResultStage: Sendable {
         var unregistered: [(app: String, environment: String, token: String, since: Int64, reason: String)] = []
         /// Tokens' environments to remember or forget (`environmentFallback`).
         var environments: [TokenEnvironment] = []
+        /// Live Activity updates Apple accepted (latest wins).
+        var accepted: [AcceptedActivity] = []
         /// Claims to delete: notifications never written to a gateway.
         var released: [(resultId: String, token: String)] = []
         var messages: [KafkaOutgoingMessage] = []
@@ -307,6 +309,7 @@ final class ResultStage: Sendable {
                     plan.unregistered.append((u.app, u.environment, u.token, u.verdict.since, u.verdict.reason))
                 }
                 if let environment = r.environment { plan.environments.append(environment) }
+                if let accepted = r.accepted { plan.accepted.append(accepted) }
                 produce(r.result)
                 if let feedback = r.feedback { produce(feedback) }
                 plan.settled.append(r.resultId)
@@ -332,6 +335,7 @@ final class ResultStage: Sendable {
                 plan.records,
                 unregistered: plan.unregistered,
                 environments: plan.environments,
+                accepted: plan.accepted,
                 released: plan.released,
                 marks: marks,
                 forgotten: forgotten,
@@ -376,6 +380,7 @@ final class ResultStage: Sendable {
         _ records: [RecordedResult],
         unregistered: [(app: String, environment: String, token: String, since: Int64, reason: String)],
         environments: [TokenEnvironment],
+        accepted: [AcceptedActivity],
         released: [(resultId: String, token: String)],
         marks: [TopicPartitionOffset],
         forgotten: [SettledRecord],
@@ -391,6 +396,7 @@ final class ResultStage: Sendable {
                     released: released,
                     positions: marks,
                     environments: environments,
+                    accepted: accepted,
                     forgotten: forgotten,
                     outcomeGeneration: generation,
                     ttlSeconds: configuration.worker.dedupeTTLSeconds

@@ -84,6 +84,7 @@ struct ResultFactory: Sendable {
         status: APNSStatus,
         reason: String,
         verdict: TokenVerdict? = nil,
+        supersededBy: String? = nil,
         at: Int64
     ) -> ResultItem {
         var result = WorkerResult(
@@ -101,6 +102,7 @@ struct ResultFactory: Sendable {
             at: at
         )
         result.tokenVerdict = verdict
+        result.supersededBy = supersededBy
         result.metadata = c.job.metadata
         if namesTopics { result.topic = c.ref.partition.topic }
         if c.job.broadcast { result.addressToChannel() }
@@ -144,7 +146,15 @@ struct ResultFactory: Sendable {
         )
         result.apnsId = outcome.apnsID
         result.apnsUniqueId = outcome.apnsUniqueID
+        result.supersededBy = outcome.supersededBy
         result.metadata = c.job.metadata
+        var accepted: AcceptedActivity? = nil
+        if let activity = c.job.activity {
+            if activity.autoPriority { result.priority = Int(c.activity?.priority ?? 10) }
+            if outcome.isTransmitted, let ticket = c.activity {
+                accepted = Self.accepted(ticket, activity, c, environment: env, at: at)
+            }
+        }
         if namesTopics { result.topic = c.ref.partition.topic }
         if let redirect = context.redirect, redirect.environment != c.job.environment { result.redirected = true }
         if c.job.broadcast { result.addressToChannel() }
@@ -181,8 +191,43 @@ struct ResultFactory: Sendable {
                 result: result.message(since: c.job.producedAt),
                 feedback: feedback,
                 unregister: unregister,
-                environment: memory
+                environment: memory,
+                accepted: accepted
             )
+        )
+    }
+
+    /// A Live Activity update Apple accepted, remembered until its `staleDate` (at most
+    /// ``NotificationStore/acceptedActivityTTL``) so that no older one is sent after it.
+    static func accepted(
+        _ ticket: APNSActivityTicket,
+        _ activity: ActivityFacts,
+        _ c: Candidate,
+        environment: String,
+        at: Int64
+    ) -> AcceptedActivity {
+        let longest = NotificationStore.acceptedActivityTTL
+        let ttl = activity.staleDate.map { min(longest, max(1, $0 - at / 1000)) } ?? longest
+        return AcceptedActivity(
+            app: c.job.app,
+            environment: environment,
+            target: c.tokenHex,
+            mark: ticket.mark,
+            jobId: c.job.jobId,
+            ttlSeconds: ttl,
+            ticket: ticket
+        )
+    }
+
+    /// The result of a Live Activity update that a newer one of the same activity replaced
+    /// before it was sent (status 522).
+    func superseded(_ c: Candidate, by job: String, at: Int64) -> ResultItem {
+        decided(
+            c,
+            status: .superseded,
+            reason: "job \(job) has a newer update of this Live Activity; not sent",
+            supersededBy: job,
+            at: at
         )
     }
 

@@ -44,6 +44,10 @@ public struct WorkerResult: Sendable, Hashable {
     /// answered with (development environment only).
     public var apnsId: String?
     public var apnsUniqueId: String?
+    /// superseded (522): the job whose newer update of the same Live Activity replaced this one.
+    public var supersededBy: String? = nil
+    /// A Live Activity job with `"priority": "auto"`: the `apns-priority` sent (10 or 5).
+    public var priority: Int? = nil
     /// dryRun: the size of the payload that would have been sent.
     public var payloadBytes: Int?
     /// The job's `metadata` as compact JSON, written into the result as it is.
@@ -107,6 +111,8 @@ public struct WorkerResult: Sendable, Hashable {
             out.raw(possibleDuplicate ? #","possibleDuplicate":true"# : #","possibleDuplicate":false"#)
         }
         if redirected == true { out.raw(#","redirected":true"#) }
+        out.string(#","supersededBy":"#, supersededBy)
+        out.integer(#","priority":"#, priority.map(Int64.init))
         if let tokenVerdict {
             out.string(#","tokenVerdict":{"reason":"#, tokenVerdict.reason)
             out.integer(#","since":"#, tokenVerdict.since)
@@ -171,7 +177,7 @@ public struct WorkerResult: Sendable, Hashable {
         size +=
             text(token, 9) + text(channel, 11) + text(action, 10) + text(storagePolicy, 17)
             + text(reason, 10, max: Self.maxReasonBytes) + text(apnsId, 10)
-            + text(apnsUniqueId, 16)
+            + text(apnsUniqueId, 16) + text(supersededBy, 16) + number(priority != nil, 12)
         size += tokenVerdict.map { 35 + $0.reason.utf8.count + 20 } ?? 0
         size += text(topic, 9) + text(worker, 10) + (metadata.map { 12 + $0.count } ?? 0)
         if let status { size += 10 + 6 + text(status.name, 14) }

@@ -25,6 +25,7 @@ extension NotificationStore {
         released: [(resultId: String, token: String)],
         positions: [TopicPartitionOffset] = [],
         environments: [TokenEnvironment] = [],
+        accepted: [AcceptedActivity] = [],
         forgotten: [SettledRecord] = [],
         outcomeGeneration: Int64? = nil,
         ttlSeconds: Int
@@ -74,6 +75,7 @@ extension NotificationStore {
             }
         }
         appendEnvironments(environments, to: &commands)
+        appendAccepted(accepted, to: &commands)
         appendReleases(released, layout: layout, now: now, to: &commands)
         // Only ever forward: a partition's new owner starts behind the position its previous
         // owner reached, and must not move it back. Kept two periods, as long as the claims it
@@ -88,7 +90,10 @@ extension NotificationStore {
         appendForgotten(forgotten, to: &commands)
         guard !commands.isEmpty else { return }
         let replies = try await measured { () throws(RedisError) in
-            try await redis.pipeline(commands, scripts: [Scripts.advancePositions, Scripts.release])
+            try await redis.pipeline(
+                commands,
+                scripts: [Scripts.advancePositions, Scripts.release, Scripts.keepNewestActivity]
+            )
         }
         if let failure = replies.first(where: { $0.errorMessage != nil }) {
             throw RedisError(.server("ERR"), "Redis refused a state update: \(failure.errorMessage ?? "")")

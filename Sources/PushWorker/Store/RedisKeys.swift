@@ -29,6 +29,11 @@ import PushKafka
 /// - `e:<T><app>:<token>`: the token's environment (`production`, `sandbox`), found by
 ///   `environmentFallback` when the other environment refused the token and this one delivered
 ///   the notification; kept for ``verdictPeriod`` (`invalidTokenTTLDays`) after it was found.
+/// - `la:<T><app>:<env>:<target>`: a Live Activity's newest update Apple accepted,
+///   `<rank><timestamp>|<jobId>` (rank `1` for an end, `0` for an update), kept until the
+///   update's `staleDate`, at most 8 hours (``NotificationStore/acceptedActivities(_:)``).
+/// - `lp:<T><app>:<env>:<target>`: a Live Activity's priority-10 updates of `"priority":
+///   "auto"` jobs, in the hour since the first of them.
 /// - `rd:<T><app>:<token>:<hour>`: the device's count this hour.
 /// - `ra:<app>:<second>`: the app's count this second.
 /// - `pw:<topic>:<partition>`: the partition's written position: every result of every message
@@ -181,6 +186,16 @@ struct RedisKeys: Sendable {
         key += app.utf8
         key.append(UInt8(ascii: ":"))
         key += token.utf8
+    }
+
+    /// `<kind><T><app>:<environment>:<target>`: a Live Activity's newest accepted update
+    /// (`la:`) or its priority-10 count (`lp:`); `target` is its push token or channel.
+    func liveActivity(_ kind: StaticString, app: String, environment: String, target: String) -> [UInt8] {
+        var key: [UInt8] = []
+        appendAppToken(kind, app: app, token: environment, tag: tag(token: target), to: &key)
+        key.append(UInt8(ascii: ":"))
+        key += target.utf8
+        return key
     }
 
     // MARK: Keys in slots of their own

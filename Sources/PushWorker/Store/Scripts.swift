@@ -258,7 +258,40 @@ extension NotificationStore {
             """#
         )
 
-        static let all = [claim, release, takePermits, returnPermits, advancePositions, summary]
+        /// Stores a Live Activity's accepted update unless a newer one (by rank, then
+        /// timestamp) is stored; returns 1 when it stored it.
+        ///
+        /// - `KEYS[1]`: the activity's `la:` key.
+        /// - `ARGV[1]`: `<rank><timestamp>|<jobId>`; `ARGV[2]`: its TTL in seconds.
+        static let keepNewestActivity = RedisScript(
+            #"""
+            local old = redis.call('GET', KEYS[1])
+            if old then
+              local r, t = string.sub(old, 1, 1), tonumber(string.match(old, '^.(%d+)'))
+              local nr, nt = string.sub(ARGV[1], 1, 1), tonumber(string.match(ARGV[1], '^.(%d+)'))
+              if r > nr or (r == nr and t >= nt) then return 0 end
+            end
+            redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+            return 1
+            """#
+        )
+
+        /// Counts one priority-10 update of a Live Activity and returns the count: the hour
+        /// starts with the first.
+        ///
+        /// - `KEYS[1]`: the activity's `lp:` key.
+        static let countHighPriority = RedisScript(
+            #"""
+            local n = redis.call('INCR', KEYS[1])
+            if n == 1 then redis.call('EXPIRE', KEYS[1], 3600) end
+            return n
+            """#
+        )
+
+        static let all = [
+            claim, release, takePermits, returnPermits, advancePositions, summary, keepNewestActivity,
+            countHighPriority,
+        ]
     }
 
     /// The first byte of each of the claim's codes (``Scripts/claim``'s replies, and the
