@@ -58,8 +58,10 @@ public struct APNSChannelError: Error, Sendable, Hashable, CustomStringConvertib
 }
 
 /// Apple's broadcast channel management API (`docs/apns-protocol.md` §7.1, §7.2): creates,
-/// reads, lists and deletes the channels of one app in one environment, over one HTTP/2
-/// connection per request, with the app's certificate or provider token.
+/// reads, lists and deletes the channels of one app in one environment, with the app's
+/// certificate or provider token. Its requests share one HTTP/2 connection, opened with the first
+/// and opened again when it has closed (Apple asks providers to keep their connections open);
+/// copies of a manager share it too. Each request carries an `apns-request-id` of its own.
 ///
 /// The configuration's `host` and `port` are the management endpoint
 /// (`api-manage-broadcast.push.apple.com:2196` in production), its `topic` the app's bundle ID.
@@ -69,11 +71,16 @@ public struct APNSChannelManager: Sendable {
     public var environment: APNSEnvironment
     /// How long one request may take, connection included.
     public var timeout: Duration = .seconds(15)
+    /// The connection the requests share.
+    private let connection = ManagementConnection()
 
     public init(configuration: APNSHTTP2Configuration, environment: APNSEnvironment) {
         self.configuration = configuration
         self.environment = environment
     }
+
+    /// Closes the shared connection (the next request opens another).
+    public func close() async { await connection.close() }
 
     /// Creates a channel; returns its id (`apns-channel-id`).
     public func create(storagePolicy: APNSChannelStoragePolicy) async throws(APNSChannelError) -> String {
@@ -147,6 +154,7 @@ public struct APNSChannelManager: Sendable {
             (":authority", configuration.host),
         ]
         headers += extra
+        headers.append(("apns-request-id", UUID().uuidString.lowercased()))
         if case .token(let provider) = configuration.authentication {
             do {
                 headers.append(("authorization", "bearer \(try provider.currentToken().jwt)"))
@@ -184,23 +192,24 @@ public struct APNSChannelManager: Sendable {
     }
 
     private func exchange(_ headers: HPACKHeaders, body: [UInt8]?) async throws -> Answer {
-        let context = try NIOSSLContext(configuration: configuration.tlsConfiguration())
-        let sniName = serverName(host: configuration.host, override: configuration.serverHostname)
-        let (channel, multiplexer) = try await APNSConnector.connect(
-            host: configuration.host,
-            port: configuration.port,
-            proxy: configuration.proxy,
-            group: MultiThreadedEventLoopGroup.singleton,
-            connectTimeout: timeout.timeAmount
-        ) { channel in
-            let sync = channel.pipeline.syncOperations
-            try sync.addHandler(NIOSSLClientHandler(context: context, serverHostname: sniName))
-            let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .client) { stream in
-                stream.eventLoop.makeSucceededFuture(stream)
-            }
-            return (channel, multiplexer)
-        }.get()
-        defer { channel.close(promise: nil) }
+        let multiplexer = try await connection.multiplexer { [configuration, timeout] in
+            let context = try NIOSSLContext(configuration: configuration.tlsConfiguration())
+            let sniName = serverName(host: configuration.host, override: configuration.serverHostname)
+            return try await APNSConnector.connect(
+                host: configuration.host,
+                port: configuration.port,
+                proxy: configuration.proxy,
+                group: MultiThreadedEventLoopGroup.singleton,
+                connectTimeout: timeout.timeAmount
+            ) { channel in
+                let sync = channel.pipeline.syncOperations
+                try sync.addHandler(NIOSSLClientHandler(context: context, serverHostname: sniName))
+                let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .client) { stream in
+                    stream.eventLoop.makeSucceededFuture(stream)
+                }
+                return (channel, multiplexer)
+            }.get()
+        }
         let stream = try await multiplexer.openStream { stream in
             stream.eventLoop.makeCompletedFuture {
                 try NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>(
@@ -234,5 +243,28 @@ public struct APNSChannelManager: Sendable {
             }
             return answer
         }
+    }
+}
+
+/// The one HTTP/2 connection of a channel manager and its copies: opened by the first request,
+/// and again by the first after it closed.
+actor ManagementConnection {
+    typealias Multiplexer = NIOHTTP2Handler.AsyncStreamMultiplexer<any Channel>
+    private var open: (channel: any Channel, multiplexer: Multiplexer)?
+
+    /// The open connection's stream multiplexer, or one of a connection `connect` opens.
+    func multiplexer(
+        _ connect: @Sendable () async throws -> (any Channel, Multiplexer)
+    ) async throws -> Multiplexer {
+        if let open, open.channel.isActive { return open.multiplexer }
+        open?.channel.close(promise: nil)
+        let (channel, multiplexer) = try await connect()
+        open = (channel, multiplexer)
+        return multiplexer
+    }
+
+    func close() async {
+        try? await open?.channel.close()
+        open = nil
     }
 }

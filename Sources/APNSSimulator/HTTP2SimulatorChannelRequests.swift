@@ -284,6 +284,7 @@ extension APNSHTTP2Simulator {
             connection: request.connection,
             streamID: request.streamID,
             requestID: request.requestID,
+            requestIDEchoed: request.head.requestID == request.requestID,
             bundleID: request.route.bundleID,
             channelID: channelID,
             storagePolicy: policy,

@@ -77,6 +77,8 @@ extension APNSHTTP2Simulator {
         public var streamID: Int
         /// `apns-request-id` as answered: echoed or generated.
         public var requestID: String
+        /// Whether the request carried its own `apns-request-id` (a UUID, echoed).
+        public var requestIDEchoed = false
         public var bundleID: String
         /// The channel created, read or deleted; `nil` for a list.
         public var channelID: String?

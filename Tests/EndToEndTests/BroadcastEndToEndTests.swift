@@ -88,6 +88,19 @@ struct BroadcastEndToEndTests {
             #expect(broadcasts.allSatisfy { $0.pushType == "liveactivity" && $0.priority == 5 && $0.expiration == 0 })
             #expect(broadcasts.allSatisfy { $0.bundleID == WorkerStack.http2App })
             #expect(simulator.accepted.isEmpty, "a broadcast went to a device endpoint")
+
+            // The channel Apple does not know is remembered: the next broadcast to it is answered
+            // 519 at once, with the verdict, and never reaches Apple.
+            #expect(unknownResult?["tokenVerdict"]?["reason"] == "ChannelNotRegistered", "\(unknownResult ?? [:])")
+            let requestsBefore = simulator.statistics.requests
+            try await stack.produce([Self.job("bc-unknown-again", channels: [unknown], update)])
+            let again = try await Jobs.results(stack, [Jobs.id("bc-unknown-again", unknown)])[
+                Jobs.id("bc-unknown-again", unknown)
+            ]
+            #expect(again?["status"] == .int(519), "\(again ?? [:])")
+            #expect(again?["tokenVerdict"]?["reason"] == "ChannelNotRegistered")
+            #expect(again?["channel"]?.stringValue == unknown)
+            #expect(simulator.statistics.requests == requestsBefore)
         }
     }
     @Test("Channel jobs: create (produced twice, one channel) → broadcast → delete, each refusal with its reason")

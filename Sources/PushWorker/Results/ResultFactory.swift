@@ -160,10 +160,13 @@ struct ResultFactory: Sendable {
         if c.job.broadcast { result.addressToChannel() }
         var unregister: Unregistration? = nil
         var feedback: ResultMessage? = nil
-        // A channel is not a device: no answer to a broadcast condemns anything.
+        // A channel is not a device: of the answers to a broadcast only `ChannelNotRegistered`
+        // (§7.4: deleted, or never created) condemns its channel, remembered like a token.
         var verdict: TokenVerdict? = nil
         if c.job.broadcast {
-            verdict = nil
+            if outcome.reason == TokenVerdict.channelNotRegistered {
+                verdict = TokenVerdict(reason: TokenVerdict.channelNotRegistered, since: at / 1000)
+            }
         } else if outcome.status == .invalidToken {
             // Binary status 8 (§1.4).
             verdict = TokenVerdict(reason: TokenVerdict.invalidToken, since: at / 1000)

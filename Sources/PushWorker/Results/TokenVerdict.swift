@@ -6,8 +6,9 @@ import APNSCore
 /// without asking Apple, and puts it in results as `tokenVerdict`, so that job writers can delete
 /// the token on their side.
 public struct TokenVerdict: Sendable, Hashable {
-    /// Apple's reason: `Unregistered`, `BadDeviceToken`, `DeviceTokenNotForTopic` (HTTP/2, §3.4)
-    /// or `InvalidToken` (binary status 8, §1.4).
+    /// Apple's reason: `Unregistered`, `BadDeviceToken`, `DeviceTokenNotForTopic` (HTTP/2, §3.4),
+    /// `InvalidToken` (binary status 8, §1.4), or for a broadcast channel `ChannelNotRegistered`
+    /// (§7.4).
     public var reason: String
     /// When Apple gave it (for `Unregistered`, when it last confirmed the token invalid).
     public var since: Int64
@@ -19,6 +20,8 @@ public struct TokenVerdict: Sendable, Hashable {
 
     static let unregistered = "Unregistered"
     static let invalidToken = "InvalidToken"
+    /// A broadcast's answer (§7.4): the channel is deleted or was never created.
+    static let channelNotRegistered = "ChannelNotRegistered"
 
     /// The HTTP/2 reasons that condemn a token for good (§3.4); `Unregistered` comes with 410.
     static let permanentReasons: Set<String> = ["BadDeviceToken", "DeviceTokenNotForTopic"]
@@ -41,6 +44,8 @@ public struct TokenVerdict: Sendable, Hashable {
         switch reason {
         case Self.unregistered:
             "Apple reported this token unregistered at \(since), after the job's registeredAt (or the job has none)"
+        case Self.channelNotRegistered:
+            "Apple answered ChannelNotRegistered for this channel at \(since): it was deleted or never created; it is not sent to again until the verdict expires"
         default:
             "Apple refused this token with \(reason) at \(since), after the job's registeredAt (or the job has none); it is not sent again until the verdict expires"
         }
