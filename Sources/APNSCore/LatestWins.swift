@@ -74,7 +74,8 @@ public final class APNSLatestWins: Sendable {
     public var activities: Int { state.withLock { $0.count } }
 }
 
-/// One Live Activity update's place in ``APNSLatestWins``, and the priority chosen for it. Held
+/// One Live Activity update's place in ``APNSLatestWins``, and the priority and expiration
+/// chosen for it. Held
 /// by the update while the process has it (its submission, its queued request); released when
 /// the last reference goes.
 public final class APNSActivityTicket: Sendable {
@@ -87,6 +88,9 @@ public final class APNSActivityTicket: Sendable {
     /// `apns-priority` chosen by the worker (`"priority": "auto"`), 0 while none was: the
     /// job's own priority is sent.
     private let chosen = Atomic<UInt8>(0)
+    /// `apns-expiration` chosen by the worker (a broadcast, by its channel's storage policy),
+    /// plus one; 0 while none was: the job's own expiration is sent.
+    private let chosenExpiration = Atomic<UInt64>(0)
 
     init(table: APNSLatestWins, activity: String, mark: APNSActivityMark, jobID: String) {
         self.table = table
@@ -108,5 +112,15 @@ public final class APNSActivityTicket: Sendable {
             return value == 0 ? nil : value
         }
         set { chosen.store(newValue ?? 0, ordering: .relaxed) }
+    }
+
+    /// The `apns-expiration` (UNIX seconds, 0: do not store) to send instead of the job's, once
+    /// chosen.
+    public var expiration: UInt32? {
+        get {
+            let value = chosenExpiration.load(ordering: .relaxed)
+            return value == 0 ? nil : UInt32(value - 1)
+        }
+        set { chosenExpiration.store(newValue.map { UInt64($0) + 1 } ?? 0, ordering: .relaxed) }
     }
 }

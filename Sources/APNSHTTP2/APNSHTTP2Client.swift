@@ -170,7 +170,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                         priority: submission.activity?.priority ?? t.priority,
                         isBroadcast: t.broadcastPath != nil,
                         urgent: submission.content.urgent,
-                        expiration: t.expiration,
+                        expiration: submission.activity?.expiration ?? t.expiration,
                         collapseID: t.collapseID,
                         apnsID: submission.apnsID ?? apnsIDs.next(),
                         retryLimit: t.retryLimit,

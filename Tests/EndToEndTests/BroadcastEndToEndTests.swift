@@ -130,7 +130,36 @@ struct BroadcastEndToEndTests {
             let sent = try await Jobs.results(stack, [Jobs.id("ch-broadcast", channel)])
             #expect(sent[Jobs.id("ch-broadcast", channel)]?["type"] == "transmitted")
             #expect(simulator.broadcasts.map(\.channelID) == [channel])
-            #expect((simulator.broadcasts.first?.expiration ?? 0) > 0, "the job's expiry was not sent")
+            let now = Int(Date().timeIntervalSince1970)
+            let asked = simulator.broadcasts.first?.expiration ?? 0
+            #expect(abs(asked - (now + 3600)) < 120, "the job's expiry was not sent: \(asked)")
+
+            // The registry knows the channel stores the most recent update: a broadcast without
+            // `expiry` is kept 8 hours; one to a channel created to store nothing is sent with
+            // 0 whatever its job says (Apple would refuse it with BadExpirationDate).
+            let unstored = channelJob("ch-create-none", #""channelAction":"create","storagePolicy":"none""#)
+            try await stack.produce([unstored])
+            let unstoredId = WorkerResult.channelJobId(jobId: "ch-create-none")
+            let noStorage = try #require(
+                try await Jobs.results(stack, [unstoredId])[unstoredId]?["channel"]?.stringValue
+            )
+            let plain = #""liveActivity":{"event":"update","contentState":{"score":"3-2"}}"#
+            try await stack.produce([
+                Self.job("ch-broadcast-plain", channels: [channel], plain),
+                Self.job("ch-broadcast-none", channels: [noStorage], update),
+            ])
+            let stored = try await Jobs.results(
+                stack,
+                [Jobs.id("ch-broadcast-plain", channel), Jobs.id("ch-broadcast-none", noStorage)]
+            )
+            #expect(stored[Jobs.id("ch-broadcast-plain", channel)]?["type"] == "transmitted")
+            #expect(stored[Jobs.id("ch-broadcast-none", noStorage)]?["type"] == "transmitted", "\(stored)")
+            let kept = simulator.broadcasts.last { $0.channelID == channel }?.expiration ?? 0
+            #expect(abs(kept - (now + 8 * 3600)) < 120, "a stored broadcast without expiry: \(kept)")
+            #expect(simulator.broadcasts.last { $0.channelID == noStorage }?.expiration == 0)
+            try await stack.produce([
+                channelJob("ch-delete-none", #""channelAction":"delete","channel":"\#(noStorage)""#)
+            ])
 
             let missing = Data(repeating: 9, count: 16).base64EncodedString()
             try await stack.produce([
@@ -140,7 +169,9 @@ struct BroadcastEndToEndTests {
                 channelJob("ch-with-alert", #""channelAction":"create","alert":"x""#),
                 channelJob("ch-binary", #""channelAction":"create""#, app: WorkerStack.app),
             ])
-            let deleteIds = ["ch-delete", "ch-delete-missing"].map { WorkerResult.channelJobId(jobId: $0) }
+            let deleteIds = ["ch-delete", "ch-delete-missing", "ch-delete-none"].map {
+                WorkerResult.channelJobId(jobId: $0)
+            }
             let deletes = try await Jobs.results(stack, deleteIds)
             #expect(deletes[deleteIds[0]]?["type"] == "channel" && deletes[deleteIds[0]]?["action"] == "delete")
             #expect(deletes[deleteIds[0]]?["channel"]?.stringValue == channel)
@@ -173,10 +204,12 @@ struct BroadcastEndToEndTests {
             #expect(full?["reason"]?.stringValue?.contains("limit of 10,000 channels") == true, "\(full ?? [:])")
 
             #expect(try await stack.waitForAllCommitted())
-            // The create produced twice was carried out once, and had one result.
+            // The create produced twice was carried out once, and had one result (the other
+            // create and delete are the no-storage channel's; the refused delete is not recorded).
             let operations = simulator.channelOperations.map(\.kind)
-            #expect(operations == [.create, .delete], "\(operations)")
-            #expect(operations.filter { $0 == .create }.count == 1)
+            #expect(operations.filter { $0 == .create }.count == 2, "\(operations)")
+            #expect(operations.filter { $0 == .delete }.count == 2, "\(operations)")
+            #expect(operations.count == 4, "\(operations)")
             #expect(stack.results.filter { $0["resultId"]?.stringValue == createId }.count == 1)
         }
     }

@@ -133,6 +133,12 @@ public enum MetricCatalogue {
         labels: ["app"],
         "Live Activity updates not sent because a newer update of the same activity replaced them (status 522)."
     )
+    public static let channels = MetricDescription(
+        "apn_worker_channels",
+        .gauge,
+        labels: ["app", "env"],
+        "Broadcast channels the workers created for an app environment and have not deleted (the channel registry in Redis), against Apple's limit of 10,000; read once a minute."
+    )
     public static let redirected = MetricDescription(
         "apn_worker_redirected_total",
         .counter,
@@ -378,7 +384,7 @@ public enum MetricCatalogue {
         stopsDetected, poisonMessages,
         duplicatesSuppressed, rateLimited,
         unregisteredSkipped,
-        staleSkipped, liveActivityUpdates, liveActivitySuperseded, redirected, notifications,
+        staleSkipped, liveActivityUpdates, liveActivitySuperseded, channels, redirected, notifications,
         deliveryAttempts, retransmissions, possibleDuplicates, endToEndLatency, deliveryLatency, poolConnections,
         connectionsOpened, connectFailures, connectionsClosed, sentCacheNotifications, backpressureWaits,
         http2StreamsInUse, providerTokenRefreshes, providerTokenRefreshed, credentialExpiry, credentialReloadFailed,

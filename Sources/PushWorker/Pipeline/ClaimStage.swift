@@ -152,10 +152,13 @@ final class ClaimStage: Sendable {
     /// Judges which pools are stalled, and asks for a sweep of stale parked notifications, every
     /// second, until cancelled.
     func runSweeps() async {
+        var seconds = 0
         for await _ in AsyncTimerSequence(interval: .seconds(1), clock: .continuous) {
             // Here rather than in the claim loop, so that a stall is seen while the loop works.
             delivery.judgeStalls()
             signalsIn.yield(.sweepStale)
+            if seconds % 60 == 0 { await countChannels() }
+            seconds += 1
         }
     }
 
@@ -447,6 +450,7 @@ final class ClaimStage: Sendable {
         }
         for run in plan.sends {
             await choosePriorities(run.notifications)
+            await chooseBroadcastExpirations(run.notifications, key: run.key)
             await delivery.submit(run.notifications, to: run.key)
         }
     }

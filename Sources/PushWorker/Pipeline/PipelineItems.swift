@@ -292,16 +292,19 @@ final class RecordedResult: Sendable {
         let unregister: Unregistration?
         let environment: TokenEnvironment?
         let accepted: AcceptedActivity?
+        let channel: ChannelRecord?
         init(
             feedback: ResultMessage?,
             unregister: Unregistration?,
             environment: TokenEnvironment?,
-            accepted: AcceptedActivity?
+            accepted: AcceptedActivity?,
+            channel: ChannelRecord?
         ) {
             self.feedback = feedback
             self.unregister = unregister
             self.environment = environment
             self.accepted = accepted
+            self.channel = channel
         }
     }
 
@@ -313,6 +316,8 @@ final class RecordedResult: Sendable {
     var environment: TokenEnvironment? { extra?.environment }
     /// The Live Activity update Apple accepted, to remember (latest wins).
     var accepted: AcceptedActivity? { extra?.accepted }
+    /// A channel job's change to the channel registry.
+    var channel: ChannelRecord? { extra?.channel }
 
     init(
         ref: MessageRef,
@@ -323,7 +328,8 @@ final class RecordedResult: Sendable {
         feedback: ResultMessage? = nil,
         unregister: Unregistration? = nil,
         environment: TokenEnvironment? = nil,
-        accepted: AcceptedActivity? = nil
+        accepted: AcceptedActivity? = nil,
+        channel: ChannelRecord? = nil
     ) {
         self.ref = ref
         self.resultId = resultId
@@ -331,9 +337,15 @@ final class RecordedResult: Sendable {
         self.token = token
         self.result = result
         extra =
-            feedback == nil && unregister == nil && environment == nil && accepted == nil
+            feedback == nil && unregister == nil && environment == nil && accepted == nil && channel == nil
             ? nil
-            : Extra(feedback: feedback, unregister: unregister, environment: environment, accepted: accepted)
+            : Extra(
+                feedback: feedback,
+                unregister: unregister,
+                environment: environment,
+                accepted: accepted,
+                channel: channel
+            )
     }
 }
 

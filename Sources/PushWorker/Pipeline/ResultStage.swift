@@ -272,6 +272,8 @@ final class ResultStage: Sendable {
         var environments: [TokenEnvironment] = []
         /// Live Activity updates Apple accepted (latest wins).
         var accepted: [AcceptedActivity] = []
+        /// Channels created or deleted by channel jobs.
+        var channels: [ChannelRecord] = []
         /// Claims to delete: notifications never written to a gateway.
         var released: [(resultId: String, token: String)] = []
         var messages: [KafkaOutgoingMessage] = []
@@ -310,6 +312,7 @@ final class ResultStage: Sendable {
                 }
                 if let environment = r.environment { plan.environments.append(environment) }
                 if let accepted = r.accepted { plan.accepted.append(accepted) }
+                if let channel = r.channel { plan.channels.append(channel) }
                 produce(r.result)
                 if let feedback = r.feedback { produce(feedback) }
                 plan.settled.append(r.resultId)
@@ -336,6 +339,7 @@ final class ResultStage: Sendable {
                 unregistered: plan.unregistered,
                 environments: plan.environments,
                 accepted: plan.accepted,
+                channels: plan.channels,
                 released: plan.released,
                 marks: marks,
                 forgotten: forgotten,
@@ -381,6 +385,7 @@ final class ResultStage: Sendable {
         unregistered: [(app: String, environment: String, token: String, since: Int64, reason: String)],
         environments: [TokenEnvironment],
         accepted: [AcceptedActivity],
+        channels: [ChannelRecord],
         released: [(resultId: String, token: String)],
         marks: [TopicPartitionOffset],
         forgotten: [SettledRecord],
@@ -397,6 +402,7 @@ final class ResultStage: Sendable {
                     positions: marks,
                     environments: environments,
                     accepted: accepted,
+                    channels: channels,
                     forgotten: forgotten,
                     outcomeGeneration: generation,
                     ttlSeconds: configuration.worker.dedupeTTLSeconds

@@ -305,9 +305,20 @@ extension ResultFactory {
         result.action = action.name
         if case .create(let policy) = action { result.storagePolicy = policy.name }
         result.channel = c.tokenHex.isEmpty ? nil : c.tokenHex
+        var record: ChannelRecord? = nil
         switch outcome {
         case .success(let created):
             if let created { result.channel = created }
+            if let channel = result.channel {
+                var policy: APNSChannelStoragePolicy? = nil
+                if case .create(let created) = action { policy = created }
+                record = ChannelRecord(
+                    app: c.job.app,
+                    environment: c.job.environment.rawValue,
+                    channel: channel,
+                    policy: policy
+                )
+            }
         case .failure(let error):
             result.kind = .transmissionError
             result.status = error.status == 0 ? .connectionFailed : APNSStatus(rawValue: error.status)
@@ -323,7 +334,8 @@ extension ResultFactory {
                 resultId: c.resultId,
                 fingerprint: c.fingerprint,
                 token: c.tokenHex,
-                result: result.message(since: c.job.producedAt)
+                result: result.message(since: c.job.producedAt),
+                channel: record
             )
         )
     }

@@ -26,6 +26,7 @@ extension NotificationStore {
         positions: [TopicPartitionOffset] = [],
         environments: [TokenEnvironment] = [],
         accepted: [AcceptedActivity] = [],
+        channels: [ChannelRecord] = [],
         forgotten: [SettledRecord] = [],
         outcomeGeneration: Int64? = nil,
         ttlSeconds: Int
@@ -76,6 +77,7 @@ extension NotificationStore {
         }
         appendEnvironments(environments, to: &commands)
         appendAccepted(accepted, to: &commands)
+        appendChannels(channels, to: &commands)
         appendReleases(released, layout: layout, now: now, to: &commands)
         // Only ever forward: a partition's new owner starts behind the position its previous
         // owner reached, and must not move it back. Kept two periods, as long as the claims it

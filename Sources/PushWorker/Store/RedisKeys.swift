@@ -34,6 +34,10 @@ import PushKafka
 ///   update's `staleDate`, at most 8 hours (``NotificationStore/acceptedActivities(_:)``).
 /// - `lp:<T><app>:<env>:<target>`: a Live Activity's priority-10 updates of `"priority":
 ///   "auto"` jobs, in the hour since the first of them.
+/// - `ch:<app>:<env>`: the app environment's broadcast channels the workers know (created by
+///   channel jobs, or read from Apple when first broadcast to): a hash, channel ID → its storage
+///   policy (`0` No Message Stored, `1` Most Recent Message Stored). A channel job's delete
+///   removes its field. No expiry: Apple keeps a channel until it is deleted.
 /// - `rd:<T><app>:<token>:<hour>`: the device's count this hour.
 /// - `ra:<app>:<second>`: the app's count this second.
 /// - `pw:<topic>:<partition>`: the partition's written position: every result of every message
@@ -203,6 +207,11 @@ struct RedisKeys: Sendable {
     /// `ra:<app>:<second>`.
     func appRate(app: String, second: Int64) -> [UInt8] {
         Array("\(prefix)ra:\(app):\(second)".utf8)
+    }
+
+    /// `ch:<app>:<env>`.
+    func channels(app: String, environment: String) -> [UInt8] {
+        Array("\(prefix)ch:\(app):\(environment)".utf8)
     }
 
     /// `pw:<topic>:<partition>`.
