@@ -103,9 +103,6 @@ public struct APNSDeliveryOutcome: Sendable, Hashable {
     public var reason: String? = nil
     /// The `apns-id` the notification was last sent with (HTTP/2).
     public var apnsID: String? = nil
-    /// For ``APNSStatus/superseded``: the job whose newer update of the same Live Activity
-    /// replaced this one.
-    public var supersededBy: String? = nil
     /// The `apns-unique-id` APNs answered with (HTTP/2; the development environment only, §3.4).
     public var apnsUniqueID: String? = nil
     /// For HTTP/2 status 410: when APNs last confirmed the token invalid, in milliseconds since

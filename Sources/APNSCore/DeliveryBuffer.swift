@@ -214,6 +214,9 @@ private let waiterIDs = Atomic<Int>(0)
 package struct APNSSubmissionBatch<Item: Sendable, Rejected: Sendable>: Sendable {
     package var items: [Item] = []
     package var rejected: [Rejected] = []
+    /// The items' Live Activity tickets by tag (``APNSSubmission/activity``): few, kept beside
+    /// the items rather than in each.
+    package var tickets: [(tag: UInt64, ticket: APNSActivityTicket)] = []
     package var count: Int { items.count + rejected.count }
 
     package init() {}

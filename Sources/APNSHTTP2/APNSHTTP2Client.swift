@@ -174,10 +174,10 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                         collapseID: t.collapseID,
                         apnsID: submission.apnsID ?? apnsIDs.next(),
                         retryLimit: t.retryLimit,
-                        staleAt: submission.content.staleAt,
-                        activity: submission.activity
+                        staleAt: submission.content.staleAt
                     )
                 )
+                if let activity = submission.activity { batch.tickets.append((submission.tag, activity)) }
             case .failure(let error):
                 batch.rejected.append(
                     APNSDeliveryOutcome(
@@ -486,7 +486,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
             body(&s.machine.events, &s.admission)
             var actions: [HTTP2PoolStateMachine.Action] = []
             while let batch = s.admission.popAdmitted() {
-                actions += s.machine.enqueue(batch.items, rejected: batch.rejected)
+                actions += s.machine.enqueue(batch.items, rejected: batch.rejected, tickets: batch.tickets)
             }
             return actions
         }

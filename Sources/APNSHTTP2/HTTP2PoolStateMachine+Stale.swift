@@ -11,7 +11,11 @@ extension HTTP2PoolStateMachine {
         taken.reserveCapacity(count)
         var now: Int64? = nil
         while taken.count < count, let request = queue.popFirst() {
-            if request.activity != nil, let job = request.supersededBy() {
+            // A Live Activity update's ticket is looked at once, at its first turn: one written
+            // before may have been delivered, and is finished as it would be.
+            if !tickets.isEmpty, let ticket = tickets.removeValue(forKey: request.tag), request.writes == 0,
+                let job = ticket.replacement
+            {
                 events.append(outcome: .transmissionError(request.supersededFailure(by: job)))
                 continue
             }
@@ -29,6 +33,8 @@ extension HTTP2PoolStateMachine {
             }
             taken.append(request)
         }
+        // Every ticket belongs to a request still queued: none is left once the queue is empty.
+        if queue.isEmpty && !tickets.isEmpty { tickets.removeAll() }
         return taken
     }
 
@@ -46,6 +52,7 @@ extension HTTP2PoolStateMachine {
             )
         }
         delayed.removeAll { $0.request.isStale(at: now) }
+        if queue.isEmpty { tickets.removeAll() }
     }
 
     /// Why a request that was written before may have been delivered.

@@ -19,6 +19,9 @@ import NIOCore
 struct HTTP2PoolStateMachine {
     let configuration: Configuration
     var queue = APNSPoolQueue<QueuedRequest>()
+    /// The Live Activity tickets of queued requests not yet taken, by tag (latest wins,
+    /// ``takeRequests(_:)``); emptied with the queue.
+    var tickets: [UInt64: APNSActivityTicket] = [:]
     var delayed: [Delayed] = []
     /// When the armed retry timer fires, if one is armed.
     var delayedTimerDue: NIODeadline?
@@ -83,8 +86,13 @@ struct HTTP2PoolStateMachine {
     }
 
     /// Adds admitted requests at the back of the queue and reports the rejected ones.
-    mutating func enqueue(_ items: [QueuedRequest], rejected: [APNSDeliveryOutcome]) -> [Action] {
+    mutating func enqueue(
+        _ items: [QueuedRequest],
+        rejected: [APNSDeliveryOutcome],
+        tickets: [(tag: UInt64, ticket: APNSActivityTicket)] = []
+    ) -> [Action] {
         for outcome in rejected { events.append(outcome: .transmissionError(outcome)) }
+        for entry in tickets { self.tickets[entry.tag] = entry.ticket }
         queue.append(contentsOf: items)
         var actions: [Action] = []
         dispatch(&actions)
@@ -505,6 +513,7 @@ struct HTTP2PoolStateMachine {
         while let request = queue.popFirst() {
             events.append(outcome: .transmissionError(outcome(request)))
         }
+        tickets.removeAll()
         for item in delayed {
             events.append(outcome: .transmissionError(outcome(item.request)))
         }

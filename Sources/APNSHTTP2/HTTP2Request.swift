@@ -35,9 +35,6 @@ package struct QueuedRequest: APNSQueuedNotification {
     var retryLimit: Int
     /// When it goes stale (milliseconds since the epoch); see ``APNSSubmission/Content/staleAt``.
     package var staleAt: Int64? = nil
-    /// A Live Activity update's ticket (``APNSSubmission/activity``): superseded by a newer
-    /// update of its activity, it is answered ``APNSStatus/superseded`` instead of written.
-    var activity: APNSActivityTicket? = nil
     /// Writes to a connection (less the ones the server certainly did not process).
     package var attempts = 0
     /// Writes to a connection, all of them.
@@ -71,18 +68,9 @@ package struct QueuedRequest: APNSQueuedNotification {
         outcome(status: status, message: message)
     }
 
-    /// The job whose newer update replaced this one, when its turn comes: only one never
-    /// written (one written before may have been delivered, and is finished as it would be).
-    func supersededBy() -> String? {
-        guard writes == 0, let activity else { return nil }
-        return activity.replacement
-    }
-
-    /// Its outcome when a newer update of its activity replaced it: not sent.
+    /// Its outcome when a newer update of its activity (of job `job`) replaced it: not sent.
     func supersededFailure(by job: String) -> APNSDeliveryOutcome {
-        var outcome = failure(.superseded, message: "job \(job) has a newer update of this Live Activity; not sent")
-        outcome.supersededBy = job
-        return outcome
+        failure(.superseded, message: "job \(job) has a newer update of this Live Activity; not sent")
     }
 }
 

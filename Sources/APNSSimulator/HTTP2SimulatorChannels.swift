@@ -31,7 +31,7 @@ import Foundation
 /// | create: `message-storage-policy` is missing, or not 0 or 1 | 400 `MissingChannelQueueSize` |
 /// | create: the app has ``Configuration/maxChannelsPerApp`` channels | 400 `CannotCreateChannelConfig` |
 /// | read, delete, broadcast: no or an empty `apns-channel-id` | 400 `MissingChannelId` |
-/// | read, delete, broadcast: `apns-channel-id` is not base64, or is over 128 characters | 400 `BadChannelId` |
+/// | read, delete, broadcast: `apns-channel-id` is not base64, or is over 1,024 characters | 400 `BadChannelId` |
 /// | broadcast: no `apns-push-type` | 400 `MissingPushType` |
 /// | broadcast: `apns-push-type` is not `liveactivity` (any case) | 400 `InvalidPushType` |
 /// | broadcast: `apns-priority` is not 10 or 5 (§5.1: a Live Activity takes no priority 1) | 400 `BadPriority` |
@@ -181,10 +181,15 @@ struct HTTP2SimulatorChannelStore {
         }
     }
 
-    /// §7.4 `BadChannelId`: standard base64 with its padding, at most 128 characters.
+    /// §7.4 `BadChannelId`: standard base64 with its padding. Apple sets no size for channel
+    /// IDs ("don't make assumptions"), so a long one that is well formed is merely unknown
+    /// (`ChannelNotRegistered`); only one over 1,024 characters, the bound the worker takes, is
+    /// refused here.
+    static let maxChannelIDLength = 1024
+
     static func isWellFormed(channelID: String) -> Bool {
         let utf8 = channelID.utf8
-        guard !utf8.isEmpty, utf8.count <= 128, utf8.count % 4 == 0 else { return false }
+        guard !utf8.isEmpty, utf8.count <= maxChannelIDLength, utf8.count % 4 == 0 else { return false }
         var padding = 0
         for byte in utf8 {
             switch byte {

@@ -27,15 +27,40 @@ struct Channels: AsyncParsableCommand {
         @Option(name: .customLong("env"), help: "production or sandbox; default: the app's default environment.")
         var environment: APNSEnvironment?
 
-        func manager() throws -> APNSChannelManager {
+        func configuration() throws -> WorkerConfiguration {
             do {
-                let configuration = try WorkerConfiguration.load(
+                return try WorkerConfiguration.load(
                     overrides: flags.overrides,
                     environment: ProcessInfo.processInfo.environment
                 )
+            } catch {
+                throw UsageFailure(message: error.message)
+            }
+        }
+
+        func manager() throws -> APNSChannelManager {
+            let configuration = try configuration()
+            do {
                 return try ChannelManagement.manager(for: configuration, app: app, environment: environment)
             } catch {
                 throw UsageFailure(message: error.message)
+            }
+        }
+
+        /// Records a channel created or deleted in the workers' channel registry (Redis), so
+        /// that broadcasts to it get the expiration its policy allows and it is counted; Apple has
+        /// it either way, so a Redis that cannot be reached is a warning, not a failure.
+        func record(channel: String, policy: APNSChannelStoragePolicy?) async {
+            do {
+                try await ChannelManagement.record(
+                    channel: channel,
+                    policy: policy,
+                    app: app,
+                    environment: environment,
+                    configuration: try configuration()
+                )
+            } catch {
+                printError("warning: \(error); broadcasts to it keep their jobs' expiration")
             }
         }
 
@@ -74,10 +99,13 @@ struct Channels: AsyncParsableCommand {
                 guard let policy = APNSChannelStoragePolicy(name: storage) else {
                     throw UsageFailure(message: "--storage must be none or most-recent, not \"\(storage)\"")
                 }
+                var created: String? = nil
                 try await target.answer { manager throws(APNSChannelError) in
                     let id = try await manager.create(storagePolicy: policy)
+                    created = id
                     return [("channel", .string(id)), ("storage", .string(policy.name))]
                 }
+                if let created { await target.record(channel: created, policy: policy) }
             }
         }
     }
@@ -118,6 +146,7 @@ struct Channels: AsyncParsableCommand {
                 try await manager.delete(channelID: id)
                 return [("channel", .string(id)), ("deleted", .bool(true))]
             }
+            await target.record(channel: id, policy: nil)
         }
     }
 }

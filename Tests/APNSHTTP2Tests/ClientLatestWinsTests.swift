@@ -39,7 +39,7 @@ import Testing
         #expect(run.outcomes.count == 4)
         for tag: UInt64 in [0, 2] {
             #expect(run.outcomes[tag]?.status == .superseded)
-            #expect(run.outcomes[tag]?.supersededBy == "job-30")
+            #expect(run.outcomes[tag]?.message?.contains("job job-30") == true)
             #expect(run.outcomes[tag]?.attempts == 0)
         }
         #expect(run.outcomes[1]?.isTransmitted == true)

@@ -154,8 +154,13 @@ struct SimulatorChannelTests {
             ("DELETE", SimulatorChannelTests.channelsPath, nil, "", 400, "MissingChannelId"),
             ("GET", SimulatorChannelTests.channelsPath, "not base64!", "", 400, "BadChannelId"),
             (
-                "DELETE", SimulatorChannelTests.channelsPath, String(repeating: "QUJD", count: 33), "", 400,
+                "DELETE", SimulatorChannelTests.channelsPath, String(repeating: "QUJD", count: 257), "", 400,
                 "BadChannelId"
+            ),
+            // Longer than any ID APNs hands out today, and well formed: unknown, not refused.
+            (
+                "DELETE", SimulatorChannelTests.channelsPath, String(repeating: "QUJD", count: 64), "", 400,
+                "ChannelNotRegistered"
             ),
             ("GET", SimulatorChannelTests.channelsPath, "c29tZUNoYW5uZWw=", "", 400, "ChannelNotRegistered"),
             ("DELETE", SimulatorChannelTests.channelsPath, "c29tZUNoYW5uZWw=", "", 400, "ChannelNotRegistered"),

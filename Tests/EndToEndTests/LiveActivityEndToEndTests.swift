@@ -113,6 +113,21 @@ struct LiveActivityEndToEndTests {
             // What the simulator carried out (the refused read is answered, not recorded).
             let operations = stack.http2Simulator?.channelOperations.map(\.kind) ?? []
             #expect(operations == [.create, .create, .list, .read, .read, .delete, .list], "\(operations)")
+
+            // A channel the command created is in the workers' registry: a broadcast to it
+            // without `expiry` is kept the 8 hours its storage policy allows.
+            let stored = try #require(
+                try await json(["create"] + app + ["--storage", "most-recent"])?["channel"]?.stringValue
+            )
+            try await stack.startWorker("w1")
+            let update = #""liveActivity":{"event":"update","contentState":{"score":"1-1"}}"#
+            try await stack.produce([BroadcastEndToEndTests.job("cli-channel", channels: [stored], update)])
+            let resultId = Jobs.id("cli-channel", stored)
+            let sent = try await Jobs.results(stack, [resultId])[resultId]
+            #expect(sent?["type"] == "transmitted", "\(sent ?? [:])")
+            let kept = stack.http2Simulator?.broadcasts.last { $0.channelID == stored }?.expiration ?? 0
+            let now = Int(Date().timeIntervalSince1970)
+            #expect(abs(kept - (now + 8 * 3600)) < 120, "\(kept)")
         } catch {
             Issue.record("\(error)")
         }

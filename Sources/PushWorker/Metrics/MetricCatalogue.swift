@@ -137,7 +137,7 @@ public enum MetricCatalogue {
         "apn_worker_channels",
         .gauge,
         labels: ["app", "env"],
-        "Broadcast channels the workers created for an app environment and have not deleted (the channel registry in Redis), against Apple's limit of 10,000; read once a minute."
+        "Broadcast channels of an app environment in the channel registry (created by channel jobs or apn-worker channels, not deleted), against Apple's limit of 10,000; read once a minute."
     )
     public static let redirected = MetricDescription(
         "apn_worker_redirected_total",

@@ -1,6 +1,7 @@
 import APNSCore
 import APNSHTTP2
 import PushConfiguration
+import PushRedis
 
 /// Broadcast channels of a configured app (`docs/apns-protocol.md` §7): the channel management
 /// client for one of its environments, with the credentials of its HTTP/2 pool and the
@@ -31,5 +32,41 @@ public enum ChannelManagement {
             )
         }
         return manager
+    }
+}
+
+extension ChannelManagement {
+    /// Records a channel created (with its storage policy) or deleted (`policy` `nil`) outside a
+    /// channel job, such as by `apn-worker channels`, in the workers' channel registry in Redis
+    /// (`docs/jobs.md`, "Broadcasts"). Throws a sentence when Redis cannot be reached or refuses.
+    public static func record(
+        channel: String,
+        policy: APNSChannelStoragePolicy?,
+        app: String,
+        environment: APNSEnvironment?,
+        configuration: WorkerConfiguration
+    ) async throws(ConfigurationError) {
+        let environment = environment ?? configuration.apps[app]?.defaultEnvironment ?? .production
+        let client: RedisClient
+        do {
+            client = try await RedisClient.connect(seeds: configuration.redisSeeds, cluster: configuration.redisCluster)
+        } catch {
+            throw ConfigurationError(
+                "cannot reach Redis at \(configuration.redis.endpoint) to record the channel in the registry: \(error.message)"
+            )
+        }
+        let store = NotificationStore(redis: client, prefix: Worker.redisKeyPrefix, owner: "channels")
+        var failure: RedisError? = nil
+        do {
+            try await store.recordChannels([
+                ChannelRecord(app: app, environment: environment.rawValue, channel: channel, policy: policy)
+            ])
+        } catch {
+            failure = error
+        }
+        await client.close()
+        if let failure {
+            throw ConfigurationError("Redis did not record the channel in the registry: \(failure.message)")
+        }
     }
 }

@@ -146,7 +146,8 @@ struct ResultFactory: Sendable {
         )
         result.apnsId = outcome.apnsID
         result.apnsUniqueId = outcome.apnsUniqueID
-        result.supersededBy = outcome.supersededBy
+        // Superseded in the pool: the newest update of its activity, which its ticket still knows.
+        if outcome.status == .superseded { result.supersededBy = c.activity?.replacement }
         result.metadata = c.job.metadata
         var accepted: AcceptedActivity? = nil
         if let activity = c.job.activity {
