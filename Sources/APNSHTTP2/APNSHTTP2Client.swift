@@ -156,6 +156,14 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                     }
                     body = payload
                 }
+                // A Live Activity update: the priority and expiration the caller chose, and its
+                // ticket beside the batch.
+                var (priority, expiration) = (t.priority, t.expiration)
+                if let activity = submission.activity {
+                    priority = activity.priority ?? priority
+                    expiration = activity.expiration ?? expiration
+                    batch.tickets.append((submission.tag, activity))
+                }
                 batch.items.append(
                     QueuedRequest(
                         tag: submission.tag,
@@ -167,17 +175,16 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                         body: body,
                         pushType: t.pushType,
                         topic: t.topic,
-                        priority: submission.activity?.priority ?? t.priority,
+                        priority: priority,
                         isBroadcast: t.broadcastPath != nil,
                         urgent: submission.content.urgent,
-                        expiration: submission.activity?.expiration ?? t.expiration,
+                        expiration: expiration,
                         collapseID: t.collapseID,
                         apnsID: submission.apnsID ?? apnsIDs.next(),
                         retryLimit: t.retryLimit,
                         staleAt: submission.content.staleAt
                     )
                 )
-                if let activity = submission.activity { batch.tickets.append((submission.tag, activity)) }
             case .failure(let error):
                 batch.rejected.append(
                     APNSDeliveryOutcome(
