@@ -157,7 +157,8 @@ final class ClaimStage: Sendable {
             // Here rather than in the claim loop, so that a stall is seen while the loop works.
             delivery.judgeStalls()
             signalsIn.yield(.sweepStale)
-            if seconds % 60 == 0 { await countChannels() }
+            // Not while Redis is away: the sweeps must not wait for its timeout.
+            if seconds % 60 == 0 && !control.isRedisDown { await countChannels() }
             seconds += 1
         }
     }
