@@ -274,6 +274,38 @@ import Testing
     }
 
     @Test(
+        "a claim released in the previous generation is claimed afresh in this one: sent, not taken for a resend",
+        arguments: StoreBackend.allCases
+    )
+    func releasedInThePreviousGenerationIsSent(_ backend: StoreBackend) async throws {
+        try await withStore(backend) { store in
+            let ttl = 600
+            let generation = store.fingerprintLayout(ttlSeconds: ttl)
+                .generation(at: Int64(Date().timeIntervalSince1970))
+            // Notification 4 claimed by this worker in the generation before, then released
+            // (never written to a gateway), as ``NotificationStore/write`` leaves it.
+            let previous = Self.claims(4, store: store, generation: generation - 1)
+            let member = Array(String(NotificationFingerprint(resultId: "compact-4").member).utf8)
+            _ = try await store.redis.send([Array("HSET".utf8), previous, member, Array("F".utf8)])
+            let decisions = try await store.claim(
+                topic: Self.topic,
+                [Self.request(4, offset: 20)],
+                ttlSeconds: ttl,
+                nowMilliseconds: 3_000
+            )
+            #expect(decisions == [.send])
+            // Consumed again, the claim just made is this worker's own: a resend.
+            let again = try await store.claim(
+                topic: Self.topic,
+                [Self.request(4, offset: 20)],
+                ttlSeconds: ttl,
+                nowMilliseconds: 3_000
+            )
+            #expect(again == [.resend])
+        }
+    }
+
+    @Test(
         "a state in the previous generation is still found; a settled one wins over a claim left there; buckets expire two periods after their generation began",
         arguments: StoreBackend.allCases
     )

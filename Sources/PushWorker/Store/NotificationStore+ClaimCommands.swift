@@ -9,7 +9,7 @@ extension NotificationStore {
     ///
     /// A usual notification (no `registeredAt`, no device limit, a permit to be sent) is claimed
     /// with plain commands: `HSETNX` of its fingerprint into its claims bucket of this
-    /// generation, `HEXISTS` in the bucket of the generation before, and, for each app's
+    /// generation, `HGET` in the bucket of the generation before, and, for each app's
     /// unregistered tokens, one `HMGET` of the tokens; Redis runs a command called from Lua at
     /// about twice the cost of the same command sent as it is
     /// (`docs/architecture.md#the-claim`). A usual notification that finds a state (a claim or a
@@ -207,10 +207,13 @@ extension NotificationStore {
     /// The code of a usual notification claimed with plain commands and not unregistered.
     private static let sendCode = [ClaimReply.send.rawValue]
 
+    /// A released claim's state in a bucket (``Scripts/release``): as good as none.
+    private static let releasedState = [UInt8(ascii: "F")]
+
     /// The plain commands of a pipeline's usual claims: which requests each slot's commands
     /// cover, how many commands there are, and the buckets given their expiry.
     private struct PlainClaims {
-        /// Per slot (one on a server): the requests, whose `HSETNX` and `HEXISTS` come first in
+        /// Per slot (one on a server): the requests, whose `HSETNX` and `HGET` come first in
         /// that order, the requests of each app's `HMGET` after them, then the `EXPIREAT`s.
         var groups: [(claims: [Int], lookups: [[Int]], expiries: Int)] = []
         var commands = 0
@@ -219,7 +222,7 @@ extension NotificationStore {
     }
 
     /// Appends, per slot, an `HSETNX <bucket> <fingerprint> <claim id><message key>`
-    /// and an `HEXISTS <bucket of the generation before> <fingerprint>` for each request, then
+    /// and an `HGET <bucket of the generation before> <fingerprint>` for each request, then
     /// an `HMGET <app's unregistered tokens> <tokens…>` for each app and environment among them,
     /// then an `EXPIREAT` for each bucket this worker writes first in this generation
     /// (``FingerprintExpiries``; a bucket never empties, so it keeps it).
@@ -273,7 +276,7 @@ extension NotificationStore {
                     )
                 }
                 commands.begin(argumentCount: 3)
-                commands.append("HEXISTS")
+                commands.append("HGET")
                 commands.appendKey {
                     keys.appendClaims(generation: previous, bucket: bucket, tag: tags[index], to: &$0)
                 }
@@ -319,7 +322,7 @@ extension NotificationStore {
     }
 
     /// Reads the replies of ``appendPlainClaims``: a notification claimed (its `HSETNX` wrote,
-    /// its `HEXISTS` found nothing) gets ``ClaimReply/send``, or ``ClaimReply/unregistered`` and
+    /// its `HGET` of the generation before found nothing, or a released claim) gets ``ClaimReply/send``, or ``ClaimReply/unregistered`` and
     /// its time when its token is stored as unregistered; one that found a state is returned,
     /// for the script to decide. A slot whose commands failed gets ``ClaimReply/busy`` for its
     /// requests, and its error is returned.
@@ -338,12 +341,14 @@ extension NotificationStore {
                 reply += 2
                 if let message = written.errorMessage ?? before.errorMessage {
                     failure = message
-                } else if written.int == 1 && before.int == 0 {
-                    codes[index] = sendCode  // claimed; the lookup below may find it unregistered
-                } else if written.int != nil && before.int != nil {
+                } else if written.int == 1 && (before.isNull || before.bytes == releasedState) {
+                    // Claimed, and nothing (or a released claim) in the generation before; the
+                    // lookup below may find the token unregistered.
+                    codes[index] = sendCode
+                } else if written.int != nil && (before.isNull || before.bytes != nil) {
                     found.append(index)
                 } else {
-                    throw RedisError(.protocol, "a claim's HSETNX and HEXISTS answered \(written), \(before)")
+                    throw RedisError(.protocol, "a claim's HSETNX and HGET answered \(written), \(before)")
                 }
             }
             for lookup in lookups {
