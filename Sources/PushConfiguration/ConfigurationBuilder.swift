@@ -425,7 +425,7 @@ struct ConfigurationBuilder {
         try section.checkKnown(
             Self.credentialKeys.flatMap { [$0.file, $0.inline, $0.variable] } + [
                 "passphrase", "passphraseFile", "passphraseEnv", "ca", "verifyServer", "gateway", "feedback",
-                "channelManagement", "keyId",
+                "channelManagement", "broadcastGateway", "keyId",
                 "teamId", "proxy",
             ]
         )
@@ -533,6 +533,17 @@ struct ConfigurationBuilder {
         if let value = section.value("channelManagement") {
             let port = name.defaultChannelManagement.port
             environment.channelManagement = try SettingParsing.hostPort(value, defaultPort: port)
+        }
+        if let value = section.value("broadcastGateway") {
+            // §7.3: broadcasts are HTTP/2 requests; the binary interface has none.
+            guard transport == .http2 else {
+                throw ConfigurationError(
+                    "\(section.path).broadcastGateway: broadcasts need transport http2; remove broadcastGateway or set the app's transport to http2."
+                )
+            }
+            let gateway = try SettingParsing.hostPort(value, defaultPort: name.defaultHTTP2Gateway.port)
+            // The same endpoint as the gateway's is no gateway of its own.
+            environment.broadcastGateway = gateway == environment.gateway ? nil : gateway
         }
         environment.proxy = try proxyRoute(environment: section)
         return environment

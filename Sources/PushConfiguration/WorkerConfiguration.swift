@@ -451,6 +451,10 @@ extension WorkerConfiguration {
         public var feedback: HostPort
         /// Apple's broadcast channel management API (`channelManagement`, §7.1).
         public var channelManagement: HostPort
+        /// HTTP/2: where broadcasts go (`broadcastGateway`, §7.3) when not to ``gateway``;
+        /// `nil`: to ``gateway``, as Apple's broadcast page says in its text. With one set,
+        /// the environment's broadcasts have a pool of their own.
+        public var broadcastGateway: HostPort?
         /// The proxy the connections to Apple go through; `nil`: directly.
         public var proxy: ProxyRoute?
 
@@ -481,7 +485,9 @@ extension WorkerConfiguration {
                     "name": name, "credentials": credentials,
                     "passphrase": passphrase == nil ? "none" : "(set, not shown)",
                     "ca": ca as Any, "verifyServer": verifyServer, "gateway": gateway, "feedback": feedback,
-                    "channelManagement": channelManagement, "proxy": proxy.map { "\($0)" } ?? "none",
+                    "channelManagement": channelManagement,
+                    "broadcastGateway": broadcastGateway.map { "\($0)" } ?? "gateway",
+                    "proxy": proxy.map { "\($0)" } ?? "none",
                 ],
                 displayStyle: .struct
             )

@@ -102,6 +102,9 @@ extension LocalStack {
         public var sandboxBadTokens: Set<DeviceToken>?
         /// Extra YAML under the app; `poolSize` is the binary app's, or 2.
         public var settings: [String: String] = [:]
+        /// Broadcasts go to a simulator of their own (``LocalStack/broadcastHTTP2Simulator``),
+        /// which each environment names as its `broadcastGateway`.
+        public var broadcastGateway = false
 
         public init(name: String, badTokens: Set<DeviceToken> = []) {
             self.name = name
@@ -123,7 +126,8 @@ extension LocalStack {
         redis: RedisSetup,
         simulator: APNSSimulator,
         http2Port: Int?,
-        sandbox: (binary: APNSSimulator?, http2Port: Int?) = (nil, nil)
+        sandbox: (binary: APNSSimulator?, http2Port: Int?) = (nil, nil),
+        broadcastPort: Int? = nil
     ) -> String {
         func block(_ settings: [String: String], indent: String) -> String {
             settings.sorted { $0.key < $1.key }.map { "\(indent)\($0.key): \($0.value)\n" }.joined()
@@ -182,7 +186,8 @@ extension LocalStack {
                 "      \(name):\n"
                     + (credentials + [
                         "ca: \(certs)/ca.pem", "gateway: 127.0.0.1:\(port)", "channelManagement: 127.0.0.1:\(port)",
-                    ]).map { "        \($0)\n" }.joined()
+                    ] + (broadcastPort.map { ["broadcastGateway: 127.0.0.1:\($0)"] } ?? []))
+                    .map { "        \($0)\n" }.joined()
             }
             text += """
                   \(app.name):

@@ -41,6 +41,8 @@ public final class LocalStack: @unchecked Sendable {
     /// ``HTTP2App/sandboxBadTokens``), when there are.
     public private(set) var sandboxSimulator: APNSSimulator?
     public private(set) var sandboxHTTP2Simulator: APNSHTTP2Simulator?
+    /// The gateway of the HTTP/2 app's broadcasts (``HTTP2App/broadcastGateway``), when it has one.
+    public private(set) var broadcastHTTP2Simulator: APNSHTTP2Simulator?
     /// The workers' configuration file.
     public let configPath: String
     /// Every worker started, in order, running or not.
@@ -101,6 +103,7 @@ public final class LocalStack: @unchecked Sendable {
             let simulator = try await APNSSimulator.start(configuration: configuration)
             var http2Simulator: APNSHTTP2Simulator?
             var sandboxHTTP2Simulator: APNSHTTP2Simulator?
+            var broadcastHTTP2Simulator: APNSHTTP2Simulator?
             if let app = options.http2App {
                 let key = P256.Signing.PrivateKey()
                 // Readable by its owner only, as the worker wants its keys (no warning at start).
@@ -118,6 +121,17 @@ public final class LocalStack: @unchecked Sendable {
                     sandboxApp.sandbox = true
                     sandboxHTTP2Simulator = try await startHTTP2Simulator(
                         sandboxApp,
+                        certificates: certificates,
+                        key: key
+                    )
+                }
+                if app.broadcastGateway {
+                    var broadcastApp = app
+                    broadcastApp.badTokens = []
+                    broadcastApp.unregistered = [:]
+                    broadcastApp.answerFirst = nil
+                    broadcastHTTP2Simulator = try await startHTTP2Simulator(
+                        broadcastApp,
                         certificates: certificates,
                         key: key
                     )
@@ -140,7 +154,8 @@ public final class LocalStack: @unchecked Sendable {
                 redis: redis,
                 simulator: simulator,
                 http2Port: http2Simulator?.port,
-                sandbox: (sandboxSimulator, sandboxHTTP2Simulator?.port)
+                sandbox: (sandboxSimulator, sandboxHTTP2Simulator?.port),
+                broadcastPort: broadcastHTTP2Simulator?.port
             ).write(toFile: configPath, atomically: false, encoding: .utf8)
             let stack = LocalStack(
                 options: options,
@@ -154,6 +169,7 @@ public final class LocalStack: @unchecked Sendable {
             )
             stack.sandboxSimulator = sandboxSimulator
             stack.sandboxHTTP2Simulator = sandboxHTTP2Simulator
+            stack.broadcastHTTP2Simulator = broadcastHTTP2Simulator
             return stack
         } catch {
             cleanup.run()
@@ -373,6 +389,7 @@ public final class LocalStack: @unchecked Sendable {
         await simulator.stop()
         await http2Simulator?.stop()
         await sandboxHTTP2Simulator?.stop()
+        await broadcastHTTP2Simulator?.stop()
         await sandboxSimulator?.stop()
         await redis?.stop()
         await redisCluster?.stop()

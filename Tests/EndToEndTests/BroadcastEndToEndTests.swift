@@ -103,6 +103,52 @@ struct BroadcastEndToEndTests {
             #expect(simulator.statistics.requests == requestsBefore)
         }
     }
+    @Test(
+        "broadcastGateway: broadcasts go to that gateway, device notifications to the app's; its pool is its own, and its gateway gone fails only the broadcasts"
+    )
+    func broadcastsGoToTheirOwnGateway() async throws {
+        let stack = try await WorkerStack.start(
+            http2: (badTokens: [], unregistered: [:]),
+            http2AppSettings: ["connectRetryLimit: 2"],
+            http2BroadcastGateway: true
+        )
+        await Jobs.withStack(stack) { stack in
+            let gateway = try #require(stack.http2Simulator)
+            let broadcastGateway = try #require(stack.broadcastHTTP2Simulator)
+            let channels = (0..<3).compactMap { _ in
+                broadcastGateway.createChannel(bundleID: WorkerStack.http2App, storagePolicy: .noMessageStored)
+            }
+            let update = #""liveActivity":{"event":"update","contentState":{"score":"1-0"}},"priority":5"#
+            let devices = [DeviceToken.numbered(61), DeviceToken.numbered(62)]
+            try await stack.produce([
+                Self.job("bg-broadcast", channels: channels, update),
+                Jobs.job("bg-device", devices, app: WorkerStack.http2App, #""alert":"hi""#),
+            ])
+            let ids = channels.map { Jobs.id("bg-broadcast", $0) } + devices.map { Jobs.id("bg-device", $0) }
+            let byId = try await Jobs.results(stack, ids)
+            for id in ids { #expect(byId[id]?["type"] == "transmitted", "\(id): \(byId[id] ?? [:])") }
+            #expect(Set(broadcastGateway.broadcasts.map(\.channelID)) == Set(channels))
+            #expect(broadcastGateway.accepted.isEmpty, "a device notification went to the broadcast gateway")
+            #expect(gateway.broadcasts.isEmpty, "a broadcast went to the app's gateway")
+            #expect(Set(gateway.accepted.map(\.token)) == Set(devices))
+
+            // The broadcast gateway gone: device notifications still go; the broadcast fails
+            // with its pool's connects (`connectRetryLimit`), the app's pool untouched.
+            await broadcastGateway.stop()
+            let more = [DeviceToken.numbered(63), DeviceToken.numbered(64)]
+            try await stack.produce([
+                Self.job("bg-broadcast-2", channels: [channels[0]], update),
+                Jobs.job("bg-device-2", more, app: WorkerStack.http2App, #""alert":"hi""#),
+            ])
+            let moreIds = more.map { Jobs.id("bg-device-2", $0) }
+            let failedId = Jobs.id("bg-broadcast-2", channels[0])
+            let delivered = try await Jobs.results(stack, moreIds + [failedId])
+            for id in moreIds { #expect(delivered[id]?["type"] == "transmitted", "\(id): \(delivered[id] ?? [:])") }
+            #expect(delivered[failedId]?["status"] == .int(515), "\(delivered[failedId] ?? [:])")
+            #expect(Set(gateway.accepted.map(\.token)) == Set(devices + more))
+        }
+    }
+
     @Test("Channel jobs: create (produced twice, one channel) → broadcast → delete, each refusal with its reason")
     func channelJobsCreateBroadcastAndDelete() async throws {
         let stack = try await WorkerStack.start(http2: (badTokens: [], unregistered: [:]))

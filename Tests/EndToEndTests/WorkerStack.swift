@@ -50,6 +50,7 @@ final class WorkerStack: @unchecked Sendable {
     var simulator: APNSSimulator { local.simulator }
     /// The HTTP/2 simulator of ``http2App``.
     var http2Simulator: APNSHTTP2Simulator? { local.http2Simulator }
+    var broadcastHTTP2Simulator: APNSHTTP2Simulator? { local.broadcastHTTP2Simulator }
     /// The sandbox simulators (`sandboxBadTokens`, `http2SandboxBadTokens`).
     var sandboxSimulator: APNSSimulator? { local.sandboxSimulator }
     var sandboxHTTP2Simulator: APNSHTTP2Simulator? { local.sandboxHTTP2Simulator }
@@ -109,7 +110,8 @@ final class WorkerStack: @unchecked Sendable {
         http2AnswerFirst: (reason: APNSReason, count: Int)? = nil,
         parkedTopic: String? = nil,
         worker: [String: String] = [:],
-        http2ResponseDelay: Duration = .zero
+        http2ResponseDelay: Duration = .zero,
+        http2BroadcastGateway: Bool = false
     ) async throws -> WorkerStack {
         let groupId = "e2e-\(UUID().uuidString.prefix(8))"
         let window = confirmationWindowMs ?? (badTokens.isEmpty && (sandboxBadTokens ?? []).isEmpty ? 200 : 2000)
@@ -152,6 +154,7 @@ final class WorkerStack: @unchecked Sendable {
             app.sandboxBadTokens = http2SandboxBadTokens
             app.answerFirst = http2AnswerFirst
             app.responseDelay = http2ResponseDelay
+            app.broadcastGateway = http2BroadcastGateway
             app.settings = settings(http2AppSettings).merging(["poolSize": "2"]) { given, _ in given }
             options.http2App = app
         }

@@ -12,7 +12,7 @@ import Testing
         parseError(typoInEnvironment) == "apps.com.example.app.environments.production.certfile: unknown "
             + "setting; known settings here are certificate, certificatePem, certificatePemEnv, key, keyPem, keyPemEnv, "
             + "pfx, pkcs12Base64, pkcs12Base64Env, signingKey, signingKeyPem, signingKeyPemEnv, passphrase, passphraseFile, "
-            + "passphraseEnv, ca, verifyServer, gateway, feedback, channelManagement, keyId, teamId, proxy."
+            + "passphraseEnv, ca, verifyServer, gateway, feedback, channelManagement, broadcastGateway, keyId, teamId, proxy."
     )
     #expect(
         parseError(fixture.minimalYAML(extra: "wroker:\n  id: x")) == "wroker: unknown setting; known "

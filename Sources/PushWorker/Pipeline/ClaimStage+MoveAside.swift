@@ -127,7 +127,7 @@ extension ClaimStage {
         logger.notice(
             "Notifications moved aside while their gateway cannot be reached",
             metadata: [
-                "app": "\(key.app)", "env": "\(key.environment)", "notifications": "\(moving.count)",
+                "app": "\(key.app)", "env": "\(key.environmentName)", "notifications": "\(moving.count)",
                 "jobs": "\(messages.count)", "topic": "\(parking.topic)",
             ]
         )

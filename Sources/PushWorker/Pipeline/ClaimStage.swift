@@ -128,7 +128,7 @@ final class ClaimStage: Sendable {
                 let back = await unparkIntoRoom(of: key, all: true)
                 logger.notice(
                     "Gateway takes notifications again: parked notifications go out",
-                    metadata: ["app": "\(key.app)", "env": "\(key.environment)", "parked": "\(back)"]
+                    metadata: ["app": "\(key.app)", "env": "\(key.environmentName)", "parked": "\(back)"]
                 )
             case .sweepStale:
                 expireStaleParked()

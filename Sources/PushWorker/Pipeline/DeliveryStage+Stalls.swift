@@ -33,12 +33,12 @@ extension DeliveryStage {
             if change.stalled {
                 logger.warning(
                     "Gateway too slow: this app's new notifications wait until it catches up; other apps go on",
-                    metadata: ["app": "\(key.app)", "env": "\(key.environment)", "held": "\(change.held)"]
+                    metadata: ["app": "\(key.app)", "env": "\(key.environmentName)", "held": "\(change.held)"]
                 )
             } else {
                 logger.notice(
                     "Gateway caught up: this app's notifications go to it again",
-                    metadata: ["app": "\(key.app)", "env": "\(key.environment)", "held": "\(change.held)"]
+                    metadata: ["app": "\(key.app)", "env": "\(key.environmentName)", "held": "\(change.held)"]
                 )
             }
             if change.blocked { claimSignals.yield(change.stalled ? .unavailable(key) : .available(key)) }

@@ -97,8 +97,15 @@ final class DeliveryStage: Sendable {
     func snapshots() -> [(key: PoolKey, transport: String, snapshot: APNSPoolSnapshot)] {
         let open = state.withLock { $0.pools }
         let settings = pools.all
-        return open.map { key, client in (key, settings[key]?.transport.name ?? "", client.snapshot()) }
-            .sorted { ($0.key.app, $0.key.environment.rawValue) < ($1.key.app, $1.key.environment.rawValue) }
+        return open.map { key, client in (key, Self.transportLabel(key, settings[key]), client.snapshot()) }
+            .sorted { ($0.key.app, $0.key.environmentName) < ($1.key.app, $1.key.environmentName) }
+    }
+
+    /// A pool's `transport` in metrics and the status: `binary`, `http2`, or `http2-broadcast`
+    /// for the pool of an environment's broadcasts at its `broadcastGateway`.
+    static func transportLabel(_ key: PoolKey, _ settings: PoolSettings?) -> String {
+        guard let name = settings?.transport.name else { return "" }
+        return key.broadcasts ? name + "-broadcast" : name
     }
 
     /// Opens the pools of the apps that keep connections open (`minConnections`) and starts
@@ -111,7 +118,7 @@ final class DeliveryStage: Sendable {
             do {
                 try pool(for: key).start()
             } catch {
-                logger.error("Cannot open the \(key.app) \(key.environment) pool", metadata: ["error": "\(error)"])
+                logger.error("Cannot open the \(key.app) \(key.environmentName) pool", metadata: ["error": "\(error)"])
             }
         }
         await withDiscardingTaskGroup { group in
@@ -227,7 +234,7 @@ final class DeliveryStage: Sendable {
             }
         } catch {
             logger.error(
-                "Cannot hand notifications to the \(key.app) \(key.environment) pool",
+                "Cannot hand notifications to the \(key.app) \(key.environmentName) pool",
                 metadata: ["error": "\(error)"]
             )
             let released = state.withLock { s in submissions.compactMap { s.sent.remove($0.tag) } }
@@ -277,13 +284,13 @@ final class DeliveryStage: Sendable {
         if !transport.verifiesServer {
             logger.warning(
                 "\(WorkerConfiguration.insecureTLSWarning(app: key.app, environment: key.environment))",
-                metadata: ["app": "\(key.app)", "env": "\(key.environment)", "gateway": "\(transport.endpoint)"]
+                metadata: ["app": "\(key.app)", "env": "\(key.environmentName)", "gateway": "\(transport.endpoint)"]
             )
         }
         logger.info(
             message,
             metadata: [
-                "app": "\(key.app)", "env": "\(key.environment)", "gateway": "\(transport.endpoint)",
+                "app": "\(key.app)", "env": "\(key.environmentName)", "gateway": "\(transport.endpoint)",
                 "transport": "\(transport.name)", "connections": "\(transport.maxConnections)",
                 "proxy": "\(transport.proxyDescription)",
             ]
@@ -302,7 +309,7 @@ final class DeliveryStage: Sendable {
             created = try makePool(key, transport)
         } catch {
             logger.error(
-                "Cannot open the \(key.app) \(key.environment) pool with the reloaded credentials",
+                "Cannot open the \(key.app) \(key.environmentName) pool with the reloaded credentials",
                 metadata: ["error": "\(error)"]
             )
             return
@@ -331,7 +338,7 @@ final class DeliveryStage: Sendable {
         await client.shutdown(gracePeriod: drainTimeout)
         logger.info(
             "The replaced delivery pool finished what it held and closed",
-            metadata: ["app": "\(key.app)", "env": "\(key.environment)"]
+            metadata: ["app": "\(key.app)", "env": "\(key.environmentName)"]
         )
     }
 
@@ -394,7 +401,7 @@ final class DeliveryStage: Sendable {
                 for outcome in outcomes {
                     if let writtenAt = outcome.writtenAt, now >= writtenAt { latencies.append(Int64(now - writtenAt)) }
                 }
-                let labels = [key.app, key.environment.rawValue, pools[key]?.transport.name ?? ""]
+                let labels = [key.app, key.environment.rawValue, Self.transportLabel(key, pools[key])]
                 control.metrics.observe(MetricCatalogue.deliveryLatency, labels, nanoseconds: latencies)
             }
             results.submit(items)
@@ -529,7 +536,7 @@ final class DeliveryStage: Sendable {
             if !wasBlocked { claimSignals.yield(.unavailable(key)) }
             logger.warning(
                 "Gateway unreachable: this app's new notifications wait until it answers; other apps go on",
-                metadata: ["app": "\(app)", "env": "\(key.environment)", "reason": "\(reason)"]
+                metadata: ["app": "\(app)", "env": "\(key.environmentName)", "reason": "\(reason)"]
             )
         case .available:
             let blocked = state.withLock { s in

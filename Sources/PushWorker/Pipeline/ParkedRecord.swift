@@ -11,9 +11,10 @@ import PushKafka
 ///
 /// `staleAt` (UNIX ms, absent without `staleAfter`) lets intake see that a record's job went stale
 /// without parsing it. `tokens` are the ones the job still owes (the others were answered before
-/// it moved aside). Its key is `<app>/<environment>/<origin partition>`, so that the records of
-/// one app from one partition keep the order Kafka gave their jobs, while one app's backlog
-/// spreads over the parked topic's partitions as its jobs did. Its timestamp is the job's, so
+/// it moved aside). Its key is `<app>/<environment>/<origin partition>` (the environment is
+/// `production+broadcast` for a pool of broadcasts, ``PoolKey/environmentName``), so that the
+/// records of one app from one partition keep the order Kafka gave their jobs, while one app's
+/// backlog spreads over the parked topic's partitions as its jobs did. Its timestamp is the job's, so
 /// that `staleAfter` and ages count from when the job was produced.
 /// A notification brought back keeps its result id (the job id and the token), so a record
 /// written twice (a worker stopped between writing it and committing the job) is claimed once.
@@ -28,17 +29,18 @@ struct ParkedRecord: Sendable, Equatable {
 
     /// The record's key: the pool it waits for, and the partition its job came from.
     static func key(_ pool: PoolKey, partition: Int32) -> [UInt8] {
-        Array("\(pool.app)/\(pool.environment.rawValue)/\(partition)".utf8)
+        Array("\(pool.app)/\(pool.environmentName)/\(partition)".utf8)
     }
 
     /// The pool a record's key names, or `nil` for a key that names none.
     static func pool(key: [UInt8]?) -> PoolKey? {
         guard let key, let last = key.lastIndex(of: UInt8(ascii: "/")) else { return nil }
         let rest = key[..<last]
-        guard let slash = rest.lastIndex(of: UInt8(ascii: "/")),
-            let environment = APNSEnvironment(rawValue: String(decoding: rest[(slash + 1)...], as: UTF8.self))
-        else { return nil }
-        return PoolKey(app: String(decoding: rest[..<slash], as: UTF8.self), environment: environment)
+        guard let slash = rest.lastIndex(of: UInt8(ascii: "/")) else { return nil }
+        return PoolKey(
+            app: String(decoding: rest[..<slash], as: UTF8.self),
+            environmentName: String(decoding: rest[(slash + 1)...], as: UTF8.self)
+        )
     }
 
     /// The record's value.

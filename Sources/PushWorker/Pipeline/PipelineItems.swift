@@ -19,10 +19,31 @@ struct MessageRef: Hashable, Sendable {
     func isSameMessage(as other: MessageRef) -> Bool { offset == other.offset && partition == other.partition }
 }
 
-/// One delivery pool: an (app, environment).
+/// One delivery pool: an (app, environment), or the broadcasts of one when they go to a
+/// gateway of their own (`broadcastGateway`).
 struct PoolKey: Hashable, Sendable {
     var app: String
     var environment: APNSEnvironment
+    /// The pool of the environment's broadcasts, at its `broadcastGateway` (§7.3).
+    var broadcasts = false
+
+    /// The environment as a pool's name says it: `production`, or `production+broadcast` for
+    /// its broadcasts' own pool (parked records' keys, logs).
+    var environmentName: String { broadcasts ? environment.rawValue + "+broadcast" : environment.rawValue }
+
+    /// The key an ``environmentName`` names.
+    init?(app: String, environmentName: String) {
+        let broadcasts = environmentName.hasSuffix("+broadcast")
+        guard let environment = APNSEnvironment(rawValue: String(environmentName.dropLast(broadcasts ? 10 : 0)))
+        else { return nil }
+        self.init(app: app, environment: environment, broadcasts: broadcasts)
+    }
+
+    init(app: String, environment: APNSEnvironment, broadcasts: Bool = false) {
+        self.app = app
+        self.environment = environment
+        self.broadcasts = broadcasts
+    }
 }
 
 extension APNSEnvironment {
@@ -52,6 +73,8 @@ final class SharedJob: Sendable {
     let derivesAPNSIDs: Bool
     /// The job or its app asks for a dry run: `dryRun` results instead of sending.
     let dryRun: Bool
+    /// A broadcast whose environment has a `broadcastGateway`: it goes to the pool there.
+    let ownBroadcastPool: Bool
     /// A channel job: carried out by the channel management API, not a pool.
     let channelAction: ChannelAction?
     /// The job's message as consumed, kept when notifications may move aside
@@ -100,6 +123,7 @@ final class SharedJob: Sendable {
         apnsId = job.apnsId
         derivesAPNSIDs = job.tokens.count > 1
         dryRun = job.dryRun || settings.dryRun
+        ownBroadcastPool = job.broadcast && settings.environments[environment]?.broadcastGateway != nil
         channelAction = job.channelAction
         activity = job.liveActivity.map {
             ActivityFacts($0, highPriorityPerHour: settings.liveActivityHighPriorityPerHour)
@@ -113,7 +137,7 @@ final class SharedJob: Sendable {
         return derivesAPNSIDs ? JobAPNSID.derived(from: apnsId, token: token) : apnsId
     }
 
-    var poolKey: PoolKey { PoolKey(app: app, environment: environment) }
+    var poolKey: PoolKey { PoolKey(app: app, environment: environment, broadcasts: ownBroadcastPool) }
 
     /// A broadcast: its candidates' tokens are channel IDs (§7.3).
     var broadcast: Bool { content.broadcast }
@@ -210,9 +234,10 @@ struct SentContext: Sendable {
     /// Sent in another environment than its job's (`environmentFallback`); `nil`: in its job's.
     var redirect: Redirect? = nil
 
-    /// The pool it is in.
+    /// The pool it is in (a broadcast is never redirected).
     var poolKey: PoolKey {
-        PoolKey(app: candidate.job.app, environment: redirect?.environment ?? candidate.job.environment)
+        guard let redirect else { return candidate.job.poolKey }
+        return PoolKey(app: candidate.job.app, environment: redirect.environment)
     }
 }
 

@@ -90,14 +90,34 @@ struct PoolSettings: Sendable {
         var pools: [PoolKey: PoolSettings] = [:]
         for (name, app) in configuration.apps.sorted(by: { $0.key < $1.key }) {
             for (environment, settings) in app.environments.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-                pools[PoolKey(app: name, environment: environment)] = try PoolSettings(
+                let pool = try PoolSettings(
                     app: app,
                     environment: settings,
                     maxPending: configuration.worker.maxInFlight
                 )
+                pools[PoolKey(app: name, environment: environment)] = pool
+                if let broadcasts = pool.broadcastPool(at: settings) {
+                    pools[PoolKey(app: name, environment: environment, broadcasts: true)] = broadcasts
+                }
             }
         }
         return pools
+    }
+
+    /// HTTP/2, with a `broadcastGateway`: the settings of the pool of the environment's
+    /// broadcasts, these with that gateway; no feedback, no channel management.
+    func broadcastPool(at env: WorkerConfiguration.AppEnvironment) -> PoolSettings? {
+        guard case .http2(var gateway) = transport, let endpoint = env.broadcastGateway else { return nil }
+        gateway.host = endpoint.host
+        gateway.port = endpoint.port
+        gateway.proxy = env.proxy?.proxy(for: endpoint.host)
+        return PoolSettings(transport: .http2(gateway), feedback: nil, feedbackInterval: .zero)
+    }
+
+    init(transport: DeliveryTransport, feedback: APNSFeedbackClient.Configuration?, feedbackInterval: Duration) {
+        self.transport = transport
+        self.feedback = feedback
+        self.feedbackInterval = feedbackInterval
     }
 
     init(

@@ -90,7 +90,7 @@ extension Worker {
                 state.failed[key] = nil
                 metrics.set(MetricCatalogue.credentialReloadFailed, labels, to: 0)
                 metrics.increment(MetricCatalogue.credentialReloads, labels + ["applied"])
-                var metadata: Logger.Metadata = ["app": "\(key.app)", "env": "\(key.environment)"]
+                var metadata: Logger.Metadata = ["app": "\(key.app)", "env": "\(key.environmentName)"]
                 if let certificate = settings.certificate {
                     metadata["credential.subject"] = "\(certificate.subject)"
                     metadata["credential.notAfter"] = "\(certificate.notValidAfter.formatted(.iso8601))"
@@ -100,6 +100,12 @@ extension Worker {
                     metadata: metadata
                 )
                 delivery?.replacePool(key)
+                if let broadcasts = settings.broadcastPool(at: environment) {
+                    // The pool of the environment's broadcasts presents the same credentials.
+                    let broadcastKey = PoolKey(app: key.app, environment: key.environment, broadcasts: true)
+                    self.settings.replace(broadcastKey, with: broadcasts)
+                    delivery?.replacePool(broadcastKey)
+                }
                 checks[key] = .applied
             } catch {
                 state.failed[key] = fingerprint
@@ -108,7 +114,7 @@ extension Worker {
                 logger.error(
                     "\(error.message)",
                     metadata: [
-                        "app": "\(key.app)", "env": "\(key.environment)",
+                        "app": "\(key.app)", "env": "\(key.environmentName)",
                         "credential.reload": "failed; the worker goes on with the credentials it has",
                     ]
                 )
@@ -130,7 +136,7 @@ extension Worker {
         let exposed = environment.exposedSecretFiles(app: key.app, strict: strict)
         if strict, let first = exposed.first { throw ConfigurationError(first) }
         for sentence in exposed {
-            logger.warning("\(sentence)", metadata: ["app": "\(key.app)", "env": "\(key.environment)"])
+            logger.warning("\(sentence)", metadata: ["app": "\(key.app)", "env": "\(key.environmentName)"])
         }
     }
 

@@ -136,15 +136,27 @@ extension Worker {
         metrics.advance(MetricCatalogue.rebalances, ["revoke"], to: kafka.revocations)
         let conditions = stages.delivery.conditions()
         let parked = stages.claims.waiting().parked
+        // Per app environment: an environment's broadcasts may have a pool of their own
+        // (`broadcastGateway`); either blocked blocks the environment, and their waiting add up.
+        var blocked: [[String]: Set<String>] = [:]
+        var waiting: [[String]: Int] = [:]
         for pool in stages.delivery.snapshots() {
             let appEnvironment = [pool.key.app, pool.key.environment.rawValue]
             update(pool.snapshot, of: appEnvironment + [pool.transport])
             let condition = conditions[pool.key]
+            blocked[appEnvironment, default: []].formUnion(condition.map { [$0] } ?? [])
+            waiting[appEnvironment, default: 0] +=
+                condition == nil ? 0 : (parked[pool.key] ?? 0) + pool.snapshot.admitted
+        }
+        for (appEnvironment, reasons) in blocked {
             for reason in ["unreachable", "stalled"] {
-                metrics.set(MetricCatalogue.poolBlocked, appEnvironment + [reason], to: condition == reason ? 1 : 0)
+                metrics.set(
+                    MetricCatalogue.poolBlocked,
+                    appEnvironment + [reason],
+                    to: reasons.contains(reason) ? 1 : 0
+                )
             }
-            let waiting = condition == nil ? 0 : (parked[pool.key] ?? 0) + pool.snapshot.admitted
-            metrics.set(MetricCatalogue.notificationsWaiting, appEnvironment, to: waiting)
+            metrics.set(MetricCatalogue.notificationsWaiting, appEnvironment, to: waiting[appEnvironment] ?? 0)
         }
         let assigned = Set((try? stages.consumer.assignment()) ?? [])
         metrics.set(MetricCatalogue.assignedPartitions, to: assigned.count)
