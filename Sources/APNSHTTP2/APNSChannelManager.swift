@@ -3,7 +3,6 @@ import APNSHTTP2Core
 import Foundation
 import NIOCore
 import NIOHPACK
-import NIOHTTP2
 import NIOPosix
 import NIOSSL
 
@@ -192,7 +191,7 @@ public struct APNSChannelManager: Sendable {
     }
 
     private func exchange(_ headers: HPACKHeaders, body: [UInt8]?) async throws -> Answer {
-        let multiplexer = try await connection.multiplexer { [configuration, timeout] in
+        let streams = try await connection.streams { [configuration, timeout] in
             let context = try NIOSSLContext(configuration: configuration.tlsConfiguration())
             let sniName = serverName(host: configuration.host, override: configuration.serverHostname)
             return try await APNSConnector.connect(
@@ -204,44 +203,26 @@ public struct APNSChannelManager: Sendable {
             ) { channel in
                 let sync = channel.pipeline.syncOperations
                 try sync.addHandler(NIOSSLClientHandler(context: context, serverHostname: sniName))
-                let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .client) { stream in
-                    stream.eventLoop.makeSucceededFuture(stream)
-                }
-                return (channel, multiplexer)
+                // The delivery pools' frame layer: preface, SETTINGS, HPACK, flow control.
+                try sync.addHandler(HTTP2FrameCodec())
+                let retired = ManagementStreamsRetired()
+                let streams = ManagementStreams(retired: retired)
+                try sync.addHandler(streams)
+                return ManagementConnection.Open(
+                    channel: channel,
+                    streams: NIOLoopBound(streams, eventLoop: channel.eventLoop),
+                    retired: retired
+                )
             }.get()
         }
-        let stream = try await multiplexer.openStream { stream in
-            stream.eventLoop.makeCompletedFuture {
-                try NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>(
-                    wrappingChannelSynchronously: stream
-                )
-            }
-        }
-        return try await stream.executeThenClose { inbound, outbound in
-            try await outbound.write(.headers(.init(headers: headers, endStream: body == nil)))
-            if let body {
-                try await outbound.write(.data(.init(data: .byteBuffer(ByteBuffer(bytes: body)), endStream: true)))
-            }
-            var answer = Answer(status: 0, headers: [], body: [])
-            reading: for try await payload in inbound {
-                switch payload {
-                case .headers(let frame):
-                    for (name, value, _) in frame.headers {
-                        if name == ":status" {
-                            answer.status = Int(value) ?? 0
-                        } else {
-                            answer.headers.append((name, value))
-                        }
-                    }
-                    if frame.endStream { break reading }
-                case .data(let frame):
-                    if case .byteBuffer(let buffer) = frame.data { answer.body += buffer.readableBytesView }
-                    if frame.endStream { break reading }
-                default:
-                    continue
-                }
-            }
-            return answer
+        let eventLoop = streams.channel.eventLoop
+        let promise = eventLoop.makePromise(of: Answer.self)
+        let handler = streams.streams
+        return try await withTaskCancellationHandler {
+            eventLoop.execute { handler.value.send(headers, body: body, promise: promise) }
+            return try await promise.futureResult.get()
+        } onCancel: {
+            eventLoop.execute { handler.value.cancel(promise) }
         }
     }
 }
@@ -249,18 +230,21 @@ public struct APNSChannelManager: Sendable {
 /// The one HTTP/2 connection of a channel manager and its copies: opened by the first request,
 /// and again by the first after it closed.
 actor ManagementConnection {
-    typealias Multiplexer = NIOHTTP2Handler.AsyncStreamMultiplexer<any Channel>
-    private var open: (channel: any Channel, multiplexer: Multiplexer)?
+    struct Open: Sendable {
+        let channel: any Channel
+        let streams: NIOLoopBound<ManagementStreams>
+        let retired: ManagementStreamsRetired
+    }
 
-    /// The open connection's stream multiplexer, or one of a connection `connect` opens.
-    func multiplexer(
-        _ connect: @Sendable () async throws -> (any Channel, Multiplexer)
-    ) async throws -> Multiplexer {
-        if let open, open.channel.isActive { return open.multiplexer }
+    private var open: Open?
+
+    /// The open connection, or one `connect` opens.
+    func streams(_ connect: @Sendable () async throws -> Open) async throws -> Open {
+        if let open, open.channel.isActive, !open.retired.isSet { return open }
         open?.channel.close(promise: nil)
-        let (channel, multiplexer) = try await connect()
-        open = (channel, multiplexer)
-        return multiplexer
+        let opened = try await connect()
+        open = opened
+        return opened
     }
 
     func close() async {
