@@ -99,9 +99,17 @@ struct ClientTests {
         let client = try ClientHarness.certificateClient(port: simulator.port) { $0.maxConnections = 2 }
         let reader = Task { try await ClientHarness.run(client, ClientHarness.submissions(0..<4_000), shutdown: false) }
         // Change the limit once the first answers are back, and again later.
-        while simulator.statistics.accepted < 500 { try await Task.sleep(for: .milliseconds(1)) }
+        try #require(
+            await eventually("500 answers back", within: .seconds(60), every: .milliseconds(1)) {
+                simulator.statistics.accepted >= 500
+            }
+        )
         simulator.setMaxConcurrentStreams(1)
-        while simulator.statistics.accepted < 800 { try await Task.sleep(for: .milliseconds(1)) }
+        try #require(
+            await eventually("800 answers back", within: .seconds(60), every: .milliseconds(1)) {
+                simulator.statistics.accepted >= 800
+            }
+        )
         simulator.setMaxConcurrentStreams(64)
         let run = try await reader.value
         await client.shutdown()

@@ -16,11 +16,12 @@ struct HostileInputEndToEndTests {
     static let large: [HostileJobs.Kind: Int] = [
         .tooManyTokens: 2, .oneMiB: 2, .overLimit: 2, .hugeStrings: 3, .bigAlert: 3,
     ]
-    /// How long after it was produced a message may wait for its results. Generous: the whole
-    /// mix (about 8 MB) is produced at once on two shared cores, and valid jobs wait for the
-    /// 200 ms confirmation window; the worker's own answer time per message is measured by
-    /// `apn-bench hostile` (docs/benchmarks.md).
-    static let deadline: Duration = .seconds(10)
+    /// How long after it was produced a message may wait for its results: the bound tells a
+    /// message that hangs or stalls the worker (what hostile input must never do) from one
+    /// answered slowly on a loaded machine. Generous: the whole mix (about 8 MB) is produced at
+    /// once on two shared cores, and valid jobs wait for the 200 ms confirmation window; how
+    /// fast the worker answers is measured by `apn-bench hostile` (docs/benchmarks.md), not here.
+    static let deadline: Duration = .seconds(30)
 
     @Test(
         "Every message of a hostile mix is answered within the deadline, valid jobs are delivered, the worker stays up"
