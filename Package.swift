@@ -58,6 +58,9 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // librdkafka's mock cluster as an embedded broker, with its fault controls: equipment for
+        // the demo, the tests and the benchmarks, kept out of the production module.
+        .target(name: "PushKafkaEmbedded", dependencies: ["CRdKafka", "PushKafka"]),
         // Secrets: a URL's user information and its password masked (shared by the Redis URL, the
         // proxy URL and every message that shows one), and files that hold secrets.
         .target(name: "PushSecrets"),
@@ -186,7 +189,7 @@ let package = Package(
                 "APNSCore",
                 "APNSHTTP2Core",
                 "APNSSimulator",
-                "PushKafka",
+                "PushKafka", "PushKafkaEmbedded",
                 "PushRedis",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -212,7 +215,7 @@ let package = Package(
                 "APNSHTTP2",
                 "APNSHTTP2Core",
                 "PushCommandLine",
-                "PushKafka",
+                "PushKafka", "PushKafkaEmbedded",
                 "PushLocalStack",
                 "PushRedis",
                 "PushSecrets",
@@ -237,7 +240,7 @@ let package = Package(
                 "PushWorker",
                 "APNSCore",
                 "PushCommandLine",
-                "PushKafka",
+                "PushKafka", "PushKafkaEmbedded",
                 "PushLocalStack",
                 "PushRedis",
                 "PushStatus",
@@ -279,7 +282,9 @@ let package = Package(
         ),
         .testTarget(
             name: "PushKafkaTests",
-            dependencies: ["PushKafka", .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "PushKafka", "PushKafkaEmbedded", "PushTestSupport", .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .target(
             name: "PushTestSupport",
@@ -339,7 +344,8 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "APNSCore", "APNSBinary", "APNSHTTP2Core", "APNSSimulator", "PushKafka", "PushLocalStack", "PushRedis",
+                "APNSCore", "APNSBinary", "APNSHTTP2Core", "APNSSimulator", "PushKafka", "PushKafkaEmbedded",
+                "PushLocalStack", "PushRedis",
                 "PushWorker",
                 "PushStatus", "PushTestSupport", .product(name: "Crypto", package: "swift-crypto"),
             ]

@@ -10,7 +10,7 @@ final class RdKafkaHandle: @unchecked Sendable {
 }
 
 /// Creates a client from `conf`, which it always consumes.
-func makeClient(_ type: rd_kafka_type_t, _ conf: OpaquePointer) throws(KafkaError) -> OpaquePointer {
+package func makeClient(_ type: rd_kafka_type_t, _ conf: OpaquePointer) throws(KafkaError) -> OpaquePointer {
     var errstr = [CChar](repeating: 0, count: 512)
     guard let rk = rd_kafka_new(type, conf, &errstr, errstr.count) else {
         rd_kafka_conf_destroy(conf)

@@ -87,7 +87,7 @@ public struct KafkaConfiguration: Sendable, Hashable {
     /// Builds an `rd_kafka_conf_t` from `defaults` overridden by `properties`, with librdkafka's
     /// log lines routed to swift-log (through the ``ClientContext`` the caller sets as opaque).
     /// The caller owns the result (`rd_kafka_new` takes it over on success).
-    func makeConf(defaults: [String: String]) throws(KafkaError) -> OpaquePointer {
+    package func makeConf(defaults: [String: String]) throws(KafkaError) -> OpaquePointer {
         let conf = rd_kafka_conf_new()!
         rd_kafka_conf_set_log_cb(conf, logCallback)
         let merged = defaults.merging(properties) { _, user in user }

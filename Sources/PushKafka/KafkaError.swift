@@ -22,7 +22,7 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
     /// unchanged can never succeed.
     public var isMessageTooLarge: Bool { code == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE.rawValue }
 
-    init(_ err: rd_kafka_resp_err_t, _ message: String, isRetriable: Bool? = nil, isFatal: Bool? = nil) {
+    package init(_ err: rd_kafka_resp_err_t, _ message: String, isRetriable: Bool? = nil, isFatal: Bool? = nil) {
         code = err.rawValue
         name = String(cString: rd_kafka_err2name(err))
         self.message = message
@@ -31,7 +31,7 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 
     /// An error whose message is librdkafka's description of `err`, optionally prefixed with context.
-    init(_ err: rd_kafka_resp_err_t, context: String? = nil) {
+    package init(_ err: rd_kafka_resp_err_t, context: String? = nil) {
         let text = String(cString: rd_kafka_err2str(err))
         self.init(err, context.map { "\($0): \(text)" } ?? text)
     }
@@ -48,7 +48,7 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
         )
     }
 
-    static func closed(_ what: String) -> KafkaError {
+    package static func closed(_ what: String) -> KafkaError {
         KafkaError(RD_KAFKA_RESP_ERR__DESTROY, "\(what) is closed")
     }
 

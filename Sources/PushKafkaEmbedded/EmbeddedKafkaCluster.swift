@@ -1,4 +1,5 @@
 import CRdKafka
+import PushKafka
 import Synchronization
 
 /// An in-process Kafka cluster (librdkafka's mock cluster) listening on 127.0.0.1,

@@ -1,4 +1,5 @@
 import CRdKafka
+import PushKafka
 
 /// One line of `apn-worker kafka-embedded --control`: a fault injected into an
 /// ``EmbeddedKafkaCluster``, or its end (docs/simulator.md, "Kafka faults").

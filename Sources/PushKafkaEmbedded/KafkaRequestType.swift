@@ -1,4 +1,5 @@
 import CRdKafka
+import PushKafka
 
 /// A Kafka protocol request type (its API key), for the embedded cluster's injected errors.
 public enum KafkaRequestType: Int16, CaseIterable, Sendable {

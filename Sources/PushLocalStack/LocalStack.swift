@@ -3,6 +3,7 @@ import APNSSimulator
 import Crypto
 import Foundation
 import PushKafka
+import PushKafkaEmbedded
 import PushRedis
 
 /// The worker's world on one machine: the embedded Kafka (`apn.requests` and `apn.results`, 12

@@ -1,4 +1,5 @@
 import PushKafka
+import PushKafkaEmbedded
 import PushLocalStack
 
 /// The Kafka faults of `apn-bench failover`, on the embedded cluster: a broker down, partition

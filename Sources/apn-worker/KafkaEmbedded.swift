@@ -3,6 +3,7 @@ import ArgumentParser
 import Foundation
 import PushCommandLine
 import PushKafka
+import PushKafkaEmbedded
 
 /// `apn-worker kafka-embedded`: hosts librdkafka's mock cluster until stopped.
 struct KafkaEmbedded: AsyncParsableCommand {

@@ -1,6 +1,7 @@
 import APNSCore
 import Foundation
 import PushKafka
+import PushKafkaEmbedded
 import PushLocalStack
 import PushTestSupport
 import Testing

@@ -4,6 +4,7 @@ import APNSHTTP2Core
 import APNSSimulator
 import Foundation
 import PushKafka
+import PushKafkaEmbedded
 import PushLocalStack
 import PushRedis
 import PushStatus

@@ -1,4 +1,5 @@
 import PushKafka
+import PushKafkaEmbedded
 import Testing
 
 /// The fault commands of `apn-worker kafka-embedded --control`, parsed and applied to a cluster.

@@ -1,4 +1,5 @@
 import PushKafka
+import PushKafkaEmbedded
 import Testing
 
 @Suite(.timeLimit(.minutes(3)))
@@ -134,7 +135,7 @@ struct PushKafkaTests {
         try await pollUntil(a, owns: all, "A, alone in the group, owns all partitions")
 
         try b.subscribe(topics: [topic])
-        try await eventually("both members assigned, all partitions covered exactly once") {
+        try await waitUntil("both members assigned, all partitions covered exactly once") {
             _ = try await a.poll(timeout: .milliseconds(100))
             _ = try await b.poll(timeout: .milliseconds(100))
             let (assignedA, assignedB) = (try a.assignment(), try b.assignment())
@@ -183,7 +184,7 @@ struct PushKafkaTests {
         let b = try KafkaConsumer(configuration: configuration)
         try b.subscribe(topics: [topic])
         var revoking: [TopicPartition] = []
-        try await eventually("A is asked to give partitions up") {
+        try await waitUntil("A is asked to give partitions up") {
             _ = try await a.poll(timeout: .milliseconds(100))
             _ = try await b.poll(timeout: .milliseconds(100))
             revoking =
@@ -207,7 +208,7 @@ struct PushKafkaTests {
 
         await a.completeRevocation(revoking)
         #expect(Set(try a.assignment()).isDisjoint(with: revoking))
-        try await eventually("B is assigned what A gave up") {
+        try await waitUntil("B is assigned what A gave up") {
             _ = try await a.poll(timeout: .milliseconds(100))
             _ = try await b.poll(timeout: .milliseconds(100))
             return Set(revoking).isSubset(of: Set(try b.assignment()))
@@ -311,7 +312,7 @@ struct PushKafkaTests {
         let second = try KafkaConsumer(configuration: consumerConfiguration(cluster, group: group))
         let joined = ContinuousClock.now
         try second.subscribe(topics: [topic])
-        try await eventually("the second member is assigned partitions") {
+        try await waitUntil("the second member is assigned partitions") {
             _ = try await first.poll(timeout: .milliseconds(100))
             _ = try await second.poll(timeout: .milliseconds(100))
             return !(try second.assignment()).isEmpty

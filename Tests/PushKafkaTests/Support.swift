@@ -1,4 +1,6 @@
 import PushKafka
+import PushKafkaEmbedded
+import PushTestSupport
 import Synchronization
 import Testing
 
@@ -28,22 +30,6 @@ func consumerConfiguration(_ cluster: EmbeddedKafkaCluster, group: String) -> Ka
     return configuration
 }
 
-/// Repeats `attempt` (which should itself wait, e.g. by polling) until it returns true.
-/// Records an issue and throws if `deadline` passes first.
-func eventually(
-    _ condition: Comment,
-    within deadline: Duration = .seconds(60),
-    sourceLocation: SourceLocation = #_sourceLocation,
-    _ attempt: () async throws -> Bool
-) async throws {
-    let end = ContinuousClock.now + deadline
-    while ContinuousClock.now < end {
-        if try await attempt() { return }
-    }
-    Issue.record("Timed out waiting for: \(condition)", sourceLocation: sourceLocation)
-    throw CancellationError()
-}
-
 /// A topic of four partitions on `cluster`, a group name, and the topic's partitions: what the
 /// consumer-group tests start from.
 func fourPartitionTopic(
@@ -62,7 +48,7 @@ func pollUntil(
     _ condition: Comment,
     sourceLocation: SourceLocation = #_sourceLocation
 ) async throws {
-    try await eventually(condition, sourceLocation: sourceLocation) {
+    try await waitUntil(condition, sourceLocation: sourceLocation) {
         _ = try await consumer.poll(timeout: .milliseconds(100))
         return Set(try consumer.assignment()) == partitions
     }
@@ -71,7 +57,7 @@ func pollUntil(
 /// Polls until `count` messages arrived (or the deadline passed).
 func consume(_ consumer: KafkaConsumer, count: Int) async throws -> [KafkaMessage] {
     var messages: [KafkaMessage] = []
-    try await eventually("\(count) messages consumed") {
+    try await waitUntil("\(count) messages consumed") {
         messages += try await consumer.poll(maxMessages: 500, timeout: .milliseconds(200))
         return messages.count >= count
     }
@@ -83,4 +69,17 @@ final class Recorder<Element: Sendable>: Sendable {
     private let items = Mutex<[Element]>([])
     func append(_ item: Element) { items.withLock { $0.append(item) } }
     var all: [Element] { items.withLock { $0 } }
+}
+
+/// Repeats `attempt`, which itself waits (a consumer's poll), until it returns true, with the
+/// suite's one polling helper (``eventually(_:within:every:sourceLocation:_:)``); when the
+/// time is up the issue is recorded and the test goes no further.
+func waitUntil(
+    _ condition: Comment,
+    within deadline: Duration = .seconds(60),
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ attempt: () async throws -> Bool
+) async throws {
+    let done = try await eventually(condition, within: deadline, every: .zero, sourceLocation: sourceLocation, attempt)
+    if !done { throw CancellationError() }
 }
