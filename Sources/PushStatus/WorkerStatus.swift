@@ -85,7 +85,8 @@ public struct WorkerStatus: Codable, Sendable, Hashable {
         public var app: String
         /// `production` or `sandbox`.
         public var env: String
-        /// `binary` or `http2`.
+        /// `binary` or `http2`; `http2-broadcast` for an environment's broadcasts at a
+        /// `broadcastGateway` of their own.
         public var transport: String
         /// Connections established.
         public var open: Int

@@ -154,85 +154,10 @@ public final class Worker: Service, Sendable {
         let connections = await cancelWhenGracefulShutdown { await redisService.connections() }
         // Stopped (or cancelled) before Redis answered: nothing was consumed.
         guard let claimRedis = connections?.claims, let stateRedis = connections?.state else { return }
-        let expiries = SharedFingerprintExpiries()
-        let claimStore = NotificationStore(
-            redis: claimRedis,
-            prefix: Worker.redisKeyPrefix,
-            owner: owner,
-            metrics: control.metrics,
-            invalidTokenTTL: configuration.worker.invalidTokenTTL,
-            fingerprintBuckets: configuration.worker.dedupeBuckets,
-            fingerprintExpiries: expiries
-        )
-        let store = NotificationStore(
-            redis: stateRedis,
-            prefix: Worker.redisKeyPrefix,
-            owner: owner,
-            metrics: control.metrics,
-            invalidTokenTTL: configuration.worker.invalidTokenTTL,
-            fingerprintBuckets: configuration.worker.dedupeBuckets,
-            fingerprintExpiries: expiries
-        )
-
-        var factory = ResultFactory(worker: configuration.worker.id)
-        factory.namesTopics = configuration.kafka.highestLane != nil
-        let localClaims = LocalClaims(capacity: configuration.worker.maxInFlight)
-        let summaries = SummaryStage(
-            store: store,
-            producer: producer,
-            control: control,
-            factory: factory,
-            configuration: configuration,
-            logger: logger
-        )
-        let results = ResultStage(
-            store: store,
-            producer: producer,
-            consumer: consumer,
-            localClaims: localClaims,
-            ledger: ledger,
-            control: control,
-            configuration: configuration,
-            summaries: summaries,
-            logger: logger
-        )
-        let signals = AsyncStream<ClaimStage.Signal>.makeStream()
-        let delivery = DeliveryStage(
-            pools: settings,
-            drainTimeout: configuration.worker.shutdownTimeout,
-            results: results,
-            claimSignals: signals.continuation,
-            factory: factory,
-            control: control,
-            logger: logger,
-            fallbackApps: Set(configuration.apps.values.filter(\.environmentFallback).map(\.name)),
-            environments: store,
-            stallBound: PoolStallJudge.least(forMaxInFlight: configuration.worker.maxInFlight)
-        )
-        let claims = ClaimStage(
-            store: claimStore,
-            results: results,
-            delivery: delivery,
-            localClaims: localClaims,
-            control: control,
-            ledger: ledger,
-            factory: factory,
-            configuration: configuration,
-            signals: signals,
-            parking: configuration.kafka.parkedTopic.map {
-                ClaimStage.Parking(producer: producer, topic: $0, after: configuration.worker.moveAsideAfter)
-            },
-            logger: logger
-        )
-        let intake = IntakeStage(configuration: configuration, factory: factory, logger: logger)
-        let stages = Stages(
-            consumer: consumer,
-            claims: claims,
-            delivery: delivery,
-            results: results,
-            summaries: summaries,
-            redis: [claimRedis, stateRedis],
-            store: store
+        let pipeline = makePipeline(producer, consumer, claims: claimRedis, state: stateRedis)
+        let stages = pipeline.stages
+        let (claims, delivery, results, summaries, store) = (
+            stages.claims, stages.delivery, stages.results, stages.summaries, stages.store
         )
         self.stages.withLock { $0 = stages }
         logger.info(
@@ -256,13 +181,11 @@ public final class Worker: Service, Sendable {
             group.addTask { await claims.runSweeps() }
             group.addTask { await delivery.run() }
             group.addTask { await self.followRebalances(consumer, stages) }
-            for feedback in feedbackStages(store: store, producer: producer, factory: factory) {
-                group.addTask { await feedback.run() }
-            }
+            for feedback in pipeline.feedback { group.addTask { await feedback.run() } }
 
             var failure: (any Error)? = nil
             do {
-                try await intake.run(
+                try await pipeline.intake.run(
                     consumer: consumer,
                     batchSize: configuration.worker.batchSize,
                     window: configuration.worker.batchWindow,
@@ -295,30 +218,6 @@ public final class Worker: Service, Sendable {
             logger.notice("Cannot remove the liveness key", metadata: ["error": "\(error)"])
         }
         logger.info("Worker stopped", metadata: ["statistics": "\(statistics)"])
-    }
-
-    private func feedbackStages(
-        store: NotificationStore,
-        producer: KafkaProducer,
-        factory: ResultFactory
-    ) -> [FeedbackStage] {
-        pools.compactMap { key, pool in
-            pool.feedback.map { _ in
-                FeedbackStage(
-                    app: key.app,
-                    environment: key.environment,
-                    configuration: { [settings] in settings[key]?.feedback },
-                    interval: pool.feedbackInterval,
-                    store: store,
-                    producer: producer,
-                    factory: factory,
-                    control: control,
-                    resultsTopic: configuration.kafka.resultsTopic,
-                    dedupeTTLSeconds: configuration.worker.dedupeTTLSeconds,
-                    logger: logger
-                )
-            }
-        }
     }
 
     /// Logs assignments and carries out revocations, one after another, until the consumer

@@ -103,17 +103,21 @@ struct ResultFactory: Sendable {
         )
         result.tokenVerdict = verdict
         result.supersededBy = supersededBy
+        return .decided(finished(&result, of: c))
+    }
+
+    /// The record of `c`'s result: the job's `metadata`, its topic when results name topics,
+    /// its channel in place of the token for a broadcast.
+    private func finished(_ result: inout WorkerResult, of c: Candidate) -> RecordedResult {
         result.metadata = c.job.metadata
         if namesTopics { result.topic = c.ref.partition.topic }
         if c.job.broadcast { result.addressToChannel() }
-        return .decided(
-            RecordedResult(
-                ref: c.ref,
-                resultId: c.resultId,
-                fingerprint: c.fingerprint,
-                token: c.tokenHex,
-                result: result.message(since: c.job.producedAt)
-            )
+        return RecordedResult(
+            ref: c.ref,
+            resultId: c.resultId,
+            fingerprint: c.fingerprint,
+            token: c.tokenHex,
+            result: result.message(since: c.job.producedAt)
         )
     }
 
@@ -249,18 +253,7 @@ struct ResultFactory: Sendable {
             at: at
         )
         result.payloadBytes = c.job.content.payload?.count ?? 0
-        result.metadata = c.job.metadata
-        if namesTopics { result.topic = c.ref.partition.topic }
-        if c.job.broadcast { result.addressToChannel() }
-        return .decided(
-            RecordedResult(
-                ref: c.ref,
-                resultId: c.resultId,
-                fingerprint: c.fingerprint,
-                token: c.tokenHex,
-                result: result.message(since: c.job.producedAt)
-            )
-        )
+        return .decided(finished(&result, of: c))
     }
 
     /// A `feedback` result: the token was reported unregistered at `timestamp` (UNIX seconds).

@@ -1,3 +1,29 @@
+/// The reconnect back-off both transports use: `base` doubled per failure in a row, at most
+/// `maximum`. Callers add jitter when they wait.
+public enum APNSReconnectBackoff {
+    /// Failures in a row after which a client reports ``APNSDeliveryEvent/unavailable(reason:)``.
+    public static let unavailableAfter = 3
+
+    /// The delay before the next connect after `failures` failures in a row (at least 1).
+    public static func delay(
+        afterFailures failures: Int,
+        base: Duration = .milliseconds(100),
+        maximum: Duration = .seconds(5)
+    ) -> Duration {
+        let exponent = min(max(failures - 1, 0), 30)
+        let delay = base * (1 << exponent)
+        return min(delay, maximum)
+    }
+
+    /// `delay` with jitter: a random duration between half of it and all of it, so that clients
+    /// that failed together do not retry together.
+    public static func jittered(_ delay: Duration) -> Duration {
+        let (seconds, attoseconds) = delay.components
+        let nanos = seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        return .nanoseconds(nanos / 2 + Int64.random(in: 0...max(1, nanos / 2)))
+    }
+}
+
 /// The part of a connection pool's reconnect policy that both transports share: connects that
 /// failed in a row, the back-off before the next one (``APNSReconnectBackoff``), the retry
 /// limit after which queued notifications fail, and the ``APNSDeliveryEvent/unavailable(reason:)``
