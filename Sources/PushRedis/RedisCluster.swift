@@ -215,7 +215,9 @@ public final class RedisCluster: Sendable {
         keys: [String] = [],
         args: [String] = []
     ) async throws(RedisError) -> RedisValue {
-        let reply = try await pipeline([script.evalshaCommand(keys: keys, args: args)], scripts: [script])[0]
+        var command = RedisCommands()
+        command.evalsha(script, keys: keys.map { Array($0.utf8) }, arguments: args)
+        let reply = try await pipeline(command, scripts: [script])[0]
         if case .error(let line) = reply { throw RedisError.server(line, command: "EVALSHA \(script.sha1)") }
         return reply
     }
@@ -226,7 +228,8 @@ public final class RedisCluster: Sendable {
         var groups: [Endpoint: [Routed]] = [:]
         for endpoint in primaries { groups[endpoint] = [Routed(index: 0, ask: nil)] }
         let script = RedisScript(source)
-        let load = try RedisCommands([script.loadCommand])
+        var load = RedisCommands()
+        load.scriptLoad(source)
         for (endpoint, _, outcome) in await sendParts(groups, commands: load, scripts: []) {
             switch outcome {
             case .failure(let error):
@@ -382,8 +385,7 @@ public final class RedisCluster: Sendable {
                 part = RedisCommands()
                 for entry in entries {
                     if entry.ask != nil {
-                        part.begin(argumentCount: 1)
-                        part.append("ASKING")
+                        part.begin(.asking, arguments: 0)
                     }
                     part.append(commands, at: CollectionOfOne(entry.index))
                 }

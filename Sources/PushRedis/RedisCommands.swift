@@ -8,12 +8,11 @@
 ///
 /// ```swift
 /// var commands = RedisCommands()
-/// commands.begin(argumentCount: 5)
-/// commands.append("SET")
-/// commands.appendKey { $0 += "apn:n:".utf8; $0 += id.utf8 }   // routes the command on a cluster
+/// commands.set(key, value, expiry: .seconds(86_400))        // a typed command (RedisCommands+Typed)
+/// commands.begin(.hset, arguments: 3)                        // or one built in place
+/// commands.appendKey { $0 += "apn:n:".utf8; $0 += id.utf8 }  // routes the command on a cluster
+/// commands.append(field)
 /// commands.append(value)
-/// commands.append("EX")
-/// commands.append(Int64(86_400))
 /// let replies = try await redis.pipeline(commands)
 /// ```
 public struct RedisCommands: Sendable {
@@ -73,8 +72,9 @@ public struct RedisCommands: Sendable {
     // MARK: Building
 
     /// Starts a command of `argumentCount` arguments, its name included; the next
-    /// `argumentCount` appends are its arguments.
-    public mutating func begin(argumentCount: Int) {
+    /// `argumentCount` appends are its arguments. Commands are begun by name with
+    /// ``begin(_:arguments:)``.
+    mutating func begin(argumentCount: Int) {
         precondition(remaining == 0, "the previous command lacks \(remaining) arguments")
         precondition(argumentCount > 0, "a command has at least its name")
         entries.append(Entry(start: bytes.count, end: 0))
@@ -86,8 +86,7 @@ public struct RedisCommands: Sendable {
     /// Starts `EVALSHA <sha1> <keyCount> <keys...> <arguments...>`: `keyCount` keys, then
     /// `argumentCount` arguments follow.
     public mutating func beginEvalsha(_ script: RedisScript, keyCount: Int, argumentCount: Int) {
-        begin(argumentCount: 3 + keyCount + argumentCount)
-        append("EVALSHA")
+        begin(.evalsha, arguments: 2 + keyCount + argumentCount)
         append(script.sha1)
         entries[entries.count - 1].sha1 = lastArgument
         append(Int64(keyCount))

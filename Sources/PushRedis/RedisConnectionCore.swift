@@ -105,10 +105,7 @@ struct NoScriptRetry {
         }
         guard !indices.isEmpty else { return nil }
         for script in missing {
-            self.commands.begin(argumentCount: 3)
-            self.commands.append("SCRIPT")
-            self.commands.append("LOAD")
-            self.commands.append(script.source)
+            self.commands.scriptLoad(script.source)
         }
         self.commands.append(commands, at: indices.map(\.index))
     }

@@ -216,7 +216,10 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
 
     /// `SCRIPT LOAD`, returning the SHA-1 Redis computed.
     func scriptLoad(_ source: String) async throws(RedisError) -> String {
-        let reply = try await send(RedisScript(source).loadCommand)
+        var load = RedisCommands()
+        load.scriptLoad(source)
+        let reply = try await pipeline(load, scripts: [])[0]
+        if case .error(let line) = reply { throw RedisError.server(line, command: "SCRIPT LOAD") }
         guard let sha = reply.string, sha.count == 40 else {
             throw RedisError(.protocol, "\(target) answered SCRIPT LOAD with \(reply), not a SHA-1")
         }
@@ -225,8 +228,10 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
 
     /// `EVALSHA`, falling back to `EVAL` (which also caches the script) on `NOSCRIPT`.
     func evalsha(_ script: RedisScript, keys: [[UInt8]], args: [[UInt8]]) async throws(RedisError) -> RedisValue {
-        let evalsha = try RedisCommands([script.evalshaCommand(keys: keys, args: args)])
-        let eval = try RedisCommands([script.evalCommand(keys: keys, args: args)])
+        var evalsha = RedisCommands()
+        evalsha.evalsha(script, keys: keys, arguments: args)
+        var eval = RedisCommands()
+        eval.eval(script, keys: keys, arguments: args)
         return try await withChannel { live throws(RedisError) in
             var reply = try await exchange(live, evalsha, activity: "running EVALSHA \(script.sha1)")[0]
             if reply.isNoScript {

@@ -38,13 +38,4 @@ public struct RedisScript: Sendable, Hashable {
         evalshaCommand(keys: keys.map { Array($0.utf8) }, args: args.map { Array($0.utf8) })
     }
 
-    /// `EVAL source numkeys key... arg...` — the fallback when the server lacks the script.
-    func evalCommand(keys: [[UInt8]], args: [[UInt8]]) -> [[UInt8]] {
-        [Array("EVAL".utf8), Array(source.utf8), Array(String(keys.count).utf8)] + keys + args
-    }
-
-    /// `SCRIPT LOAD source`.
-    var loadCommand: [[UInt8]] {
-        [Array("SCRIPT".utf8), Array("LOAD".utf8), Array(source.utf8)]
-    }
 }

@@ -182,7 +182,10 @@ actor RedisSocketConnectionCore: RedisConnectionCore {
 
     /// `SCRIPT LOAD`, returning the SHA-1 Redis computed.
     func scriptLoad(_ source: String) throws(RedisError) -> String {
-        let reply = try send(RedisScript(source).loadCommand)
+        var load = RedisCommands()
+        load.scriptLoad(source)
+        let reply = try pipeline(load, scripts: [])[0]
+        if case .error(let line) = reply { throw RedisError.server(line, command: "SCRIPT LOAD") }
         guard let sha = reply.string, sha.count == 40 else {
             throw RedisError(.protocol, "\(target) answered SCRIPT LOAD with \(reply), not a SHA-1")
         }
@@ -191,13 +194,16 @@ actor RedisSocketConnectionCore: RedisConnectionCore {
 
     /// `EVALSHA`, falling back to `EVAL` (which also caches the script) on `NOSCRIPT`.
     func evalsha(_ script: RedisScript, keys: [[UInt8]], args: [[UInt8]]) throws(RedisError) -> RedisValue {
-        let evalsha = try RedisCommands([script.evalshaCommand(keys: keys, args: args)])
+        var evalsha = RedisCommands()
+        evalsha.evalsha(script, keys: keys, arguments: args)
         return try withContext { context throws(RedisError) in
             var reply = try exchange(context, evalsha, activity: "running EVALSHA \(script.sha1)")[0]
             if reply.isNoScript {
+                var eval = RedisCommands()
+                eval.eval(script, keys: keys, arguments: args)
                 reply = try exchange(
                     context,
-                    try RedisCommands([script.evalCommand(keys: keys, args: args)]),
+                    eval,
                     activity: "running EVAL for script \(script.sha1) after NOSCRIPT"
                 )[0]
             }

@@ -9,8 +9,7 @@ struct RedisCommandsTests {
     /// The same three commands, built argument by argument.
     static func built() -> RedisCommands {
         var commands = RedisCommands()
-        commands.begin(argumentCount: 5)
-        commands.append("SET")
+        commands.begin(.set, arguments: 4)
         commands.appendKey {
             $0 += "apn:n:".utf8
             $0 += "{ab}x".utf8
@@ -22,8 +21,7 @@ struct RedisCommandsTests {
         commands.appendKey(Array("{t}a".utf8))
         commands.appendKey(Array("{t}b".utf8))
         commands.append(Int64(-12))
-        commands.begin(argumentCount: 1)
-        commands.append("PING")
+        commands.begin(words: ["PING"], arguments: 0)
         return commands
     }
 
@@ -96,8 +94,7 @@ struct RedisCommandsTests {
 
             // Copied commands keep their keys and scripts.
             var part = RedisCommands()
-            part.begin(argumentCount: 1)
-            part.append("ASKING")
+            part.asking()
             part.append(commands, at: [1, 0])
             #expect(part.count == 3)
             #expect(part.slot(of: 1) == RedisClusterSlot.of("t"))
@@ -105,6 +102,59 @@ struct RedisCommandsTests {
             #expect(part.script(of: 1) == commands.script(of: 1))
             #expect(part.bytes.count == 16 + commands.bytes.count - 14)  // ASKING in, PING out
         }
+    }
+
+    @Test("Each typed command is the argument list it names, its key marked for routing")
+    func typedCommands() throws {
+        let key = Array("apn:{k}x".utf8)
+        let script = RedisScript("return redis.call('GET', KEYS[1])")
+        var typed = RedisCommands()
+        var lists: [[String]] = []
+        typed.get(key)
+        lists.append(["GET", "apn:{k}x"])
+        typed.set(key, "v")
+        lists.append(["SET", "apn:{k}x", "v"])
+        typed.set(key, Int64(7), expiry: .seconds(60))
+        lists.append(["SET", "apn:{k}x", "7", "EX", "60"])
+        typed.set(key, "owner", expiry: .milliseconds(1_500), onlyIfAbsent: true)
+        lists.append(["SET", "apn:{k}x", "owner", "PX", "1500", "NX"])
+        typed.del(key, Array("apn:{k}y".utf8))
+        lists.append(["DEL", "apn:{k}x", "apn:{k}y"])
+        typed.exists(key)
+        lists.append(["EXISTS", "apn:{k}x"])
+        typed.expire(key, seconds: 30)
+        lists.append(["EXPIRE", "apn:{k}x", "30"])
+        typed.hget(key, field: "f")
+        lists.append(["HGET", "apn:{k}x", "f"])
+        typed.hset(key, field: "f", value: 3)
+        lists.append(["HSET", "apn:{k}x", "f", "3"])
+        typed.hdel(key, fields: ["f", "g"])
+        lists.append(["HDEL", "apn:{k}x", "f", "g"])
+        typed.hgetall(key)
+        lists.append(["HGETALL", "apn:{k}x"])
+        typed.hlen(key)
+        lists.append(["HLEN", "apn:{k}x"])
+        typed.evalsha(script, keys: [key], arguments: [Array("a".utf8)])
+        lists.append(["EVALSHA", script.sha1, "1", "apn:{k}x", "a"])
+        typed.eval(script, keys: [key], arguments: [])
+        lists.append(["EVAL", script.source, "1", "apn:{k}x"])
+        typed.scriptLoad(script.source)
+        lists.append(["SCRIPT", "LOAD", script.source])
+        typed.begin(.hsetnx, arguments: 3)
+        typed.appendKey(key)
+        typed.append("f")
+        typed.append("v")
+        lists.append(["HSETNX", "apn:{k}x", "f", "v"])
+        let expected = try RedisCommands(lists.map { $0.map { Array($0.utf8) } })
+        #expect(typed.bytes == expected.bytes)
+        #expect(typed.count == lists.count)
+        for index in 0..<typed.count {
+            // Every command but SCRIPT LOAD has the key, and routes by its slot.
+            let slot = lists[index][0] == "SCRIPT" ? nil : RedisClusterSlot.of("k")
+            #expect(typed.slot(of: index) == slot, "\(lists[index][0])")
+        }
+        #expect(typed.script(of: 12).map { String(decoding: $0, as: UTF8.self) } == script.sha1)
+        #expect(typed.isComplete)
     }
 
     static func lists() -> [[[UInt8]]] {

@@ -143,9 +143,7 @@ import Testing
             // Small buckets stay listpacks: about 28 bytes a settled notification.
             let bucket = Self.claims(0, store: store, generation: store.outcomeGeneration(ttlSeconds: 600))
             var encoding = RedisCommands(capacity: 64)
-            encoding.begin(argumentCount: 3)
-            encoding.append("OBJECT")
-            encoding.append("ENCODING")
+            encoding.begin(words: ["OBJECT", "ENCODING"], arguments: 1)
             encoding.appendKey(bucket)
             #expect(try await store.redis.pipeline(encoding, scripts: []).first?.string == "listpack")
             // The same messages consumed again (a crash before the commit): nothing to do.

@@ -23,8 +23,7 @@ extension NotificationStore {
     ) async throws(RedisError) -> [APNSChannelStoragePolicy?] {
         guard !channels.isEmpty else { return [] }
         var commands = RedisCommands(capacity: 64 + channels.reduce(0) { $0 + $1.utf8.count + 16 })
-        commands.begin(argumentCount: 2 + channels.count)
-        commands.append("HMGET")
+        commands.begin(.hmget, arguments: 1 + channels.count)
         commands.appendKey(keys.channels(app: app, environment: environment))
         for channel in channels { commands.append(channel) }
         let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
@@ -53,16 +52,9 @@ extension NotificationStore {
         for record in records {
             let key = keys.channels(app: record.app, environment: record.environment)
             if let policy = record.policy {
-                commands.begin(argumentCount: 4)
-                commands.append("HSET")
-                commands.appendKey(key)
-                commands.append(record.channel)
-                commands.append(Int64(policy.rawValue))
+                commands.hset(key, field: record.channel, value: Int64(policy.rawValue))
             } else {
-                commands.begin(argumentCount: 3)
-                commands.append("HDEL")
-                commands.appendKey(key)
-                commands.append(record.channel)
+                commands.hdel(key, fields: [record.channel])
             }
         }
     }
@@ -72,9 +64,7 @@ extension NotificationStore {
         guard !environments.isEmpty else { return [] }
         var commands = RedisCommands(capacity: environments.count * 96)
         for entry in environments {
-            commands.begin(argumentCount: 2)
-            commands.append("HLEN")
-            commands.appendKey(keys.channels(app: entry.app, environment: entry.environment))
+            commands.hlen(keys.channels(app: entry.app, environment: entry.environment))
         }
         let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
         return try replies.map { reply throws(RedisError) in

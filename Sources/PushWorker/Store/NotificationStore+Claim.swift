@@ -145,11 +145,9 @@ extension NotificationStore {
         )
         if !recorded.isEmpty {
             let partitions = recorded.sorted()
-            let replies = try await measured { () throws(RedisError) in
-                try await redis.pipeline(
-                    partitions.map { [Array("GET".utf8), keys.writtenPosition(topic: topic, partition: $0)] }
-                )
-            }
+            var commands = RedisCommands()
+            for partition in partitions { commands.get(keys.writtenPosition(topic: topic, partition: partition)) }
+            let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
             for (partition, reply) in zip(partitions, replies) {
                 if let message = reply.errorMessage {
                     throw RedisError(.server("ERR"), "Redis refused a written position: \(message)")
@@ -191,11 +189,9 @@ extension NotificationStore {
         }
         var permits = [Bool](repeating: true, count: requests.count)
         guard !wanted.isEmpty else { return (permits, []) }
-        let commands = wanted.map { w in
-            Scripts.takePermits.evalshaCommand(
-                keys: [w.key],
-                args: [Array(String(w.requests.count).utf8), Array(String(w.limit).utf8)]
-            )
+        var commands = RedisCommands()
+        for w in wanted {
+            commands.evalsha(Scripts.takePermits, keys: [w.key], arguments: [w.requests.count, w.limit])
         }
         let replies = try await measured { () throws(RedisError) in
             try await redis.pipeline(commands, scripts: [Scripts.takePermits])
@@ -225,12 +221,10 @@ extension NotificationStore {
         where permits[index] && requests[index].appPerSecond > 0 && decision == .send {
             used[requests[index].app, default: 0] += 1
         }
-        var commands: [[[UInt8]]] = []
+        var commands = RedisCommands()
         for t in taken {
             let unused = t.count - (used[t.app] ?? 0)
-            if unused > 0 {
-                commands.append(Scripts.returnPermits.evalshaCommand(keys: [t.key], args: [Array(String(unused).utf8)]))
-            }
+            if unused > 0 { commands.evalsha(Scripts.returnPermits, keys: [t.key], arguments: [unused]) }
         }
         guard !commands.isEmpty else { return }
         _ = try await measured { () throws(RedisError) in

@@ -126,16 +126,14 @@ extension NotificationStore {
         guard !indices.isEmpty else { return }
         let layout = fingerprintLayout(ttlSeconds: ttlSeconds)
         let generation = layout.generation(at: Int64(Date().timeIntervalSince1970))
-        var commands: [[[UInt8]]] = []
-        commands.reserveCapacity(indices.count * 2)
+        var commands = RedisCommands(capacity: indices.count * 2 * 128)
         for index in indices {
             let field = Self.outcomeField(offset: requests[index].offset, requests[index].fingerprint)
             for g in [generation, generation - 1] {
-                commands.append([
-                    Array("HGET".utf8),
+                commands.hget(
                     keys.outcomes(topic: topic, partition: requests[index].partition, generation: g),
-                    field,
-                ])
+                    field: field
+                )
             }
         }
         let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
@@ -260,8 +258,7 @@ extension NotificationStore {
             for index in group {
                 let print = requests[index].fingerprint
                 let bucket = buckets[index]
-                commands.begin(argumentCount: 4)
-                commands.append("HSETNX")
+                commands.begin(.hsetnx, arguments: 3)
                 commands.appendKey { keys.appendClaims(generation: current, bucket: bucket, tag: tags[index], to: &$0) }
                 commands.append(print.text)
                 commands.append { value in
@@ -275,8 +272,7 @@ extension NotificationStore {
                         at: value.count - 8
                     )
                 }
-                commands.begin(argumentCount: 3)
-                commands.append("HGET")
+                commands.begin(.hget, arguments: 2)
                 commands.appendKey {
                     keys.appendClaims(generation: previous, bucket: bucket, tag: tags[index], to: &$0)
                 }
@@ -294,8 +290,7 @@ extension NotificationStore {
             }
             for lookup in lookups {
                 let first = requests[lookup[0]]
-                commands.begin(argumentCount: 2 + lookup.count)
-                commands.append("HMGET")
+                commands.begin(.hmget, arguments: 1 + lookup.count)
                 commands.appendKey {
                     keys.appendUnregistered(
                         app: first.app,
@@ -308,8 +303,7 @@ extension NotificationStore {
                 for index in lookup { commands.append(requests[index].tokenHex) }
             }
             for (bucket, tag) in expiring {
-                commands.begin(argumentCount: 3)
-                commands.append("EXPIREAT")
+                commands.begin(.expireAt, arguments: 2)
                 commands.appendKey {
                     keys.appendClaims(generation: place.generation, bucket: bucket, tag: tag, to: &$0)
                 }

@@ -8,9 +8,7 @@ extension NotificationStore {
         guard !tokens.isEmpty else { return [] }
         var commands = RedisCommands(capacity: tokens.count * (prefix(app) + 90))
         for token in tokens {
-            commands.begin(argumentCount: 2)
-            commands.append("GET")
-            commands.appendKey(keys.tokenEnvironment(app: app, token: token, tag: keys.tag(token: token)))
+            commands.get(keys.tokenEnvironment(app: app, token: token, tag: keys.tag(token: token)))
         }
         let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
         if let failure = replies.first(where: { $0.errorMessage != nil }) {
@@ -25,16 +23,9 @@ extension NotificationStore {
         for entry in environments {
             let key = keys.tokenEnvironment(app: entry.app, token: entry.token, tag: keys.tag(token: entry.token))
             if let environment = entry.environment {
-                commands.begin(argumentCount: 5)
-                commands.append("SET")
-                commands.appendKey(key)
-                commands.append(environment)
-                commands.append("EX")
-                commands.append(keys.verdictPeriod)
+                commands.set(key, environment, expiry: .seconds(keys.verdictPeriod))
             } else {
-                commands.begin(argumentCount: 2)
-                commands.append("DEL")
-                commands.appendKey(key)
+                commands.del(key)
             }
         }
     }

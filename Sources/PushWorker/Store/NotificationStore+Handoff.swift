@@ -22,17 +22,15 @@ extension NotificationStore {
     /// a commit), made at `at`. One round trip (per primary on a cluster).
     func storeHandoffs(_ positions: [TopicPartitionOffset], at: Int64, ttlSeconds: Int) async throws(RedisError) {
         guard !positions.isEmpty else { return }
-        let replies = try await measured { () throws(RedisError) in
-            try await redis.pipeline(
-                positions.map {
-                    [
-                        Array("SET".utf8), keys.handoff($0.topicPartition), Array("\($0.offset)|\(at)".utf8),
-                        Array("EX".utf8),
-                        Array("\(ttlSeconds)".utf8),
-                    ]
-                }
+        var commands = RedisCommands()
+        for position in positions {
+            commands.set(
+                keys.handoff(position.topicPartition),
+                "\(position.offset)|\(at)",
+                expiry: .seconds(Int64(ttlSeconds))
             )
         }
+        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
         if let message = replies.lazy.compactMap(\.errorMessage).first {
             throw RedisError(.server("ERR"), "Redis refused a hand-off mark: \(message)")
         }
@@ -41,9 +39,9 @@ extension NotificationStore {
     /// The hand-off marks of `partitions` that have one. One round trip (per primary on a cluster).
     func handoffs(_ partitions: [TopicPartition]) async throws(RedisError) -> [TopicPartition: HandoffMark] {
         guard !partitions.isEmpty else { return [:] }
-        let replies = try await measured { () throws(RedisError) in
-            try await redis.pipeline(partitions.map { [Array("GET".utf8), keys.handoff($0)] })
-        }
+        var commands = RedisCommands()
+        for partition in partitions { commands.get(keys.handoff(partition)) }
+        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
         var marks: [TopicPartition: HandoffMark] = [:]
         for (partition, reply) in zip(partitions, replies) {
             if let message = reply.errorMessage {

@@ -55,9 +55,7 @@ extension NotificationStore {
         guard !activities.isEmpty else { return [] }
         var commands = RedisCommands(capacity: activities.count * 160)
         for activity in activities {
-            commands.begin(argumentCount: 2)
-            commands.append("GET")
-            commands.appendKey(
+            commands.get(
                 keys.liveActivity("la:", app: activity.app, environment: activity.environment, target: activity.target)
             )
         }

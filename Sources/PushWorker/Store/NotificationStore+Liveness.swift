@@ -6,11 +6,10 @@ import PushRedis
 extension NotificationStore {
     /// Marks this worker incarnation alive for `ttl`.
     func heartbeat(ttlMilliseconds: Int) async throws(RedisError) {
-        let ttl = Array(String(ttlMilliseconds).utf8)
-        let replies = try await redis.pipeline([
-            [Array("SET".utf8), keys.liveness(owner: owner), Array("1".utf8), Array("PX".utf8), ttl],
-            [Array("SET".utf8), keys.liveness(claimId: claimId), Array("1".utf8), Array("PX".utf8), ttl],
-        ])
+        var commands = RedisCommands()
+        commands.set(keys.liveness(owner: owner), 1, expiry: .milliseconds(Int64(ttlMilliseconds)))
+        commands.set(keys.liveness(claimId: claimId), 1, expiry: .milliseconds(Int64(ttlMilliseconds)))
+        let replies = try await redis.pipeline(commands)
         if let message = replies.lazy.compactMap(\.errorMessage).first {
             throw RedisError(.server("ERR"), "Redis refused a heartbeat: \(message)")
         }
@@ -18,10 +17,10 @@ extension NotificationStore {
 
     /// Marks this incarnation gone, so its claims can be taken over at once.
     func retire() async throws(RedisError) {
-        let replies = try await redis.pipeline([
-            [Array("DEL".utf8), keys.liveness(owner: owner)],
-            [Array("DEL".utf8), keys.liveness(claimId: claimId)],
-        ])
+        var commands = RedisCommands()
+        commands.del(keys.liveness(owner: owner))
+        commands.del(keys.liveness(claimId: claimId))
+        let replies = try await redis.pipeline(commands)
         if let message = replies.lazy.compactMap(\.errorMessage).first {
             throw RedisError(.server("ERR"), "Redis refused to retire this worker: \(message)")
         }
@@ -31,9 +30,9 @@ extension NotificationStore {
     /// liveness keys are gone. One round trip.
     func deadOwners(_ owners: Set<String>) async throws(RedisError) -> Set<String> {
         let list = owners.sorted()
-        let replies = try await measured { () throws(RedisError) in
-            try await redis.pipeline(list.map { [Array("EXISTS".utf8), keys.liveness(owner: $0)] })
-        }
+        var commands = RedisCommands()
+        for owner in list { commands.exists(keys.liveness(owner: owner)) }
+        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
         var dead = Set<String>()
         for (owner, reply) in zip(list, replies) {
             guard let exists = reply.int else { throw RedisError(.protocol, "Redis answered EXISTS with \(reply)") }
@@ -46,9 +45,9 @@ extension NotificationStore {
     /// `w:#` keys are gone. One round trip.
     func deadClaimOwners(_ ids: Set<[UInt8]>) async throws(RedisError) -> Set<[UInt8]> {
         let list = Array(ids)
-        let replies = try await measured { () throws(RedisError) in
-            try await redis.pipeline(list.map { [Array("EXISTS".utf8), keys.liveness(claimId: $0)] })
-        }
+        var commands = RedisCommands()
+        for id in list { commands.exists(keys.liveness(claimId: id)) }
+        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
         var dead = Set<[UInt8]>()
         for (id, reply) in zip(list, replies) {
             guard let exists = reply.int else { throw RedisError(.protocol, "Redis answered EXISTS with \(reply)") }

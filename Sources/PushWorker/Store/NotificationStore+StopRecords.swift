@@ -27,17 +27,15 @@ extension NotificationStore {
         removing passed: [(TopicPartition, Set<String>)] = []
     ) async throws(RedisError) {
         guard !records.isEmpty || !passed.isEmpty else { return }
-        let owner = Array(stopRecordOwner.utf8)
-        let ttl = Array(String(ttlSeconds).utf8)
-        var commands: [[[UInt8]]] = []
-        commands.reserveCapacity(records.count * 2 + passed.count)
+        let owner = stopRecordOwner
+        var commands = RedisCommands(capacity: records.count * 160 + passed.count * 96)
         for (partition, record) in records {
             let key = keys.stopRecords(partition)
-            commands.append([Array("HSET".utf8), key, owner, Array(record.text.utf8)])
-            commands.append([Array("EXPIRE".utf8), key, ttl])
+            commands.hset(key, field: owner, value: record.text)
+            commands.expire(key, seconds: Int64(ttlSeconds))
         }
         for (partition, owners) in passed where !owners.isEmpty {
-            commands.append([Array("HDEL".utf8), keys.stopRecords(partition)] + owners.sorted().map { Array($0.utf8) })
+            commands.hdel(keys.stopRecords(partition), fields: owners.sorted())
         }
         let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
         if let message = replies.lazy.compactMap(\.errorMessage).first {
@@ -49,8 +47,9 @@ extension NotificationStore {
     /// choice). One round trip (per primary on a cluster).
     func removeStopRecords(_ partitions: [TopicPartition]) async throws(RedisError) {
         guard !partitions.isEmpty else { return }
-        let owner = Array(stopRecordOwner.utf8)
-        let replies = try await redis.pipeline(partitions.map { [Array("HDEL".utf8), keys.stopRecords($0), owner] })
+        var commands = RedisCommands()
+        for partition in partitions { commands.hdel(keys.stopRecords(partition), fields: [stopRecordOwner]) }
+        let replies = try await redis.pipeline(commands)
         if let message = replies.lazy.compactMap(\.errorMessage).first {
             throw RedisError(.server("ERR"), "Redis refused to remove a stop record: \(message)")
         }
@@ -60,12 +59,10 @@ extension NotificationStore {
     /// cluster).
     func stopRecords(_ partitions: [TopicPartition]) async throws(RedisError) -> [TopicPartition: StopRecords] {
         guard !partitions.isEmpty else { return [:] }
-        var commands: [[[UInt8]]] = []
+        var commands = RedisCommands()
         for partition in partitions {
-            commands.append([Array("HGETALL".utf8), keys.stopRecords(partition)])
-            commands.append([
-                Array("GET".utf8), keys.writtenPosition(topic: partition.topic, partition: partition.partition),
-            ])
+            commands.hgetall(keys.stopRecords(partition))
+            commands.get(keys.writtenPosition(topic: partition.topic, partition: partition.partition))
         }
         let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
         var found: [TopicPartition: StopRecords] = [:]

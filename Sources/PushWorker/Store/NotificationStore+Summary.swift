@@ -106,10 +106,12 @@ extension NotificationStore {
         dead: [String],
         ttlSeconds: Int
     ) async throws(RedisError) -> [ScriptAnswer] {
-        let commands = zip(checks, dead).map { check, dead in
-            Scripts.summary.evalshaCommand(
+        var commands = RedisCommands()
+        for (check, deadOwner) in zip(checks, dead) {
+            commands.evalsha(
+                Scripts.summary,
                 keys: keys.summary(summaryId: check.summaryId).all,
-                args: arguments(check, dead: dead, ttlSeconds)
+                arguments: arguments(check, dead: deadOwner, ttlSeconds)
             )
         }
         let replies = try await measured { () throws(RedisError) in
@@ -239,12 +241,11 @@ extension NotificationStore {
     /// longer needed.
     func markSummariesWritten(_ summaryIds: [String], ttlSeconds: Int) async throws(RedisError) {
         guard !summaryIds.isEmpty else { return }
-        var commands: [[[UInt8]]] = []
-        let ttl = Array(String(ttlSeconds).utf8)
+        var commands = RedisCommands()
         for summaryId in summaryIds {
             let summary = keys.summary(summaryId: summaryId)
-            commands.append([Array("SET".utf8), summary.writer, [UInt8(ascii: "D")], Array("EX".utf8), ttl])
-            commands.append([Array("DEL".utf8), summary.counted, summary.failed])
+            commands.set(summary.writer, "D", expiry: .seconds(Int64(ttlSeconds)))
+            commands.del(summary.counted, summary.failed)
         }
         let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
         if let failure = replies.first(where: { $0.errorMessage != nil }) {

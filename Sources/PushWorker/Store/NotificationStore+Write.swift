@@ -60,8 +60,7 @@ extension NotificationStore {
                     tag: tag,
                     to: &key
                 )
-                commands.begin(argumentCount: 4)
-                commands.append("HSET")
+                commands.begin(.hset, arguments: 3)
                 commands.appendKey(key)
                 commands.append(entry.token)
                 commands.append { value in
@@ -69,10 +68,7 @@ extension NotificationStore {
                     value.append(UInt8(ascii: "|"))
                     value += entry.reason.utf8
                 }
-                commands.begin(argumentCount: 3)
-                commands.append("EXPIRE")
-                commands.appendKey(key)
-                commands.append(2 * keys.verdictPeriod)
+                commands.expire(key, seconds: 2 * keys.verdictPeriod)
             }
         }
         appendEnvironments(environments, to: &commands)
@@ -124,8 +120,7 @@ extension NotificationStore {
             var end = start + 1
             while end < records.count && records[end].ref.partition == partition { end += 1 }
             let key = keys.outcomes(topic: partition.topic, partition: partition.partition, generation: generation)
-            commands.begin(argumentCount: 2 + 2 * (end - start))
-            commands.append("HSET")
+            commands.begin(.hset, arguments: 1 + 2 * (end - start))
             commands.appendKey(key)
             for record in records[start..<end] {
                 commands.append { Self.appendOutcomeField(offset: record.ref.offset, record.fingerprint, to: &$0) }
@@ -137,8 +132,7 @@ extension NotificationStore {
                     }
                 }
             }
-            commands.begin(argumentCount: 3)
-            commands.append("EXPIREAT")
+            commands.begin(.expireAt, arguments: 2)
             commands.appendKey(key)
             commands.append(layout.expiry(of: generation))
             start = end
@@ -190,8 +184,7 @@ extension NotificationStore {
             {
                 end += 1
             }
-            commands.begin(argumentCount: 2 + end - start)
-            commands.append("HDEL")
+            commands.begin(.hdel, arguments: 1 + end - start)
             commands.appendKey(
                 keys.outcomes(topic: partition.topic, partition: partition.partition, generation: generation)
             )
