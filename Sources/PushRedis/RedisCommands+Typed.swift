@@ -33,27 +33,32 @@ public enum RedisCommandName: Sendable, CaseIterable {
     case scriptLoad
     case set
 
-    /// The command's words, as Redis reads them (`SCRIPT LOAD` is two).
-    var words: [StaticString] {
+    /// The command's name as Redis reads it; `SCRIPT LOAD` is two words, ``subcommand``.
+    var name: StaticString {
         switch self {
-        case .asking: ["ASKING"]
-        case .del: ["DEL"]
-        case .eval: ["EVAL"]
-        case .evalsha: ["EVALSHA"]
-        case .exists: ["EXISTS"]
-        case .expire: ["EXPIRE"]
-        case .expireAt: ["EXPIREAT"]
-        case .get: ["GET"]
-        case .hdel: ["HDEL"]
-        case .hget: ["HGET"]
-        case .hgetall: ["HGETALL"]
-        case .hlen: ["HLEN"]
-        case .hmget: ["HMGET"]
-        case .hset: ["HSET"]
-        case .hsetnx: ["HSETNX"]
-        case .scriptLoad: ["SCRIPT", "LOAD"]
-        case .set: ["SET"]
+        case .asking: "ASKING"
+        case .del: "DEL"
+        case .eval: "EVAL"
+        case .evalsha: "EVALSHA"
+        case .exists: "EXISTS"
+        case .expire: "EXPIRE"
+        case .expireAt: "EXPIREAT"
+        case .get: "GET"
+        case .hdel: "HDEL"
+        case .hget: "HGET"
+        case .hgetall: "HGETALL"
+        case .hlen: "HLEN"
+        case .hmget: "HMGET"
+        case .hset: "HSET"
+        case .hsetnx: "HSETNX"
+        case .scriptLoad: "SCRIPT"
+        case .set: "SET"
         }
+    }
+
+    /// The second word of a two-word command.
+    var subcommand: StaticString? {
+        self == .scriptLoad ? "LOAD" : nil
     }
 
     /// The arguments after the name the command accepts: `nil` for no upper bound.
@@ -110,9 +115,15 @@ extension RedisCommands {
             arguments >= arity.minimum && arguments <= (arity.maximum ?? .max),
             "\(name) takes \(arity.minimum)…\(arity.maximum.map(String.init) ?? "") arguments, not \(arguments)"
         )
-        let words = name.words
-        begin(argumentCount: words.count + arguments)
-        for word in words { append(word) }
+        // No array of words: this runs for each command of the claim and outcome pipelines.
+        if let subcommand = name.subcommand {
+            begin(argumentCount: 2 + arguments)
+            append(name.name)
+            append(subcommand)
+        } else {
+            begin(argumentCount: 1 + arguments)
+            append(name.name)
+        }
     }
 
     /// Starts a command outside ``RedisCommandName`` (an operator's or a test's, such as
