@@ -176,6 +176,12 @@ package struct APNSAdmission<Batch: Sendable>: Sendable {
         return false
     }
 
+    /// The consumer waiting for events, taken out: its task was cancelled.
+    package mutating func cancelEventWait() -> CheckedContinuation<Void, Never>? {
+        defer { eventWaiter = nil }
+        return eventWaiter
+    }
+
     /// Moves into `wakeups` what to resume once the lock is released: the consumer if `events`
     /// has something for it (an event, or the end), and the submitters whose batches were admitted.
     package mutating func takeWakeups(events: APNSEventBuffer, into wakeups: inout APNSWakeups) {
@@ -267,8 +273,11 @@ extension APNSBufferedDeliveryClient {
     }
 
     /// Takes up to `max` events in one lock, waiting for the first if there is none; `nil` once
-    /// the client has shut down and every event was taken.
-    package func takeEvents(max: Int) async -> [APNSDeliveryEvent]? {
+    /// the client has shut down and every event was taken. With `cancellable`, also `nil` once
+    /// the waiting task is cancelled (the events stay for the next call): the event sequence's
+    /// way. The worker's readers are not: every event is an outcome whose result must be
+    /// written, so they read until the pool is finished.
+    package func takeEvents(max: Int, cancellable: Bool = false) async -> [APNSDeliveryEvent]? {
         while true {
             var taken: [APNSDeliveryEvent] = []
             var finished = false
@@ -281,13 +290,22 @@ extension APNSBufferedDeliveryClient {
                 }
             }
             if !taken.isEmpty { return taken }
-            if finished { return nil }
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                var resumeNow = false
-                withBuffer { events, admission in
-                    resumeNow = admission.waitForEvents(continuation, eventsReady: !events.isEmpty || events.isFinished)
+            if finished || (cancellable && Task.isCancelled) { return nil }
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    var resumeNow = false
+                    withBuffer { events, admission in
+                        // Cancelled before this wait was registered: the handler found none to resume.
+                        let ready = !events.isEmpty || events.isFinished || (cancellable && Task.isCancelled)
+                        resumeNow = admission.waitForEvents(continuation, eventsReady: ready)
+                    }
+                    if resumeNow { continuation.resume() }
                 }
-                if resumeNow { continuation.resume() }
+            } onCancel: {
+                guard cancellable else { return }
+                var waiter: CheckedContinuation<Void, Never>? = nil
+                withBuffer { _, admission in waiter = admission.cancelEventWait() }
+                waiter?.resume()
             }
         }
     }
@@ -297,7 +315,8 @@ extension APNSBufferedDeliveryClient {
 /// The events of a delivery client as an `AsyncSequence`: outcomes and connection events in
 /// the order they happened, ending after the client has shut down and every event was read.
 /// Events stay in the client until an iterator takes them, so iterating again continues where
-/// the last iteration stopped; each event is delivered once. One consumer at a time.
+/// the last iteration stopped; each event is delivered once. One consumer at a time. A
+/// cancelled iteration ends: `next()` answers `nil`, and the events not taken stay.
 public struct APNSDeliveryEvents: AsyncSequence, Sendable {
     public typealias Element = APNSDeliveryEvent
     let client: any APNSDeliveryClient
@@ -308,11 +327,18 @@ public struct APNSDeliveryEvents: AsyncSequence, Sendable {
         let client: any APNSDeliveryClient
 
         public mutating func next() async -> APNSDeliveryEvent? {
-            await client.nextEvent()
+            await Self.next(of: client)
         }
 
         public mutating func next(isolation actor: isolated (any Actor)?) async -> APNSDeliveryEvent? {
-            await client.nextEvent()
+            await Self.next(of: client)
+        }
+
+        private static func next(of client: any APNSDeliveryClient) async -> APNSDeliveryEvent? {
+            if let buffered = client as? any APNSBufferedDeliveryClient {
+                return await buffered.takeEvents(max: 1, cancellable: true)?.first
+            }
+            return Task.isCancelled ? nil : await client.nextEvent()
         }
     }
 }

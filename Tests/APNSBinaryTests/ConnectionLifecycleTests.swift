@@ -4,18 +4,40 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 import NIOTLS
+import PushTestSupport
 import Testing
 
 @testable import APNSBinary
 
 @Suite(.timeLimit(.minutes(2))) struct ConnectionLifecycleTests {
-    /// Reads events until `match` accepts one; nil if the stream ends first.
+    /// Reads events until `match` accepts one; nil if the stream ends first, or after 30 s
+    /// (an issue is recorded).
     static func waitFor(
         _ client: APNSBinaryClient,
-        _ match: (APNSDeliveryEvent) -> Bool
+        sourceLocation: SourceLocation = #_sourceLocation,
+        _ match: @escaping @Sendable (APNSDeliveryEvent) -> Bool
     ) async -> APNSDeliveryEvent? {
-        for await event in client.events where match(event) { return event }
-        return nil
+        await within(.seconds(30), "a matching event from the client", sourceLocation: sourceLocation) {
+            for await event in client.events where match(event) { return event }
+            return nil
+        }
+    }
+
+    @Test("An iteration of the events ends when its task is cancelled, with no event and the client still open")
+    func eventIterationEndsWhenCancelled() async throws {
+        let simulator = try await Harness.simulator()
+        let client = try Harness.client(simulator)
+        // Never started: no event will come, so only the cancellation can end the iteration.
+        let reader = Task { () -> Int in
+            var seen = 0
+            for await _ in client.events { seen += 1 }
+            return seen
+        }
+        reader.cancel()
+        let seen = await within(.seconds(30), "the cancelled iteration to end") { await reader.value }
+        #expect(seen == 0)
+        await client.shutdown()
+        await simulator.stop()
     }
 
     @Test func warmConnectionsOpenWithoutTraffic() async throws {

@@ -28,3 +28,37 @@ public func eventually(
     Issue.record("Timed out after \(timeout) waiting for: \(what)", sourceLocation: sourceLocation)
     return false
 }
+
+/// Runs `body` for at most `timeout`: the way the tests wait for something that arrives rather
+/// than something polled (the next event of a stream). When the time is up `body` is cancelled,
+/// an issue naming `what` is recorded at the caller's line, and the answer is `nil`. A body that
+/// ignores cancellation is waited for still (a task group ends with its children): the suite's
+/// time limit is then what stops the test.
+public func within<T: Sendable>(
+    _ timeout: Duration = .seconds(30),
+    _ what: Comment,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: @escaping @Sendable () async -> T?
+) async -> T? {
+    let finish = await withTaskGroup(of: WithinFinish<T>.self) { group in
+        group.addTask { .answered(await body()) }
+        group.addTask {
+            try? await Task.sleep(for: timeout)
+            return .timedOut
+        }
+        let first = await group.next() ?? .timedOut
+        group.cancelAll()
+        return first
+    }
+    guard case .answered(let value) = finish else {
+        Issue.record("Timed out after \(timeout) waiting for: \(what)", sourceLocation: sourceLocation)
+        return nil
+    }
+    return value
+}
+
+/// How ``within(_:_:sourceLocation:_:)``'s race ended.
+private enum WithinFinish<T: Sendable>: Sendable {
+    case answered(T?)
+    case timedOut
+}
