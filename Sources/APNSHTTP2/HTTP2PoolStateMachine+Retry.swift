@@ -50,7 +50,7 @@ extension HTTP2PoolStateMachine {
             base: configuration.retryBaseDelay,
             maximum: configuration.retryMaxDelay
         )
-        let due = configuration.clock() + .nanoseconds(Self.nanoseconds(delay))
+        let due = configuration.clock() + delay.timeAmount
         delayed.append(Delayed(due: due, request: request))
         if delayedTimerDue.map({ due < $0 }) ?? true {
             delayedTimerDue = due

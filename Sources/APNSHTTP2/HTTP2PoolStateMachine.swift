@@ -417,12 +417,8 @@ struct HTTP2PoolStateMachine {
             )
             failures.reset()
         } else {
-            reconnectAt = configuration.clock() + .nanoseconds(Self.nanoseconds(configuration.jitter(failures.delay)))
+            reconnectAt = configuration.clock() + configuration.jitter(failures.delay).timeAmount
         }
-    }
-
-    static func nanoseconds(_ duration: Duration) -> Int64 {
-        TimeAmount(duration).nanoseconds
     }
 
     // MARK: Settling

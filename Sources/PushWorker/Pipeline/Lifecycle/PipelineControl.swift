@@ -64,36 +64,25 @@ final class PipelineControl: Sendable {
     /// `deadline`; `false` on the deadline or cancellation. One caller at a time (the worker's
     /// rebalance task).
     func waitForProgress(until deadline: ContinuousClock.Instant) async -> Bool {
-        await withTaskGroup(of: Bool?.self) { group in
-            group.addTask {
-                await withTaskCancellationHandler {
-                    await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-                        let now = self.state.withLock { s -> Bool in
-                            if s.progressed || s.stopping {
-                                s.progressed = false
-                                return true
-                            }
-                            s.progressWaiter = continuation
-                            return false
+        await answer(before: deadline) {
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                    let now = self.state.withLock { s -> Bool in
+                        if s.progressed || s.stopping {
+                            s.progressed = false
+                            return true
                         }
-                        if now { continuation.resume(returning: true) }
+                        s.progressWaiter = continuation
+                        return false
                     }
-                } onCancel: {
-                    self.state.withLock { s -> CheckedContinuation<Bool, Never>? in
-                        defer { s.progressWaiter = nil }
-                        return s.progressWaiter
-                    }?.resume(returning: false)
+                    if now { continuation.resume(returning: true) }
                 }
+            } onCancel: {
+                self.state.withLock { s -> CheckedContinuation<Bool, Never>? in
+                    defer { s.progressWaiter = nil }
+                    return s.progressWaiter
+                }?.resume(returning: false)
             }
-            group.addTask {
-                // Cancelled by the group once progress came.
-                guard (try? await Task.sleep(until: deadline)) != nil else { return nil }
-                return false
-            }
-            var answer = false
-            if let first = await group.next(), let first { answer = first }
-            group.cancelAll()
-            return answer
         }
     }
 

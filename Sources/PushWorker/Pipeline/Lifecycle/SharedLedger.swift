@@ -115,32 +115,21 @@ final class SharedLedger: Sendable {
                 return waiter.continuation
             }?.resume(returning: false)
         }
-        return await withTaskGroup(of: Bool?.self) { group in
-            group.addTask {
-                await withTaskCancellationHandler {
-                    await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-                        let answer = self.state.withLock { s -> Bool? in
-                            if s.gone.remove(id) != nil { return false }
-                            if condition(s.ledger) { return true }
-                            s.conditionWaiters[id] = ConditionWaiter(condition: condition, continuation: continuation)
-                            return nil
-                        }
-                        if let answer { continuation.resume(returning: answer) }
+        // At the deadline the group cancels the waiter, whose handler gives up.
+        return await answer(before: deadline) {
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                    let answer = self.state.withLock { s -> Bool? in
+                        if s.gone.remove(id) != nil { return false }
+                        if condition(s.ledger) { return true }
+                        s.conditionWaiters[id] = ConditionWaiter(condition: condition, continuation: continuation)
+                        return nil
                     }
-                } onCancel: {
-                    giveUp()
+                    if let answer { continuation.resume(returning: answer) }
                 }
-            }
-            group.addTask {
-                // Cancelled by the group once the waiter answered; gives up at the deadline.
-                guard (try? await Task.sleep(until: deadline)) != nil else { return nil }
+            } onCancel: {
                 giveUp()
-                return nil
             }
-            var answer = false
-            if let first = await group.next(), let first { answer = first }
-            group.cancelAll()
-            return answer
         }
     }
 }
