@@ -65,7 +65,7 @@ import Testing
         #expect(!ledger.hasRoom)
         let first = [rejected(a)]
         ledger.submitted(first)
-        _ = ledger.written(first, marks: [], counted: [])
+        _ = ledger.written(first, positions: [], counted: [])
         #expect(ledger.inFlight == 2)
         #expect(ledger.hasRoom)
         #expect(ledger.committable() == [TopicPartitionOffset(p0, offset: 10)], "offset 10 waits for its second result")
@@ -143,7 +143,7 @@ import Testing
         ledger.claimed([p0, p0])
         #expect(ledger.working(in: [p0]) == 2, "both go on: one in a pool, one waiting for the writer")
         #expect(ledger.working(in: [p1]) == 0)
-        _ = ledger.written(decided + [released(a)], marks: [], counted: [])
+        _ = ledger.written(decided + [released(a)], positions: [], counted: [])
         #expect(ledger.working(in: [p0]) == 0)
         #expect(ledger.isEmpty)
         #expect(
@@ -192,12 +192,12 @@ import Testing
         // The partition comes back; its message is consumed again at generation 3.
         let again = ref(p0, 3, epoch: 3)
         _ = ledger.registered([(again, 1)])
-        _ = ledger.written([rejected(first)], marks: [], counted: [])
+        _ = ledger.written([rejected(first)], positions: [], counted: [])
         #expect(
             ledger.committable() == [TopicPartitionOffset(p0, offset: 3)],
             "the new ownership's result is still due"
         )
-        _ = ledger.written([rejected(again)], marks: [], counted: [])
+        _ = ledger.written([rejected(again)], positions: [], counted: [])
         #expect(ledger.committable() == [TopicPartitionOffset(p0, offset: 4)])
     }
 
@@ -206,12 +206,12 @@ import Testing
         let a = ref(p0, 0)
         _ = ledger.registered([(a, 3), (ref(p1, 0), 0)], summaries: [(a, try summary(for: a))])
         #expect(ledger.inFlight == 3)
-        ledger.marksStored([TopicPartitionOffset(p0, offset: 0)])
+        ledger.positionsStored([TopicPartitionOffset(p0, offset: 0)])
         ledger.removed([p0])
         #expect(ledger.inFlight == 2, "the summary's place is given up with its partition")
         #expect(!ledger.expectsSummaries)
         #expect(ledger.positions(in: [p0, p1]) == [TopicPartitionOffset(p1, offset: 1)])
-        #expect(ledger.pendingMarks() == [TopicPartitionOffset(p1, offset: 1)])
+        #expect(ledger.pendingPositions() == [TopicPartitionOffset(p1, offset: 1)])
     }
 
     // MARK: Written positions
@@ -221,14 +221,14 @@ import Testing
         let a = ref(p0, 5)
         _ = ledger.registered([(a, 1)])
         ledger.submitted([rejected(a)])
-        let marks = ledger.pendingMarks()
+        let marks = ledger.pendingPositions()
         #expect(marks == [TopicPartitionOffset(p0, offset: 5)])
-        _ = ledger.written([rejected(a)], marks: marks, counted: [])
+        _ = ledger.written([rejected(a)], positions: marks, counted: [])
         #expect(!ledger.positionsStored(for: [p0]), "offset 6 is written but not yet stored")
-        #expect(ledger.pendingMarks() == [TopicPartitionOffset(p0, offset: 6)])
-        ledger.marksStored(ledger.pendingMarks())
+        #expect(ledger.pendingPositions() == [TopicPartitionOffset(p0, offset: 6)])
+        ledger.positionsStored(ledger.pendingPositions())
         #expect(ledger.positionsStored(for: [p0]))
-        #expect(ledger.pendingMarks().isEmpty)
+        #expect(ledger.pendingPositions().isEmpty)
         _ = ledger.registered([(ref(p0, 6), 1)])
         ledger.writerEnded()
         #expect(ledger.positionsStored(for: [p0]), "without a writer nothing more can be stored")
@@ -245,8 +245,8 @@ import Testing
         let second = [rejected(a, token: Self.tokens[1])]
         ledger.submitted(first + second)
         #expect(ledger.summaryRefs(among: [a, ref(p1, 0)]) == [a])
-        #expect(ledger.written(first, marks: [], counted: counted(first)).summaries.isEmpty)
-        let ready = ledger.written(second, marks: [], counted: counted(second)).summaries
+        #expect(ledger.written(first, positions: [], counted: counted(first)).summaries.isEmpty)
+        let ready = ledger.written(second, positions: [], counted: counted(second)).summaries
         #expect(ready.map(\.0) == [a])
         #expect(ready.first?.1.check.outcomes.count == 2)
         #expect(ledger.inFlight == 1, "the summary's place")
@@ -274,7 +274,7 @@ import Testing
         ledger.handedBack([a, a])
         #expect(ledger.inFlight == 3, "two notifications and the summary's place")
         ledger.sending([p0])
-        _ = ledger.written([released(b)], marks: [], counted: [])
+        _ = ledger.written([released(b)], positions: [], counted: [])
         #expect(ledger.inFlight == 1, "a notification given back by its pool drops its summary too")
         #expect(!ledger.expectsSummaries)
     }

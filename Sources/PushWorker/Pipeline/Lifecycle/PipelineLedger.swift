@@ -17,7 +17,7 @@ import PushKafka
 /// 2. ``claiming(_:)``: handed to the claim stage, or due again after a hold, or unparked. Its
 ///    partition is *working* until ``claimed(_:)`` reports the round trip over.
 /// 3. ``sending(_:)`` (into a pool) or ``submitted(_:)`` (a result decided without Apple): it
-///    stays working until the writer reports it in ``written(_:marks:counted:)``.
+///    stays working until the writer reports it in ``written(_:positions:counted:)``.
 /// 4. A notification taken out of the way instead: held (nothing to record), ``parked(_:)``,
 ///    ``handedBack(_:)`` unclaimed (its message is consumed again), or ``completed(_:)`` (its
 ///    message consumed again needs nothing written).
@@ -54,7 +54,7 @@ struct PipelineLedger: Sendable {
     private var working: [TopicPartition: Int] = [:]
     private var tracker = OffsetTracker()
     /// The written positions stored in Redis (`pw:`), by partition.
-    private var storedMarks: [TopicPartition: Int64] = [:]
+    private(set) var storedPositions: [TopicPartition: Int64] = [:]
     /// Messages of jobs that asked for a summary, until their token results are all written.
     private var summaries: [MessageRef: PendingSummary] = [:]
 
@@ -118,14 +118,14 @@ struct PipelineLedger: Sendable {
     func positions(in selection: Set<TopicPartition>) -> [TopicPartitionOffset] { tracker.positions(in: selection) }
 
     /// Written positions that moved since they were last stored in Redis.
-    func pendingMarks() -> [TopicPartitionOffset] {
-        tracker.allPositions().filter { $0.offset > (storedMarks[$0.topicPartition] ?? -1) }
+    func pendingPositions() -> [TopicPartitionOffset] {
+        tracker.allPositions().filter { $0.offset > (storedPositions[$0.topicPartition] ?? -1) }
     }
 
     /// Whether the written positions of `selection` are stored (or can no longer be).
     func positionsStored(for selection: Set<TopicPartition>) -> Bool {
         writerExited
-            || tracker.positions(in: selection).allSatisfy { $0.offset <= (storedMarks[$0.topicPartition] ?? -1) }
+            || tracker.positions(in: selection).allSatisfy { $0.offset <= (storedPositions[$0.topicPartition] ?? -1) }
     }
 
     // MARK: Intake
@@ -214,14 +214,14 @@ struct PipelineLedger: Sendable {
     }
 
     /// The writer recorded a batch in Redis and Kafka acknowledged its results, together with
-    /// the written positions `marks`. `counted` holds, for the batch's messages that wait for a
+    /// the written positions `positions`. `counted` holds, for the batch's messages that wait for a
     /// summary (``summaryRefs(among:)``), each token's result as written (`nil`: none).
     mutating func written(
         _ batch: [ResultItem],
-        marks: [TopicPartitionOffset],
+        positions: [TopicPartitionOffset],
         counted: [(MessageRef, TokenResult?)]
     ) -> Actions {
-        marksStored(marks)
+        positionsStored(positions)
         inFlight -= batch.count
         for item in batch {
             let ref = item.ref
@@ -242,9 +242,12 @@ struct PipelineLedger: Sendable {
     }
 
     /// Written positions stored in Redis.
-    mutating func marksStored(_ marks: [TopicPartitionOffset]) {
-        for mark in marks {
-            storedMarks[mark.topicPartition] = max(storedMarks[mark.topicPartition] ?? -1, mark.offset)
+    mutating func positionsStored(_ positions: [TopicPartitionOffset]) {
+        for position in positions {
+            storedPositions[position.topicPartition] = max(
+                storedPositions[position.topicPartition] ?? -1,
+                position.offset
+            )
         }
     }
 
@@ -271,7 +274,7 @@ struct PipelineLedger: Sendable {
     /// completions are ignored.
     mutating func removed(_ selection: Set<TopicPartition>) {
         tracker.remove(selection)
-        for partition in selection { storedMarks.removeValue(forKey: partition) }
+        for partition in selection { storedPositions.removeValue(forKey: partition) }
         guard !summaries.isEmpty else { return }
         let before = summaries.count
         summaries = summaries.filter { !selection.contains($0.key.partition) }

@@ -32,26 +32,27 @@ final class ResultStage: Sendable {
         /// The writer took a batch and has not written it yet.
         var writing = false
         /// Written outcomes, deleted once their messages are before their partitions' stored
-        /// written positions (``compactable(with:)``), per partition in the order they were
-        /// written (nearly their offsets' order).
+        /// written positions (``compactable(stored:storing:)``), per partition in the order they
+        /// were written (nearly their offsets' order).
         var settledRecords: [TopicPartition: Deque<SettledRecord>] = [:]
         /// How many ``settledRecords`` hold.
         var settledCount = 0
         /// Passed by the positions of the last write that succeeded: their outcomes are deleted
         /// with the next one (``NotificationStore/write``, `forgotten`).
         var forgettable: [SettledRecord] = []
-        /// The written positions this writer stored.
-        var storedPositions: [TopicPartition: Int64] = [:]
-
-        /// Takes the settled records whose messages are before the written positions stored
-        /// already or about to be with `marks`: from the front of each partition's records, up
-        /// to the first one still at or after its position (which holds back the few written
-        /// out of order behind it until the position passes it too).
-        mutating func compactable(with marks: [TopicPartitionOffset]) -> [SettledRecord] {
+        /// Takes the settled records whose messages are before the written positions `stored`
+        /// already (the ledger's, ``PipelineLedger/storedPositions``) or about to be with
+        /// `storing`: from the front of each partition's records, up to the first one still at
+        /// or after its position (which holds back the few written out of order behind it until
+        /// the position passes it too).
+        mutating func compactable(
+            stored: [TopicPartition: Int64],
+            storing: [TopicPartitionOffset]
+        ) -> [SettledRecord] {
             guard settledCount > 0 else { return [] }
-            var positions = storedPositions
-            for mark in marks {
-                positions[mark.topicPartition] = max(positions[mark.topicPartition] ?? -1, mark.offset)
+            var positions = stored
+            for position in storing {
+                positions[position.topicPartition] = max(positions[position.topicPartition] ?? -1, position.offset)
             }
             var taken: [SettledRecord] = []
             for (partition, position) in positions {
@@ -65,20 +66,16 @@ final class ResultStage: Sendable {
             return taken
         }
 
-        /// Notes the positions stored, the records of a written batch (their outcomes recorded
-        /// in `generation`), and the records its positions passed. At most `limit` records
-        /// wait: beyond it the oldest keep their outcomes until their generation's outcomes
-        /// expire (a message consumed again still finds its outcome).
+        /// Notes the records of a written batch (their outcomes recorded in `generation`), and
+        /// the records its positions passed. At most `limit` records wait: beyond it the oldest
+        /// keep their outcomes until their generation's outcomes expire (a message consumed
+        /// again still finds its outcome).
         mutating func written(
             _ records: [RecordedResult],
-            stored marks: [TopicPartitionOffset],
             compacted: [SettledRecord],
             generation: Int64,
             limit: Int
         ) {
-            for mark in marks {
-                storedPositions[mark.topicPartition] = max(storedPositions[mark.topicPartition] ?? -1, mark.offset)
-            }
             // One lookup per run of one partition's records (a batch is mostly of a few).
             var start = 0
             while start < records.count {
@@ -330,8 +327,10 @@ final class ResultStage: Sendable {
         let plan = Self.plan(batch, topic: configuration.kafka.resultsTopic)
         // The written positions reached by earlier batches go with this one; the outcomes they
         // pass are deleted with the next one.
-        let marks = ledger.read { $0.pendingMarks() }
-        let (compacted, forgotten) = state.withLock { ($0.compactable(with: marks), $0.forgettable) }
+        let (positions, stored) = ledger.read { ($0.pendingPositions(), $0.storedPositions) }
+        let (compacted, forgotten) = state.withLock {
+            ($0.compactable(stored: stored, storing: positions), $0.forgettable)
+        }
         let generation = store.outcomeGeneration(ttlSeconds: configuration.worker.dedupeTTLSeconds)
         guard
             await record(
@@ -341,7 +340,7 @@ final class ResultStage: Sendable {
                 accepted: plan.accepted,
                 channels: plan.channels,
                 released: plan.released,
-                marks: marks,
+                positions: positions,
                 forgotten: forgotten,
                 generation: generation,
                 count: batch.count
@@ -368,13 +367,12 @@ final class ResultStage: Sendable {
         state.withLock {
             $0.written(
                 plan.records,
-                stored: marks,
                 compacted: compacted,
                 generation: generation,
                 limit: configuration.worker.maxInFlight
             )
         }
-        carryOut(ledger.update { $0.written(batch, marks: marks, counted: counted) })
+        carryOut(ledger.update { $0.written(batch, positions: positions, counted: counted) })
         control.count { $0.results += plan.results }
         control.metrics.produced(plan.metrics, transports: transports, now: UnixTime.nowMilliseconds())
         control.madeProgress()
@@ -387,7 +385,7 @@ final class ResultStage: Sendable {
         accepted: [AcceptedActivity],
         channels: [ChannelRecord],
         released: [(resultId: String, token: String)],
-        marks: [TopicPartitionOffset],
+        positions: [TopicPartitionOffset],
         forgotten: [SettledRecord],
         generation: Int64,
         count: Int
@@ -399,7 +397,7 @@ final class ResultStage: Sendable {
                     records: records,
                     unregistered: unregistered,
                     released: released,
-                    positions: marks,
+                    positions: positions,
                     environments: environments,
                     accepted: accepted,
                     channels: channels,
@@ -445,28 +443,29 @@ final class ResultStage: Sendable {
 
     /// Stores the written positions that moved, directly (shutdown, once the writer is idle).
     func storePositions() async {
-        let marks = ledger.read { $0.pendingMarks() }
-        guard !marks.isEmpty else { return }
-        let (compacted, forgotten) = state.withLock { ($0.compactable(with: marks), $0.forgettable) }
+        let (positions, stored) = ledger.read { ($0.pendingPositions(), $0.storedPositions) }
+        guard !positions.isEmpty else { return }
+        let (compacted, forgotten) = state.withLock {
+            ($0.compactable(stored: stored, storing: positions), $0.forgettable)
+        }
         do {
             try await store.write(
                 records: [],
                 unregistered: [],
                 released: [],
-                positions: marks,
+                positions: positions,
                 forgotten: forgotten,
                 ttlSeconds: configuration.worker.dedupeTTLSeconds
             )
             state.withLock {
                 $0.written(
                     [],
-                    stored: marks,
                     compacted: compacted,
                     generation: 0,
                     limit: configuration.worker.maxInFlight
                 )
             }
-            ledger.update { $0.marksStored(marks) }
+            ledger.update { $0.positionsStored(positions) }
             // The outcomes of what this call's positions passed, now that they are stored.
             let forgettable = state.withLock { $0.forgettable }
             if !forgettable.isEmpty {
