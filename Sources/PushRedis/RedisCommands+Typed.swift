@@ -17,7 +17,6 @@
 public enum RedisCommandName: Sendable, CaseIterable {
     case asking
     case del
-    case eval
     case evalsha
     case exists
     case expire
@@ -38,7 +37,6 @@ public enum RedisCommandName: Sendable, CaseIterable {
         switch self {
         case .asking: "ASKING"
         case .del: "DEL"
-        case .eval: "EVAL"
         case .evalsha: "EVALSHA"
         case .exists: "EXISTS"
         case .expire: "EXPIRE"
@@ -66,7 +64,7 @@ public enum RedisCommandName: Sendable, CaseIterable {
         switch self {
         case .asking: (0, 0)
         case .del, .exists: (1, nil)
-        case .eval, .evalsha: (2, nil)
+        case .evalsha: (2, nil)
         case .expire, .expireAt, .hget: (2, 2)
         case .get, .hgetall, .hlen, .scriptLoad: (1, 1)
         case .hdel, .hmget: (2, nil)
@@ -222,16 +220,6 @@ extension RedisCommands {
         beginEvalsha(script, keyCount: keys.count, argumentCount: arguments.count)
         for key in keys { appendKey(key) }
         for argument in arguments { argument.append(to: &self) }
-    }
-
-    /// `EVAL source numkeys key… argument…`: what `EVALSHA` falls back to (it also caches the
-    /// script).
-    mutating func eval(_ script: RedisScript, keys: [[UInt8]], arguments: [[UInt8]]) {
-        begin(.eval, arguments: 2 + keys.count + arguments.count)
-        append(script.source)
-        append(Int64(keys.count))
-        for key in keys { appendKey(key) }
-        for argument in arguments { append(argument) }
     }
 
     /// `SCRIPT LOAD source`.

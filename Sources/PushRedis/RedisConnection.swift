@@ -146,8 +146,8 @@ public final class RedisConnection: Sendable {
         try await core.scriptLoad(source)
     }
 
-    /// Runs `script` with `EVALSHA`; if the server answers `NOSCRIPT`, runs it with `EVAL`
-    /// (which also caches it) in a second round trip.
+    /// Runs `script` with `EVALSHA`; if the server answers `NOSCRIPT`, loads it and runs it
+    /// again in a second round trip, as a pipeline does (``pipeline(_:scripts:)``).
     ///
     /// - Throws: `.server(prefix)` when the script raises an error.
     @discardableResult
@@ -163,7 +163,12 @@ public final class RedisConnection: Sendable {
     @discardableResult
     public func evalsha(_ script: RedisScript, keys: [[UInt8]], args: [[UInt8]]) async throws(RedisError) -> RedisValue
     {
-        try await core.evalsha(script, keys: keys, args: args)
+        var command = RedisCommands()
+        command.evalsha(script, keys: keys, arguments: args)
+        // A NOSCRIPT is answered by the pipeline: the script is loaded and the command sent again.
+        let reply = try await core.pipeline(command, scripts: [script])[0]
+        if case .error(let line) = reply { throw RedisError.server(line, command: "EVALSHA \(script.sha1)") }
+        return reply
     }
 
     /// Drops the current socket (if any) and connects again with ``configuration``,

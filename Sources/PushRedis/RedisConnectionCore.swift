@@ -24,8 +24,6 @@ protocol RedisConnectionCore: Actor {
     func pipeline(_ commands: RedisCommands, scripts: [RedisScript]) async throws(RedisError) -> [RedisValue]
     /// `SCRIPT LOAD`, returning the SHA-1 Redis computed.
     func scriptLoad(_ source: String) async throws(RedisError) -> String
-    /// `EVALSHA`, falling back to `EVAL` (which also caches the script) on `NOSCRIPT`.
-    func evalsha(_ script: RedisScript, keys: [[UInt8]], args: [[UInt8]]) async throws(RedisError) -> RedisValue
 }
 
 extension RedisError {

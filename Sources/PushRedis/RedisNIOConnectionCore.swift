@@ -226,28 +226,6 @@ actor RedisNIOConnectionCore: RedisConnectionCore {
         return sha
     }
 
-    /// `EVALSHA`, falling back to `EVAL` (which also caches the script) on `NOSCRIPT`.
-    func evalsha(_ script: RedisScript, keys: [[UInt8]], args: [[UInt8]]) async throws(RedisError) -> RedisValue {
-        var evalsha = RedisCommands()
-        evalsha.evalsha(script, keys: keys, arguments: args)
-        var eval = RedisCommands()
-        eval.eval(script, keys: keys, arguments: args)
-        return try await withChannel { live throws(RedisError) in
-            var reply = try await exchange(live, evalsha, activity: "running EVALSHA \(script.sha1)")[0]
-            if reply.isNoScript {
-                reply = try await exchange(
-                    live,
-                    eval,
-                    activity: "running EVAL for script \(script.sha1) after NOSCRIPT"
-                )[0]
-            }
-            if case .error(let line) = reply {
-                throw RedisError.server(line, command: "EVALSHA \(script.sha1)")
-            }
-            return reply
-        }
-    }
-
     // MARK: - Channel plumbing
 
     /// Runs `body` with the live channel. An I/O, timeout or protocol error closes the

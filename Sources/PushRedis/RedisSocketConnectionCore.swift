@@ -192,28 +192,6 @@ actor RedisSocketConnectionCore: RedisConnectionCore {
         return sha
     }
 
-    /// `EVALSHA`, falling back to `EVAL` (which also caches the script) on `NOSCRIPT`.
-    func evalsha(_ script: RedisScript, keys: [[UInt8]], args: [[UInt8]]) throws(RedisError) -> RedisValue {
-        var evalsha = RedisCommands()
-        evalsha.evalsha(script, keys: keys, arguments: args)
-        return try withContext { context throws(RedisError) in
-            var reply = try exchange(context, evalsha, activity: "running EVALSHA \(script.sha1)")[0]
-            if reply.isNoScript {
-                var eval = RedisCommands()
-                eval.eval(script, keys: keys, arguments: args)
-                reply = try exchange(
-                    context,
-                    eval,
-                    activity: "running EVAL for script \(script.sha1) after NOSCRIPT"
-                )[0]
-            }
-            if case .error(let line) = reply {
-                throw RedisError.server(line, command: "EVALSHA \(script.sha1)")
-            }
-            return reply
-        }
-    }
-
     // MARK: - hiredis plumbing (runs on the connection thread)
 
     /// Runs `body` with the live context. An I/O, timeout or protocol error frees the

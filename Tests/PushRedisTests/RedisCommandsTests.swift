@@ -136,8 +136,6 @@ struct RedisCommandsTests {
         lists.append(["HLEN", "apn:{k}x"])
         typed.evalsha(script, keys: [key], arguments: [Array("a".utf8)])
         lists.append(["EVALSHA", script.sha1, "1", "apn:{k}x", "a"])
-        typed.eval(script, keys: [key], arguments: [])
-        lists.append(["EVAL", script.source, "1", "apn:{k}x"])
         typed.scriptLoad(script.source)
         lists.append(["SCRIPT", "LOAD", script.source])
         typed.begin(.hsetnx, arguments: 3)

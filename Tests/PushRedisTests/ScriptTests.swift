@@ -116,7 +116,7 @@ struct ScriptTests {
         }
     }
 
-    @Test("evalsha falls back to EVAL on NOSCRIPT, then EVALSHA hits the cache")
+    @Test("evalsha loads the script on NOSCRIPT and runs it again, then EVALSHA hits the cache")
     func evalshaFallback() async throws {
         try await withRedisServer { server in
             let redis = try await RedisConnection.connect(server.configuration())
