@@ -139,22 +139,10 @@ extension NotificationStore {
         // over, or another live owner's), and settled notifications: is the message's result
         // written already? A claim never changes once its result is written: the written
         // position alone tells.
-        var written: [Int32: Int64] = [:]
-        let recorded = Set(
-            codes.indices.filter { Self.readsWrittenPosition(codes[$0]) }.map { requests[$0].partition }
+        let written = try await writtenPositions(
+            topic: topic,
+            Set(codes.indices.filter { Self.readsWrittenPosition(codes[$0]) }.map { requests[$0].partition })
         )
-        if !recorded.isEmpty {
-            let partitions = recorded.sorted()
-            var commands = RedisCommands()
-            for partition in partitions { commands.get(keys.writtenPosition(topic: topic, partition: partition)) }
-            let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
-            for (partition, reply) in zip(partitions, replies) {
-                if let message = reply.errorMessage {
-                    throw RedisError(.server("ERR"), "Redis refused a written position: \(message)")
-                }
-                written[partition] = reply.string.flatMap { Int64($0) } ?? -1
-            }
-        }
 
         // Requests are read in place here and below: a copy of one retains its four strings.
         let decisions = try codes.indices.map { index throws(RedisError) in
@@ -167,6 +155,24 @@ extension NotificationStore {
         }
         try await returnUnused(taken, requests: requests, permits: permits, decisions: decisions)
         return decisions
+    }
+
+    /// The written positions (`wp:`) of `partitions` of `topic`, -1 where none is stored. One
+    /// round trip (per primary on a cluster), none for no partition.
+    private func writtenPositions(topic: String, _ partitions: Set<Int32>) async throws(RedisError) -> [Int32: Int64] {
+        guard !partitions.isEmpty else { return [:] }
+        let sorted = partitions.sorted()
+        var commands = RedisCommands()
+        for partition in sorted { commands.get(keys.writtenPosition(topic: topic, partition: partition)) }
+        let replies = try await measured { () throws(RedisError) in try await redis.pipeline(commands) }
+        var written: [Int32: Int64] = [:]
+        for (partition, reply) in zip(sorted, replies) {
+            if let message = reply.errorMessage {
+                throw RedisError(.server("ERR"), "Redis refused a written position: \(message)")
+            }
+            written[partition] = reply.string.flatMap { Int64($0) } ?? -1
+        }
+        return written
     }
 
     /// The app rate limits' permits for this second: which requests may be sent (all of them

@@ -370,17 +370,7 @@ final class ClaimStage: Sendable {
             case .send where c.job.content.staleAt.map { $0 <= now } ?? false:
                 // Consumed, or claimed again after a hold, too late: reported, never sent.
                 plan.decisions.stale[c.job.app, default: 0] += 1
-                let (age, overflow) = now.subtractingReportingOverflow(c.job.producedAt)
-                let late = overflow ? Int64.max / 1000 : age / 1000
-                plan.results.append(
-                    factory.decided(
-                        c,
-                        status: .expired,
-                        reason:
-                            "the job's staleAfter passed before it could be sent (\(late) s after it was produced); not sent",
-                        at: now
-                    )
-                )
+                plan.results.append(staleResult(c, factory: factory, now: now))
             case .send, .resend:
                 let sent = SentContext(candidate: c, takeover: decision == .resend)
                 if let index = runIndex[c.poolKey] {
@@ -417,16 +407,28 @@ final class ClaimStage: Sendable {
             case .rateLimited:
                 plan.decisions.deviceLimited[c.job.app, default: 0] += 1
                 plan.results.append(
-                    factory.decided(
-                        c,
-                        status: .rateLimited,
-                        reason: "the device reached its limit of \(c.job.devicePerHour) notifications per hour",
-                        at: now
-                    )
+                    factory.decided(c, status: .rateLimited, reason: Self.deviceLimitReason(c), at: now)
                 )
             }
         }
         return plan
+    }
+
+    /// A notification consumed, or claimed again after a hold, past its job's `staleAfter`:
+    /// failed with status 521, never sent.
+    private static func staleResult(_ c: Candidate, factory: ResultFactory, now: Int64) -> ResultItem {
+        let (age, overflow) = now.subtractingReportingOverflow(c.job.producedAt)
+        let late = overflow ? Int64.max / 1000 : age / 1000
+        return factory.decided(
+            c,
+            status: .expired,
+            reason: "the job's staleAfter passed before it could be sent (\(late) s after it was produced); not sent",
+            at: now
+        )
+    }
+
+    private static func deviceLimitReason(_ c: Candidate) -> String {
+        "the device reached its limit of \(c.job.devicePerHour) notifications per hour"
     }
 
     private func act(on plan: Plan) async {

@@ -303,20 +303,7 @@ struct IntakeStage: Sendable {
         var retention = RetentionWatch()
         var heldBack = HeldBack()
         let admission = Admission.of(ledger, control)
-        let handOver: (Chunk) async -> Void = { chunk in
-            results.register(chunk.registrations, summaries: chunk.summaries)
-            control.count { s in
-                s.messages += chunk.messages
-                s.notifications += chunk.candidates.count
-                s.rejected += chunk.results.count
-                s.skipped += chunk.skipped
-            }
-            results.submit(chunk.results)
-            if let parkedTopic {
-                countBroughtBack(chunk.candidates, parkedTopic: parkedTopic, metrics: control.metrics)
-            }
-            claims.handOver(chunk.candidates)
-        }
+        let handOver = handingOver(to: claims, results: results, control: control)
         while true {
             await ledger.waitForRoom()
             if control.isStopping || Task.isCancelled { return }
@@ -328,41 +315,16 @@ struct IntakeStage: Sendable {
             heldBack.report(to: control.metrics, now: factory.now())
             // The lower lanes wait while only the highest lane's reserve is left.
             let readable = lanes > 1 && !ledger.read { $0.hasRoom(reserving: laneReserve) } ? 1 : lanes
-            let polled: [KafkaMessage]
-            do {
-                polled = try await Self.pollBatch(consumer, batchSize: batchSize, window: window, lanes: readable)
-            } catch {
-                if error.isFatal { throw WorkerError("Kafka consumer failed: \(error)") }
-                if error.isClosed || error.isCancellation { return }
-                logger.warning("Kafka consumer error", metadata: ["error": "\(error)"])
-                continue
-            }
-            var (messages, dropped) = consumer.current(polled)
-            if dropped > 0 {
-                logger.info(
-                    "Messages fetched before their partition was revoked are left to its next owner",
-                    metadata: ["messages": "\(dropped)"]
+            guard
+                let messages = try await receive(
+                    consumer,
+                    batchSize: batchSize,
+                    window: window,
+                    lanes: readable,
+                    heldBack: &heldBack,
+                    claims: claims
                 )
-            }
-            // Offsets are the broker's; one no broker gives could not be committed past.
-            if messages.contains(where: { $0.offset < 0 || $0.offset == .max }) {
-                let wrong = messages.filter { $0.offset < 0 || $0.offset == .max }
-                logger.error(
-                    "The broker sent messages at offsets no Kafka partition has (\(wrong.prefix(3).map { "\($0.topic)[\($0.partition)]@\($0.offset)" }.joined(separator: ", "))); they are not processed",
-                    metadata: ["messages": "\(wrong.count)"]
-                )
-                messages.removeAll { $0.offset < 0 || $0.offset == .max }
-            }
-            if let parkedTopic {
-                heldBack.holdBack(
-                    &messages,
-                    parkedTopic: parkedTopic,
-                    consumer: consumer,
-                    isUnavailable: claims.isUnavailable,
-                    now: factory.now(),
-                    logger: logger
-                )
-            }
+            else { return }
             if messages.isEmpty { continue }
             let suspects = retention.note(messages)
             if !suspects.isEmpty {
@@ -391,5 +353,78 @@ struct IntakeStage: Sendable {
                 )
             }
         }
+    }
+
+    /// What intake does with each chunk it parsed: registers its messages with the result
+    /// stage, counts it, and hands its results and notifications on.
+    private func handingOver(
+        to claims: ClaimStage,
+        results: ResultStage,
+        control: PipelineControl
+    ) -> (Chunk) async -> Void {
+        { chunk in
+            results.register(chunk.registrations, summaries: chunk.summaries)
+            control.count { s in
+                s.messages += chunk.messages
+                s.notifications += chunk.candidates.count
+                s.rejected += chunk.results.count
+                s.skipped += chunk.skipped
+            }
+            results.submit(chunk.results)
+            if let parkedTopic {
+                countBroughtBack(chunk.candidates, parkedTopic: parkedTopic, metrics: control.metrics)
+            }
+            claims.handOver(chunk.candidates)
+        }
+    }
+
+    /// The next batch to process: polled from the readable lanes, without the messages of
+    /// partitions revoked meanwhile, at offsets no Kafka partition has, or of pools held back;
+    /// `nil` once the consumer is closed or the task cancelled. A Kafka error that is not
+    /// fatal is logged, and answers an empty batch.
+    private func receive(
+        _ consumer: KafkaConsumer,
+        batchSize: Int,
+        window: Duration,
+        lanes readable: Int,
+        heldBack: inout HeldBack,
+        claims: ClaimStage
+    ) async throws -> [KafkaMessage]? {
+        let polled: [KafkaMessage]
+        do {
+            polled = try await Self.pollBatch(consumer, batchSize: batchSize, window: window, lanes: readable)
+        } catch {
+            if error.isFatal { throw WorkerError("Kafka consumer failed: \(error)") }
+            if error.isClosed || error.isCancellation { return nil }
+            logger.warning("Kafka consumer error", metadata: ["error": "\(error)"])
+            return []
+        }
+        var (messages, dropped) = consumer.current(polled)
+        if dropped > 0 {
+            logger.info(
+                "Messages fetched before their partition was revoked are left to its next owner",
+                metadata: ["messages": "\(dropped)"]
+            )
+        }
+        // Offsets are the broker's; one no broker gives could not be committed past.
+        if messages.contains(where: { $0.offset < 0 || $0.offset == .max }) {
+            let wrong = messages.filter { $0.offset < 0 || $0.offset == .max }
+            logger.error(
+                "The broker sent messages at offsets no Kafka partition has (\(wrong.prefix(3).map { "\($0.topic)[\($0.partition)]@\($0.offset)" }.joined(separator: ", "))); they are not processed",
+                metadata: ["messages": "\(wrong.count)"]
+            )
+            messages.removeAll { $0.offset < 0 || $0.offset == .max }
+        }
+        if let parkedTopic {
+            heldBack.holdBack(
+                &messages,
+                parkedTopic: parkedTopic,
+                consumer: consumer,
+                isUnavailable: claims.isUnavailable,
+                now: factory.now(),
+                logger: logger
+            )
+        }
+        return messages
     }
 }
