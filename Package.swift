@@ -64,6 +64,9 @@ let package = Package(
         // Secrets: a URL's user information and its password masked (shared by the Redis URL, the
         // proxy URL and every message that shows one), and files that hold secrets.
         .target(name: "PushSecrets"),
+        // The one error shape (a code, a sentence, the underlying error), each module's in a
+        // domain of its own.
+        .target(name: "PushErrors"),
         .target(
             name: "PushRedis",
             dependencies: [
@@ -78,7 +81,7 @@ let package = Package(
         .target(
             name: "APNSCore",
             dependencies: [
-                "PushSecrets",
+                "PushErrors", "PushSecrets",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -122,7 +125,7 @@ let package = Package(
         ),
         .target(
             name: "APNSHTTP2Core",
-            dependencies: ["APNSCore", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["APNSCore", "PushErrors", .product(name: "Crypto", package: "swift-crypto")]
         ),
         .target(
             name: "APNSHTTP2",
@@ -171,7 +174,7 @@ let package = Package(
         .target(
             name: "PushStatus",
             dependencies: [
-                "CJemalloc",
+                "CJemalloc", "PushErrors",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

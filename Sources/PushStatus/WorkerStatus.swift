@@ -1,8 +1,8 @@
 /// The JSON document of `GET /status`: who the worker is, whether it is ready, and the state of
 /// its partitions, pools and Redis connection.
 ///
-/// Optional fields are written as `null` rather than left out, so every document has the same
-/// keys; a reader also accepts a missing key as `null`.
+/// Optional fields are written as `null` rather than left out (``WrittenAsNull``), so every
+/// document has the same keys; a reader also accepts a missing key as `null`.
 public struct WorkerStatus: Codable, Sendable, Hashable {
     /// The worker's id (`worker.id`, by default the host name).
     public var worker: String
@@ -13,7 +13,7 @@ public struct WorkerStatus: Codable, Sendable, Hashable {
     /// Whether `GET /health/ready` answers 200.
     public var ready: Bool
     /// Why the worker is not ready; `nil` while it is.
-    public var readyReason: String?
+    @WrittenAsNull public var readyReason: String?
     /// Notifications claimed or parsed without a written result.
     public var inFlight: Int
     public var redis: Redis
@@ -64,19 +64,12 @@ public struct WorkerStatus: Codable, Sendable, Hashable {
         public var partition: Int
         /// Messages between the partition's high watermark and the worker's position; `nil`
         /// until it is known.
-        public var lag: Int?
+        @WrittenAsNull public var lag: Int?
 
         public init(topic: String, partition: Int, lag: Int? = nil) {
             self.topic = topic
             self.partition = partition
             self.lag = lag
-        }
-
-        public func encode(to encoder: any Encoder) throws {
-            var container = encoder.container(keyedBy: CodingKeys.self)
-            try container.encode(topic, forKey: .topic)
-            try container.encode(partition, forKey: .partition)
-            try container.encode(lag, forKey: .lag)
         }
     }
 
@@ -96,22 +89,22 @@ public struct WorkerStatus: Codable, Sendable, Hashable {
         public var backingOff: Int
         /// Notifications held in the sent cache for retransmission (binary pools); `nil` where it
         /// does not apply.
-        public var cachedNotifications: Int?
+        @WrittenAsNull public var cachedNotifications: Int?
         /// Bytes held in the sent cache (binary pools); `nil` where it does not apply.
-        public var cachedBytes: Int?
+        @WrittenAsNull public var cachedBytes: Int?
         /// HTTP/2 streams open to Apple (HTTP/2 pools); `nil` where it does not apply.
-        public var streamsInUse: Int?
+        @WrittenAsNull public var streamsInUse: Int?
         /// `delivering`; `unreachable` (it cannot connect to its gateway) or `stalled` (its
         /// gateway is too slow for what it holds): its new notifications wait, or move aside, and
         /// the other apps go on. `nil` from a worker that does not say.
-        public var state: String?
+        @WrittenAsNull public var state: String?
         /// Notifications the pool holds: accepted and without an outcome yet.
-        public var held: Int?
+        @WrittenAsNull public var held: Int?
         /// Notifications waiting in the worker, unclaimed, for the pool to take them again.
-        public var parked: Int?
+        @WrittenAsNull public var parked: Int?
         /// Notifications this worker moved aside to `kafka.parkedTopic` for the pool, since it
         /// started.
-        public var movedAside: Int?
+        @WrittenAsNull public var movedAside: Int?
 
         public init(
             app: String,
@@ -142,35 +135,5 @@ public struct WorkerStatus: Codable, Sendable, Hashable {
             self.cachedBytes = cachedBytes
             self.streamsInUse = streamsInUse
         }
-
-        public func encode(to encoder: any Encoder) throws {
-            var container = encoder.container(keyedBy: CodingKeys.self)
-            try container.encode(app, forKey: .app)
-            try container.encode(env, forKey: .env)
-            try container.encode(transport, forKey: .transport)
-            try container.encode(open, forKey: .open)
-            try container.encode(connecting, forKey: .connecting)
-            try container.encode(backingOff, forKey: .backingOff)
-            try container.encode(cachedNotifications, forKey: .cachedNotifications)
-            try container.encode(cachedBytes, forKey: .cachedBytes)
-            try container.encode(streamsInUse, forKey: .streamsInUse)
-            try container.encode(state, forKey: .state)
-            try container.encode(held, forKey: .held)
-            try container.encode(parked, forKey: .parked)
-            try container.encode(movedAside, forKey: .movedAside)
-        }
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(worker, forKey: .worker)
-        try container.encode(group, forKey: .group)
-        try container.encode(uptimeSeconds, forKey: .uptimeSeconds)
-        try container.encode(ready, forKey: .ready)
-        try container.encode(readyReason, forKey: .readyReason)
-        try container.encode(inFlight, forKey: .inFlight)
-        try container.encode(redis, forKey: .redis)
-        try container.encode(partitions, forKey: .partitions)
-        try container.encode(pools, forKey: .pools)
     }
 }
