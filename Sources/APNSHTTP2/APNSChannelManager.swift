@@ -193,16 +193,11 @@ public struct APNSChannelManager: Sendable {
     private func exchange(_ headers: HPACKHeaders, body: [UInt8]?) async throws -> Answer {
         let streams = try await connection.streams { [configuration, timeout] in
             let context = try NIOSSLContext(configuration: configuration.tlsConfiguration())
-            let sniName = serverName(host: configuration.host, override: configuration.serverHostname)
-            return try await APNSConnector.connect(
-                host: configuration.host,
-                port: configuration.port,
-                proxy: configuration.proxy,
-                group: MultiThreadedEventLoopGroup.singleton,
-                connectTimeout: timeout.timeAmount
-            ) { channel in
+            var settings = configuration
+            settings.connectTimeout = timeout
+            let gateway = settings.gateway(sslContext: context, group: MultiThreadedEventLoopGroup.singleton)
+            return try await gateway.connect { channel in
                 let sync = channel.pipeline.syncOperations
-                try sync.addHandler(NIOSSLClientHandler(context: context, serverHostname: sniName))
                 // The delivery pools' frame layer: preface, SETTINGS, HPACK, flow control.
                 try sync.addHandler(HTTP2FrameCodec())
                 let retired = ManagementStreamsRetired()

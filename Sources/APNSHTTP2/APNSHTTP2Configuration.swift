@@ -4,7 +4,7 @@ import NIOCore
 import NIOSSL
 
 /// How an ``APNSHTTP2Client`` reaches and uses the HTTP/2 provider API (§3).
-public struct APNSHTTP2Configuration: Sendable {
+public struct APNSHTTP2Configuration: Sendable, APNSGatewaySettings {
     /// How the client proves who it is (§3.1).
     public enum Authentication: Sendable {
         /// A client certificate in the TLS handshake (PEM or PKCS#12, as the binary transport).

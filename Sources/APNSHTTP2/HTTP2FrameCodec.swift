@@ -17,7 +17,7 @@ import NIOHTTP2
 /// The frames themselves are read and written by ``HTTP2FrameReader`` and ``HTTP2FrameWriter``,
 /// which the simulator's server side shares. Protocol errors by the server close the
 /// connection: `errorCaught` reaches the handler, which reports it and closes.
-package final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
+package final class HTTP2FrameCodec: HTTP2FrameCodecRole, RemovableChannelHandler {
     package typealias InboundIn = ByteBuffer
     package typealias InboundOut = HTTP2Frame
     package typealias OutboundIn = HTTP2Frame
@@ -43,7 +43,7 @@ package final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandl
         maxDynamicTableSize: HPACKDecoder.maxDynamicTableSize,
         maxHeaderListSize: 16 << 10
     )
-    private var writer = HTTP2FrameWriter()
+    package var writer = HTTP2FrameWriter()
 
     // Receiving: flow-controlled bytes not yet given back with WINDOW_UPDATE.
     private var receivedUnacknowledged = 0
@@ -93,17 +93,10 @@ package final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandl
         switch frame {
         case .data(let streamID, let body, let flowControlled, let endStream):
             consumeReceived(flowControlled, streamID: streamID, endStream: endStream)
-            let payload = HTTP2Frame.FramePayload.Data(data: .byteBuffer(body), endStream: endStream)
-            fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .data(payload)))
+            fire(context, .inboundData(streamID, body, endStream: endStream))
         case .headers(let streamID, let headers, let endStream):
             if endStream { streamReceived[streamID] = nil }
-            fire(
-                context,
-                HTTP2Frame(
-                    streamID: HTTP2StreamID(streamID),
-                    payload: .headers(.init(headers: headers, endStream: endStream))
-                )
-            )
+            fire(context, .inboundHeaders(streamID, headers, endStream: endStream))
         case .rstStream(let streamID, let code):
             writer.streamReset(streamID)
             streamReceived[streamID] = nil
@@ -138,10 +131,6 @@ package final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandl
         }
     }
 
-    private func fire(_ context: ChannelHandlerContext, _ frame: HTTP2Frame) {
-        context.fireChannelRead(wrapInboundOut(frame))
-    }
-
     // MARK: Writing
 
     package func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
@@ -161,10 +150,4 @@ package final class HTTP2FrameCodec: ChannelDuplexHandler, RemovableChannelHandl
         writer.writeRequest(request, streamID: streamID, authority: authority, authorization: authorization)
     }
 
-    private func flushPending(context: ChannelHandlerContext) {
-        if case let (bytes, promise)? = writer.takeUnflushed(eventLoop: context.eventLoop) {
-            context.write(wrapOutboundOut(bytes), promise: promise)
-        }
-        context.flush()
-    }
 }

@@ -1,4 +1,5 @@
 import NIOCore
+import NIOHPACK
 import NIOHTTP2
 
 /// The type octet of a frame header (RFC 9113 §4.1, the frame definitions of §6).
@@ -106,5 +107,44 @@ extension ByteBuffer {
             | stream >> 8
         writeInteger(head)
         writeInteger(UInt8(truncatingIfNeeded: stream))
+    }
+}
+
+extension HTTP2Frame {
+    /// A received HEADERS frame as the codecs pass it up.
+    package static func inboundHeaders(_ streamID: Int32, _ headers: HPACKHeaders, endStream: Bool) -> HTTP2Frame {
+        HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .headers(.init(headers: headers, endStream: endStream)))
+    }
+
+    /// A received DATA frame as the codecs pass it up.
+    package static func inboundData(_ streamID: Int32, _ body: ByteBuffer, endStream: Bool) -> HTTP2Frame {
+        HTTP2Frame(
+            streamID: HTTP2StreamID(streamID),
+            payload: .data(.init(data: .byteBuffer(body), endStream: endStream))
+        )
+    }
+}
+
+/// What the frame layer's two roles share (the client's ``HTTP2FrameCodec`` and the simulator's
+/// server codec): frames pass up as ``HTTP2Frame``s, bytes go down from one ``HTTP2FrameWriter``.
+package protocol HTTP2FrameCodecRole: ChannelDuplexHandler
+where InboundOut == HTTP2Frame, OutboundOut == ByteBuffer {
+    var writer: HTTP2FrameWriter { get set }
+}
+
+extension HTTP2FrameCodecRole {
+    /// Passes a received frame to the handler above.
+    package func fire(_ context: ChannelHandlerContext, _ frame: HTTP2Frame) {
+        context.fireChannelRead(wrapInboundOut(frame))
+    }
+
+    /// Writes what the writer holds, as one buffer with one promise, and flushes. The write is
+    /// made after the writer is left: its promise may complete at once, into a handler that
+    /// writes again.
+    package func flushPending(context: ChannelHandlerContext) {
+        if case let (bytes, promise)? = writer.takeUnflushed(eventLoop: context.eventLoop) {
+            context.write(wrapOutboundOut(bytes), promise: promise)
+        }
+        context.flush()
     }
 }

@@ -29,7 +29,7 @@ import NIOHTTP2
 /// - The `NIOHTTP2FrameDelegate` sees every GOAWAY written, the one answering a connection
 ///   error (whose code is not `NO_ERROR`) included, before `errorCaught` reports that error.
 /// - A stream's state ends when the handler writes END_STREAM or RST_STREAM on it.
-package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChannelHandler {
+package final class HTTP2ServerFrameCodec: HTTP2FrameCodecRole, RemovableChannelHandler {
     package typealias InboundIn = ByteBuffer
     package typealias InboundOut = HTTP2Frame
     package typealias OutboundIn = HTTP2Frame
@@ -41,7 +41,7 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
     }
 
     private var reader: HTTP2FrameReader
-    private var writer = HTTP2FrameWriter()
+    package var writer = HTTP2FrameWriter()
     private let settings: [HTTP2Setting]
     private let frameDelegate: (any NIOHTTP2FrameDelegate)?
     private var started = false
@@ -149,13 +149,7 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
             )
         case .headers(let streamID, let headers, let endStream):
             guard try admit(streamID, context: context) else { return }
-            fire(
-                context,
-                HTTP2Frame(
-                    streamID: HTTP2StreamID(streamID),
-                    payload: .headers(.init(headers: headers, endStream: endStream))
-                )
-            )
+            fire(context, .inboundHeaders(streamID, headers, endStream: endStream))
         case .rstStream(let streamID, let code):
             writer.streamReset(streamID)
             // What NIOHTTP2Handler reports for a stream the client reset.
@@ -234,8 +228,7 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
                 )
             }
             clientStreams[streamID] = stream
-            let payload = HTTP2Frame.FramePayload.Data(data: .byteBuffer(body), endStream: endStream)
-            fire(context, HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .data(payload)))
+            fire(context, .inboundData(streamID, body, endStream: endStream))
             if !endStream && flowControlled > 0 && stream.receiveWindow <= initialStreamReceiveWindow / 2 {
                 context.fireUserInboundEventTriggered(
                     NIOHTTP2WindowUpdatedEvent(
@@ -263,10 +256,6 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
                 )
             )
         }
-    }
-
-    private func fire(_ context: ChannelHandlerContext, _ frame: HTTP2Frame) {
-        context.fireChannelRead(wrapInboundOut(frame))
     }
 
     // MARK: Writing
@@ -306,10 +295,4 @@ package final class HTTP2ServerFrameCodec: ChannelDuplexHandler, RemovableChanne
         flushPending(context: context)
     }
 
-    private func flushPending(context: ChannelHandlerContext) {
-        if case let (bytes, promise)? = writer.takeUnflushed(eventLoop: context.eventLoop) {
-            context.write(wrapOutboundOut(bytes), promise: promise)
-        }
-        context.flush()
-    }
 }

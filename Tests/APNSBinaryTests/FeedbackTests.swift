@@ -25,6 +25,22 @@ import Testing
         return try APNSFeedbackClient(configuration: config)
     }
 
+    @Test func settingsItCannotRunWithFailWhenTheClientIsMade() throws {
+        var config = APNSFeedbackClient.Configuration(
+            host: "127.0.0.1",
+            port: 2196,
+            credentials: try Harness.clientCredentials()
+        )
+        config.readTimeout = .zero
+        let error = #expect(throws: APNSError.self) { try APNSFeedbackClient(configuration: config) }
+        #expect(error?.code == .invalidConfiguration)
+        #expect(error?.message == "readTimeout must be positive")
+        config.readTimeout = .seconds(5)
+        config.port = 0
+        let port = #expect(throws: APNSError.self) { try APNSFeedbackClient(configuration: config) }
+        #expect(port?.message == "port must be between 1 and 65535, not 0")
+    }
+
     @Test func fetchReturnsEveryTupleInOrderAndTheServiceClearsItsList() async throws {
         let expected = Self.tuples(500)
         let simulator = try await Harness.simulator { $0.feedback = expected }

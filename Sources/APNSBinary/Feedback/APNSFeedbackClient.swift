@@ -10,7 +10,7 @@ import NIOSSL
 /// server closes or nothing arrives for ``Configuration/readTimeout`` (§2, §6.7: the service may
 /// close at once or stay open). Tuples are parsed incrementally, so they may straddle reads.
 public struct APNSFeedbackClient: Sendable {
-    public struct Configuration: Sendable {
+    public struct Configuration: Sendable, APNSGatewaySettings {
         public var host: String
         public var port: Int
         public var credentials: APNSCredentials
@@ -29,22 +29,30 @@ public struct APNSFeedbackClient: Sendable {
             self.port = port
             self.credentials = credentials
         }
+
+        public func validate() throws(APNSError) {
+            func bad(_ message: String) -> APNSError { APNSError(.invalidConfiguration, message) }
+            guard (1...65535).contains(port) else { throw bad("port must be between 1 and 65535, not \(port)") }
+            guard connectTimeout > .zero else { throw bad("connectTimeout must be positive") }
+            guard readTimeout > .zero else { throw bad("readTimeout must be positive") }
+            guard interval > .zero else { throw bad("interval must be positive") }
+        }
     }
 
     public let configuration: Configuration
-    private let group: any EventLoopGroup
     private let logger: Logger
-    private let sslContext: NIOSSLContext
+    private let gateway: APNSGateway
 
     public init(
         configuration: Configuration,
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "apns.feedback")
     ) throws(APNSError) {
+        gateway = try configuration.gateway(group: eventLoopGroup) { () throws(APNSError) in
+            try configuration.credentials.makeClientContext(verifyServer: configuration.verifyServer)
+        }
         self.configuration = configuration
-        self.group = eventLoopGroup
         self.logger = logger
-        sslContext = try configuration.credentials.makeClientContext(verifyServer: configuration.verifyServer)
     }
 
     /// Runs one feedback session and returns every tuple it read.
@@ -63,21 +71,11 @@ public struct APNSFeedbackClient: Sendable {
         _ deliver: ([FeedbackTuple]) async throws -> Void
     ) async throws -> Int {
         precondition(batchSize >= 1, "batchSize must be at least 1")
-        let host = configuration.host
-        let sniName = serverName(host: host, override: configuration.serverHostname)
-        let sslContext = self.sslContext
         let readTimeout = configuration.readTimeout.timeAmount
         let channel: NIOAsyncChannel<FeedbackTuple, ByteBuffer>
         do {
-            channel = try await APNSConnector.connect(
-                host: host,
-                port: configuration.port,
-                proxy: configuration.proxy,
-                group: group,
-                connectTimeout: configuration.connectTimeout.timeAmount
-            ) { channel in
+            channel = try await gateway.connect { channel in
                 let sync = channel.pipeline.syncOperations
-                try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniName))
                 try sync.addHandler(IdleStateHandler(readTimeout: readTimeout))
                 try sync.addHandler(CloseOnIdleHandler())
                 try sync.addHandler(ByteToMessageHandler(FeedbackTupleDecoder()))
@@ -86,7 +84,7 @@ public struct APNSFeedbackClient: Sendable {
         } catch {
             throw APNSError(
                 .connectionFailed,
-                "cannot connect to the feedback service at \(host):\(configuration.port)",
+                "cannot connect to the feedback service at \(gateway.host):\(gateway.port)",
                 underlying: error
             )
         }

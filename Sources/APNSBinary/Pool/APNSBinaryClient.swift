@@ -49,8 +49,7 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
 
     public let configuration: APNSBinaryConfiguration
     private let state: Mutex<State>
-    private let group: any EventLoopGroup
-    private let sslContext: NIOSSLContext
+    private let gateway: APNSGateway
     private let logger: Logger
 
     /// Creates a client. No connection is opened until ``start()`` or the first ``send(_:)``.
@@ -59,11 +58,11 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "apns.binary")
     ) throws(APNSError) {
-        try configuration.validate()
+        gateway = try configuration.gateway(group: eventLoopGroup) { () throws(APNSError) in
+            try configuration.credentials.makeClientContext(verifyServer: configuration.verifyServer)
+        }
         self.configuration = configuration
-        self.group = eventLoopGroup
         self.logger = logger
-        self.sslContext = try configuration.credentials.makeClientContext(verifyServer: configuration.verifyServer)
         var machineConfig = PoolStateMachine.Configuration()
         machineConfig.maxConnections = configuration.maxConnections
         machineConfig.minConnections = configuration.minConnections
@@ -166,7 +165,7 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
     /// fails (``APNSStatus/shutDown`` if never written, ``APNSStatus/indeterminate`` if unconfirmed).
     public func shutdown(gracePeriod: Duration? = nil) async {
         if let gracePeriod {
-            let deadline = group.next().scheduleTask(in: gracePeriod.timeAmount) { [self] in
+            let deadline = gateway.group.next().scheduleTask(in: gracePeriod.timeAmount) { [self] in
                 step { state in
                     state.machine.abandon(reason: "shutdown grace period of \(gracePeriod) ran out")
                 }
@@ -259,7 +258,7 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
                 connect(id: id)
             } else {
                 let jittered = APNSReconnectBackoff.jittered(.nanoseconds(delay.nanoseconds)).timeAmount
-                group.next().scheduleTask(in: jittered) { [self] in
+                gateway.group.next().scheduleTask(in: jittered) { [self] in
                     if state.withLock({ $0.machine.beginConnect(id: id) }) {
                         connect(id: id)
                     }
@@ -287,17 +286,9 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
     // MARK: Connections
 
     private func connect(id: Int) {
-        let host = configuration.host
-        let sniName = serverName(host: host, override: configuration.serverHostname)
-        let connectTimeout = configuration.connectTimeout
+        let connectTimeout = gateway.connectTimeout
         let idleTimeout = configuration.idleTimeout
-        let sslContext = self.sslContext
-        let connected = APNSConnector.connect(
-            host: host,
-            port: configuration.port,
-            proxy: configuration.proxy,
-            group: group,
-            connectTimeout: connectTimeout.timeAmount,
+        let connected = gateway.connect(
             configure: { [configuration] bootstrap in
                 bootstrap
                     .channelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -315,13 +306,12 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
             }
         ) { [self] channel in
             let sync = channel.pipeline.syncOperations
-            try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniName))
             try sync.addHandler(ByteToMessageHandler(ErrorResponseDecoder()))
             if let idleTimeout {
                 try sync.addHandler(IdleStateHandler(allTimeout: idleTimeout.timeAmount))
             }
             try sync.addHandler(
-                GatewayConnectionHandler(client: self, id: id, handshakeTimeout: connectTimeout.timeAmount)
+                GatewayConnectionHandler(client: self, id: id, handshakeTimeout: connectTimeout)
             )
         }
         connected.whenFailure { [self] error in
@@ -329,7 +319,7 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
             step {
                 $0.machine.connectFailed(
                     id: id,
-                    reason: "cannot connect to \(host):\(configuration.port): \(error)",
+                    reason: "cannot connect to \(gateway.host):\(gateway.port): \(error)",
                     failure: APNSPoolSnapshot.ConnectFailure(connectError: error)
                 )
             }

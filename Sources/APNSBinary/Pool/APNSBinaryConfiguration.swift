@@ -2,7 +2,7 @@ import APNSCore
 import NIOCore
 
 /// How an ``APNSBinaryClient`` reaches and uses a binary gateway.
-public struct APNSBinaryConfiguration: Sendable {
+public struct APNSBinaryConfiguration: Sendable, APNSGatewaySettings {
     /// The frame format for notifications (§1.2). Command 2 is the default and the only one
     /// that carries a priority; command 1 is accepted by older gateways.
     public enum FrameFormat: Sendable {
