@@ -63,8 +63,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
     /// Each request's `apns-id` (§3.3).
     private let apnsIDs = APNSIDGenerator()
     private let state: Mutex<State>
-    private let group: any EventLoopGroup
-    private let sslContext: NIOSSLContext
+    private let gateway: APNSGateway
     private let logger: Logger
     /// The app's provider tokens (§4), with token authentication; read and signed outside the
     /// lock, never by the state machine.
@@ -77,18 +76,18 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "apns.http2")
     ) throws(APNSError) {
-        try configuration.validate()
-        do {
-            sslContext = try NIOSSLContext(configuration: configuration.tlsConfiguration())
-        } catch {
-            throw APNSError(
-                .invalidCredentials,
-                "cannot build a TLS context for the HTTP/2 connections",
-                underlying: error
-            )
+        gateway = try configuration.gateway(group: eventLoopGroup) { () throws(APNSError) in
+            do {
+                return try NIOSSLContext(configuration: configuration.tlsConfiguration())
+            } catch {
+                throw APNSError(
+                    .invalidCredentials,
+                    "cannot build a TLS context for the HTTP/2 connections",
+                    underlying: error
+                )
+            }
         }
         self.configuration = configuration
-        self.group = eventLoopGroup
         self.logger = logger
         if case .token(let provider) = configuration.authentication {
             tokenProvider = provider
@@ -138,53 +137,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
             }
             switch template {
             case .success(let t):
-                var body = t.body
-                if let payload = submission.payload {
-                    guard !payload.isEmpty, payload.count <= t.payloadLimit else {
-                        var outcome = APNSDeliveryOutcome(
-                            tag: submission.tag,
-                            token: submission.token,
-                            status: .invalidPayload,
-                            message:
-                                "the payload is \(payload.count) bytes; \(t.broadcastPath == nil ? "push type \(t.pushType.rawValue)" : "a broadcast") needs 1 to \(t.payloadLimit)",
-                            attempts: 0,
-                            possibleDuplicate: false
-                        )
-                        outcome.reason = nil
-                        batch.rejected.append(outcome)
-                        continue
-                    }
-                    body = payload
-                }
-                // A Live Activity update: the priority and expiration the caller chose, and its
-                // ticket beside the batch.
-                var (priority, expiration) = (t.priority, t.expiration)
-                if let activity = submission.activity {
-                    priority = activity.priority ?? priority
-                    expiration = activity.expiration ?? expiration
-                    batch.tickets.append((submission.tag, activity))
-                }
-                batch.items.append(
-                    QueuedRequest(
-                        tag: submission.tag,
-                        token: submission.token,
-                        path: t.broadcastPath
-                            ?? submission.token.bytes.withUnsafeBufferPointer {
-                                DeviceToken.lowercaseHex($0, prefix: "/3/device/")
-                            },
-                        body: body,
-                        pushType: t.pushType,
-                        topic: t.topic,
-                        priority: priority,
-                        isBroadcast: t.broadcastPath != nil,
-                        urgent: submission.content.urgent,
-                        expiration: expiration,
-                        collapseID: t.collapseID,
-                        apnsID: submission.apnsID ?? apnsIDs.next(),
-                        retryLimit: t.retryLimit,
-                        staleAt: submission.content.staleAt
-                    )
-                )
+                add(submission, t, to: &batch)
             case .failure(let error):
                 batch.rejected.append(
                     APNSDeliveryOutcome(
@@ -200,6 +153,58 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
             if batch.count >= chunk { try await admit(&batch) }
         }
         if batch.count > 0 { try await admit(&batch) }
+    }
+
+    /// Queues one submission built from its template (with its own payload, if it has one), or
+    /// rejects it when that payload is empty or too large.
+    private func add(_ submission: APNSSubmission, _ t: Template, to batch: inout Batch) {
+        var body = t.body
+        if let payload = submission.payload {
+            guard !payload.isEmpty, payload.count <= t.payloadLimit else {
+                var outcome = APNSDeliveryOutcome(
+                    tag: submission.tag,
+                    token: submission.token,
+                    status: .invalidPayload,
+                    message:
+                        "the payload is \(payload.count) bytes; \(t.broadcastPath == nil ? "push type \(t.pushType.rawValue)" : "a broadcast") needs 1 to \(t.payloadLimit)",
+                    attempts: 0,
+                    possibleDuplicate: false
+                )
+                outcome.reason = nil
+                batch.rejected.append(outcome)
+                return
+            }
+            body = payload
+        }
+        // A Live Activity update: the priority and expiration the caller chose, and its
+        // ticket beside the batch.
+        var (priority, expiration) = (t.priority, t.expiration)
+        if let activity = submission.activity {
+            priority = activity.priority ?? priority
+            expiration = activity.expiration ?? expiration
+            batch.tickets.append((submission.tag, activity))
+        }
+        batch.items.append(
+            QueuedRequest(
+                tag: submission.tag,
+                token: submission.token,
+                path: t.broadcastPath
+                    ?? submission.token.bytes.withUnsafeBufferPointer {
+                        DeviceToken.lowercaseHex($0, prefix: "/3/device/")
+                    },
+                body: body,
+                pushType: t.pushType,
+                topic: t.topic,
+                priority: priority,
+                isBroadcast: t.broadcastPath != nil,
+                urgent: submission.content.urgent,
+                expiration: expiration,
+                collapseID: t.collapseID,
+                apnsID: submission.apnsID ?? apnsIDs.next(),
+                retryLimit: t.retryLimit,
+                staleAt: submission.content.staleAt
+            )
+        )
     }
 
     /// Sends one notification to one device.
@@ -224,7 +229,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
     /// to be sent, ``APNSStatus/indeterminate`` (and `possibleDuplicate`) if on the wire.
     public func shutdown(gracePeriod: Duration? = nil) async {
         let deadline = gracePeriod.map { period in
-            group.next().scheduleTask(in: period.timeAmount) { [self] in
+            gateway.group.next().scheduleTask(in: period.timeAmount) { [self] in
                 step { $0.machine.abandon(reason: "the shutdown grace period of \(period) ran out") }
             }
         }
@@ -527,9 +532,9 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         for timer in effects.timers {
             switch timer {
             case .armDelayedTimer(let due):
-                group.next().scheduleTask(deadline: due) { [self] in step { $0.machine.delayedTimerFired() } }
+                gateway.group.next().scheduleTask(deadline: due) { [self] in step { $0.machine.delayedTimerFired() } }
             case .armReconnectTimer(let due):
-                group.next().scheduleTask(deadline: due) { [self] in step { $0.machine.reconnectTimerFired() } }
+                gateway.group.next().scheduleTask(deadline: due) { [self] in step { $0.machine.reconnectTimerFired() } }
             default:
                 break
             }
@@ -539,20 +544,11 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
 
     private func connect(id: Int) {
         let configuration = self.configuration
-        let sslContext = self.sslContext
-        let sniName = serverName(host: configuration.host, override: configuration.serverHostname)
         let authority = self.authority
-        let connectTimeout = configuration.connectTimeout.timeAmount
-        let connected = APNSConnector.connect(
-            host: configuration.host,
-            port: configuration.port,
-            proxy: configuration.proxy,
-            group: group,
-            connectTimeout: connectTimeout,
+        let connected = gateway.connect(
             configure: { $0.channelOption(.socketOption(.tcp_nodelay), value: 1) }
         ) { [self] channel in
             let sync = channel.pipeline.syncOperations
-            try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: sniName))
             // The frame layer: preface, SETTINGS (no server push, §3.2), HPACK and flow
             // control; streams are the connection handler's.
             let codec = HTTP2FrameCodec()
@@ -586,7 +582,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                     return
                 }
                 // TLS, ALPN and the server's SETTINGS must arrive in time.
-                channel.eventLoop.scheduleTask(in: connectTimeout) { [self] in
+                channel.eventLoop.scheduleTask(in: gateway.connectTimeout) { [self] in
                     let pending = state.withLock { $0.machine.connectTimedOut(id: id) }
                     if pending {
                         channel.close(promise: nil)

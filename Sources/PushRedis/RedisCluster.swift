@@ -126,28 +126,8 @@ public final class RedisCluster: Sendable {
         var attempt = 0
         var tryAgain = 0
         while !pending.isEmpty {
-            var groups: [Endpoint: [Routed]] = [:]
-            state.withLock { topology in
-                for entry in pending {
-                    var endpoint = entry.ask
-                    if endpoint == nil {
-                        if let slot = commands.slot(of: entry.index) {
-                            endpoint = topology.owner(of: slot)
-                        } else {
-                            endpoint = topology.primaries.first
-                        }
-                    }
-                    if let endpoint {
-                        groups[endpoint, default: []].append(entry)
-                    } else {
-                        results[entry.index] = .error("CLUSTERDOWN Hash slot not served")
-                    }
-                }
-            }
-            var next: [Routed] = []
-            var moved = false
-            var retryLater = false
-            var redirected = false
+            let groups = route(pending, commands, results: &results)
+            var rerouting = Rerouting()
             var failure: RedisError?
             for (endpoint, entries, outcome) in await sendParts(groups, commands: commands, scripts: scripts) {
                 switch outcome {
@@ -156,31 +136,10 @@ public final class RedisCluster: Sendable {
                     failure = failure ?? error
                 case .success(let replies):
                     for (entry, reply) in zip(entries, replies) {
-                        if tryAgain < Self.maxTryAgain, reply.errorMessage?.hasPrefix("TRYAGAIN") == true {
-                            // Keys of one multi-key command are split between the two nodes of
-                            // a slot being migrated: route it afresh a little later.
-                            retryLater = true
-                            retried.wrappingAdd(1, ordering: .relaxed)
-                            next.append(Routed(index: entry.index, ask: nil))
-                            continue
-                        }
-                        guard attempt < Self.maxRedirects, let redirect = Redirect(reply) else {
-                            results[entry.index] = reply
-                            continue
-                        }
-                        redirected = true
-                        let target = Endpoint(
-                            host: redirect.host.isEmpty ? endpoint.host : redirect.host,
-                            port: redirect.port
-                        )
-                        if redirect.moved {
-                            moved = true
-                            self.moved.wrappingAdd(1, ordering: .relaxed)
-                            state.withLock { $0.assign(redirect.slot, to: target) }
-                            next.append(Routed(index: entry.index, ask: nil))
+                        if let again = reroute(entry, reply, from: endpoint, attempt: attempt, tryAgain: tryAgain) {
+                            rerouting.add(again)
                         } else {
-                            asked.wrappingAdd(1, ordering: .relaxed)
-                            next.append(Routed(index: entry.index, ask: target))
+                            results[entry.index] = reply
                         }
                     }
                 }
@@ -191,15 +150,99 @@ public final class RedisCluster: Sendable {
                 try? await refreshSlots()
                 throw failure
             }
-            if moved { try? await refreshSlots() }
-            if retryLater {
+            if rerouting.moved { try? await refreshSlots() }
+            if rerouting.retryLater {
                 tryAgain += 1
                 try? await Task.sleep(for: .milliseconds(10))  // back-off while the migration moves keys
             }
-            if redirected { attempt += 1 }
-            pending = next
+            if rerouting.redirected { attempt += 1 }
+            pending = rerouting.next
         }
         return results.map { $0! }
+    }
+
+    /// Groups `pending` by the primary that serves each command's slot (or by its `ASK`
+    /// target); a command whose slot no primary serves gets `CLUSTERDOWN` in `results`.
+    private func route(
+        _ pending: [Routed],
+        _ commands: RedisCommands,
+        results: inout [RedisValue?]
+    ) -> [Endpoint: [Routed]] {
+        var groups: [Endpoint: [Routed]] = [:]
+        state.withLock { topology in
+            for entry in pending {
+                var endpoint = entry.ask
+                if endpoint == nil {
+                    if let slot = commands.slot(of: entry.index) {
+                        endpoint = topology.owner(of: slot)
+                    } else {
+                        endpoint = topology.primaries.first
+                    }
+                }
+                if let endpoint {
+                    groups[endpoint, default: []].append(entry)
+                } else {
+                    results[entry.index] = .error("CLUSTERDOWN Hash slot not served")
+                }
+            }
+        }
+        return groups
+    }
+
+    /// Why a command is sent again: `TRYAGAIN` (later), `MOVED` (to the slot's new owner, the
+    /// topology corrected) or `ASK` (once, to the node named).
+    private enum Again {
+        case later(Routed)
+        case moved(Routed)
+        case asked(Routed)
+    }
+
+    /// The commands of one round that go round again, and what the round must do before.
+    private struct Rerouting {
+        var next: [Routed] = []
+        var moved = false
+        var retryLater = false
+        var redirected = false
+
+        mutating func add(_ again: Again) {
+            switch again {
+            case .later(let entry):
+                retryLater = true
+                next.append(entry)
+            case .moved(let entry):
+                moved = true
+                redirected = true
+                next.append(entry)
+            case .asked(let entry):
+                redirected = true
+                next.append(entry)
+            }
+        }
+    }
+
+    /// Whether `reply` sends its command round again, and where; `nil` when it is the answer.
+    private func reroute(
+        _ entry: Routed,
+        _ reply: RedisValue,
+        from endpoint: Endpoint,
+        attempt: Int,
+        tryAgain: Int
+    ) -> Again? {
+        if tryAgain < Self.maxTryAgain, reply.errorMessage?.hasPrefix("TRYAGAIN") == true {
+            // Keys of one multi-key command are split between the two nodes of a slot being
+            // migrated: route it afresh a little later.
+            retried.wrappingAdd(1, ordering: .relaxed)
+            return .later(Routed(index: entry.index, ask: nil))
+        }
+        guard attempt < Self.maxRedirects, let redirect = Redirect(reply) else { return nil }
+        let target = Endpoint(host: redirect.host.isEmpty ? endpoint.host : redirect.host, port: redirect.port)
+        if redirect.moved {
+            moved.wrappingAdd(1, ordering: .relaxed)
+            state.withLock { $0.assign(redirect.slot, to: target) }
+            return .moved(Routed(index: entry.index, ask: nil))
+        }
+        asked.wrappingAdd(1, ordering: .relaxed)
+        return .asked(Routed(index: entry.index, ask: target))
     }
 
     /// ``pipeline(_:scripts:)`` with text arguments.

@@ -96,8 +96,8 @@ extension JobParser {
         if let v = fields[.priority] {
             if v.stringValue == "auto" {
                 // Decided per Live Activity update when it is sent (`docs/jobs.md`, "Priority budget").
-                return true
                 n.priority = .immediate
+                return true
             } else {
                 guard let raw = v.intValue, let priority = APNSPriority(rawValue: Int(raw)) else {
                     throw JobFieldError(

@@ -26,71 +26,41 @@ extension NotificationStore {
         dead: Set<[UInt8]>,
         ttlSeconds: Int
     ) async throws(RedisError) -> [[UInt8]] {
-        var usual: [Int] = []
-        var scripted: [Int] = []
-        for index in indices {
-            if dead.isEmpty && requests[index].registeredAt == nil && requests[index].devicePerHour == 0
-                && permits[index]
-            {
-                usual.append(index)
-            } else {
-                scripted.append(index)
-            }
-        }
         let layout = fingerprintLayout(ttlSeconds: ttlSeconds)
-        let place = ClaimPlace(layout: layout, now: Int64(Date().timeIntervalSince1970))
-        var commands = RedisCommands(capacity: 256 + indices.count * (3 * keys.prefix.utf8.count + 320))
-        let plain = appendPlainClaims(
+        let now = Int64(Date().timeIntervalSince1970)
+        let round = ClaimRound(
             topic: topic,
-            requests,
-            usual,
+            requests: requests,
             tags: tags,
-            place: place,
-            to: &commands
-        )
-        let groups = appendClaimScript(
-            topic: topic,
-            requests,
-            scripted,
-            tags: tags,
-            place: place,
+            place: ClaimPlace(layout: layout, now: now),
             hour: hour,
             permits: permits,
             dead: dead,
-            to: &commands
+            verdicts: keys.verdictGeneration(at: now)
         )
+        let usual = indices.filter { round.isUsual($0) }
+        let scripted = indices.filter { !round.isUsual($0) }
+        var commands = RedisCommands(capacity: 256 + indices.count * (3 * keys.prefix.utf8.count + 320))
+        let plain = appendPlainClaims(round, usual, to: &commands)
+        let groups = appendClaimScript(round, scripted, to: &commands)
         var codes = [[UInt8]?](repeating: nil, count: requests.count)
         let replies: [RedisValue]
         do {
             replies = try await claimRoundTrip(commands)
         } catch {
-            fingerprintExpiries.withLock { $0.forget(plain.expiring, generation: place.generation) }
+            fingerprintExpiries.withLock { $0.forget(plain.expiring, generation: round.place.generation) }
             throw error
         }
         let (found, plainFailures) = try Self.readPlainClaims(plain, replies: replies[..<plain.commands], into: &codes)
         if !plainFailures.isEmpty {
-            fingerprintExpiries.withLock { $0.forget(plain.expiring, generation: place.generation) }
+            fingerprintExpiries.withLock { $0.forget(plain.expiring, generation: round.place.generation) }
         }
-        let scriptFailures = try Self.readClaimScript(
-            groups,
-            replies: replies[plain.commands...],
-            into: &codes
-        )
+        let scriptFailures = try Self.readClaimScript(groups, replies: replies[plain.commands...], into: &codes)
         try checkFailures(plainFailures + scriptFailures, of: plain.groups.count + groups.count)
         if !found.isEmpty {
             // The script decides what they found, as it decides for every other notification.
             var again = RedisCommands(capacity: 256 + found.count * (3 * keys.prefix.utf8.count + 320))
-            let groups = appendClaimScript(
-                topic: topic,
-                requests,
-                found,
-                tags: tags,
-                place: place,
-                hour: hour,
-                permits: permits,
-                dead: dead,
-                to: &again
-            )
+            let groups = appendClaimScript(round, found, to: &again)
             let replies = try await claimRoundTrip(again)
             try checkFailures(
                 try Self.readClaimScript(groups, replies: replies[...], into: &codes),
@@ -98,6 +68,31 @@ extension NotificationStore {
             )
         }
         return indices.map { codes[$0]! }
+    }
+
+    /// What every command of one claim round is built from.
+    struct ClaimRound<Request: ClaimSubject> {
+        let topic: String
+        let requests: [Request]
+        let tags: [UInt16?]
+        let place: ClaimPlace
+        let hour: Int64
+        let permits: [Bool]
+        let dead: Set<[UInt8]>
+        /// The generation of the unregistered tokens (``RedisKeys/verdictGeneration(at:)``).
+        let verdicts: Int64
+
+        /// No `registeredAt`, no device limit, a permit to be sent: the script's options are
+        /// empty.
+        func hasUsualOptions(_ index: Int) -> Bool {
+            requests[index].registeredAt == nil && requests[index].devicePerHour == 0 && permits[index]
+        }
+
+        /// Claimed with plain commands (unless they find a state): usual options, and no dead
+        /// owner's claims to take over.
+        func isUsual(_ index: Int) -> Bool {
+            dead.isEmpty && hasUsualOptions(index)
+        }
     }
 
     /// Where a claim round writes and looks: this generation (``FingerprintLayout``) and the one
@@ -225,63 +220,23 @@ extension NotificationStore {
     /// then an `EXPIREAT` for each bucket this worker writes first in this generation
     /// (``FingerprintExpiries``; a bucket never empties, so it keeps it).
     private func appendPlainClaims<Request: ClaimSubject>(
-        topic: String,
-        _ requests: [Request],
+        _ round: ClaimRound<Request>,
         _ indices: [Int],
-        tags: [UInt16?],
-        place: ClaimPlace,
         to commands: inout RedisCommands
     ) -> PlainClaims {
         var plain = PlainClaims()
-        let generation = keys.verdictGeneration(at: Int64(Date().timeIntervalSince1970))
-        let layout = place.layout
-        // Each request's bucket, computed once (a 64-bit division); which buckets this worker
-        // writes first in this generation, under one lock.
-        var buckets = [Int](repeating: 0, count: requests.count)
-        for index in indices { buckets[index] = layout.bucket(of: requests[index].fingerprint) }
-        var needsExpiry = [Bool](repeating: false, count: requests.count)
-        fingerprintExpiries.withLock { expiries in
-            for index in indices {
-                let at = layout.place(bucket: buckets[index], tag: tags[index])
-                if expiries.needsExpiry(place: at, generation: place.generation, places: layout.places) {
-                    needsExpiry[index] = true
-                    plain.expiring.append(at)
-                }
-            }
-        }
-        let (current, previous) = (
-            RedisKeys.claimsGeneration(place.generation), RedisKeys.claimsGeneration(place.generation - 1)
-        )
+        let (buckets, needsExpiry) = plainBuckets(round, indices, expiring: &plain.expiring)
+        let tags = round.tags
         for group in redis.groupedBySlot(indices, key: { keys.claims(generation: 0, bucket: 0, tag: tags[$0]) }) {
             var lookups: [[Int]] = []
             var expiring: [(bucket: Int, tag: UInt16?)] = []
             for index in group {
-                let print = requests[index].fingerprint
-                let bucket = buckets[index]
-                commands.begin(.hsetnx, arguments: 3)
-                commands.appendKey { keys.appendClaims(generation: current, bucket: bucket, tag: tags[index], to: &$0) }
-                commands.append(print.text)
-                commands.append { value in
-                    value += claimId
-                    value.append(contentsOf: repeatElement(0, count: 8))
-                    ClaimNames.appendMessage(
-                        topic: topic,
-                        partition: requests[index].partition,
-                        offset: requests[index].offset,
-                        to: &value,
-                        at: value.count - 8
-                    )
-                }
-                commands.begin(.hget, arguments: 2)
-                commands.appendKey {
-                    keys.appendClaims(generation: previous, bucket: bucket, tag: tags[index], to: &$0)
-                }
-                commands.append(print.text)
-                if needsExpiry[index] { expiring.append((bucket, tags[index])) }
+                appendPlainClaim(round, index, bucket: buckets[index], to: &commands)
+                if needsExpiry[index] { expiring.append((buckets[index], tags[index])) }
                 // Most batches are of one app: the last lookup is tried first.
                 if let place = lookups.lastIndex(where: {
-                    requests[$0[0]].app == requests[index].app
-                        && requests[$0[0]].environment == requests[index].environment
+                    round.requests[$0[0]].app == round.requests[index].app
+                        && round.requests[$0[0]].environment == round.requests[index].environment
                 }) {
                     lookups[place].append(index)
                 } else {
@@ -289,30 +244,85 @@ extension NotificationStore {
                 }
             }
             for lookup in lookups {
-                let first = requests[lookup[0]]
+                let first = round.requests[lookup[0]]
                 commands.begin(.hmget, arguments: 1 + lookup.count)
                 commands.appendKey {
                     keys.appendUnregistered(
                         app: first.app,
                         environment: first.environment,
-                        generation: generation,
+                        generation: round.verdicts,
                         tag: tags[lookup[0]],
                         to: &$0
                     )
                 }
-                for index in lookup { commands.append(requests[index].tokenHex) }
+                for index in lookup { commands.append(round.requests[index].tokenHex) }
             }
             for (bucket, tag) in expiring {
                 commands.begin(.expireAt, arguments: 2)
                 commands.appendKey {
-                    keys.appendClaims(generation: place.generation, bucket: bucket, tag: tag, to: &$0)
+                    keys.appendClaims(generation: round.place.generation, bucket: bucket, tag: tag, to: &$0)
                 }
-                commands.append(layout.expiry(of: place.generation))
+                commands.append(round.place.layout.expiry(of: round.place.generation))
             }
             plain.groups.append((group, lookups, expiring.count))
             plain.commands += 2 * group.count + lookups.count + expiring.count
         }
         return plain
+    }
+
+    /// Each request's bucket, computed once (a 64-bit division), and whether this worker writes
+    /// it first in this generation (under one lock); those buckets are added to `expiring`.
+    private func plainBuckets<Request: ClaimSubject>(
+        _ round: ClaimRound<Request>,
+        _ indices: [Int],
+        expiring: inout [Int]
+    ) -> (buckets: [Int], needsExpiry: [Bool]) {
+        let layout = round.place.layout
+        var buckets = [Int](repeating: 0, count: round.requests.count)
+        for index in indices { buckets[index] = layout.bucket(of: round.requests[index].fingerprint) }
+        var needsExpiry = [Bool](repeating: false, count: round.requests.count)
+        fingerprintExpiries.withLock { expiries in
+            for index in indices {
+                let at = layout.place(bucket: buckets[index], tag: round.tags[index])
+                if expiries.needsExpiry(place: at, generation: round.place.generation, places: layout.places) {
+                    needsExpiry[index] = true
+                    expiring.append(at)
+                }
+            }
+        }
+        return (buckets, needsExpiry)
+    }
+
+    /// One usual claim: `HSETNX <bucket> <fingerprint> <claim id><message key>`, then
+    /// `HGET <bucket of the generation before> <fingerprint>`.
+    private func appendPlainClaim<Request: ClaimSubject>(
+        _ round: ClaimRound<Request>,
+        _ index: Int,
+        bucket: Int,
+        to commands: inout RedisCommands
+    ) {
+        let (current, previous) = (
+            RedisKeys.claimsGeneration(round.place.generation), RedisKeys.claimsGeneration(round.place.generation - 1)
+        )
+        let tag = round.tags[index]
+        let print = round.requests[index].fingerprint
+        commands.begin(.hsetnx, arguments: 3)
+        commands.appendKey { keys.appendClaims(generation: current, bucket: bucket, tag: tag, to: &$0) }
+        commands.append(print.text)
+        commands.append { value in
+            value += claimId
+            value.append(contentsOf: repeatElement(0, count: 8))
+            ClaimNames.appendMessage(
+                topic: round.topic,
+                partition: round.requests[index].partition,
+                offset: round.requests[index].offset,
+                to: &value,
+                at: value.count - 8
+            )
+        }
+        commands.begin(.hget, arguments: 2)
+        commands.appendKey { keys.appendClaims(generation: previous, bucket: bucket, tag: tag, to: &$0) }
+        commands.append(print.text)
     }
 
     /// Reads the replies of ``appendPlainClaims``: a notification claimed (its `HSETNX` wrote,
@@ -378,95 +388,100 @@ extension NotificationStore {
     /// Appends a call of the claim script for the requests at `indices`: one call on a server,
     /// one per hash slot on a cluster. Returns the requests of each call.
     private func appendClaimScript<Request: ClaimSubject>(
-        topic: String,
-        _ requests: [Request],
+        _ round: ClaimRound<Request>,
         _ indices: [Int],
-        tags: [UInt16?],
-        place: ClaimPlace,
-        hour: Int64,
-        permits: [Bool],
-        dead: Set<[UInt8]>,
         to commands: inout RedisCommands
     ) -> [[Int]] {
+        let tags = round.tags
         let groups = redis.groupedBySlot(indices) { keys.claims(generation: 0, bucket: 0, tag: tags[$0]) }
-        let deadOwners = dead.sorted { $0.lexicographicallyPrecedes($1) }.flatMap { $0 }
-        let legacyMark = Self.legacyTopicMark(topic)
-        let generation = keys.verdictGeneration(at: Int64(Date().timeIntervalSince1970))
-        let layout = place.layout
+        let deadOwners = round.dead.sorted { $0.lexicographicallyPrecedes($1) }.flatMap { $0 }
+        let legacyMark = Self.legacyTopicMark(round.topic)
         for group in groups {
             commands.beginEvalsha(Scripts.claim, keyCount: group.count * 4, argumentCount: 4 + group.count * 5)
-            // The requests are read in place (`requests[index].…`): a copy of one retains its strings.
-            for index in group {
-                let tag = tags[index]
-                let bucket = layout.bucket(of: requests[index].fingerprint)
-                commands.appendKey {
-                    keys.appendClaims(generation: place.generation, bucket: bucket, tag: tag, to: &$0)
-                }
-                commands.appendKey {
-                    keys.appendClaims(generation: place.generation - 1, bucket: bucket, tag: tag, to: &$0)
-                }
-                commands.append {
-                    keys.appendUnregistered(
-                        app: requests[index].app,
-                        environment: requests[index].environment,
-                        generation: generation,
-                        tag: tag,
-                        to: &$0
-                    )
-                }
-                if requests[index].devicePerHour == 0 {
-                    // Without a device limit the counter is not touched: the bucket's key stands
-                    // in for it (the same slot).
-                    commands.append {
-                        keys.appendClaims(generation: place.generation, bucket: bucket, tag: tag, to: &$0)
-                    }
-                } else {
-                    commands.append {
-                        keys.appendDeviceCounter(
-                            app: requests[index].app,
-                            token: requests[index].tokenHex,
-                            hour: hour,
-                            tag: tag,
-                            to: &$0
-                        )
-                    }
-                }
-            }
+            for index in group { appendScriptKeys(round, index, to: &commands) }
             commands.append(claimId)
-            commands.append(layout.expiry(of: place.generation))
+            commands.append(round.place.layout.expiry(of: round.place.generation))
             commands.append(deadOwners)
             commands.append(legacyMark)
-            for index in group {
-                commands.append(
-                    ClaimNames.message(
-                        topic: topic,
-                        partition: requests[index].partition,
-                        offset: requests[index].offset
-                    )
-                )
-                commands.append(requests[index].tokenHex)
-                if requests[index].registeredAt == nil && requests[index].devicePerHour == 0 && permits[index] {
-                    commands.append([UInt8]())  // the usual options, in two bytes
-                } else {
-                    commands.append { options in
-                        if let registeredAt = requests[index].registeredAt {
-                            DecimalText.append(registeredAt, to: &options)
-                        }
-                        options.append(UInt8(ascii: "|"))
-                        DecimalText.append(Int64(requests[index].devicePerHour), to: &options)
-                        options.append(UInt8(ascii: "|"))
-                        options.append(permits[index] ? UInt8(ascii: "1") : UInt8(ascii: "0"))
-                    }
-                }
-                commands.append(requests[index].fingerprint.text)
-                commands.append { place in
-                    DecimalText.append(Int64(requests[index].partition), to: &place)
-                    place.append(UInt8(ascii: "|"))
-                    DecimalText.append(requests[index].offset, to: &place)
-                }
-            }
+            for index in group { appendScriptArguments(round, index, to: &commands) }
         }
         return groups
+    }
+
+    /// The claim script's four keys for one request: its bucket of this generation and of the
+    /// one before, its app's unregistered tokens, and its device counter (the bucket again
+    /// without a device limit).
+    private func appendScriptKeys<Request: ClaimSubject>(
+        _ round: ClaimRound<Request>,
+        _ index: Int,
+        to commands: inout RedisCommands
+    ) {
+        // The requests are read in place (`round.requests[index].…`): a copy of one retains its strings.
+        let tag = round.tags[index]
+        let generation = round.place.generation
+        let bucket = round.place.layout.bucket(of: round.requests[index].fingerprint)
+        commands.appendKey { keys.appendClaims(generation: generation, bucket: bucket, tag: tag, to: &$0) }
+        commands.appendKey { keys.appendClaims(generation: generation - 1, bucket: bucket, tag: tag, to: &$0) }
+        commands.append {
+            keys.appendUnregistered(
+                app: round.requests[index].app,
+                environment: round.requests[index].environment,
+                generation: round.verdicts,
+                tag: tag,
+                to: &$0
+            )
+        }
+        if round.requests[index].devicePerHour == 0 {
+            // Without a device limit the counter is not touched: the bucket's key stands in for
+            // it (the same slot).
+            commands.append { keys.appendClaims(generation: generation, bucket: bucket, tag: tag, to: &$0) }
+        } else {
+            commands.append {
+                keys.appendDeviceCounter(
+                    app: round.requests[index].app,
+                    token: round.requests[index].tokenHex,
+                    hour: round.hour,
+                    tag: tag,
+                    to: &$0
+                )
+            }
+        }
+    }
+
+    /// The claim script's five arguments for one request: its message, token, options
+    /// (`<registeredAt>|<device limit>|<permit>`, empty when usual), fingerprint and place.
+    private func appendScriptArguments<Request: ClaimSubject>(
+        _ round: ClaimRound<Request>,
+        _ index: Int,
+        to commands: inout RedisCommands
+    ) {
+        commands.append(
+            ClaimNames.message(
+                topic: round.topic,
+                partition: round.requests[index].partition,
+                offset: round.requests[index].offset
+            )
+        )
+        commands.append(round.requests[index].tokenHex)
+        if round.hasUsualOptions(index) {
+            commands.append([UInt8]())  // the usual options, in two bytes
+        } else {
+            commands.append { options in
+                if let registeredAt = round.requests[index].registeredAt {
+                    DecimalText.append(registeredAt, to: &options)
+                }
+                options.append(UInt8(ascii: "|"))
+                DecimalText.append(Int64(round.requests[index].devicePerHour), to: &options)
+                options.append(UInt8(ascii: "|"))
+                options.append(round.permits[index] ? UInt8(ascii: "1") : UInt8(ascii: "0"))
+            }
+        }
+        commands.append(round.requests[index].fingerprint.text)
+        commands.append { place in
+            DecimalText.append(Int64(round.requests[index].partition), to: &place)
+            place.append(UInt8(ascii: "|"))
+            DecimalText.append(round.requests[index].offset, to: &place)
+        }
     }
 
     /// Reads the replies of ``appendClaimScript``'s calls into `codes`. A call that failed gets
