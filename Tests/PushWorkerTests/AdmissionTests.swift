@@ -127,14 +127,14 @@ import Testing
     }
 
     @Test("the ledger's room: the budget less what is in flight besides the parked, and less the parked")
-    func ledgerRoom() {
+    func ledgerRoom() async throws {
         var ledger = PipelineLedger(maximum: 100)
         let ref = MessageRef(partition: TopicPartition(topic: "apn.requests", partition: 0), offset: 0)
         _ = ledger.registered([(ref, 70)])
         #expect(ledger.room == 30)
-        ledger.parked(60)
+        try await PipelineLedgerTests.park(60, in: &ledger)
         #expect(ledger.room == 40)
-        ledger.parked(30)
+        try await PipelineLedgerTests.park(30, in: &ledger)
         #expect(ledger.room == 10)
         ledger.close()
         #expect(ledger.room == .max)

@@ -12,6 +12,20 @@ import Testing
     let factory = ResultFactory(worker: "w1", now: { 1_700_000_000_123 })
     static let tokens = [String(repeating: "ab", count: 32), String(repeating: "cd", count: 32)]
 
+    /// Parks `count` notifications of app `a`, whose pool is made unreachable.
+    static func park(_ count: Int, in ledger: inout PipelineLedger) async throws {
+        var ready = try await StageTests().candidates(count)
+        _ = ledger.poolUnreachable(ready[0].poolKey, true)
+        #expect(ledger.park(from: &ready, freshAt: 0) == count && ready.isEmpty)
+    }
+
+    /// Takes `count` notifications parked by ``park(_:in:)`` out, their pool reachable again.
+    static func unpark(_ count: Int, in ledger: inout PipelineLedger) {
+        let key = ledger.waiting.parked.keys.first!
+        _ = ledger.poolUnreachable(key, false)
+        #expect(ledger.unpark(key, room: count).count == count)
+    }
+
     func ref(_ partition: TopicPartition, _ offset: Int64, epoch: UInt64 = 0) -> MessageRef {
         MessageRef(partition: partition, offset: offset, epoch: epoch)
     }
@@ -71,25 +85,25 @@ import Testing
         #expect(ledger.committable() == [TopicPartitionOffset(p0, offset: 10)], "offset 10 waits for its second result")
     }
 
-    @Test func parkedNotificationsHaveABoundOfTheirOwn() {
+    @Test func parkedNotificationsHaveABoundOfTheirOwn() async throws {
         var ledger = PipelineLedger(maximum: 3)
         _ = ledger.registered([(ref(p0, 0), 4)])
         #expect(!ledger.hasRoom)
-        ledger.parked(2)
+        try await Self.park(2, in: &ledger)
         #expect(ledger.hasRoom, "parked notifications leave room for other apps' work")
-        ledger.parked(1)
+        try await Self.park(1, in: &ledger)
         #expect(!ledger.hasRoom, "no more than the maximum may be parked either")
-        ledger.unparked(3)
+        Self.unpark(3, in: &ledger)
         #expect(ledger.parked == 0)
         #expect(!ledger.hasRoom)
         ledger.close()
         #expect(ledger.hasRoom, "a closed ledger lets intake through to see the stop")
     }
 
-    @Test func notificationsHeldByBlockedPoolsLeaveRoomForTheOthers() {
+    @Test func notificationsHeldByBlockedPoolsLeaveRoomForTheOthers() async throws {
         var ledger = PipelineLedger(maximum: 3)
         _ = ledger.registered([(ref(p0, 0), 4)])
-        ledger.parked(1)
+        try await Self.park(1, in: &ledger)
         #expect(!ledger.hasRoom)
         ledger.setStuck(2)
         #expect(ledger.stuck == 2)
@@ -152,18 +166,18 @@ import Testing
         )
     }
 
-    @Test func heldAndParkedNotificationsStopWorkingButStayInFlight() {
+    @Test func heldAndParkedNotificationsStopWorkingButStayInFlight() async throws {
         var ledger = PipelineLedger(maximum: 10)
         let refs = [ref(p0, 0), ref(p1, 0)]
         _ = ledger.registered(refs.map { ($0, 1) })
         ledger.claiming(refs.map(\.partition))
         // One is held (another worker holds it), one parked (its gateway is unreachable).
-        ledger.parked(1)
+        try await Self.park(1, in: &ledger)
         ledger.claimed(refs.map(\.partition))
         #expect(ledger.working(in: [p0, p1]) == 0, "a revocation does not wait for them")
         #expect(ledger.inFlight == 2)
         // A revocation hands both back: the bound is freed, the offsets are not.
-        ledger.unparked(1)
+        Self.unpark(1, in: &ledger)
         ledger.handedBack(refs)
         #expect(ledger.isEmpty)
         #expect(

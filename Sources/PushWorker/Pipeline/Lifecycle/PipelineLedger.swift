@@ -1,9 +1,11 @@
 import PushKafka
 
-/// The pipeline's accounting, in one value: how many notifications are in flight and parked
-/// (the `maxInFlight` bound), which partitions' notifications are being worked on (what a
-/// revocation waits for), which offsets may be committed (``OffsetTracker``), the written
-/// positions stored in Redis, and the job summaries waiting for their tokens' results.
+/// The pipeline's accounting, in one value: how many notifications are in flight (the
+/// `maxInFlight` bound), the notifications that wait without a claim (held and parked) and the
+/// pools they wait for (``WaitingNotifications``), which partitions' notifications are being
+/// worked on (what a revocation waits for), which offsets may be committed
+/// (``OffsetTracker``), the written positions stored in Redis, and the job summaries waiting
+/// for their tokens' results.
 ///
 /// It does no I/O and keeps no clock: the stages report what happened through its event
 /// methods, each of which returns the ``Actions`` to take, and carry those out. A count that
@@ -18,7 +20,7 @@ import PushKafka
 ///    partition is *working* until ``claimed(_:)`` reports the round trip over.
 /// 3. ``sending(_:)`` (into a pool) or ``submitted(_:)`` (a result decided without Apple): it
 ///    stays working until the writer reports it in ``written(_:positions:counted:)``.
-/// 4. A notification taken out of the way instead: held (nothing to record), ``parked(_:)``,
+/// 4. A notification taken out of the way instead: ``hold(_:until:)``, ``park(from:freshAt:)``,
 ///    ``handedBack(_:)`` unclaimed (its message is consumed again), or ``completed(_:)`` (its
 ///    message consumed again needs nothing written).
 /// 5. A message whose job asked for a summary holds one more place in flight; when its token
@@ -39,8 +41,10 @@ struct PipelineLedger: Sendable {
     /// Notifications (and summary places) registered and not yet written, handed back or
     /// completed.
     private(set) var inFlight = 0
-    /// Of those, the ones waiting, unclaimed, for an unreachable gateway.
-    private(set) var parked = 0
+    /// Held and parked notifications, and the pools that cannot take notifications now.
+    private(set) var waiting = WaitingNotifications()
+    /// Of those in flight, the ones waiting, unclaimed, for a blocked pool.
+    var parked: Int { waiting.parkedCount }
     /// Of those, about how many are held by pools that cannot deliver them now (unreachable or
     /// stalled): they do not count against the bound, so that one app's pool does not stop the
     /// others (each pool holds at most `maximum`).
@@ -165,19 +169,9 @@ struct PipelineLedger: Sendable {
         count(partitions, by: -1)
     }
 
-    /// `count` notifications wait, unclaimed, for their gateway to answer again.
-    mutating func parked(_ count: Int) {
-        parked += count
-    }
-
     /// About `count` notifications are held by pools that cannot deliver them now (``stuck``).
     mutating func setStuck(_ count: Int) {
         stuck = max(0, min(count, inFlight - parked))
-    }
-
-    /// `count` parked notifications stop waiting (to be claimed, answered or handed back).
-    mutating func unparked(_ count: Int) {
-        parked -= count
     }
 
     /// Notifications given back unclaimed (held or parked at a revocation, revoked before
@@ -320,5 +314,98 @@ struct PipelineLedger: Sendable {
         }
         count(ready.lazy.map(\.0.partition), by: 1)
         return ready
+    }
+}
+
+// MARK: Waiting notifications
+
+// Each event changes the waiting lists and the working counts together (``WaitingNotifications``).
+extension PipelineLedger {
+    /// The claim stage holds `candidates` back until `due` (they stay in flight; nothing works
+    /// on them).
+    mutating func hold(_ candidates: [Candidate], until due: ContinuousClock.Instant) {
+        waiting.hold(candidates, until: due)
+    }
+
+    /// Takes the held notifications due at `now`: they go to be claimed (``claiming(_:)``).
+    mutating func takeDue(at now: ContinuousClock.Instant) -> [Candidate] {
+        let due = waiting.takeDue(at: now)
+        claiming(due.lazy.map(\.ref.partition))
+        return due
+    }
+
+    /// Parks the notifications of `ready` whose pool is blocked (``WaitingNotifications/park(from:freshAt:)``);
+    /// returns how many.
+    mutating func park(from ready: inout [Candidate], freshAt now: Int64) -> Int {
+        waiting.park(from: &ready, freshAt: now)
+    }
+
+    /// Takes up to `room` of the notifications parked for the pool of `key`, unless it is
+    /// blocked: they go to be claimed.
+    mutating func unpark(_ key: PoolKey, room: Int) -> [Candidate] {
+        let back = waiting.unpark(key, room: room)
+        claiming(back.lazy.map(\.ref.partition))
+        return back
+    }
+
+    /// Takes the parked notifications whose job is stale at `now`, to be answered `expired`.
+    mutating func unparkStale(at now: Int64) -> [Candidate] {
+        waiting.unpark { c in c.job.content.staleAt.map { $0 <= now } ?? false }
+    }
+
+    /// Takes the parked lists of pools with `after` or more notifications to move them aside
+    /// (``WaitingNotifications/takeForMovingAside(after:)``).
+    mutating func takeForMovingAside(after: Int) -> [(PoolKey, [Candidate])] {
+        waiting.takeForMovingAside(after: after)
+    }
+
+    /// Notifications taken to move aside wait here again: they stay, or their records could not be written
+    /// (``movingAside(_:)`` reported them).
+    mutating func parkAgain(_ candidates: [Candidate], for key: PoolKey, wereMoving: Bool = false) {
+        waiting.parkAgain(candidates, for: key)
+        if wereMoving { claimed(candidates.lazy.map(\.ref.partition)) }
+    }
+
+    /// Notifications are being written to the parked topic: a revocation of their partitions
+    /// waits for that.
+    mutating func movingAside(_ candidates: [Candidate]) {
+        claiming(candidates.lazy.map(\.ref.partition))
+    }
+
+    /// The notifications ``movingAside(_:)`` reported are written to the parked topic.
+    mutating func movedAside(_ candidates: [Candidate], of key: PoolKey) {
+        waiting.movedAside(candidates.count, of: key)
+        claimed(candidates.lazy.map(\.ref.partition))
+    }
+
+    /// Hands back, unclaimed, the held and parked notifications of the partitions that `match`,
+    /// and `unclaimed` (handed over by intake, never taken by a round trip); returns them all.
+    mutating func handBack(
+        unclaimed: [Candidate],
+        where match: (TopicPartition) -> Bool
+    ) -> [Candidate] {
+        let (held, parked) = waiting.take(where: match)
+        let all = held + unclaimed + parked
+        guard !all.isEmpty else { return [] }
+        // Handed over but never taken by a round trip: no round trip reports them.
+        claimed(unclaimed.lazy.map(\.ref.partition))
+        handedBack(all.map(\.ref))
+        return all
+    }
+
+    /// The pool of `key` reports whether it reaches its gateway; returns whether that blocked
+    /// or unblocked it.
+    mutating func poolUnreachable(_ key: PoolKey, _ isUnreachable: Bool) -> Bool {
+        waiting.setUnreachable(key, isUnreachable)
+    }
+
+    /// The pool of `key` is judged stalled, or not; returns whether that blocked or unblocked it.
+    mutating func poolStalled(_ key: PoolKey, _ isStalled: Bool) -> Bool {
+        waiting.setStalled(key, isStalled)
+    }
+
+    /// The pool of `key` was replaced; returns whether the old one was blocked.
+    mutating func poolReplaced(_ key: PoolKey) -> Bool {
+        waiting.forgetConditions(of: key)
     }
 }

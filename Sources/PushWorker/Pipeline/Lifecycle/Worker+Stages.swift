@@ -51,6 +51,7 @@ extension Worker {
             drainTimeout: configuration.worker.shutdownTimeout,
             results: results,
             claimSignals: signals.continuation,
+            ledger: ledger,
             factory: factory,
             control: control,
             logger: logger,

@@ -7,13 +7,13 @@ extension ClaimStage {
     /// Whether the pool of `key` cannot take notifications: it cannot reach its gateway, or it
     /// is stalled (what it gets is parked).
     func isUnavailable(_ key: PoolKey) -> Bool {
-        state.withLock { $0.unavailable.contains(key) }
+        ledger.read { $0.waiting.isBlocked(key) }
     }
 
     /// For `/status`: the notifications parked for each pool, and those moved aside since the
     /// worker started.
     func waiting() -> (parked: [PoolKey: Int], movedAside: [PoolKey: Int]) {
-        state.withLock { s in (s.parked.mapValues(\.count), s.movedAside) }
+        ledger.read { ledger in (ledger.waiting.parked.mapValues(\.count), ledger.waiting.movedAside) }
     }
 
     /// Tells the ledger how many notifications pools that cannot deliver them hold.
@@ -28,20 +28,8 @@ extension ClaimStage {
     @discardableResult
     func unparkIntoRoom(of key: PoolKey, all: Bool = false) async -> Int {
         let room = all ? Int.max : delivery.room(for: key)
-        let back = state.withLock { s -> [Candidate] in
-            guard !s.unavailable.contains(key), room > 0, let list = s.parked[key] else { return [] }
-            guard list.count > room else {
-                s.parked[key] = nil
-                return list
-            }
-            s.parked[key] = Array(list.dropFirst(room))
-            return Array(list.prefix(room))
-        }
+        let back = ledger.update { $0.unpark(key, room: room) }
         guard !back.isEmpty else { return 0 }
-        ledger.update { ledger in
-            ledger.unparked(back.count)
-            ledger.claiming(back.lazy.map(\.ref.partition))
-        }
         await claimCounted(back)
         return back.count
     }
@@ -53,14 +41,7 @@ extension ClaimStage {
     /// message stay parked here.
     func moveAsideIfDue() async {
         guard let parking else { return }
-        let taken = state.withLock { s -> [(PoolKey, [Candidate])] in
-            var taken: [(PoolKey, [Candidate])] = []
-            for (key, list) in s.parked where list.count >= parking.after {
-                taken.append((key, list))
-                s.parked[key] = nil
-            }
-            return taken
-        }
+        let taken = ledger.update { $0.takeForMovingAside(after: parking.after) }
         for (key, list) in taken {
             let summaryRefs = ledger.read { $0.summaryRefs(among: list.lazy.map(\.ref)) }
             var moving: [Candidate] = []
@@ -72,7 +53,7 @@ extension ClaimStage {
                     moving.append(c)
                 }
             }
-            if !staying.isEmpty { state.withLock { $0.parked[key, default: []].insert(contentsOf: staying, at: 0) } }
+            if !staying.isEmpty { ledger.update { $0.parkAgain(staying, for: key) } }
             guard !moving.isEmpty else { continue }
             await moveAside(moving, of: key, parking: parking)
         }
@@ -80,7 +61,7 @@ extension ClaimStage {
 
     private func moveAside(_ moving: [Candidate], of key: PoolKey, parking: Parking) async {
         // A revocation of their partitions waits for the records to be written.
-        ledger.update { $0.claiming(moving.lazy.map(\.ref.partition)) }
+        ledger.update { $0.movingAside(moving) }
         let now = factory.now()
         var messages: [KafkaOutgoingMessage] = []
         var start = 0
@@ -113,16 +94,11 @@ extension ClaimStage {
         )
         guard written else {
             // Stopping: they wait here again, and are handed back with the rest.
-            state.withLock { $0.parked[key, default: []].insert(contentsOf: moving, at: 0) }
-            ledger.update { $0.claimed(moving.lazy.map(\.ref.partition)) }
+            ledger.update { $0.parkAgain(moving, for: key, wereMoving: true) }
             return
         }
-        ledger.update { ledger in
-            ledger.unparked(moving.count)
-            ledger.claimed(moving.lazy.map(\.ref.partition))
-        }
+        ledger.update { $0.movedAside(moving, of: key) }
         results.complete(moving.map(\.ref))
-        state.withLock { $0.movedAside[key, default: 0] += moving.count }
         control.metrics.increment(MetricCatalogue.movedAside, [key.app, key.environment.rawValue], by: moving.count)
         logger.notice(
             "Notifications moved aside while their gateway cannot be reached",

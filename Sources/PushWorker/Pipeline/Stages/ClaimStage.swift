@@ -10,9 +10,10 @@ import Synchronization
 /// (`NotificationStore.claim`), and each decision is acted on: send (to the delivery
 /// stage), a result now (to the result stage), nothing (a duplicate), or a retry later.
 ///
-/// It owns the notifications that wait: *held* ones retry after a delay (held by another live
-/// worker, over the app's rate, Redis down), *parked* ones wait unclaimed for their pool's
-/// gateway to answer again. Its loop wakes on signals: intake handed over notifications, a retry
+/// It decides which notifications wait: *held* ones retry after a delay (held by another live
+/// worker, over the app's rate, Redis down), *parked* ones wait unclaimed for their pool to take
+/// notifications again; both wait in the ledger (``WaitingNotifications``), beside the pools
+/// that cannot take notifications. Its loop wakes on signals: intake handed over notifications, a retry
 /// is due, a gateway came back or went away, the stale sweep. What intake hands over waits in
 /// one list, and each round trip claims all of it (up to 5,000), so that chunks parsed while a
 /// round trip was under way share the next one.
@@ -31,23 +32,12 @@ final class ClaimStage: Sendable {
         case sweepStale
     }
 
-    struct Held {
-        var due: ContinuousClock.Instant
-        var candidate: Candidate
-    }
-
     struct State {
-        var held: [Held] = []
         /// Handed over by intake, not yet taken by a round trip.
         var unclaimed: [Candidate] = []
         /// The first of `unclaimed` that are urgent (the highest priority lane's): they are
         /// claimed before the others.
         var urgentUnclaimed = 0
-        var unavailable: Set<PoolKey> = []
-        /// Waiting, unclaimed, for their pool's gateway, by pool (no empty lists).
-        var parked: [PoolKey: [Candidate]] = [:]
-        /// Notifications moved aside, by pool, since the worker started.
-        var movedAside: [PoolKey: Int] = [:]
     }
 
     /// Where notifications move aside (`kafka.parkedTopic`), and when (`worker.moveAsideAfter`).
@@ -117,11 +107,9 @@ final class ClaimStage: Sendable {
                 while let batch = takeUnclaimed() { await claimCounted(batch) }
             case .retryDue:
                 await claimCounted(takeDue())
-            case .unavailable(let key):
-                state.withLock { _ = $0.unavailable.insert(key) }
+            case .unavailable:
                 updateStuck()
             case .available(let key):
-                state.withLock { _ = $0.unavailable.remove(key) }
                 updateStuck()
                 // All of them: the pool delivers again, and a send waits only while it drains
                 // what it held, sooner than the sweeps would let them in by its room.
@@ -134,7 +122,7 @@ final class ClaimStage: Sendable {
                 expireStaleParked()
                 updateStuck()
                 // Pools that took part of what was parked for them take more as they have room.
-                let waiting = state.withLock { s in s.parked.keys.filter { !s.unavailable.contains($0) } }
+                let waiting = ledger.read { $0.waiting.unblockedWithParked }
                 for key in waiting { await unparkIntoRoom(of: key) }
             }
         }
@@ -245,26 +233,10 @@ final class ClaimStage: Sendable {
             if localClaims.holds(c.resultId, for: c.ref) { waiting.append(c) } else { ready.append(c) }
         }
         if !waiting.isEmpty { hold(waiting, for: .seconds(1)) }
-        // A pool that cannot reach its gateway gets no more: its notifications wait, unclaimed.
+        // A pool that cannot take notifications gets no more: its notifications wait, unclaimed.
+        // Under the ledger's lock, as its pool's coming back is: none is parked after it.
         let stillFresh = factory.now()
-        let parked = state.withLock { s -> Int in
-            guard !s.unavailable.isEmpty else { return 0 }
-            let before = ready.count
-            ready.removeAll { c in
-                // A dry run writes nothing to the gateway: it need not wait for it. A stale job's
-                // notification is claimed to be answered `expired` at once.
-                guard !c.job.dryRun, s.unavailable.contains(c.poolKey),
-                    c.job.content.staleAt.map({ $0 > stillFresh }) ?? true
-                else { return false }
-                s.parked[c.poolKey, default: []].append(c)
-                return true
-            }
-            return before - ready.count
-        }
-        if parked > 0 {
-            ledger.update { $0.parked(parked) }
-            await moveAsideIfDue()
-        }
+        if ledger.update({ $0.park(from: &ready, freshAt: stillFresh) }) > 0 { await moveAsideIfDue() }
         guard !ready.isEmpty else { return }
 
         let now = factory.now()
@@ -462,41 +434,21 @@ final class ClaimStage: Sendable {
 
     private func hold(_ candidates: [Candidate], for delay: Duration) {
         let due = ContinuousClock.now + delay
-        state.withLock { s in s.held += candidates.map { Held(due: due, candidate: $0) } }
+        ledger.update { $0.hold(candidates, until: due) }
         wakeUpsIn.yield(due)
     }
 
     private func takeDue() -> [Candidate] {
         guard !control.isStopping else { return [] }
         let now = ContinuousClock.now
-        let due = state.withLock { s in
-            let due = s.held.filter { $0.due <= now }.map(\.candidate)
-            s.held.removeAll { $0.due <= now }
-            return due
-        }
-        ledger.update { $0.claiming(due.lazy.map(\.ref.partition)) }
-        return due
-    }
-
-    private static func unpark(_ s: inout State, where match: (Candidate) -> Bool) -> [Candidate] {
-        guard !s.parked.isEmpty else { return [] }
-        var out: [Candidate] = []
-        for (key, list) in s.parked {
-            let taken = list.filter(match)
-            guard !taken.isEmpty else { continue }
-            let left = list.filter { !match($0) }
-            s.parked[key] = left.isEmpty ? nil : left
-            out += taken
-        }
-        return out
+        return ledger.update { $0.takeDue(at: now) }
     }
 
     /// Parked notifications whose job went stale get an `expired` result instead of waiting on.
     private func expireStaleParked() {
         let now = factory.now()
-        let stale = state.withLock { s in Self.unpark(&s) { c in c.job.content.staleAt.map { $0 <= now } ?? false } }
+        let stale = ledger.update { $0.unparkStale(at: now) }
         guard !stale.isEmpty else { return }
-        ledger.update { $0.unparked(stale.count) }
         logger.warning(
             "Notifications went stale while their gateway was unreachable",
             metadata: ["count": "\(stale.count)"]
@@ -520,25 +472,16 @@ final class ClaimStage: Sendable {
     /// many.
     @discardableResult
     func handBack(unclaimedToo: Bool = false, where match: (TopicPartition) -> Bool) -> Int {
-        let handedBack = state.withLock { s -> (held: [Candidate], unclaimed: [Candidate], parked: [Candidate]) in
-            let held = s.held.filter { match($0.candidate.ref.partition) }.map(\.candidate)
-            s.held.removeAll { match($0.candidate.ref.partition) }
-            var unclaimed: [Candidate] = []
-            if unclaimedToo {
-                unclaimed = s.unclaimed.filter { match($0.ref.partition) }
+        var unclaimed: [Candidate] = []
+        if unclaimedToo {
+            unclaimed = state.withLock { s in
+                let taken = s.unclaimed.filter { match($0.ref.partition) }
                 s.unclaimed.removeAll { match($0.ref.partition) }
                 s.urgentUnclaimed = s.unclaimed.prefix(while: \.job.content.urgent).count
+                return taken
             }
-            return (held, unclaimed, Self.unpark(&s) { match($0.ref.partition) })
         }
-        let all = handedBack.held + handedBack.unclaimed + handedBack.parked
-        guard !all.isEmpty else { return 0 }
-        ledger.update { ledger in
-            // Handed over but never taken by a round trip: no round trip reports them.
-            ledger.claimed(handedBack.unclaimed.lazy.map(\.ref.partition))
-            ledger.unparked(handedBack.parked.count)
-            ledger.handedBack(all.map(\.ref))
-        }
+        let all = ledger.update { $0.handBack(unclaimed: unclaimed, where: match) }
         return all.count
     }
 }

@@ -9,11 +9,10 @@ extension DeliveryStage {
     func judgeStalls(at now: ContinuousClock.Instant = .now) {
         let open = state.withLock { s in s.stopping ? [] : s.pools.map { ($0.key, $0.value) } }
         let observed = open.map { key, client in (key, client.snapshot()) }
-        let changes = state.withLock { s -> [(key: PoolKey, stalled: Bool, blocked: Bool, held: Int)] in
-            var changes: [(key: PoolKey, stalled: Bool, blocked: Bool, held: Int)] = []
+        let changes = state.withLock { s -> [(key: PoolKey, stalled: Bool, held: Int)] in
+            var changes: [(key: PoolKey, stalled: Bool, held: Int)] = []
             for (key, snapshot) in observed {
                 let wasStalled = s.judge.stalled.contains(key)
-                let wasBlocked = s.isBlocked(key)
                 let sample = PoolStallJudge.Sample(
                     at: now,
                     writes: snapshot.writes,
@@ -22,14 +21,13 @@ extension DeliveryStage {
                     queued: snapshot.queued
                 )
                 let stalled = s.judge.observe(key, sample)
-                if stalled != wasStalled {
-                    changes.append((key, stalled, wasBlocked != s.isBlocked(key), snapshot.admitted))
-                }
+                if stalled != wasStalled { changes.append((key, stalled, snapshot.admitted)) }
             }
             return changes
         }
         for change in changes {
             let key = change.key
+            let blockedChanged = ledger.update { $0.poolStalled(key, change.stalled) }
             if change.stalled {
                 logger.warning(
                     "Gateway too slow: this app's new notifications wait until it catches up; other apps go on",
@@ -41,29 +39,26 @@ extension DeliveryStage {
                     metadata: ["app": "\(key.app)", "env": "\(key.environmentName)", "held": "\(change.held)"]
                 )
             }
-            if change.blocked { claimSignals.yield(change.stalled ? .unavailable(key) : .available(key)) }
+            if blockedChanged { claimSignals.yield(change.stalled ? .unavailable(key) : .available(key)) }
         }
     }
 
     /// Notifications held by pools that cannot deliver them now (unreachable or stalled): they
     /// do not count against `maxInFlight` (``PipelineLedger/setStuck(_:)``).
     func heldByBlockedPools() -> Int {
-        let blocked = state.withLock { s in s.pools.filter { s.isBlocked($0.key) }.map(\.value) }
-        return blocked.reduce(0) { $0 + $1.snapshot().admitted }
+        let blocked = ledger.read { $0.waiting.blockedPools }
+        guard !blocked.isEmpty else { return 0 }
+        let pools = state.withLock { s in s.pools.filter { blocked.contains($0.key) }.map(\.value) }
+        return pools.reduce(0) { $0 + $1.snapshot().admitted }
     }
 
     /// The pools that cannot take notifications now, each `unreachable` or `stalled`.
     func conditions() -> [PoolKey: String] {
-        state.withLock { s in
-            var conditions: [PoolKey: String] = [:]
-            for key in s.judge.stalled { conditions[key] = "stalled" }
-            for key in s.unavailable { conditions[key] = "unreachable" }
-            return conditions
-        }
+        ledger.read { $0.waiting.conditions }
     }
 
     /// Whether the pool of `key` cannot take notifications now: unreachable, or stalled.
-    func isBlocked(_ key: PoolKey) -> Bool { state.withLock { $0.isBlocked(key) } }
+    func isBlocked(_ key: PoolKey) -> Bool { ledger.read { $0.waiting.isBlocked(key) } }
 
     /// How many more notifications the pool of `key` takes before `send` waits for room
     /// (unbounded without a pool yet).

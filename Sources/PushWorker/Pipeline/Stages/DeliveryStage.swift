@@ -9,7 +9,8 @@ import Synchronization
 
 /// The third stage: one delivery pool per (app, environment), created on first use, and one
 /// reader of each pool's events. Claimed notifications go in tagged; each outcome comes back as
-/// a result for the result stage, and a pool's reachability goes to the claim stage.
+/// a result for the result stage, and whether a pool can take notifications goes to the ledger
+/// (``WaitingNotifications``), with a signal to the claim stage.
 ///
 /// Apps with `environmentFallback` (`docs/jobs.md`, "Environment"): a notification whose token
 /// has a remembered environment goes straight to that environment's pool, and one refused with
@@ -25,16 +26,11 @@ final class DeliveryStage: Sendable {
         var retiring: [any APNSDeliveryClient] = []
         /// What each notification in a pool needs to become a result, by tag.
         var sent = TagTable<SentContext>()
-        /// Pools that cannot reach their gateway (as they report it).
-        var unavailable: Set<PoolKey> = []
         /// Outcomes each pool delivered, since it was first made.
         var outcomes: [PoolKey: Int] = [:]
         /// Which pools are stalled (``judgeStalls(at:)``).
         var judge: PoolStallJudge
         var stopping = false
-
-        /// Whether the pool of `key` cannot take notifications: unreachable, or stalled.
-        func isBlocked(_ key: PoolKey) -> Bool { unavailable.contains(key) || judge.stalled.contains(key) }
     }
 
     /// A pool as it opens, for ``run()`` to read its events; or as it is replaced, for
@@ -50,6 +46,8 @@ final class DeliveryStage: Sendable {
     private let drainTimeout: Duration
     private let results: ResultStage
     let claimSignals: AsyncStream<ClaimStage.Signal>.Continuation
+    /// Where the pools that cannot take notifications are kept, with what waits for them.
+    let ledger: SharedLedger
     private let factory: ResultFactory
     let control: PipelineControl
     let logger: Logger
@@ -71,6 +69,7 @@ final class DeliveryStage: Sendable {
         drainTimeout: Duration,
         results: ResultStage,
         claimSignals: AsyncStream<ClaimStage.Signal>.Continuation,
+        ledger: SharedLedger,
         factory: ResultFactory,
         control: PipelineControl,
         logger: Logger,
@@ -86,6 +85,7 @@ final class DeliveryStage: Sendable {
         self.drainTimeout = drainTimeout
         self.results = results
         self.claimSignals = claimSignals
+        self.ledger = ledger
         self.factory = factory
         self.control = control
         self.logger = logger
@@ -314,20 +314,18 @@ final class DeliveryStage: Sendable {
             )
             return
         }
-        let (replaced, wasUnavailable) = state.withLock { s in
-            guard !s.stopping, let old = s.pools[key] else { return (false, false) }
+        let replaced = state.withLock { s in
+            guard !s.stopping, let old = s.pools[key] else { return false }
             s.pools[key] = created
             s.retiring.append(old)
             openedIn.yield(.opened(key, created))
             openedIn.yield(.retired(key, old))
-            // The old pool's unreachability and stall are not the new one's, which shows its own.
-            let wasBlocked = s.isBlocked(key)
-            s.unavailable.remove(key)
             s.judge.forget(key)
-            return (true, wasBlocked)
+            return true
         }
         guard replaced else { return }
-        if wasUnavailable { claimSignals.yield(.available(key)) }
+        // The old pool's unreachability and stall are not the new one's, which shows its own.
+        if ledger.update({ $0.poolReplaced(key) }) { claimSignals.yield(.available(key)) }
         if transport.minConnections > 0 { created.start() }
         logOpened(key, transport, "Opened a delivery pool with the reloaded credentials")
     }
@@ -529,22 +527,14 @@ final class DeliveryStage: Sendable {
         case .error(let error):
             logger.warning("Delivery pool problem", metadata: ["app": "\(app)", "error": "\(error)"])
         case .unavailable(let reason):
-            let wasBlocked = state.withLock { s in
-                defer { s.unavailable.insert(key) }
-                return s.isBlocked(key)
-            }
-            if !wasBlocked { claimSignals.yield(.unavailable(key)) }
+            if ledger.update({ $0.poolUnreachable(key, true) }) { claimSignals.yield(.unavailable(key)) }
             logger.warning(
                 "Gateway unreachable: this app's new notifications wait until it answers; other apps go on",
                 metadata: ["app": "\(app)", "env": "\(key.environmentName)", "reason": "\(reason)"]
             )
         case .available:
-            let blocked = state.withLock { s in
-                s.unavailable.remove(key)
-                return s.isBlocked(key)
-            }
             // A stalled pool stays blocked until it is judged able to deliver again.
-            if !blocked { claimSignals.yield(.available(key)) }
+            if ledger.update({ $0.poolUnreachable(key, false) }) { claimSignals.yield(.available(key)) }
         case .transmitted, .transmissionError:
             break
         }
@@ -556,11 +546,12 @@ final class DeliveryStage: Sendable {
     /// finish now, so a revocation does not wait for them (their outcome is recorded when the
     /// gateway answers; the partition's next owner waits for that claim and produces the result).
     func stuck(in selection: Set<TopicPartition>) -> Int {
-        state.withLock { s in
-            guard !s.unavailable.isEmpty || !s.judge.stalled.isEmpty else { return 0 }
+        let blocked = ledger.read { $0.waiting.blockedPools }
+        guard !blocked.isEmpty else { return 0 }
+        return state.withLock { s in
             var stuck = 0
             s.sent.forEach { context in
-                if selection.contains(context.candidate.ref.partition) && s.isBlocked(context.poolKey) {
+                if selection.contains(context.candidate.ref.partition) && blocked.contains(context.poolKey) {
                     stuck += 1
                 }
             }
