@@ -1,5 +1,6 @@
 /// The reconnect back-off both transports use: `base` doubled per failure in a row, at most
-/// `maximum`. Callers add jitter when they wait.
+/// `maximum`. Both pool machines add jitter (``jittered(_:)``, their `jitter` setting) to the
+/// delays they ask for.
 public enum APNSReconnectBackoff {
     /// Failures in a row after which a client reports ``APNSDeliveryEvent/unavailable(reason:)``.
     public static let unavailableAfter = 3

@@ -20,6 +20,7 @@ private func config(
 ) -> PoolStateMachine.Configuration {
     var c = PoolStateMachine.Configuration()
     c.confirmationWindow = .seconds(1)
+    c.jitter = { $0 }
     change(&c)
     return c
 }

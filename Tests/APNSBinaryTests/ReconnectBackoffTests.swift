@@ -23,6 +23,7 @@ import Testing
 
     @Test func failedConnectsWaitTheBaseDoubledUpToTheCap() {
         var configuration = PoolStateMachine.Configuration()
+        configuration.jitter = { $0 }
         configuration.connectionRetryLimit = nil
         configuration.reconnectBaseDelay = .milliseconds(300)
         configuration.reconnectMaxDelay = .milliseconds(1000)

@@ -99,6 +99,7 @@ public enum AnswerInvariants {
         var problems: [String] = []
         var configuration = PoolStateMachine.Configuration()
         configuration.confirmationWindow = .seconds(1)
+        configuration.jitter = { $0 }
         var machine = PoolStateMachine(configuration: configuration)
         let notifications = (0..<10).map { tag in
             PendingNotification(

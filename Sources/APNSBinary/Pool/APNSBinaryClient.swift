@@ -257,8 +257,7 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
             if delay == .zero {
                 connect(id: id)
             } else {
-                let jittered = APNSReconnectBackoff.jittered(.nanoseconds(delay.nanoseconds)).timeAmount
-                gateway.group.next().scheduleTask(in: jittered) { [self] in
+                gateway.group.next().scheduleTask(in: delay) { [self] in
                     if state.withLock({ $0.machine.beginConnect(id: id) }) {
                         connect(id: id)
                     }

@@ -64,6 +64,8 @@ extension PoolStateMachine {
         var connectionRetryLimit: Int? = 10
         var reconnectBaseDelay: Duration = .milliseconds(100)
         var reconnectMaxDelay: Duration = .seconds(5)
+        /// Delays a reconnect with jitter (as the HTTP/2 pool's machine does).
+        var jitter: @Sendable (Duration) -> Duration = APNSReconnectBackoff.jittered
         /// Wall-clock milliseconds since the epoch, for stale notifications.
         var now: @Sendable () -> Int64 = UnixTime.nowMilliseconds
         /// Connection-level events (not outcomes) kept for the consumer before new ones are dropped.

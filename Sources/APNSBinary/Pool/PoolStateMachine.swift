@@ -464,8 +464,8 @@ struct PoolStateMachine {
                 opened = true
                 let id = connectionIDs.make()
                 connections[id] = Connection(id: id, phase: failures.inARow > 0 ? .scheduled : .connecting)
-                // The client applies jitter when it waits.
-                actions.append(.connect(id: id, delay: failures.inARow > 0 ? failures.delay.timeAmount : .zero))
+                let delay = failures.inARow > 0 ? configuration.jitter(failures.delay).timeAmount : .zero
+                actions.append(.connect(id: id, delay: delay))
                 live += 1
             }
         }
