@@ -73,6 +73,13 @@ public protocol APNSGatewaySettings {
 }
 
 extension APNSGatewaySettings {
+    /// The check every client's ``validate()`` makes first: a port TCP can use.
+    public func validatePort() throws(APNSError) {
+        guard (1...65535).contains(port) else {
+            throw APNSError(.invalidConfiguration, "port must be between 1 and 65535, not \(port)")
+        }
+    }
+
     /// Checks the settings (``validate()``), then makes the gateway they name with the TLS
     /// context `tls` builds: a client made from settings it cannot run with, or from unusable
     /// credentials, fails when it is made, not at its first connection.

@@ -88,8 +88,8 @@ public struct APNSHTTP2Configuration: Sendable, APNSGatewaySettings {
 
     /// Checks the settings, with a sentence naming the first bad one.
     public func validate() throws(APNSError) {
+        try validatePort()
         func bad(_ message: String) -> APNSError { APNSError(.invalidConfiguration, message) }
-        guard (1...65535).contains(port) else { throw bad("port must be between 1 and 65535, not \(port)") }
         do {
             try APNSHTTP2Request.validate(topic: topic)
         } catch {

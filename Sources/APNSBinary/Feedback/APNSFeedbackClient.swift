@@ -29,14 +29,6 @@ public struct APNSFeedbackClient: Sendable {
             self.port = port
             self.credentials = credentials
         }
-
-        public func validate() throws(APNSError) {
-            func bad(_ message: String) -> APNSError { APNSError(.invalidConfiguration, message) }
-            guard (1...65535).contains(port) else { throw bad("port must be between 1 and 65535, not \(port)") }
-            guard connectTimeout > .zero else { throw bad("connectTimeout must be positive") }
-            guard readTimeout > .zero else { throw bad("readTimeout must be positive") }
-            guard interval > .zero else { throw bad("interval must be positive") }
-        }
     }
 
     public let configuration: Configuration
@@ -141,5 +133,16 @@ private final class CloseOnIdleHandler: ChannelInboundHandler {
             return
         }
         context.fireUserInboundEventTriggered(event)
+    }
+}
+
+extension APNSFeedbackClient.Configuration {
+    /// Checks the settings, with a sentence naming the first bad one.
+    public func validate() throws(APNSError) {
+        try validatePort()
+        let durations = [("connectTimeout", connectTimeout), ("readTimeout", readTimeout), ("interval", interval)]
+        for (name, duration) in durations where duration <= .zero {
+            throw APNSError(.invalidConfiguration, "\(name) must be positive")
+        }
     }
 }

@@ -80,8 +80,8 @@ public struct APNSBinaryConfiguration: Sendable, APNSGatewaySettings {
 
     /// Checks the settings, with a sentence naming the first bad one.
     public func validate() throws(APNSError) {
+        try validatePort()
         func bad(_ message: String) -> APNSError { APNSError(.invalidConfiguration, message) }
-        guard (1...65535).contains(port) else { throw bad("port must be between 1 and 65535, not \(port)") }
         guard maxConnections >= 1 else { throw bad("maxConnections must be at least 1, not \(maxConnections)") }
         guard (0...maxConnections).contains(minConnections) else {
             throw bad("minConnections must be between 0 and maxConnections (\(maxConnections)), not \(minConnections)")
