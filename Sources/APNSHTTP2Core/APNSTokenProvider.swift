@@ -15,13 +15,8 @@ public enum APNSTokenTiming {
     /// less often than every 60 minutes" (§4).
     public static let refreshIntervalRange: ClosedRange<Duration> = minimumChangeInterval...maximumAge
 
-    package static func seconds(_ duration: Duration) -> TimeInterval {
-        let (seconds, attoseconds) = duration.components
-        return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
-    }
-
     package static func describe(_ duration: Duration) -> String {
-        let total = seconds(duration)
+        let total = duration.timeInterval
         if total.truncatingRemainder(dividingBy: 60) == 0 { return "\(Int64(total / 60)) minutes" }
         return "\(total) seconds"
     }
@@ -87,10 +82,10 @@ public final class APNSTokenProvider: Sendable {
     public func currentToken(now: Date) throws(APNSError) -> APNSProviderToken {
         try state.withLock { (state: inout State) throws(APNSError) -> APNSProviderToken in
             if let token = state.token, let signedAt = state.signedAt {
-                let interval = APNSTokenTiming.seconds(refreshInterval)
+                let interval = refreshInterval.timeInterval
                 let due =
                     token.age(at: now) >= interval
-                    && now.timeIntervalSince(signedAt) >= APNSTokenTiming.seconds(APNSTokenTiming.minimumChangeInterval)
+                    && now.timeIntervalSince(signedAt) >= APNSTokenTiming.minimumChangeInterval.timeInterval
                 if !due { return token }
             }
             return try sign(into: &state, now: now)
@@ -115,7 +110,7 @@ public final class APNSTokenProvider: Sendable {
             if let rejected, rejected != token, token.issuedAt >= rejected.issuedAt {
                 return .alreadyNewer(token)
             }
-            let minimum = APNSTokenTiming.seconds(APNSTokenTiming.minimumChangeInterval)
+            let minimum = APNSTokenTiming.minimumChangeInterval.timeInterval
             if now.timeIntervalSince(signedAt) >= minimum {
                 return .refreshed(try sign(into: &state, now: now))
             }
@@ -188,11 +183,11 @@ public struct APNSConnectionTokenGuard: Sendable, Hashable {
         }
         if offered == current || offered.issuedAt < current.issuedAt { return .use(current) }
         let elapsed = now.timeIntervalSince(adoptedAt)
-        if elapsed >= APNSTokenTiming.seconds(APNSTokenTiming.minimumChangeInterval) {
+        if elapsed >= APNSTokenTiming.minimumChangeInterval.timeInterval {
             adopt(offered, now: now)
             return .use(offered)
         }
-        if current.age(at: now) < APNSTokenTiming.seconds(APNSTokenTiming.maximumAge) {
+        if current.age(at: now) < APNSTokenTiming.maximumAge.timeInterval {
             return .use(current)
         }
         return .reconnect

@@ -160,11 +160,11 @@ public struct APNSJWTVerifier: Sendable {
             throw .init(.invalidProviderToken, "the JWT claims have no iat number in seconds")
         }
         let age = now.timeIntervalSince1970 - TimeInterval(issuedAt)
-        guard age >= -APNSTokenTiming.seconds(allowedClockSkew) else {
+        guard age >= -allowedClockSkew.timeInterval else {
             throw .init(.invalidProviderToken, "the JWT iat \(issuedAt) lies in the future")
         }
         // §4: iat must be within the last hour.
-        guard age <= APNSTokenTiming.seconds(maximumAge) else {
+        guard age <= maximumAge.timeInterval else {
             throw .init(
                 .expiredProviderToken,
                 "the JWT iat \(issuedAt) is more than \(APNSTokenTiming.describe(maximumAge)) old"
@@ -314,7 +314,7 @@ public struct APNSConnectionTokenTracker: Sendable, Hashable {
         }
         // §4: at most one token change per 20 minutes on one connection.
         let elapsed = now.timeIntervalSince(changedAt)
-        guard elapsed >= APNSTokenTiming.seconds(APNSTokenTiming.minimumChangeInterval) else {
+        guard elapsed >= APNSTokenTiming.minimumChangeInterval.timeInterval else {
             return .failure(
                 .init(
                     .tooManyProviderTokenUpdates,

@@ -81,9 +81,7 @@ final class HTTP2SimulatorConnectionHandler: ChannelInboundHandler {
         if case .certificate = authentication { authenticated = true } else { authenticated = false }
         self.lists = APNSHTTP2Simulator.Lists(badTokens: [], unregistered: [:])
         self.idPrefix = UInt64.random(in: 0...UInt64.max)
-        let (seconds, attoseconds) = (simulator.configuration.verifier?.maximumAge ?? APNSTokenTiming.maximumAge)
-            .components
-        self.maximumTokenAge = TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
+        self.maximumTokenAge = (simulator.configuration.verifier?.maximumAge ?? APNSTokenTiming.maximumAge).timeInterval
     }
 
     /// Registers the connection with the simulator and returns the stream limit to advertise

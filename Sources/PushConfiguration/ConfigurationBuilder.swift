@@ -413,9 +413,7 @@ struct ConfigurationBuilder {
         }
     }
 
-    private static func ms(_ duration: Duration) -> Int {
-        Int(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
-    }
+    private static func ms(_ duration: Duration) -> Int { Int(duration.wholeMilliseconds) }
 
     private func buildEnvironment(
         _ name: APNSEnvironment,

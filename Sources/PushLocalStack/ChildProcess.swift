@@ -1,3 +1,4 @@
+import APNSCore
 import Foundation
 
 /// A child process with its output captured, killed when the test is done with it.
@@ -78,8 +79,7 @@ public final class ChildProcess: @unchecked Sendable {
     public func finish(killAfter: Duration? = nil) async -> (status: Int32, stdout: String, stderr: String) {
         if let killAfter {
             let pid = process.processIdentifier
-            let seconds = Double(killAfter.components.seconds) + Double(killAfter.components.attoseconds) / 1e18
-            DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { [self] in
+            DispatchQueue.global().asyncAfter(deadline: .now() + killAfter.timeInterval) { [self] in
                 if process.isRunning { kill(pid, SIGKILL) }
             }
         }

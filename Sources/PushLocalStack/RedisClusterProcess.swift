@@ -1,3 +1,4 @@
+import APNSCore
 import Foundation
 import PushRedis
 
@@ -30,8 +31,7 @@ public final class RedisClusterProcess: Sendable {
         cliArguments: [String] = [],
         executable: String = RedisServerProcess.executable
     ) async throws -> RedisClusterProcess {
-        let milliseconds =
-            nodeTimeout.components.seconds * 1000 + nodeTimeout.components.attoseconds / 1_000_000_000_000_000
+        let milliseconds = nodeTimeout.wholeMilliseconds
         let arguments =
             [
                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
