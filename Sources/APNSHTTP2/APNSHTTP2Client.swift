@@ -29,32 +29,47 @@ import Synchronization
 /// allows (capped by ``APNSHTTP2Configuration/maxStreamsPerConnection``) and follows changes,
 /// including drops to 1 (§3.2, §6.8). Waiting notifications are bounded by
 /// ``APNSHTTP2Configuration/maxPending``: `send` waits while the client is full.
-public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClient {
+public final class APNSHTTP2Client: APNSDeliveryClient, APNSPoolStepping {
     typealias Work = HTTP2PoolStateMachine.Work
     /// Requests handed in by one `send` call, and the outcomes of those rejected up front.
     package typealias Batch = APNSSubmissionBatch<QueuedRequest, APNSDeliveryOutcome>
 
-    private struct State: APNSPoolShutdownState {
+    /// What the client keeps under its lock.
+    package struct State: APNSPoolClientState {
         var machine: HTTP2PoolStateMachine
-        var admission: APNSAdmission<Batch>
+        package var admission: APNSAdmission<Batch>
         var channels: [Int: any Channel] = [:]
         var handlers: [Int: NIOLoopBound<HTTP2ConnectionHandler>] = [:]
-        var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
+        package var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
 
-        var lifecycle: APNSPoolLifecycle { machine.lifecycle }
+        package var lifecycle: APNSPoolLifecycle { machine.lifecycle }
 
-        mutating func beginShutdown() -> [HTTP2PoolStateMachine.Action] { machine.beginShutdown() }
+        package var events: APNSEventBuffer { machine.events }
+
+        package mutating func withEventsAndAdmission(
+            _ body: (inout APNSEventBuffer, inout APNSAdmission<Batch>) -> Void
+        ) {
+            body(&machine.events, &admission)
+        }
+
+        package mutating func beginShutdown() -> [HTTP2PoolStateMachine.Action] { machine.beginShutdown() }
+
+        package mutating func enqueue(_ batch: Batch) -> [HTTP2PoolStateMachine.Action] {
+            machine.enqueue(batch.items, rejected: batch.rejected, tickets: batch.tickets)
+        }
     }
 
     /// What a state-machine step asks for, with channels and handlers already looked up.
-    private struct Effects {
+    package struct Effects: APNSPoolEffects {
         var connect: [Int] = []
         var wake: [NIOLoopBound<HTTP2ConnectionHandler>] = []
         var close: [any Channel] = []
         var timers: [HTTP2PoolStateMachine.Action] = []
         /// Token refreshes and log lines.
         var other: [HTTP2PoolStateMachine.Action] = []
-        var wakeups = APNSWakeups()
+        package var wakeups = APNSWakeups()
+
+        package init() {}
     }
 
     public let configuration: APNSHTTP2Configuration
@@ -205,14 +220,8 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
     // MARK: Called by connection handlers (on their event loops)
 
     func take(id: Int, free: Bool) -> Work {
-        var work = Work()
         let token = tokenOffer()
-        step { s in
-            let taken = s.machine.takeWork(id: id, free: free, token: token)
-            work = taken.work
-            return taken.actions
-        }
-        return work
+        return answer { $0.machine.takeWork(id: id, free: free, token: token) }
     }
 
     func connectionReady(id: Int, handler: NIOLoopBound<HTTP2ConnectionHandler>, initialLimit: Int?) {
@@ -238,15 +247,21 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         }
     }
 
+    /// Whether connection `id`, idle for the idle timeout, closes; its handler closes it, with
+    /// its own reason.
     func closeIfIdle(id: Int) -> Bool {
-        state.withLock { $0.machine.closeIfIdle(id: id) }
+        var closing = false
+        step { s in
+            var actions = s.machine.closeIfIdle(id: id)
+            closing = actions.contains(.close(id: id))
+            actions.removeAll { $0 == .close(id: id) }
+            return actions
+        }
+        return closing
     }
 
     func connectionError(id: Int, error: String) {
-        step { s in
-            s.machine.connectionError(id: id, error: error)
-            return []
-        }
+        step { $0.machine.connectionError(id: id, error: error) }
     }
 
     /// Requests taken for a connection that could not open streams any more.
@@ -256,12 +271,17 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
 
     /// Settles finished streams and hands the connection its next work.
     func streamsFinished(id: Int, results: [StreamResult], free: Bool) -> Work {
-        var work = Work()
         let token = tokenOffer()
+        return answer { $0.machine.streamsFinished(id: id, results: results, free: free, token: token) }
+    }
+
+    /// Runs a step whose first action is the work a handler asked for, and returns that work.
+    private func answer(_ body: (inout State) -> [HTTP2PoolStateMachine.Action]) -> Work {
+        var work = Work()
         step { s in
-            let finished = s.machine.streamsFinished(id: id, results: results, free: free, token: token)
-            work = finished.work
-            return finished.actions
+            let actions = body(&s)
+            work = actions.first?.work ?? Work()
+            return actions
         }
         return work
     }
@@ -270,7 +290,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
     /// connection is removed here.
     private func channelGone(id: Int) {
         let stale = state.withLock { s in
-            s.machine.connections[id].map { (wasReady: $0.phase != .connecting, handler: s.handlers[id]) }
+            s.machine.connections[id].map { (wasReady: !$0.state.isConnecting, handler: s.handlers[id]) }
         }
         guard let stale else { return }
         logger.warning(
@@ -321,7 +341,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
     }
 
     /// Carries out a token refresh or a log line asked for by the state machine.
-    private func perform(_ action: HTTP2PoolStateMachine.Action) {
+    private func refreshOrLog(_ action: HTTP2PoolStateMachine.Action) {
         switch action {
         case .refreshToken(let id, let rejected):
             guard let tokenProvider else { return }
@@ -347,37 +367,25 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         }
     }
 
-    package func withBuffer(_ body: (inout APNSEventBuffer, inout APNSAdmission<Batch>) -> Void) {
-        step { s in
-            body(&s.machine.events, &s.admission)
-            var actions: [HTTP2PoolStateMachine.Action] = []
-            while let batch = s.admission.popAdmitted() {
-                actions += s.machine.enqueue(batch.items, rejected: batch.rejected, tickets: batch.tickets)
-            }
-            return actions
+    package func withLockedState(_ body: (inout State) -> Effects) -> Effects {
+        state.withLock { body(&$0) }
+    }
+
+    package func collect(_ action: HTTP2PoolStateMachine.Action, from s: inout State, into e: inout Effects) {
+        switch action {
+        case .work: break  // returned to the handler that asked (``answer(_:)``)
+        case .connect(let id): e.connect.append(id)
+        case .wake(let id): if let handler = s.handlers[id] { e.wake.append(handler) }
+        case .close(let id): if let channel = s.channels[id] { e.close.append(channel) }
+        case .armDelayedTimer, .armReconnectTimer: e.timers.append(action)
+        case .shutdownComplete: swap(&e.wakeups.shutdown, &s.shutdownWaiters)
+        case .refreshToken, .logConnectFailure, .logPeerError: e.other.append(action)
         }
     }
 
-    /// Runs `body` under the lock, then carries out the actions it returned.
-    private func step(_ body: (inout State) -> [HTTP2PoolStateMachine.Action]) {
-        let effects = state.withLock { s -> Effects in
-            let actions = body(&s)
-            var e = Effects()
-            s.admission.takeWakeups(events: s.machine.events, into: &e.wakeups)
-            for action in actions {
-                switch action {
-                case .connect(let id): e.connect.append(id)
-                case .wake(let id): if let handler = s.handlers[id] { e.wake.append(handler) }
-                case .close(let id): if let channel = s.channels[id] { e.close.append(channel) }
-                case .armDelayedTimer, .armReconnectTimer: e.timers.append(action)
-                case .shutdownComplete: swap(&e.wakeups.shutdown, &s.shutdownWaiters)
-                case .refreshToken, .logConnectFailure, .logPeerError: e.other.append(action)
-                }
-            }
-            return e
-        }
+    package func perform(_ effects: Effects) {
         // A refreshed token is in the provider before any connection asks for its next one.
-        for action in effects.other { perform(action) }
+        for action in effects.other { refreshOrLog(action) }
         for id in effects.connect { connect(id: id) }
         for handler in effects.wake {
             handler.eventLoop.execute { handler.value.pump() }
@@ -393,7 +401,6 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
                 break
             }
         }
-        effects.wakeups.resume()
     }
 
     private func connect(id: Int) {
@@ -421,26 +428,30 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSBufferedDeliveryClie
         connected.whenComplete { [self] result in
             switch result {
             case .success(let channel):
-                let closeNow = state.withLock { s in
-                    let attached = s.machine.channelAttached(id: id)
-                    if attached.known { s.channels[id] = channel }
-                    return attached.closeNow
+                var known = false
+                var closing = false
+                step { s in
+                    known = s.machine.connections[id] != nil
+                    guard known else { return [] }
+                    s.channels[id] = channel
+                    let actions = s.machine.channelAttached(id: id)
+                    closing = actions.contains(.close(id: id))
+                    return actions
                 }
                 // The connection handler reports the close (channelInactive), which removes the
                 // connection. Should that report never come, the entry would outlive its channel
                 // and hold up shutdown; the channel's close future, which settles after the
                 // pipeline saw the close, removes it then.
                 channel.closeFuture.whenComplete { [self] _ in channelGone(id: id) }
-                if closeNow {
+                if !known {
+                    // The pool gave it up while it connected.
                     channel.close(promise: nil)
                     return
                 }
+                if closing { return }
                 // TLS, ALPN and the server's SETTINGS must arrive in time.
                 channel.eventLoop.scheduleTask(in: gateway.connectTimeout) { [self] in
-                    let pending = state.withLock { $0.machine.connectTimedOut(id: id) }
-                    if pending {
-                        channel.close(promise: nil)
-                    }
+                    step { $0.machine.connectTimedOut(id: id) }
                 }
             case .failure(let error):
                 logger.debug("HTTP/2 connect failed", metadata: ["apns.connection": "\(id)", "error": "\(error)"])

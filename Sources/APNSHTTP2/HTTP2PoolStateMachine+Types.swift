@@ -48,31 +48,80 @@ extension HTTP2PoolStateMachine {
     }
 
     /// What a connection handler is asked to do next.
-    struct Work: Sendable {
+    package struct Work: Sendable, Equatable {
         var requests: [QueuedRequest] = []
         var authorization: String?
         var close = false
     }
 
+    /// Where a connection is in its life, with what only that stage has.
+    ///
+    /// Its moves: `connecting → ready → draining`, or `connecting → draining` (a GOAWAY or a
+    /// close before the server's first SETTINGS); a connection leaves the table when its channel
+    /// closes. Getting ready twice is a bug in the pool, and stops a debug build.
+    enum State: Equatable {
+        /// Waiting for TLS, ALPN and the server's first SETTINGS; `timedOut` once the connect
+        /// timeout passed, and the client closes it.
+        case connecting(timedOut: Bool)
+        /// Opens streams, up to its limit.
+        case ready(Ready)
+        /// Takes no new streams (a GOAWAY, stream ids running out, a replacement, the idle
+        /// timeout) and closes once its open streams are done. `established` when the server's
+        /// first SETTINGS arrived.
+        case draining(established: Bool)
+
+        var isConnecting: Bool {
+            if case .connecting = self { true } else { false }
+        }
+
+        var isDraining: Bool {
+            if case .draining = self { true } else { false }
+        }
+
+        /// The server's first SETTINGS arrived: the connection counts as open until it closes.
+        var isEstablished: Bool {
+            switch self {
+            case .connecting: false
+            case .ready: true
+            case .draining(let established): established
+            }
+        }
+    }
+
+    /// What a connection that opens streams keeps.
+    struct Ready: Equatable {
+        /// Streams it may have open: the server's limit, capped by ours.
+        var limit: Int
+        /// Its handler has been asked for work and has not taken it yet.
+        var wakeScheduled = false
+    }
+
     struct Connection {
         var id: Int
-        var phase: Phase = .connecting
+        var state = State.connecting(timedOut: false)
         /// The connect completed and the client holds the channel.
         var attached = false
-        /// Streams this connection may have open: the server's limit, capped by ours.
-        var limit: Int = 1
+        /// Streams open on it.
         var open = 0
-        var wakeScheduled = false
         var tokenGuard = APNSConnectionTokenGuard()
         var currentToken: APNSProviderToken?
+        /// The pool asked the client to close it.
         var closeRequested = false
-        /// The server's first SETTINGS arrived: the connection counts as open until it closes.
-        var established = false
         /// Why it is closing, once the pool knows (a GOAWAY, the idle timeout, a shutdown, a
         /// replacement); `nil` while it does not.
         var closeReason: APNSPoolSnapshot.CloseReason?
-        /// Set when the connect timed out before the connection got ready.
-        var timedOut = false
+
+        /// Takes no new streams from now on.
+        mutating func drain() {
+            state = .draining(established: state.isEstablished)
+        }
+
+        /// Changes what the connection that opens streams keeps; nothing in another state.
+        mutating func whenReady(_ change: (inout Ready) -> Void) {
+            guard case .ready(var ready) = state else { return }
+            change(&ready)
+            state = .ready(ready)
+        }
     }
 
     struct Delayed {
@@ -101,9 +150,11 @@ extension HTTP2PoolStateMachine.Configuration {
 }
 
 extension HTTP2PoolStateMachine {
-    enum Phase: Equatable { case connecting, ready, draining }
-
-    enum Action: Equatable {
+    /// What the client does after a step, once it has released its lock.
+    package enum Action: Equatable {
+        /// The work connection `id`'s handler asked for (``takeWork(id:free:token:)``,
+        /// ``streamsFinished(id:results:free:token:)``); the client hands it back to the handler.
+        case work(id: Int, Work)
         /// Open connection `id`.
         case connect(id: Int)
         /// Ask the handler of connection `id` for its next work (``takeWork(id:free:)``).
@@ -123,6 +174,11 @@ extension HTTP2PoolStateMachine {
         case logConnectFailure(id: Int, reason: String, failures: Int)
         /// Log that the server on connection `id` answered what the client cannot fully use.
         case logPeerError(id: Int, message: String)
+
+        /// The work of a ``work(id:_:)``; `nil` for every other action.
+        var work: Work? {
+            if case .work(_, let work) = self { work } else { nil }
+        }
     }
 }
 

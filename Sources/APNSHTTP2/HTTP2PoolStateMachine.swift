@@ -16,7 +16,7 @@ import NIOCore
 /// The queue, the count of failed connects with its back-off and `unavailable`/`available`
 /// events, connection identifiers and the lifecycle are the types the binary pool uses too
 /// (``APNSPoolQueue``, ``APNSConnectFailures``, ``APNSConnectionIDs``, ``APNSPoolLifecycle``).
-struct HTTP2PoolStateMachine {
+package struct HTTP2PoolStateMachine {
     let configuration: Configuration
     var queue = APNSPoolQueue<QueuedRequest>()
     /// The Live Activity tickets of queued requests not yet taken, by tag (latest wins,
@@ -55,6 +55,9 @@ struct HTTP2PoolStateMachine {
 
     var inFlight: Int { connections.values.reduce(0) { $0 + $1.open } }
 
+    /// Connections that count toward those the pool wants: all but the draining ones.
+    private var liveConnections: Int { connections.values.reduce(0) { $1.state.isDraining ? $0 : $0 + 1 } }
+
     /// The pool now: ``counters`` with the gauges filled in; its cost grows with the number of
     /// connections only.
     func snapshot() -> APNSPoolSnapshot {
@@ -62,8 +65,8 @@ struct HTTP2PoolStateMachine {
         var streams = 0
         var live = 0
         for connection in connections.values {
-            if connection.established { snapshot.open += 1 } else { snapshot.connecting += 1 }
-            if connection.phase != .draining { live += 1 }
+            if connection.state.isEstablished { snapshot.open += 1 } else { snapshot.connecting += 1 }
+            if !connection.state.isDraining { live += 1 }
             streams += connection.open
         }
         // A reconnect waits for its back-off: the slots it would fill are backing off.
@@ -80,7 +83,7 @@ struct HTTP2PoolStateMachine {
     mutating func start() -> [Action] {
         var actions: [Action] = []
         guard lifecycle == .running else { return actions }
-        let live = connections.values.filter { $0.phase != .draining }.count
+        let live = liveConnections
         for _ in live..<max(live, max(1, configuration.minConnections)) { openConnection(&actions) }
         return actions
     }
@@ -126,45 +129,50 @@ struct HTTP2PoolStateMachine {
 
     // MARK: Inputs from connections
 
-    /// The connect of `id` completed. Returns whether the connection is still known, and
-    /// whether it should close at once (the client is abandoning, or stopping with nothing left).
-    mutating func channelAttached(id: Int) -> (known: Bool, closeNow: Bool) {
-        guard var connection = connections[id] else { return (false, true) }
+    /// The connect of `id` completed and the client holds its channel. It closes at once when
+    /// the client is abandoning, or stopping with nothing left. (The client closes a channel
+    /// whose connection the pool no longer knows itself.)
+    mutating func channelAttached(id: Int) -> [Action] {
+        guard var connection = connections[id] else { return [] }
+        guard !connection.attached else {
+            assertionFailure("connection \(id) attached twice")
+            return []
+        }
         connection.attached = true
         let closeNow = lifecycle == .abandoning || (lifecycle != .running && queue.isEmpty && delayed.isEmpty)
         if closeNow { connection.closeRequested = true }
         connections[id] = connection
-        return (true, closeNow)
+        return closeNow ? [.close(id: id)] : []
     }
 
-    /// Connection `id` is still waiting for TLS, ALPN or the server's SETTINGS.
-    func isConnecting(id: Int) -> Bool {
-        connections[id]?.phase == .connecting
-    }
-
-    /// The connect timeout of `id` passed: true (and the failure is a timeout) when it is still
-    /// waiting for TLS, ALPN or the server's SETTINGS and must be closed.
-    mutating func connectTimedOut(id: Int) -> Bool {
-        guard isConnecting(id: id) else { return false }
-        connections[id]?.timedOut = true
-        return true
+    /// The connect timeout of `id` passed: when it is still waiting for TLS, ALPN or the
+    /// server's SETTINGS, it closes (and the failure is a timeout).
+    mutating func connectTimedOut(id: Int) -> [Action] {
+        guard var connection = connections[id], connection.state.isConnecting else { return [] }
+        connection.state = .connecting(timedOut: true)
+        connections[id] = connection
+        return [.close(id: id)]
     }
 
     /// The server's first SETTINGS arrived on `id`, with its stream limit if it sent one.
     mutating func connectionReady(id: Int, initialLimit: Int?) -> [Action] {
         var actions: [Action] = []
         guard var connection = connections[id] else { return actions }
-        if !connection.established {
-            connection.established = true
-            counters.connectionsOpened += 1
+        let limit =
+            initialLimit.map(clampLimit)
+            ?? min(100, configuration.maxStreamsPerConnection)  // RFC 9113 §6.5.2: unlimited; be modest
+        switch connection.state {
+        case .connecting:
+            connection.state = .ready(Ready(limit: limit))
+        case .draining(established: false):
+            // A GOAWAY came before the server's first SETTINGS: it opens, and drains.
+            connection.state = .draining(established: true)
+        case .ready, .draining(established: true):
+            assertionFailure("connection \(id) got ready twice")
+            return actions
         }
-        connection.phase = connection.phase == .connecting ? .ready : connection.phase
-        if let initialLimit {
-            connection.limit = clampLimit(initialLimit)
-        } else {
-            connection.limit = min(100, configuration.maxStreamsPerConnection)  // RFC 9113 §6.5.2: unlimited; be modest
-        }
-        noteLimit(connection.limit)
+        counters.connectionsOpened += 1
+        noteLimit(limit)
         connections[id] = connection
         failures.reset()
         reconnectAt = nil
@@ -178,8 +186,9 @@ struct HTTP2PoolStateMachine {
     mutating func updateStreamLimit(id: Int, limit: Int) -> [Action] {
         var actions: [Action] = []
         guard var connection = connections[id] else { return actions }
-        connection.limit = clampLimit(limit)
-        noteLimit(connection.limit)
+        // The first SETTINGS' limit reaches a connecting one with ``connectionReady(id:initialLimit:)``.
+        connection.whenReady { $0.limit = clampLimit(limit) }
+        noteLimit(clampLimit(limit))
         connections[id] = connection
         dispatch(&actions)
         return actions
@@ -191,34 +200,36 @@ struct HTTP2PoolStateMachine {
         var actions: [Action] = []
         guard var connection = connections[id] else { return actions }
         connection.closeReason = connection.closeReason ?? (received ? .goaway : .other)
-        connection.phase = .draining
+        connection.drain()
         connections[id] = connection
         dispatch(&actions)
         return actions
     }
 
-    /// `id` has been idle for the idle timeout: true when it may close (nothing open or waiting).
-    mutating func closeIfIdle(id: Int) -> Bool {
-        let live = connections.values.filter { $0.phase != .draining }.count
+    /// `id` has been idle for the idle timeout: it closes when it may (nothing open or waiting).
+    mutating func closeIfIdle(id: Int) -> [Action] {
+        let live = liveConnections
         guard var connection = connections[id], connection.open == 0, queue.isEmpty,
-            lifecycle != .running || connection.phase == .draining || live > configuration.minConnections
-        else { return false }
-        connection.phase = .draining
+            lifecycle != .running || connection.state.isDraining || live > configuration.minConnections
+        else { return [] }
+        connection.drain()
         connection.closeRequested = true
         connection.closeReason = connection.closeReason ?? .idle
         connections[id] = connection
-        return true
+        return [.close(id: id)]
     }
 
-    mutating func connectionError(id: Int, error: String) {
+    /// The channel of `id` reported an error; it closes next.
+    mutating func connectionError(id: Int, error: String) -> [Action] {
         events.append(connectionEvent: .socketError(connection: id, error: error))
+        return []
     }
 
     /// Requests taken for `id` that it could not open streams for: back to the front of the queue.
     mutating func connectionClosedBeforeWrite(id: Int, requests: [QueuedRequest]) -> [Action] {
         if var connection = connections[id] {
             connection.open -= requests.count
-            connection.phase = .draining
+            connection.drain()
             connections[id] = connection
         }
         for request in requests.reversed() { queue.prepend(request) }
@@ -227,12 +238,13 @@ struct HTTP2PoolStateMachine {
         return actions
     }
 
-    /// Work for connection `id`: up to its free streams from the queue, with its token.
-    /// `free` is false once the connection cannot open streams any more.
-    mutating func takeWork(id: Int, free: Bool, token: TokenOffer? = nil) -> (work: Work, actions: [Action]) {
-        var actions: [Action] = []
-        let work = takeWork(id: id, free: free, token: token, &actions)
-        return (work, actions)
+    /// Work for connection `id`: up to its free streams from the queue, with its token, as the
+    /// first action (``Action/work(id:_:)``). `free` is false once the connection cannot open
+    /// streams any more.
+    mutating func takeWork(id: Int, free: Bool, token: TokenOffer? = nil) -> [Action] {
+        var actions: [Action] = [.work(id: id, Work())]
+        actions[0] = .work(id: id, takeWork(id: id, free: free, token: token, &actions))
+        return actions
     }
 
     /// Settles finished streams of `id` and hands the connection its next work.
@@ -241,16 +253,16 @@ struct HTTP2PoolStateMachine {
         results: [StreamResult],
         free: Bool,
         token: TokenOffer? = nil
-    ) -> (work: Work, actions: [Action]) {
-        var actions: [Action] = []
+    ) -> [Action] {
+        var actions: [Action] = [.work(id: id, Work())]
         if !results.isEmpty {
             connections[id]?.open -= results.count
             for result in results { settle(result, connection: id, &actions) }
         }
-        let work = takeWork(id: id, free: free, token: token, &actions)
+        actions[0] = .work(id: id, takeWork(id: id, free: free, token: token, &actions))
         dispatch(&actions)
         checkFinished(&actions)
-        return (work, actions)
+        return actions
     }
 
     /// Connection `id` closed, with the streams it left; `wasReady` when it ever got ready.
@@ -268,11 +280,11 @@ struct HTTP2PoolStateMachine {
         let connection = connections.removeValue(forKey: id)
         for result in results { settle(result, connection: id, &actions) }
         events.append(connectionEvent: .disconnected(connection: id, reason: reason))
-        if let connection, connection.established {
+        if let connection, connection.state.isEstablished {
             counters.count(connection.closeReason ?? cause ?? .silentClose)
         }
         if !wasReady && connection?.closeRequested != true {
-            counters.count(connection?.timedOut == true ? .timeout : failure)
+            counters.count(connection?.state == .connecting(timedOut: true) ? .timeout : failure)
             connectFailed(id: id, reason: reason, &actions)
         }
         dispatch(&actions)
@@ -316,7 +328,7 @@ struct HTTP2PoolStateMachine {
     private mutating func dispatch(_ actions: inout [Action]) {
         let wanted =
             !queue.isEmpty ? configuration.maxConnections : lifecycle != .running ? 0 : configuration.minConnections
-        let live = connections.values.filter { $0.phase != .draining }.count
+        let live = liveConnections
         if live < wanted {
             if let at = reconnectAt, at > configuration.clock() {
                 if !reconnectTimerArmed {
@@ -330,11 +342,12 @@ struct HTTP2PoolStateMachine {
         guard !queue.isEmpty else { return }
         var waiting = queue.count
         for id in connections.keys.sorted() where waiting > 0 {
-            guard var connection = connections[id], connection.phase == .ready, !connection.wakeScheduled,
-                connection.open < connection.limit
+            guard var connection = connections[id], case .ready(var ready) = connection.state, !ready.wakeScheduled,
+                connection.open < ready.limit
             else { continue }
-            connection.wakeScheduled = true
-            waiting -= connection.limit - connection.open
+            ready.wakeScheduled = true
+            connection.state = .ready(ready)
+            waiting -= ready.limit - connection.open
             connections[id] = connection
             actions.append(.wake(id: id))
         }
@@ -348,19 +361,21 @@ struct HTTP2PoolStateMachine {
 
     private mutating func takeWork(id: Int, free: Bool, token: TokenOffer?, _ actions: inout [Action]) -> Work {
         guard var connection = connections[id] else { return Work(close: true) }
-        connection.wakeScheduled = false
-        if !free && connection.phase == .ready {
-            connection.phase = .draining
+        connection.whenReady { $0.wakeScheduled = false }
+        if !free, case .ready = connection.state {
+            connection.drain()
             connections[id] = connection
             dispatch(&actions)
         }
-        if connection.phase == .draining && connection.open == 0 {
+        if connection.state.isDraining && connection.open == 0 {
             connection.closeRequested = true
             connections[id] = connection
             return Work(close: true)
         }
         connections[id] = connection
-        guard connection.phase == .ready, !queue.isEmpty, connection.open < connection.limit else { return Work() }
+        guard case .ready(let ready) = connection.state, !queue.isEmpty, connection.open < ready.limit else {
+            return Work()
+        }
         var work = Work()
         if let token {
             // §4: one token shared by the app's connections; a connection changes it at most
@@ -384,7 +399,7 @@ struct HTTP2PoolStateMachine {
                 connection.currentToken = token
                 work.authorization = token.authorization
             case .reconnect:
-                connection.phase = .draining
+                connection.drain()
                 connection.closeRequested = connection.open == 0
                 connection.closeReason = connection.closeReason ?? .other
                 connections[id] = connection
@@ -392,7 +407,7 @@ struct HTTP2PoolStateMachine {
                 return Work(close: connection.open == 0)
             }
         }
-        let count = min(connection.limit - connection.open, queue.count)
+        let count = min(ready.limit - connection.open, queue.count)
         work.requests = takeRequests(count)
         if let issuedAt = connection.currentToken?.issuedAt {
             let stamp = UInt32(clamping: issuedAt)
@@ -406,7 +421,7 @@ struct HTTP2PoolStateMachine {
     /// A connection failed before it got ready: counts the failure, reports the gateway
     /// unavailable after several, fails stale requests, and sets the reconnect back-off.
     private mutating func connectFailed(id: Int, reason: String, _ actions: inout [Action]) {
-        let noneReady = !connections.values.contains { $0.phase != .connecting }
+        let noneReady = !connections.values.contains { !$0.state.isConnecting }
         failures.record(reason, peer: configuration.server, noneOpen: noneReady, into: &events)
         actions.append(.logConnectFailure(id: id, reason: reason, failures: failures.inARow))
         if noneReady { failStale() }
@@ -469,7 +484,7 @@ struct HTTP2PoolStateMachine {
                 report(request, failure, uniqueID: response.apnsUniqueID)
             case .retry:
                 if failure.replaceConnection, var connection = connections[id] {
-                    connection.phase = .draining
+                    connection.drain()
                     connection.closeReason = connection.closeReason ?? .other
                     connections[id] = connection
                 }

@@ -17,17 +17,17 @@ import Testing
         )
     }
 
-    static func connectDelays(_ actions: [PoolStateMachine.Action]) -> [TimeAmount] {
+    static func connectDelays(_ actions: [BinaryPoolStateMachine.Action]) -> [TimeAmount] {
         actions.compactMap { if case .connect(_, let delay) = $0 { delay } else { nil } }
     }
 
     @Test func failedConnectsWaitTheBaseDoubledUpToTheCap() {
-        var configuration = PoolStateMachine.Configuration()
+        var configuration = BinaryPoolStateMachine.Configuration()
         configuration.jitter = { $0 }
         configuration.connectionRetryLimit = nil
         configuration.reconnectBaseDelay = .milliseconds(300)
         configuration.reconnectMaxDelay = .milliseconds(1000)
-        var m = PoolStateMachine(configuration: configuration)
+        var m = BinaryPoolStateMachine(configuration: configuration)
         var actions = m.enqueue([Self.item(1)])
         var delays: [TimeAmount] = []
         for _ in 0..<4 {

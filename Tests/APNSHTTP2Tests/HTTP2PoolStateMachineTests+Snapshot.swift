@@ -80,7 +80,7 @@ extension HTTP2PoolStateMachineTests {
         // Idle.
         let fourth = openAndUse(&m, tag: 3)
         let idle = m.closeIfIdle(id: fourth)
-        #expect(idle)
+        #expect(idle == [.close(id: fourth)])
         _ = m.connectionClosed(id: fourth, results: [], wasReady: true, reason: "idle")
         // Shutdown.
         let fifth = openAndUse(&m, tag: 4)
@@ -101,7 +101,7 @@ extension HTTP2PoolStateMachineTests {
         #expect(Self.connectIDs(m.enqueue(Self.requests(0..<1), rejected: [])) == [1, 2])
         _ = m.connectionClosed(id: 1, results: [], wasReady: false, reason: "refused", failure: .refused)
         let timedOut = m.connectTimedOut(id: 2)
-        #expect(timedOut)
+        #expect(timedOut == [.close(id: 2)])
         _ = m.connectionClosed(id: 2, results: [], wasReady: false, reason: "closed")
         var s = m.snapshot()
         #expect(s.connectFailures == [.refused: 1, .timeout: 1])
@@ -117,7 +117,7 @@ extension HTTP2PoolStateMachineTests {
         _ = m.beginShutdown()
         _ = m.abandon(reason: "done")
         let late = m.channelAttached(id: 4)
-        #expect(late.closeNow)
+        #expect(late == [.close(id: 4)])
         _ = m.connectionClosed(id: 4, results: [], wasReady: false, reason: "closed")
         s = m.snapshot()
         #expect(s.connectFailures == [.refused: 1, .timeout: 1, .tls: 1])

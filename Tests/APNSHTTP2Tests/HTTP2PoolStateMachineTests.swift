@@ -97,19 +97,45 @@ import Testing
         #expect(ids.count == 1)
         let id = ids.first ?? -1
         let attached = m.channelAttached(id: id)
-        #expect(attached.known && !attached.closeNow)
+        #expect(attached.isEmpty)
         #expect(m.connectionReady(id: id, initialLimit: limit) == [.wake(id: id)])
         return id
+    }
+
+    @Test func aConnectionsStateFollowsItsLife() {
+        var m = machine { $0.maxConnections = 2 }
+        let ids = Self.connectIDs(m.enqueue(Self.requests(0..<4), rejected: []))
+        #expect(ids == [1, 2])
+        #expect(ids.allSatisfy { m.connections[$0]?.state == .connecting(timedOut: false) })
+        _ = m.channelAttached(id: 1)
+        _ = m.channelAttached(id: 2)
+        // The first gets ready with the server's limit; the second gets a GOAWAY before its
+        // SETTINGS, then the SETTINGS: it counts as open, and drains.
+        _ = m.connectionReady(id: 1, initialLimit: 3)
+        #expect(m.connections[1]?.state == .ready(.init(limit: 3, wakeScheduled: true)))
+        _ = m.goAway(id: 2)
+        #expect(m.connections[2]?.state == .draining(established: false))
+        _ = m.connectionReady(id: 2, initialLimit: 3)
+        #expect(m.connections[2]?.state == .draining(established: true))
+        #expect(m.snapshot().open == 2 && m.snapshot().connectionsOpened == 2)
+        // Work clears the wake; the server lowering its limit changes the ready one's.
+        #expect(m.takeWork(id: 1, free: true).work.requests.count == 3)
+        #expect(m.connections[1]?.state == .ready(.init(limit: 3, wakeScheduled: false)))
+        _ = m.updateStreamLimit(id: 1, limit: 1)
+        #expect(m.connections[1]?.state == .ready(.init(limit: 1, wakeScheduled: false)))
+        // A connect timeout only counts while connecting.
+        #expect(m.connectTimedOut(id: 1).isEmpty)
     }
 
     @Test func enqueueOpensAConnectionAndReadyWakesIt() {
         var m = machine()
         #expect(m.start() == [.connect(id: 1)])
-        #expect(m.isConnecting(id: 1))
+        #expect(m.connections[1]?.state == .connecting(timedOut: false))
         #expect(m.enqueue(Self.requests(0..<3), rejected: []).isEmpty)  // one connection, still connecting
         #expect(m.connectionReady(id: 1, initialLimit: 10) == [.wake(id: 1)])
         #expect(m.events.contains { if case .connected(1) = $0 { true } else { false } })
-        let (work, actions) = m.takeWork(id: 1, free: true)
+        let taken = m.takeWork(id: 1, free: true)
+        let (work, actions) = (taken.work, taken.actions)
         #expect(work.requests.map(\.tag) == [0, 1, 2])
         #expect(!work.close && actions.isEmpty)
         #expect(m.inFlight == 3 && m.queue.isEmpty)
@@ -155,7 +181,7 @@ import Testing
         m.events.removeAll()
         // The handler reports the GOAWAY, then the streams above its last-stream-id.
         _ = m.goAway(id: id)
-        #expect(m.connections[id]?.phase == .draining && m.connections[id]?.closeReason == .goaway)
+        #expect(m.connections[id]?.state == .draining(established: true) && m.connections[id]?.closeReason == .goaway)
         let results = [Self.answer(sent[0], 200)] + sent[1...].map { StreamResult.unprocessed($0) }
         let finished = m.streamsFinished(id: id, results: results, free: false)
         #expect(finished.work.close)
@@ -344,7 +370,7 @@ import Testing
         // The connection is ready only after the second request's time has passed.
         clocks.advance(.seconds(1))
         _ = m.connectionReady(id: id, initialLimit: 10)
-        let (work, _) = m.takeWork(id: id, free: true)
+        let work = m.takeWork(id: id, free: true).work
         #expect(work.requests.map(\.tag) == [0, 2])
         let expired = Self.outcomes(&m).filter { $0.status == .expired }
         #expect(expired.map(\.tag) == [1])
@@ -411,11 +437,21 @@ import Testing
         _ = m.start()
         _ = m.beginShutdown()
         let late = m.channelAttached(id: 1)
-        #expect(late.known && late.closeNow)
+        #expect(late == [.close(id: 1)])
+        // One the pool does not know: the client closes its channel itself.
         let unknown = m.channelAttached(id: 7)
-        #expect(!unknown.known && unknown.closeNow)
+        #expect(unknown.isEmpty && m.connections[7] == nil)
         // Its close was asked for: not a connect failure.
         #expect(m.connectionClosed(id: 1, results: [], wasReady: false, reason: "closed") == [.shutdownComplete])
         #expect(m.failures.inARow == 0)
     }
+}
+
+extension [HTTP2PoolStateMachine.Action] {
+    /// The work a ``HTTP2PoolStateMachine/takeWork(id:free:token:)`` or
+    /// ``HTTP2PoolStateMachine/streamsFinished(id:results:free:token:)`` handed out.
+    var work: HTTP2PoolStateMachine.Work { first?.work ?? HTTP2PoolStateMachine.Work() }
+
+    /// The actions besides the work.
+    var actions: [HTTP2PoolStateMachine.Action] { filter { $0.work == nil } }
 }

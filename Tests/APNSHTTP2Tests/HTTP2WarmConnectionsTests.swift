@@ -30,8 +30,8 @@ import Testing
         #expect(m.queue.isEmpty && m.inFlight == 0)
         let first = m.closeIfIdle(id: warm[0])
         let second = m.closeIfIdle(id: warm[1])
-        #expect(first)
-        #expect(!second, "the pool is down to its minimum")
+        #expect(first == [.close(id: warm[0])])
+        #expect(second.isEmpty, "the pool is down to its minimum")
     }
 
     @Test func aWarmConnectionThatClosesIsReplacedWhileNothingIsQueued() {
@@ -51,6 +51,6 @@ import Testing
         _ = m.channelAttached(id: ids[0])
         _ = m.connectionReady(id: ids[0], initialLimit: 10)
         let closes = m.closeIfIdle(id: ids[0])
-        #expect(closes)
+        #expect(closes == [.close(id: ids[0])])
     }
 }

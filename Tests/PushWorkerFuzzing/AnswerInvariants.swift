@@ -73,7 +73,7 @@ public enum AnswerInvariants {
         }
         _ = machine.channelAttached(id: id)
         _ = machine.connectionReady(id: id, initialLimit: 10)
-        let (work, _) = machine.takeWork(id: id, free: true)
+        let work = machine.takeWork(id: id, free: true).first?.work ?? HTTP2PoolStateMachine.Work()
         let written = work.requests.map { request in
             var request = request
             request.attempts += 1
@@ -97,10 +97,10 @@ public enum AnswerInvariants {
     /// connection that sent ten notifications, and as the feedback service's tuples.
     public static func violations(ofBinaryAnswer bytes: [UInt8]) -> [String] {
         var problems: [String] = []
-        var configuration = PoolStateMachine.Configuration()
+        var configuration = BinaryPoolStateMachine.Configuration()
         configuration.confirmationWindow = .seconds(1)
         configuration.jitter = { $0 }
-        var machine = PoolStateMachine(configuration: configuration)
+        var machine = BinaryPoolStateMachine(configuration: configuration)
         let notifications = (0..<10).map { tag in
             PendingNotification(
                 tag: UInt64(tag),
@@ -115,8 +115,8 @@ public enum AnswerInvariants {
         let connect = machine.enqueue(notifications).first { if case .connect = $0 { true } else { false } }
         guard case .connect(let id, _)? = connect else { return ["the pool opened no connection"] }
         _ = machine.connectionEstablished(id: id)
-        let (batch, _) = machine.takeBatch(id: id)
-        if let last = batch.last { _ = machine.written(id: id, through: last.0, now: now) }
+        let batch = machine.takeBatch(id: id).compactMap(\.frames).first ?? []
+        if let last = batch.last { _ = machine.written(id: id, through: last.identifier, now: now) }
         var errors = ErrorResponseDecoder()
         var buffer = ByteBuffer(bytes: bytes)
         while let response = try? errors.decode(buffer: &buffer) {

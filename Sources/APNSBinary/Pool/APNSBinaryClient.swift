@@ -22,29 +22,50 @@ import Synchronization
 /// Feed it with ``send(_:)`` and read one outcome per notification from ``events``. `send`
 /// waits while ``APNSBinaryConfiguration/maxPending`` notifications are in the client with
 /// outcomes not yet read, so a consumer must read ``events``.
-public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryClient {
+public final class APNSBinaryClient: APNSDeliveryClient, APNSPoolStepping {
     /// Notifications handed in by one `send` call: the valid ones and those rejected up front.
     package typealias Batch = APNSSubmissionBatch<PendingNotification, (PendingNotification, String)>
 
-    private struct State: APNSPoolShutdownState {
-        var machine: PoolStateMachine
-        var admission: APNSAdmission<Batch>
+    /// What the client keeps under its lock.
+    package struct State: APNSPoolClientState {
+        var machine: BinaryPoolStateMachine
+        package var admission: APNSAdmission<Batch>
         var channels: [Int: any Channel] = [:]
-        var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
+        package var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
         var started = false
 
-        var lifecycle: APNSPoolLifecycle { machine.lifecycle }
+        package var lifecycle: APNSPoolLifecycle { machine.lifecycle }
 
-        mutating func beginShutdown() -> [PoolStateMachine.Action] {
+        package var events: APNSEventBuffer { machine.events }
+
+        package mutating func withEventsAndAdmission(
+            _ body: (inout APNSEventBuffer, inout APNSAdmission<Batch>) -> Void
+        ) {
+            body(&machine.events, &admission)
+        }
+
+        package mutating func beginShutdown() -> [BinaryPoolStateMachine.Action] {
             started = true
             return machine.beginShutdown()
+        }
+
+        /// The first batch also opens the warm connections.
+        package mutating func enqueue(_ batch: Batch) -> [BinaryPoolStateMachine.Action] {
+            var actions: [BinaryPoolStateMachine.Action] = []
+            if !started {
+                started = true
+                actions = machine.start()
+            }
+            return actions + machine.enqueue(batch.items, rejected: batch.rejected)
         }
     }
 
     /// What a state-machine step asks for, with channels already looked up.
-    private struct Effects {
-        var actions: [(PoolStateMachine.Action, (any Channel)?)] = []
-        var wakeups = APNSWakeups()
+    package struct Effects: APNSPoolEffects {
+        var actions: [(BinaryPoolStateMachine.Action, (any Channel)?)] = []
+        package var wakeups = APNSWakeups()
+
+        package init() {}
     }
 
     public let configuration: APNSBinaryConfiguration
@@ -63,7 +84,7 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         }
         self.configuration = configuration
         self.logger = logger
-        var machineConfig = PoolStateMachine.Configuration()
+        var machineConfig = BinaryPoolStateMachine.Configuration()
         machineConfig.maxConnections = configuration.maxConnections
         machineConfig.minConnections = configuration.minConnections
         machineConfig.cacheMaxCount = configuration.cacheMaxCount
@@ -76,7 +97,7 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         machineConfig.reconnectMaxDelay = configuration.reconnectMaxDelay
         self.state = Mutex(
             State(
-                machine: PoolStateMachine(configuration: machineConfig),
+                machine: BinaryPoolStateMachine(configuration: machineConfig),
                 admission: APNSAdmission(maxPending: configuration.maxPending)
             )
         )
@@ -187,31 +208,7 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         }
     }
 
-    // MARK: Admission and events
-
-    private static func enqueue(_ state: inout State, _ batch: Batch) -> [PoolStateMachine.Action] {
-        for (item, message) in batch.rejected {
-            state.machine.reject(item, status: .invalidPayload, message: message)
-        }
-        if !state.started {
-            state.started = true
-            var actions = state.machine.start()
-            if !batch.items.isEmpty { actions += state.machine.enqueue(batch.items) }
-            return actions
-        }
-        return batch.items.isEmpty ? [] : state.machine.enqueue(batch.items)
-    }
-
-    package func withBuffer(_ body: (inout APNSEventBuffer, inout APNSAdmission<Batch>) -> Void) {
-        step { state in
-            body(&state.machine.events, &state.admission)
-            var actions: [PoolStateMachine.Action] = []
-            while let batch = state.admission.popAdmitted() {
-                actions += Self.enqueue(&state, batch)
-            }
-            return actions
-        }
-    }
+    // MARK: Events
 
     /// Takes the next event, waiting for one if there is none. Returns nil when the client has
     /// shut down and no event is left.
@@ -227,45 +224,44 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
 
     // MARK: State-machine plumbing
 
-    /// Runs `body` under the lock, then carries out what it asked for.
-    private func step(_ body: (inout State) -> [PoolStateMachine.Action]) {
-        let effects = state.withLock { state -> Effects in
-            let actions = body(&state)
-            var effects = Effects()
-            for action in actions {
-                switch action {
-                case .schedulePump(let id), .close(let id), .armTimer(let id, _):
-                    effects.actions.append((action, state.channels[id]))
-                case .connect:
-                    effects.actions.append((action, nil))
-                case .shutdownComplete:
-                    swap(&effects.wakeups.shutdown, &state.shutdownWaiters)
-                }
-            }
-            state.admission.takeWakeups(events: state.machine.events, into: &effects.wakeups)
-            return effects
+    package func withLockedState(_ body: (inout State) -> Effects) -> Effects {
+        state.withLock { body(&$0) }
+    }
+
+    package func collect(_ action: BinaryPoolStateMachine.Action, from state: inout State, into effects: inout Effects)
+    {
+        switch action {
+        case .schedulePump(let id), .write(let id, _), .close(let id), .armTimer(let id, _):
+            effects.actions.append((action, state.channels[id]))
+        case .connect:
+            effects.actions.append((action, nil))
+        case .shutdownComplete:
+            swap(&effects.wakeups.shutdown, &state.shutdownWaiters)
         }
+    }
+
+    package func perform(_ effects: Effects) {
         for (action, channel) in effects.actions {
             execute(action, channel: channel)
         }
-        effects.wakeups.resume()
     }
 
-    private func execute(_ action: PoolStateMachine.Action, channel: (any Channel)?) {
+    private func execute(_ action: BinaryPoolStateMachine.Action, channel: (any Channel)?) {
         switch action {
         case .connect(let id, let delay):
             if delay == .zero {
                 connect(id: id)
             } else {
                 gateway.group.next().scheduleTask(in: delay) { [self] in
-                    if state.withLock({ $0.machine.beginConnect(id: id) }) {
-                        connect(id: id)
-                    }
+                    step { $0.machine.backoffElapsed(id: id) }
                 }
             }
         case .schedulePump(let id):
             guard let channel else { return }
             channel.eventLoop.execute { [self] in pump(id: id, channel: channel) }
+        case .write(let id, let frames):
+            guard let channel else { return }
+            write(frames, id: id, channel: channel)
         case .close:
             channel?.close(promise: nil)
         case .armTimer(let id, let deadline):
@@ -325,21 +321,25 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         }
     }
 
-    /// Writes the next batch for connection `id`. Runs on the channel's event loop.
+    /// Takes the next batch for connection `id`, which the step then writes. Runs on the
+    /// channel's event loop.
     private func pump(id: Int, channel: any Channel) {
-        var batch: [(UInt32, PendingNotification?)] = []
         step { state in
             guard channel.isActive else { return [] }
-            let taken = state.machine.takeBatch(id: id)
-            batch = taken.batch
-            return taken.actions
+            return state.machine.takeBatch(id: id)
         }
-        guard !batch.isEmpty else { return }
+    }
+
+    /// Writes a batch the pump of connection `id` took. Runs on the channel's event loop.
+    private func write(_ batch: [BinaryPoolStateMachine.Frame], id: Int, channel: any Channel) {
+        channel.eventLoop.assertInEventLoop()
+        guard let lastIdentifier = batch.last?.identifier else { return }
         var bytes = 0
-        for (_, item) in batch { bytes += item?.wireSize ?? 40 }
+        for frame in batch { bytes += frame.notification?.wireSize ?? 40 }
         var buffer = channel.allocator.buffer(capacity: bytes)
-        for (identifier, item) in batch {
-            if let item {
+        for frame in batch {
+            let identifier = frame.identifier
+            if let item = frame.notification {
                 switch configuration.frameFormat {
                 case .framed:
                     buffer.writeFramedNotification(
@@ -371,7 +371,6 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
                 )
             }
         }
-        let lastIdentifier = batch[batch.count - 1].0
         let writeTimeout = configuration.writeTimeout
         let stalled = channel.eventLoop.scheduleTask(in: writeTimeout.timeAmount) {
             channel.pipeline.fireUserInboundEventTriggered(WriteTimedOut(after: writeTimeout))
@@ -433,13 +432,8 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSBufferedDeliveryCli
         step { $0.machine.writabilityChanged(id: id, writable: writable) }
     }
 
-    fileprivate func idle(id: Int) -> Bool {
-        var close = false
-        step { state in
-            close = state.machine.idleTimeout(id: id)
-            return []
-        }
-        return close
+    fileprivate func idle(id: Int) {
+        step { $0.machine.idleTimeout(id: id) }
     }
 }
 
@@ -499,10 +493,8 @@ private final class GatewayConnectionHandler: ChannelInboundHandler {
             context.close(promise: nil)
             return
         } else if event is IdleStateHandler.IdleStateEvent {
-            if client.idle(id: id) {
-                closeReason = "idle timeout"
-                context.close(promise: nil)
-            }
+            // The pool closes the connection if it may, and reports why itself.
+            client.idle(id: id)
         }
         context.fireUserInboundEventTriggered(event)
     }

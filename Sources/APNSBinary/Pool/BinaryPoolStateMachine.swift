@@ -10,7 +10,7 @@ import NIOCore
 /// shutdown. Its methods return ``Action``s — connects, pumps, timers, closes — that the
 /// ``APNSBinaryClient`` carries out after releasing its lock; outcomes and connection events
 /// are appended to ``events``.
-struct PoolStateMachine {
+package struct BinaryPoolStateMachine {
     let configuration: Configuration
     private(set) var queue = APNSPoolQueue<PendingNotification>()
     private(set) var connections: [Int: Connection] = [:]
@@ -58,9 +58,7 @@ struct PoolStateMachine {
     var unconfirmedCount: Int { connections.values.reduce(0) { $0 + $1.cache.count } }
 
     private var liveConnectionCount: Int {
-        connections.values.reduce(0) { count, c in
-            c.phase == .failed || c.phase == .closing ? count : count + 1
-        }
+        connections.values.reduce(0) { count, c in c.state.isLive ? count + 1 : count }
     }
 
     private var isDrained: Bool {
@@ -76,8 +74,16 @@ struct PoolStateMachine {
         return actions
     }
 
-    /// Adds notifications at the back of the queue.
-    mutating func enqueue(_ items: some Collection<PendingNotification>) -> [Action] {
+    /// Adds notifications at the back of the queue, and reports those that never reach a
+    /// connection (invalid payload and the like) with their reasons.
+    mutating func enqueue(
+        _ items: some Collection<PendingNotification>,
+        rejected: [(PendingNotification, String)] = []
+    ) -> [Action] {
+        for (item, message) in rejected {
+            emitFailure(item, status: .invalidPayload, message: message)
+        }
+        guard !items.isEmpty else { return [] }
         precondition(lifecycle == .running, "enqueue after shutdown")
         queue.append(contentsOf: items)
         var actions: [Action] = []
@@ -85,28 +91,32 @@ struct PoolStateMachine {
         return actions
     }
 
-    /// Reports a notification that never reaches a connection (invalid payload and the like).
-    mutating func reject(_ item: PendingNotification, status: APNSStatus, message: String) {
-        emitFailure(item, status: status, message: message)
-    }
-
-    /// A delayed connect is due: returns false when the connection is no longer wanted.
-    mutating func beginConnect(id: Int) -> Bool {
-        guard var c = connections[id], c.phase == .scheduled else { return false }
+    /// The back-off delay of connection `id` is over: it connects now, unless it is no longer
+    /// wanted (the pool drained during a shutdown).
+    mutating func backoffElapsed(id: Int) -> [Action] {
+        guard var c = connections[id] else { return [] }
+        guard c.state == .scheduled else {
+            assertionFailure("connection \(id): back-off elapsed in state \(c.state)")
+            return []
+        }
         if lifecycle != .running && isDrained {
             connections[id] = nil
-            return false
+            return []
         }
-        c.phase = .connecting
+        c.state = .connecting
         connections[id] = c
-        return true
+        return [.connect(id: id, delay: .zero)]
     }
 
     /// The TLS handshake of connection `id` completed.
     mutating func connectionEstablished(id: Int) -> [Action] {
         var actions: [Action] = []
-        guard var c = connections[id], c.phase == .connecting else { return actions }
-        c.phase = .ready
+        guard var c = connections[id] else { return actions }
+        guard c.state == .connecting else {
+            assertionFailure("connection \(id): handshake completed in state \(c.state)")
+            return actions
+        }
+        c.state = .ready(Ready())
         connections[id] = c
         counters.connectionsOpened += 1
         emitConnectionEvent(.connected(connection: id))
@@ -130,18 +140,24 @@ struct PoolStateMachine {
     }
 
     /// The pump of connection `id` runs: takes the next batch to write, assigning identifiers
-    /// and moving the notifications into the sent cache. `nil` in a batch entry is the probe.
-    mutating func takeBatch(id: Int) -> (batch: [(UInt32, PendingNotification?)], actions: [Action]) {
-        var actions: [Action] = []
+    /// and moving the notifications into the sent cache. The batch is the first action,
+    /// ``Action/write(id:frames:)``, when there is one.
+    mutating func takeBatch(id: Int) -> [Action] {
         // Taken out of the table while it changes, so that its cache is uniquely referenced and
         // appends do not copy it.
-        guard var c = connections.removeValue(forKey: id) else { return ([], actions) }
-        c.pumpScheduled = false
-        guard c.phase == .ready, c.writable else {
+        guard var c = connections.removeValue(forKey: id) else { return [] }
+        // A pump scheduled before the connection closed finds nothing to do.
+        guard case .ready(var ready) = c.state else {
             connections[id] = c
-            return ([], actions)
+            return []
         }
-        var batch: [(UInt32, PendingNotification?)] = []
+        ready.pumpScheduled = false
+        c.state = .ready(ready)
+        guard ready.writable else {
+            connections[id] = c
+            return []
+        }
+        var batch: [Frame] = []
         var batchBytes = 0
         let limit = min(configuration.cacheMaxCount, inflightLimit)
         // A notification past its `staleAt` when its turn comes is failed instead of written (the
@@ -173,21 +189,22 @@ struct PoolStateMachine {
             c.nextIdentifier &+= 1
             c.cache.append(CacheEntry(identifier: identifier, pending: item, sentAt: .distantFuture, bytes: size))
             c.cacheBytes += size
-            batch.append((identifier, item))
+            batch.append(Frame(identifier: identifier, notification: item))
             batchBytes += size
         }
         // At shutdown, once nothing is left to send, a deliberately invalid notification makes
         // the gateway answer with an error that confirms everything written before it (§6.3).
-        if lifecycle.isStopping, queue.isEmpty, !c.probeSent, !c.cache.isEmpty {
+        if lifecycle.isStopping, queue.isEmpty, !ready.probeSent, !c.cache.isEmpty {
             let identifier = c.nextIdentifier
             c.nextIdentifier &+= 1
             c.cache.append(CacheEntry(identifier: identifier, pending: nil, sentAt: .distantFuture, bytes: 0))
-            c.probeSent = true
-            batch.append((identifier, nil))
+            c.whenReady { $0.probeSent = true }
+            batch.append(Frame(identifier: identifier, notification: nil))
         }
         connections[id] = c
+        var actions: [Action] = batch.isEmpty ? [] : [.write(id: id, frames: batch)]
         dispatch(into: &actions)
-        return (batch, actions)
+        return actions
     }
 
     /// The batch of connection `id` ending with `lastIdentifier` was handed to the kernel at
@@ -225,7 +242,8 @@ struct PoolStateMachine {
         var actions: [Action] = []
         guard var c = connections.removeValue(forKey: id) else { return actions }
         c.timerArmed = false
-        guard c.phase == .ready || c.phase == .closing else {
+        // A failed connection's cache was settled by its error response.
+        guard c.state.isOpen else {
             connections[id] = c
             return actions
         }
@@ -255,15 +273,14 @@ struct PoolStateMachine {
     /// An error response arrived on connection `id` (§1.5).
     mutating func errorResponse(id: Int, _ response: ErrorResponse, now: NIODeadline) -> [Action] {
         var actions: [Action] = []
-        guard var c = connections[id], c.phase == .ready || c.phase == .closing else { return actions }
-        c.phase = .failed
+        // The gateway answers once and closes: anything on a connection not open is ignored.
+        guard var c = connections[id], c.state.isOpen else { return actions }
         // The answer to the shutdown probe ends a connection the client is closing anyway.
         let probe = c.index(of: response.identifier).map { c.cache[$0].pending == nil } ?? false
-        c.closeReason = probe ? .shutdown : .errorResponse
+        c.state = .failed(probe ? .shutdown : .errorResponse)
         let entries = Array(c.cache)
         c.cache.removeAll()
         c.cacheBytes = 0
-        c.productive = true
 
         if let index = entries.firstIndex(where: { $0.identifier == response.identifier }) {
             // §1.5.2: everything before the bad one was accepted; §1.5.3: with status 10 the
@@ -319,42 +336,52 @@ struct PoolStateMachine {
     mutating func connectionClosed(id: Int, reason: String, cause: APNSPoolSnapshot.CloseReason? = nil) -> [Action] {
         var actions: [Action] = []
         guard let c = connections.removeValue(forKey: id) else { return actions }
-        switch c.phase {
+        switch c.state {
         case .scheduled, .connecting:
             counters.count(APNSPoolSnapshot.ConnectFailure.other)
             emitConnectionEvent(.socketError(connection: id, error: reason))
             recordFailure(reason)
-        case .failed:
-            counters.count(c.closeReason ?? .errorResponse)
+        case .failed(let why):
+            counters.count(why)
             emitConnectionEvent(.disconnected(connection: id, reason: reason))
-        case .ready, .closing:
-            counters.count(c.closeReason ?? cause ?? .silentClose)
+        case .ready(let ready):
+            counters.count(cause ?? .silentClose)
             emitConnectionEvent(.disconnected(connection: id, reason: reason))
-            // Closed without an error packet: whatever is unconfirmed is in an unknown state (§6.2).
-            let unknown = c.cache.compactMap(\.pending)
-            if !unknown.isEmpty {
-                if lifecycle != .finished, configuration.resendOnUnknown {
-                    requeueFront(unknown, possibleDuplicate: true)
-                } else {
-                    for item in unknown {
-                        var item = item
-                        item.possibleDuplicate = true
-                        emitFailure(
-                            item,
-                            status: .indeterminate,
-                            message:
-                                "connection \(id) closed without an error packet (\(reason)); the gateway may or may not have accepted it"
-                        )
-                    }
-                }
-                inflightLimit = max(1, min(inflightLimit, unknown.count) / 2)
-            }
-            if !c.productive && c.phase != .closing {
+            settleUnknown(c, reason: reason)
+            if !ready.productive {
                 recordFailure("connection \(id) closed before confirming anything: \(reason)")
             }
+        case .closing(let why):
+            counters.count(why)
+            // The pool closed it: the reason is its own, whatever the channel saw.
+            let reason = why == .idle ? "idle timeout" : "closed at shutdown"
+            emitConnectionEvent(.disconnected(connection: id, reason: reason))
+            settleUnknown(c, reason: reason)
         }
         dispatch(into: &actions)
         return actions
+    }
+
+    /// A connection closed without an error packet: whatever it left unconfirmed is in an
+    /// unknown state (§6.2), resent as a possible duplicate or failed as indeterminate.
+    private mutating func settleUnknown(_ c: Connection, reason: String) {
+        let unknown = c.cache.compactMap(\.pending)
+        guard !unknown.isEmpty else { return }
+        if lifecycle != .finished, configuration.resendOnUnknown {
+            requeueFront(unknown, possibleDuplicate: true)
+        } else {
+            for item in unknown {
+                var item = item
+                item.possibleDuplicate = true
+                emitFailure(
+                    item,
+                    status: .indeterminate,
+                    message:
+                        "connection \(c.id) closed without an error packet (\(reason)); the gateway may or may not have accepted it"
+                )
+            }
+        }
+        inflightLimit = max(1, min(inflightLimit, unknown.count) / 2)
     }
 
     /// A write on connection `id` did not complete in time; the client closes it next.
@@ -367,22 +394,21 @@ struct PoolStateMachine {
     mutating func writabilityChanged(id: Int, writable: Bool) -> [Action] {
         var actions: [Action] = []
         guard connections[id] != nil else { return actions }
-        connections[id]?.writable = writable
+        connections[id]?.whenReady { $0.writable = writable }
         if writable { dispatch(into: &actions) }
         return actions
     }
 
-    /// Connection `id` has seen no traffic for the idle timeout. Returns true when it should be
-    /// closed: nothing is queued or unconfirmed on it and more than the warm minimum are open.
-    mutating func idleTimeout(id: Int) -> Bool {
-        guard var c = connections[id], c.phase == .ready, c.cache.isEmpty, queue.isEmpty,
+    /// Connection `id` has seen no traffic for the idle timeout. It closes when nothing is
+    /// queued or unconfirmed on it and more than the warm minimum are open.
+    mutating func idleTimeout(id: Int) -> [Action] {
+        guard var c = connections[id], c.state.isReady, c.cache.isEmpty, queue.isEmpty,
             liveConnectionCount > configuration.minConnections
-        else { return false }
-        c.phase = .closing
-        c.closeReason = .idle
+        else { return [] }
+        c.state = .closing(.idle)
         connections[id] = c
         emitConnectionEvent(.timeout(connection: id, reason: "idle"))
-        return true
+        return [.close(id: id)]
     }
 
     /// Stops taking new notifications and drains: everything queued is sent and confirmed, then
@@ -428,25 +454,23 @@ struct PoolStateMachine {
         while remaining > 0 {
             var best: Int? = nil
             var bestLoad = Int.max
-            for (id, c) in connections
-            where c.phase == .ready && c.writable && !c.pumpScheduled && c.cache.count < limit
-                && c.cache.count < bestLoad
-            {
+            for (id, c) in connections where c.cache.count < limit && c.cache.count < bestLoad {
+                guard case .ready(let ready) = c.state, ready.writable, !ready.pumpScheduled else { continue }
                 best = id
                 bestLoad = c.cache.count
             }
             guard let id = best else { break }
-            connections[id]?.pumpScheduled = true
+            connections[id]?.whenReady { $0.pumpScheduled = true }
             actions.append(.schedulePump(id: id))
             remaining -= min(configuration.batchMaxCount, limit - bestLoad)
         }
 
         if lifecycle.isStopping && queue.isEmpty {
-            for (id, c) in connections
-            where c.phase == .ready && !c.pumpScheduled && !c.probeSent
-                && c.cache.contains(where: { $0.pending != nil })
-            {
-                connections[id]?.pumpScheduled = true
+            for (id, c) in connections {
+                guard case .ready(let ready) = c.state, !ready.pumpScheduled, !ready.probeSent,
+                    c.cache.contains(where: { $0.pending != nil })
+                else { continue }
+                connections[id]?.whenReady { $0.pumpScheduled = true }
                 actions.append(.schedulePump(id: id))
             }
         }
@@ -455,7 +479,7 @@ struct PoolStateMachine {
         if lifecycle == .running || !queue.isEmpty {
             let wanted =
                 queue.isEmpty && lifecycle == .running ? configuration.minConnections : configuration.maxConnections
-            let connecting = connections.values.contains { $0.phase == .scheduled || $0.phase == .connecting }
+            let connecting = connections.values.contains { $0.state.isOpening }
             var live = liveConnectionCount
             var opened = false
             while live < wanted {
@@ -463,7 +487,7 @@ struct PoolStateMachine {
                 if failures.inARow > 0 && (connecting || opened) { break }
                 opened = true
                 let id = connectionIDs.make()
-                connections[id] = Connection(id: id, phase: failures.inARow > 0 ? .scheduled : .connecting)
+                connections[id] = Connection(id: id, state: failures.inARow > 0 ? .scheduled : .connecting)
                 let delay = failures.inARow > 0 ? configuration.jitter(failures.delay).timeAmount : .zero
                 actions.append(.connect(id: id, delay: delay))
                 live += 1
@@ -472,11 +496,10 @@ struct PoolStateMachine {
 
         if lifecycle.isStopping && isDrained {
             for (id, c) in connections {
-                switch c.phase {
+                switch c.state {
                 case .ready:
                     if c.cache.isEmpty {
-                        connections[id]?.phase = .closing
-                        connections[id]?.closeReason = .shutdown
+                        connections[id]?.state = .closing(.shutdown)
                         actions.append(.close(id: id))
                     }
                 case .scheduled:
@@ -495,7 +518,7 @@ struct PoolStateMachine {
     // MARK: Helpers
 
     private mutating func recordFailure(_ reason: String) {
-        let noneReady = !connections.values.contains { $0.phase == .ready }
+        let noneReady = !connections.values.contains { $0.state.isReady }
         failures.record(reason, peer: "the gateway", noneOpen: noneReady, into: &events)
         guard noneReady else { return }
         if queue.mayHoldStale {
@@ -541,7 +564,7 @@ struct PoolStateMachine {
     }
 
     private mutating func markProductive(_ c: inout Connection, confirmed: Int) {
-        c.productive = true
+        c.whenReady { $0.productive = true }
         failures.reset()
         growInflightLimit(by: confirmed)
     }

@@ -1,6 +1,6 @@
 import APNSCore
 
-extension PoolStateMachine {
+extension BinaryPoolStateMachine {
     /// The pool now: ``counters`` with the gauges filled in. Its cost grows with the number of
     /// connections, not with what they hold (except during a shutdown, when the probes are
     /// left out of ``APNSPoolSnapshot/cachedNotifications``).
@@ -9,13 +9,15 @@ extension PoolStateMachine {
         var cached = 0
         var bytes = 0
         for c in connections.values {
-            switch c.phase {
+            cached += c.cache.count
+            switch c.state {
             case .scheduled: snapshot.backingOff += 1
             case .connecting: snapshot.connecting += 1
-            case .ready, .failed, .closing: snapshot.open += 1
+            case .ready(let ready):
+                snapshot.open += 1
+                if ready.probeSent { cached -= c.cache.reduce(0) { $1.pending == nil ? $0 + 1 : $0 } }
+            case .failed, .closing: snapshot.open += 1
             }
-            cached += c.cache.count
-            if c.probeSent { cached -= c.cache.reduce(0) { $1.pending == nil ? $0 + 1 : $0 } }
             bytes += c.cacheBytes
         }
         snapshot.cachedNotifications = cached

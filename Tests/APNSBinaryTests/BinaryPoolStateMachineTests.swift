@@ -16,9 +16,9 @@ private func item(_ tag: Int, retryLimit: Int? = nil) -> PendingNotification {
 }
 
 private func config(
-    _ change: (inout PoolStateMachine.Configuration) -> Void = { _ in }
-) -> PoolStateMachine.Configuration {
-    var c = PoolStateMachine.Configuration()
+    _ change: (inout BinaryPoolStateMachine.Configuration) -> Void = { _ in }
+) -> BinaryPoolStateMachine.Configuration {
+    var c = BinaryPoolStateMachine.Configuration()
     c.confirmationWindow = .seconds(1)
     c.jitter = { $0 }
     change(&c)
@@ -26,7 +26,7 @@ private func config(
 }
 
 /// Drives a machine through connecting its first connection.
-private func connected(_ machine: inout PoolStateMachine, items: Int) -> Int {
+private func connected(_ machine: inout BinaryPoolStateMachine, items: Int) -> Int {
     let actions = machine.enqueue((0..<items).map { item($0) })
     guard case .connect(let id, _) = actions.first(where: { if case .connect = $0 { true } else { false } }) else {
         Issue.record("expected a connect action in \(actions)")
@@ -36,7 +36,7 @@ private func connected(_ machine: inout PoolStateMachine, items: Int) -> Int {
     return id
 }
 
-private func outcomes(_ machine: inout PoolStateMachine) -> [APNSDeliveryOutcome] {
+private func outcomes(_ machine: inout BinaryPoolStateMachine) -> [APNSDeliveryOutcome] {
     let all = machine.events.compactMap(\.outcome)
     machine.events.removeAll()
     return all
@@ -46,22 +46,30 @@ private let t0 = NIODeadline.uptimeNanoseconds(1_000_000_000)
 /// The write time an outcome reports for a write at `now`.
 private func instant(_ now: NIODeadline) -> UInt64 { now.uptimeNanoseconds }
 
-extension PoolStateMachine {
+extension BinaryPoolStateMachine {
     /// Takes a batch and reports it written at `now`, as the client does once the kernel has it.
-    mutating func send(id: Int, now: NIODeadline) -> (batch: [(UInt32, PendingNotification?)], actions: [Action]) {
-        var (batch, actions) = takeBatch(id: id)
+    /// The batch is the taken ``Action/write(id:frames:)``; the actions are the others.
+    mutating func send(id: Int, now: NIODeadline) -> (batch: [Frame], actions: [Action]) {
+        var actions = takeBatch(id: id)
+        let batch = actions.compactMap(\.frames).first ?? []
+        actions.removeAll { $0.frames != nil }
         if let last = batch.last {
-            actions += written(id: id, through: last.0, now: now)
+            actions += written(id: id, through: last.identifier, now: now)
         }
         return (batch, actions)
+    }
+
+    /// Asks whether connection `id` connects once its back-off is over.
+    mutating func beginConnect(id: Int) -> Bool {
+        backoffElapsed(id: id) == [.connect(id: id, delay: .zero)]
     }
 }
 
 @Test func errorResponseAcceptsEarlierFailsOneAndResendsLaterInOrder() {
-    var m = PoolStateMachine(configuration: config())
+    var m = BinaryPoolStateMachine(configuration: config())
     let id = connected(&m, items: 10)
     let (batch, _) = m.send(id: id, now: t0)
-    #expect(batch.map(\.0) == Array(1...10))
+    #expect(batch.map(\.identifier) == Array(1...10))
     let actions = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 4), now: t0)
     #expect(actions.contains(.close(id: id)))
     let got = outcomes(&m)
@@ -77,7 +85,7 @@ extension PoolStateMachine {
 }
 
 @Test func shutdownStatusNamesTheLastGoodNotification() {
-    var m = PoolStateMachine(configuration: config())
+    var m = BinaryPoolStateMachine(configuration: config())
     let id = connected(&m, items: 6)
     _ = m.send(id: id, now: t0)
     _ = m.errorResponse(id: id, ErrorResponse(status: .shutdown, identifier: 3), now: t0)
@@ -89,7 +97,7 @@ extension PoolStateMachine {
 }
 
 @Test func errorForAnIdentifierNotInTheCacheResendsEverythingAsPossibleDuplicates() {
-    var m = PoolStateMachine(configuration: config())
+    var m = BinaryPoolStateMachine(configuration: config())
     let id = connected(&m, items: 3)
     _ = m.send(id: id, now: t0)
     _ = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 999), now: t0)
@@ -101,7 +109,7 @@ extension PoolStateMachine {
 }
 
 @Test func silentCloseResendsUnconfirmedAsPossibleDuplicatesAndNarrowsTheWindow() {
-    var m = PoolStateMachine(configuration: config { $0.cacheMaxCount = 100 })
+    var m = BinaryPoolStateMachine(configuration: config { $0.cacheMaxCount = 100 })
     let id = connected(&m, items: 10)
     _ = m.send(id: id, now: t0)
     let actions = m.connectionClosed(id: id, reason: "peer closed")
@@ -130,7 +138,7 @@ extension PoolStateMachine {
 }
 
 @Test func silentCloseWithoutResendReportsIndeterminate() {
-    var m = PoolStateMachine(configuration: config { $0.resendOnUnknown = false })
+    var m = BinaryPoolStateMachine(configuration: config { $0.resendOnUnknown = false })
     let id = connected(&m, items: 4)
     _ = m.send(id: id, now: t0)
     _ = m.connectionClosed(id: id, reason: "peer closed")
@@ -141,7 +149,7 @@ extension PoolStateMachine {
 }
 
 @Test func notificationsAreConfirmedOnlyAfterTheWindow() {
-    var m = PoolStateMachine(configuration: config { $0.confirmationWindow = .milliseconds(500) })
+    var m = BinaryPoolStateMachine(configuration: config { $0.confirmationWindow = .milliseconds(500) })
     let id = connected(&m, items: 2)
     let (_, actions) = m.send(id: id, now: t0)
     #expect(actions.contains(.armTimer(id: id, deadline: t0 + .milliseconds(500))))
@@ -153,7 +161,7 @@ extension PoolStateMachine {
 }
 
 @Test func fullCacheMakesSendingWaitInsteadOfEvicting() {
-    var m = PoolStateMachine(configuration: config { $0.cacheMaxCount = 5 })
+    var m = BinaryPoolStateMachine(configuration: config { $0.cacheMaxCount = 5 })
     let id = connected(&m, items: 12)
     let first = m.send(id: id, now: t0)
     #expect(first.batch.count == 5)
@@ -165,21 +173,21 @@ extension PoolStateMachine {
     // Confirmation frees the cache and sending resumes.
     let actions = m.timerFired(id: id, now: t0 + .seconds(1))
     #expect(actions.contains(.schedulePump(id: id)))
-    #expect(m.send(id: id, now: t0 + .seconds(1)).batch.map(\.1?.tag) == [5, 6, 7, 8, 9])
+    #expect(m.send(id: id, now: t0 + .seconds(1)).batch.map(\.notification?.tag) == [5, 6, 7, 8, 9])
 }
 
 @Test func cacheIsBoundedInBytesToo() {
-    var m = PoolStateMachine(configuration: config { $0.cacheMaxBytes = 3 * item(0).wireSize })
+    var m = BinaryPoolStateMachine(configuration: config { $0.cacheMaxBytes = 3 * item(0).wireSize })
     let id = connected(&m, items: 10)
     #expect(m.send(id: id, now: t0).batch.count == 3)
 }
 
 @Test func identifiersWrapAroundAndStillLocateTheFailedNotification() {
-    var m = PoolStateMachine(configuration: config())
+    var m = BinaryPoolStateMachine(configuration: config())
     let id = connected(&m, items: 6)
     m.setNextIdentifier(UInt32.max - 2, connection: id)
     let (batch, _) = m.send(id: id, now: t0)
-    #expect(batch.map(\.0) == [UInt32.max - 2, UInt32.max - 1, UInt32.max, 0, 1, 2])
+    #expect(batch.map(\.identifier) == [UInt32.max - 2, UInt32.max - 1, UInt32.max, 0, 1, 2])
     _ = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 1), now: t0)
     let got = outcomes(&m)
     #expect(got.filter(\.isTransmitted).map(\.tag) == [0, 1, 2, 3])
@@ -188,7 +196,7 @@ extension PoolStateMachine {
 }
 
 @Test func retryLimitStopsResending() {
-    var m = PoolStateMachine(configuration: config())
+    var m = BinaryPoolStateMachine(configuration: config())
     _ = m.enqueue([item(0), item(1, retryLimit: 0), item(2, retryLimit: 1)])
     let id = m.connections.keys.first!
     _ = m.connectionEstablished(id: id)
@@ -201,7 +209,7 @@ extension PoolStateMachine {
 }
 
 @Test func connectionRetryLimitFailsQueuedNotificationsWithBackoffInBetween() {
-    var m = PoolStateMachine(configuration: config { $0.connectionRetryLimit = 3 })
+    var m = BinaryPoolStateMachine(configuration: config { $0.connectionRetryLimit = 3 })
     var actions = m.enqueue([item(0), item(1)])
     var delays: [TimeAmount] = []
     for _ in 0..<3 {
@@ -225,8 +233,11 @@ extension PoolStateMachine {
 }
 
 /// Fails `count` connects in a row, starting from `actions`; returns the delays asked for.
-private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMachine.Action], count: Int) -> [TimeAmount]
-{
+private func failConnects(
+    _ m: inout BinaryPoolStateMachine,
+    _ actions: [BinaryPoolStateMachine.Action],
+    count: Int
+) -> [TimeAmount] {
     var actions = actions
     var delays: [TimeAmount] = []
     for _ in 0..<count {
@@ -243,7 +254,7 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
 }
 
 @Test func withoutARetryLimitQueuedNotificationsWaitThroughAnOutageWithCappedBackoff() {
-    var m = PoolStateMachine(configuration: config { $0.connectionRetryLimit = nil })
+    var m = BinaryPoolStateMachine(configuration: config { $0.connectionRetryLimit = nil })
     let delays = failConnects(&m, m.enqueue([item(0), item(1)]), count: 40)
     #expect(delays.count == 40)
     #expect(delays.max() == .seconds(5))
@@ -255,7 +266,7 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
 }
 
 @Test func theGatewayAnsweringAgainIsReportedAvailableAndTheQueueIsSent() {
-    var m = PoolStateMachine(configuration: config { $0.connectionRetryLimit = nil })
+    var m = BinaryPoolStateMachine(configuration: config { $0.connectionRetryLimit = nil })
     var actions = m.enqueue([item(0), item(1)])
     for _ in 0..<3 {
         guard case .connect(let id, let delay) = actions.first(where: { if case .connect = $0 { true } else { false } })
@@ -275,11 +286,11 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
     _ = m.connectionEstablished(id: id)
     #expect(m.events.contains { if case .available = $0 { true } else { false } })
     let (batch, _) = m.send(id: id, now: t0)
-    #expect(batch.map { $0.1?.tag } == [0, 1])
+    #expect(batch.map { $0.notification?.tag } == [0, 1])
 }
 
 @Test func aStaleNotificationFailsAsExpiredWhileTheGatewayIsUnreachable() {
-    var m = PoolStateMachine(
+    var m = BinaryPoolStateMachine(
         configuration: config {
             $0.connectionRetryLimit = nil
             $0.now = { 10_000 }
@@ -298,7 +309,7 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
 }
 
 @Test func aNotificationPastItsStaleAtWhenItsTurnComesIsFailedNotWritten() {
-    var m = PoolStateMachine(configuration: config { $0.now = { 10_000 } })
+    var m = BinaryPoolStateMachine(configuration: config { $0.now = { 10_000 } })
     var stale = item(1)
     stale.staleAt = 9_999
     var fresh = item(2)
@@ -311,7 +322,7 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
     _ = m.connectionEstablished(id: id)
     m.events.removeAll()
     let (batch, _) = m.send(id: id, now: t0)
-    #expect(batch.map { $0.1?.tag } == [0, 2])
+    #expect(batch.map { $0.notification?.tag } == [0, 2])
     let got = outcomes(&m)
     #expect(got.map(\.tag) == [1])
     #expect(got.first?.status == .expired)
@@ -319,15 +330,15 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
 }
 
 @Test func shutdownDrainsWithAProbeThatConfirmsEverythingBeforeIt() {
-    var m = PoolStateMachine(configuration: config())
+    var m = BinaryPoolStateMachine(configuration: config())
     let id = connected(&m, items: 3)
     _ = m.send(id: id, now: t0)
     let actions = m.beginShutdown()
     #expect(actions.contains(.schedulePump(id: id)))
     let (probe, _) = m.send(id: id, now: t0)
     #expect(probe.count == 1)
-    #expect(probe[0].1 == nil)
-    let probeID = probe[0].0
+    #expect(probe[0].notification == nil)
+    let probeID = probe[0].identifier
     _ = m.errorResponse(id: id, ErrorResponse(status: .missingPayload, identifier: probeID), now: t0)
     let got = outcomes(&m)
     #expect(got.map(\.tag) == [0, 1, 2])
@@ -338,7 +349,7 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
 }
 
 @Test func abandonFailsWhatIsLeftWhenTheGracePeriodEnds() {
-    var m = PoolStateMachine(configuration: config { $0.cacheMaxCount = 2 })
+    var m = BinaryPoolStateMachine(configuration: config { $0.cacheMaxCount = 2 })
     let id = connected(&m, items: 5)
     _ = m.send(id: id, now: t0)
     _ = m.beginShutdown()
@@ -349,7 +360,7 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
 }
 
 @Test func workSpreadsOverTheLeastLoadedConnections() {
-    var m = PoolStateMachine(
+    var m = BinaryPoolStateMachine(
         configuration: config {
             $0.maxConnections = 2
             $0.batchMaxCount = 4
@@ -368,7 +379,7 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
 }
 
 @Test func idleConnectionsCloseButTheWarmMinimumStays() {
-    var m = PoolStateMachine(
+    var m = BinaryPoolStateMachine(
         configuration: config {
             $0.minConnections = 1
             $0.maxConnections = 2
@@ -387,12 +398,12 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
     let ids = m.connections.keys.sorted()
     let firstIdle = m.idleTimeout(id: ids[0])
     let secondIdle = m.idleTimeout(id: ids[1])
-    #expect(firstIdle)
-    #expect(!secondIdle)
+    #expect(firstIdle == [.close(id: ids[0])])
+    #expect(secondIdle.isEmpty)
 }
 
 @Test func lateErrorResponsesWidenTheConfirmationWindow() {
-    var m = PoolStateMachine(configuration: config { $0.confirmationWindow = .milliseconds(400) })
+    var m = BinaryPoolStateMachine(configuration: config { $0.confirmationWindow = .milliseconds(400) })
     let id = connected(&m, items: 3)
     _ = m.send(id: id, now: t0)
     // The gateway answered after 300 ms: more than half the window, so the window doubles that.
@@ -400,7 +411,7 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
     #expect(m.confirmationWindow == .milliseconds(600))
     #expect(m.events.contains { if case .error(let e) = $0 { e.code == .slowGateway } else { false } })
     // A prompt answer leaves it alone.
-    var fast = PoolStateMachine(configuration: config { $0.confirmationWindow = .milliseconds(400) })
+    var fast = BinaryPoolStateMachine(configuration: config { $0.confirmationWindow = .milliseconds(400) })
     let f = connected(&fast, items: 3)
     _ = fast.send(id: f, now: t0)
     _ = fast.errorResponse(id: f, ErrorResponse(status: .invalidToken, identifier: 2), now: t0 + .milliseconds(100))
@@ -410,7 +421,7 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
 // MARK: Snapshot
 
 @Test func snapshotCountsConnectionsWritesAndTheSentCache() {
-    var m = PoolStateMachine(configuration: config())
+    var m = BinaryPoolStateMachine(configuration: config())
     #expect(
         m.snapshot()
             == {
@@ -438,7 +449,7 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
 }
 
 @Test func anErrorResponseCountsItsCloseAndTheResendsAsRetransmissions() {
-    var m = PoolStateMachine(configuration: config())
+    var m = BinaryPoolStateMachine(configuration: config())
     let id = connected(&m, items: 10)
     _ = m.send(id: id, now: t0)
     let actions = m.errorResponse(id: id, ErrorResponse(status: .invalidToken, identifier: 4), now: t0)
@@ -460,7 +471,7 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
 }
 
 @Test func closesAreCountedByWhyTheyHappened() {
-    var m = PoolStateMachine(
+    var m = BinaryPoolStateMachine(
         configuration: config {
             $0.maxConnections = 3
             $0.batchMaxCount = 2
@@ -477,15 +488,17 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
     _ = m.connectionClosed(id: ids[0], reason: "closed by the gateway without an error packet")
     _ = m.connectionClosed(id: ids[1], reason: "the gateway stopped reading", cause: .other)
     let idle = m.idleTimeout(id: ids[2])
-    #expect(idle)
-    _ = m.connectionClosed(id: ids[2], reason: "idle timeout")
+    #expect(idle == [.close(id: ids[2])])
+    _ = m.connectionClosed(id: ids[2], reason: "closed by the gateway without an error packet")
+    // The pool closed the idle one: the reason is the pool's, not the channel's default.
+    #expect(m.events.contains { if case .disconnected(ids[2], "idle timeout") = $0 { true } else { false } })
     let s = m.snapshot()
     #expect(s.connectionsClosed == [.silentClose: 1, .other: 1, .idle: 1])
     #expect(s.open == 0 && s.connectionsOpened == 3)
 }
 
 @Test func aShutdownCountsItsClosesAsShutdownEvenWhenAProbeEndsThem() {
-    var m = PoolStateMachine(
+    var m = BinaryPoolStateMachine(
         configuration: config {
             $0.maxConnections = 2
             $0.batchMaxCount = 2
@@ -503,11 +516,11 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
     var closing = m.beginShutdown()
     #expect(!closing.contains { if case .close = $0 { true } else { false } })
     let (probe, _) = m.send(id: ids[1], now: t0 + .milliseconds(10))
-    #expect(probe.count == 1 && probe.last?.1 == nil)
+    #expect(probe.count == 1 && probe.last?.notification == nil)
     #expect(m.unconfirmedCount == 3 && m.snapshot().cachedNotifications == 2)
     closing = m.errorResponse(
         id: ids[1],
-        ErrorResponse(status: .missingPayload, identifier: probe[0].0),
+        ErrorResponse(status: .missingPayload, identifier: probe[0].identifier),
         now: t0 + .milliseconds(10)
     )
     #expect(closing.contains(.close(id: ids[1])) && closing.contains(.close(id: ids[0])))
@@ -518,7 +531,7 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
 }
 
 @Test func failedConnectsAreCountedByKindAndTheBackOffShows() {
-    var m = PoolStateMachine(configuration: config { $0.connectionRetryLimit = nil })
+    var m = BinaryPoolStateMachine(configuration: config { $0.connectionRetryLimit = nil })
     var actions = m.enqueue([item(0)])
     for failure in [APNSPoolSnapshot.ConnectFailure.refused, .tls, .timeout, .refused] {
         guard case .connect(let id, let delay) = actions.first(where: { if case .connect = $0 { true } else { false } })
@@ -542,8 +555,8 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
 }
 
 @Test func outcomesCarryWhenTheNotificationWasLastWritten() {
-    var m = PoolStateMachine(configuration: config())
-    m.reject(item(99), status: .invalidPayload, message: "too big")
+    var m = BinaryPoolStateMachine(configuration: config())
+    _ = m.enqueue([], rejected: [(item(99), "too big")])
     let id = connected(&m, items: 4)
     _ = m.send(id: id, now: t0)
     // Identifier 2 is tag 1: tag 0 was accepted, tags 2 and 3 are written again.
@@ -561,4 +574,35 @@ private func failConnects(_ m: inout PoolStateMachine, _ actions: [PoolStateMach
     got = outcomes(&m)
     #expect(got.map(\.tag) == [2, 3])
     #expect(got.allSatisfy { $0.writtenAt == instant(t0 + .milliseconds(20)) && $0.attempts == 2 })
+}
+
+@Test func aConnectionsStateFollowsItsLife() {
+    var m = BinaryPoolStateMachine(configuration: config())
+    let id = connected(&m, items: 4)
+    // Ready, with a pump scheduled for what is queued.
+    #expect(m.connections[id]?.state == .ready(.init(pumpScheduled: true)))
+    _ = m.send(id: id, now: t0)
+    #expect(m.connections[id]?.state == .ready(.init()))
+    _ = m.timerFired(id: id, now: t0 + .seconds(1))
+    #expect(m.connections[id]?.state == .ready(.init(productive: true)))
+    #expect(m.idleTimeout(id: id) == [.close(id: id)])
+    #expect(m.connections[id]?.state == .closing(.idle))
+    // A closing connection takes nothing more.
+    #expect(m.takeBatch(id: id).isEmpty)
+    _ = m.connectionClosed(id: id, reason: "closed")
+    #expect(m.connections[id] == nil)
+
+    // The next one connects at once, and fails on an error response.
+    let next = m.enqueue([item(9)]).compactMap { if case .connect(let id, .zero) = $0 { id } else { nil } }.first
+    guard let next else {
+        Issue.record("expected a connect without delay")
+        return
+    }
+    #expect(m.connections[next]?.state == .connecting)
+    _ = m.connectionEstablished(id: next)
+    _ = m.send(id: next, now: t0)
+    let identifier = m.connections[next]?.cache.first?.identifier ?? 0
+    let actions = m.errorResponse(id: next, ErrorResponse(status: .invalidToken, identifier: identifier), now: t0)
+    #expect(actions.contains(.close(id: next)))
+    #expect(m.connections[next]?.state == .failed(.errorResponse))
 }
