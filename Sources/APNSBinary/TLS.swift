@@ -12,3 +12,23 @@ extension APNSCredentials {
         }
     }
 }
+
+/// Settings of a client of the binary interfaces (the gateway, the feedback service), which
+/// authenticate with a client certificate (§1.1).
+protocol BinaryGatewaySettings: APNSGatewaySettings {
+    var credentials: APNSCredentials { get }
+    /// Whether the server's certificate is checked against the trust roots.
+    var verifyServer: Bool { get }
+}
+
+extension BinaryGatewaySettings {
+    /// Checks the settings, then makes the gateway they name, presenting the credentials.
+    func gateway(group: any EventLoopGroup) throws(APNSError) -> APNSGateway {
+        try gateway(group: group) { () throws(APNSError) in
+            try credentials.makeClientContext(verifyServer: verifyServer)
+        }
+    }
+}
+
+extension APNSBinaryConfiguration: BinaryGatewaySettings {}
+extension APNSFeedbackClient.Configuration: BinaryGatewaySettings {}

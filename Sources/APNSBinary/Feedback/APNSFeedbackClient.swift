@@ -40,9 +40,7 @@ public struct APNSFeedbackClient: Sendable {
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "apns.feedback")
     ) throws(APNSError) {
-        gateway = try configuration.gateway(group: eventLoopGroup) { () throws(APNSError) in
-            try configuration.credentials.makeClientContext(verifyServer: configuration.verifyServer)
-        }
+        gateway = try configuration.gateway(group: eventLoopGroup)
         self.configuration = configuration
         self.logger = logger
     }

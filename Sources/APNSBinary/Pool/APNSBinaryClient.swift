@@ -79,9 +79,7 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSPoolStepping {
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "apns.binary")
     ) throws(APNSError) {
-        gateway = try configuration.gateway(group: eventLoopGroup) { () throws(APNSError) in
-            try configuration.credentials.makeClientContext(verifyServer: configuration.verifyServer)
-        }
+        gateway = try configuration.gateway(group: eventLoopGroup)
         self.configuration = configuration
         self.logger = logger
         var machineConfig = BinaryPoolStateMachine.Configuration()
