@@ -10,7 +10,7 @@ import Synchronization
 /// Connection-level events are kept up to ``maxConnectionEvents``; more are counted in
 /// ``droppedConnectionEvents`` and dropped, unless they are forced (the ones a consumer must
 /// not miss, such as ``APNSDeliveryEvent/unavailable(reason:)``).
-package struct APNSEventBuffer: Sequence, Sendable {
+@usableFromInline package struct APNSEventBuffer: Sequence, Sendable {
     private var events = Deque<APNSDeliveryEvent>()
     /// Connection-level events kept at most before new ones are dropped.
     package let maxConnectionEvents: Int
@@ -25,7 +25,7 @@ package struct APNSEventBuffer: Sequence, Sendable {
 
     package var isEmpty: Bool { events.isEmpty }
     package var count: Int { events.count }
-    package func makeIterator() -> Deque<APNSDeliveryEvent>.Iterator { events.makeIterator() }
+    @usableFromInline package func makeIterator() -> Deque<APNSDeliveryEvent>.Iterator { events.makeIterator() }
 
     /// Adds the outcome of one notification.
     package mutating func append(outcome event: APNSDeliveryEvent) {
@@ -73,7 +73,7 @@ package struct APNSEventBuffer: Sequence, Sendable {
 /// It lives under the client's lock; the client enqueues the batches it admits
 /// (``popAdmitted()``) and resumes the continuations it hands back
 /// (``takeWakeups(events:into:)``) after releasing the lock.
-package struct APNSAdmission<Batch: Sendable>: Sendable {
+@usableFromInline package struct APNSAdmission<Batch: Sendable>: Sendable {
     package struct Waiter: Sendable {
         package var id: Int
         package var batch: Batch
@@ -143,7 +143,7 @@ package struct APNSAdmission<Batch: Sendable>: Sendable {
     }
 
     /// The next admitted batch for the pool.
-    package mutating func popAdmitted() -> Batch? {
+    @usableFromInline package mutating func popAdmitted() -> Batch? {
         admittedBatches.popFirst()
     }
 
@@ -184,7 +184,7 @@ package struct APNSAdmission<Batch: Sendable>: Sendable {
 
     /// Moves into `wakeups` what to resume once the lock is released: the consumer if `events`
     /// has something for it (an event, or the end), and the submitters whose batches were admitted.
-    package mutating func takeWakeups(events: APNSEventBuffer, into wakeups: inout APNSWakeups) {
+    @usableFromInline package mutating func takeWakeups(events: APNSEventBuffer, into wakeups: inout APNSWakeups) {
         if !events.isEmpty || events.isFinished, let waiter = eventWaiter {
             eventWaiter = nil
             wakeups.consumer = waiter
@@ -196,7 +196,7 @@ package struct APNSAdmission<Batch: Sendable>: Sendable {
 }
 
 /// The tasks a client step makes ready, resumed after the client's lock is released.
-package struct APNSWakeups: Sendable {
+@usableFromInline package struct APNSWakeups: Sendable {
     /// The consumer, waiting for an event.
     package var consumer: CheckedContinuation<Void, Never>?
     /// Callers of `send` whose notifications were admitted.
@@ -206,7 +206,7 @@ package struct APNSWakeups: Sendable {
 
     package init() {}
 
-    package func resume() {
+    @usableFromInline package func resume() {
         consumer?.resume()
         for continuation in submitters { continuation.resume() }
         for continuation in shutdown { continuation.resume() }
@@ -217,7 +217,7 @@ private let waiterIDs = Atomic<Int>(0)
 
 /// Notifications of one `send` call on their way to admission: the ones to send and the ones
 /// rejected up front (each still gets its outcome).
-package struct APNSSubmissionBatch<Item: Sendable, Rejected: Sendable>: Sendable {
+@usableFromInline package struct APNSSubmissionBatch<Item: Sendable, Rejected: Sendable>: Sendable {
     package var items: [Item] = []
     package var rejected: [Rejected] = []
     /// The items' Live Activity tickets by tag (``APNSSubmission/activity``): few, kept beside
@@ -231,7 +231,7 @@ package struct APNSSubmissionBatch<Item: Sendable, Rejected: Sendable>: Sendable
 /// A delivery client built on ``APNSEventBuffer`` and ``APNSAdmission``: this extension is
 /// its side facing the callers (``admit(_:count:)``, ``takeEvents(max:)``), the same for
 /// every transport.
-package protocol APNSBufferedDeliveryClient: APNSDeliveryClient {
+@usableFromInline package protocol APNSBufferedDeliveryClient: APNSDeliveryClient {
     associatedtype Batch: Sendable
     /// Runs `body` under the client's lock with its event buffer and admission, hands the
     /// batches admitted meanwhile to the pool, then (outside the lock) carries out what the

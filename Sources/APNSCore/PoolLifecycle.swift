@@ -1,7 +1,7 @@
 /// Where a connection pool is in its life. Both pools go `running` → `draining` (a shutdown:
 /// nothing new is taken, what is held is finished) → `finished`; a shutdown that runs out of
 /// time goes to `abandoning` (what is held fails) before `finished`.
-package enum APNSPoolLifecycle: Sendable, Hashable {
+@usableFromInline package enum APNSPoolLifecycle: Sendable, Hashable {
     case running
     case draining
     case abandoning
@@ -13,7 +13,7 @@ package enum APNSPoolLifecycle: Sendable, Hashable {
 }
 
 /// What a pool keeps under its client's lock, as far as the start of a shutdown needs it.
-package protocol APNSPoolShutdownState {
+@usableFromInline package protocol APNSPoolShutdownState {
     associatedtype Batch: Sendable
     associatedtype Action
     /// The admission of the callers' batches.

@@ -1,6 +1,6 @@
 /// What a pool client keeps under its lock, as its steps need it: the state machine's event
 /// buffer, the admission of callers' batches, and how an admitted batch reaches the machine.
-package protocol APNSPoolClientState: APNSPoolShutdownState {
+@usableFromInline package protocol APNSPoolClientState: APNSPoolShutdownState {
     /// The machine's outcomes and connection events, waiting for the consumer.
     var events: APNSEventBuffer { get }
     /// Runs `body` with the machine's events and the admission, both changeable (a generic
@@ -11,7 +11,7 @@ package protocol APNSPoolClientState: APNSPoolShutdownState {
 }
 
 /// What one step of a pool client collects under its lock, to carry out after it.
-package protocol APNSPoolEffects: Sendable {
+@usableFromInline package protocol APNSPoolEffects: Sendable {
     init()
     /// The tasks the step makes ready, resumed last.
     var wakeups: APNSWakeups { get set }
@@ -24,7 +24,7 @@ package protocol APNSPoolEffects: Sendable {
 /// handlers, taking the shutdown's waiters) with the wakeups of the consumer and the callers of
 /// `send`; after the lock, the client carries them out and resumes the wakeups. Each client says
 /// only what its own actions need (``collect(_:from:into:)``, ``perform(_:)``).
-package protocol APNSPoolStepping: APNSBufferedDeliveryClient {
+@usableFromInline package protocol APNSPoolStepping: APNSBufferedDeliveryClient {
     associatedtype State: APNSPoolClientState where State.Batch == Batch
     associatedtype Effects: APNSPoolEffects
     /// Runs `body` under the client's lock.
@@ -37,7 +37,9 @@ package protocol APNSPoolStepping: APNSBufferedDeliveryClient {
 
 extension APNSPoolStepping {
     /// Runs `body` under the lock, then carries out the actions it returned and resumes the
-    /// tasks they made ready. Specialised in each client: it is on the path of every batch.
+    /// tasks they made ready. Specialised in each client: it is on the path of every batch. (The
+    /// protocols are `@usableFromInline`: without it, this toolchain compiles the clients'
+    /// calls to the generic copy, which reaches the client's parts through witness tables.)
     @inlinable
     package func step(_ body: (inout State) -> [State.Action]) {
         let effects = withLockedState { state in
@@ -51,10 +53,11 @@ extension APNSPoolStepping {
         effects.wakeups.resume()
     }
 
-    /// ``APNSBufferedDeliveryClient/withBuffer(_:)``: `body` runs in a step, and the batches it
-    /// admitted go to the machine in the same step.
+    /// What a client's ``APNSBufferedDeliveryClient/withBuffer(_:)`` does: `body` runs in a
+    /// step, and the batches it admitted go to the machine in the same step. Each client
+    /// declares `withBuffer` itself and calls this, so that the witness is the specialised copy.
     @inlinable
-    package func withBuffer(_ body: (inout APNSEventBuffer, inout APNSAdmission<Batch>) -> Void) {
+    package func bufferStep(_ body: (inout APNSEventBuffer, inout APNSAdmission<Batch>) -> Void) {
         step { state in
             state.withEventsAndAdmission(body)
             var actions: [State.Action] = []

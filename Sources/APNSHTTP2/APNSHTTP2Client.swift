@@ -32,44 +32,46 @@ import Synchronization
 public final class APNSHTTP2Client: APNSDeliveryClient, APNSPoolStepping {
     typealias Work = HTTP2PoolStateMachine.Work
     /// Requests handed in by one `send` call, and the outcomes of those rejected up front.
-    package typealias Batch = APNSSubmissionBatch<QueuedRequest, APNSDeliveryOutcome>
+    @usableFromInline package typealias Batch = APNSSubmissionBatch<QueuedRequest, APNSDeliveryOutcome>
 
     /// What the client keeps under its lock.
-    package struct State: APNSPoolClientState {
+    @usableFromInline package struct State: APNSPoolClientState {
         var machine: HTTP2PoolStateMachine
-        package var admission: APNSAdmission<Batch>
+        @usableFromInline package var admission: APNSAdmission<Batch>
         var channels: [Int: any Channel] = [:]
         var handlers: [Int: NIOLoopBound<HTTP2ConnectionHandler>] = [:]
-        package var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
+        @usableFromInline package var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
 
-        package var lifecycle: APNSPoolLifecycle { machine.lifecycle }
+        @usableFromInline package var lifecycle: APNSPoolLifecycle { machine.lifecycle }
 
-        package var events: APNSEventBuffer { machine.events }
+        @usableFromInline package var events: APNSEventBuffer { machine.events }
 
-        package mutating func withEventsAndAdmission(
+        @usableFromInline package mutating func withEventsAndAdmission(
             _ body: (inout APNSEventBuffer, inout APNSAdmission<Batch>) -> Void
         ) {
             body(&machine.events, &admission)
         }
 
-        package mutating func beginShutdown() -> [HTTP2PoolStateMachine.Action] { machine.beginShutdown() }
+        @usableFromInline package mutating func beginShutdown() -> [HTTP2PoolStateMachine.Action] {
+            machine.beginShutdown()
+        }
 
-        package mutating func enqueue(_ batch: Batch) -> [HTTP2PoolStateMachine.Action] {
+        @usableFromInline package mutating func enqueue(_ batch: Batch) -> [HTTP2PoolStateMachine.Action] {
             machine.enqueue(batch.items, rejected: batch.rejected, tickets: batch.tickets)
         }
     }
 
     /// What a state-machine step asks for, with channels and handlers already looked up.
-    package struct Effects: APNSPoolEffects {
+    @usableFromInline package struct Effects: APNSPoolEffects {
         var connect: [Int] = []
         var wake: [NIOLoopBound<HTTP2ConnectionHandler>] = []
         var close: [any Channel] = []
         var timers: [HTTP2PoolStateMachine.Action] = []
         /// Token refreshes and log lines.
         var other: [HTTP2PoolStateMachine.Action] = []
-        package var wakeups = APNSWakeups()
+        @usableFromInline package var wakeups = APNSWakeups()
 
-        package init() {}
+        @usableFromInline package init() {}
     }
 
     public let configuration: APNSHTTP2Configuration
@@ -367,11 +369,19 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSPoolStepping {
         }
     }
 
-    package func withLockedState(_ body: (inout State) -> Effects) -> Effects {
+    @usableFromInline package func withBuffer(_ body: (inout APNSEventBuffer, inout APNSAdmission<Batch>) -> Void) {
+        bufferStep(body)
+    }
+
+    @usableFromInline package func withLockedState(_ body: (inout State) -> Effects) -> Effects {
         state.withLock { body(&$0) }
     }
 
-    package func collect(_ action: HTTP2PoolStateMachine.Action, from s: inout State, into e: inout Effects) {
+    @usableFromInline package func collect(
+        _ action: HTTP2PoolStateMachine.Action,
+        from s: inout State,
+        into e: inout Effects
+    ) {
         switch action {
         case .work: break  // returned to the handler that asked (``answer(_:)``)
         case .connect(let id): e.connect.append(id)
@@ -383,7 +393,7 @@ public final class APNSHTTP2Client: APNSDeliveryClient, APNSPoolStepping {
         }
     }
 
-    package func perform(_ effects: Effects) {
+    @usableFromInline package func perform(_ effects: Effects) {
         // A refreshed token is in the provider before any connection asks for its next one.
         for action in effects.other { refreshOrLog(action) }
         for id in effects.connect { connect(id: id) }

@@ -48,7 +48,7 @@ extension HTTP2PoolStateMachine {
     }
 
     /// What a connection handler is asked to do next.
-    package struct Work: Sendable, Equatable {
+    @usableFromInline package struct Work: Sendable, Equatable {
         var requests: [QueuedRequest] = []
         var authorization: String?
         var close = false
@@ -151,7 +151,7 @@ extension HTTP2PoolStateMachine.Configuration {
 
 extension HTTP2PoolStateMachine {
     /// What the client does after a step, once it has released its lock.
-    package enum Action: Equatable {
+    @usableFromInline package enum Action: Equatable, Sendable {
         /// The work connection `id`'s handler asked for (``takeWork(id:free:token:)``,
         /// ``streamsFinished(id:results:free:token:)``); the client hands it back to the handler.
         case work(id: Int, Work)

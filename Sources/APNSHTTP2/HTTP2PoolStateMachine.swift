@@ -16,7 +16,7 @@ import NIOCore
 /// The queue, the count of failed connects with its back-off and `unavailable`/`available`
 /// events, connection identifiers and the lifecycle are the types the binary pool uses too
 /// (``APNSPoolQueue``, ``APNSConnectFailures``, ``APNSConnectionIDs``, ``APNSPoolLifecycle``).
-package struct HTTP2PoolStateMachine {
+@usableFromInline package struct HTTP2PoolStateMachine {
     let configuration: Configuration
     var queue = APNSPoolQueue<QueuedRequest>()
     /// The Live Activity tickets of queued requests not yet taken, by tag (latest wins,

@@ -3,7 +3,7 @@ import APNSHTTP2Core
 
 /// One notification on its way through an ``APNSHTTP2Client``: the request as it goes on the
 /// wire plus what the client knows about its attempts.
-package struct QueuedRequest: APNSQueuedNotification, Equatable {
+@usableFromInline package struct QueuedRequest: APNSQueuedNotification, Equatable {
     package var tag: UInt64
     package var token: DeviceToken
     /// `/3/device/<hex>` (§3.3), or `/4/broadcasts/apps/<bundle ID>` for a broadcast (§7.3).

@@ -24,33 +24,33 @@ import Synchronization
 /// outcomes not yet read, so a consumer must read ``events``.
 public final class APNSBinaryClient: APNSDeliveryClient, APNSPoolStepping {
     /// Notifications handed in by one `send` call: the valid ones and those rejected up front.
-    package typealias Batch = APNSSubmissionBatch<PendingNotification, (PendingNotification, String)>
+    @usableFromInline package typealias Batch = APNSSubmissionBatch<PendingNotification, (PendingNotification, String)>
 
     /// What the client keeps under its lock.
-    package struct State: APNSPoolClientState {
+    @usableFromInline package struct State: APNSPoolClientState {
         var machine: BinaryPoolStateMachine
-        package var admission: APNSAdmission<Batch>
+        @usableFromInline package var admission: APNSAdmission<Batch>
         var channels: [Int: any Channel] = [:]
-        package var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
+        @usableFromInline package var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
         var started = false
 
-        package var lifecycle: APNSPoolLifecycle { machine.lifecycle }
+        @usableFromInline package var lifecycle: APNSPoolLifecycle { machine.lifecycle }
 
-        package var events: APNSEventBuffer { machine.events }
+        @usableFromInline package var events: APNSEventBuffer { machine.events }
 
-        package mutating func withEventsAndAdmission(
+        @usableFromInline package mutating func withEventsAndAdmission(
             _ body: (inout APNSEventBuffer, inout APNSAdmission<Batch>) -> Void
         ) {
             body(&machine.events, &admission)
         }
 
-        package mutating func beginShutdown() -> [BinaryPoolStateMachine.Action] {
+        @usableFromInline package mutating func beginShutdown() -> [BinaryPoolStateMachine.Action] {
             started = true
             return machine.beginShutdown()
         }
 
         /// The first batch also opens the warm connections.
-        package mutating func enqueue(_ batch: Batch) -> [BinaryPoolStateMachine.Action] {
+        @usableFromInline package mutating func enqueue(_ batch: Batch) -> [BinaryPoolStateMachine.Action] {
             var actions: [BinaryPoolStateMachine.Action] = []
             if !started {
                 started = true
@@ -61,11 +61,11 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSPoolStepping {
     }
 
     /// What a state-machine step asks for, with channels already looked up.
-    package struct Effects: APNSPoolEffects {
+    @usableFromInline package struct Effects: APNSPoolEffects {
         var actions: [(BinaryPoolStateMachine.Action, (any Channel)?)] = []
-        package var wakeups = APNSWakeups()
+        @usableFromInline package var wakeups = APNSWakeups()
 
-        package init() {}
+        @usableFromInline package init() {}
     }
 
     public let configuration: APNSBinaryConfiguration
@@ -222,12 +222,19 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSPoolStepping {
 
     // MARK: State-machine plumbing
 
-    package func withLockedState(_ body: (inout State) -> Effects) -> Effects {
+    @usableFromInline package func withBuffer(_ body: (inout APNSEventBuffer, inout APNSAdmission<Batch>) -> Void) {
+        bufferStep(body)
+    }
+
+    @usableFromInline package func withLockedState(_ body: (inout State) -> Effects) -> Effects {
         state.withLock { body(&$0) }
     }
 
-    package func collect(_ action: BinaryPoolStateMachine.Action, from state: inout State, into effects: inout Effects)
-    {
+    @usableFromInline package func collect(
+        _ action: BinaryPoolStateMachine.Action,
+        from state: inout State,
+        into effects: inout Effects
+    ) {
         switch action {
         case .schedulePump(let id), .write(let id, _), .close(let id), .armTimer(let id, _):
             effects.actions.append((action, state.channels[id]))
@@ -238,7 +245,7 @@ public final class APNSBinaryClient: APNSDeliveryClient, APNSPoolStepping {
         }
     }
 
-    package func perform(_ effects: Effects) {
+    @usableFromInline package func perform(_ effects: Effects) {
         for (action, channel) in effects.actions {
             execute(action, channel: channel)
         }

@@ -69,7 +69,7 @@ extension BinaryPoolStateMachine {
 
     /// One frame for a connection's pump to write: a notification with its identifier, or the
     /// shutdown probe (`notification == nil`).
-    package struct Frame: Equatable {
+    @usableFromInline package struct Frame: Equatable, Sendable {
         var identifier: UInt32
         var notification: PendingNotification?
     }
@@ -128,7 +128,7 @@ extension BinaryPoolStateMachine {
 
 extension BinaryPoolStateMachine {
     /// What the client does after a step, in order, once it has released its lock.
-    package enum Action: Equatable {
+    @usableFromInline package enum Action: Equatable, Sendable {
         /// Open connection `id`; wait `delay` first when it is not zero, then ask
         /// ``BinaryPoolStateMachine/backoffElapsed(id:)`` whether it is still wanted.
         case connect(id: Int, delay: TimeAmount)

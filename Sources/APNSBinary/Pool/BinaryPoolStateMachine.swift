@@ -10,7 +10,7 @@ import NIOCore
 /// shutdown. Its methods return ``Action``s — connects, pumps, timers, closes — that the
 /// ``APNSBinaryClient`` carries out after releasing its lock; outcomes and connection events
 /// are appended to ``events``.
-package struct BinaryPoolStateMachine {
+@usableFromInline package struct BinaryPoolStateMachine {
     let configuration: Configuration
     private(set) var queue = APNSPoolQueue<PendingNotification>()
     private(set) var connections: [Int: Connection] = [:]

@@ -1,7 +1,7 @@
 import APNSCore
 
 /// A notification compiled for the binary gateway, as it sits in the queue or a sent cache.
-package struct PendingNotification: APNSQueuedNotification, Equatable {
+@usableFromInline package struct PendingNotification: APNSQueuedNotification, Equatable {
     package var tag: UInt64
     package var token: DeviceToken
     var payload: [UInt8]
