@@ -591,18 +591,6 @@ import NIOCore
         }
     }
 
-    private mutating func emitTransmitted(_ item: PendingNotification) {
-        events.append(outcome: .transmitted(item.outcome(status: nil, message: nil)))
-    }
-
-    private mutating func emitFailure(_ item: PendingNotification, status: APNSStatus, message: String?) {
-        events.append(outcome: .transmissionError(item.outcome(status: status, message: message)))
-    }
-
-    private mutating func emitConnectionEvent(_ event: APNSDeliveryEvent, force: Bool = false) {
-        events.append(connectionEvent: event, force: force)
-    }
-
     /// Moves the identifier counter of connection `id`, so that wrap-around can be exercised.
     mutating func setNextIdentifier(_ identifier: UInt32, connection id: Int) {
         connections[id]?.nextIdentifier = identifier

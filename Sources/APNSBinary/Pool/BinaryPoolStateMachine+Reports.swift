@@ -26,3 +26,20 @@ extension BinaryPoolStateMachine {
         return snapshot
     }
 }
+
+extension BinaryPoolStateMachine {
+    /// Reports `item` accepted by the gateway.
+    mutating func emitTransmitted(_ item: PendingNotification) {
+        events.append(outcome: .transmitted(item.outcome(status: nil, message: nil)))
+    }
+
+    /// Reports `item` not accepted, with its status and why.
+    mutating func emitFailure(_ item: PendingNotification, status: APNSStatus, message: String?) {
+        events.append(outcome: .transmissionError(item.outcome(status: status, message: message)))
+    }
+
+    /// Reports a connection-level event; `force` keeps it even when the buffer of those is full.
+    mutating func emitConnectionEvent(_ event: APNSDeliveryEvent, force: Bool = false) {
+        events.append(connectionEvent: event, force: force)
+    }
+}
