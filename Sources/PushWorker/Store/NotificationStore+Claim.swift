@@ -157,7 +157,7 @@ extension NotificationStore {
         return decisions
     }
 
-    /// The written positions (`wp:`) of `partitions` of `topic`, -1 where none is stored. One
+    /// The written positions (`pw:`) of `partitions` of `topic`, -1 where none is stored. One
     /// round trip (per primary on a cluster), none for no partition.
     private func writtenPositions(topic: String, _ partitions: Set<Int32>) async throws(RedisError) -> [Int32: Int64] {
         guard !partitions.isEmpty else { return [:] }
