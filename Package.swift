@@ -185,16 +185,22 @@ let package = Package(
         ),
         // The worker's world on one machine (embedded Kafka, redis-server, the simulators, worker
         // processes), started by `apn-worker demo`, the benchmarks and the end-to-end tests.
+        // Listening sockets inside another network namespace (setns on a thread of its own): the
+        // partition harness's way into a worker's namespace. Equipment, like PushKafkaEmbedded.
+        .target(name: "CNetNamespace"),
         .target(
             name: "PushLocalStack",
             dependencies: [
                 "APNSBinary",
+                "CNetNamespace",
                 "APNSCore",
                 "APNSHTTP2Core",
                 "APNSSimulator",
                 "PushKafka", "PushKafkaEmbedded",
                 "PushRedis",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]
         ),

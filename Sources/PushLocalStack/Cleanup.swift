@@ -3,8 +3,8 @@ import Synchronization
 import UnixSignals
 
 /// What a ``LocalStack`` started and has not cleaned up yet: its processes (workers and
-/// redis-servers, which would otherwise outlive the process that started them) and its working
-/// directory unless it is kept.
+/// redis-servers, which would otherwise outlive the process that started them), the network
+/// namespaces of partitionable workers, and its working directory unless it is kept.
 ///
 /// ``run(removingDirectories:)`` is synchronous so that a signal trap can call it before the
 /// process ends.
@@ -13,6 +13,7 @@ public final class Cleanup: Sendable {
         var processes: [Process] = []
         var servers: [RedisServerProcess] = []
         var directories: [String] = []
+        var namespaces: [NetworkNamespace] = []
     }
 
     private let started = Mutex(Started())
@@ -27,21 +28,27 @@ public final class Cleanup: Sendable {
         }
     }
     func add(directory: String) { started.withLock { $0.directories.append(directory) } }
+    func add(namespace: NetworkNamespace) { started.withLock { $0.namespaces.append(namespace) } }
 
     /// Kills (SIGKILL) and reaps every process recorded and removes the directories; what it
     /// cleaned up is forgotten.
     public func run(removingDirectories: Bool = true) {
-        let (processes, servers, directories) = started.withLock { started in
+        let (processes, servers, directories, namespaces) = started.withLock { started in
             defer {
                 started.processes = []
                 started.servers = []
+                started.namespaces = []
                 if removingDirectories { started.directories = [] }
             }
-            return (started.processes, started.servers, removingDirectories ? started.directories : [])
+            return (
+                started.processes, started.servers, removingDirectories ? started.directories : [], started.namespaces
+            )
         }
         for process in processes where process.isRunning { kill(process.processIdentifier, SIGKILL) }
         for server in servers { server.kill() }
         for process in processes { process.waitUntilExit() }
+        // After the processes in them: deleting a namespace kills what still runs inside.
+        for namespace in namespaces { namespace.delete() }
         for directory in directories { try? FileManager.default.removeItem(atPath: directory) }
     }
 }

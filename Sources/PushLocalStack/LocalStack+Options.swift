@@ -70,6 +70,12 @@ extension LocalStack {
         /// own that refuses these tokens with status 8 (as the production one refuses
         /// ``badTokens``).
         public var sandboxBadTokens: Set<DeviceToken>?
+        /// Each worker runs in a network namespace of its own, reaching Kafka, Redis and the
+        /// simulators through a forwarder per path, which ``LocalStack/cut(_:from:_:)`` cuts
+        /// (docs/architecture.md, "The partition harness"). Needs root and iproute2, and the
+        /// stack's own redis-server; a worker's status server is then reachable only inside its
+        /// namespace.
+        public var partitionable = false
 
         public init() {}
     }

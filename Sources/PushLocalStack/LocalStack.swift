@@ -48,7 +48,9 @@ public final class LocalStack: @unchecked Sendable {
     public let configPath: String
     /// Every worker started, in order, running or not.
     public private(set) var workers: [LocalWorker] = []
-    private let cleanup: Cleanup
+    /// The networks of partitionable workers, by id (``Options/partitionable``).
+    var networks: [String: WorkerNetwork] = [:]
+    let cleanup: Cleanup
 
     private init(
         options: Options,
@@ -326,9 +328,11 @@ public final class LocalStack: @unchecked Sendable {
         let starts = workers.filter { $0.id == id }.count
         let log = "\(directory)/\(id)\(starts > 0 ? "-\(starts)" : "").log"
         let noProxy = ["https_proxy": "", "HTTPS_PROXY": ""]
+        var command = (options.workerExecutable, ["run", "--config", configPath, "--worker-id", id])
+        if options.partitionable { command = try await network(for: id).namespace.command(command.0, command.1) }
         let child = try ChildProcess(
-            options.workerExecutable,
-            ["run", "--config", configPath, "--worker-id", id],
+            command.0,
+            command.1,
             stderrFile: log,
             environment: noProxy.merging(environment) { _, given in given }
         )
@@ -387,6 +391,7 @@ public final class LocalStack: @unchecked Sendable {
     public func shutdown() async {
         // The processes first, the directory they and the simulators write to last.
         cleanup.run(removingDirectories: false)
+        for network in networks.values { await network.close() }
         await simulator.stop()
         await http2Simulator?.stop()
         await sandboxHTTP2Simulator?.stop()

@@ -5,8 +5,9 @@ APN_WORKER_DEBIAN_PACKAGES=(librdkafka-dev libhiredis-dev libjemalloc-dev libssl
 # Also needed by the tests: Python with venv, for the independent HTTP/2 peer (Tests/Peers), gdb,
 # with which scripts/test shows the threads of a test run that is stuck, and tinyproxy's binary
 # (tinyproxy-bin, without the package that runs it as a system service), the HTTP proxy of the
-# CONNECT tunnel tests, which start their own instances on 127.0.0.1.
-APN_WORKER_TEST_DEBIAN_PACKAGES=(python3 python3-venv gdb tinyproxy-bin)
+# CONNECT tunnel tests, which start their own instances on 127.0.0.1, and iproute2, whose
+# `ip netns` gives each worker of the partition tests a network namespace of its own.
+APN_WORKER_TEST_DEBIAN_PACKAGES=(python3 python3-venv gdb tinyproxy-bin iproute2)
 # And `kubectl kustomize`, to render deploy/k8s (MonitoringFilesTests): Debian's kubectl, unless a
 # kubectl or kustomize is already on PATH.
 APN_WORKER_TEST_KUBECTL_PACKAGE=kubernetes-client
