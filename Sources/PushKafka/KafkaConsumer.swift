@@ -531,7 +531,7 @@ final class ConsumerContext: Sendable {
                     for p in partitions { r.pending[p] = cooperative }
                     r.paused.formUnion(partitions)
                 }
-                events.yield(.revoking(partitions, generation: now))
+                events.yield(.revoking(partitions, generation: now, lost: rd_kafka_assignment_lost(rk) != 0))
                 return
             }
             let ok = cooperative ? check(rd_kafka_incremental_unassign(rk, list)) : check(rd_kafka_assign(rk, nil))

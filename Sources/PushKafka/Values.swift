@@ -125,8 +125,11 @@ public enum KafkaRebalanceEvent: Sendable, Hashable {
     case assigned([TopicPartition])
     /// The group takes these partitions away, at this rebalance generation; they are paused and
     /// still this member's until ``KafkaConsumer/completeRevocation(_:)`` (only with
-    /// ``KafkaConsumer/Revocation/deferred``).
-    case revoking([TopicPartition], generation: UInt64)
+    /// ``KafkaConsumer/Revocation/deferred``). `lost`: the assignment was lost rather than
+    /// handed over (librdkafka's `rd_kafka_assignment_lost`: the session timed out, or the member
+    /// was fenced), so the group has already given them to another member and this one can no
+    /// longer commit them.
+    case revoking([TopicPartition], generation: UInt64, lost: Bool)
     case revoked([TopicPartition])
 }
 

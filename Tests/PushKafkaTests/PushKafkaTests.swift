@@ -108,7 +108,7 @@ struct PushKafkaTests {
         let task = Task {
             for await event in consumer.rebalanceEvents {
                 events.append(event)
-                if case .revoking(let partitions, _) = event { await consumer.completeRevocation(partitions) }
+                if case .revoking(let partitions, _, _) = event { await consumer.completeRevocation(partitions) }
             }
         }
         return (task, events)
@@ -126,7 +126,7 @@ struct PushKafkaTests {
             events.all.contains { if case .assigned = $0 { true } else { false } }
         }
         func revoking(_ events: Recorder<KafkaRebalanceEvent>) -> [[TopicPartition]] {
-            events.all.compactMap { if case .revoking(let partitions, _) = $0 { partitions } else { nil } }
+            events.all.compactMap { if case .revoking(let partitions, _, _) = $0 { partitions } else { nil } }
         }
         func revoked(_ events: Recorder<KafkaRebalanceEvent>) -> [[TopicPartition]] {
             events.all.compactMap { if case .revoked(let partitions) = $0 { partitions } else { nil } }
@@ -188,7 +188,7 @@ struct PushKafkaTests {
             _ = try await a.poll(timeout: .milliseconds(100))
             _ = try await b.poll(timeout: .milliseconds(100))
             revoking =
-                events.all.compactMap { if case .revoking(let partitions, _) = $0 { partitions } else { nil } }.first
+                events.all.compactMap { if case .revoking(let partitions, _, _) = $0 { partitions } else { nil } }.first
                 ?? []
             return !revoking.isEmpty
         }
@@ -301,7 +301,7 @@ struct PushKafkaTests {
         )
         let drain = Task {
             for await event in first.rebalanceEvents {
-                guard case .revoking(let partitions, _) = event else { continue }
+                guard case .revoking(let partitions, _, _) = event else { continue }
                 revoked.append(.now)
                 await first.completeRevocation(partitions)
             }

@@ -30,7 +30,7 @@ extension Worker {
         do {
             let producer = try KafkaProducer(configuration: producerConfig)
             // Revocations are reported, not applied: the worker finishes the partitions' work
-            // and commits it in its own tasks, then completes them (``revoke(_:generation:_:)``).
+            // and commits it in its own tasks, then completes them (``revoke(_:generation:lost:_:)``).
             let consumer = try KafkaConsumer(configuration: consumerConfig, revocation: .deferred)
             try consumer.subscribe(lanes: configuration.kafka.consumedTopics)
             return (producer, consumer)
@@ -47,7 +47,14 @@ extension Worker {
     /// the next owner writes no result twice even when the commit fails; then their offsets
     /// are committed while the partitions are still this member's. The caller then completes
     /// the revocation (``KafkaConsumer/completeRevocation(_:)``).
-    func revoke(_ partitions: [TopicPartition], generation: UInt64, _ stages: Stages) async {
+    ///
+    /// A `lost` assignment (the session timed out: this worker was cut off from the group
+    /// coordinator, and the partitions are already another member's) is not waited for: nothing
+    /// of it could be committed, and its next owner does not wait for this worker's results but
+    /// for its claims in Redis, which each outcome settles as the gateway answers. So everything
+    /// not yet sent is handed back at once, the written positions and hand-off marks go to
+    /// Redis, and the worker can rejoin the group as soon as its path to Kafka is back.
+    func revoke(_ partitions: [TopicPartition], generation: UInt64, lost: Bool, _ stages: Stages) async {
         let selection = Set(partitions)
         let inSelection: (TopicPartition) -> Bool = { selection.contains($0) }
         stages.claims.handBack(where: inSelection)
@@ -58,11 +65,18 @@ extension Worker {
             ledger.read { $0.working(in: selection) } - stages.delivery.stuck(in: selection)
         }
         let before = outstanding()
-        logger.info("Partitions revoked", metadata: ["partitions": "\(partitions)", "inFlight": "\(before)"])
+        if lost {
+            logger.warning(
+                "Partitions lost: the group gave them to another member while this worker could not reach it; handing back what was not sent",
+                metadata: ["partitions": "\(partitions)", "inFlight": "\(before)"]
+            )
+        } else {
+            logger.info("Partitions revoked", metadata: ["partitions": "\(partitions)", "inFlight": "\(before)"])
+        }
         // A stopping worker's drain waits for its work, up to the shutdown timeout: what is left
         // then is consumed again by the next owner.
         let deadline = ContinuousClock.now + Worker.revokeTimeout
-        while outstanding() > 0 && !control.isStopping {
+        while !lost && outstanding() > 0 && !control.isStopping {
             if !(await control.waitForProgress(until: deadline)) {
                 logger.warning(
                     "Revoked partitions still had notifications in flight; handing them back",
@@ -87,7 +101,13 @@ extension Worker {
                 break
             }
         }
-        await commitForHandover(stages.consumer, stages.results, ledger.read { $0.positions(in: selection) })
+        let positions = ledger.read { $0.positions(in: selection) }
+        if lost {
+            // Not this member's to commit any more (the generation has moved on).
+            if !positions.isEmpty { await stages.results.leaveHandoffs(positions) }
+        } else {
+            await commitForHandover(stages.consumer, stages.results, positions)
+        }
         ledger.update { $0.removed(selection) }
         // Handed on by choice: its next owner charges no stop to what was in flight.
         await removeStopRecords(partitions, stages.store)

@@ -222,15 +222,15 @@ public final class Worker: Service, Sendable {
 
     /// Logs assignments and carries out revocations, one after another, until the consumer
     /// closes or the worker stops: each revoked partition's work is finished and committed
-    /// (``revoke(_:generation:_:)``), then the revocation is completed, so that the group's
+    /// (``revoke(_:generation:lost:_:)``), then the revocation is completed, so that the group's
     /// rebalance goes on.
     private func followRebalances(_ consumer: KafkaConsumer, _ stages: Stages) async {
         for await event in consumer.rebalanceEvents {
             switch event {
             case .assigned(let partitions):
                 logger.info("Partitions assigned", metadata: ["partitions": "\(partitions)"])
-            case .revoking(let partitions, let generation):
-                await revoke(partitions, generation: generation, stages)
+            case .revoking(let partitions, let generation, let lost):
+                await revoke(partitions, generation: generation, lost: lost, stages)
                 await consumer.completeRevocation(partitions)
             case .revoked:
                 break
