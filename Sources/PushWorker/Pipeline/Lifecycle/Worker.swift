@@ -174,6 +174,7 @@ public final class Worker: Service, Sendable {
             group.addTask { await self.watchCredentials(delivery) }
             if control.metrics.isEnabled { group.addTask { await self.trackLag(consumer) } }
             group.addTask { await results.run() }
+            group.addTask { await results.recordAheadWhileProducing() }
             group.addTask { await summaries.run(results: results) }
             group.addTask { await summaries.runTimers() }
             group.addTask { await claims.run() }

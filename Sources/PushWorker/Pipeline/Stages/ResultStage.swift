@@ -31,6 +31,13 @@ final class ResultStage: Sendable {
         var lastAttempt = ContinuousClock.now
         /// The writer took a batch and has not written it yet.
         var writing = false
+        /// When the writer took the batch it is writing.
+        var writeStarted = ContinuousClock.now
+        /// How many items at the front of ``waiting`` are recorded in Redis ahead of their
+        /// batch (``recordAheadWhileProducing()``).
+        var recordedAhead = 0
+        /// How many items the writer has taken from ``waiting``, ever.
+        var takenFromWaiting = 0
         /// Written outcomes, deleted once their messages are before their partitions' stored
         /// written positions (``compactable(stored:storing:)``), per partition in the order they
         /// were written (nearly their offsets' order).
@@ -237,8 +244,19 @@ final class ResultStage: Sendable {
                 var batch: [ResultItem] = []
                 batch.reserveCapacity(count)
                 // Moved out one by one: no copy of each item and no release of the original.
-                for _ in 0..<count { batch.append(s.urgent.popFirst() ?? s.waiting.removeFirst()) }
+                var fromWaiting = 0
+                for _ in 0..<count {
+                    if let item = s.urgent.popFirst() {
+                        batch.append(item)
+                    } else {
+                        batch.append(s.waiting.removeFirst())
+                        fromWaiting += 1
+                    }
+                }
+                s.recordedAhead = max(0, s.recordedAhead - fromWaiting)
+                s.takenFromWaiting += fromWaiting
                 s.writing = count > 0
+                s.writeStarted = .now
                 return (batch, s.commitNeeded, s.positionsRequested)
             }
             guard !batch.isEmpty || commit || positions else {
@@ -418,6 +436,50 @@ final class ResultStage: Sendable {
                 try? await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(2))
                 await store.reconnect(logger: logger)
+            }
+        }
+    }
+
+    /// While a batch's results wait for Kafka (the worker cut off from it, or an outage) the
+    /// outcomes queued behind that batch are recorded in Redis ahead of it, once each, every
+    /// second: a notification's outcome is what another worker that takes over its partition
+    /// waits for (its claim is this worker's) before it produces the result itself, so it does
+    /// not wait for Kafka to come back to this worker. Their batch records them again when it is
+    /// written (the same fields, idempotent). Runs until the task is cancelled.
+    func recordAheadWhileProducing(after stuck: Duration = .seconds(2), max: Int = 2_000) async {
+        while !Task.isCancelled {
+            do { try await Task.sleep(for: .seconds(1)) } catch { return }
+            let (ahead, from, taken) = state.withLock { s -> ([ResultItem], Int, Int) in
+                guard s.writing, ContinuousClock.now - s.writeStarted >= stuck, s.recordedAhead < s.waiting.count
+                else { return ([], 0, 0) }
+                let end = min(s.waiting.count, s.recordedAhead + max)
+                return (Array(s.waiting[s.recordedAhead..<end]), s.recordedAhead, s.takenFromWaiting)
+            }
+            let records = Self.plan(ahead, topic: configuration.kafka.resultsTopic).records
+            guard !ahead.isEmpty else { continue }
+            do {
+                if !records.isEmpty {
+                    try await store.write(
+                        records: records,
+                        unregistered: [],
+                        released: [],
+                        positions: [],
+                        environments: [],
+                        accepted: [],
+                        channels: [],
+                        forgotten: [],
+                        outcomeGeneration: store.outcomeGeneration(ttlSeconds: configuration.worker.dedupeTTLSeconds),
+                        ttlSeconds: configuration.worker.dedupeTTLSeconds
+                    )
+                }
+                // The writer may have taken some from the front meanwhile.
+                state.withLock { s in
+                    let end = from + ahead.count - (s.takenFromWaiting - taken)
+                    s.recordedAhead = Swift.max(0, Swift.min(s.waiting.count, end))
+                }
+                logger.debug("Recorded outcomes ahead of their results", metadata: ["outcomes": "\(records.count)"])
+            } catch {
+                logger.debug("Cannot record outcomes ahead of their results", metadata: ["error": "\(error.message)"])
             }
         }
     }
