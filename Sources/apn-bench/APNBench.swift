@@ -15,7 +15,7 @@ struct APNBench: AsyncParsableCommand {
             """,
         subcommands: [
             BenchWorker.self, BenchScale.self, BenchFailover.self, BenchSoak.self, BenchHostile.self, BenchLanes.self,
-            BenchIsolation.self,
+            BenchIsolation.self, BenchPartitions.self,
         ]
     )
 }

@@ -256,6 +256,12 @@ struct ResultTally {
     var skippedOffsets: Int64 { gaps.reduce(0) { $0 + $1.to - $1.from } }
 
     func has(_ n: Int) -> Bool { !arrived[n].isNaN }
+    /// The worker that wrote job n's first result.
+    func writer(of n: Int) -> String? { has(n) ? workerNames[Int(writer[n])] : nil }
+    /// Job n's latency from produce to first result, in milliseconds.
+    func latency(of n: Int) -> Double? { has(n) ? Double(latencyMs[n]) : nil }
+    /// When job n's first result was read, in seconds since the start.
+    func arrival(of n: Int) -> Double? { has(n) ? Double(arrived[n]) : nil }
     func flagged(_ n: Int) -> Bool { possibleDuplicate[n] }
     var flaggedCount: Int { possibleDuplicate.lazy.filter { $0 }.count }
     /// When the last first result was read, in seconds since the start.
