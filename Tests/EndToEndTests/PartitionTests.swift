@@ -44,11 +44,12 @@ struct PartitionTests {
     }
 
     @Test func aWorkerCutFromKafkaByDroppedPacketsLosesNothingAndRejoins() async throws {
-        // A cut of 16 s: the others take its partitions over after the 3 s session, and answer
+        // A cut of 20 s: the others take its partitions over after the 3 s session, and answer
         // what it had claimed from the outcomes it records in Redis while its results wait for
-        // Kafka. No notification waits for the heal.
-        let report = try await partition("kafka-drop", ["--cut-seconds", "16", "--seconds", "30"])
-        #expect((report["slowestMs"] as? Int ?? .max) < 14_000, "\(report)")
+        // Kafka (12 s at worst when measured). A notification that waited for the heal would
+        // take 20 s or more.
+        let report = try await partition("kafka-drop", ["--cut-seconds", "20", "--seconds", "34"])
+        #expect((report["slowestMs"] as? Int ?? .max) < 18_000, "\(report)")
     }
 
     @Test func aWorkerCutFromKafkaByRefusedConnectionsLosesNothingAndRejoins() async throws {

@@ -295,14 +295,16 @@ struct PushKafkaTests {
         let (topic, group, all) = try fourPartitionTopic(on: cluster, "join")
 
         let revoked = Recorder<ContinuousClock.Instant>()
+        let lost = Recorder<Bool>()
         let first = try KafkaConsumer(
             configuration: consumerConfiguration(cluster, group: group),
             revocation: .deferred
         )
         let drain = Task {
             for await event in first.rebalanceEvents {
-                guard case .revoking(let partitions, _, _) = event else { continue }
+                guard case .revoking(let partitions, _, let wasLost) = event else { continue }
                 revoked.append(.now)
+                lost.append(wasLost)
                 await first.completeRevocation(partitions)
             }
         }
@@ -319,6 +321,8 @@ struct PushKafkaTests {
         }
         let assigned = ContinuousClock.now
         let revocation = try #require(revoked.all.first, "the first member gave up no partition")
+        // Handed over to a member that joined: not lost.
+        #expect(lost.all.first == false)
         #expect(
             revocation - joined >= .milliseconds(4500),
             "the embedded broker now ends the revoking round early (\(revocation - joined)); update docs/architecture.md"
