@@ -357,6 +357,7 @@ let package = Package(
                 "PushLocalStack", "PushRedis",
                 "PushWorker",
                 "PushStatus", "PushTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
     ],

@@ -2,6 +2,7 @@ import APNSCore
 import APNSSimulator
 import Crypto
 import Foundation
+import NIOCore
 import PushKafka
 import PushKafkaEmbedded
 import PushRedis
@@ -254,7 +255,23 @@ public final class LocalStack: @unchecked Sendable {
         var configuration = simulator.configuration
         configuration.binaryPort = simulator.binaryPort
         configuration.feedbackPort = simulator.feedbackPort
-        simulator = try await APNSSimulator.start(configuration: configuration)
+        simulator = try await Self.onTheSamePort { try await APNSSimulator.start(configuration: configuration) }
+    }
+
+    /// Starts a server again on the port it had, retrying for up to 5 s while the port is in use.
+    /// A client that keeps connecting to the closed port (a worker reconnecting every few
+    /// milliseconds) can take it for a moment: the port is in the ephemeral range, and a connect
+    /// to 127.0.0.1 may be given that same port as its source and connect to itself (TCP's
+    /// simultaneous open) until it fails.
+    static func onTheSamePort<Server>(_ start: () async throws -> Server) async throws -> Server {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while true {
+            do {
+                return try await start()
+            } catch let error as IOError where error.errnoCode == EADDRINUSE && ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
     }
 
     /// Stops the HTTP/2 simulator, cutting its connections: an outage of the HTTP/2 app's
@@ -268,7 +285,9 @@ public final class LocalStack: @unchecked Sendable {
         guard let stopped = http2Simulator else { return }
         var configuration = stopped.configuration
         configuration.port = stopped.port
-        http2Simulator = try await APNSHTTP2Simulator.start(configuration: configuration)
+        http2Simulator = try await Self.onTheSamePort {
+            try await APNSHTTP2Simulator.start(configuration: configuration)
+        }
     }
 
     /// How often each token was accepted by the binary gateway, over its restarts.
