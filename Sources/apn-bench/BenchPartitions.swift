@@ -165,6 +165,9 @@ struct BenchPartitions: AsyncParsableCommand {
         ]
         fields += FleetLoad.lossFields(tally, accepted, lostBeforeTheWorkers: lostBeforeTheWorkers)
         if keep { fields.append(("directory", .string(stack.directory))) }
+        for story in accepted.unflaggedStories {
+            FileHandle.standardError.write(Data("unflagged duplicate: \(story)\n".utf8))
+        }
         print(jsonLine(fields))
         if tally.received + lostBeforeTheWorkers < total || accepted.unflagged > 0 || resumed == nil {
             throw ExitCode(1)

@@ -142,6 +142,8 @@ enum FleetLoad {
         var unflagged = 0
         /// Jobs without a result that Apple accepted: their results, not their jobs, went missing.
         var lostButDelivered = 0
+        /// Up to 20 unflagged duplicates, each as `job <n>: accepted <count>×; <first result>; again: …`.
+        var unflaggedStories: [String] = []
 
         init(_ stack: LocalStack, _ tally: ResultTally) {
             var accepted = stack.acceptedByToken
@@ -151,7 +153,14 @@ enum FleetLoad {
                 if !tally.has(n) { lostButDelivered += 1 }
                 guard count > 1 else { continue }
                 twice += 1
-                if !tally.flagged(n) { unflagged += 1 }
+                if !tally.flagged(n) {
+                    unflagged += 1
+                    if unflaggedStories.count < 20 {
+                        let first = "\(tally.writer(of: n) ?? "no result") at \(tally.arrival(of: n) ?? -1) s"
+                        let again = (tally.writtenAgain[n] ?? []).joined(separator: ", ")
+                        unflaggedStories.append("job \(n): accepted \(count)x; first \(first); again: [\(again)]")
+                    }
+                }
             }
         }
     }
@@ -225,6 +234,9 @@ struct ResultTally {
     private var latencyMs: [Float]
     /// Per job: its first result says `possibleDuplicate`.
     private var possibleDuplicate: [Bool]
+    /// Per job written more than once: each later result's writer, status and flag
+    /// (`w2 transmitted possibleDuplicate`).
+    private(set) var writtenAgain: [Int: [String]] = [:]
     /// Per job: the worker that wrote its first result (an index into `workerNames`).
     private var writer: [UInt16]
     private var workerNames: [String] = []
@@ -263,6 +275,15 @@ struct ResultTally {
     /// When job n's first result was read, in seconds since the start.
     func arrival(of n: Int) -> Double? { has(n) ? Double(arrived[n]) : nil }
     func flagged(_ n: Int) -> Bool { possibleDuplicate[n] }
+    /// Whether a later result of job n (written again) says `possibleDuplicate`.
+    func flaggedLater(_ n: Int) -> Bool { writtenAgain[n]?.contains { $0.hasSuffix(" possibleDuplicate") } ?? false }
+
+    /// A result as `<worker> <type or status name>[ possibleDuplicate]`.
+    static func describe(_ result: JSONValue, worker: String) -> String {
+        let what = result["statusName"]?.stringValue ?? result["type"]?.stringValue ?? "?"
+        let flag = result["possibleDuplicate"]?.boolValue == true ? " possibleDuplicate" : ""
+        return "\(worker) \(what)\(flag)"
+    }
     var flaggedCount: Int { possibleDuplicate.lazy.filter { $0 }.count }
     /// When the last first result was read, in seconds since the start.
     var lastArrival: Double { Double(arrived.lazy.filter { !$0.isNaN }.max() ?? 0) }
@@ -295,6 +316,7 @@ struct ResultTally {
         else { return }
         let worker = result["worker"]?.stringValue ?? "?"
         if has(n) {
+            writtenAgain[n, default: []].append(Self.describe(result, worker: worker))
             writtenTwice += 1
             writtenTwiceBy["\(workerNames[Int(writer[n])]) then \(worker)", default: 0] += 1
             return

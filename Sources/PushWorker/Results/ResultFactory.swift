@@ -200,7 +200,8 @@ struct ResultFactory: Sendable {
                 feedback: feedback,
                 unregister: unregister,
                 environment: memory,
-                accepted: accepted
+                accepted: accepted,
+                claimMark: context.claimMark
             )
         )
     }
@@ -329,7 +330,8 @@ extension ResultFactory {
                 fingerprint: c.fingerprint,
                 token: c.tokenHex,
                 result: result.message(since: c.job.producedAt),
-                channel: record
+                channel: record,
+                claimMark: context.claimMark
             )
         )
     }

@@ -79,6 +79,26 @@ public struct WorkerResult: Sendable, Hashable {
         )
     }
 
+    /// `value`, a result ``serialized()`` with `"possibleDuplicate":false`, saying `true`
+    /// instead; `nil` when it does not say `false` (it says `true` already, or has no such member). Every member
+    /// before that one is a number or an escaped string, so its first occurrence is the result's
+    /// own, never one inside the job's `metadata`, which comes after it.
+    static func markingPossibleDuplicate(_ value: [UInt8]) -> [UInt8]? {
+        let member = Array(#","possibleDuplicate":"#.utf8)
+        let no = Array("false".utf8)
+        guard value.count >= member.count + no.count else { return nil }
+        var at = 0
+        while at + member.count <= value.count {
+            if value[at] == member[0], value[at..<(at + member.count)].elementsEqual(member) {
+                let flag = at + member.count
+                guard value[flag...].starts(with: no) else { return nil }
+                return Array(value[..<flag]) + Array("true".utf8) + Array(value[(flag + no.count)...])
+            }
+            at += 1
+        }
+        return nil
+    }
+
     /// The Kafka key: the token (per-device ordering) or channel, or the job id for an invalid job.
     public var key: [UInt8]? {
         if let target = token ?? channel { return Array(target.abbreviated(toBytes: Self.maxEchoBytes).utf8) }

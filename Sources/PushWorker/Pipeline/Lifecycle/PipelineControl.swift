@@ -20,6 +20,8 @@ final class PipelineControl: Sendable {
 
     private let state = Mutex(State())
     let metrics: WorkerMetrics
+    /// Whether this worker's liveness key may have expired while it held claims.
+    let liveness = LivenessWatch(ttl: Worker.livenessTTL)
 
     init(metrics: WorkerMetrics = WorkerMetrics()) {
         self.metrics = metrics

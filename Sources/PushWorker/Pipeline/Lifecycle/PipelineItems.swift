@@ -231,6 +231,9 @@ struct SentContext: Sendable {
     var candidate: Candidate
     /// The claim was taken over from a dead worker: the result says `possibleDuplicate`.
     var takeover: Bool
+    /// The liveness mark taken before the claim (``LivenessWatch/mark()``): the result says
+    /// `possibleDuplicate` when this worker's liveness key may have expired since.
+    var claimMark: UInt32 = 0
     /// Sent in another environment than its job's (`environmentFallback`); `nil`: in its job's.
     var redirect: Redirect? = nil
 
@@ -308,6 +311,9 @@ final class RecordedResult: Sendable {
     /// The notification's token (hex), which places its claim in Redis.
     let token: String
     let result: ResultMessage
+    /// The liveness mark of the claim it answers, for a notification this worker sent
+    /// (``SentContext/claimMark``); `nil` for one it decided not to send.
+    let claimMark: UInt32?
     /// What a status 8 or an HTTP/2 410 adds, boxed: tens of thousands of results wait to be
     /// written at full load, and these two fields inline took each from 160 to 320 bytes.
     private let extra: Extra?
@@ -354,13 +360,15 @@ final class RecordedResult: Sendable {
         unregister: Unregistration? = nil,
         environment: TokenEnvironment? = nil,
         accepted: AcceptedActivity? = nil,
-        channel: ChannelRecord? = nil
+        channel: ChannelRecord? = nil,
+        claimMark: UInt32? = nil
     ) {
         self.ref = ref
         self.resultId = resultId
         self.fingerprint = fingerprint ?? NotificationFingerprint(resultId: resultId)
         self.token = token
         self.result = result
+        self.claimMark = claimMark
         extra =
             feedback == nil && unregister == nil && environment == nil && accepted == nil && channel == nil
             ? nil

@@ -283,7 +283,9 @@ public final class Worker: Service, Sendable {
         let ttl = Int(Worker.livenessTTL / .milliseconds(1))
         while !Task.isCancelled {
             do {
+                let sentAt = ContinuousClock.now
                 try await store.heartbeat(ttlMilliseconds: ttl)
+                control.liveness.renewed(sentAt: sentAt)
                 control.setRedisDown(false)
             } catch {
                 logger.warning("Cannot refresh the liveness key", metadata: ["error": "\(error.message)"])

@@ -240,6 +240,7 @@ final class ClaimStage: Sendable {
         guard !ready.isEmpty else { return }
 
         let now = factory.now()
+        let mark = control.liveness.mark()
         let decisions: [NotificationStore.ClaimDecision]
         do {
             decisions = try await claimByTopic(ready, now: now)
@@ -256,7 +257,7 @@ final class ClaimStage: Sendable {
             return
         }
         let newer = await acceptedNewer(ready, decisions)
-        await act(on: Self.plan(ready, decisions, factory: factory, now: now, newerAccepted: newer))
+        await act(on: Self.plan(ready, decisions, factory: factory, now: now, mark: mark, newerAccepted: newer))
     }
 
     /// Claims `ready`: one claim per topic their messages came from (one, unless the worker
@@ -315,6 +316,7 @@ final class ClaimStage: Sendable {
         var superseded: [String: Int] = [:]
     }
 
+    /// `mark`: the liveness mark taken before the claim's round trip (``LivenessWatch/mark()``).
     /// `newerAccepted`: by index, the job of a newer update of the candidate's Live Activity
     /// that Apple accepted (``acceptedNewer(_:_:)``).
     static func plan(
@@ -322,6 +324,7 @@ final class ClaimStage: Sendable {
         _ decisions: [NotificationStore.ClaimDecision],
         factory: ResultFactory,
         now: Int64,
+        mark: UInt32 = 0,
         newerAccepted: [Int: String] = [:]
     ) -> Plan {
         var plan = Plan()
@@ -344,7 +347,7 @@ final class ClaimStage: Sendable {
                 plan.decisions.stale[c.job.app, default: 0] += 1
                 plan.results.append(staleResult(c, factory: factory, now: now))
             case .send, .resend:
-                let sent = SentContext(candidate: c, takeover: decision == .resend)
+                let sent = SentContext(candidate: c, takeover: decision == .resend, claimMark: mark)
                 if let index = runIndex[c.poolKey] {
                     plan.sends[index].notifications.append(sent)
                 } else {

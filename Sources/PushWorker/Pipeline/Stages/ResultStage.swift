@@ -279,70 +279,12 @@ final class ResultStage: Sendable {
         }
     }
 
-    /// What one batch asks of Redis and Kafka; no I/O.
-    struct WritePlan {
-        var records: [RecordedResult] = []
-        var unregistered: [(app: String, environment: String, token: String, since: Int64, reason: String)] = []
-        /// Tokens' environments to remember or forget (`environmentFallback`).
-        var environments: [TokenEnvironment] = []
-        /// Live Activity updates Apple accepted (latest wins).
-        var accepted: [AcceptedActivity] = []
-        /// Channels created or deleted by channel jobs.
-        var channels: [ChannelRecord] = []
-        /// Claims to delete: notifications never written to a gateway.
-        var released: [(resultId: String, token: String)] = []
-        var messages: [KafkaOutgoingMessage] = []
-        /// The result ids whose claims this process holds until the batch is written.
-        var settled: [String] = []
-        /// Results produced (a released claim produces none).
-        var results = 0
-        /// What each message counts as in the metrics (a stored result produced again is read
-        /// back from its value).
-        var metrics: [ResultMetric] = []
-    }
-
-    static func plan(_ batch: [ResultItem], topic: String) -> WritePlan {
-        var plan = WritePlan()
-        plan.messages.reserveCapacity(batch.count)
-        plan.metrics.reserveCapacity(batch.count)
-        func produce(_ message: ResultMessage) {
-            plan.messages.append(KafkaOutgoingMessage(topic: topic, key: message.key, value: message.value))
-            if let metric = message.metric ?? ResultMetric(parsing: message.value) { plan.metrics.append(metric) }
-        }
-        for item in batch {
-            switch item {
-            case .rejected(_, let message):
-                produce(message)
-            case .reemitted(_, _, let list):
-                list.forEach(produce)
-            case .released(_, let id, let token):
-                plan.released.append((id, token))
-                plan.settled.append(id)
-            case .handedBack(_, let id):
-                plan.settled.append(id)
-            case .decided(let r), .delivered(let r):
-                plan.records.append(r)
-                if let u = r.unregister {
-                    plan.unregistered.append((u.app, u.environment, u.token, u.verdict.since, u.verdict.reason))
-                }
-                if let environment = r.environment { plan.environments.append(environment) }
-                if let accepted = r.accepted { plan.accepted.append(accepted) }
-                if let channel = r.channel { plan.channels.append(channel) }
-                produce(r.result)
-                if let feedback = r.feedback { produce(feedback) }
-                plan.settled.append(r.resultId)
-            }
-            if !item.isGivenBack { plan.results += 1 }
-        }
-        return plan
-    }
-
     /// Records outcomes in Redis, produces the results, then marks them written. Retries until
     /// both stores accept them: nothing is dropped (unless the worker is cancelled: then their
     /// messages are not committed, so they are consumed again).
     private func write(_ batch: [ResultItem], positions: Bool) async {
         guard positions || !batch.isEmpty else { return }
-        let plan = Self.plan(batch, topic: configuration.kafka.resultsTopic)
+        var plan = Self.plan(batch, topic: configuration.kafka.resultsTopic)
         // The written positions reached by earlier batches go with this one; the outcomes they
         // pass are deleted with the next one.
         let (positions, stored) = ledger.read { ($0.pendingPositions(), $0.storedPositions) }
@@ -362,7 +304,21 @@ final class ResultStage: Sendable {
                 forgotten: forgotten,
                 generation: generation,
                 count: batch.count
-            ),
+            )
+        else { return }
+        // Recorded: had this worker's liveness key expired meanwhile, another worker may have
+        // taken some of these claims over (and sent them again) before the outcomes were there.
+        let liveness = control.liveness.snapshot()
+        if !plan.sent.isEmpty {
+            let marked = plan.markPossibleDuplicates { liveness.ongoing || $0 != liveness.lapses }
+            if marked > 0 {
+                logger.warning(
+                    "Results marked possibleDuplicate: this worker's liveness key may have expired while it held their claims, so another worker may have sent them too",
+                    metadata: ["results": "\(marked)"]
+                )
+            }
+        }
+        guard
             await producer.produceAll(
                 plan.messages,
                 what: "result",
