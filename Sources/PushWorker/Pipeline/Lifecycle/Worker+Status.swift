@@ -74,10 +74,12 @@ extension Worker {
 
     /// Live while the worker's loops make progress: the result writer has results waiting and
     /// has not tried to write them for ``stuckAfter``, it is stuck (a Redis or Kafka outage
-    /// does not count: the writer keeps retrying).
+    /// does not count: the writer keeps retrying, and an attempt to produce may wait for
+    /// Kafka's acknowledgements for the producer's `message.timeout.ms`).
     public var liveness: WorkerHealth {
         guard let results = stages.withLock({ $0?.results }) else { return .healthy }
-        if let stuck = results.stuck(for: Self.stuckAfter) {
+        let acknowledgementWait = KafkaConfiguration(configuration.kafka.properties).messageTimeout ?? .seconds(300)
+        if let stuck = results.stuck(for: Self.stuckAfter, acknowledgementWait: acknowledgementWait) {
             return WorkerHealth(
                 problem: "the result writer has not written for \(stuck.components.seconds) s with results pending"
             )

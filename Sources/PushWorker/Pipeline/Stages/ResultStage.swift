@@ -31,6 +31,9 @@ final class ResultStage: Sendable {
         var lastAttempt = ContinuousClock.now
         /// The writer took a batch and has not written it yet.
         var writing = false
+        /// The writer is producing a batch: waiting for Kafka's acknowledgements, which may take
+        /// up to `message.timeout.ms` per attempt while Kafka cannot be reached.
+        var producing = false
         /// When the writer took the batch it is writing.
         var writeStarted = ContinuousClock.now
         /// How many items at the front of ``waiting`` are recorded in Redis ahead of their
@@ -218,12 +221,30 @@ final class ResultStage: Sendable {
     }
 
     /// How long the writer has gone without an attempt to write while results wait, when that
-    /// is longer than `limit`: it is stuck. `nil` otherwise.
-    func stuck(for limit: Duration) -> Duration? {
+    /// is longer than `limit`, or than `limit` + `acknowledgementWait` while an attempt to
+    /// produce waits for Kafka (an outage: the producer's `message.timeout.ms` ends each attempt):
+    /// it is stuck. `nil` otherwise.
+    func stuck(for limit: Duration, acknowledgementWait: Duration) -> Duration? {
         state.withLock { s in
-            let idle = ContinuousClock.now - s.lastAttempt
-            return ((!s.waiting.isEmpty || !s.urgent.isEmpty || s.writing) && idle > limit) ? idle : nil
+            Self.stuck(
+                idle: ContinuousClock.now - s.lastAttempt,
+                pending: !s.waiting.isEmpty || !s.urgent.isEmpty || s.writing,
+                producing: s.producing,
+                limit: limit,
+                acknowledgementWait: acknowledgementWait
+            )
         }
+    }
+
+    /// ``stuck(for:acknowledgementWait:)``'s judgement; no state.
+    static func stuck(
+        idle: Duration,
+        pending: Bool,
+        producing: Bool,
+        limit: Duration,
+        acknowledgementWait: Duration
+    ) -> Duration? {
+        pending && idle > (producing ? limit + acknowledgementWait : limit) ? idle : nil
     }
 
     private func attempted() { state.withLock { $0.lastAttempt = .now } }
@@ -318,15 +339,16 @@ final class ResultStage: Sendable {
                 )
             }
         }
-        guard
-            await producer.produceAll(
-                plan.messages,
-                what: "result",
-                control: control,
-                logger: logger,
-                attempted: attempted
-            )
-        else { return }
+        state.withLock { $0.producing = true }
+        let produced = await producer.produceAll(
+            plan.messages,
+            what: "result",
+            control: control,
+            logger: logger,
+            attempted: attempted
+        )
+        state.withLock { $0.producing = false }
+        guard produced else { return }
         // The token results of messages whose job asked for a summary, read outside the lock.
         let summaryRefs = ledger.read { $0.summaryRefs(among: batch.lazy.map(\.ref)) }
         let counted =
