@@ -3,6 +3,22 @@ import Foundation
 
 /// A child process with its output captured, killed when the test is done with it.
 public final class ChildProcess: @unchecked Sendable {
+    /// Runs `executable` to its end, on the calling thread, with no input; its status and its
+    /// standard output and error together. Throws when it cannot be started.
+    public static func runToEnd(_ executable: String, _ arguments: [String]) throws -> (status: Int32, text: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+
     // Only used from the test that owns it.
     public let process = Process()
     private let stdoutPipe = Pipe()

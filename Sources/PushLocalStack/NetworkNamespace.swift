@@ -81,25 +81,17 @@ public final class NetworkNamespace: Sendable {
     /// Runs `ip` with `arguments`; its standard output, or an error with what it printed.
     @discardableResult
     static func ip(_ arguments: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: ipExecutable)
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        process.standardInput = FileHandle.nullDevice
+        let (status, text): (Int32, String)
         do {
-            try process.run()
+            (status, text) = try ChildProcess.runToEnd(ipExecutable, arguments)
         } catch {
             throw ServerError(
                 "cannot run \(ipExecutable) (iproute2): \(error); the partition harness needs iproute2's `ip netns`"
             )
         }
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
+        guard status == 0 else {
             throw ServerError(
-                "ip \(arguments.joined(separator: " ")) failed (status \(process.terminationStatus)): "
+                "ip \(arguments.joined(separator: " ")) failed (status \(status)): "
                     + "\(text.trimmingCharacters(in: .whitespacesAndNewlines)); network namespaces need root"
             )
         }

@@ -115,18 +115,6 @@ public final class RedisClusterProcess: Sendable {
 
     /// Runs a program to its end and returns its status and combined output.
     public static func run(_ executable: String, _ arguments: [String]) async throws -> (status: Int32, text: String) {
-        try await offPool {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = arguments
-            let pipe = Pipe()
-            process.standardOutput = pipe
-            process.standardError = pipe
-            process.standardInput = FileHandle.nullDevice
-            try process.run()
-            let data = pipe.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return (process.terminationStatus, String(decoding: data, as: UTF8.self))
-        }
+        try await offPool { try ChildProcess.runToEnd(executable, arguments) }
     }
 }

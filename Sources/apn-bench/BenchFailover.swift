@@ -96,22 +96,19 @@ struct BenchFailover: AsyncParsableCommand {
                 readerGroup: stack.readerGroup("failover-reader")
             )
         }
-        let producer = try stack.loadProducer()
-        let reader = try stack.resultReader(group: "failover-reader")
         let job = { @Sendable [secondApp] (n: Int) in
             FleetLoad.job(n, app: secondApp && n % 2 == 1 ? Self.http2App : LocalStack.app, alert: "Failover")
         }
-
-        var started: [String: LocalWorker] = [:]
-        for i in 1...workers { started["w\(i)"] = try await stack.startWorker(id: "w\(i)") }
-        let running = started
-        let read = try await FleetLoad.warmUp(producer, reader)
-
-        let total = rate * seconds
-        let clock = ContinuousClock()
-        let sentAt = SentTimes(count: total)
-        let start = clock.now
-        let producing = FleetLoad.produce(total, rate: rate, from: start, with: producer, sentAt: sentAt, job: job)
+        let run = try await FleetRun(
+            stack,
+            readerGroup: "failover-reader",
+            workers: (1...workers).map { "w\($0)" },
+            rate: rate,
+            seconds: seconds,
+            job: job
+        )
+        let running = Dictionary(uniqueKeysWithValues: run.workers.map { ($0.id, $0) })
+        let (clock, start, total) = (ContinuousClock(), run.start, run.total)
 
         // The scenario, in its own task: it waits on processes.
         let eventStart = start + .seconds(eventAt)
@@ -156,20 +153,14 @@ struct BenchFailover: AsyncParsableCommand {
             return (clock.now - start, gatewayBack, exited)
         }
 
-        var tally = ResultTally(total: total, read: read)
-        let loadEnd = start + .seconds(seconds)
         let held = scenario == "outage" ? outageSeconds : Self.kafkaScenarios.contains(scenario) ? faultSeconds : 0
-        try await tally.read(reader, until: loadEnd + .seconds(drainSeconds + held), start: start, sentAt: sentAt)
-        try await producing.value
-        let (eventDone, gatewayBack, stoppedExit) = try await scenarioTask.value
-        // A last look for results written twice after everything arrived.
-        try await tally.read(reader, until: clock.now + .seconds(3), start: start, sentAt: sentAt, settling: true)
-        for (_, worker) in running where worker.isRunning { worker.signal(SIGTERM) }
-        try? await reader.close()
-        await producer.close()
-
-        let accepted = FleetLoad.Accepted(stack, tally)
-        let (lostBeforeTheWorkers, _) = try await FleetLoad.jobsMissingFromKafka(tally.lost, stack: stack)
+        let outcome = try await run.finish(
+            stack,
+            readingUntil: start + .seconds(seconds + drainSeconds + held),
+            scenario: scenarioTask
+        )
+        let (tally, accepted, lostBeforeTheWorkers) = (outcome.tally, outcome.accepted, outcome.lostBeforeTheWorkers)
+        let (eventDone, gatewayBack, stoppedExit) = outcome.scenario
         let latencies = tally.latencies()
         let secondAppSlowest = tally.latencies { $0 % 2 == 1 }.last ?? 0
         // Seconds from the event until the result rate is back to 80% of the load for good.

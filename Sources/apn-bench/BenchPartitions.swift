@@ -99,21 +99,19 @@ struct BenchPartitions: AsyncParsableCommand {
 
     private func measure(_ stack: LocalStack) async throws {
         let seconds = loadSeconds
-        let producer = try stack.loadProducer()
-        let reader = try stack.resultReader(group: "partitions-reader")
         let job = { @Sendable (n: Int) in
             FleetLoad.job(n, app: n % 2 == 1 ? Self.http2App : LocalStack.app, alert: "Partition")
         }
-        var running: [LocalWorker] = []
-        for i in 1...workers { running.append(try await stack.startWorker(id: "w\(i)")) }
-        let victim = running[1]
-        let read = try await FleetLoad.warmUp(producer, reader)
-
-        let total = rate * seconds
-        let clock = ContinuousClock()
-        let sentAt = SentTimes(count: total)
-        let start = clock.now
-        let producing = FleetLoad.produce(total, rate: rate, from: start, with: producer, sentAt: sentAt, job: job)
+        let run = try await FleetRun(
+            stack,
+            readerGroup: "partitions-reader",
+            workers: (1...workers).map { "w\($0)" },
+            rate: rate,
+            seconds: seconds,
+            job: job
+        )
+        let victim = run.workers[1]
+        let (clock, start, total) = (ContinuousClock(), run.start, run.total)
         let cutTask = Task { [cut, scenario, cutAt, cutSeconds, flapPeriod] () -> Duration in
             try await Task.sleep(until: start + .seconds(cutAt), clock: clock)
             if scenario == "kafka-flap" {
@@ -132,18 +130,13 @@ struct BenchPartitions: AsyncParsableCommand {
             return clock.now - start
         }
 
-        var tally = ResultTally(total: total, read: read)
-        let loadEnd = start + .seconds(seconds)
-        try await tally.read(reader, until: loadEnd + .seconds(drainSeconds), start: start, sentAt: sentAt)
-        try await producing.value
-        let healedAt = try await cutTask.value
-        try await tally.read(reader, until: clock.now + .seconds(3), start: start, sentAt: sentAt, settling: true)
-        for worker in running where worker.isRunning { worker.signal(SIGTERM) }
-        try? await reader.close()
-        await producer.close()
-
-        let accepted = FleetLoad.Accepted(stack, tally)
-        let (lostBeforeTheWorkers, _) = try await FleetLoad.jobsMissingFromKafka(tally.lost, stack: stack)
+        let outcome = try await run.finish(
+            stack,
+            readingUntil: start + .seconds(seconds + drainSeconds),
+            scenario: cutTask
+        )
+        let (tally, accepted, lostBeforeTheWorkers) = (outcome.tally, outcome.accepted, outcome.lostBeforeTheWorkers)
+        let healedAt = outcome.scenario
         let healed = healedAt.milliseconds / 1000
         let others = othersLatency(tally, victim: victim.id, healedAt: Int(healed))
         let resumed = resumedAfter(tally, victim: victim.id, healedAt: healed)
