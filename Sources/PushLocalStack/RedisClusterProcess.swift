@@ -40,15 +40,7 @@ public final class RedisClusterProcess: Sendable {
         var nodes: [RedisServerProcess] = []
         do {
             for _ in 0..<(primaries * (1 + replicas)) {
-                // The bus port is given: the default, port + 10000, may be above 65535.
-                let bus = try RedisServerProcess.freePort()
-                nodes.append(
-                    try await RedisServerProcess.start(
-                        arguments + ["--cluster-port", String(bus)],
-                        tls: tls != nil,
-                        executable: executable
-                    )
-                )
+                nodes.append(try await startNode(arguments, tls: tls != nil, executable: executable))
             }
             var template = nodes[0].configuration(commandTimeout: .seconds(5))
             template.tls = tls
@@ -60,6 +52,31 @@ public final class RedisClusterProcess: Sendable {
             for node in nodes { await node.stop() }
             throw error
         }
+    }
+
+    /// Starts one node with a bus port of its own. The port is given (the default, port + 10000,
+    /// may be above 65535), and another process can take a free port before the node binds it
+    /// (a connect is given one as its source port): the node then exits, and starts again with
+    /// another.
+    private static func startNode(
+        _ arguments: [String],
+        tls: Bool,
+        executable: String
+    ) async throws -> RedisServerProcess {
+        var lastError: (any Error)?
+        for _ in 0..<3 {
+            let bus = try RedisServerProcess.freePort()
+            do {
+                return try await RedisServerProcess.start(
+                    arguments + ["--cluster-port", String(bus)],
+                    tls: tls,
+                    executable: executable
+                )
+            } catch {
+                lastError = error
+            }
+        }
+        throw lastError!
     }
 
     /// A configuration for node `index`.
