@@ -275,8 +275,6 @@ struct ResultTally {
     /// When job n's first result was read, in seconds since the start.
     func arrival(of n: Int) -> Double? { has(n) ? Double(arrived[n]) : nil }
     func flagged(_ n: Int) -> Bool { possibleDuplicate[n] }
-    /// Whether a later result of job n (written again) says `possibleDuplicate`.
-    func flaggedLater(_ n: Int) -> Bool { writtenAgain[n]?.contains { $0.hasSuffix(" possibleDuplicate") } ?? false }
 
     /// A result as `<worker> <type or status name>[ possibleDuplicate]`.
     static func describe(_ result: JSONValue, worker: String) -> String {
