@@ -134,7 +134,7 @@ struct StatusEndToEndTests {
     func readinessLivenessAndLag() async throws {
         let stack = try await WorkerStack.start()
         do {
-            try await stack.startWorker("w1")
+            try await stack.startWorker("w1", environment: ["APN_WORKER_SHUTDOWN_TIMEOUT_SECONDS": "3"])
             let server = try #require(stack.statusServers["w1"])
             func ready() async -> (Int, String)? {
                 guard let response = try? await server.get("/health/ready") else { return nil }
@@ -173,10 +173,18 @@ struct StatusEndToEndTests {
 
             // SIGTERM with notifications in flight: readiness answers 503 while the worker
             // drains (delivers, writes results, commits, leaves the group); the status server is
-            // the last service to stop. Asked every few milliseconds, as a drain can be short.
+            // the last service to stop. Kafka goes away once Apple has the notifications, so the
+            // drain cannot write their results and lasts its bound (shutdownTimeoutSeconds, 3 s
+            // here): long enough to be seen on a loaded machine, where a drain that finishes at
+            // once can end between two answers.
             try await stack.produce(
                 (0..<200).map { WorkerStack.job(id: "after-\($0)", tokens: [.numbered(2000 + $0)]) }
             )
+            let accepted = await eventually("the 200 sent to Apple", within: .seconds(30)) {
+                (2000..<2200).allSatisfy { stack.acceptedByToken[.numbered($0), default: 0] > 0 }
+            }
+            #expect(accepted)
+            try stack.kafka.setBrokerDown(1)
             let process = try #require(stack.workers["w1"])
             process.signal(SIGTERM)
             // A request that gets no answer (a loaded machine) is asked again while the worker
@@ -197,6 +205,7 @@ struct StatusEndToEndTests {
             #expect(sawShuttingDown)
             #expect(await stack.stopWorker("w1") == 0)
             #expect(stack.fullLog(of: "w1").contains("Worker stopped"))
+            try stack.kafka.setBrokerUp(1)
         } catch {
             Issue.record("\(error)\nw1: \(stack.log(of: "w1"))")
         }
