@@ -161,18 +161,26 @@ public final class APNSSimulator: Sendable {
         var channels: [any Channel] = [binary]
         var feedbackPort: Int? = nil
         if let port = configuration.feedbackPort {
-            let feedback = try await ServerBootstrap(group: eventLoopGroup)
-                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-                .childChannelInitializer { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        let sync = channel.pipeline.syncOperations
-                        accepted.add(channel)
-                        try sync.addHandler(NIOSSLServerHandler(context: tls.context))
-                        try sync.addHandler(FeedbackHandler(simulator: try box.started()))
+            // A feedback port that cannot be bound leaves nothing listening: a caller that tries
+            // again finds the gateway's port free.
+            let feedback: any Channel
+            do {
+                feedback = try await ServerBootstrap(group: eventLoopGroup)
+                    .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+                    .childChannelInitializer { channel in
+                        channel.eventLoop.makeCompletedFuture {
+                            let sync = channel.pipeline.syncOperations
+                            accepted.add(channel)
+                            try sync.addHandler(NIOSSLServerHandler(context: tls.context))
+                            try sync.addHandler(FeedbackHandler(simulator: try box.started()))
+                        }
                     }
-                }
-                .bind(host: configuration.host, port: port)
-                .get()
+                    .bind(host: configuration.host, port: port)
+                    .get()
+            } catch {
+                try? await binary.close()
+                throw error
+            }
             channels.append(feedback)
             feedbackPort = feedback.localAddress?.port
         }

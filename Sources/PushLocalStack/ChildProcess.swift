@@ -45,7 +45,7 @@ public final class ChildProcess: @unchecked Sendable {
         process.standardInput = stdinPipe ?? FileHandle.nullDevice
         process.standardOutput = stdoutPipe
         if let stderrFile {
-            FileManager.default.createFile(atPath: stderrFile, contents: nil)
+            _ = FileManager.default.createFile(atPath: stderrFile, contents: nil)
             process.standardError = FileHandle(forWritingAtPath: stderrFile)
             capturesStderr = false
         } else {

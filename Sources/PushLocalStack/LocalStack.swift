@@ -104,7 +104,7 @@ public final class LocalStack: @unchecked Sendable {
             configuration.feedback = options.feedback
             configuration.errorDelay = options.errorDelay
             if options.binaryRecord { configuration.recordPath = directory + "/binary-record.jsonl" }
-            let simulator = try await APNSSimulator.start(configuration: configuration)
+            let simulator = try await Self.startBinarySimulator(configuration)
             var http2Simulator: APNSHTTP2Simulator?
             var sandboxHTTP2Simulator: APNSHTTP2Simulator?
             var broadcastHTTP2Simulator: APNSHTTP2Simulator?
@@ -147,7 +147,7 @@ public final class LocalStack: @unchecked Sendable {
                 sandboxConfiguration.badTokens = bad
                 sandboxConfiguration.feedback = []
                 sandboxConfiguration.recordPath = nil
-                sandboxSimulator = try await APNSSimulator.start(configuration: sandboxConfiguration)
+                sandboxSimulator = try await Self.startBinarySimulator(sandboxConfiguration)
             }
 
             let configPath = directory + "/worker.yaml"
@@ -239,7 +239,24 @@ public final class LocalStack: @unchecked Sendable {
         config.status429Every = app.status429Every
         config.responseDelay = app.responseDelay
         config.answerFirst = app.answerFirst
-        return try await APNSHTTP2Simulator.start(configuration: config)
+        return try await ServerPorts.start { port in
+            config.port = port
+            return try await APNSHTTP2Simulator.start(configuration: config)
+        }
+    }
+
+    /// Starts a binary gateway and its feedback service on ports below the ephemeral range
+    /// (``ServerPorts``), where ``restartGateway()`` finds them free again.
+    private static func startBinarySimulator(_ configuration: APNSSimulator.Configuration) async throws -> APNSSimulator
+    {
+        var configuration = configuration
+        return try await ServerPorts.start { port in
+            configuration.binaryPort = port
+            if configuration.feedbackPort != nil {
+                configuration.feedbackPort = try port == 0 ? 0 : RedisServerProcess.freePort()
+            }
+            return try await APNSSimulator.start(configuration: configuration)
+        }
     }
 
     // MARK: The gateway

@@ -195,12 +195,23 @@ public final class RedisServerProcess: @unchecked Sendable {
 
     // MARK: - Sockets (plain POSIX, independent of the code under test)
 
-    /// A port that was free a moment ago: bind 127.0.0.1:0, read the port, close.
+    /// A port that was free a moment ago, below the ephemeral range when one there is
+    /// (``ServerPorts``), so that a server started again on it finds it free: bind 127.0.0.1 to
+    /// it, read the port, close.
     public static func freePort() throws -> Int {
+        for port in ServerPorts.candidates(20) {
+            if let free = try? bindAndClose(port: port) { return free }
+        }
+        return try bindAndClose(port: 0)
+    }
+
+    /// Binds a socket to 127.0.0.1:`port` (0: the kernel's choice), closes it, and returns the
+    /// port it had.
+    private static func bindAndClose(port: Int) throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw ServerError("socket() failed: errno \(errno)") }
         defer { close(fd) }
-        var address = loopback(port: 0)
+        var address = loopback(port: port)
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))

@@ -155,7 +155,7 @@ private struct ReloadOnHangup: Service {
     var worker: Worker
 
     func run() async {
-        try? await cancelWhenGracefulShutdown {
+        await cancelWhenGracefulShutdown {
             for await _ in signals { worker.reloadCredentials() }
         }
     }

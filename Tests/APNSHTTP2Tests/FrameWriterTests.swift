@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOEmbedded
 import NIOHTTP2
@@ -27,14 +28,14 @@ import Testing
         let ping = HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: 9), ack: true))
         let alsoKept = writer.write(ping, promise: second) == nil
         #expect(kept && alsoKept)
-        var done = 0
-        first.futureResult.whenSuccess { done += 1 }
-        second.futureResult.whenSuccess { done += 1 }
+        let done = NIOLockedValueBox(0)
+        first.futureResult.whenSuccess { done.withLockedValue { $0 += 1 } }
+        second.futureResult.whenSuccess { done.withLockedValue { $0 += 1 } }
         let (frames, flushPromise) = Self.unflushed(&writer, on: loop)
         #expect(frames.map(\.type) == [0x3, 0x6] && frames[1].flags == 0x1)
-        #expect(done == 0, "nothing completes before the bytes are written")
+        #expect(done.withLockedValue { $0 } == 0, "nothing completes before the bytes are written")
         try #require(flushPromise).succeed()
-        #expect(done == 2)
+        #expect(done.withLockedValue { $0 } == 2)
         let after = Self.unflushed(&writer, on: loop).0
         #expect(after.isEmpty)
     }

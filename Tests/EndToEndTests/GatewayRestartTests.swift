@@ -9,8 +9,12 @@ import Testing
 @Suite(.timeLimit(.minutes(1)))
 struct GatewayRestartTests {
     @Test func aServerStartedAgainOnItsPortRetriesWhileTheHolderLetsGo() async throws {
-        let holder = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .bind(host: "127.0.0.1", port: 0).get()
+        // A port below the ephemeral range, as the local stack's servers have: once the holder
+        // lets go, no other suite's connection can take it as its source port.
+        let holder = try await ServerPorts.start { port in
+            try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .bind(host: "127.0.0.1", port: port).get()
+        }
         let port = try #require(holder.localAddress?.port)
         var attempts = 0
         let server = try await LocalStack.onTheSamePort {
@@ -22,6 +26,22 @@ struct GatewayRestartTests {
         }
         #expect(attempts == 2)
         #expect(server.localAddress?.port == port)
+        try await server.close()
+    }
+
+    @Test func theLocalStacksServersListenBelowTheEphemeralRange() async throws {
+        #expect(ServerPorts.ephemeral.lowerBound > ServerPorts.lowest)
+        for port in ServerPorts.candidates(100) {
+            #expect(port >= ServerPorts.lowest && port < ServerPorts.ephemeral.lowerBound)
+        }
+        let freePort = try RedisServerProcess.freePort()
+        #expect(freePort < ServerPorts.ephemeral.lowerBound)
+        let server = try await ServerPorts.start { port in
+            try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .bind(host: "127.0.0.1", port: port).get()
+        }
+        let port = try #require(server.localAddress?.port)
+        #expect(port >= ServerPorts.lowest && port < ServerPorts.ephemeral.lowerBound)
         try await server.close()
     }
 }

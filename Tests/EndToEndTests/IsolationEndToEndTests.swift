@@ -148,7 +148,7 @@ struct IsolationEndToEndTests {
         let (stack, tokens) = try await Self.deadBacklog(4_000)
         do {
             try await stack.startWorker("w1")
-            try await eventually("w1 moves notifications aside", within: .seconds(60)) {
+            await eventually("w1 moves notifications aside", within: .seconds(60)) {
                 stack.log(of: "w1").contains("Notifications moved aside")
             }
             await stack.killWorker("w1")
@@ -168,11 +168,11 @@ struct IsolationEndToEndTests {
         let (stack, tokens) = try await Self.deadBacklog(4_000)
         do {
             try await stack.startWorker("w1")
-            try await eventually("w1 moves most of the backlog aside", within: .seconds(60)) {
+            await eventually("w1 moves most of the backlog aside", within: .seconds(60)) {
                 Self.movedAside(in: stack.log(of: "w1")) >= 3_000
             }
             try await stack.restartGateway()
-            try await eventually("w1 brings the backlog back", within: .seconds(60)) {
+            await eventually("w1 brings the backlog back", within: .seconds(60)) {
                 stack.acceptedByToken.count >= 500
             }
             await stack.killWorker("w1")

@@ -94,7 +94,7 @@ struct PrometheusEndToEndTests {
             }
             #expect(
                 healthy,
-                "rules: \(rules.map { "\($0.name) \($0.health) \($0.state) \($0.lastError ?? "")" }); expected \(alertNames)"
+                "rules: \(rules.map { "\($0.name) \($0.health) \($0.state ?? "") \($0.lastError ?? "")" }); expected \(alertNames)"
             )
             #expect(rules.map(\.name) == alertNames)
             #expect(rules.allSatisfy { $0.type == "alerting" && $0.state == "inactive" })

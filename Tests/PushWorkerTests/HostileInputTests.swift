@@ -55,7 +55,7 @@ import Testing
         for file in Self.corpusFiles() {
             let bytes = HostileJobs.make(file.kind, index: file.index)
             let path = "\(Self.corpus)/\(file.name)"
-            if write { FileManager.default.createFile(atPath: path, contents: Data(bytes)) }
+            if write { _ = FileManager.default.createFile(atPath: path, contents: Data(bytes)) }
             let stored = FileManager.default.contents(atPath: path).map(Array.init)
             #expect(stored == bytes, "\(path) differs from HostileJobs.make(.\(file.kind), index: \(file.index))")
         }

@@ -43,7 +43,7 @@ import Testing
     @Test func intakeRegistersOneResultMoreForAJobWithASummary() async throws {
         let stage = try StageTests().intake()
         var chunk = IntakeStage.Chunk()
-        try await stage.parse(
+        await stage.parse(
             [
                 StageTests.message(
                     #"{"id":"s1","app":"a","tokens":["\#(Self.token)","zz","\#(Self.otherToken)"],"alert":"x","summary":true}"#,
